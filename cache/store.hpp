@@ -1,0 +1,86 @@
+// The on-disk kernel cache: content-addressed, immutable entries published atomically.
+//
+// Layout of a tier root:   <root>/v1/<key[0:2]>/<key>/{kernel.cubin, meta.json}
+//                          <root>/v1/locks/<key>.lock   (never deleted)
+//                          <root>/v1/tmp/               (private staging dirs)
+// Keys are 32 lowercase hex chars (XXH3-128 of the key inputs, computed by the generator).
+// meta.json holds the caller's metadata plus what verification needs (cubin size and digest);
+// it is written last and is the entry's commit marker.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace jit::cache {
+
+struct Artifact {
+  std::string cubin;
+  nlohmann::json meta;  // caller metadata + "cubin_size", "cubin_xxh3_128", "key", "created"
+  std::string origin;   // "compiled", or the tier root / "remote" it was read from
+};
+
+struct Options {
+  // Tiers searched in order; the first writable one receives new entries. Empty: memory only.
+  std::vector<std::filesystem::path> roots;
+  bool sealed = false;                                 // a miss is a CacheMissError, never a compile
+  std::string remote_url;                              // redis://host:port/db, empty: no remote tier
+  std::chrono::milliseconds lock_timeout{120000};      // then compile without the lock
+  std::uint64_t max_bytes = 0;                         // 0: no size cap
+};
+
+struct EntryInfo {
+  std::string key;
+  std::filesystem::path dir;
+  std::uint64_t bytes = 0;
+  nlohmann::json meta;
+};
+
+struct VerifyReport {
+  std::size_t checked = 0;
+  std::size_t removed = 0;
+  std::vector<std::string> problems;  // "key: what was wrong"
+};
+
+class Store {
+ public:
+  explicit Store(Options options);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Options from the environment: FA4JIT_CACHE_PATH (':'-separated tiers), else
+  // FA4JIT_CACHE_DIR, else $XDG_CACHE_HOME/fa4jit, else ~/.cache/fa4jit;
+  // FA4JIT_SEALED=1; FA4JIT_REMOTE_CACHE; FA4JIT_CACHE_MAX_BYTES.
+  static Options options_from_env();
+
+  // A verified entry, or nullopt. A corrupt or mismatched entry is evicted (where writable)
+  // and reported as a miss; it is never returned.
+  std::optional<Artifact> load(std::string_view key);
+
+  // Atomic publish into the first writable tier (and the remote tier). Disk errors become one
+  // warning on stderr, never an exception: the caller keeps its in-memory kernel.
+  void publish(std::string_view key, std::string_view cubin, const nlohmann::json& meta);
+
+  // load(); on a miss take the per-key lock (bounded wait), load() again, then compile() and
+  // publish. `what` names the config in errors (sealed-mode misses, compile failures).
+  Artifact get_or_compile(std::string_view key, const std::function<Artifact()>& compile, std::string_view what);
+
+  std::vector<EntryInfo> list() const;
+  VerifyReport verify();                    // checks every entry of every writable tier; removes bad ones
+  std::size_t prune(std::uint64_t max_bytes);  // least recently used first; returns entries removed
+  std::size_t clear();                      // removes every entry of the writable tier
+  const Options& options() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace jit::cache

@@ -1,0 +1,161 @@
+// Masks: written once, used by every backend and every warp role.
+//
+// A mask answers three questions about query rows and key columns of one sequence:
+//   visible(q, k)                      element level, used only on partial tiles;
+//   kv_range(q_lo, q_hi)               the key columns [k_begin, k_end) any row of the Q tile can see;
+//   classify(q_lo, q_hi, k_lo, k_hi)   whether a tile is skipped, fully visible or partial.
+// Load, MMA and softmax roles call the same functions with the same arguments, so they agree
+// on which tiles exist without talking to each other (the seeds' iteration sets).
+// Key bounds (k < seqlen_k) are not a mask concern: kernels add them on the last tile.
+#pragma once
+#include "common/prelude.cuh"
+
+namespace fa4 {
+namespace mask {
+
+enum TileClass : int { kSkip = 0, kFull = 1, kPartial = 2 };
+
+struct Ctx {
+  int batch;
+  int q_head;
+  int seqlen_q;
+  int seqlen_k;
+  const FwdParams* params;
+  // Causal alignment: key k is "at" query position k - offset. Bottom-right (FlashAttention >= 2.1)
+  // uses seqlen_k - seqlen_q; top-left uses 0.
+  __device__ __forceinline__ int diag_offset() const {
+    return (params->mask_flags & 1) ? 0 : seqlen_k - seqlen_q;
+  }
+};
+
+struct KvRange {
+  int begin;  // first key column that may be visible
+  int end;    // one past the last
+};
+
+__device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
+
+// No mask: every key is visible.
+struct None {
+  static constexpr bool kIsNone = true;
+  __device__ __forceinline__ static bool visible(int, int, const Ctx&) { return true; }
+  __device__ __forceinline__ static KvRange kv_range(int, int, const Ctx& c) { return {0, c.seqlen_k}; }
+  __device__ __forceinline__ static TileClass classify(int, int, int, int, const Ctx&) { return kFull; }
+};
+
+// A diagonal band: key k is visible from query q iff
+//   q + offset - left <= k <= q + offset + right, with left/right < 0 meaning unbounded.
+// Causal is (left unbounded, right 0); a causal sliding window of W keys is (W - 1, 0).
+struct Band {
+  int left, right;  // < 0: unbounded
+  __device__ __forceinline__ bool visible(int q, int k, const Ctx& c) const {
+    const int d = k - q - c.diag_offset();
+    return (left < 0 || d >= -left) && (right < 0 || d <= right);
+  }
+  __device__ __forceinline__ KvRange kv_range(int q_lo, int q_hi, const Ctx& c) const {
+    const int off = c.diag_offset();
+    const int lo = left < 0 ? 0 : max(0, q_lo + off - left);
+    const int hi = right < 0 ? c.seqlen_k : min(c.seqlen_k, q_hi - 1 + off + right + 1);
+    return {lo, max(lo, hi)};
+  }
+  __device__ __forceinline__ TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) const {
+    const int off = c.diag_offset();
+    // d = k - q - off ranges over [k_lo - (q_hi-1) - off, (k_hi-1) - q_lo - off] in the tile.
+    const int d_min = k_lo - (q_hi - 1) - off, d_max = (k_hi - 1) - q_lo - off;
+    if ((right >= 0 && d_min > right) || (left >= 0 && d_max < -left)) return kSkip;
+    if ((right < 0 || d_max <= right) && (left < 0 || d_min >= -left)) return kFull;
+    return kPartial;
+  }
+};
+
+struct Causal {
+  static constexpr bool kIsNone = false;
+  __device__ __forceinline__ static Band band(const Ctx&) { return Band{-1, 0}; }
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return band(c).visible(q, k, c); }
+  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
+    return band(c).kv_range(q_lo, q_hi, c);
+  }
+  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    return band(c).classify(q_lo, q_hi, k_lo, k_hi, c);
+  }
+};
+
+// Sliding window with run-time extents (params.window_left / window_right).
+struct SlidingWindow {
+  static constexpr bool kIsNone = false;
+  __device__ __forceinline__ static Band band(const Ctx& c) {
+    return Band{c.params->window_left, c.params->window_right};
+  }
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return band(c).visible(q, k, c); }
+  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
+    return band(c).kv_range(q_lo, q_hi, c);
+  }
+  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    return band(c).classify(q_lo, q_hi, k_lo, k_hi, c);
+  }
+};
+
+// Chunked (Llama 4): visible iff query position and key fall in the same chunk of
+// params.chunk_size keys. Query positions are aligned like causal (offset).
+struct Chunked {
+  static constexpr bool kIsNone = false;
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    const int C = c.params->chunk_size;
+    return floor_div(q + c.diag_offset(), C) == floor_div(k, C);
+  }
+  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
+    const int C = c.params->chunk_size, off = c.diag_offset();
+    const int lo = max(0, floor_div(q_lo + off, C) * C);
+    const int hi = min(c.seqlen_k, (floor_div(q_hi - 1 + off, C) + 1) * C);
+    return {lo, max(lo, hi)};
+  }
+  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    const int C = c.params->chunk_size, off = c.diag_offset();
+    const int cq_lo = floor_div(q_lo + off, C), cq_hi = floor_div(q_hi - 1 + off, C);
+    const int ck_lo = floor_div(k_lo, C), ck_hi = floor_div(k_hi - 1, C);
+    if (ck_hi < cq_lo || ck_lo > cq_hi) return kSkip;
+    if (cq_lo == cq_hi && ck_lo == ck_hi && cq_lo == ck_lo) return kFull;
+    return kPartial;
+  }
+};
+
+// Combinators: a key is visible under And<A, B> iff both see it, under Or<A, B> iff either does.
+template <class A, class B>
+struct And {
+  static constexpr bool kIsNone = false;
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    return A::visible(q, k, c) && B::visible(q, k, c);
+  }
+  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
+    const KvRange a = A::kv_range(q_lo, q_hi, c), b = B::kv_range(q_lo, q_hi, c);
+    const int lo = max(a.begin, b.begin);
+    return {lo, max(lo, min(a.end, b.end))};
+  }
+  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    const TileClass a = A::classify(q_lo, q_hi, k_lo, k_hi, c), b = B::classify(q_lo, q_hi, k_lo, k_hi, c);
+    if (a == kSkip || b == kSkip) return kSkip;
+    return (a == kFull && b == kFull) ? kFull : kPartial;
+  }
+};
+
+template <class A, class B>
+struct Or {
+  static constexpr bool kIsNone = false;
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    return A::visible(q, k, c) || B::visible(q, k, c);
+  }
+  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
+    const KvRange a = A::kv_range(q_lo, q_hi, c), b = B::kv_range(q_lo, q_hi, c);
+    if (a.end <= a.begin) return b;
+    if (b.end <= b.begin) return a;
+    return {min(a.begin, b.begin), max(a.end, b.end)};
+  }
+  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    const TileClass a = A::classify(q_lo, q_hi, k_lo, k_hi, c), b = B::classify(q_lo, q_hi, k_lo, k_hi, c);
+    if (a == kFull || b == kFull) return kFull;
+    return (a == kSkip && b == kSkip) ? kSkip : kPartial;
+  }
+};
+
+}  // namespace mask
+}  // namespace fa4

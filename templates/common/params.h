@@ -1,0 +1,74 @@
+// fa4jit device ABI: the one struct every backend's kernel takes by value.
+// Included by host C++ (runtime/) and by NVRTC device code, so it uses plain types only
+// and no headers. Changing it changes every cache key (templates are hashed).
+#pragma once
+
+namespace fa4 {
+
+// Strides are in elements. Q/O are (batch, seqlen_q, heads, depth) views, K/V are
+// (batch, seqlen_k, kv_heads, depth) views, each with arbitrary batch/row/head strides and a
+// unit depth stride. LSE is float32 [batch][num_q_heads][seqlen_q], natural log.
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;  // null: not written
+
+  long long q_batch_stride, q_row_stride, q_head_stride;
+  long long k_batch_stride, k_row_stride, k_head_stride;
+  long long v_batch_stride, v_row_stride, v_head_stride;
+  long long o_batch_stride, o_row_stride, o_head_stride;
+
+  int batch;
+  int seqlen_q;
+  int seqlen_k;
+  int num_q_heads;
+  int num_kv_heads;
+  int group;  // num_q_heads / num_kv_heads
+
+  float softmax_scale;  // multiplies q.k before the score-mod
+  float scale_log2;     // softmax_scale * log2(e), folded into one FMA when the score-mod is identity
+
+  // Mask run-time arguments (one cubin serves every value).
+  int window_left;   // sliding window: keys visible down to q - window_left (-1: unbounded)
+  int window_right;  // and up to q + window_right (-1: unbounded)
+  int chunk_size;    // chunked masks
+  int mask_flags;    // bit 0: causal alignment is top-left instead of bottom-right
+
+  // Variable length / paged KV / sinks (null when unused).
+  const int* cu_seqlens_q;  // [batch + 1]
+  const int* cu_seqlens_k;  // [batch + 1]
+  const int* seqused_k;     // [batch]
+  const int* page_table;    // [batch][max_pages]
+  int page_size;
+  int max_pages;
+  const float* sinks;       // [num_q_heads], log-domain sink logits
+
+  // Built-in score-mod arguments.
+  float softcap;              // softcap score-mod: cap * tanh(score / cap)
+  const float* alibi_slopes;  // ALiBi: [num_q_heads]; null = standard geometric slopes
+
+  // Score-mod auxiliary inputs (FA4's aux_tensors / aux_scalars).
+  const void* aux_ptr[4];
+  float aux_scalar[4];
+
+  // Split-KV decode workspace (null when not split).
+  float* o_partial;    // [splits][batch][num_q_heads][seqlen_q][depth]
+  float* lse_partial;  // [splits][batch][num_q_heads][seqlen_q]
+  int num_splits;
+  int reserved0;
+};
+
+// TMA descriptors for the backends that load by TMA (sm90a, sm100a). Layout-compatible with
+// the driver's CUtensorMap (CUDA 13: 128 bytes, 128-byte aligned). Each map is 4-D over
+// (depth, rows, heads, batch), innermost first, SWIZZLE_128B, box {64 elements, box_rows, 1, 1}:
+// box_rows = BM/2 for q and o (one Q tile per consumer), BN for k and v.
+struct alignas(128) TmaDesc {
+  unsigned long long opaque[16];
+};
+struct TmaDescs {
+  TmaDesc q, k, v, o;
+};
+
+}  // namespace fa4

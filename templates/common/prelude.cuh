@@ -1,0 +1,66 @@
+// Types and numeric primitives shared by every backend. No headers: NVRTC compiles this
+// without the toolkit's include directory, which keeps a cold compile short and the
+// installed library free of toolkit paths.
+#pragma once
+#include "common/params.h"
+
+namespace fa4 {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+
+// 16-bit storage types: bits only; all arithmetic happens in float32.
+struct bf16_t { u16 bits; };
+struct half_t { u16 bits; };
+
+template <class T> struct DTypeTraits;
+template <> struct DTypeTraits<bf16_t> { static constexpr bool kIsBf16 = true; };
+template <> struct DTypeTraits<half_t> { static constexpr bool kIsBf16 = false; };
+
+// Packs two floats into one 32-bit register of 16-bit values (lo in the low half).
+template <class T>
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+  u32 r;
+  if constexpr (DTypeTraits<T>::kIsBf16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+template <class T>
+__device__ __forceinline__ float to_float(u16 bits) {
+  if constexpr (DTypeTraits<T>::kIsBf16) {
+    return __uint_as_float(static_cast<u32>(bits) << 16);
+  } else {
+    float f;
+    asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(bits));
+    return f;
+  }
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {  // MUFU.EX2; exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -__builtin_huge_valf();
+
+__device__ __forceinline__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Shared-memory address as the 32-bit value PTX wants.
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+}  // namespace fa4
