@@ -1,0 +1,38 @@
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "fa4jit/jit.hpp"
+#include "generator/key.hpp"
+#include "runtime/runtime_internal.hpp"
+#include "runtime/nvrtc.hpp"
+
+namespace jit::cli {
+
+void add_gen(CLI::App& app) {
+  auto* cmd = app.add_subcommand("gen", "Print the generated CUDA source (or PTX) of one config");
+  struct Opts {
+    std::string config, arch;
+    std::vector<std::string> presets;
+    bool ptx = false, key = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--config", o->config, "JSON file with one config");
+  cmd->add_option("--preset", o->presets, "a preset name (first config is used)");
+  cmd->add_option("--arch", o->arch, "target arch (overrides the config's)");
+  cmd->add_flag("--ptx", o->ptx, "compile with NVRTC and print the PTX instead");
+  cmd->add_flag("--key", o->key, "print the cache key instead");
+  cmd->callback([o] {
+    FA4Config c = load_configs(o->config, o->presets).front();
+    if (!o->arch.empty()) c.arch = o->arch;
+    const auto in = detail::compile_inputs(detail::with_arch(c));
+    if (o->key) {
+      fmt::print("{}\n", in.key);
+    } else if (o->ptx) {
+      fmt::print("{}", detail::nvrtc_compile(in.source, "fa4jit.cu", in.headers, in.options).ptx);
+    } else {
+      fmt::print("{}", in.source);
+    }
+  });
+}
+
+}  // namespace jit::cli

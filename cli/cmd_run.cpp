@@ -1,0 +1,198 @@
+// run (safetensors in/out), check (one attention against the float64 reference), bench.
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "fa4jit/jit.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/host_numeric.hpp"
+#include "runtime/safetensors.hpp"
+#include "tests/support/gpu.hpp"
+
+namespace jit::cli {
+
+namespace {
+
+const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : "F16"; }
+
+struct ShapeOpts {
+  int batch = 2, seqlen = 1024, seqlen_q = 0, seqlen_k = 0, heads = 8, kv_heads = 2;
+};
+
+void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
+  cmd->add_option("--batch", s.batch, "batch size");
+  cmd->add_option("--seqlen", s.seqlen, "Sq = Sk");
+  cmd->add_option("--seqlen-q", s.seqlen_q, "query length (overrides --seqlen)");
+  cmd->add_option("--seqlen-k", s.seqlen_k, "key length (overrides --seqlen)");
+  cmd->add_option("--heads", s.heads, "query heads");
+  cmd->add_option("--kv-heads", s.kv_heads, "key/value heads");
+}
+
+FA4Config one_config(const std::string& file, const std::vector<std::string>& presets, const std::string& arch) {
+  if (file.empty() && presets.empty()) {  // the main job's default: bf16 d128 causal GQA
+    FA4Config c;
+    c.mask = Mask::causal();
+    c.arch = arch;
+    return c;
+  }
+  FA4Config c = load_configs(file, presets).front();
+  if (!arch.empty()) c.arch = arch;
+  return c;
+}
+
+}  // namespace
+
+void add_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Run one attention on q, k, v from a safetensors file; write o and lse");
+  struct Opts {
+    std::string config, inputs, output, arch;
+    float scale = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--config", o->config, "JSON config file")->required();
+  cmd->add_option("--inputs", o->inputs, "safetensors with q, k, v in (batch, seqlen, heads, head_dim)")->required();
+  cmd->add_option("--output", o->output, "safetensors to write o and lse to")->required();
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)");
+  cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(head_dim))");
+  cmd->callback([o] {
+    FA4Config c = one_config(o->config, {}, o->arch);
+    const auto in = safetensors::read(o->inputs);
+    for (const char* name : {"q", "k", "v"}) {
+      auto it = in.find(name);
+      if (it == in.end()) throw Error(fmt::format("{}: no tensor '{}'", o->inputs, name));
+      if (it->second.shape.size() != 4)
+        throw Error(fmt::format("{}: '{}' must be 4-D (batch, seqlen, heads, head_dim)", o->inputs, name));
+      if (it->second.dtype != st_dtype(c.dtype))
+        throw Error(fmt::format("{}: '{}' is {}, the config's dtype is {}", o->inputs, name, it->second.dtype, to_string(c.dtype)));
+    }
+    const auto& q = in.at("q");
+    const auto& k = in.at("k");
+    const auto& v = in.at("v");
+    if (c.depth != q.shape[3]) c.depth = static_cast<int>(q.shape[3]);
+    const KernelPtr kernel = get_kernel(c);
+    const DType out_t = *kernel->config().config.output_dtype;
+    testing::DeviceBuffer dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(q.bytes.size());
+    const std::size_t lse_n = static_cast<std::size_t>(q.shape[0] * q.shape[2] * q.shape[1]);
+    testing::DeviceBuffer dlse(lse_n * 4);
+    dq.upload(q.bytes.data(), q.bytes.size());
+    dk.upload(k.bytes.data(), k.bytes.size());
+    dv.upload(v.bytes.data(), v.bytes.size());
+    LaunchArgs a;
+    a.q = Tensor::contiguous(dq.get(), c.dtype, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    a.k = Tensor::contiguous(dk.get(), c.dtype, k.shape[0], k.shape[1], k.shape[2], k.shape[3]);
+    a.v = Tensor::contiguous(dv.get(), c.dtype, v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
+    a.o = Tensor::contiguous(dout.get(), out_t, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    a.lse = static_cast<float*>(dlse.get());
+    a.softmax_scale = o->scale;
+    kernel->launch(a);
+    detail::check(detail::driver().cuCtxSynchronize(), "kernel execution");
+    std::map<std::string, safetensors::TensorData> out;
+    out["o"] = {st_dtype(out_t), q.shape, std::string(q.bytes.size(), '\0')};
+    out["lse"] = {"F32", {q.shape[0], q.shape[2], q.shape[1]}, std::string(lse_n * 4, '\0')};
+    dout.download(out["o"].bytes.data(), out["o"].bytes.size());
+    dlse.download(out["lse"].bytes.data(), out["lse"].bytes.size());
+    safetensors::write(o->output, out);
+    fmt::print("run: wrote o {} and lse to {} (kernel {}, {})\n", to_string(out_t), o->output, kernel->key(),
+               kernel->origin());
+  });
+}
+
+void add_check(CLI::App& app) {
+  auto* cmd = app.add_subcommand("check", "Run one attention on random inputs and check it against a float64 reference");
+  struct Opts {
+    std::string config, arch;
+    std::vector<std::string> presets;
+    ShapeOpts shape;
+    bool require_gpu = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--config", o->config, "JSON config file (default: bf16 d128 causal)");
+  cmd->add_option("--preset", o->presets, "preset name");
+  cmd->add_option("--arch", o->arch, "target arch (default: the GPU's)");
+  cmd->add_flag("--require-gpu", o->require_gpu, "fail instead of skipping when there is no GPU");
+  add_shape_options(cmd, o->shape);
+  cmd->callback([o] {
+    const std::string why = testing::gpu_unavailable_reason();
+    if (!why.empty()) {
+      if (o->require_gpu) throw DriverError("check needs a GPU: " + why);
+      fmt::print("check: skipped, no GPU here ({})\n", why);
+      return;
+    }
+    const FA4Config c = one_config(o->config, o->presets, o->arch);
+    const KernelPtr kernel = get_kernel(c);
+    testing::CheckCase cc;
+    cc.batch = o->shape.batch;
+    cc.seqlen_q = o->shape.seqlen_q ? o->shape.seqlen_q : o->shape.seqlen;
+    cc.seqlen_k = o->shape.seqlen_k ? o->shape.seqlen_k : o->shape.seqlen;
+    cc.num_q_heads = o->shape.heads;
+    cc.num_kv_heads = o->shape.kv_heads;
+    const auto r = testing::run_and_check(*kernel, cc);
+    const double tol = kernel->config().config.dtype == DType::bf16 ? 1e-2 : 5e-3;
+    const bool ok = r.unwritten == 0 && r.rel_l2 <= tol && r.lse_inf_mismatch == 0 && r.lse_max_abs <= 2e-2;
+    fmt::print("check: {} {} B={} Sq={} Sk={} H={}/{} D={}: {} -> {}\n", kernel->config().config.arch,
+               to_string(kernel->config().backend), cc.batch, cc.seqlen_q, cc.seqlen_k, cc.num_q_heads, cc.num_kv_heads,
+               kernel->config().config.depth, r.describe(), ok ? "PASS" : "FAIL");
+    if (!ok) throw Error("check failed: the kernel does not match the float64 reference");
+  });
+}
+
+void add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Time one config on random inputs (CUDA events, median)");
+  struct Opts {
+    std::string config, arch;
+    std::vector<std::string> presets;
+    ShapeOpts shape;
+    int iters = 30, warmup = 5;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--config", o->config, "JSON config file");
+  cmd->add_option("--preset", o->presets, "preset name");
+  cmd->add_option("--arch", o->arch, "target arch (default: the GPU's)");
+  cmd->add_option("--iters", o->iters, "timed launches");
+  cmd->add_option("--warmup", o->warmup, "untimed launches first");
+  cmd->add_flag("--json", o->json, "print one JSON object");
+  add_shape_options(cmd, o->shape);
+  cmd->callback([o] {
+    const FA4Config c = one_config(o->config, o->presets, o->arch);
+    const KernelPtr kernel = get_kernel(c);
+    const FA4Config& rc = kernel->config().config;
+    const int B = o->shape.batch, H = o->shape.heads, Hkv = o->shape.kv_heads, D = rc.depth;
+    const int Sq = o->shape.seqlen_q ? o->shape.seqlen_q : o->shape.seqlen;
+    const int Sk = o->shape.seqlen_k ? o->shape.seqlen_k : o->shape.seqlen;
+    const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D, nk = static_cast<std::size_t>(B) * Sk * Hkv * D;
+    testing::DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nk * 2), dout(nq * 2), dlse(static_cast<std::size_t>(B) * H * Sq * 4);
+    std::mt19937 rng(std::random_device{}());
+    std::normal_distribution<float> dist;
+    for (auto* buf : {&dq, &dk, &dv}) {  // random data: zeros run faster than real inputs
+      std::vector<std::uint16_t> h(buf->bytes() / 2);
+      for (auto& x : h) x = host::to_bits(rc.dtype, dist(rng));
+      buf->upload(h.data(), buf->bytes());
+    }
+    LaunchArgs a;
+    a.q = Tensor::contiguous(dq.get(), rc.dtype, B, Sq, H, D);
+    a.k = Tensor::contiguous(dk.get(), rc.dtype, B, Sk, Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), rc.dtype, B, Sk, Hkv, D);
+    a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, B, Sq, H, D);
+    a.lse = static_cast<float*>(dlse.get());
+    const double ms = testing::time_kernel_ms(*kernel, a, o->warmup, o->iters);
+    const bool causal = rc.mask.kind == Mask::Kind::causal;
+    const double flops = 4.0 * B * H * Sq * Sk * D * (causal ? 0.5 : 1.0);
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    nlohmann::json j = {{"arch", rc.arch},   {"backend", to_string(kernel->config().backend)},
+                        {"dtype", to_string(rc.dtype)}, {"B", B}, {"H", H}, {"Hkv", Hkv}, {"Sq", Sq}, {"Sk", Sk},
+                        {"D", D},            {"causal", causal}, {"mask", to_json(rc)["mask"]["kind"]},
+                        {"ms", ms},          {"tflops", tflops}, {"iters", o->iters}, {"BN", rc.BN},
+                        {"num_kv_stages", rc.num_kv_stages}};
+    if (o->json)
+      fmt::print("{}\n", j.dump());
+    else
+      fmt::print("bench: {} {} B={} H={}/{} Sq={} Sk={} D={} {}: {:.3f} ms, {:.1f} TFLOP/s\n", rc.arch,
+                 to_string(kernel->config().backend), B, H, Hkv, Sq, Sk, D, causal ? "causal" : "", ms, tflops);
+  });
+}
+
+}  // namespace jit::cli

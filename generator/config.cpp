@@ -1,0 +1,163 @@
+// FA4Config: factories, per-arch derivation from the hardware budgets, validation.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "fa4jit/config.hpp"
+#include "fa4jit/errors.hpp"
+#include "generator/arch.hpp"
+
+namespace jit {
+
+const char* to_string(DType t) { return t == DType::bf16 ? "bf16" : "fp16"; }
+
+DType dtype_from_string(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "fp16" || s == "float16" || s == "half") return DType::fp16;
+  throw ConfigError(fmt::format("dtype: '{}' is not supported; allowed: bf16, fp16", s));
+}
+
+const char* to_string(Backend b) {
+  switch (b) {
+    case Backend::portable: return "sm80";
+    case Backend::hopper: return "sm90a";
+    case Backend::blackwell: return "sm100a";
+  }
+  return "?";
+}
+
+Mask Mask::causal(bool top_left) { return Mask{Kind::causal, top_left, {}, {}}; }
+Mask Mask::sliding_window(bool top_left) { return Mask{Kind::sliding_window, top_left, {}, {}}; }
+Mask Mask::chunked() { return Mask{Kind::chunked, false, {}, {}}; }
+Mask Mask::custom(std::string body) { return Mask{Kind::custom, false, std::move(body), {}}; }
+Mask Mask::all_of(std::vector<Mask> masks) { return Mask{Kind::all_of, false, {}, std::move(masks)}; }
+Mask Mask::any_of(std::vector<Mask> masks) { return Mask{Kind::any_of, false, {}, std::move(masks)}; }
+
+ScoreMod ScoreMod::softcap() { return ScoreMod{Kind::softcap, {}}; }
+ScoreMod ScoreMod::alibi() { return ScoreMod{Kind::alibi, {}}; }
+ScoreMod ScoreMod::custom(std::string body) { return ScoreMod{Kind::custom, std::move(body)}; }
+
+namespace {
+
+[[noreturn]] void refuse(const char* field, const std::string& value, const std::string& allowed) {
+  throw ConfigError(fmt::format("{}: {} is not allowed; {}", field, value, allowed));
+}
+
+// Explicit value, validated against `allowed`, or the derived default.
+int pick(const char* field, int explicit_value, int derived, const std::vector<int>& allowed) {
+  if (explicit_value == 0) return derived;
+  if (std::find(allowed.begin(), allowed.end(), explicit_value) == allowed.end())
+    refuse(field, std::to_string(explicit_value), fmt::format("allowed: {}", fmt::join(allowed, ", ")));
+  return explicit_value;
+}
+
+void check_mask(const Mask& m) {
+  if (m.kind == Mask::Kind::custom && m.snippet.find_first_not_of(" \t\r\n") == std::string::npos)
+    refuse("mask.snippet", "an empty body", "a custom mask needs a body returning bool over (b, h, q_idx, kv_idx)");
+  if (m.kind == Mask::Kind::all_of || m.kind == Mask::Kind::any_of) {
+    if (m.children.empty()) refuse("mask.masks", "an empty list", "all_of / any_of take at least one mask");
+    for (const Mask& c : m.children) check_mask(c);
+  } else if (!m.children.empty()) {
+    refuse("mask.masks", "a list", "only all_of / any_of masks have children");
+  }
+}
+
+struct Budget {
+  int threads;
+  int smem;
+};
+
+Budget derive_portable(FA4Config& c, const ArchInfo& a) {
+  const int dp = c.padded_depth;
+  c.BM = pick("BM", c.BM, 128, {64, 128});
+  c.BN = pick("BN", c.BN, dp <= 64 ? 128 : 64, {32, 64, 128});
+  c.BK0 = pick("BK0", c.BK0, dp, {dp});
+  c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
+  c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
+  c.num_mma_stages = pick("num_mma_stages", c.num_mma_stages, 1, {1});
+  c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {1, 2});
+  const int smem = 2 * (c.BM * dp + 2 * c.num_kv_stages * c.BN * dp);
+  if (smem > a.max_smem)
+    throw ConfigError(fmt::format(
+        "BN/BM/num_kv_stages: BM={} BN={} num_kv_stages={} at depth {} need {} bytes of shared memory; {} allows {}",
+        c.BM, c.BN, c.num_kv_stages, c.depth, smem, c.arch, a.max_smem));
+  return {128, smem};
+}
+
+Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
+  const int dp = c.padded_depth;
+  c.BM = pick("BM", c.BM, 128, {128});
+  c.BN = pick("BN", c.BN, 128, {64, 128});
+  c.BK0 = pick("BK0", c.BK0, dp, {dp});
+  c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
+  c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
+  c.num_mma_stages = pick("num_mma_stages", c.num_mma_stages, 1, {1});
+  auto smem_for = [&](int stages) { return 2 * (c.BM * dp + 2 * stages * c.BN * dp) + 1024; };
+  c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
+  if (smem_for(c.num_kv_stages) > a.max_smem)
+    throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
+                                  c.num_kv_stages, c.BN, c.depth, smem_for(c.num_kv_stages), c.arch, a.max_smem));
+  return {384, smem_for(c.num_kv_stages)};
+}
+
+// The seeds' FA4Config: TMEM holds S0, S1 (BN columns each) and O0, O1 (Dp each) in 512
+// columns; shared memory holds Q (BM x Dp), the K and V rings, correction scalars, barriers.
+Budget derive_blackwell(FA4Config& c, const ArchInfo& a) {
+  const int dp = c.padded_depth;
+  constexpr int kTmemColumns = 512;
+  c.BM = pick("BM", c.BM, 256, {256});
+  const int bn_max = std::min(256, (kTmemColumns / 2 - dp) / 16 * 16);
+  if (c.BN != 0 && (c.BN % 16 != 0 || c.BN < 64 || 2 * c.BN + 2 * dp > kTmemColumns))
+    refuse("BN", std::to_string(c.BN),
+           fmt::format("need a multiple of 16, >= 64, with 2*BN + 2*padded_depth <= 512 TMEM columns (max {})", bn_max));
+  c.BN = c.BN ? c.BN : bn_max;
+  c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, dp >= 128 ? 2 : 1, {1, 2});
+  c.BK0 = pick("BK0", c.BK0, dp / c.num_qk_stages, {dp / c.num_qk_stages});
+  c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
+  c.num_mma_stages = pick("num_mma_stages", c.num_mma_stages, 1, {1});
+  const int fixed = 2 * c.BM * dp + c.BM * 4 + 1024;
+  const int per_stage = 2 * 2 * c.BN * dp;
+  const int fit = (a.max_smem - fixed) / per_stage;
+  if (c.num_kv_stages == 0) c.num_kv_stages = std::min(fit, 8);
+  if (c.num_kv_stages < 2 || c.num_kv_stages > fit)
+    throw ConfigError(fmt::format(
+        "num_kv_stages: {} does not fit; BN={} at depth {} allows 2..{} stages in {} bytes of shared memory",
+        c.num_kv_stages, c.BN, c.depth, fit, a.max_smem));
+  return {512, fixed + c.num_kv_stages * per_stage};
+}
+
+}  // namespace
+
+ResolvedConfig resolve(const FA4Config& input) {
+  FA4Config c = input;
+  if (c.arch.empty()) refuse("arch", "empty", "set it (e.g. sm_90a) or call get_kernel, which uses the current GPU");
+  const ArchInfo arch = parse_arch(c.arch);  // throws ConfigError for unknown archs
+
+  if (!c.output_dtype) c.output_dtype = c.dtype;
+  const std::vector<int> depths = supported_depths(arch.backend);
+  if (std::find(depths.begin(), depths.end(), c.depth) == depths.end())
+    refuse("depth", std::to_string(c.depth),
+           fmt::format("the {} backend supports {}", to_string(arch.backend), fmt::join(depths, ", ")));
+  const int dp_default = (c.depth + 63) / 64 * 64;
+  c.padded_depth = pick("padded_depth", c.padded_depth, dp_default, {dp_default});
+  c.swizzle_bytes = pick("swizzle_bytes", c.swizzle_bytes, 128, {128});
+  if (c.num_q_heads < 0) refuse("num_q_heads", std::to_string(c.num_q_heads), "use 0 (any) or a positive count");
+  if (c.group < 0) refuse("group", std::to_string(c.group), "use 0 (any) or a positive num_q_heads / num_kv_heads");
+  if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)
+    refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));
+  check_mask(c.mask);
+  if (c.score_mod.kind == ScoreMod::Kind::custom &&
+      c.score_mod.snippet.find_first_not_of(" \t\r\n") == std::string::npos)
+    refuse("score_mod.snippet", "an empty body", "a custom score-mod needs a body returning float");
+
+  Budget b{};
+  switch (arch.backend) {
+    case Backend::portable: b = derive_portable(c, arch); break;
+    case Backend::hopper: b = derive_hopper(c, arch); break;
+    case Backend::blackwell: b = derive_blackwell(c, arch); break;
+  }
+  return ResolvedConfig{c, arch.backend, arch.sm, b.threads, b.smem};
+}
+
+}  // namespace jit

@@ -1,0 +1,79 @@
+#include "generator/key.hpp"
+
+#include <xxhash.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "generator/source.hpp"
+#include "runtime/nvrtc.hpp"
+
+namespace jit::detail {
+
+namespace {
+
+// Streaming XXH3-128 over length-prefixed fields, so ("ab","c") and ("a","bc") differ.
+class Hasher {
+ public:
+  Hasher() { XXH3_128bits_reset(state_); }
+  ~Hasher() { XXH3_freeState(state_); }
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  Hasher& add(std::string_view s) {
+    const std::uint64_t n = s.size();
+    XXH3_128bits_update(state_, &n, sizeof(n));
+    XXH3_128bits_update(state_, s.data(), s.size());
+    return *this;
+  }
+  std::string hex() const {
+    const XXH128_hash_t h = XXH3_128bits_digest(state_);
+    return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+  }
+
+ private:
+  XXH3_state_t* state_ = XXH3_createState();
+};
+
+}  // namespace
+
+CompileInputs compile_inputs(const FA4Config& config) {
+  CompileInputs in;
+  in.config = resolve(config);
+  in.source = render_source(in.config);
+  in.headers = template_headers(in.config.backend);
+  in.options = nvrtc_options(in.config);
+  const auto [major, minor] = nvrtc_version();
+  in.nvrtc_version = fmt::format("{}.{}", major, minor);
+
+  in.template_digest = compute_template_digest(in.headers);
+  in.key = compute_key(in);
+  return in;
+}
+
+std::string compute_template_digest(const std::vector<std::pair<std::string, std::string>>& headers) {
+  Hasher h;
+  for (const auto& [name, bytes] : headers) h.add(name).add(bytes);
+  return h.hex();
+}
+
+std::string compute_key(const CompileInputs& in) {
+  Hasher key;
+  key.add("fa4jit-cache-key").add(std::to_string(kCacheSchema)).add(kGeneratorVersion);
+  key.add(in.template_digest).add(in.source).add(in.nvrtc_version);
+  for (const std::string& o : in.options) key.add(o);
+  return key.hex();
+}
+
+nlohmann::json describe(const CompileInputs& in) {
+  return {{"key", in.key},
+          {"schema", kCacheSchema},
+          {"generator", kGeneratorVersion},
+          {"config", to_json(in.config.config)},
+          {"backend", to_string(in.config.backend)},
+          {"arch", in.config.config.arch},
+          {"template_digest", in.template_digest},
+          {"nvrtc", in.nvrtc_version},
+          {"options", in.options}};
+}
+
+}  // namespace jit::detail

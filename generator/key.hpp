@@ -1,0 +1,34 @@
+// Everything that shapes a binary, and its hash: the cache key.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "fa4jit/config.hpp"
+
+namespace jit::detail {
+
+struct CompileInputs {
+  ResolvedConfig config;
+  std::string source;                                         // the generated layer
+  std::vector<std::pair<std::string, std::string>> headers;  // embedded templates it may include
+  std::vector<std::string> options;                           // NVRTC options
+  std::string nvrtc_version;                                  // "13.0"
+  std::string template_digest;                                // XXH3-128 of the headers
+  std::string key;                                            // XXH3-128 of all of the above
+};
+
+// Resolves, renders and hashes. Never looks at paths, hosts or time: the same inputs give
+// the same key on every machine.
+CompileInputs compile_inputs(const FA4Config& config);
+
+// Hashes the inputs' fields (used by compile_inputs; exposed so tests can vary one input).
+std::string compute_template_digest(const std::vector<std::pair<std::string, std::string>>& headers);
+std::string compute_key(const CompileInputs& in);
+
+// The key inputs as recorded in meta.json.
+nlohmann::json describe(const CompileInputs& in);
+
+}  // namespace jit::detail

@@ -1,0 +1,181 @@
+#include "generator/source.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "generator/embedded.hpp"
+
+namespace jit::detail {
+
+namespace {
+
+const char* backend_dir(Backend b) { return to_string(b); }  // "sm80", "sm90a", "sm100a"
+
+const char* element_type(DType t) { return t == DType::bf16 ? "fa4::bf16_t" : "fa4::half_t"; }
+
+// Counts lines as it writes, so snippets can be bracketed with exact #line directives:
+// NVRTC then reports an error inside a snippet at the snippet's own line number.
+class SourceWriter {
+ public:
+  void line(const std::string& s) {
+    out_ << s << '\n';
+    ++lines_;
+  }
+  void snippet(const std::string& file, const std::string& body) {
+    line(fmt::format("#line 1 \"{}\"", file));
+    std::string text = body;
+    if (text.empty() || text.back() != '\n') text += '\n';
+    out_ << text;
+    lines_ += static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+    line(fmt::format("#line {} \"{}\"", lines_ + 2, kSourceName));  // the line after this one
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  int lines_ = 0;
+};
+
+// Emits user mask structs (depth-first) and returns the C++ type of the mask tree.
+std::string emit_mask(SourceWriter& w, const Mask& m, int& counter) {
+  switch (m.kind) {
+    case Mask::Kind::none: return "fa4::mask::None";
+    case Mask::Kind::causal: return "fa4::mask::Causal";
+    case Mask::Kind::sliding_window: return "fa4::mask::SlidingWindow";
+    case Mask::Kind::chunked: return "fa4::mask::Chunked";
+    case Mask::Kind::custom: {
+      const int id = counter++;
+      const std::string name = fmt::format("UserMask{}", id);
+      w.line(fmt::format("struct {} {{", name));
+      w.line("  static constexpr bool kIsNone = false;");
+      w.line("  __device__ __forceinline__ static bool eval(int b, int h, int q_idx, int kv_idx,");
+      w.line("                                              const fa4::FwdParams& params) {");
+      w.line("    const void* const* aux = params.aux_ptr; const float* scalars = params.aux_scalar;");
+      w.line("    (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)aux; (void)scalars;");
+      w.snippet(id == 0 ? "mask" : fmt::format("mask{}", id), m.snippet);
+      w.line("  }");
+      w.line("  __device__ __forceinline__ static bool visible(int q, int k, const fa4::mask::Ctx& c) {");
+      w.line("    return eval(c.batch, c.q_head, q, k, *c.params);");
+      w.line("  }");
+      w.line("  // No block-level knowledge: every tile in range is partial.");
+      w.line("  __device__ __forceinline__ static fa4::mask::KvRange kv_range(int, int, const fa4::mask::Ctx& c) {");
+      w.line("    return {0, c.seqlen_k};");
+      w.line("  }");
+      w.line("  __device__ __forceinline__ static fa4::mask::TileClass classify(int, int, int, int,");
+      w.line("                                                                  const fa4::mask::Ctx&) {");
+      w.line("    return fa4::mask::kPartial;");
+      w.line("  }");
+      w.line("};");
+      return name;
+    }
+    case Mask::Kind::all_of:
+    case Mask::Kind::any_of: {
+      const char* op = m.kind == Mask::Kind::all_of ? "fa4::mask::And" : "fa4::mask::Or";
+      std::vector<std::string> types;
+      for (const Mask& c : m.children) types.push_back(emit_mask(w, c, counter));
+      std::string t = types.back();
+      for (int i = static_cast<int>(types.size()) - 2; i >= 0; --i) t = fmt::format("{}<{}, {}>", op, types[i], t);
+      return t;
+    }
+  }
+  return "fa4::mask::None";
+}
+
+std::string emit_score_mod(SourceWriter& w, const ScoreMod& s) {
+  switch (s.kind) {
+    case ScoreMod::Kind::identity: return "fa4::score_mod::Identity";
+    case ScoreMod::Kind::softcap: return "fa4::score_mod::Softcap";
+    case ScoreMod::Kind::alibi: return "fa4::score_mod::Alibi";
+    case ScoreMod::Kind::custom:
+      w.line("struct UserScoreMod {");
+      w.line("  static constexpr bool kIsIdentity = false;");
+      w.line("  __device__ __forceinline__ float operator()(float score, int b, int h, int q_idx, int kv_idx,");
+      w.line("                                              const fa4::FwdParams& params) const {");
+      w.line("    const void* const* aux = params.aux_ptr; const float* scalars = params.aux_scalar;");
+      w.line("    (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)aux; (void)scalars;");
+      w.snippet("score_mod", s.snippet);
+      w.line("  }");
+      w.line("};");
+      return "UserScoreMod";
+  }
+  return "fa4::score_mod::Identity";
+}
+
+}  // namespace
+
+int mask_flags(const Mask& m) {
+  if (m.top_left) return 1;
+  for (const Mask& c : m.children)
+    if (mask_flags(c)) return 1;
+  return 0;
+}
+
+std::string render_source(const ResolvedConfig& rc) {
+  const FA4Config& c = rc.config;
+  const bool tma = rc.backend != Backend::portable;
+  SourceWriter w;
+  w.line(fmt::format("// Generated by fa4jit ({}). Backend {}, arch {}.", kGeneratorVersion, to_string(rc.backend), c.arch));
+  w.line(fmt::format("// config: {}", to_json(c).dump()));
+  for (const char* h : {"prelude", "sequence", "mask", "score_mod", "softmax"})
+    w.line(fmt::format("#include \"common/{}.cuh\"", h));
+  w.line("namespace fa4 {");
+  w.line("namespace gen {");
+  w.line("struct Config {");
+  w.line(fmt::format("  using Element = {};", element_type(c.dtype)));
+  w.line(fmt::format("  using OutElement = {};", element_type(*c.output_dtype)));
+  const std::pair<const char*, int> constants[] = {
+      {"kDepth", c.depth},
+      {"kPaddedDepth", c.padded_depth},
+      {"kBM", c.BM},
+      {"kBN", c.BN},
+      {"kBK0", c.BK0},
+      {"kBK1", c.BK1},
+      {"kNumQHeads", c.num_q_heads},
+      {"kGroup", c.group},
+      {"kNumKVStages", c.num_kv_stages},
+      {"kNumQKStages", c.num_qk_stages},
+      {"kNumMMAStages", c.num_mma_stages},
+      {"kSwizzleBytes", c.swizzle_bytes},
+      {"kNumThreads", rc.num_threads},
+      {"kSmemBytes", rc.smem_bytes},
+      {"kArch", rc.sm},
+  };
+  for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));
+  w.line("};");
+  int counter = 0;
+  const std::string mask_type = emit_mask(w, c.mask, counter);
+  const std::string score_mod_type = emit_score_mod(w, c.score_mod);
+  w.line(fmt::format("using Mask = {};", mask_type));
+  w.line(fmt::format("using ScoreMod = {};", score_mod_type));
+  w.line("}  // namespace gen");
+  w.line("}  // namespace fa4");
+  w.line(fmt::format("#include \"{}/kernel.cuh\"", backend_dir(rc.backend)));
+  w.line(fmt::format("extern \"C\" __global__ void __launch_bounds__(fa4::gen::Config::kNumThreads, 1)"));
+  w.line(fmt::format("{}(const __grid_constant__ fa4::FwdParams params{}) {{", kEntryName,
+                     tma ? ", const __grid_constant__ fa4::TmaDescs tma" : ""));
+  w.line(fmt::format("  fa4::{}::attention_fwd<fa4::gen::Config, fa4::gen::Mask, fa4::gen::ScoreMod>(params{});",
+                     backend_dir(rc.backend), tma ? ", tma" : ""));
+  w.line("}");
+  return w.str();
+}
+
+std::vector<std::pair<std::string, std::string>> template_headers(Backend backend) {
+  const std::string own = std::string(backend_dir(backend)) + "/";
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const EmbeddedFile& f : embedded_templates()) {
+    const bool dev = f.path.find("/dev/") != std::string_view::npos;
+    if (!dev && (f.path.starts_with("common/") || f.path.starts_with(own)))
+      out.emplace_back(std::string(f.path), std::string(f.bytes));
+  }
+  return out;  // embedded_templates() is sorted
+}
+
+std::vector<std::string> nvrtc_options(const ResolvedConfig& rc) {
+  return {"--gpu-architecture=" + rc.config.arch, "-std=c++17", "-default-device", "--use_fast_math",
+          "-DNDEBUG", "-Xptxas=-v", "-lineinfo"};
+}
+
+}  // namespace jit::detail

@@ -1,0 +1,28 @@
+// Renders the thin specialised layer over the embedded templates, and the key inputs.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fa4jit/config.hpp"
+
+namespace jit::detail {
+
+constexpr const char* kGeneratorVersion = "fa4jit-generator-1";
+constexpr int kCacheSchema = 1;
+constexpr const char* kSourceName = "fa4jit.cu";
+constexpr const char* kEntryName = "fa4_fwd";
+
+// Deterministic: the same resolved config gives byte-identical source.
+std::string render_source(const ResolvedConfig& rc);
+
+// The templates a backend's source may include: (include name, bytes), sorted by name.
+std::vector<std::pair<std::string, std::string>> template_headers(Backend backend);
+
+// NVRTC options for an arch (part of the cache key).
+std::vector<std::string> nvrtc_options(const ResolvedConfig& rc);
+
+// Mask flags the launch passes for this config (bit 0: top-left causal alignment).
+int mask_flags(const Mask& m);
+
+}  // namespace jit::detail

@@ -1,0 +1,92 @@
+// FA4Config: everything that shapes one attention kernel binary.
+// Fields left at 0 / unset are derived per target arch from the hardware budgets
+// (shared memory, TMEM, registers); explicit values are validated (jit::ConfigError).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace jit {
+
+enum class DType { bf16, fp16 };
+
+const char* to_string(DType t);
+DType dtype_from_string(const std::string& s);  // "bf16" | "fp16"; ConfigError otherwise
+
+// Which attention pattern a kernel computes. Window sizes and chunk sizes are launch
+// arguments (LaunchArgs), so one binary serves every value.
+struct Mask {
+  enum class Kind { none, causal, sliding_window, chunked, custom, all_of, any_of };
+  Kind kind = Kind::none;
+  bool top_left = false;       // causal-style alignment when Sq != Sk (default: bottom-right)
+  std::string snippet;         // custom: body over (b, h, q_idx, kv_idx) returning bool
+  std::vector<Mask> children;  // all_of / any_of
+
+  static Mask none() { return {}; }
+  static Mask causal(bool top_left = false);
+  static Mask sliding_window(bool top_left = false);  // extents: LaunchArgs::window_left/right
+  static Mask chunked();                              // size: LaunchArgs::chunk_size
+  static Mask custom(std::string body);
+  static Mask all_of(std::vector<Mask> masks);        // visible iff every mask sees the key
+  static Mask any_of(std::vector<Mask> masks);        // visible iff some mask sees the key
+  bool operator==(const Mask&) const = default;
+};
+
+// Applied to score = softmax_scale * q.k before the softmax.
+struct ScoreMod {
+  enum class Kind { identity, softcap, alibi, custom };
+  Kind kind = Kind::identity;
+  std::string snippet;  // custom: body over (score, b, h, q_idx, kv_idx) returning float
+
+  static ScoreMod identity() { return {}; }
+  static ScoreMod softcap();  // cap: LaunchArgs::softcap
+  static ScoreMod alibi();    // slopes: LaunchArgs::alibi_slopes, or the standard ones
+  static ScoreMod custom(std::string body);
+  bool operator==(const ScoreMod&) const = default;
+};
+
+struct FA4Config {
+  DType dtype = DType::bf16;                // Q, K, V
+  std::optional<DType> output_dtype;        // O; unset: dtype
+  int depth = 128;                          // head dim
+  int padded_depth = 0;                     // 0: depth rounded up to the swizzle width
+  int BM = 0, BN = 0, BK0 = 0, BK1 = 0;     // Q rows per CTA, K/V rows per tile, K chunks
+  int num_q_heads = 0;                      // 0: any (checked at launch when set)
+  int group = 0;                            // num_q_heads / num_kv_heads; 0: any
+  int num_kv_stages = 0, num_qk_stages = 0, num_mma_stages = 0;
+  int swizzle_bytes = 0;                    // 0: 128
+  std::string arch;                         // "sm_90a", "sm_100a", "sm_80", ...; empty: current GPU
+  Mask mask;
+  ScoreMod score_mod;
+
+  bool operator==(const FA4Config&) const = default;
+};
+
+// Which kernel family serves an arch: sm_90a -> hopper, sm_100a/sm_100f/sm_103a -> blackwell,
+// every other arch (sm_80 ... sm_120, plain sm_90) -> portable.
+enum class Backend { portable, hopper, blackwell };
+const char* to_string(Backend b);
+
+// A config with every field decided, plus the numbers the launch needs.
+struct ResolvedConfig {
+  FA4Config config;  // all fields set
+  Backend backend;
+  int sm = 0;        // 80, 86, 89, 90, 100, 103, 120, ...
+  int num_threads = 0;
+  int smem_bytes = 0;
+};
+
+// Fills defaults for cfg.arch (which must be set) and validates; throws ConfigError naming
+// the field, the value and what is allowed.
+ResolvedConfig resolve(const FA4Config& cfg);
+
+// Archs NVRTC can target here, as accepted in FA4Config::arch.
+std::vector<std::string> supported_archs();
+
+// JSON round trip (schema in docs/CONFIG.md). from_json rejects unknown fields.
+nlohmann::json to_json(const FA4Config& cfg);
+FA4Config config_from_json(const nlohmann::json& j);
+
+}  // namespace jit

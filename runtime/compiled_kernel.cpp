@@ -1,0 +1,90 @@
+#include "runtime/compiled_kernel.hpp"
+
+#include <fmt/format.h>
+
+#include "fa4jit/errors.hpp"
+#include "generator/source.hpp"
+#include "runtime/launch_args.hpp"
+
+namespace jit::detail {
+
+namespace {
+
+// Can a cubin built for `rc` run on a device of compute capability `sm`?
+// SASS runs on the same major with an equal or newer minor; 'a'/'f' targets need their own family.
+bool compatible(const ResolvedConfig& rc, int sm) {
+  switch (rc.backend) {
+    case Backend::hopper: return sm == 90;
+    case Backend::blackwell: return rc.config.arch == "sm_100f" ? sm / 10 == 10 : sm == rc.sm;
+    case Backend::portable: return sm / 10 == rc.sm / 10 && sm % 10 >= rc.sm % 10;
+  }
+  return false;
+}
+
+}  // namespace
+
+LoadedModule::LoadedModule(const std::string& cubin, int smem_bytes) {
+  const DriverApi& d = driver();
+  check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
+  try {
+    check(d.cuModuleGetFunction(&fn_, module_, kEntryName), "cuModuleGetFunction");
+    check(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  } catch (...) {
+    d.cuModuleUnload(module_);
+    throw;
+  }
+}
+
+LoadedModule::~LoadedModule() {
+  if (module_) driver().cuModuleUnload(module_);  // may fail at process exit; nothing to do then
+}
+
+CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin,
+                               double compile_ms)
+    : config_(std::move(config)),
+      key_(std::move(key)),
+      cubin_(std::move(cubin)),
+      origin_(std::move(origin)),
+      compile_ms_(compile_ms) {}
+
+CUfunction CompiledKernel::function_for_current_context() const {
+  const CUdevice dev = ensure_context();
+  CUcontext ctx = nullptr;
+  check(driver().cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(ctx);
+  if (it != modules_.end()) return it->second->function();
+  const int sm = device_sm(dev);
+  if (!compatible(config_, sm))
+    throw DriverError(fmt::format(
+        "arch mismatch: kernel {} was compiled for {} but the current GPU ({}) is sm_{}; build it for {} or leave "
+        "FA4Config::arch empty to use the current GPU",
+        key_, config_.config.arch, device_name(dev), sm, device_arch(dev)));
+  auto loaded = std::make_unique<LoadedModule>(cubin_, config_.smem_bytes);
+  const CUfunction fn = loaded->function();
+  modules_.emplace(ctx, std::move(loaded));
+  return fn;
+}
+
+void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
+  LaunchShape shape;
+  fa4::FwdParams params = pack_params(config_, args, &shape);  // throws before anything runs
+  const CUfunction fn = function_for_current_context();
+  fa4::TmaDescs tma{};
+  const bool uses_tma = config_.backend != Backend::portable;
+  if (uses_tma) tma = tma_.get(config_, args);
+  void* kernel_params[] = {&params, &tma};
+
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = static_cast<unsigned>((shape.max_seqlen_q + config_.config.BM - 1) / config_.config.BM);
+  cfg.gridDimY = static_cast<unsigned>(shape.num_q_heads);
+  cfg.gridDimZ = static_cast<unsigned>(shape.batch);
+  cfg.blockDimX = static_cast<unsigned>(config_.num_threads);
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = static_cast<unsigned>(config_.smem_bytes);
+  cfg.hStream = static_cast<CUstream>(stream);
+  check(driver().cuLaunchKernelEx(&cfg, fn, kernel_params, nullptr), "cuLaunchKernelEx");
+}
+
+}  // namespace jit::detail

@@ -1,0 +1,49 @@
+// The Kernel behind get_kernel: a cubin plus, per CUDA context, its loaded module.
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "fa4jit/kernel.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/tma.hpp"
+
+namespace jit::detail {
+
+// One cuModuleLoadData result; unloaded with the kernel.
+class LoadedModule {
+ public:
+  LoadedModule(const std::string& cubin, int smem_bytes);
+  ~LoadedModule();
+  LoadedModule(const LoadedModule&) = delete;
+  LoadedModule& operator=(const LoadedModule&) = delete;
+  CUfunction function() const { return fn_; }
+
+ private:
+  CUmodule module_ = nullptr;
+  CUfunction fn_ = nullptr;
+};
+
+class CompiledKernel final : public Kernel {
+ public:
+  CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin, double compile_ms);
+
+  void launch(const LaunchArgs& args, Stream stream) const override;
+  const ResolvedConfig& config() const override { return config_; }
+  const std::string& key() const override { return key_; }
+  const std::string& cubin() const override { return cubin_; }
+  const std::string& origin() const override { return origin_; }
+  double compile_ms() const override { return compile_ms_; }
+
+ private:
+  CUfunction function_for_current_context() const;  // loads on first use per context
+
+  ResolvedConfig config_;
+  std::string key_, cubin_, origin_;
+  double compile_ms_;
+  mutable std::mutex mu_;
+  mutable std::map<CUcontext, std::unique_ptr<LoadedModule>> modules_;
+  mutable TmaDescCache tma_;
+};
+
+}  // namespace jit::detail

@@ -1,0 +1,37 @@
+#include <fmt/format.h>
+
+#include "fa4jit/jit.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
+
+namespace jit {
+
+Tensor Tensor::contiguous(void* data, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+  return Tensor{data, dtype, {b, s, h, d}, {s * h * d, h * d, d, 1}};
+}
+
+RuntimeInfo runtime_info() {
+  RuntimeInfo info;
+  info.version = FA4JIT_VERSION;
+  std::tie(info.nvrtc_major, info.nvrtc_minor) = detail::nvrtc_version();
+  for (int a : detail::nvrtc_supported_archs()) info.nvrtc_archs.push_back(fmt::format("sm_{}", a));
+  const std::string why = detail::driver_unavailable_reason();
+  if (why.empty()) {
+    const detail::DriverApi& d = detail::driver();
+    info.driver = fmt::format("{}.{}", d.version / 1000, d.version % 1000 / 10);
+    int count = 0;
+    d.cuDeviceGetCount(&count);
+    for (int i = 0; i < count; ++i) {
+      CUdevice dev = 0;
+      d.cuDeviceGet(&dev, i);
+      info.gpus.push_back(fmt::format("{}: {} ({})", i, detail::device_name(dev), detail::device_arch(dev)));
+    }
+  } else {
+    info.driver = why;
+  }
+  for (const auto& root : cache::Store::options_from_env().roots) info.cache_roots.push_back(root.string());
+  return info;
+}
+
+}  // namespace jit

@@ -1,0 +1,128 @@
+#include "runtime/launch_args.hpp"
+
+#include <cmath>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "fa4jit/errors.hpp"
+#include "generator/source.hpp"
+
+namespace jit::detail {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw LaunchError("launch: " + what); }
+
+bool uses(const Mask& m, Mask::Kind k) {
+  if (m.kind == k) return true;
+  for (const Mask& c : m.children)
+    if (uses(c, k)) return true;
+  return false;
+}
+
+void check_tensor(const char* name, const Tensor& t, DType dtype, int depth) {
+  if (!t.data) bad(fmt::format("{}.data is null", name));
+  if (t.dtype != dtype)
+    bad(fmt::format("{}.dtype is {}, the kernel was built for {}", name, to_string(t.dtype), to_string(dtype)));
+  if (t.shape[3] != depth) bad(fmt::format("{}.shape[3] (head_dim) is {}, the kernel was built for {}", name, t.shape[3], depth));
+  if (t.stride[3] != 1) bad(fmt::format("{}.stride[3] is {}: head_dim must be contiguous (stride 1)", name, t.stride[3]));
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) bad(fmt::format("{}.data is not 16-byte aligned", name));
+  for (int i = 0; i < 3; ++i) {
+    if (t.shape[i] < 0) bad(fmt::format("{}.shape[{}] is negative ({})", name, i, t.shape[i]));
+    if (t.shape[i] > INT32_MAX) bad(fmt::format("{}.shape[{}] = {} exceeds 2^31-1", name, i, t.shape[i]));
+    if (t.stride[i] < 0 || t.stride[i] % 8 != 0)
+      bad(fmt::format("{}.stride[{}] = {} must be a non-negative multiple of 8 elements (16 bytes)", name, i, t.stride[i]));
+  }
+}
+
+}  // namespace
+
+fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, LaunchShape* shape) {
+  const FA4Config& c = rc.config;
+  check_tensor("q", a.q, c.dtype, c.depth);
+  check_tensor("k", a.k, c.dtype, c.depth);
+  check_tensor("v", a.v, c.dtype, c.depth);
+  check_tensor("o", a.o, *c.output_dtype, c.depth);
+
+  const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;
+  if (varlen && !(a.cu_seqlens_q && a.cu_seqlens_k)) bad("cu_seqlens_q and cu_seqlens_k go together");
+  const std::int64_t B = varlen ? a.batch : a.q.shape[0];
+  if (varlen) {
+    if (a.batch <= 0) bad(fmt::format("batch is {}: varlen launches need the number of sequences", a.batch));
+    if (a.max_seqlen_q <= 0) bad(fmt::format("max_seqlen_q is {}: varlen launches need the longest query length", a.max_seqlen_q));
+    for (const auto* t : {&a.q, &a.k, &a.v, &a.o})
+      if (t->shape[0] != 1) bad("varlen tensors are packed as (1, total, heads, head_dim)");
+  } else {
+    if (B < 1) bad(fmt::format("q.shape[0] (batch) is {}", B));
+    if (a.k.shape[0] != B || a.v.shape[0] != B || a.o.shape[0] != B)
+      bad(fmt::format("batch sizes differ: q {}, k {}, v {}, o {}", B, a.k.shape[0], a.v.shape[0], a.o.shape[0]));
+  }
+  const std::int64_t Sq = a.q.shape[1], Sk = a.k.shape[1], Hq = a.q.shape[2], Hkv = a.k.shape[2];
+  if (Sq < 1) bad(fmt::format("q.shape[1] (seqlen_q) is {}", Sq));
+  if (Sk < 1) bad(fmt::format("k.shape[1] (seqlen_k) is {}", Sk));
+  if (a.o.shape[1] != Sq || a.o.shape[2] != Hq)
+    bad(fmt::format("o.shape ({}, {}) must match q's (seqlen {}, heads {})", a.o.shape[1], a.o.shape[2], Sq, Hq));
+  if (a.v.shape[1] != Sk || a.v.shape[2] != Hkv)
+    bad(fmt::format("v.shape ({}, {}) must match k's (seqlen {}, heads {})", a.v.shape[1], a.v.shape[2], Sk, Hkv));
+  if (Hq < 1 || Hkv < 1 || Hq % Hkv != 0)
+    bad(fmt::format("q heads ({}) must be a positive multiple of k/v heads ({})", Hq, Hkv));
+  if (c.num_q_heads > 0 && Hq != c.num_q_heads)
+    bad(fmt::format("q has {} heads, the kernel was built for num_q_heads = {}", Hq, c.num_q_heads));
+  if (c.group > 0 && Hq / Hkv != c.group)
+    bad(fmt::format("q/k heads = {}/{} = group {}, the kernel was built for group = {}", Hq, Hkv, Hq / Hkv, c.group));
+  if (B > 65535 || Hq > 65535) bad(fmt::format("batch ({}) and heads ({}) must be at most 65535", B, Hq));
+
+  const float scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(c.depth)) : a.softmax_scale;
+  if (!(scale > 0.0f) || !std::isfinite(scale)) bad(fmt::format("softmax_scale is {}: it must be positive and finite", scale));
+  if (uses(c.mask, Mask::Kind::chunked) && a.chunk_size <= 0)
+    bad(fmt::format("chunk_size is {}: the chunked mask needs a positive chunk size", a.chunk_size));
+  if (uses(c.mask, Mask::Kind::sliding_window) && (a.window_left < -1 || a.window_right < -1))
+    bad(fmt::format("window ({}, {}): extents are >= 0, or -1 for unbounded", a.window_left, a.window_right));
+  if (c.score_mod.kind == ScoreMod::Kind::softcap && !(a.softcap > 0.0f))
+    bad(fmt::format("softcap is {}: the softcap score-mod needs a positive cap", a.softcap));
+
+  fa4::FwdParams p{};
+  p.q = a.q.data;
+  p.k = a.k.data;
+  p.v = a.v.data;
+  p.o = a.o.data;
+  p.lse = a.lse;
+  auto strides = [](const Tensor& t, long long& b, long long& r, long long& h) {
+    b = t.stride[0];
+    r = t.stride[1];
+    h = t.stride[2];
+  };
+  strides(a.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  strides(a.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  strides(a.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  strides(a.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.batch = static_cast<int>(B);
+  p.seqlen_q = static_cast<int>(Sq);
+  p.seqlen_k = static_cast<int>(Sk);
+  p.num_q_heads = static_cast<int>(Hq);
+  p.num_kv_heads = static_cast<int>(Hkv);
+  p.group = static_cast<int>(Hq / Hkv);
+  p.softmax_scale = scale;
+  p.scale_log2 = scale * 1.4426950408889634f;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.chunk_size = a.chunk_size;
+  p.mask_flags = mask_flags(c.mask);
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.seqused_k = a.seqused_k;
+  p.sinks = a.sinks;
+  p.softcap = a.softcap;
+  p.alibi_slopes = a.alibi_slopes;
+  for (int i = 0; i < 4; ++i) {
+    p.aux_ptr[i] = a.aux_ptr[i];
+    p.aux_scalar[i] = a.aux_scalar[i];
+  }
+  shape->batch = static_cast<int>(B);
+  shape->max_seqlen_q = varlen ? a.max_seqlen_q : static_cast<int>(Sq);
+  shape->num_q_heads = static_cast<int>(Hq);
+  return p;
+}
+
+}  // namespace jit::detail

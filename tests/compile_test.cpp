@@ -1,0 +1,87 @@
+// NVRTC compiles every preset for sm_80, sm_90a and sm_100a on this machine (no GPU needed),
+// and the binaries contain the instructions each backend is built around.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "fa4jit/jit.hpp"
+#include "generator/key.hpp"
+#include "generator/presets.hpp"
+#include "runtime/nvrtc.hpp"
+
+namespace {
+
+using jit::detail::CompileOutput;
+
+CompileOutput compile(const jit::FA4Config& c) {
+  const auto in = jit::detail::compile_inputs(c);
+  return jit::detail::nvrtc_compile(in.source, "fa4jit.cu", in.headers, in.options);
+}
+
+void expect_ptx_has(const std::string& ptx, std::initializer_list<const char*> needles, const std::string& what) {
+  for (const char* n : needles) EXPECT_NE(ptx.find(n), std::string::npos) << what << ": PTX lacks " << n;
+}
+
+class PresetCompile : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PresetCompile, EveryPresetCompiles) {
+  const std::string arch = GetParam();
+  for (const std::string& name : jit::preset_names())
+    for (jit::FA4Config c : jit::preset(name)) {
+      c.arch = arch;
+      const std::string what = fmt::format("{} {} d{}", arch, name, c.depth);
+      CompileOutput out;
+      ASSERT_NO_THROW(out = compile(c)) << what;
+      EXPECT_GT(out.cubin.size(), 1000u) << what;
+      const auto use = jit::detail::parse_ptxas_log(out.log);
+      EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+      if (arch == "sm_80") expect_ptx_has(out.ptx, {"mma.sync.aligned.m16n8k16", "ldmatrix", "cp.async"}, what);
+      if (arch == "sm_90a") expect_ptx_has(out.ptx, {"wgmma.mma_async", "cp.async.bulk.tensor", "setmaxnreg"}, what);
+      if (arch == "sm_100a")
+        expect_ptx_has(out.ptx,
+                       {"tcgen05.mma", "tcgen05.ld", "tcgen05.st", "tcgen05.commit", "cp.async.bulk.tensor"}, what);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, PresetCompile, ::testing::Values("sm_80", "sm_90a", "sm_100a"));
+
+TEST(Compile, PortableBackendCompilesForEveryArch) {
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+    jit::FA4Config c;
+    c.arch = arch;
+    c.depth = 128;
+    c.mask = jit::Mask::causal();
+    EXPECT_NO_THROW(compile(c)) << arch;
+  }
+}
+
+TEST(Compile, SnippetErrorsPointAtTheSnippetLine) {
+  for (const char* arch : {"sm_80", "sm_90a", "sm_100a"}) {
+    jit::FA4Config c;
+    c.arch = arch;
+    c.score_mod = jit::ScoreMod::custom("float s2 = score * 2.0f;\nreturn s2 + undefined_thing;");
+    try {
+      compile(c);
+      FAIL() << arch << ": a broken snippet compiled";
+    } catch (const jit::CompileError& e) {
+      EXPECT_NE(e.log().find("score_mod(2)"), std::string::npos) << arch << ": " << e.log();
+      EXPECT_NE(e.log().find("undefined_thing"), std::string::npos) << e.log();
+    }
+  }
+}
+
+TEST(Compile, CustomMaskSnippetCompilesAndErrorsPointAtIt) {
+  jit::FA4Config c;
+  c.arch = "sm_90a";
+  c.mask = jit::Mask::all_of({jit::Mask::causal(), jit::Mask::custom("return (q_idx - kv_idx) % 2 == 0;")});
+  EXPECT_NO_THROW(compile(c));
+  c.mask = jit::Mask::custom("return q_idx >= kv_idx\n");
+  try {
+    compile(c);
+    FAIL() << "a broken mask snippet compiled";
+  } catch (const jit::CompileError& e) {
+    EXPECT_NE(e.log().find("mask("), std::string::npos) << e.log();
+  }
+}
+
+}  // namespace

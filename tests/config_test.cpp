@@ -1,0 +1,125 @@
+// FA4Config: per-arch derivation, validation errors that name the field, JSON round trip.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fa4jit/jit.hpp"
+
+namespace {
+
+jit::FA4Config cfg_for(const std::string& arch, int depth = 128) {
+  jit::FA4Config c;
+  c.arch = arch;
+  c.depth = depth;
+  return c;
+}
+
+// Expects a ConfigError whose message names every one of `words`.
+template <class F>
+void expect_config_error(F&& f, std::initializer_list<const char*> words) {
+  try {
+    f();
+    FAIL() << "no ConfigError";
+  } catch (const jit::ConfigError& e) {
+    const std::string msg = e.what();
+    for (const char* w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+  }
+}
+
+TEST(Config, DerivesPortableDefaults) {
+  const auto r = jit::resolve(cfg_for("sm_80"));
+  EXPECT_EQ(r.backend, jit::Backend::portable);
+  EXPECT_EQ(r.config.BM, 128);
+  EXPECT_EQ(r.config.BN, 64);
+  EXPECT_EQ(r.config.padded_depth, 128);
+  EXPECT_EQ(r.config.num_kv_stages, 2);
+  EXPECT_EQ(*r.config.output_dtype, jit::DType::bf16);
+  EXPECT_EQ(r.num_threads, 128);
+  EXPECT_EQ(r.smem_bytes, 2 * (128 * 128 + 2 * 2 * 64 * 128));
+  EXPECT_EQ(jit::resolve(cfg_for("sm_86", 64)).config.BN, 128);
+}
+
+TEST(Config, DerivesHopperDefaults) {
+  const auto r = jit::resolve(cfg_for("sm_90a"));
+  EXPECT_EQ(r.backend, jit::Backend::hopper);
+  EXPECT_EQ(r.config.BM, 128);
+  EXPECT_EQ(r.config.BN, 128);
+  EXPECT_EQ(r.num_threads, 384);
+  EXPECT_EQ(r.smem_bytes, 2 * (128 * 128 + 2 * 2 * 128 * 128) + 1024);
+  EXPECT_EQ(jit::resolve(cfg_for("sm_90")).backend, jit::Backend::portable);
+}
+
+// The seeds' FA4Config budgets: 2*BN + 2*Dp <= 512 TMEM columns, stages from 227 KiB of smem.
+TEST(Config, DerivesBlackwellDefaultsFromBudgets) {
+  const auto r128 = jit::resolve(cfg_for("sm_100a", 128));
+  EXPECT_EQ(r128.backend, jit::Backend::blackwell);
+  EXPECT_EQ(r128.config.BM, 256);
+  EXPECT_EQ(r128.config.BN, 128);
+  EXPECT_EQ(r128.config.num_qk_stages, 2);
+  EXPECT_EQ(r128.config.BK0, 64);
+  EXPECT_EQ(r128.config.num_kv_stages, 2);
+  EXPECT_EQ(r128.num_threads, 512);
+  EXPECT_LE(r128.smem_bytes, 232448);
+  const auto r64 = jit::resolve(cfg_for("sm_100a", 64));
+  EXPECT_EQ(r64.config.BN, 192);
+  EXPECT_EQ(r64.config.num_kv_stages, 4);
+  EXPECT_LE(r64.smem_bytes, 232448);
+}
+
+TEST(Config, RefusalsNameFieldValueAndAllowed) {
+  expect_config_error([] { jit::resolve(cfg_for("sm_70")); }, {"arch", "sm_70", "sm_90a"});
+  expect_config_error([] { jit::resolve(cfg_for("")); }, {"arch"});
+  expect_config_error([] { jit::resolve(cfg_for("sm_90a", 80)); }, {"depth", "80", "64"});
+  expect_config_error([] { auto c = cfg_for("sm_90a"); c.BN = 100; jit::resolve(c); }, {"BN", "100", "allowed"});
+  expect_config_error([] { auto c = cfg_for("sm_100a"); c.BN = 256; jit::resolve(c); }, {"BN", "256", "TMEM"});
+  expect_config_error([] { auto c = cfg_for("sm_100a"); c.num_kv_stages = 9; jit::resolve(c); }, {"num_kv_stages", "9"});
+  expect_config_error([] { auto c = cfg_for("sm_86"); c.BN = 128; jit::resolve(c); }, {"BN", "shared memory", "sm_86"});
+  expect_config_error([] { auto c = cfg_for("sm_90a"); c.num_q_heads = 30; c.group = 4; jit::resolve(c); },
+                      {"group", "4", "num_q_heads"});
+  expect_config_error([] { auto c = cfg_for("sm_90a"); c.swizzle_bytes = 64; jit::resolve(c); }, {"swizzle_bytes", "64"});
+  expect_config_error([] { auto c = cfg_for("sm_90a"); c.score_mod = jit::ScoreMod::custom("  "); jit::resolve(c); },
+                      {"score_mod.snippet"});
+  expect_config_error([] { auto c = cfg_for("sm_90a"); c.mask = jit::Mask::all_of({}); jit::resolve(c); },
+                      {"mask.masks"});
+  expect_config_error([] { jit::dtype_from_string("fp8"); }, {"dtype", "fp8", "bf16"});
+}
+
+TEST(Config, ExplicitValidValuesAreKept) {
+  auto c = cfg_for("sm_90a");
+  c.num_kv_stages = 3;
+  c.BN = 64;
+  const auto r = jit::resolve(c);
+  EXPECT_EQ(r.config.num_kv_stages, 3);
+  EXPECT_EQ(r.config.BN, 64);
+}
+
+TEST(ConfigJson, RoundTripsEveryField) {
+  jit::FA4Config c = cfg_for("sm_100a", 64);
+  c.dtype = jit::DType::fp16;
+  c.output_dtype = jit::DType::bf16;
+  c.num_q_heads = 32;
+  c.group = 8;
+  c.BN = 128;
+  c.num_kv_stages = 3;
+  c.mask = jit::Mask::any_of({jit::Mask::causal(true), jit::Mask::custom("return kv_idx == 0;")});
+  c.score_mod = jit::ScoreMod::custom("return score * 0.5f;");
+  EXPECT_EQ(jit::config_from_json(jit::to_json(c)), c);
+  const auto r = jit::resolve(c);
+  EXPECT_EQ(jit::config_from_json(jit::to_json(r.config)), r.config);
+  EXPECT_EQ(jit::config_from_json(nlohmann::json::parse(jit::to_json(c).dump())), c);
+}
+
+TEST(ConfigJson, AcceptsShorthandsAndRejectsUnknownFields) {
+  const auto c = jit::config_from_json(nlohmann::json::parse(R"({"depth": 64, "mask": "causal", "score_mod": "softcap"})"));
+  EXPECT_EQ(c.depth, 64);
+  EXPECT_EQ(c.mask, jit::Mask::causal());
+  EXPECT_EQ(c.score_mod, jit::ScoreMod::softcap());
+  expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"dpeth": 64})")); }, {"unknown field", "dpeth"});
+  expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"depth": "64"})")); }, {"depth"});
+  expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"mask": {"kind": "diagonal"}})")); },
+                      {"mask.kind", "diagonal", "causal"});
+  expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"mask": {"kind": "causal", "x": 1}})")); },
+                      {"mask", "unknown field", "x"});
+}
+
+}  // namespace

@@ -1,0 +1,138 @@
+// GPU correctness: every backend that runs on this GPU against the float64 reference, on
+// fresh random inputs with poisoned outputs. Skips (with the reason) without a GPU.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "fa4jit/jit.hpp"
+#include "tests/support/gpu.hpp"
+
+namespace {
+
+using jit::testing::CheckCase;
+using jit::testing::run_and_check;
+
+#define REQUIRE_GPU()                                                  \
+  do {                                                                 \
+    const std::string why = jit::testing::gpu_unavailable_reason();    \
+    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;     \
+  } while (0)
+
+struct Shape {
+  int sq, sk;
+};
+
+// bf16 operands: ||o - ref|| / ||ref|| lands between 1e-3 and 1e-2 (METHOD.md); the bar is 1e-2.
+constexpr double kRelTolBf16 = 1e-2;
+constexpr double kRelTolFp16 = 5e-3;
+constexpr double kLseTol = 2e-2;
+
+void expect_matches(const jit::Kernel& kernel, const CheckCase& c, const std::string& what) {
+  const auto r = run_and_check(kernel, c);
+  const double tol = kernel.config().config.dtype == jit::DType::bf16 ? kRelTolBf16 : kRelTolFp16;
+  EXPECT_EQ(r.unwritten, 0u) << what << ": " << r.describe();
+  EXPECT_LE(r.rel_l2, tol) << what << ": " << r.describe();
+  EXPECT_EQ(r.lse_inf_mismatch, 0u) << what << ": " << r.describe();
+  EXPECT_LE(r.lse_max_abs, kLseTol) << what << ": " << r.describe();
+}
+
+// The matrix: {D 64, 128} x {none, causal} x {MHA, GQA 4:1} x {Sq = Sk in 1, 17, 128,
+// 1000, 4096; Sq != Sk}, for one arch (the portable backend via sm_90, the Hopper one via sm_90a).
+void run_matrix(const std::string& arch) {
+  const Shape shapes[] = {{1, 1},   {17, 17},   {128, 128}, {1000, 1000}, {4096, 4096},
+                          {1, 300}, {113, 203}, {1000, 17}, {256, 4096},  {4096, 1}};
+  for (int depth : {64, 128})
+    for (bool causal : {false, true})
+      for (int group : {1, 4}) {
+        jit::FA4Config cfg;
+        cfg.arch = arch;
+        cfg.depth = depth;
+        cfg.group = group;
+        cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
+        const auto kernel = jit::get_kernel(cfg);
+        for (const Shape& s : shapes) {
+          CheckCase c;
+          const bool big = s.sq >= 1000 || s.sk >= 1000;
+          c.batch = big ? 1 : 2;
+          c.num_kv_heads = 2;
+          c.num_q_heads = 2 * group;
+          c.seqlen_q = s.sq;
+          c.seqlen_k = s.sk;
+          expect_matches(*kernel, c,
+                         fmt::format("{} d{} {} group {} Sq {} Sk {}", arch, depth, causal ? "causal" : "none", group,
+                                     s.sq, s.sk));
+        }
+      }
+}
+
+TEST(GpuAttention, PortableBackendMatchesReference) {
+  REQUIRE_GPU();
+  const std::string dev = jit::current_device_arch();
+  // The portable backend runs on the GPU's plain arch (sm_90 on Hopper, sm_100 on Blackwell).
+  const std::string plain = dev.back() == 'a' ? dev.substr(0, dev.size() - 1) : dev;
+  run_matrix(plain);
+}
+
+TEST(GpuAttention, HopperBackendMatchesReference) {
+  REQUIRE_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
+  run_matrix("sm_90a");
+}
+
+TEST(GpuAttention, Fp16AndCustomScoreModMatchReference) {
+  REQUIRE_GPU();
+  jit::FA4Config cfg;  // arch empty: the GPU's default backend
+  cfg.dtype = jit::DType::fp16;
+  cfg.depth = 128;
+  cfg.mask = jit::Mask::causal();
+  cfg.score_mod = jit::ScoreMod::custom("return score - 0.01f * (float)(q_idx - kv_idx);");
+  const auto kernel = jit::get_kernel(cfg);
+  CheckCase c;
+  c.seqlen_q = 333;
+  c.seqlen_k = 517;
+  c.num_q_heads = 4;
+  c.num_kv_heads = 1;
+  c.custom_score_mod = [](double s, int, int, int q, int k) { return s - 0.01 * (q - k); };
+  expect_matches(*kernel, c, "fp16 custom score-mod causal, MQA");
+}
+
+TEST(GpuAttention, ArchMismatchIsAClearError) {
+  REQUIRE_GPU();
+  jit::FA4Config cfg;
+  cfg.arch = jit::current_device_arch() == "sm_100a" ? "sm_90a" : "sm_100a";
+  const auto kernel = jit::get_kernel(cfg);
+  CheckCase c;
+  try {
+    run_and_check(*kernel, c);
+    FAIL() << "a kernel for another arch launched";
+  } catch (const jit::DriverError& e) {
+    EXPECT_NE(std::string(e.what()).find("arch mismatch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpuAttention, LaunchRejectsMismatchedArgumentsBeforeRunning) {
+  REQUIRE_GPU();
+  jit::FA4Config cfg;
+  cfg.depth = 128;
+  cfg.group = 4;
+  const auto kernel = jit::get_kernel(cfg);
+  jit::testing::DeviceBuffer q(2 * 128 * 8 * 128 * 2), k(2 * 128 * 2 * 128 * 2), o(2 * 128 * 8 * 128 * 2);
+  o.fill_byte(0x5a);
+  jit::LaunchArgs a;
+  a.q = jit::Tensor::contiguous(q.get(), jit::DType::bf16, 2, 128, 8, 128);
+  a.k = jit::Tensor::contiguous(k.get(), jit::DType::bf16, 2, 128, 2, 128);
+  a.v = a.k;
+  a.o = jit::Tensor::contiguous(o.get(), jit::DType::bf16, 2, 128, 8, 128);
+  a.k.shape[2] = 4;  // group 2, the kernel wants 4
+  a.v = a.k;
+  EXPECT_THROW(kernel->launch(a), jit::LaunchError);
+  a.k.shape[2] = 2;
+  a.v = a.k;
+  a.o.dtype = jit::DType::fp16;
+  EXPECT_THROW(kernel->launch(a), jit::LaunchError);
+  std::vector<unsigned char> host(o.bytes());
+  o.download(host.data(), host.size());
+  for (unsigned char b : host) ASSERT_EQ(b, 0x5a) << "a refused launch wrote output";
+}
+
+}  // namespace

@@ -1,0 +1,62 @@
+// GPU helpers for tests and tools: RAII device memory through the dlopen'd driver, and one
+// function that runs a kernel on fresh random inputs and checks it against the float64 reference.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fa4jit/jit.hpp"
+#include "tests/support/reference.hpp"
+
+namespace jit::testing {
+
+// Empty when a GPU is usable, else why not (tests skip with this reason).
+std::string gpu_unavailable_reason();
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  void* get() const { return reinterpret_cast<void*>(ptr_); }
+  std::size_t bytes() const { return bytes_; }
+  void upload(const void* src, std::size_t n);
+  void download(void* dst, std::size_t n) const;
+  void fill_byte(unsigned char b);  // poison
+
+ private:
+  std::uintptr_t ptr_ = 0;
+  std::size_t bytes_ = 0;
+};
+
+struct CheckCase {
+  int batch = 1, seqlen_q = 128, seqlen_k = 128, num_q_heads = 2, num_kv_heads = 2;
+  int window_left = -1, window_right = -1, chunk_size = 0;
+  float softcap = 0;
+  bool with_lse = true, with_sinks = false;
+  std::uint64_t seed = 0;  // 0: fresh from std::random_device
+  // Reference semantics for custom masks / score-mods (built-ins are derived from the config).
+  std::function<bool(int, int, int, int)> custom_visible;
+  std::function<double(double, int, int, int, int)> custom_score_mod;
+};
+
+struct CheckResult {
+  double rel_l2 = 0;         // ||o - ref|| / ||ref||
+  double max_abs = 0;        // max |o - ref|
+  double lse_max_abs = 0;    // over rows with a finite reference LSE
+  std::size_t unwritten = 0; // poisoned (NaN) elements left in O or LSE
+  std::size_t lse_inf_mismatch = 0;
+  std::uint64_t seed = 0;
+  std::string describe() const;
+};
+
+// Random inputs (seeded), poisoned O/LSE, launch, synchronise, compare.
+CheckResult run_and_check(const Kernel& kernel, const CheckCase& c);
+
+// Median milliseconds of `iters` launches timed with CUDA events after `warmup` launches.
+double time_kernel_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, int iters);
+
+}  // namespace jit::testing

@@ -1,0 +1,100 @@
+#include "tests/support/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+namespace jit::testing {
+
+namespace {
+
+long long floor_div(long long a, long long b) { return (a >= 0 ? a : a - b + 1) / b; }
+
+}  // namespace
+
+std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int sq, int sk, int wl, int wr, int chunk) {
+  const long long off = m.top_left ? 0 : static_cast<long long>(sk) - sq;
+  switch (m.kind) {
+    case Mask::Kind::none: return [](int, int, int, int) { return true; };
+    case Mask::Kind::causal: return [off](int, int, int q, int k) { return k <= q + off; };
+    case Mask::Kind::sliding_window:
+      return [off, wl, wr](int, int, int q, int k) {
+        const long long d = k - q - off;
+        return (wl < 0 || d >= -wl) && (wr < 0 || d <= wr);
+      };
+    case Mask::Kind::chunked:
+      return [off, chunk](int, int, int q, int k) { return floor_div(q + off, chunk) == floor_div(k, chunk); };
+    case Mask::Kind::all_of:
+    case Mask::Kind::any_of: {
+      std::vector<std::function<bool(int, int, int, int)>> parts;
+      for (const Mask& c : m.children) parts.push_back(reference_mask(c, sq, sk, wl, wr, chunk));
+      const bool all = m.kind == Mask::Kind::all_of;
+      return [parts, all](int b, int h, int q, int k) {
+        for (const auto& f : parts)
+          if (f(b, h, q, k) != all) return !all;
+        return all;
+      };
+    }
+    case Mask::Kind::custom: break;  // the test supplies its own
+  }
+  return {};
+}
+
+Reference reference_attention(const Problem& p) {
+  const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.num_q_heads, Hkv = p.num_kv_heads, D = p.depth;
+  const int group = Hq / Hkv;
+  const double scale = p.softmax_scale > 0 ? p.softmax_scale : 1.0 / std::sqrt(static_cast<double>(D));
+  Reference r;
+  r.o.assign(static_cast<size_t>(B) * Sq * Hq * D, 0.0);
+  r.lse.assign(static_cast<size_t>(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
+
+  auto row = [&](int b, int h, int i, std::vector<double>& s) {
+    const int hk = h / group;
+    const float* qr = &p.q[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D];
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int j = 0; j < Sk; ++j) {
+      if (p.visible && !p.visible(b, h, i, j)) {
+        s[j] = -std::numeric_limits<double>::infinity();
+        continue;
+      }
+      const float* kr = &p.k[((static_cast<size_t>(b) * Sk + j) * Hkv + hk) * D];
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
+      double x = dot * scale;
+      if (p.score_mod) x = p.score_mod(x, b, h, i, j);
+      s[j] = x;
+      mx = std::max(mx, x);
+    }
+    const bool has_sink = !p.sinks.empty();
+    const double sink = has_sink ? p.sinks[h] : 0.0;
+    if (has_sink) mx = std::max(mx, sink);
+    if (mx == -std::numeric_limits<double>::infinity()) return;  // no visible key: O = 0, LSE = -inf
+    double sum = has_sink ? std::exp(sink - mx) : 0.0;
+    for (int j = 0; j < Sk; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    double* o = &r.o[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D];
+    for (int j = 0; j < Sk; ++j) {
+      if (s[j] == 0.0) continue;
+      const double w = s[j] / sum;
+      const float* vr = &p.v[((static_cast<size_t>(b) * Sk + j) * Hkv + hk) * D];
+      for (int d = 0; d < D; ++d) o[d] += w * vr[d];
+    }
+    r.lse[(static_cast<size_t>(b) * Hq + h) * Sq + i] = mx + std::log(sum);
+  };
+
+  const long long rows = static_cast<long long>(B) * Hq * Sq;
+  const int threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::vector<double> s(Sk);
+      for (long long idx = t; idx < rows; idx += threads) {
+        const int i = static_cast<int>(idx % Sq), h = static_cast<int>(idx / Sq % Hq), b = static_cast<int>(idx / Sq / Hq);
+        row(b, h, i, s);
+      }
+    });
+  for (auto& th : pool) th.join();
+  return r;
+}
+
+}  // namespace jit::testing

@@ -1,0 +1,33 @@
+// The float64 CPU reference attention that every kernel result is checked against.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "fa4jit/config.hpp"
+
+namespace jit::testing {
+
+// Inputs as float (already rounded to the kernel's 16-bit type), (B, S, H, D) contiguous.
+struct Problem {
+  int batch = 1, seqlen_q = 1, seqlen_k = 1, num_q_heads = 1, num_kv_heads = 1, depth = 64;
+  double softmax_scale = 0;  // 0: 1/sqrt(depth)
+  std::vector<float> q, k, v;
+  // Semantics hooks (identity / all-visible when empty).
+  std::function<bool(int b, int h, int q, int k)> visible;
+  std::function<double(double score, int b, int h, int q, int k)> score_mod;
+  std::vector<float> sinks;  // per q head, empty: none
+};
+
+struct Reference {
+  std::vector<double> o;    // (B, Sq, Hq, D)
+  std::vector<double> lse;  // [B][Hq][Sq], natural log; -inf for rows with no visible key
+};
+
+Reference reference_attention(const Problem& p);  // multi-threaded, float64 throughout
+
+// The semantics of the built-in masks, for Problem::visible.
+std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int seqlen_q, int seqlen_k, int window_left = -1,
+                                                       int window_right = -1, int chunk = 0);
+
+}  // namespace jit::testing

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite. GPU tests skip (with the reason) where there is no GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/build.sh
+export FA4JIT_CACHE_DIR="${FA4JIT_CACHE_DIR:-$(mktemp -d)}"
+ctest --test-dir build --output-on-failure -j2 --timeout 1200
