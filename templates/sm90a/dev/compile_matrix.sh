@@ -60,5 +60,7 @@ done
 run bf16_d128_none_id_pingpong_S3 -DFA4_DEPTH=128 -DFA4_STAGES=3
 run bf16_d64_causal_id_pingpong_S4 -DFA4_DEPTH=64 -DFA4_STAGES=4 -DFA4_CAUSAL
 run bf16_d128_none_id_pingpong_BN64 -DFA4_DEPTH=128 -DFA4_BN=64
+run bf16_d128_causal_id_simple+pingpong -DFA4_CAUSAL -DFA4_SM90A_INTRA_WG_OVERLAP=0 -DFA4_SM90A_PINGPONG=1
+run bf16_d128_causal_id_cfgsimple -DFA4_CAUSAL -DFA4_CFG_SIMPLE   # expect wgmma=16
 echo "logs, cubins and PTX in $OUT"
 exit $fail
