@@ -1,0 +1,166 @@
+// Consumer (MMA + softmax) warpgroup mainloop of the sm90a kernel. Each of the two consumer
+// warpgroups owns 64 Q rows and walks the CTA's KV tile list (CtaWork) in the producer's order.
+//
+// Simple schedule, per tile n:   S = Q K(n)^T; wait | softmax(S) -> P, rescale O | O += P V(n); wait
+// Overlapped (FA3 IntraWGOverlap): issue S(n) = Q K(n)^T and O += P(n') V(n') (n' = previous tile)
+//   back to back, wait for S(n), run softmax(n) while P V(n') is still on the tensor cores, wait,
+//   rescale O, pack P(n). The last P V runs after the loop.
+// Ping-pong: warpgroup g waits on named barrier kSchedBarrier+g before issuing its GEMMs and
+//   arrives on the other's afterwards, so one's softmax overlaps the other's GEMMs (FA3).
+//
+// Stage scopes: K and V are separate rings; every stage is released only after the wgmma that
+// reads it has been waited for. Both consumer warpgroups read every stage (empty count 8 warps).
+#pragma once
+#include "common/mbarrier.cuh"
+#include "common/pipeline.cuh"
+#include "sm90a/layout.cuh"
+#include "sm90a/mma.cuh"
+#include "sm90a/softmax.cuh"
+#include "sm90a/epilogue.cuh"
+
+namespace fa4 {
+namespace sm90a {
+
+template <bool kPingPong>
+struct Scheduler {
+  int wg;  // consumer warpgroup 0 or 1
+  // The first warpgroup gets the first turn: its own arrival plus its first sync complete the
+  // barrier's first phase (count 256 = both warpgroups' threads).
+  __device__ __forceinline__ void start() const {
+    if (kPingPong && wg == 0) named_barrier_arrive(kSchedBarrier, 256);
+  }
+  __device__ __forceinline__ void wait_turn() const {
+    if (kPingPong) named_barrier_sync(kSchedBarrier + wg, 256);
+  }
+  __device__ __forceinline__ void pass_turn() const {
+    if (kPingPong) named_barrier_arrive(kSchedBarrier + (wg ^ 1), 256);
+  }
+};
+
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<Config, Mask>& w, unsigned char* smem,
+                                              typename SmemLayout<Config>::Barriers* bars, int wg) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  using Element = typename Sh::Element;
+  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
+  using Release = pipe::ArriveOnePerWarp;
+
+  const u32 base = smem_u32(smem);
+  const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
+  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
+
+  float o[kDp / 2];
+  float s[kBN / 2];
+  u32 pr[kBN / 4];
+#pragma unroll
+  for (int i = 0; i < kDp / 2; ++i) o[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;
+
+  Softmax sm;
+  sm.init(p, w.q_lo, wg);
+  Scheduler<Sh::kPingPong> sched{wg};
+
+  int n = w.first_tile();
+  if (w.has(n)) {  // else: no visible key for the whole CTA, O = 0 and LSE = -inf below
+    pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k), v_ring(&bars->v);
+    sched.start();
+    mbar_wait(&bars->q_full[wg], 0);
+    float corr[2];
+
+    if constexpr (!Sh::kIntraWGOverlap) {
+      for (; w.has(n); n = w.next_tile(n)) {
+        {
+          auto ks = k_ring.acquire();
+          sched.wait_turn();
+          fence_operand(s);
+          wgmma_fence();
+          gemm_qk<Element, kBN, kDp>(s, q_addr, k_addr + ks.index() * L::kKVStageBytes);
+          wgmma_commit();
+          sched.pass_turn();
+          wgmma_wait<0>();
+          fence_operand(s);
+        }  // release K(n)
+        sm.logits(s, n, w.needs_mask(n), p, w);
+        sm.online(s, corr);
+        Softmax::rescale_o(o, corr);
+        Softmax::pack_p(s, pr);
+        {
+          auto vs = v_ring.acquire();
+          fence_operand(o);
+          fence_operand(pr);
+          wgmma_fence();
+          gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_operand(o);
+          fence_operand(pr);
+        }  // release V(n)
+      }
+    } else {
+      // Prologue: S(first) alone; O is zero so its correction is irrelevant.
+      {
+        auto ks = k_ring.acquire();
+        sched.wait_turn();
+        fence_operand(s);
+        wgmma_fence();
+        gemm_qk<Element, kBN, kDp>(s, q_addr, k_addr + ks.index() * L::kKVStageBytes);
+        wgmma_commit();
+        sched.pass_turn();
+        wgmma_wait<0>();
+        fence_operand(s);
+      }
+      sm.logits(s, n, w.needs_mask(n), p, w);
+      sm.online(s, corr);
+      Softmax::pack_p(s, pr);
+      int n_prev = n;
+      for (n = w.next_tile(n); w.has(n); n_prev = n, n = w.next_tile(n)) {
+        {
+          auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
+          {
+            auto ks = k_ring.acquire();  // K(n)
+            sched.wait_turn();
+            fence_operand(s);
+            fence_operand(o);
+            fence_operand(pr);
+            wgmma_fence();
+            gemm_qk<Element, kBN, kDp>(s, q_addr, k_addr + ks.index() * L::kKVStageBytes);
+            wgmma_commit();
+            gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+            wgmma_commit();
+            sched.pass_turn();
+            wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
+            fence_operand(s);
+          }  // release K(n)
+          sm.logits(s, n, w.needs_mask(n), p, w);
+          sm.online(s, corr);
+          wgmma_wait<0>();  // P V(n_prev) done: O and the P registers are free again
+          fence_operand(o);
+          fence_operand(pr);
+        }  // release V(n_prev)
+        Softmax::rescale_o(o, corr);
+        Softmax::pack_p(s, pr);
+      }
+      {  // Tail: P V of the last tile.
+        auto vs = v_ring.acquire();
+        fence_operand(o);
+        fence_operand(pr);
+        wgmma_fence();
+        gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_operand(o);
+        fence_operand(pr);
+      }
+    }
+  }
+
+  epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
+}
+
+}  // namespace sm90a
+}  // namespace fa4

@@ -1,0 +1,82 @@
+// Epilogue of one consumer warpgroup: normalise O, stage it in the warpgroup's Q region
+// (128B-swizzled like the TMA box, so fragment writes are bank-conflict free), then copy rows
+// < seqlen_q to global memory with 16-byte stores, and write LSE.
+// O is always stored manually (never by TMA): varlen tiles end inside the next sequence, and a
+// TMA store would overwrite its rows. Coalescing is the same (16 lanes per 256-byte row at d128).
+#pragma once
+#include "common/mbarrier.cuh"
+#include "sm90a/layout.cuh"
+#include "sm90a/softmax.cuh"
+
+namespace fa4 {
+namespace sm90a {
+
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void st_global_v4(void* ptr, const u32 (&v)[4]) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+// o_smem: shared address of this warpgroup's Q region (Dp/64 blocks of [64 rows][128 B]); all
+// wgmma reads of Q by this warpgroup have completed (waited) before this is called.
+template <class Config, class Mask, class ScoreMod, class Work>
+__device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int wg,
+                                         float (&o)[Shape<Config>::kDp / 2],
+                                         WgSoftmax<Config, Mask, ScoreMod>& sm, u32 o_smem) {
+  using Sh = Shape<Config>;
+  using Out = typename Sh::OutElement;
+  constexpr int kDp = Sh::kDp;
+  const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+
+  sm.finalize(p, w.seq.q_head);
+  const float inv[2] = {sm.row[0].inv_sum(), sm.row[1].inv_sum()};
+
+  // Fragment -> smem. Element pair (row r, cols 8j + 2(l%4) + {0,1}) lives in block j/8, row r,
+  // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
+  const int r0 = warp * 16 + (lane >> 2);
+#pragma unroll
+  for (int j = 0; j < kDp / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      const u32 addr = o_smem + (j / 8) * (64 * 128) + r * 128 + ((((j % 8) ^ (r % 8))) << 4) + 4 * (lane & 3);
+      st_shared_u32(addr, pack2<Out>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
+    }
+  }
+  named_barrier_sync(kEpilogueBarrier + wg, 128);
+
+  // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row.
+  constexpr int kChunksPerRow = kDp / 8;
+  const int row_base = w.q_lo + wg * Sh::kWgRows;  // sequence row of local row 0
+  Out* o_base = static_cast<Out*>(p.o) + w.seq.o_offset;
+#pragma unroll
+  for (int it = 0; it < Sh::kWgRows * kChunksPerRow / 128; ++it) {
+    const int idx = it * 128 + t;
+    const int r = idx / kChunksPerRow, cc = idx % kChunksPerRow;
+    const int q = row_base + r;
+    if (q < w.seq.seqlen_q) {
+      u32 v[4];
+      ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
+      st_global_v4(o_base + static_cast<long long>(q) * p.o_row_stride + cc * 8, v);
+    }
+  }
+
+  if (p.lse != nullptr && (lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = row_base + r0 + 8 * h;
+      if (q < w.seq.seqlen_q) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
+    }
+  }
+}
+
+}  // namespace sm90a
+}  // namespace fa4

@@ -1,0 +1,73 @@
+// sm90a (Hopper) forward attention, FlashAttention-3 structure:
+//   warpgroup 0: producer (setmaxnreg.dec), one elected thread of warp 0 issues all TMA loads;
+//   warpgroups 1, 2: consumers (setmaxnreg.inc), 64 Q rows each, wgmma S = Q K^T (SS) and
+//   O += P V (RS, P from registers), online softmax on the accumulator fragments, epilogue.
+// Grid (ceil(max_seqlen_q / 128), q heads, batch); 384 threads; dynamic smem per the ABI formula.
+// Layout, TMA maps and protocol: templates/sm90a/dev/README.md.
+#pragma once
+#include "common/prelude.cuh"
+#include "common/mbarrier.cuh"
+#include "common/pipeline.cuh"
+#include "common/sequence.cuh"
+#include "common/mask.cuh"
+#include "common/score_mod.cuh"
+#include "common/softmax.cuh"
+#include "sm90a/layout.cuh"
+#include "sm90a/mma.cuh"
+#include "sm90a/softmax.cuh"
+#include "sm90a/load.cuh"
+#include "sm90a/epilogue.cuh"
+#include "sm90a/consumer.cuh"
+
+namespace fa4 {
+namespace sm90a {
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs& tma) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  using Bars = typename L::Barriers;
+  extern __shared__ __align__(1024) unsigned char fa4_smem[];
+  unsigned char* smem = fa4_smem;
+  Bars* bars = reinterpret_cast<Bars*>(smem + L::kBarOffset);
+
+  const CtaWork<Config, Mask> w = CtaWork<Config, Mask>::make(p);
+  if (!w.valid) return;  // uniform over the CTA, before any barrier exists
+
+  if (threadIdx.x == 0) {
+    // SW128 TMA boxes and wgmma descriptors (base_offset 0) assume 1024-aligned buffers.
+    if (smem_u32(smem) & 1023u) __trap();
+#pragma unroll
+    for (int g = 0; g < Sh::kNumConsumerWGs; ++g) mbar_init(&bars->q_full[g], 1);
+    bars->k.init(1, 2 * 4);  // full: the producer's expect_tx arrival; empty: 8 consumer warps
+    bars->v.init(1, 2 * 4);
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<Sh::kProducerRegs>();
+    if (threadIdx.x < 32 && elect_one_sync()) {
+      tma_prefetch(&tma.q);
+      tma_prefetch(&tma.k);
+      tma_prefetch(&tma.v);
+      producer_loop<Config, Mask>(p, tma, w, smem, bars);
+    }
+  } else {
+    setmaxnreg_inc<Sh::kConsumerRegs>();
+    consumer_loop<Config, Mask, ScoreMod>(p, w, smem, bars, wg - 1);
+  }
+}
+
+}  // namespace sm90a
+}  // namespace fa4

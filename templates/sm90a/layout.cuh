@@ -1,0 +1,156 @@
+// Compile-time shape of the sm90a kernel (from the generated Config), schedule switches,
+// shared-memory layout, and the KV-tile iteration that producer and consumers share.
+#pragma once
+#include "common/prelude.cuh"
+#include "common/mask.cuh"
+#include "common/pipeline.cuh"
+#include "common/sequence.cuh"
+
+// Schedule switches (see README). Override per build with -D..., or per Config with
+// `static constexpr bool kIntraWGOverlap / kPingPong` members (those win).
+#ifndef FA4_SM90A_INTRA_WG_OVERLAP
+#define FA4_SM90A_INTRA_WG_OVERLAP 1
+#endif
+#ifndef FA4_SM90A_PINGPONG
+#define FA4_SM90A_PINGPONG 1
+#endif
+
+namespace fa4 {
+namespace sm90a {
+
+template <bool B, class T, class F> struct Cond { using type = T; };
+template <class T, class F> struct Cond<false, T, F> { using type = F; };
+template <class...> struct VoidT { using type = void; };
+
+// Optional Config members, detected so the generated layer needs no change to use them.
+template <class C, class = void> struct OverlapOf { static constexpr bool value = FA4_SM90A_INTRA_WG_OVERLAP != 0; };
+template <class C> struct OverlapOf<C, typename VoidT<decltype(C::kIntraWGOverlap)>::type> {
+  static constexpr bool value = C::kIntraWGOverlap;
+};
+template <class C, class = void> struct PingPongOf { static constexpr bool value = FA4_SM90A_PINGPONG != 0; };
+template <class C> struct PingPongOf<C, typename VoidT<decltype(C::kPingPong)>::type> {
+  static constexpr bool value = C::kPingPong;
+};
+
+template <class Config>
+struct Shape {
+  using Element = typename Config::Element;
+  using OutElement = typename Config::OutElement;
+  static constexpr int kDepth = Config::kDepth;
+  static constexpr int kDp = Config::kPaddedDepth;
+  static constexpr int kBM = Config::kBM;
+  static constexpr int kBN = Config::kBN;
+  static constexpr int kStages = Config::kNumKVStages;
+  static constexpr int kWgRows = 64;           // rows of Q per consumer warpgroup (one wgmma M)
+  static constexpr int kNumConsumerWGs = 2;
+  static constexpr int kChunks = kDp / 64;     // 64-element (128-byte) swizzle blocks per row
+
+  static constexpr bool kIntraWGOverlap = OverlapOf<Config>::value;
+  static constexpr bool kPingPong = PingPongOf<Config>::value;
+
+  // setmaxnreg budgets: 128*24 + 256*240 = 64512 <= 65536 registers (FA3's 2-WG split).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+
+  static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
+  static_assert(Config::kNumThreads == 384, "sm90a kernel: 384 threads (1 producer + 2 consumer warpgroups)");
+  static_assert(kBM == 128, "sm90a kernel: kBM must be 128 (two consumer warpgroups of 64 rows)");
+  static_assert(kDepth == kDp, "sm90a kernel: padded depth (kPaddedDepth != kDepth) is not supported yet");
+  static_assert(kDp == 64 || kDp == 128,
+                "sm90a kernel: head depth 64 or 128 only for now (96/192/256: add wgmma N in gen_mma.py, "
+                "split the O accumulator / RescaleOBeforeGemm, re-check registers)");
+  static_assert(kBN == 64 || kBN == 128, "sm90a kernel: kBN must be 64 or 128");
+  static_assert(kStages >= 2 && kStages <= 4, "sm90a kernel: kNumKVStages must be 2..4");
+  static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm90a kernel: 16-bit Q/K/V/O only");
+};
+
+// Shared memory, offsets from the 1024-aligned dynamic base (ABI: e*(kBM*Dp + 2*S*kBN*Dp) + 1024):
+//   [Q: 2 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp/64 blocks of BNx128B][V ring: same]
+//   [barriers, in the last 1024 bytes]. O is staged in the owning warpgroup's Q region.
+template <class Config>
+struct SmemLayout {
+  using Sh = Shape<Config>;
+  static constexpr u32 kQWgBytes = Sh::kWgRows * Sh::kDp * 2;  // one warpgroup's Q (and O) tile
+  static constexpr u32 kQBytes = Sh::kBM * Sh::kDp * 2;
+  static constexpr u32 kKVStageBytes = Sh::kBN * Sh::kDp * 2;
+  static constexpr u32 kQOffset = 0;
+  static constexpr u32 kKOffset = kQOffset + kQBytes;
+  static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
+  static constexpr u32 kBarOffset = kVOffset + Sh::kStages * kKVStageBytes;
+  static constexpr u32 kTotalBytes = kBarOffset + 1024;
+
+  struct Barriers {
+    u64 q_full[Sh::kNumConsumerWGs];  // one per consumer warpgroup, tx-count of its Q tile
+    pipe::Barriers<Sh::kStages> k;
+    pipe::Barriers<Sh::kStages> v;
+  };
+  static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
+  static_assert(kTotalBytes == 2u * (Sh::kBM * Sh::kDp + 2u * Sh::kStages * Sh::kBN * Sh::kDp) + 1024u,
+                "layout must match the ABI smem formula");
+  static_assert(Config::kSmemBytes >= kTotalBytes, "Config::kSmemBytes is smaller than the sm90a layout needs");
+  static_assert(kTotalBytes <= 232448, "sm90a smem layout exceeds 227 KB: lower kNumKVStages or kBN");
+  static_assert(kKVStageBytes % 1024 == 0 && kQWgBytes % 1024 == 0, "blocks must stay 1024-aligned");
+};
+
+// One CTA's problem: which (batch, head, Q tile) it owns and which KV tiles it visits.
+// Producer and consumers build it from the same inputs, so they agree on the tile list.
+template <class Config, class Mask>
+struct CtaWork {
+  using Sh = Shape<Config>;
+  SeqInfo seq;
+  mask::Ctx ctx;
+  int m_block;
+  int q_lo, q_hi;      // rows [q_lo, q_hi) of this CTA inside the sequence (q_hi clipped)
+  int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification
+  bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
+
+  __device__ __forceinline__ static CtaWork make(const FwdParams& p) {
+    CtaWork w;
+    const int b = blockIdx.z, h = blockIdx.y;
+    w.seq = SeqInfo::make(p, b, h);
+    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p};
+    // Masked problems: the last Q tiles see the most keys; start them first (LPT-like).
+    w.m_block = Mask::kIsNone ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
+    w.q_lo = w.m_block * Sh::kBM;
+    w.q_hi = min(w.q_lo + Sh::kBM, w.seq.seqlen_q);
+    w.valid = w.q_lo < w.seq.seqlen_q;
+    w.n_begin = 0;
+    w.n_end = 0;
+    if (w.valid && w.seq.seqlen_k > 0) {
+      const mask::KvRange r = Mask::kv_range(w.q_lo, w.q_hi, w.ctx);
+      const int end = min(r.end, w.seq.seqlen_k);
+      const int begin = max(r.begin, 0);
+      if (end > begin) {
+        w.n_begin = begin / Sh::kBN;
+        w.n_end = ceil_div(end, Sh::kBN);
+      }
+    }
+    return w;
+  }
+
+  __device__ __forceinline__ mask::TileClass classify(int n) const {
+    const int k_lo = n * Sh::kBN, k_hi = min(k_lo + Sh::kBN, seq.seqlen_k);
+    return Mask::classify(q_lo, q_hi, k_lo, k_hi, ctx);
+  }
+  // Tiles are visited from the last (n_end - 1) down to n_begin, skipping kSkip tiles, so the
+  // key-bound and diagonal tiles come first. Returns n_begin - 1 when done.
+  __device__ __forceinline__ int next_tile(int n) const {
+    --n;
+    while (n >= n_begin && classify(n) == mask::kSkip) --n;
+    return n;
+  }
+  __device__ __forceinline__ int first_tile() const { return next_tile(n_end); }
+  __device__ __forceinline__ bool has(int n) const { return n >= n_begin; }
+  // Per-element masking is needed on partial tiles and on the tile that crosses seqlen_k.
+  __device__ __forceinline__ bool needs_mask(int n) const {
+    return (n + 1) * Sh::kBN > seq.seqlen_k || (!Mask::kIsNone && classify(n) == mask::kPartial);
+  }
+};
+
+// Named barrier ids (0 is __syncthreads). Scheduler barriers: consumer warpgroup g (0, 1)
+// waits on kSchedBarrier + g before issuing its GEMMs; the other arrives on it afterwards.
+constexpr int kSchedBarrier = 1;     // ids 1, 2
+constexpr int kEpilogueBarrier = 3;  // ids 3, 4: per-warpgroup O staging
+
+}  // namespace sm90a
+}  // namespace fa4

@@ -1,0 +1,87 @@
+// Hopper warpgroup MMA (wgmma) for the sm90a forward kernel: shared-memory descriptors,
+// fence/commit/wait, and the m64nNk16 wrappers (mma_ops.inc, generated).
+// Verified pieces: the SW128 K-major descriptor, +2 per k16 step and the accumulator fragment
+// layout ran bit-exact on an H200 (shared/reference/nvrtc_ptx_verified.md 2.1).
+#pragma once
+#include "common/prelude.cuh"
+
+namespace fa4 {
+namespace sm90a {
+
+// ---- descriptors ----
+// sm_90 smem matrix descriptor: start>>4 [0,14) | LBO>>4 [16,30) | SBO>>4 [32,46) | base_offset
+// [49,52) (0: every block is 1024-aligned) | swizzle [62,64): 1 = 128B.
+__device__ __forceinline__ u64 make_desc_sw128(u32 smem_addr, u32 lbo_bytes, u32 sbo_bytes) {
+  return static_cast<u64>((smem_addr & 0x3FFFF) >> 4) | (static_cast<u64>((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<u64>((sbo_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// K-major operand (Q as A, K as B of S = Q K^T) stored as TMA SW128 blocks [rows][64 elems]:
+// 8-row core groups are 1024 bytes apart (SBO); LBO is unused for swizzled K-major (set 1).
+// A k16 step inside a 64-wide block adds 32 bytes (= +2 in the start field); the next
+// 64-wide chunk of depth is the next block.
+__device__ __forceinline__ u64 desc_kmajor(u32 block_addr) { return make_desc_sw128(block_addr, 16, 1024); }
+
+// MN-major operand (V as B of O += P V, with the transpose bit): V blocks are [kv rows][64 depth],
+// so N (depth) is contiguous. CUTLASS canonical MN-major SW128: ((8 elems, 8, m), (8, k)) with
+// strides ((1, 8, LBO), (64, SBO)) in elements: LBO = distance between 64-wide depth chunks
+// (one block = rows*128 bytes), SBO = distance between 8-row groups of K (1024 bytes).
+// A k16 step (16 kv rows) adds 16*128 = 2048 bytes.
+__device__ __forceinline__ u64 desc_mnmajor(u32 block_addr, u32 block_bytes) {
+  return make_desc_sw128(block_addr, block_bytes, 1024);
+}
+
+// ---- synchronisation ----
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Pins register arrays at this point of the instruction stream: the compiler may neither move
+// reads of an accumulator above the wgmma_wait that completes it nor sink writes of an operand
+// below the wgmma_fence that publishes it (the asm statements above do not name the registers).
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_operand(u32 (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// ---- wgmma.mma_async wrappers ----
+template <int N, bool kIsBf16>
+struct Wgmma;
+#include "sm90a/mma_ops.inc"
+
+// S[64 x N] (=) Q[64 x Dp] K[N x Dp]^T, both K-major SW128 blocks. q_addr/k_addr: first block.
+// scale_d = 0 on the first k-step overwrites the stale accumulator.
+template <class Element, int N, int Dp>
+__device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_addr) {
+  constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
+#pragma unroll
+  for (int k = 0; k < Dp / 16; ++k) {
+    const u32 qa = q_addr + (k / 4) * (64 * 128);  // Q block: 64 rows x 128 bytes
+    const u32 ka = k_addr + (k / 4) * (N * 128);   // K block: N rows x 128 bytes
+    Wgmma<N, kBf16>::ss(s, desc_kmajor(qa) + 2 * (k % 4), desc_kmajor(ka) + 2 * (k % 4), k > 0 ? 1 : 0);
+  }
+}
+
+// O[64 x Dp] += P[64 x BN] V[BN x Dp]; P in registers as wgmma A fragments (4 regs per k16),
+// V MN-major SW128 blocks of BN rows x 64 depth (transpose bit set).
+template <class Element, int Dp, int BN>
+__device__ __forceinline__ void gemm_pv(float (&o)[Dp / 2], const u32 (&p)[BN / 4], u32 v_addr) {
+  constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
+#pragma unroll
+  for (int k = 0; k < BN / 16; ++k) {
+    const u32 a[4] = {p[4 * k], p[4 * k + 1], p[4 * k + 2], p[4 * k + 3]};
+    Wgmma<Dp, kBf16>::template rs<1>(o, a, desc_mnmajor(v_addr + k * 2048, BN * 128), 1);
+  }
+}
+
+}  // namespace sm90a
+}  // namespace fa4

@@ -1,0 +1,120 @@
+// Online softmax of one consumer warpgroup on the S accumulator fragment (m64nBNk16 layout).
+// Thread (warp w, lane l) of the warpgroup holds rows r0 = 16w + l/4 and r1 = r0 + 8; element
+// i of the fragment is row r0 + 8*((i>>1)&1), column 8*(i>>2) + 2*(l%4) + (i&1). A row lives
+// in a quad of 4 lanes, so row reductions are two xor-shuffles (1, 2).
+// The running sum stays per-thread (each lane's 1/4 of the row) until finalize(): the
+// correction factor is quad-uniform, so partial sums rescale exactly like the total.
+#pragma once
+#include "common/prelude.cuh"
+#include "common/mask.cuh"
+#include "common/score_mod.cuh"
+#include "common/softmax.cuh"
+#include "sm90a/layout.cuh"
+
+namespace fa4 {
+namespace sm90a {
+
+template <class Config, class Mask, class ScoreMod>
+struct WgSoftmax {
+  using Sh = Shape<Config>;
+  using Element = typename Sh::Element;
+  static constexpr int kBN = Sh::kBN;
+  static constexpr int kN = kBN / 2;  // S fragment floats per thread
+
+  softmax::RowState row[2];
+  float scale;  // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
+  int q0;       // sequence row of r0 (r1 = q0 + 8)
+  int kc;       // column of element 0 inside a tile: 2*(lane%4)
+
+  __device__ __forceinline__ void init(const FwdParams& p, int q_lo, int wg) {
+    const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+    row[0].init();
+    row[1].init();
+    scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
+    q0 = q_lo + wg * Sh::kWgRows + warp * 16 + (lane >> 2);
+    kc = 2 * (lane & 3);
+  }
+
+  // Raw scores of KV tile n -> logits in exponent units (identity: left raw, the scale is
+  // folded into the exp2 FMA), -inf where masked. Per-element masks run only on tiles that
+  // need them; masked elements never reach the score-mod (it may index aux data by kv_idx).
+  template <class Work>
+  __device__ __forceinline__ void logits(float (&s)[kN], int n, bool need_mask, const FwdParams& p,
+                                         const Work& w) const {
+    const int k0 = n * kBN + kc;
+    if constexpr (ScoreMod::kIsIdentity) {
+      if (need_mask) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
+          if (!(k < w.seq.seqlen_k && Mask::visible(q, k, w.ctx))) s[i] = kNegInf;
+        }
+      }
+    } else {
+      const ScoreMod mod{};
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
+        if (!need_mask || (k < w.seq.seqlen_k && Mask::visible(q, k, w.ctx)))
+          s[i] = mod(s[i] * p.softmax_scale, w.seq.batch, w.seq.q_head, q, k, p) * kLog2e;
+        else
+          s[i] = kNegInf;
+      }
+    }
+  }
+
+  // Folds tile logits into the row state and turns them into unnormalised P (fp32, in place).
+  // corr[r]: factor O must be multiplied by before P of this tile is added (1 = no rescale).
+  __device__ __forceinline__ void online(float (&s)[kN], float (&corr)[2]) {
+    float m[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int i = 0; i < kN; ++i) m[(i >> 1) & 1] = fmaxf(m[(i >> 1) & 1], s[i]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
+      corr[r] = row[r].update_max(m[r], scale);
+      row[r].sum *= corr[r];
+    }
+    const float bias[2] = {row[0].exp_bias(scale), row[1].exp_bias(scale)};
+    float sum[4] = {0.f, 0.f, 0.f, 0.f};  // two chains per row for ILP
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int r = (i >> 1) & 1;
+      s[i] = exp2_approx(fmaf(s[i], scale, -bias[r]));
+      sum[r * 2 + (i & 1)] += s[i];
+    }
+    row[0].sum += sum[0] + sum[1];
+    row[1].sum += sum[2] + sum[3];
+  }
+
+  // P (fp32 fragment) -> wgmma A-operand registers: k16 step k uses p[4k..4k+3], which are
+  // exactly the accumulator pairs of columns 16k..16k+15 in order (same 16-bit layouts).
+  __device__ __forceinline__ static void pack_p(const float (&s)[kN], u32 (&pr)[kN / 2]) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) pr[i] = pack2<Element>(s[2 * i], s[2 * i + 1]);
+  }
+
+  // O *= corr per row; skipped when no lane of the warp changed its maximum (lazy rescale:
+  // O registers are private to the thread, so a warp-level vote is exact).
+  template <int kNO>
+  __device__ __forceinline__ static void rescale_o(float (&o)[kNO], const float (&corr)[2]) {
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < kNO; ++i) o[i] *= corr[(i >> 1) & 1];
+    }
+  }
+
+  // End of the KV loop: full row sums, then the sink joins the denominator.
+  __device__ __forceinline__ void finalize(const FwdParams& p, int q_head) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 1);
+      row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 2);
+      if (p.sinks) row[r].add_sink(p.sinks[q_head] * kLog2e, scale);
+    }
+  }
+};
+
+}  // namespace sm90a
+}  // namespace fa4
