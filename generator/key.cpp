@@ -1,5 +1,6 @@
 #include "generator/key.hpp"
 
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <fmt/format.h>

@@ -75,12 +75,12 @@ TEST(Compile, CustomMaskSnippetCompilesAndErrorsPointAtIt) {
   c.arch = "sm_90a";
   c.mask = jit::Mask::all_of({jit::Mask::causal(), jit::Mask::custom("return (q_idx - kv_idx) % 2 == 0;")});
   EXPECT_NO_THROW(compile(c));
-  c.mask = jit::Mask::custom("return q_idx >= kv_idx\n");
+  c.mask = jit::Mask::custom("bool near = q_idx - kv_idx < 4;\nreturn near && undefined_flag;");
   try {
     compile(c);
     FAIL() << "a broken mask snippet compiled";
   } catch (const jit::CompileError& e) {
-    EXPECT_NE(e.log().find("mask("), std::string::npos) << e.log();
+    EXPECT_NE(e.log().find("mask(2)"), std::string::npos) << e.log();
   }
 }
 

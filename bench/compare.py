@@ -1,0 +1,70 @@
+"""fa4jit against its peers, in the same run on the same GPU.
+
+Usage (GPU machine, from the repo root, with build/ present):
+  python3 bench/compare.py [--suite prefill|decode|all] [--out results.json]
+Prints a markdown table (the one docs/PERF.md keeps) and writes every number as JSON.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from peers import peers  # noqa: E402
+
+FA4JIT = os.environ.get("FA4JIT", "./build/fa4jit")
+
+# The issue's prefill rows: (B, H, S, D) x causal.
+PREFILL = [(16, 16, 2048, 128), (4, 16, 8192, 128), (2, 16, 16384, 128), (8, 16, 4096, 64)]
+
+
+def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30):
+    cfg = {"depth": D, "mask": "causal" if causal else "none"}
+    path = f"/tmp/fa4jit_bench_{D}_{int(causal)}.json"
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    cmd = [FA4JIT, "bench", "--json", "--config", path, "--batch", str(B), "--heads", str(H), "--kv-heads", str(Hkv),
+           "--seqlen-q", str(Sq), "--seqlen-k", str(Sk), "--iters", str(iters)]
+    if arch:
+        cmd += ["--arch", arch]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": (r.stderr or r.stdout).strip()[-160:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--archs", default="sm_90a,sm_90", help="fa4jit archs to time (backends)")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "compare.json"))
+    ap.add_argument("--no-flex", action="store_true")
+    a = ap.parse_args()
+    archs = [x for x in a.archs.split(",") if x]
+    rows = []
+    for (B, H, S, D) in PREFILL:
+        for causal in (False, True):
+            row = {"B": B, "H": H, "S": S, "D": D, "causal": causal}
+            for arch in archs:
+                row[arch] = ours(arch, B, H, H, S, S, D, causal)
+            row.update(peers(B, H, H, S, S, D, causal, flex=not a.no_flex))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    with open(a.out, "w") as f:
+        json.dump(rows, f, indent=1)
+
+    def tf(x):
+        return f"{x['tflops']:.0f}" if isinstance(x, dict) and "tflops" in x else "err"
+
+    cols = archs + ["cudnn", "flash2"] + ([] if a.no_flex else ["flex"])
+    print("\n| B | H | S | D | causal | " + " | ".join(cols) + " | best fa4jit / cuDNN |")
+    print("|" + "---|" * (6 + len(cols)))
+    for r in rows:
+        best = max((r[x]["tflops"] for x in archs if "tflops" in r[x]), default=0)
+        ratio = best / r["cudnn"]["tflops"] if "tflops" in r["cudnn"] else 0
+        print(f"| {r['B']} | {r['H']} | {r['S']} | {r['D']} | {'yes' if r['causal'] else 'no'} | "
+              + " | ".join(tf(r[c]) for c in cols) + f" | {ratio:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

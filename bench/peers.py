@@ -1,0 +1,58 @@
+"""Peer attention timings on the current GPU: PyTorch SDPA (cuDNN, flash) and FlexAttention.
+
+Same method as fa4jit's `bench` verb: random normal bf16 inputs, CUDA events, median of N
+calls after warm-ups, TFLOP/s = 4*B*H*Sq*Sk*D (halved for causal). Run on the GPU machine.
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_ms(fn, iters=30, warm=5):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def peers(B, H, Hkv, Sq, Sk, D, causal, flex=True):
+    q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
+    flops = 4 * B * H * Sq * Sk * D * (0.5 if causal else 1.0)
+    row = {}
+    gqa = H != Hkv
+    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa))
+            row[name] = {"ms": ms, "tflops": flops / ms / 1e9}
+        except Exception as e:  # a backend may not support a shape
+            row[name] = {"error": str(e)[:80]}
+    if flex:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            fx = torch.compile(flex_attention, dynamic=False)
+            bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, Sq, Sk) if causal else None
+            ms = median_ms(lambda: fx(q, k, v, block_mask=bm, enable_gqa=gqa))
+            row["flex"] = {"ms": ms, "tflops": flops / ms / 1e9}
+        except Exception as e:
+            row["flex"] = {"error": str(e)[:80]}
+    return row
+
+
+if __name__ == "__main__":
+    args = json.loads(sys.argv[1])
+    print(json.dumps(peers(**args)))
