@@ -13,7 +13,7 @@ void add_gen(CLI::App& app) {
   struct Opts {
     std::string config, arch;
     std::vector<std::string> presets;
-    bool ptx = false, key = false;
+    bool ptx = false, key = false, log = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON file with one config");
@@ -21,14 +21,16 @@ void add_gen(CLI::App& app) {
   cmd->add_option("--arch", o->arch, "target arch (overrides the config's)");
   cmd->add_flag("--ptx", o->ptx, "compile with NVRTC and print the PTX instead");
   cmd->add_flag("--key", o->key, "print the cache key instead");
+  cmd->add_flag("--log", o->log, "compile and print the NVRTC log (ptxas registers, spills)");
   cmd->callback([o] {
     FA4Config c = load_configs(o->config, o->presets).front();
     if (!o->arch.empty()) c.arch = o->arch;
     const auto in = detail::compile_inputs(detail::with_arch(c));
     if (o->key) {
       fmt::print("{}\n", in.key);
-    } else if (o->ptx) {
-      fmt::print("{}", detail::nvrtc_compile(in.source, "fa4jit.cu", in.headers, in.options).ptx);
+    } else if (o->ptx || o->log) {
+      const auto out = detail::nvrtc_compile(in.source, "fa4jit.cu", in.headers, in.options);
+      fmt::print("{}\n", o->log ? out.log : out.ptx);
     } else {
       fmt::print("{}", in.source);
     }

@@ -1,5 +1,7 @@
 // FA4Config: factories, per-arch derivation from the hardware budgets, validation.
 #include <algorithm>
+#include <cstdlib>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -88,7 +90,7 @@ Budget derive_portable(FA4Config& c, const ArchInfo& a) {
 Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   const int dp = c.padded_depth;
   c.BM = pick("BM", c.BM, 128, {128});
-  c.BN = pick("BN", c.BN, 128, {64, 128});
+  c.BN = pick("BN", c.BN, 128, dp <= 64 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128});
   c.BK0 = pick("BK0", c.BK0, dp, {dp});
   c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
   c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
@@ -127,6 +129,37 @@ Budget derive_blackwell(FA4Config& c, const ArchInfo& a) {
   return {512, fixed + c.num_kv_stages * per_stage};
 }
 
+Tuning derive_tuning(const FA4Config& c, Backend b) {
+  Tuning t;
+  (void)c;
+  (void)b;
+  return t;
+}
+
+// FA4JIT_TUNE="exp2_emulate_every=4,pingpong=0": tuning sweeps without a rebuild. The values
+// land in the generated source, so the cache keys them like any other input.
+void apply_tune_env(Tuning& t) {
+  const char* env = std::getenv("FA4JIT_TUNE");
+  if (!env || !*env) return;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw ConfigError(fmt::format("FA4JIT_TUNE: '{}' is not name=value", item));
+    const std::string name = item.substr(0, eq);
+    int value = 0;
+    try {
+      value = std::stoi(item.substr(eq + 1));
+    } catch (const std::exception&) {
+      throw ConfigError(fmt::format("FA4JIT_TUNE: '{}' needs an integer value", item));
+    }
+    if (name == "exp2_emulate_every") t.exp2_emulate_every = value;
+    else if (name == "intra_wg_overlap") t.intra_wg_overlap = value;
+    else if (name == "pingpong") t.pingpong = value;
+    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong", name));
+  }
+}
+
 }  // namespace
 
 ResolvedConfig resolve(const FA4Config& input) {
@@ -157,7 +190,9 @@ ResolvedConfig resolve(const FA4Config& input) {
     case Backend::hopper: b = derive_hopper(c, arch); break;
     case Backend::blackwell: b = derive_blackwell(c, arch); break;
   }
-  return ResolvedConfig{c, arch.backend, arch.sm, b.threads, b.smem};
+  Tuning tuning = derive_tuning(c, arch.backend);
+  apply_tune_env(tuning);
+  return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem};
 }
 
 }  // namespace jit

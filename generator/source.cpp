@@ -142,6 +142,9 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kNumThreads", rc.num_threads},
       {"kSmemBytes", rc.smem_bytes},
       {"kArch", rc.sm},
+      {"kExp2EmulateEvery", rc.tuning.exp2_emulate_every},
+      {"kIntraWGOverlap", rc.tuning.intra_wg_overlap},
+      {"kPingPong", rc.tuning.pingpong},
   };
   for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));
   w.line("};");

@@ -69,9 +69,20 @@ struct FA4Config {
 enum class Backend { portable, hopper, blackwell };
 const char* to_string(Backend b);
 
+// Per-arch scheduling choices derived with the config. They are emitted into the generated
+// source, so they are part of the cache key. FA4JIT_TUNE="name=value,..." overrides them for
+// tuning sweeps (bench/); the names are the fields below.
+struct Tuning {
+  int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
+  int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
+  int pingpong = 1;            // sm90a: alternate the two consumer warpgroups' GEMMs
+  bool operator==(const Tuning&) const = default;
+};
+
 // A config with every field decided, plus the numbers the launch needs.
 struct ResolvedConfig {
   FA4Config config;  // all fields set
+  Tuning tuning;
   Backend backend;
   int sm = 0;        // 80, 86, 89, 90, 100, 103, 120, ...
   int num_threads = 0;

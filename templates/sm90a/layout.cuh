@@ -32,6 +32,11 @@ template <class C> struct PingPongOf<C, typename VoidT<decltype(C::kPingPong)>::
   static constexpr bool value = C::kPingPong;
 };
 
+template <class C, class = void> struct EmulateOf { static constexpr int value = 0; };
+template <class C> struct EmulateOf<C, typename VoidT<decltype(C::kExp2EmulateEvery)>::type> {
+  static constexpr int value = C::kExp2EmulateEvery;
+};
+
 template <class Config>
 struct Shape {
   using Element = typename Config::Element;
@@ -47,6 +52,9 @@ struct Shape {
 
   static constexpr bool kIntraWGOverlap = OverlapOf<Config>::value;
   static constexpr bool kPingPong = PingPongOf<Config>::value;
+  // One f32 pair in kExp2EmulateEvery goes through FA4's polynomial exp2 (FMA pipe) instead of
+  // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
+  static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
 
   // setmaxnreg budgets: 128*24 + 256*240 = 64512 <= 65536 registers (FA3's 2-WG split).
   static constexpr int kProducerRegs = 24;
@@ -59,7 +67,7 @@ struct Shape {
   static_assert(kDp == 64 || kDp == 128,
                 "sm90a kernel: head depth 64 or 128 only for now (96/192/256: add wgmma N in gen_mma.py, "
                 "split the O accumulator / RescaleOBeforeGemm, re-check registers)");
-  static_assert(kBN == 64 || kBN == 128, "sm90a kernel: kBN must be 64 or 128");
+  static_assert(kBN % 64 == 0 && kBN <= 256, "sm90a kernel: kBN must be 64, 128, 192 or 256");
   static_assert(kStages >= 2 && kStages <= 4, "sm90a kernel: kNumKVStages must be 2..4");
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm90a kernel: 16-bit Q/K/V/O only");
 };

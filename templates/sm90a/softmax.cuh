@@ -81,7 +81,9 @@ struct WgSoftmax {
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       const int r = (i >> 1) & 1;
-      s[i] = exp2_approx(fmaf(s[i], scale, -bias[r]));
+      const float x = fmaf(s[i], scale, -bias[r]);
+      constexpr int kEvery = Sh::kExp2EmulateEvery;
+      s[i] = (kEvery > 0 && (i >> 1) % kEvery == kEvery - 1) ? softmax::exp2_poly3(x) : exp2_approx(x);
       sum[r * 2 + (i & 1)] += s[i];
     }
     row[0].sum += sum[0] + sum[1];
