@@ -52,7 +52,8 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (valid_ && sig == last_) return descs_;
-  const int q_rows = rc.config.BM / 2, kv_rows = rc.config.BN;
+  // One consumer's Q tile: a 64-row warpgroup tile on Hopper, a 128-row MMA tile on Blackwell.
+  const int q_rows = rc.backend == Backend::hopper ? 64 : rc.config.BM / 2, kv_rows = rc.config.BN;
   descs_.q = encode(a.q, q_rows);
   descs_.k = encode(a.k, kv_rows);
   descs_.v = encode(a.v, kv_rows);

@@ -63,7 +63,7 @@ struct FwdParams {
 // TMA descriptors for the backends that load by TMA (sm90a, sm100a). Layout-compatible with
 // the driver's CUtensorMap (CUDA 13: 128 bytes, 128-byte aligned). Each map is 4-D over
 // (depth, rows, heads, batch), innermost first, SWIZZLE_128B, box {64 elements, box_rows, 1, 1}:
-// box_rows = BM/2 for q and o (one Q tile per consumer), BN for k and v.
+// box_rows = one consumer's Q tile for q and o (sm90a: 64, sm100a: BM/2), BN for k and v.
 struct alignas(128) TmaDesc {
   unsigned long long opaque[16];
 };
