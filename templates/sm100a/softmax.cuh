@@ -1,0 +1,194 @@
+// SM100MHA2Q.softmax: two warpgroups, WG i owns Q tile i (rows m0 + 128 i ..), S_i/P_i and O_i.
+// One thread per row: thread t of the WG reads TMEM lane t, so row max and row sum need no
+// shuffles. Per KV tile:
+//   wait S_i -> load S (32-column tcgen05.ld batches) -> score-mod, mask -> row max
+//   -> RowState::update_max (lazy rescale: keep the stale max unless it grew by > 2^8)
+//   -> factor to the correction WG through smem (not for the first tile: O is still empty)
+//   -> P = exp2(s * scale - bias), part of the pairs on the FMA pipe (exp2_poly3)
+//   -> P as 16-bit over S in TMEM (tcgen05.st) -> signal P_i (releases the S/P slot).
+// All math is fa4::softmax (shared with sm80/sm90a, which run it on a GPU).
+#pragma once
+#include "common/mask.cuh"
+#include "common/softmax.cuh"
+#include "sm100a/traits.cuh"
+#include "sm100a/pipelines.cuh"
+#include "sm100a/epilogue.cuh"
+
+namespace fa4 {
+namespace sm100a {
+
+// Exponentials per 32-column batch that go to exp2_poly3: pairs with (pair % kPolyEvery ==
+// kPolyEvery - 1), i.e. 1 in 4 pairs (MAX [Feb]); 0 puts every exponential on MUFU.
+constexpr int kPolyEvery = 4;
+
+template <class Config, class Mask, class ScoreMod>
+struct SoftmaxRow {
+  using T = Traits<Config>;
+  using Element = typename T::Element;
+  static constexpr bool kIdentity = ScoreMod::kIsIdentity;
+
+  const FwdParams& p;
+  mask::Ctx ctx;
+  int q;               // this thread's query row in the sequence
+  int k_lo;            // first key of the current tile
+  mask::TileClass cls; // for this Q tile and KV tile
+  bool bounded;        // tile reaches past seqlen_k
+
+  // Scores -> logits in the RowState units: raw s for identity (scale_log2 is folded into the
+  // exp2 FMA), score_mod(s * softmax_scale) * log2(e) otherwise. Masked keys -> -inf.
+  __device__ __forceinline__ void transform(float (&s)[32], int col0) const {
+    if (cls == mask::kSkip) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s[j] = kNegInf;
+      return;
+    }
+    if constexpr (!kIdentity) {
+      const ScoreMod mod{};
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        s[j] = mod(s[j] * p.softmax_scale, ctx.batch, ctx.q_head, q, k_lo + col0 + j, p) * kLog2e;
+    }
+    if (cls == mask::kPartial || bounded) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int k = k_lo + col0 + j;
+        const bool vis = k < ctx.seqlen_k && (cls == mask::kFull || Mask::visible(q, k, ctx));
+        s[j] = vis ? s[j] : kNegInf;
+      }
+    }
+  }
+
+  // P for 32 logits -> 16 packed columns; returns their fp32 sum.
+  __device__ __forceinline__ static float exp_pack(const float (&s)[32], float scale, float bias, u32 (&pk)[16]) {
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float x0 = fmaf(s[2 * j], scale, -bias), x1 = fmaf(s[2 * j + 1], scale, -bias);
+      float e0, e1;
+      if (kPolyEvery > 0 && j % kPolyEvery == kPolyEvery - 1) {
+        e0 = softmax::exp2_poly3(x0);
+        e1 = softmax::exp2_poly3(x1);
+      } else {
+        e0 = exp2_approx(x0);
+        e1 = exp2_approx(x1);
+      }
+      sum0 += e0;
+      sum1 += e1;
+      pk[j] = pack2<Element>(e0, e1);
+    }
+    return sum0 + sum1;
+  }
+};
+
+__device__ __forceinline__ void to_float(const u32 (&r)[32], float (&s)[32]) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) s[j] = __uint_as_float(r[j]);
+}
+
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void softmax_wg(const Work& w, const FwdParams& p, const TmaDescs& tma, u32 tmem_base,
+                                           unsigned char* smem,
+                                           SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars,
+                                           int tile) {
+  using T = Traits<Config>;
+  using Row = SoftmaxRow<Config, Mask, ScoreMod>;
+  constexpr int kChunks = T::kBN / 32;
+  // BN <= 128: the whole row of S stays in registers (one TMEM read). BN = 192 (d64) would
+  // not fit next to everything else in 192 registers: read S twice (max, then exp).
+  constexpr bool kRowInRegisters = T::kBN <= 128;
+
+  const int r = threadIdx.x % 128;
+  const u32 t_s = tmem_base + tmem::warp_lane_base() + T::tmem_s(tile);
+  float* corr_smem = reinterpret_cast<float*>(smem + T::kCorrOff) + tile * T::kTileM;
+  const float scale = Row::kIdentity ? p.scale_log2 : 1.0f;
+
+  const int q_lo = w.m0 + tile * T::kTileM;
+  const int q_hi = min(q_lo + T::kTileM, w.seq.seqlen_q);
+  Row row_ctx{p, w.mask_ctx(p), q_lo + r, 0, mask::kFull, false};
+  softmax::RowState row;
+  row.init();
+
+  SPConsumer s_cons(&bars.s[tile]);
+  CorrProducer c_prod(&bars.c[tile]);
+
+  for (int n = 0; n < w.num_tiles; ++n) {
+    row_ctx.k_lo = (w.n_begin + n) * T::kBN;
+    row_ctx.cls = q_hi > q_lo ? Mask::classify(q_lo, q_hi, row_ctx.k_lo, row_ctx.k_lo + T::kBN, row_ctx.ctx)
+                              : mask::kSkip;
+    row_ctx.bounded = row_ctx.k_lo + T::kBN > w.seq.seqlen_k;
+
+    auto s_stage = s_cons.acquire();  // S_i(n) is in TMEM; scope exit publishes P_i(n)
+    tmem::fence_after();
+
+    float tile_max = kNegInf;
+    float s_all[kRowInRegisters ? T::kBN : 1];
+    if constexpr (kRowInRegisters) {
+      u32 raw[kChunks][32];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) tmem::ld_32x32b_x32(t_s + c * 32, raw[c]);
+      tmem::wait_ld();
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        tmem::pin(raw[c]);
+        float s[32];
+        to_float(raw[c], s);
+        row_ctx.transform(s, c * 32);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          s_all[c * 32 + j] = s[j];
+          tile_max = fmaxf(tile_max, s[j]);
+        }
+      }
+    } else {
+#pragma unroll 1
+      for (int c = 0; c < kChunks; ++c) {
+        u32 raw[32];
+        tmem::ld_32x32b_x32(t_s + c * 32, raw);
+        tmem::wait_ld();
+        tmem::pin(raw);
+        float s[32];
+        to_float(raw, s);
+        row_ctx.transform(s, c * 32);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) tile_max = fmaxf(tile_max, s[j]);
+      }
+    }
+
+    const float corr = row.update_max(tile_max, scale);
+    if (n > 0) {  // O_i holds earlier tiles: the correction WG rescales it if corr < 1
+      auto c_stage = c_prod.acquire();
+      corr_smem[r] = corr;
+      c_stage.arrive();
+    }
+    const float bias = row.exp_bias(scale);
+
+    float tile_sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      float s[32];
+      if constexpr (kRowInRegisters) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) s[j] = s_all[c * 32 + j];
+      } else {
+        // Re-read S chunk c. P chunks written so far cover columns < 16 c, all already read.
+        u32 raw[32];
+        tmem::ld_32x32b_x32(t_s + c * 32, raw);
+        tmem::wait_ld();
+        tmem::pin(raw);
+        to_float(raw, s);
+        row_ctx.transform(s, c * 32);
+      }
+      u32 pk[16];
+      tile_sum += Row::exp_pack(s, scale, bias, pk);
+      // P columns [16 c, 16 c + 16) hold S columns < 32 c + 32, which this thread has read.
+      tmem::st_32x32b_x16(t_s + c * 16, pk);
+    }
+    row.sum = fmaf(row.sum, corr, tile_sum);
+  }
+
+  if (p.sinks) row.add_sink(p.sinks[w.seq.q_head] * kLog2e, scale);
+  epilogue<Config>(w, p, tma, tmem_base, smem, bars, tile, row.inv_sum(), row.lse(scale));
+}
+
+}  // namespace sm100a
+}  // namespace fa4
