@@ -25,10 +25,11 @@ __device__ __forceinline__ void rescale_o(u32 t_o, float f) {
   }
 }
 
-template <class Config>
-__device__ __forceinline__ void correction(const Work& w, u32 tmem_base, unsigned char* smem,
+template <class Config, class Mask>
+__device__ __forceinline__ void correction(const FwdParams& p, u32 tmem_base, unsigned char* smem,
                                            SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
   using T = Traits<Config>;
+  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
   const int r = threadIdx.x % 128;
   const u32 lane = tmem::warp_lane_base();
   const float* corr_smem = reinterpret_cast<const float*>(smem + T::kCorrOff);

@@ -55,8 +55,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   static_assert(sizeof(Bars) <= 1024, "barriers and TMEM address fit the reserved kilobyte");
   extern __shared__ __align__(1024) unsigned char smem[];
 
-  const Work w = make_work<Config, Mask>(p);
-  if (!w.valid) return;  // the same for every thread, before any barrier or allocation
+  if (!make_work<Config, Mask>(p).valid) return;  // the same for every thread, before any barrier
 
   Bars& bars = *reinterpret_cast<Bars*>(smem + T::kBarOff);
   const int warp = threadIdx.x / 32;
@@ -82,7 +81,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
 
   if (warp < 8) {
     reg_alloc<kRegsSoftmax>();
-    softmax_wg<Config, Mask, ScoreMod>(w, p, tma, tmem_base, smem, bars, warp / 4);
+    softmax_wg<Config, Mask, ScoreMod>(p, tma, tmem_base, smem, bars, warp / 4);
     // Both O tiles are read out, and the correction WG finished before the last P V was
     // issued: TMEM can go.
     tmem::fence_before();
@@ -93,13 +92,13 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     }
   } else if (warp < 12) {
     reg_dealloc<kRegsCorrection>();
-    correction<Config>(w, tmem_base, smem, bars);
+    correction<Config, Mask>(p, tmem_base, smem, bars);
   } else {
     reg_dealloc<kRegsOther>();
     if (warp == 12) {
-      mma<Config>(w, tmem_base, smem, bars);
+      mma<Config, Mask>(p, tmem_base, smem, bars);
     } else if (warp == 13) {
-      load<Config>(w, tma, smem, bars);
+      load<Config, Mask>(p, tma, smem, bars);
     }
   }
 }

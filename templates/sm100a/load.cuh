@@ -8,11 +8,12 @@
 namespace fa4 {
 namespace sm100a {
 
-template <class Config>
-__device__ __forceinline__ void load(const Work& w, const TmaDescs& tma, unsigned char* smem,
+template <class Config, class Mask>
+__device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
                                      SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
   using T = Traits<Config>;
   if (!elect_one_sync()) return;
+  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
   const int h = w.seq.q_head, kvh = w.seq.kv_head;
 
   auto load_q = [&](int tile) {

@@ -47,22 +47,26 @@ struct MmaIssuer {
   // 8 columns. V slot: Dp/64 boxes of [BN keys][64 depth]; a k16 step is 16 key rows = 2048
   // bytes (two whole swizzle atoms); LBO steps between the 64-wide depth boxes.
   __device__ __forceinline__ void pv(int tile, u32 v_slot, bool accumulate) const {
-    const u32 v_base = v_smem + v_slot * T::kKVStageBytes;
-#pragma unroll
+    // Rolled: one descriptor and one TMEM address advance per step keeps the MMA warp
+    // within its 48 registers; issue cost is a few instructions per 128 x Dp x 16 MMA.
+    u64 b = umma::smem_desc_sw128(v_smem + v_slot * T::kKVStageBytes, T::kBN * 128, 1024);
+    u32 a = tmem + T::tmem_s(tile);
+    const u32 d = tmem + T::tmem_o(tile);
+#pragma unroll 1
     for (int kk = 0; kk < T::kBN / umma::kMmaK; ++kk) {
-      const u64 b = umma::smem_desc_sw128(v_base + kk * umma::kMmaK * 128, T::kBN * 128, 1024);
-      umma::mma_ts(tmem + T::tmem_o(tile), tmem + T::tmem_s(tile) + kk * (umma::kMmaK / 2), b, kIdescPV,
-                   (accumulate || kk > 0) ? 1u : 0u);
+      umma::mma_ts(d, a, b, kIdescPV, (accumulate || kk > 0) ? 1u : 0u);
+      b = umma::desc_advance(b, umma::kMmaK * 128);
+      a += umma::kMmaK / 2;
     }
   }
 };
 
-template <class Config>
-__device__ __forceinline__ void mma(const Work& w, u32 tmem_base, unsigned char* smem,
+template <class Config, class Mask>
+__device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned char* smem,
                                     SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
   using T = Traits<Config>;
   if (!elect_one_sync()) return;
-  const int N = w.num_tiles;
+  const int N = make_work<Config, Mask>(p).num_tiles;  // the same tiles as every other role
   if (N == 0) return;
 
   const MmaIssuer<Config> issue{tmem_base, smem_u32(smem + T::kQOff), smem_u32(smem + T::kKOff),

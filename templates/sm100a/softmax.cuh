@@ -34,27 +34,39 @@ struct SoftmaxRow {
   mask::TileClass cls; // for this Q tile and KV tile
   bool bounded;        // tile reaches past seqlen_k
 
+  // Visibility of keys [k0, k0 + 32) for this row, bit j = key k0 + j (FA4's R2P idea): the
+  // per-key mask runs in a rolled loop (small code), the select on the scores is unrolled.
+  __device__ __forceinline__ u32 visible_bits(int k0) const {
+    if (cls == mask::kSkip) return 0u;
+    const int valid = ctx.seqlen_k - k0;  // keys past seqlen_k are never visible
+    u32 bits = valid >= 32 ? ~0u : (valid <= 0 ? 0u : (1u << valid) - 1u);
+    if (cls == mask::kPartial) {
+      u32 vis = 0u;
+#pragma unroll 1
+      for (int j = 0; j < 32; ++j) vis |= static_cast<u32>(Mask::visible(q, k0 + j, ctx)) << j;
+      bits &= vis;
+    }
+    return bits;
+  }
+
+  // Whether transform() changes anything on this tile (uniform over the warpgroup).
+  __device__ __forceinline__ bool transforms() const { return !kIdentity || cls != mask::kFull || bounded; }
+
   // Scores -> logits in the RowState units: raw s for identity (scale_log2 is folded into the
   // exp2 FMA), score_mod(s * softmax_scale) * log2(e) otherwise. Masked keys -> -inf.
   __device__ __forceinline__ void transform(float (&s)[32], int col0) const {
-    if (cls == mask::kSkip) {
-#pragma unroll
-      for (int j = 0; j < 32; ++j) s[j] = kNegInf;
-      return;
-    }
     if constexpr (!kIdentity) {
-      const ScoreMod mod{};
+      if (cls != mask::kSkip) {
+        const ScoreMod mod{};
 #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        s[j] = mod(s[j] * p.softmax_scale, ctx.batch, ctx.q_head, q, k_lo + col0 + j, p) * kLog2e;
-    }
-    if (cls == mask::kPartial || bounded) {
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int k = k_lo + col0 + j;
-        const bool vis = k < ctx.seqlen_k && (cls == mask::kFull || Mask::visible(q, k, ctx));
-        s[j] = vis ? s[j] : kNegInf;
+        for (int j = 0; j < 32; ++j)
+          s[j] = mod(s[j] * p.softmax_scale, ctx.batch, ctx.q_head, q, k_lo + col0 + j, p) * kLog2e;
       }
+    }
+    if (cls != mask::kFull || bounded) {
+      const u32 bits = visible_bits(k_lo + col0);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s[j] = (bits >> j) & 1u ? s[j] : kNegInf;
     }
   }
 
@@ -86,16 +98,20 @@ __device__ __forceinline__ void to_float(const u32 (&r)[32], float (&s)[32]) {
 }
 
 template <class Config, class Mask, class ScoreMod>
-__device__ __forceinline__ void softmax_wg(const Work& w, const FwdParams& p, const TmaDescs& tma, u32 tmem_base,
+__device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& tma, u32 tmem_base,
                                            unsigned char* smem,
                                            SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars,
                                            int tile) {
   using T = Traits<Config>;
   using Row = SoftmaxRow<Config, Mask, ScoreMod>;
+  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
   constexpr int kChunks = T::kBN / 32;
-  // BN <= 128: the whole row of S stays in registers (one TMEM read). BN = 192 (d64) would
-  // not fit next to everything else in 192 registers: read S twice (max, then exp).
-  constexpr bool kRowInRegisters = T::kBN <= 128;
+  // Identity score-mod and BN <= 128: the whole row of S stays in registers (one TMEM read,
+  // FA4's way). Otherwise (BN = 192 for d64 would not fit in 192 registers; score-mods would
+  // be inlined once per 32-column batch) two rolled passes: pass 1 reads S, applies the
+  // score-mod and mask, takes the max and writes the logits back over S (fp32, own lane);
+  // pass 2 reads them again for the exponentials.
+  constexpr bool kRowInRegisters = T::kBN <= 128 && ScoreMod::kIsIdentity;
 
   const int r = threadIdx.x % 128;
   const u32 t_s = tmem_base + tmem::warp_lane_base() + T::tmem_s(tile);
@@ -111,6 +127,7 @@ __device__ __forceinline__ void softmax_wg(const Work& w, const FwdParams& p, co
   SPConsumer s_cons(&bars.s[tile]);
   CorrProducer c_prod(&bars.c[tile]);
 
+#pragma unroll 1
   for (int n = 0; n < w.num_tiles; ++n) {
     row_ctx.k_lo = (w.n_begin + n) * T::kBN;
     row_ctx.cls = q_hi > q_lo ? Mask::classify(q_lo, q_hi, row_ctx.k_lo, row_ctx.k_lo + T::kBN, row_ctx.ctx)
@@ -140,18 +157,25 @@ __device__ __forceinline__ void softmax_wg(const Work& w, const FwdParams& p, co
         }
       }
     } else {
+      const bool rewrite = row_ctx.transforms();
 #pragma unroll 1
       for (int c = 0; c < kChunks; ++c) {
         u32 raw[32];
         tmem::ld_32x32b_x32(t_s + c * 32, raw);
         tmem::wait_ld();
         tmem::pin(raw);
-        float s[32];
-        to_float(raw, s);
-        row_ctx.transform(s, c * 32);
+        if (rewrite) {
+          float s[32];
+          to_float(raw, s);
+          row_ctx.transform(s, c * 32);
 #pragma unroll
-        for (int j = 0; j < 32; ++j) tile_max = fmaxf(tile_max, s[j]);
+          for (int j = 0; j < 32; ++j) raw[j] = __float_as_uint(s[j]);
+          tmem::st_32x32b_x32(t_s + c * 32, raw);
+        }
+#pragma unroll
+        for (int j = 0; j < 32; ++j) tile_max = fmaxf(tile_max, __uint_as_float(raw[j]));
       }
+      if (rewrite) tmem::wait_st();  // pass 2 reads the logits back
     }
 
     const float corr = row.update_max(tile_max, scale);
@@ -163,25 +187,31 @@ __device__ __forceinline__ void softmax_wg(const Work& w, const FwdParams& p, co
     const float bias = row.exp_bias(scale);
 
     float tile_sum = 0.f;
+    if constexpr (kRowInRegisters) {
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      float s[32];
-      if constexpr (kRowInRegisters) {
+      for (int c = 0; c < kChunks; ++c) {
+        float s[32];
 #pragma unroll
         for (int j = 0; j < 32; ++j) s[j] = s_all[c * 32 + j];
-      } else {
-        // Re-read S chunk c. P chunks written so far cover columns < 16 c, all already read.
+        u32 pk[16];
+        tile_sum += Row::exp_pack(s, scale, bias, pk);
+        // P columns [16 c, 16 c + 16) hold S columns < 32 c + 32, all read already.
+        tmem::st_32x32b_x16(t_s + c * 16, pk);
+      }
+    } else {
+#pragma unroll 1
+      for (int c = 0; c < kChunks; ++c) {
         u32 raw[32];
         tmem::ld_32x32b_x32(t_s + c * 32, raw);
         tmem::wait_ld();
         tmem::pin(raw);
+        float s[32];
         to_float(raw, s);
-        row_ctx.transform(s, c * 32);
+        u32 pk[16];
+        tile_sum += Row::exp_pack(s, scale, bias, pk);
+        // P chunk c covers columns [16 c, 16 c + 16): logits of chunks <= c, read already.
+        tmem::st_32x32b_x16(t_s + c * 16, pk);
       }
-      u32 pk[16];
-      tile_sum += Row::exp_pack(s, scale, bias, pk);
-      // P columns [16 c, 16 c + 16) hold S columns < 32 c + 32, which this thread has read.
-      tmem::st_32x32b_x16(t_s + c * 16, pk);
     }
     row.sum = fmaf(row.sum, corr, tile_sum);
   }
