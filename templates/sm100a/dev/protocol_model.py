@@ -11,9 +11,23 @@ copies, the in-order tensor-core queue, tcgen05.commit), and checks:
     P_i V(n); factors in smem are not overwritten before they are read; the epilogue reads the
     final O and reuses Q smem only after the last MMA reading Q.
 A model, not the kernel: it checks the protocol as written in the headers, not the PTX.
-Usage: protocol_model.py [trials]"""
+Usage: protocol_model.py [trials] | --mutants (each deliberate protocol bug must be caught)"""
 import random
 import sys
+
+# Deliberate protocol bugs (--mutants): the model must catch each one.
+# Value: True = must be caught. False = the wait is implied by another chain under in-order MMA
+# completion (the model shows it is redundant there; the kernel keeps it, as MAX does, because
+# the implication runs through several threads and tcgen05 fences the PTX model does not promise).
+MUTANTS = {
+    "mma_skips_p_wait": (True, "MMA issues P_i V without waiting for softmax_i's P"),
+    "mma_skips_o_empty": (True, "MMA accumulates into O_i without waiting for the correction"),
+    "producer_phase0": (True, "TMA producers start at phase 0 instead of 1"),
+    "early_v_release": (True, "V(n) released after O0 += P0 V(n) instead of after O1 += P1 V(n)"),
+    "correction_skips_o_wait": (False, "correction skips o[i].full (implied: c[i].full <- S_i(n) <- P_i V(n-1))"),
+    "softmax_skips_c_empty": (False, "softmax skips c[i].empty (implied: S_i(n+1) <- o[i].empty <- read)"),
+}
+MUT = set()
 
 
 class Bar:
@@ -94,7 +108,8 @@ def run(N, S, QK, seed):
     def load():
         if N == 0:
             return
-        kp, vp = PhaseState(KS, 1), PhaseState(S, 1)
+        ph = 0 if "producer_phase0" in MUT else 1
+        kp, vp = PhaseState(KS, ph), PhaseState(S, ph)
 
         def tma(dst, barname, nbytes, on_land):
             st["tma"].append((barname, nbytes, on_land))
@@ -145,11 +160,13 @@ def run(N, S, QK, seed):
             tc_issue(("mma", mid, kind, tile, n, reads))
 
         def pv(tile, vslot, n):
-            yield from wait(f"s_empty{tile}", p_phase[tile], p_count[tile] + 1)
+            if "mma_skips_p_wait" not in MUT:
+                yield from wait(f"s_empty{tile}", p_phase[tile], p_count[tile] + 1)
             p_phase[tile] ^= 1
             p_count[tile] += 1
             o = o_prod[tile]
-            yield from wait(f"o_empty{tile}", o.phase, o.round)
+            if "mma_skips_o_empty" not in MUT:
+                yield from wait(f"o_empty{tile}", o.phase, o.round)
             mma_op("pv", tile, n, [("v", vslot)])
             tc_issue(("commit", f"o_final{tile}" if n == N - 1 else f"o_full{tile}"))
             o.advance()
@@ -167,7 +184,8 @@ def run(N, S, QK, seed):
             tc_issue(("commit", "s_full0"))
             if n > 0:
                 yield from pv(1, v_prev, n - 1)
-                tc_issue(("commit", f"v_empty{vc_rel.index}")); vc_rel.advance()
+                if "early_v_release" not in MUT:
+                    tc_issue(("commit", f"v_empty{vc_rel.index}")); vc_rel.advance()
             if n == 0:
                 yield from wait("q_full1", 0, 1)
             for c in range(QK):
@@ -178,8 +196,11 @@ def run(N, S, QK, seed):
             v_prev = vc_wait.index
             vc_wait.advance()
             yield from pv(0, v_prev, n)
+            if "early_v_release" in MUT:
+                tc_issue(("commit", f"v_empty{vc_rel.index}")); vc_rel.advance()
         yield from pv(1, v_prev, N - 1)
-        tc_issue(("commit", f"v_empty{vc_rel.index}")); vc_rel.advance()
+        if "early_v_release" not in MUT:
+            tc_issue(("commit", f"v_empty{vc_rel.index}")); vc_rel.advance()
 
     # ---------------- softmax WG i (128 threads modelled as one agent arriving 128 times) ----------------
     def softmax(i):
@@ -190,9 +211,9 @@ def run(N, S, QK, seed):
             st["s_read"][(i, n)] = True
             yield
             if n > 0:
-                yield from wait(f"c_empty{i}", c_prod.phase, c_prod.round)
-                assert (i, n - 1) not in st["corr_written"] or st["corr_read"].get((i, n - 1)) or n - 1 == 0, \
-                    f"factor ({i},{n-1}) overwritten before it was read"
+                if "softmax_skips_c_empty" not in MUT:
+                    yield from wait(f"c_empty{i}", c_prod.phase, c_prod.round)
+                assert n == 1 or st["corr_read"].get((i, n - 1)), f"factor ({i},{n-1}) overwritten before it was read"
                 st["corr_written"][(i, n)] = True
                 B[f"c_full{i}"].arrive(128)
                 c_prod.advance()
@@ -217,7 +238,8 @@ def run(N, S, QK, seed):
                 assert st["corr_written"].get((i, n)), f"correction reads factor ({i},{n}) before it was written"
                 st["corr_read"][(i, n)] = True
                 B[f"c_empty{i}"].arrive(128); cc[i].advance()
-                yield from wait(f"o_full{i}", oc[i].phase, oc[i].round + 1)
+                if "correction_skips_o_wait" not in MUT:
+                    yield from wait(f"o_full{i}", oc[i].phase, oc[i].round + 1)
                 assert ("pv", i, n - 1) in st["executed"] and ("pv", i, n) not in st["executed"], \
                     f"rescale of O{i} at {n} out of order"
                 st["o_rescaled"][(i, n)] = True
@@ -259,7 +281,7 @@ def run(N, S, QK, seed):
     steps = 0
     while roles or st["tma"] or st["tc"]:
         steps += 1
-        if steps > 200000:
+        if steps > 20000:
             raise AssertionError(f"deadlock: roles {sorted(roles)} pending, barriers "
                                  + ", ".join(f"{b.name}:{b.completed}" for b in B.values()))
         choice = rng.random()
@@ -275,7 +297,31 @@ def run(N, S, QK, seed):
     return steps
 
 
+def mutants(trials):
+    """Each deliberate bug must make some run fail (assertion or deadlock)."""
+    ok = True
+    for m, (must, what) in MUTANTS.items():
+        MUT.clear(); MUT.add(m)
+        caught = None
+        for t in range(trials):
+            for N in (2, 3, 5):
+                try:
+                    run(N, 2, 2, seed=t * 7 + N)
+                except AssertionError as e:
+                    caught = str(e).split(", barriers")[0]
+                    break
+            if caught:
+                break
+        verdict = ("caught: " + caught) if caught else ("not caught (expected: implied)" if not must else "NOT CAUGHT")
+        print(f"mutant {m:24s} {verdict}  [{what}]")
+        ok = ok and (caught is not None or not must)
+    MUT.clear()
+    return ok
+
+
 def main():
+    if "--mutants" in sys.argv:
+        sys.exit(0 if mutants(50) else 1)
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     shapes = [("d128", 2, 2), ("d64", 4, 1), ("S2/QK1", 2, 1), ("S3/QK2", 3, 2)]
     total = 0
