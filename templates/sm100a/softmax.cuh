@@ -17,15 +17,25 @@
 namespace fa4 {
 namespace sm100a {
 
-// Exponentials per 32-column batch that go to exp2_poly3: pairs with (pair % kPolyEvery ==
-// kPolyEvery - 1), i.e. 1 in 4 pairs (MAX [Feb]); 0 puts every exponential on MUFU.
-constexpr int kPolyEvery = 4;
+// Exponentials that go to exp2_poly3 (FMA pipe) instead of MUFU: in each 32-column batch the
+// pairs with pair % N == N - 1, i.e. 1 pair in 4 by default (MAX [Feb]); 0 = all MUFU (B300 has
+// fast ex2). A Config may override it with `static constexpr int kExp2PolyEvery`.
+template <class C, class = void>
+struct Exp2PolyEvery {
+  static constexpr int value = 4;
+};
+template <class C>
+struct Exp2PolyEvery<C, decltype(void(C::kExp2PolyEvery))> {
+  static constexpr int value = C::kExp2PolyEvery;
+};
 
 template <class Config, class Mask, class ScoreMod>
 struct SoftmaxRow {
   using T = Traits<Config>;
   using Element = typename T::Element;
   static constexpr bool kIdentity = ScoreMod::kIsIdentity;
+  static constexpr int kPolyEvery = Exp2PolyEvery<Config>::value;
+  static_assert(kPolyEvery >= 0, "kExp2PolyEvery: 0 (off) or N (1 pair in N)");
 
   const FwdParams& p;
   mask::Ctx ctx;
@@ -77,7 +87,9 @@ struct SoftmaxRow {
     for (int j = 0; j < 16; ++j) {
       const float x0 = fmaf(s[2 * j], scale, -bias), x1 = fmaf(s[2 * j + 1], scale, -bias);
       float e0, e1;
-      if (kPolyEvery > 0 && j % kPolyEvery == kPolyEvery - 1) {
+      bool poly = false;
+      if constexpr (kPolyEvery > 0) poly = j % kPolyEvery == kPolyEvery - 1;
+      if (poly) {
         e0 = softmax::exp2_poly3(x0);
         e1 = softmax::exp2_poly3(x1);
       } else {
