@@ -39,7 +39,7 @@ struct SoftmaxRow {
 
   const FwdParams& p;
   mask::Ctx ctx;
-  int q;               // this thread's query row in the sequence
+  int q;               // this thread's query row, clamped to seqlen_q - 1 (rows past it are not stored)
   int k_lo;            // first key of the current tile
   mask::TileClass cls; // for this Q tile and KV tile
   bool bounded;        // tile reaches past seqlen_k
@@ -50,10 +50,11 @@ struct SoftmaxRow {
     if (cls == mask::kSkip) return 0u;
     const int valid = ctx.seqlen_k - k0;  // keys past seqlen_k are never visible
     u32 bits = valid >= 32 ? ~0u : (valid <= 0 ? 0u : (1u << valid) - 1u);
-    if (cls == mask::kPartial) {
+    if (cls == mask::kPartial) {  // masks never see keys >= seqlen_k (DEVICE_ABI)
       u32 vis = 0u;
+      const int n = min(32, valid);
 #pragma unroll 1
-      for (int j = 0; j < 32; ++j) vis |= static_cast<u32>(Mask::visible(q, k0 + j, ctx)) << j;
+      for (int j = 0; j < n; ++j) vis |= static_cast<u32>(Mask::visible(q, k0 + j, ctx)) << j;
       bits &= vis;
     }
     return bits;
@@ -67,10 +68,13 @@ struct SoftmaxRow {
   __device__ __forceinline__ void transform(float (&s)[32], int col0) const {
     if constexpr (!kIdentity) {
       if (cls != mask::kSkip) {
+        // Keys past seqlen_k are masked below; clamping their index keeps a score-mod that
+        // reads memory by kv_idx inside the sequence (the value is discarded).
         const ScoreMod mod{};
+        const int k_last = bounded ? ctx.seqlen_k - 1 : 0x7fffffff;
 #pragma unroll
         for (int j = 0; j < 32; ++j)
-          s[j] = mod(s[j] * p.softmax_scale, ctx.batch, ctx.q_head, q, k_lo + col0 + j, p) * kLog2e;
+          s[j] = mod(s[j] * p.softmax_scale, ctx.batch, ctx.q_head, q, min(k_lo + col0 + j, k_last), p) * kLog2e;
       }
     }
     if (cls != mask::kFull || bounded) {
@@ -132,7 +136,9 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
 
   const int q_lo = w.m0 + tile * T::kTileM;
   const int q_hi = min(q_lo + T::kTileM, w.seq.seqlen_q);
-  Row row_ctx{p, w.mask_ctx(p), q_lo + r, 0, mask::kFull, false};
+  // Masks and score-mods only see rows inside the sequence; rows past it are computed on a
+  // clamped index and never stored.
+  Row row_ctx{p, w.mask_ctx(p), min(q_lo + r, w.seq.seqlen_q - 1), 0, mask::kFull, false};
   softmax::RowState row;
   row.init();
 
