@@ -46,14 +46,16 @@ struct MmaIssuer {
   // O_tile (+)= P_tile V. P: BN 16-bit values per lane packed in BN/2 columns, a k16 step is
   // 8 columns. V slot: Dp/64 boxes of [BN keys][64 depth]; a k16 step is 16 key rows = 2048
   // bytes (two whole swizzle atoms); LBO steps between the 64-wide depth boxes.
-  __device__ __forceinline__ void pv(int tile, u32 v_slot, bool accumulate) const {
+  // k_steps < BN/16 on the last tile: key blocks entirely past seqlen_k are not multiplied
+  // (MAX's mma_maybe_partial_k), so rows there (padding, seqused_k tail) never reach O.
+  __device__ __forceinline__ void pv(int tile, u32 v_slot, bool accumulate, int k_steps) const {
     // Rolled: one descriptor and one TMEM address advance per step keeps the MMA warp
     // within its 48 registers; issue cost is a few instructions per 128 x Dp x 16 MMA.
     u64 b = umma::smem_desc_sw128(v_smem + v_slot * T::kKVStageBytes, T::kBN * 128, 1024);
     u32 a = tmem + T::tmem_s(tile);
     const u32 d = tmem + T::tmem_o(tile);
 #pragma unroll 1
-    for (int kk = 0; kk < T::kBN / umma::kMmaK; ++kk) {
+    for (int kk = 0; kk < k_steps; ++kk) {
       umma::mma_ts(d, a, b, kIdescPV, (accumulate || kk > 0) ? 1u : 0u);
       b = umma::desc_advance(b, umma::kMmaK * 128);
       a += umma::kMmaK / 2;
@@ -66,8 +68,11 @@ __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned 
                                     SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
   using T = Traits<Config>;
   if (!elect_one_sync()) return;
-  const int N = make_work<Config, Mask>(p).num_tiles;  // the same tiles as every other role
+  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
+  const int N = w.num_tiles;
   if (N == 0) return;
+  constexpr int kSteps = T::kBN / umma::kMmaK;
+  const int last_steps = min(kSteps, ceil_div(w.seq.seqlen_k - (w.n_begin + N - 1) * T::kBN, umma::kMmaK));
 
   const MmaIssuer<Config> issue{tmem_base, smem_u32(smem + T::kQOff), smem_u32(smem + T::kKOff),
                                 smem_u32(smem + T::kVOff)};
@@ -81,7 +86,7 @@ __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned 
     sp[tile].wait_p();
     auto st = o_prod[tile].acquire();
     tmem::fence_after();
-    issue.pv(tile, v_slot, n > 0);
+    issue.pv(tile, v_slot, n > 0, n == N - 1 ? last_steps : kSteps);
     umma::commit(n == N - 1 ? &bars.o_final[tile] : st.full_barrier());
   };
 
