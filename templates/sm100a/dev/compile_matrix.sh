@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles every sm100a variant of dev/harness.cu (no GPU needed) and checks each one:
-#   nvcc -cubin -Xptxas -v : 0 bytes spill stores/loads, static + dynamic smem <= 232448
+#   nvcc -cubin -Xptxas -v : 0 bytes spill stores/loads, static + dynamic smem <= 232448, no warnings
 #   nvcc -ptx              : contains tcgen05.mma, tcgen05.ld, tcgen05.st, tcgen05.commit,
 #                            cp.async.bulk.tensor, setmaxnreg
 #   NVRTC (as the runtime) : compiles with -I templates only (skipped if libnvrtc is missing)
@@ -69,6 +69,8 @@ one() {
   else dyn=$((2 * (256 * 128 + 2 * 2 * 128 * 128) + 256 * 4 + 1024)); fi
   local smem=$((dyn + smem_static))
   [ "${spill_st:-x}" = 0 ] && [ "${spill_ld:-x}" = 0 ] || { rc=1; why="$why spills"; }
+  # e.g. ptxas C7508 "'setmaxnreg' ignored", front-end diagnostics
+  grep -qi "warning" "$out.log" && { rc=1; why="$why warnings"; }
   [ "$smem" -le "$SMEM_LIMIT" ] || { rc=1; why="$why smem"; }
   local nvrtc="n/a"
   if [ -n "$NVRTC_BIN" ]; then
