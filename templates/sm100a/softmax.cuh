@@ -1,0 +1,242 @@
+// SM100MHA2Q.softmax: two warpgroups, WG i owns Q tile i (rows m0 + 128 i ..), S_i/P_i and O_i.
+// One thread per row: thread t of the WG reads TMEM lane t, so row max and row sum need no
+// shuffles. Per KV tile:
+//   wait S_i -> load S (32-column tcgen05.ld batches) -> score-mod, mask -> row max
+//   -> RowState::update_max (lazy rescale: keep the stale max unless it grew by > 2^8)
+//   -> factor to the correction WG through smem (not for the first tile: O is still empty)
+//   -> P = exp2(s * scale - bias), part of the pairs on the FMA pipe (exp2_poly3)
+//   -> P as 16-bit over S in TMEM (tcgen05.st) -> signal P_i (releases the S/P slot).
+// All math is fa4::softmax (shared with sm80/sm90a, which run it on a GPU).
+#pragma once
+#include "common/mask.cuh"
+#include "common/softmax.cuh"
+#include "sm100a/traits.cuh"
+#include "sm100a/pipelines.cuh"
+#include "sm100a/epilogue.cuh"
+
+namespace fa4 {
+namespace sm100a {
+
+// Exponentials that go to exp2_poly3 (FMA pipe) instead of MUFU: in each 32-column batch the
+// pairs with pair % N == N - 1, i.e. 1 pair in 4 by default (MAX [Feb]); 0 = all MUFU (B300 has
+// fast ex2). A Config may override it with `static constexpr int kExp2PolyEvery`.
+template <class C, class = void>
+struct Exp2PolyEvery {
+  static constexpr int value = 4;
+};
+template <class C>
+struct Exp2PolyEvery<C, decltype(void(C::kExp2PolyEvery))> {
+  static constexpr int value = C::kExp2PolyEvery;
+};
+
+template <class Config, class Mask, class ScoreMod>
+struct SoftmaxRow {
+  using T = Traits<Config>;
+  using Element = typename T::Element;
+  static constexpr bool kIdentity = ScoreMod::kIsIdentity;
+  static constexpr int kPolyEvery = Exp2PolyEvery<Config>::value;
+  static_assert(kPolyEvery >= 0, "kExp2PolyEvery: 0 (off) or N (1 pair in N)");
+
+  const FwdParams& p;
+  mask::Ctx ctx;
+  int q;               // this thread's query row, clamped to seqlen_q - 1 (rows past it are not stored)
+  int k_lo;            // first key of the current tile
+  mask::TileClass cls; // for this Q tile and KV tile
+  bool bounded;        // tile reaches past seqlen_k
+
+  // Visibility of keys [k0, k0 + 32) for this row, bit j = key k0 + j (FA4's R2P idea): the
+  // per-key mask runs in a rolled loop (small code), the select on the scores is unrolled.
+  __device__ __forceinline__ u32 visible_bits(int k0) const {
+    if (cls == mask::kSkip) return 0u;
+    const int valid = ctx.seqlen_k - k0;  // keys past seqlen_k are never visible
+    u32 bits = valid >= 32 ? ~0u : (valid <= 0 ? 0u : (1u << valid) - 1u);
+    if (cls == mask::kPartial) {  // masks never see keys >= seqlen_k (DEVICE_ABI)
+      u32 vis = 0u;
+      const int n = min(32, valid);
+#pragma unroll 1
+      for (int j = 0; j < n; ++j) vis |= static_cast<u32>(Mask::visible(q, k0 + j, ctx)) << j;
+      bits &= vis;
+    }
+    return bits;
+  }
+
+  // Whether transform() changes anything on this tile (uniform over the warpgroup).
+  __device__ __forceinline__ bool transforms() const { return !kIdentity || cls != mask::kFull || bounded; }
+
+  // Scores -> logits in the RowState units: raw s for identity (scale_log2 is folded into the
+  // exp2 FMA), score_mod(s * softmax_scale) * log2(e) otherwise. Masked keys -> -inf.
+  __device__ __forceinline__ void transform(float (&s)[32], int col0) const {
+    if constexpr (!kIdentity) {
+      if (cls != mask::kSkip) {
+        // Keys past seqlen_k are masked below; clamping their index keeps a score-mod that
+        // reads memory by kv_idx inside the sequence (the value is discarded).
+        const ScoreMod mod{};
+        const int k_last = bounded ? ctx.seqlen_k - 1 : 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+          s[j] = mod(s[j] * p.softmax_scale, ctx.batch, ctx.q_head, q, min(k_lo + col0 + j, k_last), p) * kLog2e;
+      }
+    }
+    if (cls != mask::kFull || bounded) {
+      const u32 bits = visible_bits(k_lo + col0);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s[j] = (bits >> j) & 1u ? s[j] : kNegInf;
+    }
+  }
+
+  // P for 32 logits -> 16 packed columns; returns their fp32 sum.
+  __device__ __forceinline__ static float exp_pack(const float (&s)[32], float scale, float bias, u32 (&pk)[16]) {
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float x0 = fmaf(s[2 * j], scale, -bias), x1 = fmaf(s[2 * j + 1], scale, -bias);
+      float e0, e1;
+      bool poly = false;
+      if constexpr (kPolyEvery > 0) poly = j % kPolyEvery == kPolyEvery - 1;
+      if (poly) {
+        e0 = softmax::exp2_poly3(x0);
+        e1 = softmax::exp2_poly3(x1);
+      } else {
+        e0 = exp2_approx(x0);
+        e1 = exp2_approx(x1);
+      }
+      sum0 += e0;
+      sum1 += e1;
+      pk[j] = pack2<Element>(e0, e1);
+    }
+    return sum0 + sum1;
+  }
+};
+
+__device__ __forceinline__ void to_float(const u32 (&r)[32], float (&s)[32]) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) s[j] = __uint_as_float(r[j]);
+}
+
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& tma, u32 tmem_base,
+                                           unsigned char* smem,
+                                           SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars,
+                                           int tile) {
+  using T = Traits<Config>;
+  using Row = SoftmaxRow<Config, Mask, ScoreMod>;
+  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
+  constexpr int kChunks = T::kBN / 32;
+  // Identity score-mod and BN <= 128: the whole row of S stays in registers (one TMEM read,
+  // FA4's way). Otherwise (BN = 192 for d64 would not fit in 192 registers; score-mods would
+  // be inlined once per 32-column batch) two rolled passes: pass 1 reads S, applies the
+  // score-mod and mask, takes the max and writes the logits back over S (fp32, own lane);
+  // pass 2 reads them again for the exponentials.
+  constexpr bool kRowInRegisters = T::kBN <= 128 && ScoreMod::kIsIdentity;
+
+  const int r = threadIdx.x % 128;
+  const u32 t_s = tmem_base + tmem::warp_lane_base() + T::tmem_s(tile);
+  float* corr_smem = reinterpret_cast<float*>(smem + T::kCorrOff) + tile * T::kTileM;
+  const float scale = Row::kIdentity ? p.scale_log2 : 1.0f;
+
+  const int q_lo = w.m0 + tile * T::kTileM;
+  const int q_hi = min(q_lo + T::kTileM, w.seq.seqlen_q);
+  // Masks and score-mods only see rows inside the sequence; rows past it are computed on a
+  // clamped index and never stored.
+  Row row_ctx{p, w.mask_ctx(p), min(q_lo + r, w.seq.seqlen_q - 1), 0, mask::kFull, false};
+  softmax::RowState row;
+  row.init();
+
+  SPConsumer s_cons(&bars.s[tile]);
+  CorrProducer c_prod(&bars.c[tile]);
+
+#pragma unroll 1
+  for (int n = 0; n < w.num_tiles; ++n) {
+    row_ctx.k_lo = (w.n_begin + n) * T::kBN;
+    row_ctx.cls = q_hi > q_lo ? Mask::classify(q_lo, q_hi, row_ctx.k_lo, row_ctx.k_lo + T::kBN, row_ctx.ctx)
+                              : mask::kSkip;
+    row_ctx.bounded = row_ctx.k_lo + T::kBN > w.seq.seqlen_k;
+
+    auto s_stage = s_cons.acquire();  // S_i(n) is in TMEM; scope exit publishes P_i(n)
+    tmem::fence_after();
+
+    float tile_max = kNegInf;
+    float s_all[kRowInRegisters ? T::kBN : 1];
+    if constexpr (kRowInRegisters) {
+      u32 raw[kChunks][32];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) tmem::ld_32x32b_x32(t_s + c * 32, raw[c]);
+      tmem::wait_ld();
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        tmem::pin(raw[c]);
+        float s[32];
+        to_float(raw[c], s);
+        row_ctx.transform(s, c * 32);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          s_all[c * 32 + j] = s[j];
+          tile_max = fmaxf(tile_max, s[j]);
+        }
+      }
+    } else {
+      const bool rewrite = row_ctx.transforms();
+#pragma unroll 1
+      for (int c = 0; c < kChunks; ++c) {
+        u32 raw[32];
+        tmem::ld_32x32b_x32(t_s + c * 32, raw);
+        tmem::wait_ld();
+        tmem::pin(raw);
+        if (rewrite) {
+          float s[32];
+          to_float(raw, s);
+          row_ctx.transform(s, c * 32);
+#pragma unroll
+          for (int j = 0; j < 32; ++j) raw[j] = __float_as_uint(s[j]);
+          tmem::st_32x32b_x32(t_s + c * 32, raw);
+        }
+#pragma unroll
+        for (int j = 0; j < 32; ++j) tile_max = fmaxf(tile_max, __uint_as_float(raw[j]));
+      }
+      if (rewrite) tmem::wait_st();  // pass 2 reads the logits back
+    }
+
+    const float corr = row.update_max(tile_max, scale);
+    if (n > 0) {  // O_i holds earlier tiles: the correction WG rescales it if corr < 1
+      auto c_stage = c_prod.acquire();
+      corr_smem[r] = corr;
+      c_stage.arrive();
+    }
+    const float bias = row.exp_bias(scale);
+
+    float tile_sum = 0.f;
+    if constexpr (kRowInRegisters) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        float s[32];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) s[j] = s_all[c * 32 + j];
+        u32 pk[16];
+        tile_sum += Row::exp_pack(s, scale, bias, pk);
+        // P columns [16 c, 16 c + 16) hold S columns < 32 c + 32, all read already.
+        tmem::st_32x32b_x16(t_s + c * 16, pk);
+      }
+    } else {
+#pragma unroll 1
+      for (int c = 0; c < kChunks; ++c) {
+        u32 raw[32];
+        tmem::ld_32x32b_x32(t_s + c * 32, raw);
+        tmem::wait_ld();
+        tmem::pin(raw);
+        float s[32];
+        to_float(raw, s);
+        u32 pk[16];
+        tile_sum += Row::exp_pack(s, scale, bias, pk);
+        // P chunk c covers columns [16 c, 16 c + 16): logits of chunks <= c, read already.
+        tmem::st_32x32b_x16(t_s + c * 16, pk);
+      }
+    }
+    row.sum = fmaf(row.sum, corr, tile_sum);
+  }
+
+  if (p.sinks) row.add_sink(p.sinks[w.seq.q_head] * kLog2e, scale);
+  epilogue<Config>(w, p, tma, tmem_base, smem, bars, tile, row.inv_sum(), row.lse(scale));
+}
+
+}  // namespace sm100a
+}  // namespace fa4

@@ -1,0 +1,120 @@
+// Everything every role derives from Config the same way: tile shapes, the shared-memory
+// map, the TMEM column map, and the per-CTA work description (which Q rows, which KV tiles).
+// Roles never exchange these; they recompute them, so they agree by construction.
+#pragma once
+#include "common/prelude.cuh"
+#include "common/sequence.cuh"
+#include "common/mask.cuh"
+
+namespace fa4 {
+namespace sm100a {
+
+template <class A, class B> struct is_same { static constexpr bool value = false; };
+template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+
+template <class Config>
+struct Traits {
+  using Element = typename Config::Element;
+  using OutElement = typename Config::OutElement;
+  static constexpr int kElemBytes = 2;
+
+  static constexpr int kBM = Config::kBM;           // CTA rows: two Q tiles
+  static constexpr int kTileM = 128;                // one Q tile = one MMA M = the 128 TMEM lanes
+  static constexpr int kNumQTiles = kBM / kTileM;   // 2
+  static constexpr int kBN = Config::kBN;
+  static constexpr int kDepth = Config::kDepth;
+  static constexpr int kDp = Config::kPaddedDepth;
+  static constexpr int kStages = Config::kNumKVStages;
+  static constexpr int kQKStages = Config::kNumQKStages;
+  static constexpr int kBK0 = kDp / kQKStages;      // depth per K chunk (one K barrier each)
+  static constexpr int kKSlots = kStages * kQKStages;
+  static constexpr int kBox = 64;                   // TMA box width: 64 x 16-bit = one 128-byte swizzle row
+  static constexpr int kThreads = 512;
+
+  static_assert(Config::kNumThreads == kThreads, "sm100a: 16 warps (2 softmax WGs, correction WG, MMA, load)");
+  static_assert(kBM == 256 && kNumQTiles == 2, "sm100a: BM = 256 = two Q tiles of 128 rows");
+  static_assert(Config::kSwizzleBytes == 128, "sm100a: 128-byte swizzle");
+  static_assert(kDp % kBox == 0 && kDp >= 64 && kDp <= 128, "sm100a: padded depth 64 or 128");
+  static_assert(kDepth <= kDp, "depth fits the padded depth");
+  static_assert(Config::kBK0 == kBK0 && kBK0 % kBox == 0, "K chunk = whole 64-wide boxes");
+  static_assert(kBN % 32 == 0 && kBN >= 64 && kBN <= 256, "BN: MMA N (M = 128 needs N % 16 == 0, <= 256), 32-col batches");
+  static_assert(kStages >= 2, "V(n) is held until O1 += P1 V(n) one iteration later: needs 2 V slots");
+  static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "16-bit Q/K/V/O");
+
+  // ---- TMEM columns (fp32, 128 lanes) ----
+  static constexpr u32 kTmemS0 = 0;                 // S0, then P0 (16-bit, packed 2 per column) over it
+  static constexpr u32 kTmemS1 = kBN;
+  static constexpr u32 kTmemO0 = 2 * kBN;
+  static constexpr u32 kTmemO1 = 2 * kBN + kDp;
+  static_assert(2 * kBN + 2 * kDp <= 512, "TMEM budget: S0, S1, O0, O1 in 512 columns");
+  __device__ __forceinline__ static constexpr u32 tmem_s(int tile) { return tile == 0 ? kTmemS0 : kTmemS1; }
+  __device__ __forceinline__ static constexpr u32 tmem_o(int tile) { return tile == 0 ? kTmemO0 : kTmemO1; }
+
+  // ---- shared memory (byte offsets from a 1024-aligned base) ----
+  static constexpr int kQTileBytes = kTileM * kDp * kElemBytes;  // Dp/64 boxes of [128][64]
+  static constexpr int kKChunkBytes = kBN * kBK0 * kElemBytes;   // BK0/64 boxes of [BN][64]
+  static constexpr int kKVStageBytes = kBN * kDp * kElemBytes;   // Dp/64 boxes of [BN][64]
+  static constexpr int kQOff = 0;                                 // Q0, Q1; O staging reuses them
+  static constexpr int kKOff = kQOff + kNumQTiles * kQTileBytes;
+  static constexpr int kVOff = kKOff + kStages * kKVStageBytes;
+  static constexpr int kCorrOff = kVOff + kStages * kKVStageBytes;
+  static constexpr int kBarOff = kCorrOff + kBM * 4;
+  static constexpr int kSmemBytes = kBarOff + 1024;
+  static_assert(kSmemBytes == kElemBytes * (kBM * kDp + 2 * kStages * kBN * kDp) + kBM * 4 + 1024,
+                "the DEVICE_ABI sm100a shared-memory formula");
+  static_assert(Config::kSmemBytes >= kSmemBytes, "host launches with the formula's bytes");
+  static_assert(kSmemBytes <= 232448, "B200: 228 KiB - 1 KiB per CTA");
+  static_assert(kKOff % 1024 == 0 && kVOff % 1024 == 0 && kKChunkBytes % 1024 == 0 && kQTileBytes % 1024 == 0,
+                "swizzle atoms are 1024-byte aligned");
+};
+
+// The work of one CTA: one batch, one q head, Q rows [m0, m0 + 256), KV tiles
+// [n_begin, n_begin + num_tiles) of kBN keys. Every role builds it from the same inputs.
+struct Work {
+  SeqInfo seq;
+  int m0;         // first Q row of the CTA (tile i starts at m0 + 128 i)
+  int n_begin;    // first KV tile index
+  int num_tiles;  // KV tiles to process (0: nothing visible, write O = 0, LSE = -inf)
+  int q_row0;     // TMA row coordinate of sequence row 0 (varlen: packed offset)
+  int q_batch;    // TMA batch coordinate (varlen: 0)
+  int k_row0;
+  int k_batch;
+  bool valid;     // false: this CTA's rows are all past seqlen_q (varlen grid is over the max)
+
+  __device__ __forceinline__ mask::Ctx mask_ctx(const FwdParams& p) const {
+    return mask::Ctx{seq.batch, seq.q_head, seq.seqlen_q, seq.seqlen_k, &p};
+  }
+};
+
+template <class Config, class Mask>
+__device__ __forceinline__ Work make_work(const FwdParams& p) {
+  using T = Traits<Config>;
+  Work w;
+  const int b = blockIdx.z, h = blockIdx.y;
+  // Causal: the last Q tiles see the most keys; launch them first so the tail of the grid is short.
+  const int m_block = is_same<Mask, mask::Causal>::value ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                                                          : static_cast<int>(blockIdx.x);
+  w.seq = SeqInfo::make(p, b, h);
+  w.m0 = m_block * T::kBM;
+  w.q_row0 = p.cu_seqlens_q ? p.cu_seqlens_q[b] : 0;
+  w.q_batch = p.cu_seqlens_q ? 0 : b;
+  w.k_row0 = p.cu_seqlens_k ? p.cu_seqlens_k[b] : 0;
+  w.k_batch = p.cu_seqlens_k ? 0 : b;
+  w.valid = w.m0 < w.seq.seqlen_q;
+  w.n_begin = 0;
+  w.num_tiles = 0;
+  if (w.valid) {
+    const mask::Ctx c = w.mask_ctx(p);
+    const int q_hi = min(w.m0 + T::kBM, w.seq.seqlen_q);
+    const mask::KvRange r = Mask::kv_range(w.m0, q_hi, c);
+    const int end = min(r.end, w.seq.seqlen_k);
+    if (end > r.begin) {
+      w.n_begin = r.begin / T::kBN;
+      w.num_tiles = ceil_div(end, T::kBN) - w.n_begin;
+    }
+  }
+  return w;
+}
+
+}  // namespace sm100a
+}  // namespace fa4
