@@ -5,6 +5,7 @@
 #include "fa4jit/errors.hpp"
 #include "generator/source.hpp"
 #include "runtime/launch_args.hpp"
+#include "runtime/tma.hpp"
 
 namespace jit::detail {
 
@@ -67,22 +68,31 @@ CUfunction CompiledKernel::function_for_current_context() const {
   return fn;
 }
 
-void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
+LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
+  LaunchPlan plan;
   LaunchShape shape;
-  fa4::FwdParams params = pack_params(config_, args, &shape);  // throws before anything runs
-  const CUfunction fn = function_for_current_context();
-  fa4::TmaDescs tma{};
-  const bool uses_tma = config_.backend != Backend::portable;
-  if (uses_tma) tma = tma_.get(config_, args);
-  void* kernel_params[] = {&params, &tma};
+  plan.params = pack_params(config_, args, &shape);  // throws before anything runs
+  plan.uses_tma = config_.backend != Backend::portable;
+  if (plan.uses_tma) plan.tma = tma_.get(config_, args);
+  plan.grid[0] = static_cast<unsigned>((shape.max_seqlen_q + config_.config.BM - 1) / config_.config.BM);
+  plan.grid[1] = static_cast<unsigned>(shape.num_q_heads);
+  plan.grid[2] = static_cast<unsigned>(shape.batch);
+  plan.block = static_cast<unsigned>(config_.num_threads);
+  plan.smem_bytes = static_cast<unsigned>(config_.smem_bytes);
+  return plan;
+}
 
+void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
+  const CUfunction fn = function_for_current_context();  // arch check and module load first
+  LaunchPlan p = plan(args);
+  void* kernel_params[] = {&p.params, &p.tma};
   CUlaunchConfig cfg{};
-  cfg.gridDimX = static_cast<unsigned>((shape.max_seqlen_q + config_.config.BM - 1) / config_.config.BM);
-  cfg.gridDimY = static_cast<unsigned>(shape.num_q_heads);
-  cfg.gridDimZ = static_cast<unsigned>(shape.batch);
-  cfg.blockDimX = static_cast<unsigned>(config_.num_threads);
+  cfg.gridDimX = p.grid[0];
+  cfg.gridDimY = p.grid[1];
+  cfg.gridDimZ = p.grid[2];
+  cfg.blockDimX = p.block;
   cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = static_cast<unsigned>(config_.smem_bytes);
+  cfg.sharedMemBytes = p.smem_bytes;
   cfg.hStream = static_cast<CUstream>(stream);
   check(driver().cuLaunchKernelEx(&cfg, fn, kernel_params, nullptr), "cuLaunchKernelEx");
 }

@@ -24,11 +24,23 @@ class LoadedModule {
   CUfunction fn_ = nullptr;
 };
 
+// Everything a launch passes to the driver, computed before any driver launch call.
+struct LaunchPlan {
+  fa4::FwdParams params{};
+  fa4::TmaDescs tma{};
+  bool uses_tma = false;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block = 0;
+  unsigned smem_bytes = 0;
+};
+
 class CompiledKernel final : public Kernel {
  public:
   CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin, double compile_ms);
 
   void launch(const LaunchArgs& args, Stream stream) const override;
+  // Checks args and builds params, TMA maps (needs a driver, any GPU) and launch geometry.
+  LaunchPlan plan(const LaunchArgs& args) const;
   const ResolvedConfig& config() const override { return config_; }
   const std::string& key() const override { return key_; }
   const std::string& cubin() const override { return cubin_; }

@@ -19,14 +19,14 @@ namespace sm100a {
 
 // Exponentials that go to exp2_poly3 (FMA pipe) instead of MUFU: in each 32-column batch the
 // pairs with pair % N == N - 1, i.e. 1 pair in 4 by default (MAX [Feb]); 0 = all MUFU (B300 has
-// fast ex2). A Config may override it with `static constexpr int kExp2PolyEvery`.
+// fast ex2). A Config may override it with `static constexpr int kExp2EmulateEvery`.
 template <class C, class = void>
 struct Exp2PolyEvery {
   static constexpr int value = 4;
 };
 template <class C>
-struct Exp2PolyEvery<C, decltype(void(C::kExp2PolyEvery))> {
-  static constexpr int value = C::kExp2PolyEvery;
+struct Exp2PolyEvery<C, decltype(void(C::kExp2EmulateEvery))> {
+  static constexpr int value = C::kExp2EmulateEvery;
 };
 
 template <class Config, class Mask, class ScoreMod>
@@ -35,7 +35,7 @@ struct SoftmaxRow {
   using Element = typename T::Element;
   static constexpr bool kIdentity = ScoreMod::kIsIdentity;
   static constexpr int kPolyEvery = Exp2PolyEvery<Config>::value;
-  static_assert(kPolyEvery >= 0, "kExp2PolyEvery: 0 (off) or N (1 pair in N)");
+  static_assert(kPolyEvery >= 0, "kExp2EmulateEvery: 0 (off) or N (1 pair in N)");
 
   const FwdParams& p;
   mask::Ctx ctx;

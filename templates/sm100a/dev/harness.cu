@@ -4,7 +4,7 @@
 //   -DFA4_DEPTH=64|128  (d64: BN 192, 4 KV stages, 1 qk stage; d128: BN 128, 2, 2)
 //   -DFA4_MASK=0|1|2|3  None | Causal | SlidingWindow | And<Causal, Chunked>
 //   -DFA4_SCORE_MOD=0|1|2|3  Identity | Softcap | Alibi | a generated struct (user snippet)
-//   -DFA4_EXP2_POLY=N   optional Config::kExp2PolyEvery (0: every exp2 on MUFU; default 4)
+//   -DFA4_EXP2_POLY=N   optional Config::kExp2EmulateEvery (0: every exp2 on MUFU; default 4)
 #include "common/prelude.cuh"
 #include "common/sequence.cuh"
 #include "common/mask.cuh"
@@ -46,7 +46,7 @@ struct Config {
       2 * (kBM * kPaddedDepth + 2 * kNumKVStages * kBN * kPaddedDepth) + kBM * 4 + 1024;
   static constexpr int kArch = 100;
 #ifdef FA4_EXP2_POLY
-  static constexpr int kExp2PolyEvery = FA4_EXP2_POLY;
+  static constexpr int kExp2EmulateEvery = FA4_EXP2_POLY;
 #endif
 };
 #if FA4_MASK == 0
