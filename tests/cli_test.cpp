@@ -1,0 +1,123 @@
+// The fa4jit command line, run as a real process on a private cache directory.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "fa4jit/errors.hpp"
+#include "runtime/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int rc;
+  std::string out;  // stdout + stderr
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("fa4jit_cli_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result run(const std::string& args) const {
+    const std::string cmd =
+        "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= " FA4JIT_CLI " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+    const int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  }
+  fs::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+  fs::path dir_;
+};
+
+TEST_F(Cli, InfoWorksWithoutAGpu) {
+  const Result r = run("info");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("nvrtc: 13."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sm_100a"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, GenPrintsDeterministicSource) {
+  const Result a = run("gen --preset llama3-8b --arch sm_90a");
+  const Result b = run("gen --preset llama3-8b --arch sm_90a");
+  EXPECT_EQ(a.rc, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out.find("extern \"C\" __global__"), std::string::npos);
+  EXPECT_NE(a.out.find("kGroup = 4"), std::string::npos);
+  const Result key = run("gen --preset llama3-8b --arch sm_90a --key");
+  EXPECT_EQ(key.out.size(), 33u) << key.out;  // 32 hex chars + newline
+}
+
+TEST_F(Cli, PrewarmCompilesThenHits) {
+  const auto cfg = write("c.json", R"({"configs": [{"depth": 64, "mask": "causal"}], "presets": ["llama3-8b"]})");
+  const Result first = run("prewarm --config " + cfg.string() + " --arch sm_90a,sm_100a --jobs 2");
+  EXPECT_EQ(first.rc, 0) << first.out;
+  EXPECT_NE(first.out.find("4 kernels: 4 compiled, 0 hit, 0 failed"), std::string::npos) << first.out;
+  const Result second = run("prewarm --config " + cfg.string() + " --arch sm_90a,sm_100a --jobs 2");
+  EXPECT_EQ(second.rc, 0) << second.out;
+  EXPECT_NE(second.out.find("4 kernels: 0 compiled, 4 hit, 0 failed"), std::string::npos) << second.out;
+  const Result ls = run("cache ls");
+  EXPECT_EQ(ls.rc, 0) << ls.out;
+  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 4) << ls.out;
+}
+
+TEST_F(Cli, PrewarmNamesAFailingKernelAndExitsNonZero) {
+  const auto cfg = write("bad.json", R"([{"depth": 128, "score_mod": {"kind": "custom", "snippet": "return nope;"}}])");
+  const Result r = run("prewarm --config " + cfg.string() + " --arch sm_90a");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("failed: sm_90a d128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("score_mod(1)"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, BadConfigIsRefusedNamingTheField) {
+  const auto cfg = write("typo.json", R"({"depht": 64})");
+  const Result r = run("gen --config " + cfg.string() + " --arch sm_90a");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("unknown field 'depht'"), std::string::npos) << r.out;
+  const Result arch = run("prewarm --preset default --arch sm_70");
+  EXPECT_NE(arch.rc, 0);
+  EXPECT_NE(arch.out.find("arch: 'sm_70' is not supported"), std::string::npos) << arch.out;
+}
+
+TEST_F(Cli, RunRefusesMissingInputsClearly) {
+  const auto cfg = write("c.json", R"({"depth": 64})");
+  const Result r = run("run --config " + cfg.string() + " --inputs " + (dir_ / "none.safetensors").string() +
+                       " --output " + (dir_ / "o.safetensors").string() + " --arch sm_90a");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+}
+
+TEST(Safetensors, RoundTripsAndRejectsTruncatedFiles) {
+  const fs::path p = fs::temp_directory_path() / "fa4jit_st_test.safetensors";
+  std::map<std::string, jit::safetensors::TensorData> t;
+  t["q"] = {"BF16", {1, 3, 2, 4}, std::string(48, '\x11')};
+  t["lse"] = {"F32", {1, 2, 3}, std::string(24, '\x22')};
+  jit::safetensors::write(p, t);
+  const auto back = jit::safetensors::read(p);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back.at("q").shape, t["q"].shape);
+  EXPECT_EQ(back.at("q").bytes, t["q"].bytes);
+  EXPECT_EQ(back.at("lse").dtype, "F32");
+  fs::resize_file(p, fs::file_size(p) - 5);
+  EXPECT_THROW(jit::safetensors::read(p), jit::Error);
+  fs::remove(p);
+}
+
+}  // namespace
