@@ -1,0 +1,68 @@
+// KVBuffer: the K and V rings of kStages tiles of [kBN][D] in shared memory (the seeds'
+// KVBufferImpl, with cp.async replacing the register-staged global -> register -> shared hop):
+//   load_from_dram(n, stage)  issue 16-byte cp.async copies of K and V tile n into one stage;
+//   copy_to_shared<N>()       wait until the stage's copies landed and are visible CTA-wide;
+//   load_k_from_shared / load_v_from_shared   ldmatrix the B fragments of one MMA k-step.
+#pragma once
+#include "common/sequence.cuh"
+#include "sm80/smem_tile.cuh"
+
+namespace fa4 {
+namespace sm80 {
+
+template <class T>
+struct KVBuffer {
+  using Tile = SmemTile<T, T::kBN>;
+  using Element = typename T::Element;
+
+  const Element* k_gmem;
+  const Element* v_gmem;
+  long long k_stride, v_stride;
+  int seqlen_k;
+  u32 k_smem, v_smem;  // ring bases (stage s at + s * kKVStageBytes)
+  LaneOffset<T> k_lane, v_lane;  // this lane's ldmatrix address inside a stage
+
+  __device__ __forceinline__ void init(const FwdParams& p, const SeqInfo& seq, u32 smem_k, u32 smem_v, int lane) {
+    k_gmem = static_cast<const Element*>(p.k) + seq.k_offset;
+    v_gmem = static_cast<const Element*>(p.v) + seq.v_offset;
+    k_stride = p.k_row_stride;
+    v_stride = p.v_row_stride;
+    seqlen_k = seq.seqlen_k;
+    k_smem = smem_k;
+    v_smem = smem_v;
+    // ldmatrix x4 on K (non-trans): matrices {keys 0-7, k 0-7}, {keys 0-7, k 8-15},
+    // {keys 8-15, k 0-7}, {keys 8-15, k 8-15} = (b0, b1) of n-block 2j, then of 2j+1.
+    const int mi = lane >> 3;
+    k_lane = LaneOffset<T>::make((lane & 7) + ((mi >> 1) << 3), mi & 1);
+    // ldmatrix x4.trans on V: matrices {keys 0-7, d 0-7}, {keys 8-15, d 0-7}, {keys 0-7, d 8-15},
+    // {keys 8-15, d 8-15} = (b0, b1) of depth block 2j, then of 2j+1.
+    v_lane = LaneOffset<T>::make((lane & 7) + ((mi & 1) << 3), mi >> 1);
+  }
+
+  __device__ __forceinline__ void load_from_dram(int n, int stage, int tid) const {
+    const int row0 = n * T::kBN;
+    Tile::load_async(k_smem + stage * T::kKVStageBytes, k_gmem, k_stride, row0, seqlen_k, tid);
+    Tile::load_async(v_smem + stage * T::kKVStageBytes, v_gmem, v_stride, row0, seqlen_k, tid);
+  }
+
+  // Every thread waits for its own copies, then the barrier publishes all of them. The same
+  // barrier also tells the producer side that the stage computed last iteration is free.
+  template <int kInFlight>
+  __device__ __forceinline__ static void copy_to_shared() {
+    cp_async_wait<kInFlight>();
+    __syncthreads();
+  }
+
+  // Row steps are multiples of 16, so the swizzle term (row & 7) stays the lane's own.
+  // Keys 16*j.. of stage `stage`, depth k-step kk: B fragments of n-blocks 2j and 2j+1.
+  __device__ __forceinline__ void load_k_from_shared(u32 (&b)[4], int stage, int j, int kk) const {
+    ldmatrix_x4(b, k_smem + stage * T::kKVStageBytes + j * 16 * T::kRowBytes + k_lane.at(2 * kk));
+  }
+  // Keys 16*kk.. (k-step of P*V), depth 16*j..: B fragments of depth blocks 2j and 2j+1.
+  __device__ __forceinline__ void load_v_from_shared(u32 (&b)[4], int stage, int kk, int j) const {
+    ldmatrix_x4_trans(b, v_smem + stage * T::kKVStageBytes + kk * 16 * T::kRowBytes + v_lane.at(2 * j));
+  }
+};
+
+}  // namespace sm80
+}  // namespace fa4
