@@ -25,6 +25,19 @@
 namespace fa4 {
 namespace sm80 {
 
+// Whether classify() can return kSkip strictly inside kv_range(). The built-in single masks
+// have one contiguous band of visible keys per Q tile, so every tile in the range has work;
+// only unions (and user masks, which we cannot inspect) may leave holes. Skipping is then
+// decided per tile; otherwise the tile walk is a plain counter (fewer live registers).
+template <class Mask> struct MaySkipInRange { static constexpr bool value = true; };
+template <> struct MaySkipInRange<mask::None> { static constexpr bool value = false; };
+template <> struct MaySkipInRange<mask::Causal> { static constexpr bool value = false; };
+template <> struct MaySkipInRange<mask::SlidingWindow> { static constexpr bool value = false; };
+template <> struct MaySkipInRange<mask::Chunked> { static constexpr bool value = false; };
+template <class A, class B> struct MaySkipInRange<mask::And<A, B>> {
+  static constexpr bool value = MaySkipInRange<A>::value || MaySkipInRange<B>::value;
+};
+
 __device__ __forceinline__ unsigned char* dynamic_smem() {
   extern __shared__ __align__(1024) unsigned char fa4_sm80_smem[];
   return fa4_sm80_smem;
@@ -58,7 +71,8 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], c
   }
 }
 
-// O += P V for one KV tile, P taken from the S fragments (already exponentiated).
+// O += P V for one KV tile, P taken from the S fragments (already exponentiated) and packed
+// to 16-bit A fragments one k-step at a time.
 template <class T>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], const float (&s)[T::kMTiles][T::kNTiles][4],
                                         const KVBuffer<T>& kv, int stage) {
@@ -104,7 +118,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   // First tile >= n that the mask does not skip (n_end if none). Loads and compute both walk
   // the tiles with this function, so the ring stays in step without any bookkeeping shared.
   auto next_tile = [&](int n) {
-    if constexpr (!Mask::kIsNone)
+    if constexpr (MaySkipInRange<Mask>::value)
       while (n < n_end && tile_class(n) == mask::kSkip) ++n;
     return n;
   };
@@ -123,7 +137,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
     if (n_load < n_end) {
-      kv.load_from_dram(n_load, st, tid);
+      kv.load_from_dram(p, n_load, st, tid);
       n_load = next_tile(n_load + 1);
     }
     cp_async_commit();
@@ -143,33 +157,39 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     rs[mt][1].init();
   }
   const float scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
-  const int q_row0 = q_lo + warp * T::kWarpRows + (lane >> 2);  // this lane's first query row
-  const int col_off = 2 * (lane & 3);                           // this lane's first column in an n8 block
 
-  int stage = 0;
+  // Contiguous masks: tile n sits in stage (n - n_begin) % S and the prefetch is tile n+S-1,
+  // both derived from n. Masks with holes track the load cursor and the stage explicitly.
+  constexpr bool kMaySkip = MaySkipInRange<Mask>::value;
+  int stage_tracked = 0;
   for (int n = next_tile(n_begin); n < n_end; n = next_tile(n + 1)) {
+    const int stage = kMaySkip ? stage_tracked : static_cast<int>(static_cast<unsigned>(n - n_begin) % S);
+    const int load_stage = stage + S - 1 >= S ? stage - 1 : stage + S - 1;
+    const int load_tile = kMaySkip ? n_load : n + S - 1;
     // Tile n landed (at most S-2 younger groups in flight) and every warp is done with the
     // stage computed last iteration, which the prefetch below overwrites.
     KVBuffer<T>::template copy_to_shared<S - 2>();
-    {
-      int load_stage = stage + S - 1;
-      if (load_stage >= S) load_stage -= S;
-      if (n_load < n_end) {
-        kv.load_from_dram(n_load, load_stage, tid);
-        n_load = next_tile(n_load + 1);
-      }
-      cp_async_commit();
+    if (load_tile < n_end) {
+      kv.load_from_dram(p, load_tile, load_stage, tid);
+      if constexpr (kMaySkip) n_load = next_tile(n_load + 1);
     }
+    cp_async_commit();
 
     float s[T::kMTiles][T::kNTiles][4];
     gemm_qk<T>(s, q_tile, kv, stage);
 
     const bool partial = (!Mask::kIsNone && tile_class(n) != mask::kFull) || (n + 1) * kBN > seq.seqlen_k;
-    score_mod_and_mask<T, Mask, ScoreMod>(s, partial, q_row0, n * kBN + col_off, ctx, p);
+    {
+      // This lane's first query row and first key column of the tile (C fragment layout);
+      // derived here from threadIdx so they hold no registers across the loop.
+      const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
+      score_mod_and_mask<T, Mask, ScoreMod>(s, partial, q_lo + w * T::kWarpRows + (l >> 2), n * kBN + 2 * (l & 3),
+                                            ctx, p);
+    }
     online_softmax<T>(s, o, rs, scale);
 
     gemm_pv<T>(o, s, kv, stage);
-    if (++stage == S) stage = 0;
+    if constexpr (kMaySkip) stage_tracked = stage + 1 == S ? 0 : stage + 1;
   }
 
   // Drain (empty groups, or the Q copy when no tile was visible) before reusing Q as staging.

@@ -17,7 +17,6 @@ struct KVBuffer {
 
   const Element* k_gmem;
   const Element* v_gmem;
-  long long k_stride, v_stride;
   int seqlen_k;
   u32 k_smem, v_smem;  // ring bases (stage s at + s * kKVStageBytes)
   LaneOffset<T> k_lane, v_lane;  // this lane's ldmatrix address inside a stage
@@ -25,8 +24,6 @@ struct KVBuffer {
   __device__ __forceinline__ void init(const FwdParams& p, const SeqInfo& seq, u32 smem_k, u32 smem_v, int lane) {
     k_gmem = static_cast<const Element*>(p.k) + seq.k_offset;
     v_gmem = static_cast<const Element*>(p.v) + seq.v_offset;
-    k_stride = p.k_row_stride;
-    v_stride = p.v_row_stride;
     seqlen_k = seq.seqlen_k;
     k_smem = smem_k;
     v_smem = smem_v;
@@ -39,10 +36,12 @@ struct KVBuffer {
     v_lane = LaneOffset<T>::make((lane & 7) + ((mi & 1) << 3), mi >> 1);
   }
 
-  __device__ __forceinline__ void load_from_dram(int n, int stage, int tid) const {
+  // Strides are read from the kernel parameters (constant bank) each time rather than kept
+  // in registers across the KV loop.
+  __device__ __forceinline__ void load_from_dram(const FwdParams& p, int n, int stage, int tid) const {
     const int row0 = n * T::kBN;
-    Tile::load_async(k_smem + stage * T::kKVStageBytes, k_gmem, k_stride, row0, seqlen_k, tid);
-    Tile::load_async(v_smem + stage * T::kKVStageBytes, v_gmem, v_stride, row0, seqlen_k, tid);
+    Tile::load_async(k_smem + stage * T::kKVStageBytes, k_gmem, p.k_row_stride, row0, seqlen_k, tid);
+    Tile::load_async(v_smem + stage * T::kKVStageBytes, v_gmem, p.v_row_stride, row0, seqlen_k, tid);
   }
 
   // Every thread waits for its own copies, then the barrier publishes all of them. The same

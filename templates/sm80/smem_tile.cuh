@@ -38,19 +38,43 @@ struct SmemTile {
 
   // Issues cp.async for rows [row0, row0 + kRows) of a global [rows][depth] view (element row
   // stride `stride`, depth stride 1). Rows >= rows_valid and chunks past kDepth are zero-filled.
-  // The caller commits the group.
+  // The caller commits the group. Thread `tid` copies chunk tid % kChunks of rows
+  // tid / kChunks + i * kRowStep: one 64-bit pointer walked by a fixed step, so per tile the
+  // address cost is one multiply-add plus one add per copy.
   __device__ __forceinline__ static void load_async(u32 smem, const typename T::Element* g, long long stride,
                                                     int row0, int rows_valid, int tid) {
-    constexpr int kTotal = kRows * T::kChunks;
+    if constexpr (T::kThreads % T::kChunks == 0) {
+      constexpr int kRowStep = T::kThreads / T::kChunks;
+      static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the copy row step");
+      const int r = tid / T::kChunks, chunk = tid % T::kChunks;
+      const bool chunk_ok = T::kDepth == T::D || chunk * 8 < T::kDepth;
+      const typename T::Element* src = g + (long long)(row0 + r) * stride + chunk * 8;
+      long long step = kRowStep * stride;
+      // Opaque to the optimiser: otherwise it hoists one 64-bit address per copy out of the KV
+      // loop (32+ registers the accumulators need) instead of walking one pointer per tile.
+      asm volatile("" : "+l"(src), "+l"(step));
+      const int remaining = rows_valid - row0 - r;  // rows of this thread still inside the view
 #pragma unroll
-    for (int i = 0; i < (kTotal + T::kThreads - 1) / T::kThreads; ++i) {
-      const int idx = tid + i * T::kThreads;
-      if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
-      const int row = idx / T::kChunks, chunk = idx % T::kChunks;
-      const bool valid = row0 + row < rows_valid && (T::kDepth == T::D || chunk * 8 < T::kDepth);
-      // Invalid rows still need a mapped address: point at the view's first element.
-      const auto* src = valid ? g + (long long)(row0 + row) * stride + chunk * 8 : g;
-      cp_async_16(smem + offset(row, chunk), src, valid);
+      for (int i = 0; i < kRows / kRowStep; ++i) {
+        const bool valid = chunk_ok && i * kRowStep < remaining;
+        // The swizzle term (row & 7) is periodic in 8 rows: with kRowStep % 8 == 0 the
+        // destination moves by whole rows.
+        const u32 dst = kRowStep % 8 == 0 ? offset(r, chunk) + i * kRowStep * T::kRowBytes
+                                          : offset(r + i * kRowStep, chunk);
+        cp_async_16(smem + dst, valid ? src : g, valid);  // invalid: a mapped address, 0 bytes read
+        src += step;
+      }
+    } else {
+      constexpr int kTotal = kRows * T::kChunks;
+#pragma unroll
+      for (int i = 0; i < (kTotal + T::kThreads - 1) / T::kThreads; ++i) {
+        const int idx = tid + i * T::kThreads;
+        if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
+        const int row = idx / T::kChunks, chunk = idx % T::kChunks;
+        const bool valid = row0 + row < rows_valid && (T::kDepth == T::D || chunk * 8 < T::kDepth);
+        const auto* src = valid ? g + (long long)(row0 + row) * stride + chunk * 8 : g;
+        cp_async_16(smem + offset(row, chunk), src, valid);
+      }
     }
   }
 };

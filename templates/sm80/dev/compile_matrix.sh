@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Compiles dev/harness.cu (the generated layer of docs/DEVICE_ABI.md) for every arch and
+# config of the sm80 backend with nvcc, printing ptxas register/spill lines.
+# Usage: templates/sm80/dev/compile_matrix.sh [quick]   (run from the repository root)
+set -u
+cd "$(dirname "$0")/../../.."
+ARCHS=${ARCHS:-"80 86 89 90 100 120"}
+CONFIGS=(
+  "-DFA4_DEPTH=128 -DFA4_MASK=None"
+  "-DFA4_DEPTH=128 -DFA4_MASK=Causal"
+  "-DFA4_DEPTH=64 -DFA4_MASK=None"
+  "-DFA4_DEPTH=64 -DFA4_MASK=Causal"
+  "-DFA4_DEPTH=128 -DFA4_MASK=None -DFA4_DTYPE=half_t"
+  "-DFA4_DEPTH=64 -DFA4_MASK=Causal -DFA4_DTYPE=half_t"
+  "-DFA4_DEPTH=128 -DFA4_MASK=Causal -DFA4_SCORE_MOD=Softcap"
+  "-DFA4_DEPTH=64 -DFA4_MASK=None -DFA4_SCORE_MOD=Softcap"
+  "-DFA4_DEPTH=128 -DFA4_MASK=SlidingWindow"
+  "-DFA4_DEPTH=128 -DFA4_MASK=Chunked -DFA4_SCORE_MOD=Alibi"
+  "-DFA4_DEPTH=128 -DFA4_MASK=Or<fa4::mask::Causal,fa4::mask::Chunked>"
+  "-DFA4_DEPTH=128 -DFA4_BM=64 -DFA4_MASK=Causal"
+  "-DFA4_DEPTH=64 -DFA4_BM=64 -DFA4_BN=64 -DFA4_MASK=None"
+  "-DFA4_DEPTH=96 -DFA4_MASK=Causal"
+  "-DFA4_DEPTH=256 -DFA4_BM=64 -DFA4_BN=64 -DFA4_MASK=Causal"
+)
+[ "${1:-}" = quick ] && { ARCHS="80"; CONFIGS=("${CONFIGS[@]:0:4}"); }
+fail=0
+for arch in $ARCHS; do
+  for cfg in "${CONFIGS[@]}"; do
+    out=$(nvcc -std=c++17 -arch=sm_$arch -cubin -Xptxas -v -I templates $cfg \
+          templates/sm80/dev/harness.cu -o /tmp/fa4_sm80_$$.cubin 2>&1)
+    rc=$?
+    regs=$(echo "$out" | grep -o 'Used [0-9]* registers' | grep -o '[0-9]*')
+    spill=$(echo "$out" | grep -o '[0-9]* bytes spill stores, [0-9]* bytes spill loads' | sed 's/ bytes spill stores, /\//; s/ bytes spill loads//')
+    if [ $rc -ne 0 ]; then fail=1; echo "FAIL sm_$arch $cfg"; echo "$out" | grep -i error | head -5;
+    else printf 'sm_%-4s regs %-4s spill st/ld %-8s %s\n' "$arch" "$regs" "$spill" "$cfg"; fi
+  done
+done
+rm -f /tmp/fa4_sm80_$$.cubin
+exit $fail
