@@ -15,15 +15,18 @@ struct KVBuffer {
   using Tile = SmemTile<T, T::kBN>;
   using Element = typename T::Element;
 
-  const Element* k_gmem;
-  const Element* v_gmem;
+  // Not the two 64-bit base pointers: those would stay live across the whole KV loop, where
+  // the O and S accumulators need every register. The bases are rebuilt per tile from the
+  // kernel parameters (constant bank) and these two ints, with SeqInfo::make's formula.
+  int kv_head;      // seq.kv_head
+  int k_row_start;  // first K/V row of this sequence (varlen: cu_seqlens_k[b]; else 0)
   int seqlen_k;
   u32 k_smem, v_smem;  // ring bases (stage s at + s * kKVStageBytes)
   LaneOffset<T> k_lane, v_lane;  // this lane's ldmatrix address inside a stage
 
   __device__ __forceinline__ void init(const FwdParams& p, const SeqInfo& seq, u32 smem_k, u32 smem_v, int lane) {
-    k_gmem = static_cast<const Element*>(p.k) + seq.k_offset;
-    v_gmem = static_cast<const Element*>(p.v) + seq.v_offset;
+    kv_head = seq.kv_head;
+    k_row_start = p.cu_seqlens_k ? p.cu_seqlens_k[seq.batch] : 0;
     seqlen_k = seq.seqlen_k;
     k_smem = smem_k;
     v_smem = smem_v;
@@ -36,12 +39,19 @@ struct KVBuffer {
     v_lane = LaneOffset<T>::make((lane & 7) + ((mi & 1) << 3), mi >> 1);
   }
 
-  // Strides are read from the kernel parameters (constant bank) each time rather than kept
-  // in registers across the KV loop.
+  // Same offsets as SeqInfo::make (k_offset / v_offset), recomputed per tile; the empty asm
+  // keeps the compiler from hoisting the 64-bit results out of the KV loop again.
   __device__ __forceinline__ void load_from_dram(const FwdParams& p, int n, int stage, int tid) const {
+    int head = kv_head, start = k_row_start;
+    asm volatile("" : "+r"(head), "+r"(start));
+    const long long kb = p.cu_seqlens_k ? 0 : blockIdx.z;  // packed varlen tensors have no batch stride
+    const Element* k = static_cast<const Element*>(p.k) + kb * p.k_batch_stride + start * p.k_row_stride +
+                       head * p.k_head_stride;
+    const Element* v = static_cast<const Element*>(p.v) + kb * p.v_batch_stride + start * p.v_row_stride +
+                       head * p.v_head_stride;
     const int row0 = n * T::kBN;
-    Tile::load_async(k_smem + stage * T::kKVStageBytes, k_gmem, p.k_row_stride, row0, seqlen_k, tid);
-    Tile::load_async(v_smem + stage * T::kKVStageBytes, v_gmem, p.v_row_stride, row0, seqlen_k, tid);
+    Tile::load_async(k_smem + stage * T::kKVStageBytes, k, p.k_row_stride, row0, seqlen_k, tid);
+    Tile::load_async(v_smem + stage * T::kKVStageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
   }
 
   // Every thread waits for its own copies, then the barrier publishes all of them. The same

@@ -3,7 +3,7 @@
 //   FA4_DTYPE  = bf16_t | half_t      (default bf16_t)
 //   FA4_DEPTH  = 64 | 96 | 128 | 256  (default 128)
 //   FA4_BM, FA4_BN                    (default 128 and the host rule: 128 for depth <= 64, else 64)
-//   FA4_MASK   = None | Causal | SlidingWindow | Chunked   (default Causal)
+//   FA4_MASK   = None | Causal | SlidingWindow | Chunked | CausalOrChunked   (default Causal)
 //   FA4_SCORE_MOD = Identity | Softcap | Alibi             (default Identity)
 #ifndef FA4_DTYPE
 #define FA4_DTYPE bf16_t
@@ -29,6 +29,9 @@
 #include "common/mask.cuh"         // fa4::mask::{None, Causal, SlidingWindow, Chunked, And, Or}
 #include "common/score_mod.cuh"    // fa4::score_mod::{Identity, Softcap, Alibi}
 #include "common/softmax.cuh"      // fa4::softmax::{RowState, exp2_poly3, kRescaleThresholdLog2}
+namespace fa4 { namespace mask {  // dev-only alias: nvcc splits -D values at commas
+using CausalOrChunked = Or<Causal, Chunked>;
+}}
 namespace fa4 { namespace gen {
 struct Config {
   using Element = fa4::FA4_DTYPE;
