@@ -47,5 +47,14 @@ __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
                : "memory");
 }
 
+// Special registers read with volatile asm: each call is a fresh S2R the compiler can neither
+// merge with an earlier read nor hoist, so values needed only late (epilogue) or per tile
+// are re-read instead of occupying a register across the KV loop.
+__device__ __forceinline__ int fresh_ctaid_x() { int v; asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_ctaid_y() { int v; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_ctaid_z() { int v; asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_nctaid_x() { int v; asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_tid_x() { int v; asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v)); return v; }
+
 }  // namespace sm80
 }  // namespace fa4

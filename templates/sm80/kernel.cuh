@@ -46,7 +46,8 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
 // S = Q K^T for one KV tile (raw scores, f32).
 template <class T>
 __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], const QTile<T>& q,
-                                        const KVBuffer<T>& kv, int stage) {
+                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_in, int stage) {
+  const LaneOffset<T> lane = lane_in.refreshed();
 #pragma unroll
   for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -57,15 +58,15 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], c
   for (int kk = 0; kk < T::D / 16; ++kk) {
     u32 a[T::kMTiles][4];
 #pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt) q.load_from_shared(a[mt], mt, kk);
+    for (int mt = 0; mt < T::kMTiles; ++mt) q.load_from_shared(a[mt], lane, mt, kk);
 #pragma unroll
     for (int j = 0; j < T::kNTiles / 2; ++j) {
       u32 b[4];
-      kv.load_k_from_shared(b, stage, j, kk);
+      kv.load_k_from_shared(b, lane, stage, j, kk);
 #pragma unroll
       for (int mt = 0; mt < T::kMTiles; ++mt) {
-        mma_16816<typename T::Element>(s[mt][2 * j], a[mt], b[0], b[1]);
-        mma_16816<typename T::Element>(s[mt][2 * j + 1], a[mt], b[2], b[3]);
+        mma_16816<typename T::Element>(s[mt][2 * j], a[mt], b[0], b[2]);
+        mma_16816<typename T::Element>(s[mt][2 * j + 1], a[mt], b[1], b[3]);
       }
     }
   }
@@ -75,7 +76,8 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], c
 // to 16-bit A fragments one k-step at a time.
 template <class T>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], const float (&s)[T::kMTiles][T::kNTiles][4],
-                                        const KVBuffer<T>& kv, int stage) {
+                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_in, int stage) {
+  const LaneOffset<T> lane = lane_in.refreshed();
 #pragma unroll
   for (int kk = 0; kk < T::kBN / 16; ++kk) {
     u32 a[T::kMTiles][4];
@@ -84,7 +86,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], c
 #pragma unroll
     for (int j = 0; j < T::kDTiles / 2; ++j) {
       u32 b[4];
-      kv.load_v_from_shared(b, stage, kk, j);
+      kv.load_v_from_shared(b, lane, stage, kk, j);
 #pragma unroll
       for (int mt = 0; mt < T::kMTiles; ++mt) {
         mma_16816<typename T::Element>(o[mt][2 * j], a[mt], b[0], b[1]);
@@ -103,8 +105,11 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   const int b = blockIdx.z, head = blockIdx.y;
   const SeqInfo seq = SeqInfo::make(p, b, head);
   // Masked problems: later query tiles see more keys (causal); start the heaviest first.
-  const int m_block = Mask::kIsNone ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
-  const int q_lo = m_block * kBM;
+  auto first_row = [] {
+    const int x = fresh_ctaid_x();
+    return (Mask::kIsNone ? x : fresh_nctaid_x() - 1 - x) * kBM;
+  };
+  const int q_lo = first_row();
   if (q_lo >= seq.seqlen_q) return;  // varlen: this sequence is shorter than the grid (CTA-uniform)
   const int q_hi = min(q_lo + kBM, seq.seqlen_q);
 
@@ -126,9 +131,13 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   unsigned char* smem = dynamic_smem();
   const u32 smem_q = smem_u32(smem);
   QTile<T> q_tile;
-  q_tile.init(smem_q, warp, lane);
+  q_tile.init(smem_q, warp);
   KVBuffer<T> kv;
-  kv.init(p, seq, smem_q + T::kQBytes, smem_q + T::kQBytes + T::kKBytes, lane);
+  kv.init(p, seq, smem_q + T::kQBytes, smem_q + T::kQBytes + T::kKBytes);
+  // One ldmatrix lane offset serves Q, K and V: every x4 load here has lane l address row
+  // l % 16 and chunk l / 16 of a 16x16 block (the matrix order is chosen per operand so this
+  // holds), and the swizzle term is always (l & 7).
+  const LaneOffset<T> lane_off = LaneOffset<T>::make(lane & 15, lane >> 4);
 
   // Prologue: Q joins the first group; stages 0..S-2 get the first S-1 tiles. Every stage
   // commits a group, empty or not, so wait_group counts stay uniform.
@@ -176,7 +185,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     cp_async_commit();
 
     float s[T::kMTiles][T::kNTiles][4];
-    gemm_qk<T>(s, q_tile, kv, stage);
+    gemm_qk<T>(s, q_tile, kv, lane_off, stage);
 
     const bool partial = (!Mask::kIsNone && tile_class(n) != mask::kFull) || (n + 1) * kBN > seq.seqlen_k;
     {
@@ -188,18 +197,18 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     }
     online_softmax<T>(s, o, rs, scale);
 
-    gemm_pv<T>(o, s, kv, stage);
+    gemm_pv<T>(o, s, kv, lane_off, stage);
     if constexpr (kMaySkip) stage_tracked = stage + 1 == S ? 0 : stage + 1;
   }
 
   // Drain (empty groups, or the Q copy when no tile was visible) before reusing Q as staging.
   cp_async_wait<0>();
   __syncthreads();
-  // Rebuild the sequence view rather than carrying o_offset/lse_offset (64-bit, epilogue-only)
-  // through the KV loop; the empty asm stops the compiler from reusing the first one.
-  int b_out = b, head_out = head;
-  asm volatile("" : "+r"(b_out), "+r"(head_out));
-  epilogue<T>(o, rs, scale, p, SeqInfo::make(p, b_out, head_out), q_lo, smem_q, warp, lane);
+  // Rebuild the sequence view and ids rather than carrying o_offset/lse_offset (64-bit,
+  // epilogue-only) and the block indices through the KV loop.
+  const int tid_out = fresh_tid_x();
+  epilogue<T>(o, rs, scale, p, SeqInfo::make(p, fresh_ctaid_z(), fresh_ctaid_y()), first_row(), smem_q, tid_out >> 5,
+              tid_out & 31);
 }
 
 }  // namespace sm80

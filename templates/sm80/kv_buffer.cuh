@@ -22,33 +22,25 @@ struct KVBuffer {
   int k_row_start;  // first K/V row of this sequence (varlen: cu_seqlens_k[b]; else 0)
   int seqlen_k;
   u32 k_smem, v_smem;  // ring bases (stage s at + s * kKVStageBytes)
-  LaneOffset<T> k_lane, v_lane;  // this lane's ldmatrix address inside a stage
 
-  __device__ __forceinline__ void init(const FwdParams& p, const SeqInfo& seq, u32 smem_k, u32 smem_v, int lane) {
+  __device__ __forceinline__ void init(const FwdParams& p, const SeqInfo& seq, u32 smem_k, u32 smem_v) {
     kv_head = seq.kv_head;
     k_row_start = p.cu_seqlens_k ? p.cu_seqlens_k[seq.batch] : 0;
     seqlen_k = seq.seqlen_k;
     k_smem = smem_k;
     v_smem = smem_v;
-    // ldmatrix x4 on K (non-trans): matrices {keys 0-7, k 0-7}, {keys 0-7, k 8-15},
-    // {keys 8-15, k 0-7}, {keys 8-15, k 8-15} = (b0, b1) of n-block 2j, then of 2j+1.
-    const int mi = lane >> 3;
-    k_lane = LaneOffset<T>::make((lane & 7) + ((mi >> 1) << 3), mi & 1);
-    // ldmatrix x4.trans on V: matrices {keys 0-7, d 0-7}, {keys 8-15, d 0-7}, {keys 0-7, d 8-15},
-    // {keys 8-15, d 8-15} = (b0, b1) of depth block 2j, then of 2j+1.
-    v_lane = LaneOffset<T>::make((lane & 7) + ((mi & 1) << 3), mi >> 1);
   }
 
   // Same offsets as SeqInfo::make (k_offset / v_offset), recomputed per tile; the empty asm
   // keeps the compiler from hoisting the 64-bit results out of the KV loop again.
   __device__ __forceinline__ void load_from_dram(const FwdParams& p, int n, int stage, int tid) const {
     int head = kv_head, start = k_row_start;
-    asm volatile("" : "+r"(head), "+r"(start));
-    const long long kb = p.cu_seqlens_k ? 0 : blockIdx.z;  // packed varlen tensors have no batch stride
-    const Element* k = static_cast<const Element*>(p.k) + kb * p.k_batch_stride + start * p.k_row_stride +
-                       head * p.k_head_stride;
-    const Element* v = static_cast<const Element*>(p.v) + kb * p.v_batch_stride + start * p.v_row_stride +
-                       head * p.v_head_stride;
+    int kb = p.cu_seqlens_k ? 0 : static_cast<int>(blockIdx.z);  // packed varlen tensors have no batch stride
+    asm volatile("" : "+r"(head), "+r"(start), "+r"(kb));
+    const Element* k = static_cast<const Element*>(p.k) + kb * p.k_batch_stride + (long long)start * p.k_row_stride +
+                       (long long)head * p.k_head_stride;
+    const Element* v = static_cast<const Element*>(p.v) + kb * p.v_batch_stride + (long long)start * p.v_row_stride +
+                       (long long)head * p.v_head_stride;
     const int row0 = n * T::kBN;
     Tile::load_async(k_smem + stage * T::kKVStageBytes, k, p.k_row_stride, row0, seqlen_k, tid);
     Tile::load_async(v_smem + stage * T::kKVStageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
@@ -62,14 +54,21 @@ struct KVBuffer {
     __syncthreads();
   }
 
-  // Row steps are multiples of 16, so the swizzle term (row & 7) stays the lane's own.
-  // Keys 16*j.. of stage `stage`, depth k-step kk: B fragments of n-blocks 2j and 2j+1.
-  __device__ __forceinline__ void load_k_from_shared(u32 (&b)[4], int stage, int j, int kk) const {
-    ldmatrix_x4(b, k_smem + stage * T::kKVStageBytes + j * 16 * T::kRowBytes + k_lane.at(2 * kk));
+  // Both use the shared lane offset (lane l addresses row l % 16, chunk step + l / 16); row
+  // steps are multiples of 16, so the swizzle term (row & 7) stays the lane's own.
+  // K, non-trans, keys 16j.., depth k-step kk: matrices {keys 0-7, k 0-7}, {keys 8-15, k 0-7},
+  // {keys 0-7, k 8-15}, {keys 8-15, k 8-15}, i.e. b = {b0 of n-block 2j, b0 of 2j+1,
+  // b1 of 2j, b1 of 2j+1}.
+  __device__ __forceinline__ void load_k_from_shared(u32 (&b)[4], const LaneOffset<T>& lane, int stage, int j,
+                                                     int kk) const {
+    ldmatrix_x4(b, k_smem + stage * T::kKVStageBytes + j * 16 * T::kRowBytes + lane.at(2 * kk));
   }
-  // Keys 16*kk.. (k-step of P*V), depth 16*j..: B fragments of depth blocks 2j and 2j+1.
-  __device__ __forceinline__ void load_v_from_shared(u32 (&b)[4], int stage, int kk, int j) const {
-    ldmatrix_x4_trans(b, v_smem + stage * T::kKVStageBytes + kk * 16 * T::kRowBytes + v_lane.at(2 * j));
+  // V, trans, keys 16kk.. (k-step of P*V), depth 16j..: matrices {keys 0-7, d 0-7},
+  // {keys 8-15, d 0-7}, {keys 0-7, d 8-15}, {keys 8-15, d 8-15}, i.e. b = {b0, b1 of depth
+  // block 2j, b0, b1 of 2j+1}.
+  __device__ __forceinline__ void load_v_from_shared(u32 (&b)[4], const LaneOffset<T>& lane, int stage, int kk,
+                                                     int j) const {
+    ldmatrix_x4_trans(b, v_smem + stage * T::kKVStageBytes + kk * 16 * T::kRowBytes + lane.at(2 * j));
   }
 };
 

@@ -12,14 +12,12 @@ namespace sm80 {
 template <class T>
 struct QTile {
   using Tile = SmemTile<T, T::kBM>;
-  u32 smem;
-  LaneOffset<T> lane_off;
+  u32 smem;       // the tile
+  u32 smem_warp;  // this warp's first row
 
-  __device__ __forceinline__ void init(u32 smem_q, int warp, int lane) {
+  __device__ __forceinline__ void init(u32 smem_q, int warp) {
     smem = smem_q;
-    // ldmatrix x4: matrices {rows 0-7, k 0-7}, {rows 8-15, k 0-7}, {rows 0-7, k 8-15},
-    // {rows 8-15, k 8-15} = a0..a3 of the m16k16 A fragment.
-    lane_off = LaneOffset<T>::make(warp * T::kWarpRows + (lane & 15), lane >> 4);
+    smem_warp = smem_q + warp * T::kWarpRows * T::kRowBytes;
   }
 
   __device__ __forceinline__ void load_from_dram(const FwdParams& p, const SeqInfo& seq, int q_lo, int tid) const {
@@ -27,9 +25,12 @@ struct QTile {
     Tile::load_async(smem, q, p.q_row_stride, q_lo, seq.seqlen_q, tid);
   }
 
-  // A fragment of this warp's m-block mt for depth k-step kk.
-  __device__ __forceinline__ void load_from_shared(u32 (&a)[4], int mt, int kk) const {
-    ldmatrix_x4(a, smem + mt * 16 * T::kRowBytes + lane_off.at(2 * kk));
+  // A fragment of this warp's m-block mt for depth k-step kk. ldmatrix x4 with lane l
+  // addressing row l % 16, chunk 2kk + l / 16 (the shared LaneOffset, see kernel.cuh):
+  // matrices {rows 0-7, k 0-7}, {rows 8-15, k 0-7}, {rows 0-7, k 8-15}, {rows 8-15, k 8-15}
+  // = a0..a3 of the m16k16 A fragment.
+  __device__ __forceinline__ void load_from_shared(u32 (&a)[4], const LaneOffset<T>& lane, int mt, int kk) const {
+    ldmatrix_x4(a, smem_warp + mt * 16 * T::kRowBytes + lane.at(2 * kk));
   }
 };
 

@@ -10,7 +10,9 @@ namespace sm80 {
 
 // A lane's ldmatrix address inside a tile, for 16-byte chunk steps that keep (row & 7):
 // at(step) = offset(row, chunk0 + step) for even `step` and chunk0 in {0, 1}. Since
-// chunk0 + step == chunk0 ^ step, the swizzled chunk is (chunk0 ^ sw) ^ step: one XOR.
+// chunk0 + step == chunk0 ^ step, the swizzled chunk is (chunk0 ^ sw) ^ step. The part of
+// `step` above the swizzle period is a plain add (no carry: chunk0 ^ sw < period), which
+// ptxas folds into the ldmatrix immediate, so a k-loop needs only period/2 distinct bases.
 template <class T>
 struct LaneOffset {
   static constexpr bool kPow2Row = (T::kRowBytes & (T::kRowBytes - 1)) == 0;
@@ -22,8 +24,16 @@ struct LaneOffset {
     return kPow2Row ? LaneOffset{r + c, 0u} : LaneOffset{r, c};
   }
   __device__ __forceinline__ u32 at(int step) const {
-    if constexpr (kPow2Row) return off ^ static_cast<u32>(step << 4);
-    else return off + (chunk ^ static_cast<u32>(step << 4));
+    const u32 lo = static_cast<u32>((step & T::kSwizzleMask) << 4), hi = static_cast<u32>((step & ~T::kSwizzleMask) << 4);
+    if constexpr (kPow2Row) return (off ^ lo) + hi;
+    else return off + (chunk ^ lo) + hi;
+  }
+  // Hides the value from loop-invariant code motion: the per-step XORs are then recomputed
+  // per tile (one LOP3 each) instead of being held in registers across the KV loop.
+  __device__ __forceinline__ LaneOffset refreshed() const {
+    LaneOffset r = *this;
+    asm volatile("" : "+r"(r.off), "+r"(r.chunk));
+    return r;
   }
 };
 
@@ -48,11 +58,12 @@ struct SmemTile {
       static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the copy row step");
       const int r = tid / T::kChunks, chunk = tid % T::kChunks;
       const bool chunk_ok = T::kDepth == T::D || chunk * 8 < T::kDepth;
-      const typename T::Element* src = g + (long long)(row0 + r) * stride + chunk * 8;
-      long long step = kRowStep * stride;
-      // Opaque to the optimiser: otherwise it hoists one 64-bit address per copy out of the KV
-      // loop (32+ registers the accumulators need) instead of walking one pointer per tile.
-      asm volatile("" : "+l"(src), "+l"(step));
+      // Opaque to the optimiser: otherwise it splits (row0 + r) * stride and hoists the per-thread
+      // 64-bit parts out of the KV loop, holding registers the accumulators need.
+      int row = row0 + r;
+      asm volatile("" : "+r"(row));
+      const typename T::Element* src = g + (long long)row * stride + chunk * 8;
+      const long long step = kRowStep * stride;
       const int remaining = rows_valid - row0 - r;  // rows of this thread still inside the view
 #pragma unroll
       for (int i = 0; i < kRows / kRowStep; ++i) {
