@@ -56,12 +56,12 @@ struct SmemTile {
     if constexpr (T::kThreads % T::kChunks == 0) {
       constexpr int kRowStep = T::kThreads / T::kChunks;
       static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the copy row step");
-      const int r = tid / T::kChunks, chunk = tid % T::kChunks;
+      const int r = tid / T::kChunks;
+      // Opaque to the optimiser: otherwise it splits (row0 + r) * stride + chunk * 8 and hoists
+      // the per-thread 64-bit parts out of the KV loop, holding registers the accumulators need.
+      int row = row0 + r, chunk = tid % T::kChunks;
+      asm volatile("" : "+r"(row), "+r"(chunk));
       const bool chunk_ok = T::kDepth == T::D || chunk * 8 < T::kDepth;
-      // Opaque to the optimiser: otherwise it splits (row0 + r) * stride and hoists the per-thread
-      // 64-bit parts out of the KV loop, holding registers the accumulators need.
-      int row = row0 + r;
-      asm volatile("" : "+r"(row));
       const typename T::Element* src = g + (long long)row * stride + chunk * 8;
       const long long step = kRowStep * stride;
       const int remaining = rows_valid - row0 - r;  // rows of this thread still inside the view
