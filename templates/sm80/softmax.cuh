@@ -30,6 +30,8 @@ template <class T, class Mask, class ScoreMod>
 __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNTiles][4], bool partial, int q_row0,
                                                    int k_col0, const mask::Ctx& ctx, const FwdParams& p) {
   if constexpr (!ScoreMod::kIsIdentity) {
+    // Indices are clamped into the sequence so a score-mod that reads aux tensors never reads
+    // out of bounds; the elements concerned are masked (k) or never written (q) anyway.
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -37,7 +39,8 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           s[mt][j][e] = ScoreMod()(s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head,
-                                   q_row0 + mt * 16 + (e >> 1) * 8, k_col0 + j * 8 + (e & 1), p) *
+                                   min(q_row0 + mt * 16 + (e >> 1) * 8, ctx.seqlen_q - 1),
+                                   min(k_col0 + j * 8 + (e & 1), ctx.seqlen_k - 1), p) *
                         kLog2e;
   }
   if (partial) {
