@@ -46,8 +46,9 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
 // S = Q K^T for one KV tile (raw scores, f32).
 template <class T>
 __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], const QTile<T>& q,
-                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_in, int stage) {
-  const LaneOffset<T> lane = lane_in.refreshed();
+                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_q_in,
+                                        const LaneOffset<T>& lane_k_in, int stage) {
+  const LaneOffset<T> lane_q = lane_q_in.refreshed(), lane_k = lane_k_in.refreshed();
 #pragma unroll
   for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -58,15 +59,15 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], c
   for (int kk = 0; kk < T::D / 16; ++kk) {
     u32 a[T::kMTiles][4];
 #pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt) q.load_from_shared(a[mt], lane, mt, kk);
+    for (int mt = 0; mt < T::kMTiles; ++mt) q.load_from_shared(a[mt], lane_q, mt, kk);
 #pragma unroll
     for (int j = 0; j < T::kNTiles / 2; ++j) {
       u32 b[4];
-      kv.load_k_from_shared(b, lane, stage, j, kk);
+      kv.load_k_from_shared(b, lane_k, stage, j, kk);
 #pragma unroll
       for (int mt = 0; mt < T::kMTiles; ++mt) {
-        mma_16816<typename T::Element>(s[mt][2 * j], a[mt], b[0], b[2]);
-        mma_16816<typename T::Element>(s[mt][2 * j + 1], a[mt], b[1], b[3]);
+        mma_16816<typename T::Element>(s[mt][2 * j], a[mt], b[0], b[1]);
+        mma_16816<typename T::Element>(s[mt][2 * j + 1], a[mt], b[2], b[3]);
       }
     }
   }
@@ -134,10 +135,11 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   q_tile.init(smem_q, warp);
   KVBuffer<T> kv;
   kv.init(p, seq, smem_q + T::kQBytes, smem_q + T::kQBytes + T::kKBytes);
-  // One ldmatrix lane offset serves Q, K and V: every x4 load here has lane l address row
-  // l % 16 and chunk l / 16 of a 16x16 block (the matrix order is chosen per operand so this
-  // holds), and the swizzle term is always (l & 7).
-  const LaneOffset<T> lane_off = LaneOffset<T>::make(lane & 15, lane >> 4);
+  // ldmatrix lane offsets (the swizzle term is always lane & 7). Q and V: lane l addresses
+  // row l % 16, chunk l / 16 of a 16x16 block. K: row (l & 7) + 8 * (l / 16), chunk (l / 8) % 2,
+  // so that each n8 block's (b0, b1) land in adjacent registers as mma wants them (no moves).
+  const LaneOffset<T> lane_qv = LaneOffset<T>::make(lane & 15, lane >> 4);
+  const LaneOffset<T> lane_k = LaneOffset<T>::make((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
 
   // Prologue: Q joins the first group; stages 0..S-2 get the first S-1 tiles. Every stage
   // commits a group, empty or not, so wait_group counts stay uniform.
@@ -185,7 +187,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     cp_async_commit();
 
     float s[T::kMTiles][T::kNTiles][4];
-    gemm_qk<T>(s, q_tile, kv, lane_off, stage);
+    gemm_qk<T>(s, q_tile, kv, lane_qv, lane_k, stage);
 
     const bool partial = (!Mask::kIsNone && tile_class(n) != mask::kFull) || (n + 1) * kBN > seq.seqlen_k;
     {
@@ -197,7 +199,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     }
     online_softmax<T>(s, o, rs, scale);
 
-    gemm_pv<T>(o, s, kv, lane_off, stage);
+    gemm_pv<T>(o, s, kv, lane_qv, stage);
     if constexpr (kMaySkip) stage_tracked = stage + 1 == S ? 0 : stage + 1;
   }
 

@@ -54,16 +54,16 @@ struct KVBuffer {
     __syncthreads();
   }
 
-  // Both use the shared lane offset (lane l addresses row l % 16, chunk step + l / 16); row
-  // steps are multiples of 16, so the swizzle term (row & 7) stays the lane's own.
-  // K, non-trans, keys 16j.., depth k-step kk: matrices {keys 0-7, k 0-7}, {keys 8-15, k 0-7},
-  // {keys 0-7, k 8-15}, {keys 8-15, k 8-15}, i.e. b = {b0 of n-block 2j, b0 of 2j+1,
-  // b1 of 2j, b1 of 2j+1}.
+  // Row steps are multiples of 16, so the swizzle term (row & 7) stays the lane's own.
+  // K, non-trans, keys 16j.., depth k-step kk, lane l at key (l & 7) + 8 * (l / 16), chunk
+  // 2kk + (l / 8) % 2: matrices {keys 0-7, k 0-7}, {keys 0-7, k 8-15}, {keys 8-15, k 0-7},
+  // {keys 8-15, k 8-15}, i.e. b = {b0, b1 of n-block 2j, b0, b1 of 2j+1}.
   __device__ __forceinline__ void load_k_from_shared(u32 (&b)[4], const LaneOffset<T>& lane, int stage, int j,
                                                      int kk) const {
     ldmatrix_x4(b, k_smem + stage * T::kKVStageBytes + j * 16 * T::kRowBytes + lane.at(2 * kk));
   }
-  // V, trans, keys 16kk.. (k-step of P*V), depth 16j..: matrices {keys 0-7, d 0-7},
+  // V, trans, keys 16kk.. (k-step of P*V), depth 16j.., lane l at key l % 16, chunk
+  // 2j + l / 16: matrices {keys 0-7, d 0-7},
   // {keys 8-15, d 0-7}, {keys 0-7, d 8-15}, {keys 8-15, d 8-15}, i.e. b = {b0, b1 of depth
   // block 2j, b0, b1 of 2j+1}.
   __device__ __forceinline__ void load_v_from_shared(u32 (&b)[4], const LaneOffset<T>& lane, int stage, int kk,

@@ -26,7 +26,7 @@ struct QTile {
   }
 
   // A fragment of this warp's m-block mt for depth k-step kk. ldmatrix x4 with lane l
-  // addressing row l % 16, chunk 2kk + l / 16 (the shared LaneOffset, see kernel.cuh):
+  // addressing row l % 16, chunk 2kk + l / 16 (lane_qv in kernel.cuh):
   // matrices {rows 0-7, k 0-7}, {rows 8-15, k 0-7}, {rows 0-7, k 8-15}, {rows 8-15, k 8-15}
   // = a0..a3 of the m16k16 A fragment.
   __device__ __forceinline__ void load_from_shared(u32 (&a)[4], const LaneOffset<T>& lane, int mt, int kk) const {

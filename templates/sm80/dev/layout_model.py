@@ -132,7 +132,8 @@ def check(T, seed=0):
     store_tile(T, smem, kK, K, T.BN)
     store_tile(T, smem, kV, V, T.BN)
     Dv = T.kDepth
-    lane_off = [LaneOffset(T, l & 15, l >> 4) for l in range(32)]
+    lane_off = [LaneOffset(T, l & 15, l >> 4) for l in range(32)]  # lane_qv
+    lane_k = [LaneOffset(T, (l & 7) + ((l >> 4) << 3), (l >> 3) & 1) for l in range(32)]
     for warp in range(4):
         q_warp = kQ + warp * T.kWarpRows * T.kRowBytes
         # gemm_qk
@@ -141,10 +142,10 @@ def check(T, seed=0):
             a = [ldmatrix_x4(smem, [q_warp + mt * 16 * T.kRowBytes + lane_off[l].at(2 * kk) for l in range(32)])
                  for mt in range(T.kMTiles)]
             for j in range(T.kNTiles // 2):
-                b = ldmatrix_x4(smem, [kK + j * 16 * T.kRowBytes + lane_off[l].at(2 * kk) for l in range(32)])
+                b = ldmatrix_x4(smem, [kK + j * 16 * T.kRowBytes + lane_k[l].at(2 * kk) for l in range(32)])
                 for mt in range(T.kMTiles):
-                    mma(s[mt][2 * j], a[mt], [b[l][0] for l in range(32)], [b[l][2] for l in range(32)])
-                    mma(s[mt][2 * j + 1], a[mt], [b[l][1] for l in range(32)], [b[l][3] for l in range(32)])
+                    mma(s[mt][2 * j], a[mt], [b[l][0] for l in range(32)], [b[l][1] for l in range(32)])
+                    mma(s[mt][2 * j + 1], a[mt], [b[l][2] for l in range(32)], [b[l][3] for l in range(32)])
         for mt in range(T.kMTiles):
             for j in range(T.kNTiles):
                 for l in range(32):
@@ -204,6 +205,8 @@ def check(T, seed=0):
             banks = set()
             for l in range(l0, l0 + 8):
                 a = lane_off[l].at(step)
+                ak = lane_k[l].at(step)
+                assert ak % 16 == 0
                 banks.update(((a >> 2) + w) % 32 for w in range(4))
             if T.kSwizzleMask == 7:
                 assert len(banks) == 32, ("bank conflict", step)
