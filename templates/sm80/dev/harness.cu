@@ -3,6 +3,7 @@
 //   FA4_DTYPE  = bf16_t | half_t      (default bf16_t)
 //   FA4_DEPTH  = 64 | 96 | 128 | 256  (default 128)
 //   FA4_BM, FA4_BN                    (default 128 and the host rule: 128 for depth <= 64, else 64)
+//   FA4_STAGES                        (kNumKVStages, default 2)
 //   FA4_MASK   = None | Causal | SlidingWindow | Chunked | CausalOrChunked   (default Causal)
 //   FA4_SCORE_MOD = Identity | Softcap | Alibi             (default Identity)
 #ifndef FA4_DTYPE
@@ -16,6 +17,9 @@
 #endif
 #ifndef FA4_BN
 #define FA4_BN (FA4_DEPTH <= 64 ? 128 : 64)
+#endif
+#ifndef FA4_STAGES
+#define FA4_STAGES 2
 #endif
 #ifndef FA4_MASK
 #define FA4_MASK Causal
@@ -39,7 +43,7 @@ struct Config {
   static constexpr int kDepth = FA4_DEPTH, kPaddedDepth = FA4_DEPTH;
   static constexpr int kBM = FA4_BM, kBN = FA4_BN, kBK0 = FA4_DEPTH, kBK1 = FA4_BN;
   static constexpr int kNumQHeads = 0, kGroup = 0;   // 0 = decided at run time (params)
-  static constexpr int kNumKVStages = 2, kNumQKStages = 1, kNumMMAStages = 1;
+  static constexpr int kNumKVStages = FA4_STAGES, kNumQKStages = 1, kNumMMAStages = 1;
   static constexpr int kSwizzleBytes = 128;
   static constexpr int kNumThreads = 128;
   static constexpr int kSmemBytes = 2 * (kBM * kPaddedDepth + 2 * kNumKVStages * kBN * kPaddedDepth);
