@@ -29,6 +29,8 @@ namespace sm80 {
 // have one contiguous band of visible keys per Q tile, so every tile in the range has work;
 // only unions (and user masks, which we cannot inspect) may leave holes. Skipping is then
 // decided per tile; otherwise the tile walk is a plain counter (fewer live registers).
+// Correctness does not depend on this trait: a kSkip tile that is walked anyway is treated
+// as partial and masked element by element (all -inf), so `false` only costs work.
 template <class Mask> struct MaySkipInRange { static constexpr bool value = true; };
 template <> struct MaySkipInRange<mask::None> { static constexpr bool value = false; };
 template <> struct MaySkipInRange<mask::Causal> { static constexpr bool value = false; };
