@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Compiles dev/harness.cu (the generated layer of docs/DEVICE_ABI.md) for every arch and
 # config of the sm80 backend with nvcc, printing ptxas register/spill lines.
-# Usage: templates/sm80/dev/compile_matrix.sh [quick]   (run from the repository root)
+# Usage: templates/sm80/dev/compile_matrix.sh [quick]   (any directory)
+#   ARCHS="80 90" ...   restrict the arch list
+#   NVRTC=1 ...         compile through NVRTC (dev/nvrtc_check.cpp, the runtime's path) instead of nvcc
 set -u
 cd "$(dirname "$0")/../../.."
 ARCHS=${ARCHS:-"80 86 89 90 100 120"}
@@ -23,11 +25,20 @@ CONFIGS=(
   "-DFA4_DEPTH=256 -DFA4_BM=64 -DFA4_BN=64 -DFA4_MASK=Causal"
 )
 [ "${1:-}" = quick ] && { ARCHS="80"; CONFIGS=("${CONFIGS[@]:0:4}"); }
+if [ "${NVRTC:-0}" = 1 ]; then
+  CUDA=${CUDA_HOME:-/usr/local/cuda}
+  g++ -std=c++17 -I"$CUDA/include" templates/sm80/dev/nvrtc_check.cpp -L"$CUDA/lib64" -lnvrtc \
+      -o /tmp/fa4_nvrtc_check_$$ || exit 1
+fi
 fail=0
 for arch in $ARCHS; do
   for cfg in "${CONFIGS[@]}"; do
-    out=$(nvcc -std=c++17 -arch=sm_$arch -cubin -Xptxas -v -I templates $cfg \
-          templates/sm80/dev/harness.cu -o /tmp/fa4_sm80_$$.cubin 2>&1)
+    if [ "${NVRTC:-0}" = 1 ]; then
+      out=$(/tmp/fa4_nvrtc_check_$$ sm_$arch $cfg 2>&1)
+    else
+      out=$(nvcc -std=c++17 -arch=sm_$arch -cubin -Xptxas -v -I templates $cfg \
+            templates/sm80/dev/harness.cu -o /tmp/fa4_sm80_$$.cubin 2>&1)
+    fi
     rc=$?
     regs=$(echo "$out" | grep -o 'Used [0-9]* registers' | grep -o '[0-9]*')
     spill=$(echo "$out" | grep -o '[0-9]* bytes spill stores, [0-9]* bytes spill loads' | sed 's/ bytes spill stores, /\//; s/ bytes spill loads//')
@@ -35,5 +46,5 @@ for arch in $ARCHS; do
     else printf 'sm_%-4s regs %-4s spill st/ld %-8s %s\n' "$arch" "$regs" "$spill" "$cfg"; fi
   done
 done
-rm -f /tmp/fa4_sm80_$$.cubin
+rm -f /tmp/fa4_sm80_$$.cubin /tmp/fa4_nvrtc_check_$$
 exit $fail
