@@ -1,7 +1,7 @@
 // Dev harness: exactly the generated layer of docs/DEVICE_ABI.md, with -D switches so
 // dev/compile_matrix.sh can build the config matrix with nvcc.
 //   FA4_DTYPE  = bf16_t | half_t      (default bf16_t)
-//   FA4_DEPTH  = 64 | 96 | 128 | 256  (default 128)
+//   FA4_DEPTH  = 64 | 96 | 128 | 256  (default 128); FA4_PADDED_DEPTH (default FA4_DEPTH)
 //   FA4_BM, FA4_BN                    (default 128 and the host rule: 128 for depth <= 64, else 64)
 //   FA4_STAGES                        (kNumKVStages, default 2)
 //   FA4_MASK   = None | Causal | SlidingWindow | Chunked | CausalOrChunked   (default Causal)
@@ -11,6 +11,9 @@
 #endif
 #ifndef FA4_DEPTH
 #define FA4_DEPTH 128
+#endif
+#ifndef FA4_PADDED_DEPTH
+#define FA4_PADDED_DEPTH FA4_DEPTH
 #endif
 #ifndef FA4_BM
 #define FA4_BM 128
@@ -40,8 +43,8 @@ namespace fa4 { namespace gen {
 struct Config {
   using Element = fa4::FA4_DTYPE;
   using OutElement = fa4::FA4_DTYPE;
-  static constexpr int kDepth = FA4_DEPTH, kPaddedDepth = FA4_DEPTH;
-  static constexpr int kBM = FA4_BM, kBN = FA4_BN, kBK0 = FA4_DEPTH, kBK1 = FA4_BN;
+  static constexpr int kDepth = FA4_DEPTH, kPaddedDepth = FA4_PADDED_DEPTH;
+  static constexpr int kBM = FA4_BM, kBN = FA4_BN, kBK0 = FA4_PADDED_DEPTH, kBK1 = FA4_BN;
   static constexpr int kNumQHeads = 0, kGroup = 0;   // 0 = decided at run time (params)
   static constexpr int kNumKVStages = FA4_STAGES, kNumQKStages = 1, kNumMMAStages = 1;
   static constexpr int kSwizzleBytes = 128;

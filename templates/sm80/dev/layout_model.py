@@ -214,7 +214,7 @@ def check(T, seed=0):
 
 if __name__ == "__main__":
     for D, BM, BN, depth in [(64, 128, 128, None), (128, 128, 64, None), (64, 64, 64, None), (96, 128, 64, None),
-                             (256, 64, 64, None), (128, 128, 64, 120)]:
+                             (256, 64, 64, None), (128, 128, 64, 120), (80, 128, 64, 72)]:
         T = Traits(D, BM, BN, depth)
         check(T)
         print(f"ok: D={D} kDepth={T.kDepth} BM={BM} BN={BN} swizzle_mask={T.kSwizzleMask}")
