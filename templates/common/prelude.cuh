@@ -54,7 +54,8 @@ __device__ __forceinline__ float fast_rcp(float x) {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = -__builtin_bit_cast(float, 0x7f800000u);  // NVRTC has no __builtin_huge_valf
+// __builtin_bit_cast: NVRTC has no __builtin_huge_valf (nor __builtin_inff / __FLT_MAX__).
+constexpr float kNegInf = -__builtin_bit_cast(float, 0x7f800000u);
 
 __device__ __forceinline__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

@@ -1,0 +1,60 @@
+// Raw PTX data movement for sm_80+: cp.async (global -> shared, bypassing registers),
+// ldmatrix (shared -> MMA fragments) and vector shared/global accesses for the epilogue.
+// Inline PTX only: NVRTC gets no headers.
+#pragma once
+#include "common/prelude.cuh"
+
+namespace fa4 {
+namespace sm80 {
+
+// 16-byte async copy; `valid == false` copies 0 source bytes and zero-fills the 16 bytes
+// (rows past seqlen read as zero, so their S is 0 and P*V adds 0, never NaN).
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// volatile: the same smem address is read again for a later tile of the ring, so the compiler
+// must not merge or hoist these across __syncthreads.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void ld_shared_v4(u32 (&v)[4], u32 addr) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+// Special registers read with volatile asm: each call is a fresh S2R the compiler can neither
+// merge with an earlier read nor hoist, so values needed only late (epilogue) or per tile
+// are re-read instead of occupying a register across the KV loop.
+__device__ __forceinline__ int fresh_ctaid_x() { int v; asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_ctaid_y() { int v; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_ctaid_z() { int v; asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_nctaid_x() { int v; asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v)); return v; }
+__device__ __forceinline__ int fresh_tid_x() { int v; asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v)); return v; }
+
+}  // namespace sm80
+}  // namespace fa4

@@ -1,0 +1,219 @@
+// sm80 forward attention (FlashAttention-2 structure, portable to sm_80..sm_120):
+// one CTA = kBM query rows of one (batch, head); 4 warps, each owning kBM/4 rows end to end.
+//
+//   Q tile + first KV tiles --cp.async--> smem          (zero-filled past seqlen)
+//   for each non-skipped KV tile n in Mask::kv_range:   (same order for loads and compute)
+//     wait tile n; barrier; prefetch tile n+S-1 into the stage freed last iteration
+//     S = Q K^T            ldmatrix + mma.sync, f32 accumulators in registers
+//     score-mod / mask     only on partial tiles (plus score-mods everywhere)
+//     online softmax       quad shuffles, RowState lazy rescale, P = exp2 in place of S
+//     O += P V             P re-packed from S fragments in registers (no smem round trip)
+//   O / sum -> smem staging -> 16-byte stores; LSE
+#pragma once
+#include "common/mask.cuh"
+#include "common/prelude.cuh"
+#include "common/score_mod.cuh"
+#include "common/sequence.cuh"
+#include "common/softmax.cuh"
+#include "sm80/epilogue.cuh"
+#include "sm80/kv_buffer.cuh"
+#include "sm80/mma.cuh"
+#include "sm80/q_tile.cuh"
+#include "sm80/softmax.cuh"
+#include "sm80/traits.cuh"
+
+namespace fa4 {
+namespace sm80 {
+
+// Whether classify() can return kSkip strictly inside kv_range(). The built-in single masks
+// have one contiguous band of visible keys per Q tile, so every tile in the range has work;
+// only unions (and user masks, which we cannot inspect) may leave holes. Skipping is then
+// decided per tile; otherwise the tile walk is a plain counter (fewer live registers).
+// Correctness does not depend on this trait: a kSkip tile that is walked anyway is treated
+// as partial and masked element by element (all -inf), so `false` only costs work.
+template <class Mask> struct MaySkipInRange { static constexpr bool value = true; };
+template <> struct MaySkipInRange<mask::None> { static constexpr bool value = false; };
+template <> struct MaySkipInRange<mask::Causal> { static constexpr bool value = false; };
+template <> struct MaySkipInRange<mask::SlidingWindow> { static constexpr bool value = false; };
+template <> struct MaySkipInRange<mask::Chunked> { static constexpr bool value = false; };
+template <class A, class B> struct MaySkipInRange<mask::And<A, B>> {
+  static constexpr bool value = MaySkipInRange<A>::value || MaySkipInRange<B>::value;
+};
+
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(1024) unsigned char fa4_sm80_smem[];
+  return fa4_sm80_smem;
+}
+
+// S = Q K^T for one KV tile (raw scores, f32).
+template <class T>
+__device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], const QTile<T>& q,
+                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_q_in,
+                                        const LaneOffset<T>& lane_k_in, int stage) {
+  const LaneOffset<T> lane_q = lane_q_in.refreshed(), lane_k = lane_k_in.refreshed();
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int j = 0; j < T::kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][j][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < T::D / 16; ++kk) {
+    u32 a[T::kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt) q.load_from_shared(a[mt], lane_q, mt, kk);
+#pragma unroll
+    for (int j = 0; j < T::kNTiles / 2; ++j) {
+      u32 b[4];
+      kv.load_k_from_shared(b, lane_k, stage, j, kk);
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt) {
+        mma_16816<typename T::Element>(s[mt][2 * j], a[mt], b[0], b[1]);
+        mma_16816<typename T::Element>(s[mt][2 * j + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// O += P V for one KV tile, P taken from the S fragments (already exponentiated) and packed
+// to 16-bit A fragments one k-step at a time.
+template <class T>
+__device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], const float (&s)[T::kMTiles][T::kNTiles][4],
+                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_in, int stage) {
+  const LaneOffset<T> lane = lane_in.refreshed();
+#pragma unroll
+  for (int kk = 0; kk < T::kBN / 16; ++kk) {
+    u32 a[T::kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt) s_to_a_fragment<typename T::Element>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+    for (int j = 0; j < T::kDTiles / 2; ++j) {
+      u32 b[4];
+      kv.load_v_from_shared(b, lane, stage, kk, j);
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt) {
+        mma_16816<typename T::Element>(o[mt][2 * j], a[mt], b[0], b[1]);
+        mma_16816<typename T::Element>(o[mt][2 * j + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void attention_fwd(const FwdParams& p) {
+  using T = Traits<Config>;
+  constexpr int kBM = T::kBM, kBN = T::kBN, S = T::kStages;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  const int b = blockIdx.z, head = blockIdx.y;
+  const SeqInfo seq = SeqInfo::make(p, b, head);
+  // Masked problems: later query tiles see more keys (causal); start the heaviest first.
+  auto first_row = [] {
+    const int x = fresh_ctaid_x();
+    return (Mask::kIsNone ? x : fresh_nctaid_x() - 1 - x) * kBM;
+  };
+  const int q_lo = first_row();
+  if (q_lo >= seq.seqlen_q) return;  // varlen: this sequence is shorter than the grid (CTA-uniform)
+  const int q_hi = min(q_lo + kBM, seq.seqlen_q);
+
+  const mask::Ctx ctx{b, head, seq.seqlen_q, seq.seqlen_k, &p};
+  const mask::KvRange range = Mask::kv_range(q_lo, q_hi, ctx);
+  const int n_begin = range.begin / kBN;
+  const int n_end = range.end > range.begin ? ceil_div(range.end, kBN) : n_begin;
+  auto tile_class = [&](int n) {
+    return Mask::classify(q_lo, q_hi, n * kBN, min((n + 1) * kBN, seq.seqlen_k), ctx);
+  };
+  // First tile >= n that the mask does not skip (n_end if none). Loads and compute both walk
+  // the tiles with this function, so the ring stays in step without any bookkeeping shared.
+  auto next_tile = [&](int n) {
+    if constexpr (MaySkipInRange<Mask>::value)
+      while (n < n_end && tile_class(n) == mask::kSkip) ++n;
+    return n;
+  };
+
+  unsigned char* smem = dynamic_smem();
+  const u32 smem_q = smem_u32(smem);
+  QTile<T> q_tile;
+  q_tile.init(smem_q, warp);
+  KVBuffer<T> kv;
+  kv.init(p, seq, smem_q + T::kQBytes, smem_q + T::kQBytes + T::kKBytes);
+  // ldmatrix lane offsets (the swizzle term is always lane & 7). Q and V: lane l addresses
+  // row l % 16, chunk l / 16 of a 16x16 block. K: row (l & 7) + 8 * (l / 16), chunk (l / 8) % 2,
+  // so that each n8 block's (b0, b1) land in adjacent registers as mma wants them (no moves).
+  const LaneOffset<T> lane_qv = LaneOffset<T>::make(lane & 15, lane >> 4);
+  const LaneOffset<T> lane_k = LaneOffset<T>::make((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+
+  // Prologue: Q joins the first group; stages 0..S-2 get the first S-1 tiles. Every stage
+  // commits a group, empty or not, so wait_group counts stay uniform.
+  q_tile.load_from_dram(p, seq, q_lo, tid);
+  int n_load = next_tile(n_begin);
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (n_load < n_end) {
+      kv.load_from_dram(p, n_load, st, tid);
+      n_load = next_tile(n_load + 1);
+    }
+    cp_async_commit();
+  }
+
+  float o[T::kMTiles][T::kDTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int d = 0; d < T::kDTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][d][e] = 0.0f;
+  softmax::RowState rs[T::kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt) {
+    rs[mt][0].init();
+    rs[mt][1].init();
+  }
+  const float scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
+
+  // Contiguous masks: tile n sits in stage (n - n_begin) % S and the prefetch is tile n+S-1,
+  // both derived from n. Masks with holes track the load cursor and the stage explicitly.
+  constexpr bool kMaySkip = MaySkipInRange<Mask>::value;
+  int stage_tracked = 0;
+  for (int n = next_tile(n_begin); n < n_end; n = next_tile(n + 1)) {
+    const int stage = kMaySkip ? stage_tracked : static_cast<int>(static_cast<unsigned>(n - n_begin) % S);
+    const int load_stage = stage + S - 1 >= S ? stage - 1 : stage + S - 1;
+    const int load_tile = kMaySkip ? n_load : n + S - 1;
+    // Tile n landed (at most S-2 younger groups in flight) and every warp is done with the
+    // stage computed last iteration, which the prefetch below overwrites.
+    KVBuffer<T>::template copy_to_shared<S - 2>();
+    if (load_tile < n_end) {
+      kv.load_from_dram(p, load_tile, load_stage, tid);
+      if constexpr (kMaySkip) n_load = next_tile(n_load + 1);
+    }
+    cp_async_commit();
+
+    float s[T::kMTiles][T::kNTiles][4];
+    gemm_qk<T>(s, q_tile, kv, lane_qv, lane_k, stage);
+
+    const bool partial = (!Mask::kIsNone && tile_class(n) != mask::kFull) || (n + 1) * kBN > seq.seqlen_k;
+    {
+      // This lane's first query row and first key column of the tile (C fragment layout);
+      // derived here from threadIdx so they hold no registers across the loop.
+      const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
+      score_mod_and_mask<T, Mask, ScoreMod>(s, partial, q_lo + w * T::kWarpRows + (l >> 2), n * kBN + 2 * (l & 3),
+                                            ctx, p);
+    }
+    online_softmax<T>(s, o, rs, scale);
+
+    gemm_pv<T>(o, s, kv, lane_qv, stage);
+    if constexpr (kMaySkip) stage_tracked = stage + 1 == S ? 0 : stage + 1;
+  }
+
+  // Drain (empty groups, or the Q copy when no tile was visible) before reusing Q as staging.
+  cp_async_wait<0>();
+  __syncthreads();
+  // Rebuild the sequence view and ids rather than carrying o_offset/lse_offset (64-bit,
+  // epilogue-only) and the block indices through the KV loop.
+  const int tid_out = fresh_tid_x();
+  epilogue<T>(o, rs, scale, p, SeqInfo::make(p, fresh_ctaid_z(), fresh_ctaid_y()), first_row(), smem_q, tid_out >> 5,
+              tid_out & 31);
+}
+
+}  // namespace sm80
+}  // namespace fa4

@@ -1,0 +1,38 @@
+// The Q tile: [kBM][D] in shared memory, loaded once per CTA with cp.async and read back as
+// MMA A fragments by ldmatrix for every KV tile (keeping Q in registers would cost 64 more
+// registers at d128, which the O accumulator needs). Warp w only ever touches its own rows
+// [w*kWarpRows, (w+1)*kWarpRows), which the epilogue relies on to reuse them as O staging.
+#pragma once
+#include "common/sequence.cuh"
+#include "sm80/smem_tile.cuh"
+
+namespace fa4 {
+namespace sm80 {
+
+template <class T>
+struct QTile {
+  using Tile = SmemTile<T, T::kBM>;
+  u32 smem;       // the tile
+  u32 smem_warp;  // this warp's first row
+
+  __device__ __forceinline__ void init(u32 smem_q, int warp) {
+    smem = smem_q;
+    smem_warp = smem_q + warp * T::kWarpRows * T::kRowBytes;
+  }
+
+  __device__ __forceinline__ void load_from_dram(const FwdParams& p, const SeqInfo& seq, int q_lo, int tid) const {
+    const auto* q = static_cast<const typename T::Element*>(p.q) + seq.q_offset;
+    Tile::load_async(smem, q, p.q_row_stride, q_lo, seq.seqlen_q, tid);
+  }
+
+  // A fragment of this warp's m-block mt for depth k-step kk. ldmatrix x4 with lane l
+  // addressing row l % 16, chunk 2kk + l / 16 (lane_qv in kernel.cuh):
+  // matrices {rows 0-7, k 0-7}, {rows 8-15, k 0-7}, {rows 0-7, k 8-15}, {rows 8-15, k 8-15}
+  // = a0..a3 of the m16k16 A fragment.
+  __device__ __forceinline__ void load_from_shared(u32 (&a)[4], const LaneOffset<T>& lane, int mt, int kk) const {
+    ldmatrix_x4(a, smem_warp + mt * 16 * T::kRowBytes + lane.at(2 * kk));
+  }
+};
+
+}  // namespace sm80
+}  // namespace fa4

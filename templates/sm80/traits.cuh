@@ -1,0 +1,53 @@
+// Compile-time shape of one sm80 kernel, derived from the generated Config. Every other sm80
+// header takes these instead of re-deriving tile arithmetic, so load, MMA and epilogue agree.
+#pragma once
+#include "common/prelude.cuh"
+
+namespace fa4 {
+namespace sm80 {
+
+template <class Config>
+struct Traits {
+  using Element = typename Config::Element;
+  using OutElement = typename Config::OutElement;
+
+  static constexpr int kDepth = Config::kDepth;
+  static constexpr int D = Config::kPaddedDepth;  // smem row length (elements)
+  static constexpr int kBM = Config::kBM;
+  static constexpr int kBN = Config::kBN;
+  static constexpr int kStages = Config::kNumKVStages;
+  static constexpr int kThreads = Config::kNumThreads;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kWarpRows = kBM / kWarps;  // query rows owned by one warp
+  static constexpr int kMTiles = kWarpRows / 16;  // m16 row blocks per warp
+  static constexpr int kNTiles = kBN / 8;         // n8 column blocks of S
+  static constexpr int kDTiles = D / 8;           // n8 column blocks of O
+  static constexpr int kChunks = D / 8;           // 16-byte chunks per smem row
+
+  // XOR swizzle on 16-byte chunks: chunk' = chunk ^ (row & kSwizzleMask). With 8+ chunks per
+  // row, the 8 rows one ldmatrix 8x8 reads land in 8 different 16-byte bank groups.
+  static constexpr int kSwizzleMask = kChunks % 8 == 0 ? 7 : kChunks % 4 == 0 ? 3 : kChunks % 2 == 0 ? 1 : 0;
+
+  static constexpr int kRowBytes = D * 2;
+  static constexpr int kQBytes = kBM * kRowBytes;
+  static constexpr int kKVStageBytes = kBN * kRowBytes;
+  static constexpr int kKBytes = kStages * kKVStageBytes;
+  static constexpr int kSmemBytes = kQBytes + 2 * kKBytes;  // DEVICE_ABI: e*(BM*Dp + 2*S*BN*Dp)
+
+  static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm80: 16-bit Q/K/V/O only");
+  static_assert(kThreads == 128, "sm80: 4 warps per CTA (kNumThreads = 128)");
+  static_assert(kWarpRows % 16 == 0 && kMTiles >= 1, "sm80: kBM must be a multiple of 64 (16 rows per warp)");
+  static_assert(kBN % 16 == 0, "sm80: kBN must be a multiple of 16");
+  static_assert(D % 16 == 0, "sm80: kPaddedDepth must be a multiple of 16");
+  static_assert(kDepth % 8 == 0 && kDepth <= D, "sm80: kDepth must be a multiple of 8 and <= kPaddedDepth");
+  static_assert(kStages >= 2, "sm80: cp.async ring needs kNumKVStages >= 2");
+  static_assert(kSmemBytes <= Config::kSmemBytes,
+                "sm80: layout needs 2*(kBM*Dp + 2*kNumKVStages*kBN*Dp) bytes of dynamic shared memory");
+  // O and S accumulators live in registers for the whole kernel: kMTiles*(kDTiles+kNTiles)*4
+  // floats per thread. Beyond ~192 the kernel spills (d256 needs kBM = 64, as in FA2).
+  static_assert(kMTiles * (kDTiles + kNTiles) * 4 <= 192,
+                "sm80: accumulators exceed the register file; use kBM=64 for depth 256 or a smaller kBN");
+};
+
+}  // namespace sm80
+}  // namespace fa4
