@@ -1,3 +1,5 @@
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
@@ -14,6 +16,7 @@ void add_gen(CLI::App& app) {
     std::string config, arch;
     std::vector<std::string> presets;
     bool ptx = false, key = false, log = false;
+    std::string cubin;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON file with one config");
@@ -22,15 +25,17 @@ void add_gen(CLI::App& app) {
   cmd->add_flag("--ptx", o->ptx, "compile with NVRTC and print the PTX instead");
   cmd->add_flag("--key", o->key, "print the cache key instead");
   cmd->add_flag("--log", o->log, "compile and print the NVRTC log (ptxas registers, spills)");
+  cmd->add_option("--cubin", o->cubin, "compile and write the cubin to this file (for cuobjdump -sass)");
   cmd->callback([o] {
     FA4Config c = load_configs(o->config, o->presets).front();
     if (!o->arch.empty()) c.arch = o->arch;
     const auto in = detail::compile_inputs(detail::with_arch(c));
     if (o->key) {
       fmt::print("{}\n", in.key);
-    } else if (o->ptx || o->log) {
+    } else if (o->ptx || o->log || !o->cubin.empty()) {
       const auto out = detail::nvrtc_compile(in.source, "fa4jit.cu", in.headers, in.options);
-      fmt::print("{}\n", o->log ? out.log : out.ptx);
+      if (!o->cubin.empty()) std::ofstream(o->cubin, std::ios::binary) << out.cubin;
+      if (o->ptx || o->log) fmt::print("{}\n", o->log ? out.log : out.ptx);
     } else {
       fmt::print("{}", in.source);
     }
