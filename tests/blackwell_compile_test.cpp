@@ -1,0 +1,164 @@
+// The sm100a backend cannot run here (no Blackwell GPU exists for this project), so CI checks
+// everything that can be checked without one, for a matrix of variants: NVRTC compiles it, the
+// PTX holds the tcgen05/TMA instructions the design is built on, ptxas reports no spills and a
+// register budget consistent with the per-role setmaxnreg plan, shared memory fits, and the SASS
+// (cuobjdump from the nvidia-cuda-cuobjdump wheel) shows UTCHMMA, LDTM, STTM and UTMALDG.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <regex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "fa4jit/jit.hpp"
+#include "generator/key.hpp"
+#include "runtime/nvrtc.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Variant {
+  jit::FA4Config config;
+  std::string name;
+};
+
+std::vector<Variant> matrix() {
+  using jit::Mask;
+  using jit::ScoreMod;
+  const std::vector<std::pair<std::string, Mask>> masks = {
+      {"none", Mask::none()},
+      {"causal", Mask::causal()},
+      {"causal_top_left", Mask::causal(true)},
+      {"sliding", Mask::sliding_window()},
+      {"chunked", Mask::chunked()},
+      {"custom", Mask::custom("return (q_idx / 64) == (kv_idx / 64) || kv_idx < 4;")},
+      {"causal_and_chunked", Mask::all_of({Mask::causal(), Mask::chunked()})},
+  };
+  const std::vector<std::pair<std::string, ScoreMod>> mods = {
+      {"identity", ScoreMod::identity()},
+      {"softcap", ScoreMod::softcap()},
+      {"alibi", ScoreMod::alibi()},
+      {"custom", ScoreMod::custom("return score - 0.05f * (float)abs(q_idx - kv_idx) + scalars[0];")},
+  };
+  std::vector<Variant> out;
+  auto add = [&](int depth, jit::DType dt, const std::pair<std::string, Mask>& m,
+                 const std::pair<std::string, ScoreMod>& s, int group) {
+    jit::FA4Config c;
+    c.arch = "sm_100a";
+    c.depth = depth;
+    c.dtype = dt;
+    c.mask = m.second;
+    c.score_mod = s.second;
+    c.group = group;
+    out.push_back({c, fmt::format("d{} {} {} {} group{}", depth, jit::to_string(dt), m.first, s.first, group)});
+  };
+  for (const auto& m : masks)  // every mask x every score-mod at the flagship shape
+    for (const auto& s : mods) add(128, jit::DType::bf16, m, s, 1);
+  for (int depth : {64, 128})  // depth x dtype x group at the common masks
+    for (jit::DType dt : {jit::DType::bf16, jit::DType::fp16})
+      for (int group : {1, 4})
+        for (int mi : {0, 1}) add(depth, dt, masks[mi], mods[0], group);
+  for (const auto& m : masks) add(64, jit::DType::bf16, m, mods[3], 8);  // d64 with snippets, GQA 8
+  return out;
+}
+
+struct Checked {
+  std::string name;
+  double ms = 0;
+  jit::detail::ResourceUsage use;
+  std::string failure;  // empty: ok
+  std::string cubin;
+};
+
+Checked check_one(const Variant& v) {
+  Checked r;
+  r.name = v.name;
+  try {
+    const auto in = jit::detail::compile_inputs(v.config);
+    const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", in.headers, in.options);
+    r.ms = out.ms;
+    r.use = jit::detail::parse_ptxas_log(out.log);
+    r.cubin = out.cubin;
+    std::vector<std::string> missing;
+    for (const char* needle : {"tcgen05.mma", "tcgen05.ld", "tcgen05.st", "tcgen05.commit", "tcgen05.alloc",
+                               "cp.async.bulk.tensor", "setmaxnreg.inc.sync.aligned.u32 192",
+                               "setmaxnreg.dec.sync.aligned.u32 80", "setmaxnreg.dec.sync.aligned.u32 48"})
+      if (out.ptx.find(needle) == std::string::npos) missing.push_back(needle);
+    if (!missing.empty()) r.failure += fmt::format("PTX lacks {}; ", fmt::join(missing, ", "));
+    if (r.use.spill_stores != 0 || r.use.spill_loads != 0)
+      r.failure += fmt::format("spills {}/{} bytes; ", r.use.spill_stores, r.use.spill_loads);
+    // setmaxnreg needs a fixed budget at entry: 512 threads x 128 = the whole 64K register file,
+    // which the plan splits as 2 softmax WGs x 192 + correction 80 + MMA/load/idle 48 (x 128 threads).
+    if (r.use.registers != 128) r.failure += fmt::format("{} registers at entry, the plan needs 128; ", r.use.registers);
+    if (128 * (192 * 2 + 80 + 48) > 65536) r.failure += "setmaxnreg plan exceeds the register file; ";
+    if (in.config.smem_bytes > 232448 || r.use.smem_static > 0)
+      r.failure += fmt::format("shared memory {} dynamic + {} static exceeds 227 KiB; ", in.config.smem_bytes,
+                               r.use.smem_static);
+  } catch (const std::exception& e) {
+    r.failure = e.what();
+  }
+  return r;
+}
+
+std::string find_cuobjdump() {
+  if (const char* env = std::getenv("FA4JIT_CUOBJDUMP")) return env;
+  FILE* p = popen("python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\", \"bin\"))' 2>/dev/null", "r");
+  char buf[512] = {};
+  const bool got = p && fgets(buf, sizeof(buf), p);
+  if (p) pclose(p);
+  if (got) {
+    std::string dir(buf);
+    while (!dir.empty() && dir.back() == '\n') dir.pop_back();
+    if (fs::exists(fs::path(dir) / "cuobjdump") && fs::exists(fs::path(dir) / "nvdisasm"))
+      return (fs::path(dir) / "cuobjdump").string();
+  }
+  return {};
+}
+
+TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets) {
+  const std::vector<Variant> variants = matrix();
+  std::vector<Checked> results(variants.size());
+  std::atomic<size_t> next{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 2; ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < variants.size(); i = next++) results[i] = check_one(variants[i]);
+    });
+  for (auto& t : pool) t.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double max_ms = 0;
+  for (const Checked& r : results) {
+    EXPECT_TRUE(r.failure.empty()) << r.name << ": " << r.failure;
+    max_ms = std::max(max_ms, r.ms);
+  }
+  std::printf("sm100a compile matrix: %zu variants in %.1f s wall (2 threads), slowest %.0f ms, 0 spills required\n",
+              results.size(), wall, max_ms);
+
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)";
+  for (size_t i : {size_t{0}, results.size() - 1}) {  // d128 none identity; d64 snippet GQA
+    const fs::path cubin = fs::temp_directory_path() / fmt::format("fa4jit_sm100a_{}.cubin", i);
+    std::ofstream(cubin, std::ios::binary) << results[i].cubin;
+    const std::string cmd = fmt::format("PATH=\"{}:$PATH\" '{}' -sass '{}' 2>&1", fs::path(cuobjdump).parent_path().string(),
+                                        cuobjdump, cubin.string());
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string sass;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) sass.append(buf, n);
+    pclose(p);
+    fs::remove(cubin);
+    for (const char* op : {"UTCHMMA", "LDTM", "STTM", "UTMALDG", "UTCBAR"})
+      EXPECT_NE(sass.find(op), std::string::npos) << results[i].name << ": SASS lacks " << op;
+    EXPECT_FALSE(std::regex_search(sass, std::regex(R"(\b(STL|LDL)\b)"))) << results[i].name << ": local memory in SASS";
+  }
+}
+
+}  // namespace
