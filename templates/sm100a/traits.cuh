@@ -2,6 +2,7 @@
 // map, the TMEM column map, and the per-CTA work description (which Q rows, which KV tiles).
 // Roles never exchange these; they recompute them, so they agree by construction.
 #pragma once
+#include "common/tile_scheduler.cuh"
 #include "common/prelude.cuh"
 #include "common/sequence.cuh"
 #include "common/mask.cuh"
@@ -86,33 +87,23 @@ struct Work {
   }
 };
 
+// Built from the shared scheduler (common/tile_scheduler.cuh), which the sm90a backend runs
+// and tests on hardware: same Q tile order, KV range and TMA coordinates.
 template <class Config, class Mask>
 __device__ __forceinline__ Work make_work(const FwdParams& p) {
   using T = Traits<Config>;
+  const auto t = TileWork<T::kBM, T::kBN, Mask>::make(p);
+  const TmaCoords c = TmaCoords::make(p, t.seq);
   Work w;
-  const int b = blockIdx.z, h = blockIdx.y;
-  // Causal: the last Q tiles see the most keys; launch them first so the tail of the grid is short.
-  const int m_block = is_same<Mask, mask::Causal>::value ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
-                                                          : static_cast<int>(blockIdx.x);
-  w.seq = SeqInfo::make(p, b, h);
-  w.m0 = m_block * T::kBM;
-  w.q_row0 = p.cu_seqlens_q ? p.cu_seqlens_q[b] : 0;
-  w.q_batch = p.cu_seqlens_q ? 0 : b;
-  w.k_row0 = p.cu_seqlens_k ? p.cu_seqlens_k[b] : 0;
-  w.k_batch = p.cu_seqlens_k ? 0 : b;
-  w.valid = w.m0 < w.seq.seqlen_q;
-  w.n_begin = 0;
-  w.num_tiles = 0;
-  if (w.valid) {
-    const mask::Ctx c = w.mask_ctx(p);
-    const int q_hi = min(w.m0 + T::kBM, w.seq.seqlen_q);
-    const mask::KvRange r = Mask::kv_range(w.m0, q_hi, c);
-    const int end = min(r.end, w.seq.seqlen_k);
-    if (end > r.begin) {
-      w.n_begin = r.begin / T::kBN;
-      w.num_tiles = ceil_div(end, T::kBN) - w.n_begin;
-    }
-  }
+  w.seq = t.seq;
+  w.m0 = t.q_lo;
+  w.valid = t.valid;
+  w.n_begin = t.n_begin;
+  w.num_tiles = t.num_tiles();
+  w.q_row0 = c.q_row0;
+  w.q_batch = c.q_batch;
+  w.k_row0 = c.kv_row0;
+  w.k_batch = c.kv_batch;
   return w;
 }
 

@@ -5,6 +5,7 @@
 #include "common/mask.cuh"
 #include "common/pipeline.cuh"
 #include "common/sequence.cuh"
+#include "common/tile_scheduler.cuh"
 
 // Schedule switches (see README). Override per build with -D..., or per Config with
 // `static constexpr bool kIntraWGOverlap / kPingPong` members (those win).
@@ -100,60 +101,9 @@ struct SmemLayout {
   static_assert(kKVStageBytes % 1024 == 0 && kQWgBytes % 1024 == 0, "blocks must stay 1024-aligned");
 };
 
-// One CTA's problem: which (batch, head, Q tile) it owns and which KV tiles it visits.
-// Producer and consumers build it from the same inputs, so they agree on the tile list.
+// One CTA's problem and KV tile list: the shared scheduler (common/tile_scheduler.cuh).
 template <class Config, class Mask>
-struct CtaWork {
-  using Sh = Shape<Config>;
-  SeqInfo seq;
-  mask::Ctx ctx;
-  int m_block;
-  int q_lo, q_hi;      // rows [q_lo, q_hi) of this CTA inside the sequence (q_hi clipped)
-  int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification
-  bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
-
-  __device__ __forceinline__ static CtaWork make(const FwdParams& p) {
-    CtaWork w;
-    const int b = blockIdx.z, h = blockIdx.y;
-    w.seq = SeqInfo::make(p, b, h);
-    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p};
-    // Masked problems: the last Q tiles see the most keys; start them first (LPT-like).
-    w.m_block = Mask::kIsNone ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
-    w.q_lo = w.m_block * Sh::kBM;
-    w.q_hi = min(w.q_lo + Sh::kBM, w.seq.seqlen_q);
-    w.valid = w.q_lo < w.seq.seqlen_q;
-    w.n_begin = 0;
-    w.n_end = 0;
-    if (w.valid && w.seq.seqlen_k > 0) {
-      const mask::KvRange r = Mask::kv_range(w.q_lo, w.q_hi, w.ctx);
-      const int end = min(r.end, w.seq.seqlen_k);
-      const int begin = max(r.begin, 0);
-      if (end > begin) {
-        w.n_begin = begin / Sh::kBN;
-        w.n_end = ceil_div(end, Sh::kBN);
-      }
-    }
-    return w;
-  }
-
-  __device__ __forceinline__ mask::TileClass classify(int n) const {
-    const int k_lo = n * Sh::kBN, k_hi = min(k_lo + Sh::kBN, seq.seqlen_k);
-    return Mask::classify(q_lo, q_hi, k_lo, k_hi, ctx);
-  }
-  // Tiles are visited from the last (n_end - 1) down to n_begin, skipping kSkip tiles, so the
-  // key-bound and diagonal tiles come first. Returns n_begin - 1 when done.
-  __device__ __forceinline__ int next_tile(int n) const {
-    --n;
-    while (n >= n_begin && classify(n) == mask::kSkip) --n;
-    return n;
-  }
-  __device__ __forceinline__ int first_tile() const { return next_tile(n_end); }
-  __device__ __forceinline__ bool has(int n) const { return n >= n_begin; }
-  // Per-element masking is needed on partial tiles and on the tile that crosses seqlen_k.
-  __device__ __forceinline__ bool needs_mask(int n) const {
-    return (n + 1) * Sh::kBN > seq.seqlen_k || (!Mask::kIsNone && classify(n) == mask::kPartial);
-  }
-};
+using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask>;
 
 // Named barrier ids (0 is __syncthreads). Scheduler barriers: consumer warpgroup g (0, 1)
 // waits on kSchedBarrier + g before issuing its GEMMs; the other arrives on it afterwards.

@@ -8,25 +8,6 @@
 namespace fa4 {
 namespace sm90a {
 
-// TMA coordinates (depth, row, head, batch). Varlen maps pack all sequences into batch 0 and
-// rows are absolute: row = cu_seqlens[b] + local row. A KV tile that ends past the sequence
-// reads the next sequence's rows (masked by k < seqlen_k) or zeros past the tensor.
-struct TmaCoords {
-  int q_row0, kv_row0;  // absolute row of local row 0
-  int q_batch, kv_batch;
-  int q_head, kv_head;
-  __device__ __forceinline__ static TmaCoords make(const FwdParams& p, const SeqInfo& s) {
-    TmaCoords c;
-    c.q_row0 = p.cu_seqlens_q ? p.cu_seqlens_q[s.batch] : 0;
-    c.kv_row0 = p.cu_seqlens_k ? p.cu_seqlens_k[s.batch] : 0;
-    c.q_batch = p.cu_seqlens_q ? 0 : s.batch;
-    c.kv_batch = p.cu_seqlens_k ? 0 : s.batch;
-    c.q_head = s.q_head;
-    c.kv_head = s.kv_head;
-    return c;
-  }
-};
-
 // Called by exactly one thread. Loads nothing when the CTA has no KV tile (the consumers then
 // skip Q as well), so no barrier is left waiting for bytes that never come.
 template <class Config, class Mask>
