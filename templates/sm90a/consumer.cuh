@@ -1,4 +1,4 @@
-// Consumer (MMA + softmax) warpgroup mainloop of the sm90a kernel. Each of the two consumer
+// Consumer (MMA + softmax) warpgroup mainloop of the sm90a kernel. Each of the kBM/64 consumer
 // warpgroups owns 64 Q rows and walks the CTA's KV tile list (CtaWork) in the producer's order.
 //
 // Simple schedule, per tile n:   S = Q K(n)^T; wait | softmax(S) -> P, rescale O | O += P V(n); wait
@@ -6,10 +6,11 @@
 //   back to back, wait for S(n), run softmax(n) while P V(n') is still on the tensor cores, wait,
 //   rescale O, pack P(n). The last P V runs after the loop.
 // Ping-pong: warpgroup g waits on named barrier kSchedBarrier+g before issuing its GEMMs and
-//   arrives on the other's afterwards, so one's softmax overlaps the other's GEMMs (FA3).
+//   arrives on the next one's ((g+1) mod W) afterwards, so one's softmax overlaps the others'
+//   GEMMs (FA3; W = 3 is a round robin 0 -> 1 -> 2 -> 0).
 //
 // Stage scopes: K and V are separate rings; every stage is released only after the wgmma that
-// reads it has been waited for. Both consumer warpgroups read every stage (empty count 8 warps).
+// reads it has been waited for. All consumer warpgroups read every stage (empty count = 4 per WG).
 #pragma once
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
@@ -21,11 +22,13 @@
 namespace fa4 {
 namespace sm90a {
 
-template <bool kPingPong>
+template <bool kPingPong, int kNumWGs>
 struct Scheduler {
-  int wg;  // consumer warpgroup 0 or 1
-  // The first warpgroup gets the first turn: its own arrival plus its first sync complete the
-  // barrier's first phase (count 256 = both warpgroups' threads).
+  static_assert(kNumWGs == 2 || kNumWGs == 3, "scheduler: 2 or 3 consumer warpgroups");
+  int wg;  // consumer warpgroup 0 .. kNumWGs-1
+  // Barrier kSchedBarrier + g has two parties: warpgroup g (sync) and its predecessor in the
+  // round robin (arrive), so its count is 256 for any number of warpgroups. The first warpgroup
+  // gets the first turn: its own arrival plus its first sync complete the barrier's first phase.
   __device__ __forceinline__ void start() const {
     if (kPingPong && wg == 0) named_barrier_arrive(kSchedBarrier, 256);
   }
@@ -33,9 +36,19 @@ struct Scheduler {
     if (kPingPong) named_barrier_sync(kSchedBarrier + wg, 256);
   }
   __device__ __forceinline__ void pass_turn() const {
-    if (kPingPong) named_barrier_arrive(kSchedBarrier + (wg ^ 1), 256);
+    if (kPingPong) {
+      const int next = kNumWGs == 2 ? (wg ^ 1) : (wg == kNumWGs - 1 ? 0 : wg + 1);
+      named_barrier_arrive(kSchedBarrier + next, 256);
+    }
   }
 };
+
+// Hides a value from loop-invariant code motion: at 160 registers (kBM 192) ptxas otherwise hoists
+// the four Q descriptors (64-bit each) out of the KV loop and spills them (softcap + ping-pong).
+__device__ __forceinline__ u32 opaque_u32(u32 x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<Config, Mask>& w, unsigned char* smem,
@@ -50,6 +63,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
   const u32 base = smem_u32(smem);
   const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
   const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
+  auto q_wgmma = [q_addr]() { return Sh::kNumConsumerWGs == 2 ? q_addr : opaque_u32(q_addr); };
 
   float o[kDp / 2];
   float s[kBN / 2];
@@ -63,7 +77,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
 
   Softmax sm;
   sm.init(p, w.q_lo, wg);
-  Scheduler<Sh::kPingPong> sched{wg};
+  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
 
   int n = w.first_tile();
   if (w.has(n)) {  // else: no visible key for the whole CTA, O = 0 and LSE = -inf below
@@ -79,7 +93,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
           sched.wait_turn();
           fence_operand(s);
           wgmma_fence();
-          gemm_qk<Element, kBN, kDp>(s, q_addr, k_addr + ks.index() * L::kKVStageBytes);
+          gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
           wgmma_commit();
           sched.pass_turn();
           wgmma_wait<0>();
@@ -108,7 +122,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
         sched.wait_turn();
         fence_operand(s);
         wgmma_fence();
-        gemm_qk<Element, kBN, kDp>(s, q_addr, k_addr + ks.index() * L::kKVStageBytes);
+        gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
         wgmma_commit();
         sched.pass_turn();
         wgmma_wait<0>();
@@ -128,7 +142,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
             fence_operand(o);
             fence_operand(pr);
             wgmma_fence();
-            gemm_qk<Element, kBN, kDp>(s, q_addr, k_addr + ks.index() * L::kKVStageBytes);
+            gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
             wgmma_commit();
             gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
             wgmma_commit();

@@ -51,7 +51,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
       st_shared_u32(addr, pack2<Out>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
     }
   }
-  named_barrier_sync(kEpilogueBarrier + wg, 128);
+  named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
 
   // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row.
   constexpr int kChunksPerRow = kDp / 8;

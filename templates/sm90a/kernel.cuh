@@ -1,8 +1,9 @@
 // sm90a (Hopper) forward attention, FlashAttention-3 structure:
 //   warpgroup 0: producer (setmaxnreg.dec), one elected thread of warp 0 issues all TMA loads;
-//   warpgroups 1, 2: consumers (setmaxnreg.inc), 64 Q rows each, wgmma S = Q K^T (SS) and
+//   warpgroups 1..kBM/64: consumers (setmaxnreg.inc), 64 Q rows each, wgmma S = Q K^T (SS) and
 //   O += P V (RS, P from registers), online softmax on the accumulator fragments, epilogue.
-// Grid (ceil(max_seqlen_q / 128), q heads, batch); 384 threads; dynamic smem per the ABI formula.
+// Grid (ceil(max_seqlen_q / kBM), q heads, batch); 128 * (1 + kBM/64) threads (384 for kBM 128,
+// 512 for kBM 192); dynamic smem per the ABI formula.
 // Layout, TMA maps and protocol: templates/sm90a/dev/README.md.
 #pragma once
 #include "common/prelude.cuh"
@@ -48,8 +49,9 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     if (smem_u32(smem) & 1023u) __trap();
 #pragma unroll
     for (int g = 0; g < Sh::kNumConsumerWGs; ++g) mbar_init(&bars->q_full[g], 1);
-    bars->k.init(1, 2 * 4);  // full: the producer's expect_tx arrival; empty: 8 consumer warps
-    bars->v.init(1, 2 * 4);
+    // full: the producer's expect_tx arrival; empty: every consumer warp (8 or 12) arrives once.
+    bars->k.init(1, Sh::kNumConsumerWGs * 4);
+    bars->v.init(1, Sh::kNumConsumerWGs * 4);
     fence_barrier_init();
   }
   __syncthreads();

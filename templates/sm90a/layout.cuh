@@ -48,7 +48,7 @@ struct Shape {
   static constexpr int kBN = Config::kBN;
   static constexpr int kStages = Config::kNumKVStages;
   static constexpr int kWgRows = 64;           // rows of Q per consumer warpgroup (one wgmma M)
-  static constexpr int kNumConsumerWGs = 2;
+  static constexpr int kNumConsumerWGs = kBM / 64;  // 2 (kBM 128) or 3 (kBM 192, depth 64 only)
   static constexpr int kChunks = kDp / 64;     // 64-element (128-byte) swizzle blocks per row
 
   static constexpr bool kIntraWGOverlap = OverlapOf<Config>::value;
@@ -57,13 +57,23 @@ struct Shape {
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
 
-  // setmaxnreg budgets: 128*24 + 256*240 = 64512 <= 65536 registers (FA3's 2-WG split).
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
+  // 3 consumer WGs: 128*32 + 384*160 = 65536.
+  static constexpr int kProducerRegs = kNumConsumerWGs == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kNumConsumerWGs == 2 ? 240 : 160;
+  static constexpr int kNumThreads = 128 * (1 + kNumConsumerWGs);
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
-  static_assert(Config::kNumThreads == 384, "sm90a kernel: 384 threads (1 producer + 2 consumer warpgroups)");
-  static_assert(kBM == 128, "sm90a kernel: kBM must be 128 (two consumer warpgroups of 64 rows)");
+  static_assert(kBM == 128 || kBM == 192,
+                "sm90a kernel: kBM must be 128 (2 consumer warpgroups of 64 rows) or 192 (3 warpgroups, depth 64)");
+  static_assert(kBM != 192 || kDp == 64,
+                "sm90a kernel: kBM 192 (3 consumer warpgroups at 160 registers) is only for head depth 64; "
+                "depth 128 needs the 64-float O accumulator and does not fit: use kBM 128");
+  static_assert(kBM != 192 || kBN <= 128 || !kIntraWGOverlap,
+                "sm90a kernel: kBM 192 with kBN > 128 and the overlapped schedule does not fit 160 consumer "
+                "registers (S kBN/2 + P kBN/4 + O 32 per thread; 400 B spills at kBN 192): use kBN 128");
+  static_assert(Config::kNumThreads == kNumThreads,
+                "sm90a kernel: kNumThreads must be 128 * (1 + kBM / 64) (1 producer + kBM/64 consumer warpgroups)");
   static_assert(kDepth == kDp, "sm90a kernel: padded depth (kPaddedDepth != kDepth) is not supported yet");
   static_assert(kDp == 64 || kDp == 128,
                 "sm90a kernel: head depth 64 or 128 only for now (96/192/256: add wgmma N in gen_mma.py, "
@@ -74,7 +84,7 @@ struct Shape {
 };
 
 // Shared memory, offsets from the 1024-aligned dynamic base (ABI: e*(kBM*Dp + 2*S*kBN*Dp) + 1024):
-//   [Q: 2 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp/64 blocks of BNx128B][V ring: same]
+//   [Q: kBM/64 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp/64 blocks of BNx128B][V ring: same]
 //   [barriers, in the last 1024 bytes]. O is staged in the owning warpgroup's Q region.
 template <class Config>
 struct SmemLayout {
@@ -105,10 +115,17 @@ struct SmemLayout {
 template <class Config, class Mask>
 using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask>;
 
-// Named barrier ids (0 is __syncthreads). Scheduler barriers: consumer warpgroup g (0, 1)
-// waits on kSchedBarrier + g before issuing its GEMMs; the other arrives on it afterwards.
-constexpr int kSchedBarrier = 1;     // ids 1, 2
-constexpr int kEpilogueBarrier = 3;  // ids 3, 4: per-warpgroup O staging
+// Named barrier ids (0 is __syncthreads), W = kNumConsumerWGs. Scheduler barriers: consumer
+// warpgroup g waits on kSchedBarrier + g before issuing its GEMMs; the previous warpgroup in the
+// round robin ((g - 1) mod W) arrives on it after issuing its own (count 256 = the two parties).
+// Epilogue barriers: EpilogueBarrier<W>::value + g, 128 threads (O staging of warpgroup g).
+//   W = 2: scheduler 1, 2; epilogue 3, 4.   W = 3: scheduler 1, 2, 3; epilogue 4, 5, 6.
+constexpr int kSchedBarrier = 1;
+template <int kNumWGs>
+struct EpilogueBarrier {
+  static constexpr int value = kSchedBarrier + kNumWGs;
+  static_assert(value + kNumWGs <= 16, "named barrier ids must be < 16");
+};
 
 }  // namespace sm90a
 }  // namespace fa4

@@ -37,7 +37,8 @@ struct WgSoftmax {
 
   // Raw scores of KV tile n -> logits in exponent units (identity: left raw, the scale is
   // folded into the exp2 FMA), -inf where masked. Per-element masks run only on tiles that
-  // need them; masked elements never reach the score-mod (it may index aux data by kv_idx).
+  // need them. Score-mods see every element of a visited tile with kv_idx < seqlen_k (clamped);
+  // masked results are discarded (set to -inf).
   template <class Work>
   __device__ __forceinline__ void logits(float (&s)[kN], int n, bool need_mask, const FwdParams& p,
                                          const Work& w) const {
@@ -51,14 +52,23 @@ struct WgSoftmax {
         }
       }
     } else {
+      // Branch-free: the mod runs on every element (kv_idx clamped below seqlen_k, so aux data
+      // indexed by it stays in bounds) and masked results are replaced by -inf afterwards. A
+      // per-element `if (visible) s = mod(..)` turns every element into a basic block (Softcap's
+      // IEEE division then has a slow-path call per element) and spills at 160 registers.
       const ScoreMod mod{};
+      const int k_last = w.seq.seqlen_k - 1;
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
         const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-        if (!need_mask || (k < w.seq.seqlen_k && Mask::visible(q, k, w.ctx)))
-          s[i] = mod(s[i] * p.softmax_scale, w.seq.batch, w.seq.q_head, q, k, p) * kLog2e;
-        else
-          s[i] = kNegInf;
+        s[i] = mod(s[i] * p.softmax_scale, w.seq.batch, w.seq.q_head, q, min(k, k_last), p) * kLog2e;
+      }
+      if (need_mask) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
+          if (!(k < w.seq.seqlen_k && Mask::visible(q, k, w.ctx))) s[i] = kNegInf;
+        }
       }
     }
   }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Compiles the sm90a dev harness over {bf16, fp16} x {d64, d128} x {None, Causal} x
-# {Identity, Softcap} x {simple, overlap, overlap+pingpong} (+ stage counts), reports ptxas
-# registers/spills and checks the PTX for wgmma / TMA / setmaxnreg. Run from the repo root.
+# {Identity, Softcap} x {simple, overlap, overlap+pingpong} (+ stage counts) at kBM 128, and
+# {bf16, fp16} x d64 x {None, Causal} x {Identity, Softcap} x {simple, overlap, overlap+pingpong,
+# simple+pingpong} at kBM 192 (3 consumer warpgroups, 512 threads), reports ptxas registers/spills
+# and checks the PTX for wgmma / TMA / setmaxnreg (inc 240 / dec 24 at kBM 128, inc 160 / dec 32
+# at kBM 192). Run from anywhere. `ONLY=bm192 bash compile_matrix.sh` runs the kBM 192 part only.
 # Exit status != 0 on any compile error, spill, C7508 (setmaxnreg ignored) or wgmma
 # serialization warning, or missing instruction.
 set -u
@@ -11,8 +14,11 @@ mkdir -p "$OUT"
 NVCC=${NVCC:-nvcc}
 BASE="-std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates"
 fail=0
-run() {  # name, flags...
+ONLY=${ONLY:-all}
+run() {  # name, flags...  (a -DFA4_BM=192 flag selects the 3-warpgroup register budgets)
   local name=$1; shift
+  local inc=240 dec=24
+  [[ " $* " == *" -DFA4_BM=192 "* ]] && inc=160 dec=32
   local log="$OUT/$name.log"
   if ! $NVCC $BASE -cubin -Xptxas -v "$@" templates/sm90a/dev/harness.cu -o "$OUT/$name.cubin" >"$log" 2>&1; then
     echo "FAIL compile  $name"; cat "$log"; fail=1; return
@@ -28,14 +34,17 @@ run() {  # name, flags...
   nw=$(grep -c "wgmma.mma_async" "$OUT/$name.ptx")
   nt=$(grep -c "cp.async.bulk.tensor" "$OUT/$name.ptx")
   nm=$(grep -c "setmaxnreg" "$OUT/$name.ptx")
+  grep -q "setmaxnreg.inc.sync.aligned.u32 $inc;" "$OUT/$name.ptx" || nm="$nm(no-inc-$inc)"
+  grep -q "setmaxnreg.dec.sync.aligned.u32 $dec;" "$OUT/$name.ptx" || nm="$nm(no-dec-$dec)"
   local status=ok
   [[ "$spill" != "0 bytes spill stores" ]] && status=SPILL
   [[ -n "$warn" ]] && status=WARN
-  [[ $nw -eq 0 || $nt -eq 0 || $nm -ne 2 ]] && status=MISSING
+  [[ $nw -eq 0 || $nt -eq 0 || "$nm" != 2 ]] && status=MISSING
   [[ $status != ok ]] && fail=1
   printf "%-7s %-44s %-22s %-22s wgmma=%-3s tma=%-2s setmaxnreg=%s\n" "$status" "$name" "$regs" "$spill" "$nw" "$nt" "$nm"
   [[ -n "$warn" ]] && echo "$warn"
 }
+if [[ $ONLY != bm192 ]]; then
 for dt in bf16 fp16; do
   for d in 64 128; do
     for m in none causal; do
@@ -62,5 +71,38 @@ run bf16_d64_causal_id_pingpong_S4 -DFA4_DEPTH=64 -DFA4_STAGES=4 -DFA4_CAUSAL
 run bf16_d128_none_id_pingpong_BN64 -DFA4_DEPTH=128 -DFA4_BN=64
 run bf16_d128_causal_id_simple+pingpong -DFA4_CAUSAL -DFA4_SM90A_INTRA_WG_OVERLAP=0 -DFA4_SM90A_PINGPONG=1
 run bf16_d128_causal_id_cfgsimple -DFA4_CAUSAL -DFA4_CFG_SIMPLE   # expect wgmma=16
+fi
+# kBM 192: 3 consumer warpgroups at 160 registers, depth 64 only, kBN 128 (default).
+for dt in bf16 fp16; do
+  for m in none causal; do
+    for sm in id softcap; do
+      for sched in simple overlap pingpong simplepp; do
+        f=(-DFA4_DEPTH=64 -DFA4_BM=192)
+        [[ $dt == fp16 ]] && f+=(-DFA4_FP16)
+        [[ $m == causal ]] && f+=(-DFA4_CAUSAL)
+        [[ $sm == softcap ]] && f+=(-DFA4_SOFTCAP)
+        case $sched in
+          simple) f+=(-DFA4_SM90A_INTRA_WG_OVERLAP=0 -DFA4_SM90A_PINGPONG=0) ;;
+          overlap) f+=(-DFA4_SM90A_INTRA_WG_OVERLAP=1 -DFA4_SM90A_PINGPONG=0) ;;
+          pingpong) f+=(-DFA4_SM90A_INTRA_WG_OVERLAP=1 -DFA4_SM90A_PINGPONG=1) ;;
+          simplepp) f+=(-DFA4_SM90A_INTRA_WG_OVERLAP=0 -DFA4_SM90A_PINGPONG=1) ;;
+        esac
+        run "bm192_${dt}_d64_${m}_${sm}_${sched}" "${f[@]}"
+      done
+    done
+  done
+done
+run bm192_bf16_d64_causal_id_pingpong_S4 -DFA4_DEPTH=64 -DFA4_BM=192 -DFA4_STAGES=4 -DFA4_CAUSAL
+run bm192_bf16_d64_none_id_pingpong_BN64 -DFA4_DEPTH=64 -DFA4_BM=192 -DFA4_BN=64
+run bm192_bf16_d64_causal_id_cfgsimple -DFA4_DEPTH=64 -DFA4_BM=192 -DFA4_CAUSAL -DFA4_CFG_SIMPLE
+run bm192_bf16_d64_none_id_simple_BN192 -DFA4_DEPTH=64 -DFA4_BM=192 -DFA4_BN=192 -DFA4_CFG_SIMPLE
+# Must NOT compile (static_assert): kBM 192 at depth 128, kBM 192 + kBN 192 with the overlap.
+for neg in "-DFA4_DEPTH=128 -DFA4_BM=192" "-DFA4_DEPTH=64 -DFA4_BM=192 -DFA4_BN=192"; do
+  if $NVCC $BASE -cubin $neg templates/sm90a/dev/harness.cu -o "$OUT/neg.cubin" >"$OUT/neg.log" 2>&1; then
+    echo "FAIL expected static_assert: $neg"; fail=1
+  else
+    echo "ok      rejected ($neg): $(grep -o 'static assertion failed with "[^"]*' "$OUT/neg.log" | head -1 | cut -c1-90)"
+  fi
+done
 echo "logs, cubins and PTX in $OUT"
 exit $fail

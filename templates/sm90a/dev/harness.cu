@@ -1,6 +1,6 @@
 // Dev harness: exactly the generated layer of docs/DEVICE_ABI.md for sm90a.
 // -DFA4_FP16 (half_t instead of bf16_t), -DFA4_DEPTH=64|128, -DFA4_CAUSAL, -DFA4_SOFTCAP,
-// -DFA4_STAGES=2..4, -DFA4_BN=64, -DFA4_CFG_SIMPLE (Config members select the simple schedule). Build: templates/sm90a/dev/compile_matrix.sh
+// -DFA4_STAGES=2..4, -DFA4_BN=64, -DFA4_BM=192 (3 consumer warpgroups, 512 threads, depth 64), -DFA4_CFG_SIMPLE (Config members select the simple schedule). Build: templates/sm90a/dev/compile_matrix.sh
 #ifndef FA4_DEPTH
 #define FA4_DEPTH 128
 #endif
@@ -9,6 +9,9 @@
 #endif
 #ifndef FA4_BN
 #define FA4_BN 128
+#endif
+#ifndef FA4_BM
+#define FA4_BM 128
 #endif
 #include "common/prelude.cuh"
 #include "common/sequence.cuh"
@@ -25,11 +28,11 @@ struct Config {
   using OutElement = fa4::bf16_t;
 #endif
   static constexpr int kDepth = FA4_DEPTH, kPaddedDepth = FA4_DEPTH;
-  static constexpr int kBM = 128, kBN = FA4_BN, kBK0 = 64, kBK1 = 64;
+  static constexpr int kBM = FA4_BM, kBN = FA4_BN, kBK0 = 64, kBK1 = 64;
   static constexpr int kNumQHeads = 0, kGroup = 0;
   static constexpr int kNumKVStages = FA4_STAGES, kNumQKStages = 1, kNumMMAStages = 1;
   static constexpr int kSwizzleBytes = 128;
-  static constexpr int kNumThreads = 384;
+  static constexpr int kNumThreads = 128 * (1 + kBM / 64);
   static constexpr int kSmemBytes = 2 * (kBM * kPaddedDepth + 2 * kNumKVStages * kBN * kPaddedDepth) + 1024;
   static constexpr int kArch = 90;
 #ifdef FA4_CFG_SIMPLE  // optional members the kernel detects (override the FA4_SM90A_* switches)
