@@ -89,8 +89,10 @@ Budget derive_portable(FA4Config& c, const ArchInfo& a) {
 
 Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   const int dp = c.padded_depth;
-  c.BM = pick("BM", c.BM, 128, {128});
-  c.BN = pick("BN", c.BN, 128, dp <= 64 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128});
+  // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
+  // 160 registers per consumer thread still hold the S and O fragments.
+  c.BM = pick("BM", c.BM, 128, dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128});
+  c.BN = pick("BN", c.BN, 128, dp <= 64 && c.BM == 128 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128});
   c.BK0 = pick("BK0", c.BK0, dp, {dp});
   c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
   c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
@@ -100,7 +102,7 @@ Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   if (smem_for(c.num_kv_stages) > a.max_smem)
     throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
                                   c.num_kv_stages, c.BN, c.depth, smem_for(c.num_kv_stages), c.arch, a.max_smem));
-  return {384, smem_for(c.num_kv_stages)};
+  return {128 * (1 + c.BM / 64), smem_for(c.num_kv_stages)};
 }
 
 // The seeds' FA4Config: TMEM holds S0, S1 (BN columns each) and O0, O1 (Dp each) in 512

@@ -136,3 +136,30 @@ TEST(GpuAttention, LaunchRejectsMismatchedArgumentsBeforeRunning) {
 }
 
 }  // namespace
+
+namespace {
+
+// FA3's 192-row tiles at head dim 64: three consumer warpgroups.
+TEST(GpuAttention, HopperThreeConsumerWarpgroupsMatchReference) {
+  REQUIRE_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
+  for (bool causal : {false, true}) {
+    jit::FA4Config cfg;
+    cfg.arch = "sm_90a";
+    cfg.depth = 64;
+    cfg.BM = 192;
+    cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
+    const auto kernel = jit::get_kernel(cfg);
+    for (const Shape& s : {Shape{1, 1}, Shape{191, 191}, Shape{193, 400}, Shape{1000, 1000}, Shape{577, 3000}}) {
+      CheckCase c;
+      c.batch = 2;
+      c.num_q_heads = 8;
+      c.num_kv_heads = 2;
+      c.seqlen_q = s.sq;
+      c.seqlen_k = s.sk;
+      expect_matches(*kernel, c, fmt::format("BM192 {} Sq {} Sk {}", causal ? "causal" : "none", s.sq, s.sk));
+    }
+  }
+}
+
+}  // namespace
