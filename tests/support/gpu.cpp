@@ -62,6 +62,13 @@ std::vector<float> random_tensor(std::mt19937_64& rng, std::size_t n, DType t, s
 
 }  // namespace
 
+double alibi_slope(int h, int num_heads) {
+  int n = 1;
+  while (n * 2 <= num_heads) n *= 2;
+  if (h < n) return std::exp2(-8.0 * (h + 1) / n);
+  return std::exp2(-4.0 * (2 * (h - n) + 1) / n);
+}
+
 CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const FA4Config& cfg = kernel.config().config;
   const DType t = cfg.dtype, to = *cfg.output_dtype;
@@ -90,6 +97,11 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   } else if (cfg.score_mod.kind == ScoreMod::Kind::softcap) {
     const double cap = c.softcap;
     p.score_mod = [cap](double s, int, int, int, int) { return cap * std::tanh(s / cap); };
+  } else if (cfg.score_mod.kind == ScoreMod::Kind::alibi) {
+    const int H = c.num_q_heads, off = c.seqlen_k - c.seqlen_q;
+    p.score_mod = [H, off](double s, int, int h, int q, int k) {
+      return s - alibi_slope(h, H) * std::fabs(static_cast<double>(q + off - k));
+    };
   }
   if (c.with_sinks) {
     std::normal_distribution<float> dist(0.0f, 2.0f);

@@ -53,6 +53,9 @@ struct CheckResult {
   std::string describe() const;
 };
 
+// Standard ALiBi slope of head h (Press et al.), as the Alibi score-mod computes it.
+double alibi_slope(int h, int num_heads);
+
 // Random inputs (seeded), poisoned O/LSE, launch, synchronise, compare.
 CheckResult run_and_check(const Kernel& kernel, const CheckCase& c);
 
