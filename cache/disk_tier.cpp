@@ -98,6 +98,9 @@ bool DiskTier::evict(std::string_view key, const fs::path& dir, bool bad_entry) 
 
 std::string DiskTier::publish(std::string_view key, std::string_view cubin, const nlohmann::json& full_meta) {
   if (!writable_) return "tier is read-only";
+  fs::path target = entry_dir(key);
+  // Already there and good (a re-publish, e.g. prewarm over a warm cache): skip the writes.
+  if (check_entry(target, key).artifact) return {};
   fs::path tmp = base() / "tmp" / staging_name(key);
   if (auto r = make_dirs(tmp); !r) return r.what;
   struct Guard {  // removes our staging dir on every exit path except a successful rename
@@ -114,7 +117,6 @@ std::string DiskTier::publish(std::string_view key, std::string_view cubin, cons
   if (auto r = fsync_dir(tmp); !r) return r.what;
   if (fault("kill_before_rename")) ::raise(SIGKILL);
 
-  fs::path target = entry_dir(key);
   if (auto r = make_dirs(target.parent_path()); !r) return r.what;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (::rename(tmp.c_str(), target.c_str()) == 0) {

@@ -155,11 +155,19 @@ std::string random_suffix() {
 }
 
 std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "host";
-  std::string h;
-  for (char* c = buf; *c; ++c) h += (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-') ? *c : '_';
-  return h.empty() ? "host" : h;
+  // Host name plus the pid-namespace inode: containers with host networking share a host name but
+  // not pids, and a sweeper must only judge pids of its own namespace.
+  static const std::string id = [] {
+    char buf[256] = {};
+    std::string h;
+    if (::gethostname(buf, sizeof buf - 1) == 0)
+      for (char* c = buf; *c; ++c) h += (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-') ? *c : '_';
+    if (h.empty()) h = "host";
+    struct stat st {};
+    if (::stat("/proc/self/ns/pid", &st) == 0) h += fmt::format("_{}", static_cast<unsigned long long>(st.st_ino));
+    return h;
+  }();
+  return id;
 }
 
 std::int64_t now_unix() {
@@ -172,7 +180,10 @@ void Warner::warn(const std::string& category, const std::string& message) {
     if (!seen_.insert(category).second) return;
   }
   count_.fetch_add(1);
-  fmt::print(stderr, "fa4jit cache: warning: {}\n", message);
+  // Plain stdio, errors ignored: fmt::print throws when stderr cannot be written (a full disk,
+  // RLIMIT_FSIZE on a redirected log), and a warning must never become an exception.
+  std::string line = "fa4jit cache: warning: " + message + "\n";
+  std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
 }
 

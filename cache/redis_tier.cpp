@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
+#include <unistd.h>
 #endif
 
 namespace jit::cache::detail {
@@ -185,6 +186,9 @@ class RedisTier final : public RemoteTier {
     if (!lk.try_lock_for(std::chrono::milliseconds(command_ms_ + connect_ms_))) return;
     if (std::chrono::steady_clock::now().time_since_epoch().count() < backoff_until_.load()) return;
     SigpipeGuard guard;
+    // After fork() the child shares the parent's socket: replies could interleave. Drop it (the
+    // close only affects the child's copy of the fd) and connect afresh.
+    if (ctx_ && ctx_pid_ != ::getpid()) ctx_.reset();
     if (!ctx_ && !connect()) return;
     f(ctx_.get());
   }
@@ -205,6 +209,7 @@ class RedisTier final : public RemoteTier {
     if (u_.db != 0 && !simple(Reply(static_cast<redisReply*>(redisCommand(c.get(), "SELECT %d", u_.db))), "SELECT"))
       return false;
     ctx_ = std::move(c);
+    ctx_pid_ = ::getpid();
     return true;
   }
 
@@ -225,6 +230,7 @@ class RedisTier final : public RemoteTier {
   long connect_ms_, command_ms_, backoff_min_, ttl_s_;
   std::timed_mutex mu_;
   std::unique_ptr<redisContext, CtxDeleter> ctx_;
+  pid_t ctx_pid_ = 0;
   std::chrono::milliseconds backoff_;
   std::atomic<std::int64_t> backoff_until_{0};
 };

@@ -33,6 +33,9 @@ Store::Impl::Impl(Options o) : opt(std::move(o)) {
     warner.warn("no-writable-tier", fmt::format("no writable cache directory among [{}]; compiled kernels are kept in "
                                                 "memory only (set FA4JIT_CACHE_DIR to a writable directory)",
                                                 fmt::join(names, ", ")));
+  // Leftovers of writers killed mid-publish: cheap (tmp/ is normally empty), and only dead pids of
+  // this host's pid namespace or hour-old dirs are touched.
+  if (wtier) wtier->sweep_tmp(std::chrono::hours(1));
   if (const char* ld = std::getenv("FA4JIT_CACHE_LOCK_DIR"); ld && *ld) lock_dir = ld;
   else if (wtier) lock_dir = wtier->base() / "locks";
   if (const char* pi = std::getenv("FA4JIT_CACHE_PRUNE_INTERVAL_S"); pi && *pi) prune_interval_s = std::atoll(pi);

@@ -71,7 +71,16 @@ TEST_P(KillDuringPublish, LeavesNothingLoadableAndRecovers) {
   int st = p.wait();
   ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the hook did not fire, status " << st;
   EXPECT_EQ(count_entries(d.path / "v1" / "tmp"), 1u);  // the dead writer's staging dir
+  {
+    // Never loadable, even before anybody cleans up.
+    Options ro = opts(d.path);
+    EnvVar f("FA4JIT_CACHE_FAULT", "readonly");  // read-only: no sweep at construction
+    Store r(ro);
+    EXPECT_FALSE(r.load(key));
+    EXPECT_EQ(r.stats().warnings, 1u);  // only "no writable tier"
+  }
   Store s(opts(d.path));
+  EXPECT_EQ(count_entries(d.path / "v1" / "tmp"), 0u);  // swept: its pid is dead
   EXPECT_FALSE(s.load(key));
   EXPECT_EQ(s.stats().warnings, 0u);  // nothing half-visible, so nothing even looked corrupt
   int calls = 0;
@@ -84,8 +93,9 @@ TEST_P(KillDuringPublish, LeavesNothingLoadableAndRecovers) {
       "cfg");
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(a.cubin, cubin_for(key));
-  auto rep = s.verify();  // sweeps the staging dir of the dead pid
+  auto rep = s.verify();
   EXPECT_EQ(rep.removed, 0u);
+  EXPECT_TRUE(rep.problems.empty());
   EXPECT_EQ(count_entries(d.path / "v1" / "tmp"), 0u);
   EXPECT_EQ(s.load(key)->cubin, cubin_for(key));
 }
