@@ -5,7 +5,11 @@
 //   trailer:   'Z', u64 entry_count
 // A tiny custom format instead of tar: no extra dependency, and import re-verifies every entry
 // against the digest in its meta anyway, so the container needs no checksums of its own.
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <set>
@@ -49,7 +53,28 @@ std::size_t Store::export_archive(const fs::path& path, const std::vector<std::s
     for (auto& [k, a] : im.mem)
       if (seen.insert(k).second) wanted.push_back(k);
   }
-  std::string body(kMagic);
+  // Streamed to a temp file next to the target, fsynced, then renamed: a reader never sees a
+  // half-written archive, and a large cache is never held in memory at once.
+  fs::path tmp = path;
+  tmp += fmt::format(".tmp.{}", detail::random_suffix());
+  detail::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd) throw CacheError(fmt::format("export: cannot create {}: {}", tmp.string(), std::strerror(errno)));
+  struct Unlink {  // removes the temp file on every failure path
+    fs::path p;
+    ~Unlink() {
+      if (!p.empty()) ::unlink(p.c_str());
+    }
+  } cleanup{tmp};
+  auto put = [&](std::string_view data) {
+    if (detail::fault("enospc")) throw CacheError(fmt::format("export: write {}: {}", tmp.string(), std::strerror(ENOSPC)));
+    while (!data.empty()) {
+      ssize_t n = ::write(fd.get(), data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw CacheError(fmt::format("export: write {}: {}", tmp.string(), std::strerror(errno)));
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+  };
+  put(kMagic);
   std::size_t count = 0;
   for (const auto& key : wanted) {
     require_key(key);
@@ -59,28 +84,22 @@ std::size_t Store::export_archive(const fs::path& path, const std::vector<std::s
       continue;
     }
     std::string meta = a->meta.dump();
-    body += 'E';
-    put_u64(body, meta.size());
-    put_u64(body, a->cubin.size());
-    body += meta;
-    body += a->cubin;
+    std::string head(1, 'E');
+    put_u64(head, meta.size());
+    put_u64(head, a->cubin.size());
+    put(head);
+    put(meta);
+    put(a->cubin);
     ++count;
   }
-  body += 'Z';
-  put_u64(body, count);
-
-  // Atomic like everything else: a reader never sees a half-written archive.
-  fs::path tmp = path;
-  tmp += fmt::format(".tmp.{}", detail::random_suffix());
-  if (auto r = detail::write_file_durable(tmp, body); !r) {
-    ::unlink(tmp.c_str());
-    throw CacheError(fmt::format("export: {}", r.what));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw CacheError(fmt::format("export: rename to {}: {}", path.string(), std::strerror(e)));
-  }
+  std::string tail(1, 'Z');
+  put_u64(tail, count);
+  put(tail);
+  if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0)
+    throw CacheError(fmt::format("export: flush {}: {}", tmp.string(), std::strerror(errno)));
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw CacheError(fmt::format("export: rename to {}: {}", path.string(), std::strerror(errno)));
+  cleanup.p.clear();
   return count;
 }
 

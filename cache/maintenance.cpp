@@ -45,7 +45,8 @@ VerifyReport Store::verify() {
     for (auto& l : t->scan()) {
       rep.checked++;
       std::string problem;
-      if (!detail::valid_key(l.key) || l.dir.parent_path().filename() != l.key.substr(0, 2)) {
+      bool misplaced = !detail::valid_key(l.key) || l.dir.parent_path().filename() != l.key.substr(0, 2);
+      if (misplaced) {
         problem = "not a cache entry name";
       } else {
         auto c = detail::check_entry(l.dir, l.key);
@@ -57,7 +58,8 @@ VerifyReport Store::verify() {
         problem = c.problem;
       }
       if (t->writable()) {
-        bool gone = t->evict(l.key, l.dir, /*bad_entry=*/detail::valid_key(l.key));
+        // A misplaced dir is removed as is; a bad entry may be put back if it was replaced meanwhile.
+        bool gone = t->evict(l.key, l.dir, /*bad_entry=*/!misplaced);
         if (gone) rep.removed++;
         rep.problems.push_back(fmt::format("{}: {} ({})", l.key, problem, gone ? "removed" : "replaced concurrently"));
       } else {

@@ -22,13 +22,6 @@ namespace jit::cache::detail {
 namespace {
 constexpr std::string_view kMagic = "FA4JITR1";
 
-long env_ms(const char* name, long dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  return (end && *end == 0 && x >= 0) ? x : dflt;
-}
 }  // namespace
 
 std::string encode_remote(const nlohmann::json& meta, std::string_view cubin) {
@@ -55,6 +48,14 @@ bool decode_remote(std::string_view v, nlohmann::json& meta, std::string& cubin)
 
 #ifdef FA4JIT_HAVE_HIREDIS
 namespace {
+
+long env_ms(const char* name, long dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  return (end && *end == 0 && x >= 0) ? x : dflt;
+}
 
 struct Url {
   std::string host = "127.0.0.1";

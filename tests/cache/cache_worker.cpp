@@ -3,6 +3,7 @@
 //        order; a compile appends "<key> <pid>" to countfile (O_APPEND), sleeps, returns
 //        cubin_for(key). Exit 0 iff every returned cubin is correct and nothing looked corrupt
 //        (1: wrong bytes, 3: an entry was evicted); prints "compiles=N hits=M".
+//   hammer <root> <nkeys> <ms>                          random get_or_compile for <ms>; exit 1 on a wrong byte
 //   publish <root> <key>                                  publish cubin_for(key) (fault hooks via env)
 //   hold <root> <key> <ms>                                flock the key's lock file, print "locked", sleep
 #include <sys/file.h>
@@ -58,6 +59,29 @@ int main(int argc, char** argv) {
       std::cerr << "worker " << ::getpid() << ": evicted " << s.evictions << " entries\n";
       return 3;
     }
+    return 0;
+  }
+  if (a.size() >= 5 && a[1] == "hammer") {
+    // hammer <root> <nkeys> <ms>: get_or_compile random keys for <ms>, checking every byte.
+    jit::cache::Options o;
+    o.roots = {a[2]};
+    o.lock_timeout = std::chrono::seconds(10);
+    jit::cache::Store store(o);
+    int nkeys = std::stoi(a[3]);
+    std::mt19937 rng(static_cast<unsigned>(::getpid()));
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::stoi(a[4]));
+    long calls = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      std::string key = key_of(static_cast<std::uint64_t>(rng() % static_cast<unsigned>(nkeys)));
+      auto art = store.get_or_compile(key, [&] { return jit::cache::Artifact{cubin_for(key), {}, ""}; }, "hammer");
+      ++calls;
+      if (art.cubin != cubin_for(key)) {
+        std::cerr << "worker " << ::getpid() << ": WRONG BYTES for " << key << " from " << art.origin << "\n";
+        return 1;
+      }
+    }
+    auto s = store.stats();
+    std::cout << "calls=" << calls << " compiles=" << s.compiles << " evictions=" << s.evictions << std::endl;
     return 0;
   }
   if (a.size() >= 4 && a[1] == "publish") {

@@ -76,11 +76,14 @@ TEST(CacheMaintenance, VerifyReportsAndRemovesBadEntries) {
   fs::resize_file(entry_dir(d.path, keys[1]) / "kernel.cubin", 7);
   fs::remove(entry_dir(d.path, keys[3]) / "meta.json");
   fs::create_directories(d.path / "v1" / "ab" / "not-a-key");
+  fs::create_directories(d.path / "v1" / "zz");
+  fs::copy(entry_dir(d.path, keys[0]), d.path / "v1" / "zz" / keys[0]);  // a good entry in the wrong shard
   Store s(opts(d.path));
   auto rep = s.verify();
-  EXPECT_EQ(rep.checked, 6u);
-  EXPECT_EQ(rep.removed, 3u);
-  ASSERT_EQ(rep.problems.size(), 3u);
+  EXPECT_EQ(rep.checked, 7u);
+  EXPECT_EQ(rep.removed, 4u);
+  EXPECT_FALSE(fs::exists(d.path / "v1" / "zz" / keys[0]));
+  ASSERT_EQ(rep.problems.size(), 4u);
   std::string all;
   for (auto& p : rep.problems) all += p + "\n";
   EXPECT_NE(all.find(keys[1] + ": cubin size 7"), std::string::npos) << all;

@@ -108,7 +108,13 @@ TEST(CacheProcesses, RandomSigkillsNeverExposeBadEntries) {
   // committed entry may be bad and every key must be buildable.
   TempDir d;
   fs::path root = d.path / "cache", countfile = d.path / "compiles.log";
-  constexpr int kRounds = 4, kProcs = 8, kKeys = 16;
+  // FA4JIT_CACHE_STRESS_ROUNDS / _PROCS / _KEYS scale it up for a soak run (defaults keep it ~1 s).
+  auto env_int = [](const char* n, int d) {
+    const char* v = std::getenv(n);
+    return v && *v ? std::max(1, std::atoi(v)) : d;
+  };
+  const int kRounds = env_int("FA4JIT_CACHE_STRESS_ROUNDS", 4), kProcs = env_int("FA4JIT_CACHE_STRESS_PROCS", 8),
+            kKeys = env_int("FA4JIT_CACHE_STRESS_KEYS", 16);
   std::mt19937 rng(12345);
   int kills = 0, survivors = 0;
   for (int round = 0; round < kRounds; ++round) {
@@ -121,7 +127,7 @@ TEST(CacheProcesses, RandomSigkillsNeverExposeBadEntries) {
       ps.push_back(spawn({kWorker, "race", root.string(), countfile.string(), std::to_string(kKeys), "8",
                           std::to_string(round * 100 + p + 1)}));
     std::vector<int> delays;
-    for (int p = 0; p < kProcs / 2; ++p) delays.push_back(std::uniform_int_distribution<int>(2, 80)(rng));
+    for (int p = 0; p < kProcs / 2; ++p) delays.push_back(std::uniform_int_distribution<int>(2, std::max(80, kKeys * 5))(rng));
     std::sort(delays.begin(), delays.end());
     auto t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < kProcs / 2; ++p) {
@@ -204,4 +210,61 @@ TEST(CacheProcesses, WaiterPicksUpTheHoldersEntry) {
   EXPECT_EQ(art.cubin, cubin_for(key));
   int st = a.wait();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+TEST(CacheProcesses, TamperingWhileReadingNeverYieldsWrongBytes) {
+  // 4 processes load/compile random keys in a loop while this process damages entries in place
+  // (truncate, flip a byte, zero, delete meta.json) under their feet. Verification on load must
+  // turn every damaged read into a miss + rebuild: no process may ever receive a wrong byte.
+  TempDir d;
+  fs::path root = d.path / "cache";
+  constexpr int kKeys = 12, kProcs = 4, kMillis = 2500;
+  std::vector<Proc> ps;
+  for (int p = 0; p < kProcs; ++p)
+    ps.push_back(spawn({kWorker, "hammer", root.string(), std::to_string(kKeys), std::to_string(kMillis)}, {}, true));
+  std::mt19937 rng(7);
+  int damaged = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  while (seconds_since(t0) < kMillis / 1000.0 - 0.2) {
+    std::string key = key_of(rng() % kKeys);
+    fs::path dir = root / "v1" / key.substr(0, 2) / key;
+    std::error_code ec;
+    switch (rng() % 4) {
+      case 0: fs::resize_file(dir / "kernel.cubin", 17, ec); break;
+      case 1: {
+        int fd = ::open((dir / "kernel.cubin").c_str(), O_WRONLY);
+        if (fd >= 0) {
+          char c = 0x5a;
+          (void)!::pwrite(fd, &c, 1, 100);
+          ::close(fd);
+        } else {
+          ec = std::error_code(errno, std::generic_category());
+        }
+        break;
+      }
+      case 2: {
+        int fd = ::open((dir / "meta.json").c_str(), O_WRONLY | O_TRUNC);
+        if (fd >= 0) ::close(fd);
+        else ec = std::error_code(errno, std::generic_category());
+        break;
+      }
+      default: fs::remove(dir / "meta.json", ec); break;
+    }
+    if (!ec) ++damaged;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  long calls = 0, evictions = 0;
+  for (auto& p : ps) {
+    int st = p.wait();
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "a process received wrong bytes, status " << st;
+    char buf[512] = {};
+    ssize_t n = ::read(p.out_fd, buf, sizeof buf - 1);
+    long c = 0, comp = 0, ev = 0;
+    if (n > 0 && std::sscanf(buf, "calls=%ld compiles=%ld evictions=%ld", &c, &comp, &ev) == 3) calls += c, evictions += ev;
+  }
+  EXPECT_GT(damaged, 50);
+  EXPECT_GT(evictions, 0);
+  std::printf("[reliability] tampering: %d processes x %d keys for %d ms, %ld get_or_compile calls, %d entries "
+              "damaged in place, %ld evictions, wrong bytes returned = 0\n",
+              kProcs, kKeys, kMillis, calls, damaged, evictions);
 }
