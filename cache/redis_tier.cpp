@@ -229,7 +229,7 @@ class RedisTier final : public RemoteTier {
   Url u_;
   Warner& warner_;
   long connect_ms_, command_ms_, backoff_min_, ttl_s_;
-  std::timed_mutex mu_;
+  TimedMutex mu_;
   std::unique_ptr<redisContext, CtxDeleter> ctx_;
   pid_t ctx_pid_ = 0;
   std::chrono::milliseconds backoff_;

@@ -140,11 +140,11 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
   // then look again. After the timeout we compile ourselves: a stuck or slow holder must not
   // stall us forever (FlashInfer #972), and duplicate work is harmless with atomic publish.
   auto deadline = std::chrono::steady_clock::now() + im.opt.lock_timeout;
-  std::shared_ptr<std::timed_mutex> local;
+  std::shared_ptr<detail::TimedMutex> local;
   {
     std::lock_guard lk(im.inflight_mu);
     auto& slot = im.inflight[std::string(key)];
-    if (!slot) slot = std::make_shared<std::timed_mutex>();
+    if (!slot) slot = std::make_shared<detail::TimedMutex>();
     local = slot;
   }
   std::unique_lock local_lock(*local, std::defer_lock);

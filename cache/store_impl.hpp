@@ -27,7 +27,7 @@ struct Store::Impl {
   // In-process de-duplication of same-key compiles (flock alone does not help when there is no
   // writable tier). One timed mutex per key ever compiled here: a few bytes per kernel.
   std::mutex inflight_mu;
-  std::unordered_map<std::string, std::shared_ptr<std::timed_mutex>> inflight;
+  std::unordered_map<std::string, std::shared_ptr<detail::TimedMutex>> inflight;
 
   std::mutex prune_mu;
   std::chrono::steady_clock::time_point last_auto_prune{};

@@ -198,7 +198,7 @@ TEST_F(CacheRedis, ServerKilledMidRunMeansMissesOneWarningNoHang) {
     EXPECT_LT(seconds_since(t1), 1.5) << "call " << i;
   }
   std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_LT(seconds_since(t0), 3.0);
+  EXPECT_LT(seconds_since(t0), 10.0);  // 20 compiles + fsynced publishes; no call waits on Redis
   EXPECT_EQ(s.stats().warnings, 1u) << err;
   EXPECT_NE(err.find("remote cache"), std::string::npos) << err;
   EXPECT_EQ(s.stats().compiles, 21u);
@@ -261,11 +261,10 @@ TEST(CacheRedisFake, ServerThatNeverAnswersIsBoundedByTimeout) {
   EXPECT_GE(first, 0.9);  // the 1 s command timeout, not a hang
   EXPECT_LT(first, 1.6);
   auto t1 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) {
-    std::string k = key_of(731 + static_cast<std::uint64_t>(i));
-    s.get_or_compile(k, [&] { return make(k); }, "cfg");
-  }
-  EXPECT_LT(seconds_since(t1), 0.5);  // backing off: no more waiting on the dead server
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(s.load(key_of(731 + static_cast<std::uint64_t>(i))));
+  EXPECT_LT(seconds_since(t1), 0.3);  // backing off: no more waiting on the dead server
+  std::string k = key_of(760);
+  EXPECT_EQ(s.get_or_compile(k, [&] { return make(k); }, "cfg").cubin, cubin_for(k));
   EXPECT_EQ(s.stats().warnings, 1u);
   ::close(lfd);
 }
