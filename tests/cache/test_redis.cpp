@@ -64,6 +64,34 @@ std::string resp(int port, const std::vector<std::string>& args) {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
 }
 
+// Several commands on one connection (e.g. SELECT then EXISTS); returns the raw replies.
+std::string resp_pipeline(int port, const std::vector<std::vector<std::string>>& cmds, std::size_t expect_lines) {
+  int fd = connect_to(port);
+  if (fd < 0) return "<no connection>";
+  std::string req;
+  for (auto& args : cmds) {
+    req += fmt::format("*{}\r\n", args.size());
+    for (auto& a : args) req += fmt::format("${}\r\n{}\r\n", a.size(), a);
+  }
+  (void)!::write(fd, req.data(), req.size());
+  timeval tv{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  char buf[4096];
+  auto lines = [&] {
+    std::size_t n = 0;
+    for (std::size_t p = got.find("\r\n"); p != std::string::npos; p = got.find("\r\n", p + 2)) ++n;
+    return n;
+  };
+  while (lines() < expect_lines) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
 class CacheRedis : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -144,6 +172,19 @@ TEST_F(CacheRedis, RemoteHitIsVerifiedAndMaterialisedLocally) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->cubin, cubin_for(k));
   EXPECT_EQ(e->origin, b.path.string());
+}
+
+TEST_F(CacheRedis, DatabaseNumberFromUrlIsUsed) {
+  TempDir a;
+  Options o;
+  o.roots = {a.path};
+  o.remote_url = fmt::format("redis://127.0.0.1:{}/3", port_);
+  Store s(o);
+  std::string k = key_of(705);
+  s.get_or_compile(k, [&] { return make(k); }, "cfg");
+  EXPECT_EQ(resp(port_, {"EXISTS", "fa4jit:v1:" + k}), ":0\r\n");  // not in db 0
+  EXPECT_EQ(resp_pipeline(port_, {{"SELECT", "3"}, {"EXISTS", "fa4jit:v1:" + k}}, 2), "+OK\r\n:1\r\n");
+  EXPECT_EQ(s.stats().warnings, 0u);
 }
 
 TEST_F(CacheRedis, GarbageValuesAreRejected) {

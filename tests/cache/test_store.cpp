@@ -285,3 +285,36 @@ TEST(CacheStore, ManyThreadsSameKeysCompileOnce) {
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(count_entries(d.path / "v1" / "tmp"), 0u);
 }
+
+TEST(CacheStore, MemoryOnlyThreadsShareOneCompile) {
+  Store s(Options{});  // no disk tier, so no flock: the in-process per-key wait must de-duplicate
+  std::atomic<int> compiles{0};
+  std::string key = key_of(8);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; ++t)
+    ts.emplace_back([&] {
+      auto a = s.get_or_compile(
+          key,
+          [&] {
+            compiles++;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            return Artifact{cubin_for(key), {}, ""};
+          },
+          "cfg");
+      EXPECT_EQ(a.cubin, cubin_for(key));
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(compiles.load(), 1);
+}
+
+TEST(CacheStore, LockDirCanLiveElsewhere) {
+  // FA4JIT_CACHE_LOCK_DIR: node-local locks for a cache on a network filesystem.
+  TempDir d, locks;
+  EnvVar e("FA4JIT_CACHE_LOCK_DIR", locks.path.string());
+  Store s(opts(d.path));
+  std::string key = key_of(9);
+  int calls = 0;
+  s.get_or_compile(key, compiler(key, calls), "cfg");
+  EXPECT_TRUE(fs::exists(locks.path / (key + ".lock")));
+  EXPECT_FALSE(fs::exists(d.path / "v1" / "locks" / (key + ".lock")));
+}
