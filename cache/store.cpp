@@ -149,17 +149,19 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
   }
   std::unique_lock local_lock(*local, std::defer_lock);
   bool waited = !local_lock.try_lock();
-  if (waited && !local_lock.try_lock_until(deadline)) im.n.lock_timeouts++;
+  bool timed_out = waited && !local_lock.try_lock_until(deadline);
   FileLock flock;
-  if (!im.lock_dir.empty()) {
+  // After an in-process timeout our own thread holds the flock: trying it would only wait again.
+  if (!timed_out && !im.lock_dir.empty()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    auto r = flock.acquire(im.lock_path(key), std::max(left, std::chrono::milliseconds(0)));
-    if (r == FileLock::Result::timed_out) {
-      im.n.lock_timeouts++;
-      im.warner.warn("lock-timeout", fmt::format("waited {} ms for the cache lock of {} ({}); compiling without it",
-                                                 im.opt.lock_timeout.count(), what, key));
-    }
-    waited = true;
+    timed_out = flock.acquire(im.lock_path(key), std::max(left, std::chrono::milliseconds(0))) ==
+                FileLock::Result::timed_out;
+    waited = true;  // another process may have published between our load() and the lock
+  }
+  if (timed_out) {
+    im.n.lock_timeouts++;
+    im.warner.warn("lock-timeout", fmt::format("waited {} ms for the cache lock of {} ({}); compiling without it",
+                                               im.opt.lock_timeout.count(), what, key));
   }
   if (waited) {
     if (auto a = im.load_local(key)) {  // the holder published it while we waited

@@ -318,3 +318,31 @@ TEST(CacheStore, LockDirCanLiveElsewhere) {
   EXPECT_TRUE(fs::exists(locks.path / (key + ".lock")));
   EXPECT_FALSE(fs::exists(d.path / "v1" / "locks" / (key + ".lock")));
 }
+
+TEST(CacheStore, SlowCompileInAnotherThreadTimesOutOnce) {
+  TempDir d;
+  Options o = opts(d.path);
+  o.lock_timeout = std::chrono::milliseconds(200);
+  Store s(o);
+  std::string key = key_of(11);
+  std::atomic<int> compiles{0};
+  auto slow = [&] {
+    compiles++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    return Artifact{cubin_for(key), {}, ""};
+  };
+  std::thread a([&] { s.get_or_compile(key, slow, "cfg"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto t0 = std::chrono::steady_clock::now();
+  auto b = s.get_or_compile(key, [&] { compiles++; return Artifact{cubin_for(key), {}, ""}; }, "cfg");
+  double dt = seconds_since(t0);
+  a.join();
+  EXPECT_EQ(b.cubin, cubin_for(key));
+  EXPECT_GE(dt, 0.15);
+  EXPECT_LT(dt, 0.6);  // did not wait for the 800 ms compile
+  EXPECT_EQ(compiles.load(), 2);
+  EXPECT_EQ(s.stats().lock_timeouts, 1u);
+  EXPECT_EQ(s.stats().warnings, 1u);
+  EXPECT_EQ(s.load(key)->cubin, cubin_for(key));
+  EXPECT_EQ(count_entries(d.path / "v1" / "tmp"), 0u);
+}
