@@ -48,6 +48,27 @@ struct VerifyReport {
   std::vector<std::string> problems;  // "key: what was wrong"
 };
 
+// Added: counters for diagnostics and tests (since this Store was constructed).
+struct Stats {
+  std::uint64_t hits = 0;             // load() found a verified entry (any tier, incl. remote)
+  std::uint64_t misses = 0;
+  std::uint64_t remote_hits = 0;      // subset of hits: materialised from the remote tier
+  std::uint64_t compiles = 0;         // compile() callbacks run by get_or_compile
+  std::uint64_t lock_timeouts = 0;    // gave up waiting for the per-key lock, compiled anyway
+  std::uint64_t publishes = 0;        // entries written to the writable tier
+  std::uint64_t publish_failures = 0; // disk errors (the caller kept its kernel)
+  std::uint64_t evictions = 0;        // bad entries removed (load, verify, import)
+  std::uint64_t warnings = 0;         // lines written to stderr
+};
+
+// Added: result of import_archive().
+struct ImportReport {
+  std::size_t imported = 0;  // new entries published
+  std::size_t present = 0;   // already in a tier
+  std::size_t rejected = 0;  // failed verification (digest, size, key, meta)
+  std::vector<std::string> problems;
+};
+
 class Store {
  public:
   explicit Store(Options options);
@@ -77,6 +98,18 @@ class Store {
   std::size_t prune(std::uint64_t max_bytes);  // least recently used first; returns entries removed
   std::size_t clear();                      // removes every entry of the writable tier
   const Options& options() const;
+
+  // Added. One-file archive of verified entries (all tiers, first tier wins), keys empty = all;
+  // format in docs/CACHE.md. Written atomically (temp file + rename). Returns entries written.
+  // Throws CacheError if the file cannot be written or a requested key is not in the cache.
+  std::size_t export_archive(const std::filesystem::path& path, const std::vector<std::string>& keys = {});
+  // Added. Re-verifies every entry and publishes it into the writable tier. Throws CacheError if
+  // the file is not an fa4jit archive or there is no writable tier; a truncated or corrupt entry
+  // is reported, not thrown.
+  ImportReport import_archive(const std::filesystem::path& path);
+  Stats stats() const;  // Added.
+  // Added: the tier that receives new entries (empty path: memory only).
+  std::filesystem::path writable_root() const;
 
  private:
   struct Impl;

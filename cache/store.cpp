@@ -1,0 +1,235 @@
+// Store: tiers in order (memory fallback, disk tiers, remote), the get_or_compile protocol and
+// options_from_env(). Correctness comes from atomic publish + verify-on-load; locks only save work.
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cache/store_impl.hpp"
+#include "fa4jit/errors.hpp"
+
+namespace jit::cache {
+
+namespace fs = std::filesystem;
+using detail::DiskTier;
+using detail::FileLock;
+
+void require_key(std::string_view key) {
+  if (!detail::valid_key(key))
+    throw CacheError(fmt::format("cache key '{}' is not 32 lowercase hex characters (an XXH3-128 digest)", key));
+}
+
+Store::Impl::Impl(Options o) : opt(std::move(o)) {
+  std::vector<std::string> names;
+  for (const auto& root : opt.roots) {
+    if (root.empty()) continue;
+    auto t = std::make_unique<DiskTier>(root, warner);
+    // Writability is probed by writing, not by permission bits (root ignores them, NFS lies).
+    if (t->probe_writable() && !wtier) wtier = t.get();
+    names.push_back(root.string());
+    tiers.push_back(std::move(t));
+  }
+  if (!wtier && !names.empty())
+    warner.warn("no-writable-tier", fmt::format("no writable cache directory among [{}]; compiled kernels are kept in "
+                                                "memory only (set FA4JIT_CACHE_DIR to a writable directory)",
+                                                fmt::join(names, ", ")));
+  // Leftovers of writers killed mid-publish: cheap (tmp/ is normally empty), and only dead pids of
+  // this host's pid namespace or hour-old dirs are touched.
+  if (wtier) wtier->sweep_tmp(std::chrono::hours(1));
+  if (const char* ld = std::getenv("FA4JIT_CACHE_LOCK_DIR"); ld && *ld) lock_dir = ld;
+  else if (wtier) lock_dir = wtier->base() / "locks";
+  if (const char* pi = std::getenv("FA4JIT_CACHE_PRUNE_INTERVAL_S"); pi && *pi) prune_interval_s = std::atoll(pi);
+  remote = detail::make_remote(opt.remote_url, warner);
+}
+
+fs::path Store::Impl::lock_path(std::string_view key) const {
+  return lock_dir.empty() ? fs::path{} : lock_dir / (std::string(key) + ".lock");
+}
+
+std::optional<Artifact> Store::Impl::load_local(std::string_view key) {
+  {
+    std::lock_guard lk(mem_mu);
+    if (auto it = mem.find(std::string(key)); it != mem.end()) return it->second;
+  }
+  for (auto& t : tiers) {
+    if (auto a = t->load(key, /*touch=*/true)) return a;
+  }
+  return std::nullopt;
+}
+
+void Store::Impl::publish_full(std::string_view key, std::string_view cubin, const nlohmann::json& full, bool to_remote) {
+  bool on_disk = false;
+  if (wtier) {
+    std::string err = wtier->publish(key, cubin, full);
+    if (err.empty()) {
+      on_disk = true;
+      n.publishes++;
+    } else {
+      n.publish_failures++;
+      warner.warn("write", fmt::format("cannot write cache entry {} to {} ({}); keeping the kernel in memory only",
+                                       key, wtier->root().string(), err));
+    }
+  }
+  if (!on_disk) {
+    std::lock_guard lk(mem_mu);
+    mem.emplace(std::string(key), Artifact{std::string(cubin), full, "memory"});
+  }
+  if (to_remote && remote) remote->put_nx(key, detail::encode_remote(full, cubin));
+  if (on_disk && opt.max_bytes > 0) maybe_auto_prune();
+}
+
+Store::Store(Options options) : impl_(new Impl(std::move(options))) {}
+Store::~Store() { delete impl_; }
+const Options& Store::options() const { return impl_->opt; }
+fs::path Store::writable_root() const { return impl_->wtier ? impl_->wtier->root() : fs::path{}; }
+
+Stats Store::stats() const {
+  const auto& n = impl_->n;
+  std::uint64_t evicted = n.evictions;
+  for (auto& t : impl_->tiers) evicted += t->evicted();
+  return Stats{n.hits, n.misses, n.remote_hits, n.compiles, n.lock_timeouts, n.publishes, n.publish_failures,
+               evicted, impl_->warner.count()};
+}
+
+std::optional<Artifact> Store::load(std::string_view key) {
+  require_key(key);
+  if (auto a = impl_->load_local(key)) {
+    impl_->n.hits++;
+    return a;
+  }
+  if (impl_->remote) {
+    if (auto v = impl_->remote->get(key)) {
+      nlohmann::json meta;
+      std::string cubin;
+      std::string problem = detail::decode_remote(*v, meta, cubin) ? detail::check_blob(key, meta, cubin)
+                                                                    : std::string("not an fa4jit cache value");
+      if (problem.empty()) {
+        // Materialise locally so the next process on this host does not ask the network.
+        impl_->publish_full(key, cubin, meta, /*to_remote=*/false);
+        impl_->n.hits++;
+        impl_->n.remote_hits++;
+        return Artifact{std::move(cubin), std::move(meta), "remote"};
+      }
+      impl_->warner.warn("remote-bad", fmt::format("remote cache {} returned a bad value for {} ({}); ignored",
+                                                   impl_->remote->describe(), key, problem));
+    }
+  }
+  impl_->n.misses++;
+  return std::nullopt;
+}
+
+void Store::publish(std::string_view key, std::string_view cubin, const nlohmann::json& meta) {
+  require_key(key);
+  impl_->publish_full(key, cubin, detail::make_meta(key, cubin, meta), /*to_remote=*/true);
+}
+
+Artifact Store::get_or_compile(std::string_view key, const std::function<Artifact()>& compile, std::string_view what) {
+  if (auto a = load(key)) return std::move(*a);
+  auto& im = *impl_;
+  if (im.opt.sealed) {
+    std::vector<std::string> where;
+    for (auto& t : im.tiers) where.push_back(t->root().string());
+    if (im.remote) where.push_back(im.remote->describe());
+    throw CacheMissError(fmt::format(
+        "kernel cache miss in sealed mode (FA4JIT_SEALED=1): {} (key {}) is in none of the cache tiers [{}]; "
+        "prebuild it (fa4jit prewarm) or unset FA4JIT_SEALED",
+        what, key, fmt::join(where, ", ")));
+  }
+
+  // Bounded wait for whoever is compiling this key already (thread here, or another process),
+  // then look again. After the timeout we compile ourselves: a stuck or slow holder must not
+  // stall us forever (FlashInfer #972), and duplicate work is harmless with atomic publish.
+  auto deadline = std::chrono::steady_clock::now() + im.opt.lock_timeout;
+  std::shared_ptr<detail::TimedMutex> local;
+  {
+    std::lock_guard lk(im.inflight_mu);
+    auto& slot = im.inflight[std::string(key)];
+    if (!slot) slot = std::make_shared<detail::TimedMutex>();
+    local = slot;
+  }
+  std::unique_lock local_lock(*local, std::defer_lock);
+  bool waited = !local_lock.try_lock();
+  bool timed_out = waited && !local_lock.try_lock_until(deadline);
+  FileLock flock;
+  // After an in-process timeout our own thread holds the flock: trying it would only wait again.
+  if (!timed_out && !im.lock_dir.empty()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    timed_out = flock.acquire(im.lock_path(key), std::max(left, std::chrono::milliseconds(0))) ==
+                FileLock::Result::timed_out;
+    waited = true;  // another process may have published between our load() and the lock
+  }
+  if (timed_out) {
+    im.n.lock_timeouts++;
+    im.warner.warn("lock-timeout", fmt::format("waited {} ms for the cache lock of {} ({}); compiling without it",
+                                               im.opt.lock_timeout.count(), what, key));
+  }
+  if (waited) {
+    if (auto a = im.load_local(key)) {  // the holder published it while we waited
+      im.n.hits++;
+      return std::move(*a);
+    }
+  }
+
+  Artifact art;
+  try {
+    art = compile();
+  } catch (const jit::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw jit::Error(fmt::format("compiling {} (key {}) failed: {}", what, key, e.what()));
+  }
+  im.n.compiles++;
+  nlohmann::json full = detail::make_meta(key, art.cubin, art.meta);
+  im.publish_full(key, art.cubin, full, /*to_remote=*/true);  // before the lock is released
+  art.meta = std::move(full);
+  art.origin = "compiled";
+  return art;
+}
+
+static std::uint64_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string suffix = end ? std::string(end) : std::string();
+  double mult = 1;
+  if (suffix.empty() || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "KB" || suffix == "KiB") mult = 1024.0;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MiB") mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
+  else v = -1;
+  if (end == s.c_str() || v < 0)
+    throw CacheError(fmt::format("FA4JIT_CACHE_MAX_BYTES='{}' is not a size (bytes, or with K/M/G suffix)", s));
+  return static_cast<std::uint64_t>(v * mult);
+}
+
+Options Store::options_from_env() {
+  Options o;
+  auto env = [](const char* n) -> std::string {
+    const char* v = std::getenv(n);
+    return v ? std::string(v) : std::string();
+  };
+  if (std::string p = env("FA4JIT_CACHE_PATH"); !p.empty()) {
+    std::size_t start = 0;
+    while (start <= p.size()) {
+      std::size_t colon = p.find(':', start);
+      std::string part = p.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      if (!part.empty()) o.roots.emplace_back(part);
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+  } else if (std::string d = env("FA4JIT_CACHE_DIR"); !d.empty()) {
+    o.roots.emplace_back(d);
+  } else if (std::string x = env("XDG_CACHE_HOME"); !x.empty() && x[0] == '/') {  // XDG: relative = ignore
+    o.roots.emplace_back(fs::path(x) / "fa4jit");
+  } else if (std::string h = env("HOME"); !h.empty()) {
+    o.roots.emplace_back(fs::path(h) / ".cache" / "fa4jit");
+  }
+  std::string sealed = env("FA4JIT_SEALED");
+  o.sealed = sealed == "1" || sealed == "true" || sealed == "yes" || sealed == "on";
+  o.remote_url = env("FA4JIT_REMOTE_CACHE");
+  if (std::string m = env("FA4JIT_CACHE_MAX_BYTES"); !m.empty()) o.max_bytes = parse_size(m);
+  if (std::string t = env("FA4JIT_CACHE_LOCK_TIMEOUT_MS"); !t.empty())
+    o.lock_timeout = std::chrono::milliseconds(std::atoll(t.c_str()));
+  return o;
+}
+
+}  // namespace jit::cache
