@@ -2,7 +2,7 @@
 # On the GPU machine: SASS evidence (cuobjdump) for each backend and compute-sanitizer
 # (memcheck, racecheck, synccheck) on a small case of each runnable kernel variant.
 set -uo pipefail
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 export FA4JIT_CACHE_DIR=/tmp/fa4jit-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 F=.device/fa4jit

@@ -2,7 +2,7 @@
 # Runs on the GPU machine (repo root): GPU tests against the float64 reference, one `check`,
 # and the peer comparison. Logs go to $OUT. Usage: gpu_checks.sh [gtest filter] [bench archs|none]
 set -uo pipefail
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 export FA4JIT_CACHE_DIR=/tmp/fa4jit-cache PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 filter=${1:-GpuAttention.*}

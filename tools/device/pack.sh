@@ -10,4 +10,7 @@ strip -o .device/fa4jit_tests build/tests/fa4jit_tests
 for t in build/tests/cache/fa4jit_cache_tests build/tests/cache/fa4jit_cache_worker; do
   [ -f "$t" ] && strip -o ".device/$(basename "$t")" "$t"
 done
+# Libraries the device image lacks (hiredis for the Redis tier); scripts put .device on LD_LIBRARY_PATH.
+for lib in $(ldd build/fa4jit | awk '/hiredis/ {print $3}'); do cp -L "$lib" .device/; done
+cp "$(command -v redis-server 2>/dev/null || echo /dev/null)" .device/ 2>/dev/null || true
 du -sh .device

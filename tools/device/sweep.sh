@@ -2,7 +2,7 @@
 # Tuning sweep on the GPU machine: `fa4jit bench` over FA4JIT_TUNE settings and configs.
 # Each line of the sweep file: <FA4JIT_TUNE value or -> <config json> <bench flags...>
 set -uo pipefail
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 export FA4JIT_CACHE_DIR=/tmp/fa4jit-cache
 while read -r tune cfg flags; do
   [ -z "$tune" ] || [ "${tune:0:1}" = "#" ] && continue
