@@ -91,7 +91,7 @@ Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   const int dp = c.padded_depth;
   // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
   // 160 registers per consumer thread still hold the S and O fragments.
-  c.BM = pick("BM", c.BM, 128, dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128});
+  c.BM = pick("BM", c.BM, dp <= 64 ? 192 : 128, dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128});
   c.BN = pick("BN", c.BN, 128, dp <= 64 && c.BM == 128 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128});
   c.BK0 = pick("BK0", c.BK0, dp, {dp});
   c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});

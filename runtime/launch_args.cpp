@@ -119,6 +119,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     p.aux_ptr[i] = a.aux_ptr[i];
     p.aux_scalar[i] = a.aux_scalar[i];
   }
+  p.num_m_blocks = static_cast<int>(((varlen ? a.max_seqlen_q : Sq) + c.BM - 1) / c.BM);
   shape->batch = static_cast<int>(B);
   shape->max_seqlen_q = varlen ? a.max_seqlen_q : static_cast<int>(Sq);
   shape->num_q_heads = static_cast<int>(Hq);

@@ -47,6 +47,9 @@ TEST(Config, DerivesHopperDefaults) {
   EXPECT_EQ(r.num_threads, 384);
   EXPECT_EQ(r.smem_bytes, 2 * (128 * 128 + 2 * 2 * 128 * 128) + 1024);
   EXPECT_EQ(jit::resolve(cfg_for("sm_90")).backend, jit::Backend::portable);
+  const auto d64 = jit::resolve(cfg_for("sm_90a", 64));  // FA3's 192-row tiles: 3 consumer warpgroups
+  EXPECT_EQ(d64.config.BM, 192);
+  EXPECT_EQ(d64.num_threads, 512);
 }
 
 // The seeds' FA4Config budgets: 2*BN + 2*Dp <= 512 TMEM columns, stages from 227 KiB of smem.

@@ -57,7 +57,7 @@ struct FwdParams {
   float* o_partial;    // [splits][batch][num_q_heads][seqlen_q][depth]
   float* lse_partial;  // [splits][batch][num_q_heads][seqlen_q]
   int num_splits;
-  int reserved0;
+  int num_m_blocks;  // Q tiles per (batch, head): ceil(max_seqlen_q / BM); persistent schedulers walk them
 };
 
 // TMA descriptors for the backends that load by TMA (sm90a, sm100a). Layout-compatible with
