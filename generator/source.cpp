@@ -145,6 +145,7 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kExp2EmulateEvery", rc.tuning.exp2_emulate_every},
       {"kIntraWGOverlap", rc.tuning.intra_wg_overlap},
       {"kPingPong", rc.tuning.pingpong},
+      {"kPersistent", rc.tuning.persistent},
   };
   for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));
   w.line("};");

@@ -1,5 +1,7 @@
 #include "runtime/compiled_kernel.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "fa4jit/errors.hpp"
@@ -74,9 +76,18 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   plan.params = pack_params(config_, args, &shape);  // throws before anything runs
   plan.uses_tma = config_.backend != Backend::portable;
   if (plan.uses_tma) plan.tma = tma_.get(config_, args);
-  plan.grid[0] = static_cast<unsigned>((shape.max_seqlen_q + config_.config.BM - 1) / config_.config.BM);
+  plan.grid[0] = static_cast<unsigned>(plan.params.num_m_blocks);
   plan.grid[1] = static_cast<unsigned>(shape.num_q_heads);
   plan.grid[2] = static_cast<unsigned>(shape.batch);
+  if (config_.tuning.persistent && config_.backend == Backend::hopper) {
+    // One CTA per SM walks every (m_block, head, batch) tile.
+    const long long tiles = 1LL * plan.grid[0] * plan.grid[1] * plan.grid[2];
+    int sms = 0;
+    check(driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ensure_context()),
+          "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+    plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sms, tiles)));
+    plan.grid[1] = plan.grid[2] = 1;
+  }
   plan.block = static_cast<unsigned>(config_.num_threads);
   plan.smem_bytes = static_cast<unsigned>(config_.smem_bytes);
   return plan;

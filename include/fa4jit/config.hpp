@@ -75,7 +75,8 @@ const char* to_string(Backend b);
 struct Tuning {
   int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
   int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
-  int pingpong = 1;            // sm90a: alternate the two consumer warpgroups' GEMMs
+  int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
+  int persistent = 0;          // sm90a: grid of one CTA per SM walking the tiles (LPT order if masked)
   bool operator==(const Tuning&) const = default;
 };
 
