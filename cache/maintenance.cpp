@@ -37,7 +37,7 @@ std::vector<EntryInfo> Store::list() const {
   return out;
 }
 
-VerifyReport Store::verify() {
+VerifyReport Store::verify(const std::function<std::string(const Artifact&)>& extra) {
   VerifyReport rep;
   for (auto& t : impl_->tiers) {
     std::size_t swept = t->sweep_tmp(kStaleTmp);
@@ -50,7 +50,12 @@ VerifyReport Store::verify() {
         problem = "not a cache entry name";
       } else {
         auto c = detail::check_entry(l.dir, l.key);
-        if (c.artifact || c.absent) continue;
+        if (c.absent) continue;
+        if (c.artifact) {
+          if (!extra) continue;
+          c.problem = extra(*c.artifact);
+          if (c.problem.empty()) continue;
+        }
         if (c.io_error) {
           rep.problems.push_back(fmt::format("{}: {} (kept: read error, not proven bad)", l.key, c.problem));
           continue;

@@ -94,7 +94,10 @@ class Store {
   Artifact get_or_compile(std::string_view key, const std::function<Artifact()>& compile, std::string_view what);
 
   std::vector<EntryInfo> list() const;
-  VerifyReport verify();                    // checks every entry of every writable tier; removes bad ones
+  // Checks every entry of every tier (hash, meta.json, key) and removes bad ones from writable
+  // tiers. `extra` may add a check of a sound entry (e.g. loading it on a GPU): a non-empty
+  // string names the problem and the entry is treated as bad.
+  VerifyReport verify(const std::function<std::string(const Artifact&)>& extra = {});
   std::size_t prune(std::uint64_t max_bytes);  // least recently used first; returns entries removed
   std::size_t clear();                      // removes every entry of the writable tier
   const Options& options() const;

@@ -2,6 +2,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "runtime/compiled_kernel.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace jit::cli {
@@ -27,10 +29,42 @@ void add_cache(CLI::App& app) {
   cmd->add_subcommand("clear", "Remove every entry of the writable tier")->callback([] {
     fmt::print("removed {} entries\n", detail::disk_cache().clear());
   });
-  cmd->add_subcommand("verify", "Check every entry; remove bad ones")->callback([] {
-    const auto r = detail::disk_cache().verify();
-    for (const auto& p : r.problems) fmt::print("bad: {}\n", p);
-    fmt::print("verified {} entries, removed {}\n", r.checked, r.removed);
+  cmd->add_subcommand("verify", "Check every entry (digest, meta.json; loads it where a GPU can run it); remove bad ones")
+      ->callback([] {
+        const bool gpu = detail::driver_unavailable_reason().empty();
+        int sm = 0;
+        if (gpu) sm = detail::device_sm(detail::ensure_context());
+        std::size_t loaded = 0;
+        const auto r = detail::disk_cache().verify([&](const cache::Artifact& a) -> std::string {
+          if (!gpu) return {};
+          try {
+            const ResolvedConfig rc = resolve(config_from_json(a.meta.at("config")));
+            if (!detail::runs_on(rc, sm)) return {};  // built for another GPU: nothing to load here
+            detail::LoadedModule m(a.cubin, rc.smem_bytes);
+            ++loaded;
+            return {};
+          } catch (const std::exception& e) {
+            return fmt::format("does not load on this GPU: {}", e.what());
+          }
+        });
+        for (const auto& p : r.problems) fmt::print("bad: {}\n", p);
+        fmt::print("verified {} entries ({} loaded on the GPU{}), removed {}\n", r.checked, loaded,
+                   gpu ? "" : ": none here", r.removed);
+      });
+  auto* exp = cmd->add_subcommand("export", "Write entries (all, or --key ...) to one archive file");
+  auto exp_path = std::make_shared<std::string>();
+  auto exp_keys = std::make_shared<std::vector<std::string>>();
+  exp->add_option("file", *exp_path, "archive to write")->required();
+  exp->add_option("--key", *exp_keys, "keys to export (default: every entry)");
+  exp->callback([exp_path, exp_keys] {
+    fmt::print("exported {} entries to {}\n", detail::disk_cache().export_archive(*exp_path, *exp_keys), *exp_path);
+  });
+  auto* imp = cmd->add_subcommand("import", "Verify and publish the entries of an archive into the writable tier");
+  auto imp_path = std::make_shared<std::string>();
+  imp->add_option("file", *imp_path, "archive to read")->required();
+  imp->callback([imp_path] {
+    const auto r = detail::disk_cache().import_archive(*imp_path);
+    fmt::print("imported {} entries ({} already present, {} rejected)\n", r.imported, r.present, r.rejected);
   });
   auto* prune = cmd->add_subcommand("prune", "Remove least recently used entries down to a size");
   auto max_size = std::make_shared<std::uint64_t>(0);

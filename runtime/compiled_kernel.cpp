@@ -11,11 +11,8 @@
 
 namespace jit::detail {
 
-namespace {
-
-// Can a cubin built for `rc` run on a device of compute capability `sm`?
 // SASS runs on the same major with an equal or newer minor; 'a'/'f' targets need their own family.
-bool compatible(const ResolvedConfig& rc, int sm) {
+bool runs_on(const ResolvedConfig& rc, int sm) {
   switch (rc.backend) {
     case Backend::hopper: return sm == 90;
     case Backend::blackwell: return rc.config.arch == "sm_100f" ? sm / 10 == 10 : sm == rc.sm;
@@ -23,8 +20,6 @@ bool compatible(const ResolvedConfig& rc, int sm) {
   }
   return false;
 }
-
-}  // namespace
 
 LoadedModule::LoadedModule(const std::string& cubin, int smem_bytes) {
   const DriverApi& d = driver();
@@ -59,7 +54,7 @@ CUfunction CompiledKernel::function_for_current_context() const {
   auto it = modules_.find(ctx);
   if (it != modules_.end()) return it->second->function();
   const int sm = device_sm(dev);
-  if (!compatible(config_, sm))
+  if (!runs_on(config_, sm))
     throw DriverError(fmt::format(
         "arch mismatch: kernel {} was compiled for {} but the current GPU ({}) is sm_{}; build it for {} or leave "
         "FA4Config::arch empty to use the current GPU",

@@ -10,6 +10,9 @@
 
 namespace jit::detail {
 
+// Can a cubin built for `rc` run on a device of compute capability `sm` (major*10 + minor)?
+bool runs_on(const ResolvedConfig& rc, int sm);
+
 // One cuModuleLoadData result; unloaded with the kernel.
 class LoadedModule {
  public:

@@ -30,9 +30,10 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Result run(const std::string& args) const {
+  Result run(const std::string& args) const { return run_raw(std::string(FA4JIT_CLI) + " " + args); }
+  Result run_raw(const std::string& command) const {
     const std::string cmd =
-        "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= " FA4JIT_CLI " " + args + " 2>&1";
+        "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= " + command + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     std::string out;
     std::array<char, 4096> buf;
@@ -118,6 +119,40 @@ TEST(Safetensors, RoundTripsAndRejectsTruncatedFiles) {
   fs::resize_file(p, fs::file_size(p) - 5);
   EXPECT_THROW(jit::safetensors::read(p), jit::Error);
   fs::remove(p);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(Cli, CacheVerifyExportImportAndPrune) {
+  ASSERT_EQ(run("prewarm --preset default --arch sm_80 --jobs 2").rc, 0);
+  const Result ex = run("cache export " + (dir_ / "a.fa4c").string());
+  EXPECT_EQ(ex.rc, 0) << ex.out;
+  EXPECT_NE(ex.out.find("exported 4 entries"), std::string::npos) << ex.out;
+  // Damage one entry: verify must find it, remove it, and the rest must survive.
+  fs::path victim;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "cache"))
+    if (e.path().filename() == "kernel.cubin") victim = e.path();
+  ASSERT_FALSE(victim.empty());
+  fs::resize_file(victim, fs::file_size(victim) / 2);
+  const Result v = run("cache verify");
+  EXPECT_EQ(v.rc, 0) << v.out;
+  EXPECT_NE(v.out.find("verified 4 entries"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("removed 1"), std::string::npos) << v.out;
+  const Result im = run("cache import " + (dir_ / "a.fa4c").string());
+  EXPECT_EQ(im.rc, 0) << im.out;
+  EXPECT_NE(im.out.find("imported 1 entries (3 already present, 0 rejected)"), std::string::npos) << im.out;
+  const Result pr = run("cache prune --max-size 1");
+  EXPECT_EQ(pr.rc, 0) << pr.out;
+  EXPECT_EQ(run("cache ls").out, "");
+}
+
+TEST_F(Cli, SealedModeRefusesToCompileAndNamesTheConfig) {
+  const std::string cmd = "FA4JIT_SEALED=1 " + std::string(FA4JIT_CLI) + " prewarm --preset llama3-8b --arch sm_90a";
+  const Result r = run_raw(cmd);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("\"num_q_heads\":32"), std::string::npos) << r.out;
 }
 
 }  // namespace
