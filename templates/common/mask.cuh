@@ -68,31 +68,26 @@ struct Band {
   }
 };
 
-struct Causal {
+// A mask that is one Band, chosen by Derived::band(ctx): the three questions forward to it.
+template <class Derived>
+struct BandMask {
   static constexpr bool kIsNone = false;
-  __device__ __forceinline__ static Band band(const Ctx&) { return Band{-1, 0}; }
-  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return band(c).visible(q, k, c); }
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return Derived::band(c).visible(q, k, c); }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
-    return band(c).kv_range(q_lo, q_hi, c);
+    return Derived::band(c).kv_range(q_lo, q_hi, c);
   }
   __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
-    return band(c).classify(q_lo, q_hi, k_lo, k_hi, c);
+    return Derived::band(c).classify(q_lo, q_hi, k_lo, k_hi, c);
   }
 };
 
+struct Causal : BandMask<Causal> {
+  __device__ __forceinline__ static Band band(const Ctx&) { return Band{-1, 0}; }
+};
+
 // Sliding window with run-time extents (params.window_left / window_right).
-struct SlidingWindow {
-  static constexpr bool kIsNone = false;
-  __device__ __forceinline__ static Band band(const Ctx& c) {
-    return Band{c.params->window_left, c.params->window_right};
-  }
-  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return band(c).visible(q, k, c); }
-  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
-    return band(c).kv_range(q_lo, q_hi, c);
-  }
-  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
-    return band(c).classify(q_lo, q_hi, k_lo, k_hi, c);
-  }
+struct SlidingWindow : BandMask<SlidingWindow> {
+  __device__ __forceinline__ static Band band(const Ctx& c) { return Band{c.params->window_left, c.params->window_right}; }
 };
 
 // Chunked (Llama 4): visible iff query position and key fall in the same chunk of
