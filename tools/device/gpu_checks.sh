@@ -3,7 +3,7 @@
 # and the peer comparison. Logs go to $OUT. Usage: gpu_checks.sh [gtest filter] [bench archs|none]
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-export FA4JIT_CACHE_DIR=/tmp/fa4jit-cache PYTHONUNBUFFERED=1
+export FA4JIT_CACHE_DIR=/tmp/fa4jit-cache PYTHONUNBUFFERED=1 FA4JIT_CLI_PATH=$PWD/.device/fa4jit
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 filter=${1:-GpuAttention.*}
 archs=${2:-sm_90a,sm_90}

@@ -1,0 +1,76 @@
+// `fa4jit run` end to end on the GPU: q, k, v in a safetensors file -> o and lse in another,
+// compared with the float64 reference. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "runtime/host_numeric.hpp"
+#include "runtime/safetensors.hpp"
+#include "tests/support/gpu.hpp"
+#include "tests/support/reference.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+TEST(GpuCliRun, SafetensorsInOutMatchesReference) {
+  const std::string why = jit::testing::gpu_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  const char* cli_env = std::getenv("FA4JIT_CLI_PATH");  // the device machine runs a carried copy
+  const std::string cli = cli_env ? cli_env : FA4JIT_CLI;
+  const int B = 2, Sq = 300, Sk = 457, H = 8, Hkv = 2, D = 128;
+  const fs::path dir = fs::temp_directory_path() / ("fa4jit_run_" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+
+  jit::testing::Problem p;
+  p.batch = B;
+  p.seqlen_q = Sq;
+  p.seqlen_k = Sk;
+  p.num_q_heads = H;
+  p.num_kv_heads = Hkv;
+  p.depth = D;
+  p.visible = [](int, int, int q, int k) { return k <= q + (Sk - Sq); };  // causal, bottom-right
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> dist;
+  std::map<std::string, jit::safetensors::TensorData> in;
+  auto make = [&](const char* name, int s, int h, std::vector<float>& f) {
+    jit::safetensors::TensorData t{"BF16", {B, s, h, D}, std::string(static_cast<size_t>(B) * s * h * D * 2, '\0')};
+    f.resize(static_cast<size_t>(B) * s * h * D);
+    auto* bits = reinterpret_cast<std::uint16_t*>(t.bytes.data());
+    for (size_t i = 0; i < f.size(); ++i) {
+      bits[i] = jit::host::float_to_bf16(dist(rng));
+      f[i] = jit::host::bf16_to_float(bits[i]);
+    }
+    in[name] = std::move(t);
+  };
+  make("q", Sq, H, p.q);
+  make("k", Sk, Hkv, p.k);
+  make("v", Sk, Hkv, p.v);
+  jit::safetensors::write(dir / "in.safetensors", in);
+  std::ofstream(dir / "c.json") << R"({"depth": 128, "mask": "causal"})";
+
+  const std::string cmd = cli + " run --config " + (dir / "c.json").string() + " --inputs " +
+                          (dir / "in.safetensors").string() + " --output " + (dir / "out.safetensors").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto out = jit::safetensors::read(dir / "out.safetensors");
+  const auto ref = jit::testing::reference_attention(p);
+  const auto* o = reinterpret_cast<const std::uint16_t*>(out.at("o").bytes.data());
+  const auto* lse = reinterpret_cast<const float*>(out.at("lse").bytes.data());
+  EXPECT_EQ(out.at("lse").shape, (std::vector<std::int64_t>{B, H, Sq}));
+  double err2 = 0, ref2 = 0, lse_err = 0;
+  for (size_t i = 0; i < ref.o.size(); ++i) {
+    const double d = jit::host::bf16_to_float(o[i]) - ref.o[i];
+    err2 += d * d;
+    ref2 += ref.o[i] * ref.o[i];
+  }
+  for (size_t i = 0; i < ref.lse.size(); ++i) lse_err = std::max(lse_err, std::fabs(lse[i] - ref.lse[i]));
+  EXPECT_LE(std::sqrt(err2 / ref2), 1e-2);
+  EXPECT_LE(lse_err, 2e-2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
