@@ -19,7 +19,7 @@ FA4JIT = os.environ.get("FA4JIT", "./build/fa4jit")
 PREFILL = [(16, 16, 2048, 128), (4, 16, 8192, 128), (2, 16, 16384, 128), (8, 16, 4096, 64)]
 
 
-def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30):
+def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune=""):
     cfg = {"depth": D, "mask": "causal" if causal else "none"}
     path = f"/tmp/fa4jit_bench_{D}_{int(causal)}.json"
     with open(path, "w") as f:
@@ -28,7 +28,8 @@ def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30):
            "--seqlen-q", str(Sq), "--seqlen-k", str(Sk), "--iters", str(iters)]
     if arch:
         cmd += ["--arch", arch]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ, FA4JIT_TUNE=tune)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         return {"error": (r.stderr or r.stdout).strip()[-160:]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -36,17 +37,23 @@ def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--archs", default="sm_90a,sm_90", help="fa4jit archs to time (backends)")
+    ap.add_argument("--variants", default="sm90a=sm_90a,sm80=sm_90",
+                    help="fa4jit variants to time: name=arch[:FA4JIT_TUNE], comma-separated; ';' separates tune items")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "compare.json"))
     ap.add_argument("--no-flex", action="store_true")
     a = ap.parse_args()
-    archs = [x for x in a.archs.split(",") if x]
+    variants = {}
+    for item in filter(None, a.variants.split(",")):
+        name, spec = item.split("=", 1)
+        arch, _, tune = spec.partition(":")
+        variants[name] = (arch, tune.replace(";", ","))
+    archs = list(variants)
     rows = []
     for (B, H, S, D) in PREFILL:
         for causal in (False, True):
             row = {"B": B, "H": H, "S": S, "D": D, "causal": causal}
-            for arch in archs:
-                row[arch] = ours(arch, B, H, H, S, S, D, causal)
+            for name, (arch, tune) in variants.items():
+                row[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune)
             row.update(peers(B, H, H, S, S, D, causal, flex=not a.no_flex))
             rows.append(row)
             print(json.dumps(row), flush=True)
