@@ -156,3 +156,30 @@ TEST_F(Cli, SealedModeRefusesToCompileAndNamesTheConfig) {
 }
 
 }  // namespace
+
+namespace {
+
+// Several prewarm processes on one cache directory compile each key once between them.
+TEST_F(Cli, ConcurrentPrewarmsCompileEachKeyOnce) {
+  const std::string one = "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' " + std::string(FA4JIT_CLI) +
+                          " prewarm --preset default --arch sm_80 --jobs 1";
+  const std::string cmd = "(" + one + " > " + (dir_ / "a.log").string() + " 2>&1 & " + one + " > " +
+                          (dir_ / "b.log").string() + " 2>&1 & " + one + " > " + (dir_ / "c.log").string() +
+                          " 2>&1 & wait)";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  int compiled = 0, hit = 0;
+  for (const char* log : {"a.log", "b.log", "c.log"}) {
+    std::ifstream f(dir_ / log);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    int c = 0, h = 0;
+    const auto at = text.find("4 kernels: ");
+    ASSERT_NE(at, std::string::npos) << text;
+    ASSERT_EQ(std::sscanf(text.c_str() + at, "4 kernels: %d compiled, %d hit", &c, &h), 2) << text;
+    compiled += c;
+    hit += h;
+  }
+  EXPECT_EQ(compiled, 4) << "each of the 4 keys compiled exactly once across 3 processes";
+  EXPECT_EQ(hit, 8);
+}
+
+}  // namespace
