@@ -317,23 +317,19 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
 #pragma unroll
   for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
 #pragma unroll
-  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;
+  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;  // S and P: written before read in every tile
 
   Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
   sched.start();
   // Tile state carried from one tile to the next, packed in one word: bits 0-1 ring index, bit 2
   // ring phase (the K and V consumer rings are in the same state at a tile boundary: each tile
-  // acquires as many K as V stages), bits 3.. the tile iteration. At 160 registers (kBM 192) even
-  // one register live across the KV loop spills, so the word lives in shared memory, one per warp
-  // (every lane reads it at the top of a tile and writes the same value at the end).
+  // acquires as many K as V stages), bits 3.. the tile iteration. At 160 registers (kBM 192) every
+  // register live across the KV loop counts, so the word lives in shared memory, one per warp
+  // (every lane reads it at the top of a tile and writes the same value, update_carry). The loop
+  // bound is recomputed from the parameters every tile (opaque zero) rather than held.
   const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
   st_shared_u32(carry_addr, 0u);
   __syncwarp();
-  // Register-pressure choices, found by compiling the kBM 192 matrix (160 registers): with a mask,
-  // the KV loop reads the tile bounds from a shared-memory copy of the TileWork and the epilogue
-  // decodes its TileWork again; without a mask both only cost registers elsewhere.
-  constexpr bool kWorkInSmem = !Mask::kIsNone;
-  constexpr bool kRedecode = !Mask::kIsNone;
   for (auto tiles = PersistentTiles<Mask>::make();; tiles.advance()) {
     const u32 carry = ld_shared_u32(opaque_u32(carry_addr));
     tiles.iter = static_cast<int>(carry >> 3);
@@ -349,30 +345,11 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
         pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(&bars->v, st);
-        if constexpr (kWorkInSmem) {
-          // The KV loop reads the tile's bounds from shared memory (reloaded after the barrier
-          // waits) instead of keeping them in registers. Every thread of the warpgroup stores the
-          // same bytes; the warpgroup's epilogue barrier of its previous tile already ordered all
-          // reads of the old copy before these stores, the barrier below orders them before reads.
-          static_assert(sizeof(CtaWork<Config, Mask>) <= L::kWorkBytes, "TileWork copy does not fit");
-          CtaWork<Config, Mask>* ws = reinterpret_cast<CtaWork<Config, Mask>*>(&bars->work[wg][0]);
-          *ws = w;
-          named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
-          kv_mainloop<Config, Mask, ScoreMod>(p, *ws, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
-        } else {
-          kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
-        }
+        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
         const pipe::PipelineState e = k_ring.state();
         update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
       }
-      if constexpr (kRedecode) {
-        // TileWork decoded again from the shared word: its O/LSE offsets (64-bit) are not kept
-        // live across the KV loop.
-        const PersistentTiles<Mask> again{static_cast<int>(ld_shared_u32(opaque_u32(carry_addr)) >> 3)};
-        epilogue<Config, Mask, ScoreMod>(p, again.template work<Sh::kBM, Sh::kBN>(p), wg, o, sm, q_addr);
-      } else {
-        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
-      }
+      epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
       fence_proxy_async();
     }
     mbar_arrive(&bars->q_empty[wg]);

@@ -105,7 +105,6 @@ struct SmemLayout {
   static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
   static constexpr u32 kBarOffset = kVOffset + Sh::kStages * kKVStageBytes;
   static constexpr u32 kTotalBytes = kBarOffset + 1024;
-  static constexpr u32 kWorkBytes = 128;  // >= sizeof(TileWork) (static_assert in consumer.cuh)
 
   struct Barriers {
     u64 q_full[Sh::kNumConsumerWGs];  // one per consumer warpgroup, tx-count of its Q tile
@@ -116,9 +115,6 @@ struct SmemLayout {
     u64 q_empty[Sh::kNumConsumerWGs];
     // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop_persistent).
     u32 carry[4 * Sh::kNumConsumerWGs];
-    // Persistent mode: each consumer warpgroup's current TileWork, read by its KV loop from here
-    // instead of registers (see consumer_loop_persistent).
-    alignas(16) unsigned char work[Sh::kNumConsumerWGs][kWorkBytes];
   };
   static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
   static_assert(kTotalBytes == 2u * (Sh::kBM * Sh::kDp + 2u * Sh::kStages * Sh::kBN * Sh::kDp) + 1024u,

@@ -4,7 +4,7 @@
 # {bf16, fp16} x d64 x {None, Causal} x {Identity, Softcap} x {simple, overlap, overlap+pingpong,
 # simple+pingpong} at kBM 192 (3 consumer warpgroups, 512 threads), reports ptxas registers/spills
 # and checks the PTX for wgmma / TMA / setmaxnreg (inc 240 / dec 24 at kBM 128, inc 160 / dec 32
-# at kBM 192). Run from anywhere. `ONLY=bm192 bash compile_matrix.sh` runs the kBM 192 part only.
+# at kBM 192). Run from anywhere. `ONLY=bm192` / `ONLY=bm128` runs the kBM 192 / kBM 128 part only.
 # Exit status != 0 on any compile error, spill, C7508 (setmaxnreg ignored) or wgmma
 # serialization warning, or missing instruction.
 # PERSIST=1: every configuration with -DFA4_PERSISTENT=1 (Config::kPersistent, persistent tile
@@ -84,6 +84,7 @@ run bf16_d128_causal_id_simple+pingpong -DFA4_CAUSAL -DFA4_SM90A_INTRA_WG_OVERLA
 run bf16_d128_causal_id_cfgsimple -DFA4_CAUSAL -DFA4_CFG_SIMPLE   # expect wgmma=16
 fi
 # kBM 192: 3 consumer warpgroups at 160 registers, depth 64 only, kBN 128 (default).
+[[ $ONLY == bm128 ]] && { echo "logs, cubins and PTX in $OUT"; exit $fail; }
 for dt in bf16 fp16; do
   for m in none causal; do
     for sm in id softcap; do
