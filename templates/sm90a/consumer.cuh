@@ -349,7 +349,16 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
         const pipe::PipelineState e = k_ring.state();
         update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
       }
-      epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
+      if constexpr (!Mask::kIsNone) {
+        // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
+        // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
+        // 64 B otherwise (nvcc). Without a mask this choice spills instead, so it is not taken.
+        CtaWork<Config, Mask> we = w;
+        we.seq = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(w.seq.batch))), w.seq.q_head);
+        epilogue<Config, Mask, ScoreMod>(p, we, wg, o, sm, q_addr);
+      } else {
+        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
+      }
       fence_proxy_async();
     }
     mbar_arrive(&bars->q_empty[wg]);

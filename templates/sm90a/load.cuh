@@ -68,8 +68,8 @@ __device__ __forceinline__ void load_kv_stage(pipe::Producer<Shape<Config>::kSta
 }
 
 // Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's previous
-// epilogue is done with the region). load == false (tile without KV tiles): plain arrival on
-// q_full instead of bytes, so q_full / q_empty keep one phase per valid tile on both sides.
+// epilogue is done with the region). load == false (tile without KV tiles or without Q rows):
+// plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per tile on both sides.
 template <class Config, class Mask>
 __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                   const TmaCoords& c, unsigned char* smem,
