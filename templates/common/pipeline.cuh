@@ -102,6 +102,9 @@ class Consumer {
   };
 
   __device__ __forceinline__ explicit Consumer(Barriers<kStages>* bars) : bars_(bars), state_{0, 0} {}
+  // Resuming a ring (persistent kernels that carry the state between tiles in packed form).
+  __device__ __forceinline__ Consumer(Barriers<kStages>* bars, PipelineState state) : bars_(bars), state_(state) {}
+  __device__ __forceinline__ PipelineState state() const { return state_; }
   __device__ __forceinline__ Stage acquire() {
     mbar_wait(&bars_->full[state_.index], state_.phase);
     return Stage(*this, state_.index);

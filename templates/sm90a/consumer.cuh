@@ -50,6 +50,111 @@ __device__ __forceinline__ u32 opaque_u32(u32 x) {
   return x;
 }
 
+// KV loop of one tile for one consumer warpgroup (Q of the tile has landed; n = w.first_tile()
+// is a visible tile), for the persistent mode: the same schedules as consumer_loop (keep the two
+// in step), with rings and scheduler passed in so their state carries across tiles.
+template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
+__device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
+                                            VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
+                                            float (&o)[Shape<Config>::kDp / 2], float (&s)[Shape<Config>::kBN / 2],
+                                            u32 (&pr)[Shape<Config>::kBN / 4], u32 q_addr, u32 k_addr, u32 v_addr) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  using Element = typename Sh::Element;
+  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
+  auto q_wgmma = [q_addr]() { return Sh::kNumConsumerWGs == 2 ? q_addr : opaque_u32(q_addr); };
+  float corr[2];
+
+  if constexpr (!Sh::kIntraWGOverlap) {
+    for (; w.has(n); n = w.next_tile(n)) {
+      {
+        auto ks = k_ring.acquire();
+        sched.wait_turn();
+        fence_operand(s);
+        wgmma_fence();
+        gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+        wgmma_commit();
+        sched.pass_turn();
+        wgmma_wait<0>();
+        fence_operand(s);
+      }  // release K(n)
+      sm.logits(s, n, w.needs_mask(n), p, w);
+      sm.online(s, corr);
+      Softmax::rescale_o(o, corr);
+      Softmax::pack_p(s, pr);
+      {
+        auto vs = v_ring.acquire();
+        fence_operand(o);
+        fence_operand(pr);
+        wgmma_fence();
+        gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_operand(o);
+        fence_operand(pr);
+      }  // release V(n)
+    }
+  } else {
+    // Prologue: S(first) alone; O is zero so its correction is irrelevant.
+    {
+      auto ks = k_ring.acquire();
+      sched.wait_turn();
+      fence_operand(s);
+      wgmma_fence();
+      gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+      wgmma_commit();
+      sched.pass_turn();
+      wgmma_wait<0>();
+      fence_operand(s);
+    }
+    sm.logits(s, n, w.needs_mask(n), p, w);
+    sm.online(s, corr);
+    Softmax::pack_p(s, pr);
+    int n_prev = n;
+    for (n = w.next_tile(n); w.has(n); n_prev = n, n = w.next_tile(n)) {
+      {
+        auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
+        {
+          auto ks = k_ring.acquire();  // K(n)
+          sched.wait_turn();
+          fence_operand(s);
+          fence_operand(o);
+          fence_operand(pr);
+          wgmma_fence();
+          gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+          wgmma_commit();
+          gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+          wgmma_commit();
+          sched.pass_turn();
+          wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
+          fence_operand(s);
+        }  // release K(n)
+        sm.logits(s, n, w.needs_mask(n), p, w);
+        sm.online(s, corr);
+        wgmma_wait<0>();  // P V(n_prev) done: O and the P registers are free again
+        fence_operand(o);
+        fence_operand(pr);
+      }  // release V(n_prev)
+      Softmax::rescale_o(o, corr);
+      Softmax::pack_p(s, pr);
+    }
+    {  // Tail: P V of the last tile.
+      auto vs = v_ring.acquire();
+      fence_operand(o);
+      fence_operand(pr);
+      wgmma_fence();
+      gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operand(o);
+      fence_operand(pr);
+    }
+  }
+}
+
+// One CTA, one tile (kPersistent = 0). Kept verbatim (the schedules are the same as kv_mainloop's)
+// so that its PTX stays byte-identical to the GPU-verified kernel.
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<Config, Mask>& w, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars, int wg) {
@@ -174,6 +279,91 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
   }
 
   epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
+}
+
+// Persistent mode: per-warp word in shared memory, word = (word & keep) + add, by every lane of
+// the warp (all lanes hold the same value; the syncwarps order the reads before any write).
+__device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
+  const u32 v = ld_shared_u32(opaque_u32(addr));
+  __syncwarp();
+  st_shared_u32(addr, (v & keep) + add);
+  __syncwarp();
+}
+
+// Persistent mode: the same tile sequence as the producer (PersistentTiles). Per tile i: wait
+// q_full[wg] (parity i & 1; the producer signals it for every tile, by TMA bytes or, for a tile
+// without KV tiles or Q rows, a plain arrival); if the tile has Q rows: KV loop, epilogue (O
+// staged in the Q region), then every thread fences its generic-proxy smem accesses against the
+// next TMA write (fence.proxy.async); every thread arrives on q_empty[wg] (count 128). The K/V
+// consumer rings and the ping-pong turn chain run on across tiles: Scheduler::start() once, so
+// warpgroup W-1's last pass_turn of a tile is warpgroup 0's first turn of the next (every
+// warpgroup takes the same number of turns per tile).
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, unsigned char* smem,
+                                                         typename SmemLayout<Config>::Barriers* bars, int wg) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
+  using Release = pipe::ArriveOnePerWarp;
+
+  const u32 base = smem_u32(smem);
+  const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
+  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
+
+  float o[kDp / 2];
+  float s[kBN / 2];
+  u32 pr[kBN / 4];
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;  // S and P: written before read in every tile
+
+  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
+  sched.start();
+  // Tile state carried from one tile to the next, packed in one word: bits 0-1 ring index, bit 2
+  // ring phase (the K and V consumer rings are in the same state at a tile boundary: each tile
+  // acquires as many K as V stages), bits 3.. the tile iteration. At 160 registers (kBM 192) every
+  // register live across the KV loop counts, so the word lives in shared memory, one per warp
+  // (every lane reads it at the top of a tile and writes the same value, update_carry). The loop
+  // bound is recomputed from the parameters every tile (opaque zero) rather than held.
+  const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
+  st_shared_u32(carry_addr, 0u);
+  __syncwarp();
+  for (auto tiles = PersistentTiles<Mask>::make();; tiles.advance()) {
+    const u32 carry = ld_shared_u32(opaque_u32(carry_addr));
+    tiles.iter = static_cast<int>(carry >> 3);
+    if (!tiles.valid(p, static_cast<int>(opaque_u32(0u)))) break;
+    const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN>(p);
+    mbar_wait(&bars->q_full[wg], tiles.parity());
+    if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
+#pragma unroll
+      for (int i = 0; i < kDp / 2; ++i) o[i] = 0.f;
+      Softmax sm;
+      sm.init(p, w.q_lo, wg);
+      const int n = w.first_tile();
+      if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
+        const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
+        pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(&bars->v, st);
+        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
+        const pipe::PipelineState e = k_ring.state();
+        update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
+      }
+      if constexpr (!Mask::kIsNone) {
+        // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
+        // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
+        // 64 B otherwise (nvcc). Without a mask this choice spills instead, so it is not taken.
+        CtaWork<Config, Mask> we = w;
+        we.seq = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(w.seq.batch))), w.seq.q_head);
+        epilogue<Config, Mask, ScoreMod>(p, we, wg, o, sm, q_addr);
+      } else {
+        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
+      }
+      fence_proxy_async();
+    }
+    mbar_arrive(&bars->q_empty[wg]);
+    update_carry(carry_addr, ~0u, 8u);  // next iteration
+  }
 }
 
 }  // namespace sm90a

@@ -38,6 +38,13 @@ template <class C> struct EmulateOf<C, typename VoidT<decltype(C::kExp2EmulateEv
   static constexpr int value = C::kExp2EmulateEvery;
 };
 
+// kPersistent (absent or 0: one CTA per Q tile, grid (m blocks, heads, batch); 1: persistent CTAs
+// over PersistentTiles, grid (min(#SMs, total tiles), 1, 1); see README "Persistent mode").
+template <class C, class = void> struct PersistentOf { static constexpr int value = 0; };
+template <class C> struct PersistentOf<C, typename VoidT<decltype(C::kPersistent)>::type> {
+  static constexpr int value = C::kPersistent;
+};
+
 template <class Config>
 struct Shape {
   using Element = typename Config::Element;
@@ -56,6 +63,7 @@ struct Shape {
   // One f32 pair in kExp2EmulateEvery goes through FA4's polynomial exp2 (FMA pipe) instead of
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
+  static constexpr bool kPersistent = PersistentOf<Config>::value != 0;
 
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
   // 3 consumer WGs: 128*32 + 384*160 = 65536.
@@ -102,6 +110,11 @@ struct SmemLayout {
     u64 q_full[Sh::kNumConsumerWGs];  // one per consumer warpgroup, tx-count of its Q tile
     pipe::Barriers<Sh::kStages> k;
     pipe::Barriers<Sh::kStages> v;
+    // Persistent mode only (last, so the other offsets do not move): consumer warpgroup g -> producer,
+    // "Q region g free again" (all 128 threads arrive after the epilogue's smem reads).
+    u64 q_empty[Sh::kNumConsumerWGs];
+    // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop_persistent).
+    u32 carry[4 * Sh::kNumConsumerWGs];
   };
   static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
   static_assert(kTotalBytes == 2u * (Sh::kBM * Sh::kDp + 2u * Sh::kStages * Sh::kBN * Sh::kDp) + 1024u,

@@ -4,9 +4,12 @@
 # {bf16, fp16} x d64 x {None, Causal} x {Identity, Softcap} x {simple, overlap, overlap+pingpong,
 # simple+pingpong} at kBM 192 (3 consumer warpgroups, 512 threads), reports ptxas registers/spills
 # and checks the PTX for wgmma / TMA / setmaxnreg (inc 240 / dec 24 at kBM 128, inc 160 / dec 32
-# at kBM 192). Run from anywhere. `ONLY=bm192 bash compile_matrix.sh` runs the kBM 192 part only.
+# at kBM 192). Run from anywhere. `ONLY=bm192` / `ONLY=bm128` runs the kBM 192 / kBM 128 part only.
 # Exit status != 0 on any compile error, spill, C7508 (setmaxnreg ignored) or wgmma
 # serialization warning, or missing instruction.
+# PERSIST=1: every configuration with -DFA4_PERSISTENT=1 (Config::kPersistent, persistent tile
+# scheduler); names get a "_persist" suffix. REF_PTX=dir: compare each PTX byte for byte with
+# dir/<name>.ptx (e.g. the previous commit's output: kPersistent absent/0 must not change the PTX).
 set -u
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp/fa4_sm90a_matrix}
@@ -15,8 +18,11 @@ NVCC=${NVCC:-nvcc}
 BASE="-std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates"
 fail=0
 ONLY=${ONLY:-all}
+PERSIST=${PERSIST:-0}
+REF_PTX=${REF_PTX:-}
 run() {  # name, flags...  (a -DFA4_BM=192 flag selects the 3-warpgroup register budgets)
   local name=$1; shift
+  if [[ $PERSIST != 0 ]]; then name="${name}_persist"; set -- "$@" -DFA4_PERSISTENT=$PERSIST; fi
   local inc=240 dec=24
   [[ " $* " == *" -DFA4_BM=192 "* ]] && inc=160 dec=32
   local log="$OUT/$name.log"
@@ -40,6 +46,11 @@ run() {  # name, flags...  (a -DFA4_BM=192 flag selects the 3-warpgroup register
   [[ "$spill" != "0 bytes spill stores" ]] && status=SPILL
   [[ -n "$warn" ]] && status=WARN
   [[ $nw -eq 0 || $nt -eq 0 || "$nm" != 2 ]] && status=MISSING
+  if [[ -n "$REF_PTX" ]]; then
+    if [[ ! -f "$REF_PTX/$name.ptx" ]]; then nm="$nm ref:none"
+    elif cmp -s "$REF_PTX/$name.ptx" "$OUT/$name.ptx"; then nm="$nm ref:identical"
+    else nm="$nm ref:DIFFERS"; status=PTXDIFF; fi
+  fi
   [[ $status != ok ]] && fail=1
   printf "%-7s %-44s %-22s %-22s wgmma=%-3s tma=%-2s setmaxnreg=%s\n" "$status" "$name" "$regs" "$spill" "$nw" "$nt" "$nm"
   [[ -n "$warn" ]] && echo "$warn"
@@ -73,6 +84,7 @@ run bf16_d128_causal_id_simple+pingpong -DFA4_CAUSAL -DFA4_SM90A_INTRA_WG_OVERLA
 run bf16_d128_causal_id_cfgsimple -DFA4_CAUSAL -DFA4_CFG_SIMPLE   # expect wgmma=16
 fi
 # kBM 192: 3 consumer warpgroups at 160 registers, depth 64 only, kBN 128 (default).
+[[ $ONLY == bm128 ]] && { echo "logs, cubins and PTX in $OUT"; exit $fail; }
 for dt in bf16 fp16; do
   for m in none causal; do
     for sm in id softcap; do

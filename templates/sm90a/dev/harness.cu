@@ -1,6 +1,7 @@
 // Dev harness: exactly the generated layer of docs/DEVICE_ABI.md for sm90a.
 // -DFA4_FP16 (half_t instead of bf16_t), -DFA4_DEPTH=64|128, -DFA4_CAUSAL, -DFA4_SOFTCAP,
-// -DFA4_STAGES=2..4, -DFA4_BN=64, -DFA4_BM=192 (3 consumer warpgroups, 512 threads, depth 64), -DFA4_CFG_SIMPLE (Config members select the simple schedule). Build: templates/sm90a/dev/compile_matrix.sh
+// -DFA4_STAGES=2..4, -DFA4_BN=64, -DFA4_BM=192 (3 consumer warpgroups, 512 threads, depth 64), -DFA4_CFG_SIMPLE (Config members select the simple schedule),
+// -DFA4_PERSISTENT=0|1 (Config::kPersistent; absent = 0). Build: templates/sm90a/dev/compile_matrix.sh
 #ifndef FA4_DEPTH
 #define FA4_DEPTH 128
 #endif
@@ -35,6 +36,9 @@ struct Config {
   static constexpr int kNumThreads = 128 * (1 + kBM / 64);
   static constexpr int kSmemBytes = 2 * (kBM * kPaddedDepth + 2 * kNumKVStages * kBN * kPaddedDepth) + 1024;
   static constexpr int kArch = 90;
+#ifdef FA4_PERSISTENT  // persistent tile scheduler (grid = min(#SMs, tiles)); absent = classic grid
+  static constexpr int kPersistent = FA4_PERSISTENT;
+#endif
 #ifdef FA4_CFG_SIMPLE  // optional members the kernel detects (override the FA4_SM90A_* switches)
   static constexpr bool kIntraWGOverlap = false, kPingPong = false;
 #endif
