@@ -39,15 +39,6 @@ constexpr int kRegsCorrection = 80;
 constexpr int kRegsOther = 48;  // MMA, load, idle
 static_assert(128 * (2 * kRegsSoftmax + kRegsCorrection + kRegsOther) <= 65536, "register file");
 
-template <int N>
-__device__ __forceinline__ void reg_alloc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void reg_dealloc() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
-}
-
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs& tma) {
   using T = Traits<Config>;
@@ -80,7 +71,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   const u32 tmem_base = bars.tmem_base;  // read once, kept in a register
 
   if (warp < 8) {
-    reg_alloc<kRegsSoftmax>();
+    setmaxnreg_inc<kRegsSoftmax>();
     softmax_wg<Config, Mask, ScoreMod>(p, tma, tmem_base, smem, bars, warp / 4);
     // Both O tiles are read out, and the correction WG finished before the last P V was
     // issued: TMEM can go.
@@ -91,10 +82,10 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       tmem::dealloc(tmem_base, tmem::kColumns);
     }
   } else if (warp < 12) {
-    reg_dealloc<kRegsCorrection>();
+    setmaxnreg_dec<kRegsCorrection>();
     correction<Config, Mask>(p, tmem_base, smem, bars);
   } else {
-    reg_dealloc<kRegsOther>();
+    setmaxnreg_dec<kRegsOther>();
     if (warp == 12) {
       mma<Config, Mask>(p, tmem_base, smem, bars);
     } else if (warp == 13) {

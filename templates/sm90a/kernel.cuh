@@ -23,15 +23,6 @@
 namespace fa4 {
 namespace sm90a {
 
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-
 // Persistent mode (Config::kPersistent = 1): grid (min(#SMs, total tiles), 1, 1); every role walks
 // PersistentTiles (common/tile_scheduler.cuh); protocol in dev/README.md "Persistent mode".
 template <class Config, class Mask, class ScoreMod>
