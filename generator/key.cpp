@@ -46,12 +46,15 @@ CompileInputs compile_inputs(const FA4Config& config) {
   const auto [major, minor] = nvrtc_version();
   in.nvrtc_version = fmt::format("{}.{}", major, minor);
 
-  in.template_digest = compute_template_digest(in.headers);
+  static const std::string digests[] = {compute_template_digest(*template_headers(Backend::portable)),
+                                        compute_template_digest(*template_headers(Backend::hopper)),
+                                        compute_template_digest(*template_headers(Backend::blackwell))};
+  in.template_digest = digests[static_cast<int>(in.config.backend)];
   in.key = compute_key(in);
   return in;
 }
 
-std::string compute_template_digest(const std::vector<std::pair<std::string, std::string>>& headers) {
+std::string compute_template_digest(const Headers& headers) {
   Hasher h;
   for (const auto& [name, bytes] : headers) h.add(name).add(bytes);
   return h.hex();

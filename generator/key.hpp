@@ -7,13 +7,14 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "fa4jit/config.hpp"
+#include "generator/source.hpp"
 
 namespace jit::detail {
 
 struct CompileInputs {
   ResolvedConfig config;
   std::string source;                                         // the generated layer
-  std::vector<std::pair<std::string, std::string>> headers;  // embedded templates it may include
+  std::shared_ptr<const Headers> headers;                     // embedded templates it may include
   std::vector<std::string> options;                           // NVRTC options
   std::string nvrtc_version;                                  // "13.0"
   std::string template_digest;                                // XXH3-128 of the headers
@@ -25,7 +26,7 @@ struct CompileInputs {
 CompileInputs compile_inputs(const FA4Config& config);
 
 // Hashes the inputs' fields (used by compile_inputs; exposed so tests can vary one input).
-std::string compute_template_digest(const std::vector<std::pair<std::string, std::string>>& headers);
+std::string compute_template_digest(const Headers& headers);
 std::string compute_key(const CompileInputs& in);
 
 // The key inputs as recorded in meta.json.

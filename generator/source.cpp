@@ -166,15 +166,25 @@ std::string render_source(const ResolvedConfig& rc) {
   return w.str();
 }
 
-std::vector<std::pair<std::string, std::string>> template_headers(Backend backend) {
+namespace {
+
+std::shared_ptr<const Headers> collect_headers(Backend backend) {
   const std::string own = std::string(backend_dir(backend)) + "/";
-  std::vector<std::pair<std::string, std::string>> out;
+  auto out = std::make_shared<Headers>();
   for (const EmbeddedFile& f : embedded_templates()) {
     const bool dev = f.path.find("/dev/") != std::string_view::npos;
     if (!dev && (f.path.starts_with("common/") || f.path.starts_with(own)))
-      out.emplace_back(std::string(f.path), std::string(f.bytes));
+      out->emplace_back(std::string(f.path), std::string(f.bytes));
   }
   return out;  // embedded_templates() is sorted
+}
+
+}  // namespace
+
+const std::shared_ptr<const Headers>& template_headers(Backend backend) {
+  static const std::shared_ptr<const Headers> all[] = {collect_headers(Backend::portable), collect_headers(Backend::hopper),
+                                                       collect_headers(Backend::blackwell)};
+  return all[static_cast<int>(backend)];
 }
 
 std::vector<std::string> nvrtc_options(const ResolvedConfig& rc) {

@@ -1,5 +1,6 @@
 // Renders the thin specialised layer over the embedded templates, and the key inputs.
 #pragma once
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,8 +17,11 @@ constexpr const char* kEntryName = "fa4_fwd";
 // Deterministic: the same resolved config gives byte-identical source.
 std::string render_source(const ResolvedConfig& rc);
 
-// The templates a backend's source may include: (include name, bytes), sorted by name.
-std::vector<std::pair<std::string, std::string>> template_headers(Backend backend);
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// The templates a backend's source may include: (include name, bytes), sorted by name. Built
+// once per backend per process: get_kernel's hit path must not copy them on every call.
+const std::shared_ptr<const Headers>& template_headers(Backend backend);
 
 // NVRTC options for an arch (part of the cache key).
 std::vector<std::string> nvrtc_options(const ResolvedConfig& rc);

@@ -25,7 +25,7 @@ cache::Store& disk_cache() {
 }
 
 cache::Artifact compile_artifact(const CompileInputs& in) {
-  const CompileOutput out = nvrtc_compile(in.source, kSourceName, in.headers, in.options);
+  const CompileOutput out = nvrtc_compile(in.source, kSourceName, *in.headers, in.options);
   nlohmann::json meta = describe(in);
   const ResourceUsage use = parse_ptxas_log(out.log);
   meta["compile_ms"] = out.ms;

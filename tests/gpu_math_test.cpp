@@ -32,7 +32,7 @@ TEST(GpuMath, Exp2PolynomialMatchesItsErrorModel) {
   if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
   const CUdevice dev = jit::detail::ensure_context();
   const std::string arch = "sm_" + std::to_string(jit::detail::device_sm(dev));
-  const auto out = jit::detail::nvrtc_compile(kProbe, "probe.cu", jit::detail::template_headers(jit::Backend::portable),
+  const auto out = jit::detail::nvrtc_compile(kProbe, "probe.cu", *jit::detail::template_headers(jit::Backend::portable),
                                               {"--gpu-architecture=" + arch, "-std=c++17", "-default-device"});
   CUmodule mod;
   CUfunction fn;
