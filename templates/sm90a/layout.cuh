@@ -86,7 +86,10 @@ struct Shape {
   static_assert(kDp == 64 || kDp == 128,
                 "sm90a kernel: head depth 64 or 128 only for now (96/192/256: add wgmma N in gen_mma.py, "
                 "split the O accumulator / RescaleOBeforeGemm, re-check registers)");
-  static_assert(kBN % 64 == 0 && kBN <= 256, "sm90a kernel: kBN must be 64, 128, 192 or 256");
+  // kBN: a multiple of 16 (one k16 step of P V) with a generated wgmma N (gen_mma.py NS); 176 is
+  // FA3's d128 non-causal tile (S 88 + O 64 + P 44 registers per consumer thread).
+  static_assert(kBN == 64 || kBN == 128 || kBN == 176 || kBN == 192 || kBN == 256,
+                "sm90a kernel: kBN must be 64, 128, 176, 192 or 256 (wgmma N generated in dev/gen_mma.py)");
   static_assert(kStages >= 2 && kStages <= 4, "sm90a kernel: kNumKVStages must be 2..4");
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm90a kernel: 16-bit Q/K/V/O only");
 };

@@ -5,6 +5,8 @@
 # simple+pingpong} at kBM 192 (3 consumer warpgroups, 512 threads), reports ptxas registers/spills
 # and checks the PTX for wgmma / TMA / setmaxnreg (inc 240 / dec 24 at kBM 128, inc 160 / dec 32
 # at kBM 192). Run from anywhere. `ONLY=bm192` / `ONLY=bm128` runs the kBM 192 / kBM 128 part only.
+# kBN 176 (FA3's d128 non-causal tile, kBM 128, 2 stages): {bf16, fp16} x d128 x {None, Causal} x
+# {Identity, Softcap} x {simple, overlap, overlap+pingpong}, part of bm128; `ONLY=bn176` runs only these.
 # Exit status != 0 on any compile error, spill, C7508 (setmaxnreg ignored) or wgmma
 # serialization warning, or missing instruction.
 # PERSIST=1: every configuration with -DFA4_PERSISTENT=1 (Config::kPersistent, persistent tile
@@ -55,7 +57,7 @@ run() {  # name, flags...  (a -DFA4_BM=192 flag selects the 3-warpgroup register
   printf "%-7s %-44s %-22s %-22s wgmma=%-3s tma=%-2s setmaxnreg=%s\n" "$status" "$name" "$regs" "$spill" "$nw" "$nt" "$nm"
   [[ -n "$warn" ]] && echo "$warn"
 }
-if [[ $ONLY != bm192 ]]; then
+if [[ $ONLY != bm192 && $ONLY != bn176 ]]; then
 for dt in bf16 fp16; do
   for d in 64 128; do
     for m in none causal; do
@@ -83,8 +85,38 @@ run bf16_d128_none_id_pingpong_BN64 -DFA4_DEPTH=128 -DFA4_BN=64
 run bf16_d128_causal_id_simple+pingpong -DFA4_CAUSAL -DFA4_SM90A_INTRA_WG_OVERLAP=0 -DFA4_SM90A_PINGPONG=1
 run bf16_d128_causal_id_cfgsimple -DFA4_CAUSAL -DFA4_CFG_SIMPLE   # expect wgmma=16
 fi
+# kBN 176 at kBM 128, depth 128, 2 stages (214016 B smem): wgmma = 8 + 8 QK (m64n176) + 11 + 11 PV
+# (m64n128) = 38 with the overlap, 8 + 11 = 19 simple.
+if [[ $ONLY != bm192 ]]; then
+for dt in bf16 fp16; do
+  for m in none causal; do
+    for sm in id softcap; do
+      for sched in simple overlap pingpong; do
+        f=(-DFA4_DEPTH=128 -DFA4_BN=176 -DFA4_STAGES=2)
+        [[ $dt == fp16 ]] && f+=(-DFA4_FP16)
+        [[ $m == causal ]] && f+=(-DFA4_CAUSAL)
+        [[ $sm == softcap ]] && f+=(-DFA4_SOFTCAP)
+        case $sched in
+          simple) f+=(-DFA4_SM90A_INTRA_WG_OVERLAP=0 -DFA4_SM90A_PINGPONG=0) ;;
+          overlap) f+=(-DFA4_SM90A_INTRA_WG_OVERLAP=1 -DFA4_SM90A_PINGPONG=0) ;;
+          pingpong) f+=(-DFA4_SM90A_INTRA_WG_OVERLAP=1 -DFA4_SM90A_PINGPONG=1) ;;
+        esac
+        run "bn176_${dt}_d128_${m}_${sm}_${sched}" "${f[@]}"
+      done
+    done
+  done
+done
+# Must NOT compile: kBN 160 (no generated wgmma N), kBN 176 with 3 stages (280 KB smem).
+for neg in "-DFA4_DEPTH=128 -DFA4_BN=160" "-DFA4_DEPTH=128 -DFA4_BN=176 -DFA4_STAGES=3"; do
+  if $NVCC $BASE -cubin $neg templates/sm90a/dev/harness.cu -o "$OUT/neg.cubin" >"$OUT/neg.log" 2>&1; then
+    echo "FAIL expected static_assert: $neg"; fail=1
+  else
+    echo "ok      rejected ($neg): $(grep -o 'static assertion failed with "[^"]*' "$OUT/neg.log" | head -1 | cut -c1-90)"
+  fi
+done
+fi
 # kBM 192: 3 consumer warpgroups at 160 registers, depth 64 only, kBN 128 (default).
-[[ $ONLY == bm128 ]] && { echo "logs, cubins and PTX in $OUT"; exit $fail; }
+[[ $ONLY == bm128 || $ONLY == bn176 ]] && { echo "logs, cubins and PTX in $OUT"; exit $fail; }
 for dt in bf16 fp16; do
   for m in none causal; do
     for sm in id softcap; do

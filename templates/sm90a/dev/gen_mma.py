@@ -2,8 +2,9 @@
 """Generates templates/sm90a/mma_ops.inc: the wgmma.mma_async wrappers with their operand
 lists spelled out (inline asm needs a literal string). Run from the repository root:
   python3 templates/sm90a/dev/gen_mma.py > templates/sm90a/mma_ops.inc
-Add N values to NS for deeper heads (n192/n256 for PV at depth 192/256)."""
-NS = [64, 128, 192, 256]
+Add N values to NS for deeper heads (n192/n256 for PV at depth 192/256). N 176 is the QK GEMM of
+kBN 176 (FA3's d128 non-causal tile); dense f16/bf16 wgmma takes any N multiple of 8 in [8, 256]."""
+NS = [64, 128, 176, 192, 256]
 TYPES = [("bf16", "true"), ("f16", "false")]
 
 def acc_list(n):

@@ -1,6 +1,6 @@
 // Dev harness: exactly the generated layer of docs/DEVICE_ABI.md for sm90a.
 // -DFA4_FP16 (half_t instead of bf16_t), -DFA4_DEPTH=64|128, -DFA4_CAUSAL, -DFA4_SOFTCAP,
-// -DFA4_STAGES=2..4, -DFA4_BN=64, -DFA4_BM=192 (3 consumer warpgroups, 512 threads, depth 64), -DFA4_CFG_SIMPLE (Config members select the simple schedule),
+// -DFA4_STAGES=2..4, -DFA4_BN=64|176 (176: d128, 2 stages), -DFA4_BM=192 (3 consumer warpgroups, 512 threads, depth 64), -DFA4_CFG_SIMPLE (Config members select the simple schedule),
 // -DFA4_PERSISTENT=0|1 (Config::kPersistent; absent = 0). Build: templates/sm90a/dev/compile_matrix.sh
 #ifndef FA4_DEPTH
 #define FA4_DEPTH 128
