@@ -19,8 +19,11 @@ FA4JIT = os.environ.get("FA4JIT", "./build/fa4jit")
 PREFILL = [(16, 16, 2048, 128), (4, 16, 8192, 128), (2, 16, 16384, 128), (8, 16, 4096, 64)]
 
 
-def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune=""):
+def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None):
     cfg = {"depth": D, "mask": "causal" if causal else "none"}
+    for k, v in (extra or {}).items():
+        if v.get("depth", D) == D:
+            cfg.update({kk: vv for kk, vv in v.items() if kk != "depth"})
     path = f"/tmp/fa4jit_bench_{D}_{int(causal)}.json"
     with open(path, "w") as f:
         json.dump(cfg, f)
@@ -38,22 +41,27 @@ def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune=""):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--variants", default="sm90a=sm_90a,sm80=sm_90",
-                    help="fa4jit variants to time: name=arch[:FA4JIT_TUNE], comma-separated; ';' separates tune items")
+                    help="fa4jit variants: name=arch[:FA4JIT_TUNE[:config JSON for one depth]], comma-separated; "
+                         "';' separates tune items, e.g. bn176=sm_90a::{\"depth\":128;\"BN\":176}")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "compare.json"))
     ap.add_argument("--no-flex", action="store_true")
     a = ap.parse_args()
     variants = {}
     for item in filter(None, a.variants.split(",")):
         name, spec = item.split("=", 1)
-        arch, _, tune = spec.partition(":")
-        variants[name] = (arch, tune.replace(";", ","))
+        arch, _, rest = spec.partition(":")
+        tune, _, cfg = rest.partition(":")
+        variants[name] = (arch, tune.replace(";", ","), json.loads(cfg.replace(";", ",")) if cfg else None)
     archs = list(variants)
     rows = []
     for (B, H, S, D) in PREFILL:
         for causal in (False, True):
             row = {"B": B, "H": H, "S": S, "D": D, "causal": causal}
-            for name, (arch, tune) in variants.items():
-                row[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune)
+            for name, (arch, tune, cfg) in variants.items():
+                if cfg and cfg.get("depth", D) != D:
+                    row[name] = {"error": "n/a for this depth"}
+                    continue
+                row[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune, extra={"cfg": cfg} if cfg else None)
             row.update(peers(B, H, H, S, S, D, causal, flex=not a.no_flex))
             rows.append(row)
             print(json.dumps(row), flush=True)

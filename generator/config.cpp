@@ -92,7 +92,10 @@ Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
   // 160 registers per consumer thread still hold the S and O fragments.
   c.BM = pick("BM", c.BM, dp <= 64 ? 192 : 128, dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128});
-  c.BN = pick("BN", c.BN, 128, dp <= 64 && c.BM == 128 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128});
+  // BN 176 at depth 128 is FA3's non-causal tile: fewer KV iterations, the same registers (2 stages fit).
+  c.BN = pick("BN", c.BN, 128,
+              dp <= 64 ? (c.BM == 128 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128})
+                       : std::vector<int>{64, 128, 176});
   c.BK0 = pick("BK0", c.BK0, dp, {dp});
   c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
   c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});

@@ -163,3 +163,30 @@ TEST(GpuAttention, HopperThreeConsumerWarpgroupsMatchReference) {
 }
 
 }  // namespace
+
+namespace {
+
+// FA3's 128x176 tile at head dim 128: a last tile that crosses seqlen_k off any power of two.
+TEST(GpuAttention, HopperBN176MatchesReference) {
+  REQUIRE_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
+  for (bool causal : {false, true}) {
+    jit::FA4Config cfg;
+    cfg.arch = "sm_90a";
+    cfg.depth = 128;
+    cfg.BN = 176;
+    cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
+    const auto kernel = jit::get_kernel(cfg);
+    for (const Shape& s : {Shape{1, 176}, Shape{130, 177}, Shape{300, 352}, Shape{1000, 1000}, Shape{129, 4096}}) {
+      CheckCase c;
+      c.batch = 2;
+      c.num_q_heads = 8;
+      c.num_kv_heads = 2;
+      c.seqlen_q = s.sq;
+      c.seqlen_k = s.sk;
+      expect_matches(*kernel, c, fmt::format("BN176 {} Sq {} Sk {}", causal ? "causal" : "none", s.sq, s.sk));
+    }
+  }
+}
+
+}  // namespace
