@@ -202,4 +202,14 @@ ResolvedConfig resolve(const FA4Config& input) {
   return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem};
 }
 
+bool supported(const FA4Config& cfg, std::string* why) {
+  try {
+    resolve(cfg);
+    return true;
+  } catch (const ConfigError& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
 }  // namespace jit

@@ -87,6 +87,15 @@ TEST(Config, RefusalsNameFieldValueAndAllowed) {
   expect_config_error([] { jit::dtype_from_string("fp8"); }, {"dtype", "fp8", "bf16"});
 }
 
+TEST(Config, SupportedExplainsARefusal) {
+  auto c = cfg_for("sm_100a");
+  EXPECT_TRUE(jit::supported(c));
+  c.BN = 192;  // 2*192 + 2*128 = 640 > 512 TMEM columns
+  std::string why;
+  EXPECT_FALSE(jit::supported(c, &why));
+  EXPECT_NE(why.find("TMEM"), std::string::npos) << why;
+}
+
 TEST(Config, ExplicitValidValuesAreKept) {
   auto c = cfg_for("sm_90a");
   c.num_kv_stages = 3;

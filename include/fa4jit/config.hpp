@@ -94,6 +94,9 @@ struct ResolvedConfig {
 // the field, the value and what is allowed.
 ResolvedConfig resolve(const FA4Config& cfg);
 
+// Whether resolve() accepts cfg; when not and `why` is set, the ConfigError's explanation.
+bool supported(const FA4Config& cfg, std::string* why = nullptr);
+
 // Archs NVRTC can target here, as accepted in FA4Config::arch.
 std::vector<std::string> supported_archs();
 
