@@ -139,54 +139,41 @@ TEST(GpuAttention, LaunchRejectsMismatchedArgumentsBeforeRunning) {
 
 namespace {
 
-// FA3's 192-row tiles at head dim 64: three consumer warpgroups.
-TEST(GpuAttention, HopperThreeConsumerWarpgroupsMatchReference) {
-  REQUIRE_GPU();
+// One sm90a tile shape against the reference, none and causal, GQA 4:1, shapes chosen so the
+// last Q and KV tiles cross the sequence ends at odd offsets.
+void run_hopper_tile(int depth, int bm, int bn, std::initializer_list<Shape> shapes) {
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
   for (bool causal : {false, true}) {
     jit::FA4Config cfg;
     cfg.arch = "sm_90a";
-    cfg.depth = 64;
-    cfg.BM = 192;
+    cfg.depth = depth;
+    cfg.BM = bm;
+    cfg.BN = bn;
     cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
     const auto kernel = jit::get_kernel(cfg);
-    for (const Shape& s : {Shape{1, 1}, Shape{191, 191}, Shape{193, 400}, Shape{1000, 1000}, Shape{577, 3000}}) {
+    for (const Shape& s : shapes) {
       CheckCase c;
       c.batch = 2;
       c.num_q_heads = 8;
       c.num_kv_heads = 2;
       c.seqlen_q = s.sq;
       c.seqlen_k = s.sk;
-      expect_matches(*kernel, c, fmt::format("BM192 {} Sq {} Sk {}", causal ? "causal" : "none", s.sq, s.sk));
+      expect_matches(*kernel, c, fmt::format("BM{} BN{} d{} {} Sq {} Sk {}", bm, bn, depth,
+                                             causal ? "causal" : "none", s.sq, s.sk));
     }
   }
 }
 
-}  // namespace
-
-namespace {
+// FA3's 192-row tiles at head dim 64: three consumer warpgroups.
+TEST(GpuAttention, HopperThreeConsumerWarpgroupsMatchReference) {
+  REQUIRE_GPU();
+  run_hopper_tile(64, 192, 128, {{1, 1}, {191, 191}, {193, 400}, {1000, 1000}, {577, 3000}});
+}
 
 // FA3's 128x176 tile at head dim 128: a last tile that crosses seqlen_k off any power of two.
 TEST(GpuAttention, HopperBN176MatchesReference) {
   REQUIRE_GPU();
-  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
-  for (bool causal : {false, true}) {
-    jit::FA4Config cfg;
-    cfg.arch = "sm_90a";
-    cfg.depth = 128;
-    cfg.BN = 176;
-    cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
-    const auto kernel = jit::get_kernel(cfg);
-    for (const Shape& s : {Shape{1, 176}, Shape{130, 177}, Shape{300, 352}, Shape{1000, 1000}, Shape{129, 4096}}) {
-      CheckCase c;
-      c.batch = 2;
-      c.num_q_heads = 8;
-      c.num_kv_heads = 2;
-      c.seqlen_q = s.sq;
-      c.seqlen_k = s.sk;
-      expect_matches(*kernel, c, fmt::format("BN176 {} Sq {} Sk {}", causal ? "causal" : "none", s.sq, s.sk));
-    }
-  }
+  run_hopper_tile(128, 128, 176, {{1, 176}, {130, 177}, {300, 352}, {1000, 1000}, {129, 4096}});
 }
 
 }  // namespace

@@ -51,8 +51,8 @@ __device__ __forceinline__ u32 opaque_u32(u32 x) {
 }
 
 // KV loop of one tile for one consumer warpgroup (Q of the tile has landed; n = w.first_tile()
-// is a visible tile), for the persistent mode: the same schedules as consumer_loop (keep the two
-// in step), with rings and scheduler passed in so their state carries across tiles.
+// is a visible tile). Rings and scheduler are passed in: the persistent mode carries their state
+// across tiles, consumer_loop makes fresh ones per CTA.
 template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
 __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
                                             VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
@@ -153,14 +153,13 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   }
 }
 
-// One CTA, one tile (kPersistent = 0). Kept verbatim (the schedules are the same as kv_mainloop's)
-// so that its PTX stays byte-identical to the GPU-verified kernel.
+// One CTA, one tile (kPersistent = 0): the same KV loop as the persistent mode, with rings and
+// scheduler that live for this tile only.
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<Config, Mask>& w, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars, int wg) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
-  using Element = typename Sh::Element;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
   using Release = pipe::ArriveOnePerWarp;
@@ -168,7 +167,6 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
   const u32 base = smem_u32(smem);
   const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
   const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
-  auto q_wgmma = [q_addr]() { return Sh::kNumConsumerWGs == 2 ? q_addr : opaque_u32(q_addr); };
 
   float o[kDp / 2];
   float s[kBN / 2];
@@ -189,93 +187,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
     pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k), v_ring(&bars->v);
     sched.start();
     mbar_wait(&bars->q_full[wg], 0);
-    float corr[2];
-
-    if constexpr (!Sh::kIntraWGOverlap) {
-      for (; w.has(n); n = w.next_tile(n)) {
-        {
-          auto ks = k_ring.acquire();
-          sched.wait_turn();
-          fence_operand(s);
-          wgmma_fence();
-          gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
-          wgmma_commit();
-          sched.pass_turn();
-          wgmma_wait<0>();
-          fence_operand(s);
-        }  // release K(n)
-        sm.logits(s, n, w.needs_mask(n), p, w);
-        sm.online(s, corr);
-        Softmax::rescale_o(o, corr);
-        Softmax::pack_p(s, pr);
-        {
-          auto vs = v_ring.acquire();
-          fence_operand(o);
-          fence_operand(pr);
-          wgmma_fence();
-          gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
-          wgmma_commit();
-          wgmma_wait<0>();
-          fence_operand(o);
-          fence_operand(pr);
-        }  // release V(n)
-      }
-    } else {
-      // Prologue: S(first) alone; O is zero so its correction is irrelevant.
-      {
-        auto ks = k_ring.acquire();
-        sched.wait_turn();
-        fence_operand(s);
-        wgmma_fence();
-        gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
-        wgmma_commit();
-        sched.pass_turn();
-        wgmma_wait<0>();
-        fence_operand(s);
-      }
-      sm.logits(s, n, w.needs_mask(n), p, w);
-      sm.online(s, corr);
-      Softmax::pack_p(s, pr);
-      int n_prev = n;
-      for (n = w.next_tile(n); w.has(n); n_prev = n, n = w.next_tile(n)) {
-        {
-          auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
-          {
-            auto ks = k_ring.acquire();  // K(n)
-            sched.wait_turn();
-            fence_operand(s);
-            fence_operand(o);
-            fence_operand(pr);
-            wgmma_fence();
-            gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
-            wgmma_commit();
-            gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
-            wgmma_commit();
-            sched.pass_turn();
-            wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
-            fence_operand(s);
-          }  // release K(n)
-          sm.logits(s, n, w.needs_mask(n), p, w);
-          sm.online(s, corr);
-          wgmma_wait<0>();  // P V(n_prev) done: O and the P registers are free again
-          fence_operand(o);
-          fence_operand(pr);
-        }  // release V(n_prev)
-        Softmax::rescale_o(o, corr);
-        Softmax::pack_p(s, pr);
-      }
-      {  // Tail: P V of the last tile.
-        auto vs = v_ring.acquire();
-        fence_operand(o);
-        fence_operand(pr);
-        wgmma_fence();
-        gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operand(o);
-        fence_operand(pr);
-      }
-    }
+    kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
   }
 
   epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
