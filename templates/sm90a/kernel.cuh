@@ -26,38 +26,6 @@ namespace sm90a {
 // Persistent mode (Config::kPersistent = 1): grid (min(#SMs, total tiles), 1, 1); every role walks
 // PersistentTiles (common/tile_scheduler.cuh); protocol in dev/README.md "Persistent mode".
 template <class Config, class Mask, class ScoreMod>
-__device__ __forceinline__ void attention_fwd_persistent(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
-                                                         typename SmemLayout<Config>::Barriers* bars) {
-  using Sh = Shape<Config>;
-  if (threadIdx.x == 0) {
-    if (smem_u32(smem) & 1023u) __trap();
-#pragma unroll
-    for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-      mbar_init(&bars->q_full[g], 1);     // producer: expect_tx (+ Q bytes) or a plain arrive
-      mbar_init(&bars->q_empty[g], 128);  // every thread of consumer warpgroup g, after its epilogue
-    }
-    bars->k.init(1, Sh::kNumConsumerWGs * 4);
-    bars->v.init(1, Sh::kNumConsumerWGs * 4);
-    fence_barrier_init();
-  }
-  __syncthreads();
-
-  const int wg = threadIdx.x / 128;
-  if (wg == 0) {
-    setmaxnreg_dec<Sh::kProducerRegs>();
-    if (threadIdx.x < 32 && elect_one_sync()) {
-      tma_prefetch(&tma.q);
-      tma_prefetch(&tma.k);
-      tma_prefetch(&tma.v);
-      producer_loop_persistent<Config, Mask>(p, tma, smem, bars);
-    }
-  } else {
-    setmaxnreg_inc<Sh::kConsumerRegs>();
-    consumer_loop_persistent<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
-  }
-}
-
-template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs& tma) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
@@ -66,19 +34,21 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   unsigned char* smem = fa4_smem;
   Bars* bars = reinterpret_cast<Bars*>(smem + L::kBarOffset);
 
-  if constexpr (Sh::kPersistent) {
-    attention_fwd_persistent<Config, Mask, ScoreMod>(p, tma, smem, bars);
-    return;
+  // One CTA, one tile: its work is known up front. Persistent: each role walks PersistentTiles.
+  CtaWork<Config, Mask> w{};
+  if constexpr (!Sh::kPersistent) {
+    w = CtaWork<Config, Mask>::make(p);
+    if (!w.valid) return;  // uniform over the CTA, before any barrier exists
   }
-
-  const CtaWork<Config, Mask> w = CtaWork<Config, Mask>::make(p);
-  if (!w.valid) return;  // uniform over the CTA, before any barrier exists
 
   if (threadIdx.x == 0) {
     // SW128 TMA boxes and wgmma descriptors (base_offset 0) assume 1024-aligned buffers.
     if (smem_u32(smem) & 1023u) __trap();
 #pragma unroll
-    for (int g = 0; g < Sh::kNumConsumerWGs; ++g) mbar_init(&bars->q_full[g], 1);
+    for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
+      mbar_init(&bars->q_full[g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
+      if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[g], 128);  // warpgroup g's threads, after its epilogue
+    }
     // full: the producer's expect_tx arrival; empty: every consumer warp (8 or 12) arrives once.
     bars->k.init(1, Sh::kNumConsumerWGs * 4);
     bars->v.init(1, Sh::kNumConsumerWGs * 4);
@@ -93,11 +63,17 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       tma_prefetch(&tma.q);
       tma_prefetch(&tma.k);
       tma_prefetch(&tma.v);
-      producer_loop<Config, Mask>(p, tma, w, smem, bars);
+      if constexpr (Sh::kPersistent)
+        producer_loop_persistent<Config, Mask>(p, tma, smem, bars);
+      else
+        producer_loop<Config, Mask>(p, tma, w, smem, bars);
     }
   } else {
     setmaxnreg_inc<Sh::kConsumerRegs>();
-    consumer_loop<Config, Mask, ScoreMod>(p, w, smem, bars, wg - 1);
+    if constexpr (Sh::kPersistent)
+      consumer_loop_persistent<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
+    else
+      consumer_loop<Config, Mask, ScoreMod>(p, w, smem, bars, wg - 1);
   }
 }
 
