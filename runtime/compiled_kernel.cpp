@@ -89,8 +89,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
 }
 
 void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
-  const CUfunction fn = function_for_current_context();  // arch check and module load first
-  LaunchPlan p = plan(args);
+  LaunchPlan p = plan(args);  // every argument checked first: LaunchError before any driver work
+  const CUfunction fn = function_for_current_context();  // then the arch check and module load
   void* kernel_params[] = {&p.params, &p.tma};
   CUlaunchConfig cfg{};
   cfg.gridDimX = p.grid[0];
