@@ -29,12 +29,14 @@ const char* to_string(Backend b) {
   return "?";
 }
 
-Mask Mask::causal(bool top_left) { return Mask{Kind::causal, top_left, {}, {}}; }
-Mask Mask::sliding_window(bool top_left) { return Mask{Kind::sliding_window, top_left, {}, {}}; }
-Mask Mask::chunked() { return Mask{Kind::chunked, false, {}, {}}; }
-Mask Mask::custom(std::string body) { return Mask{Kind::custom, false, std::move(body), {}}; }
-Mask Mask::all_of(std::vector<Mask> masks) { return Mask{Kind::all_of, false, {}, std::move(masks)}; }
-Mask Mask::any_of(std::vector<Mask> masks) { return Mask{Kind::any_of, false, {}, std::move(masks)}; }
+Mask Mask::causal(bool top_left) { return Mask{Kind::causal, top_left, {}, {}, {}}; }
+Mask Mask::sliding_window(bool top_left) { return Mask{Kind::sliding_window, top_left, {}, {}, {}}; }
+Mask Mask::chunked() { return Mask{Kind::chunked, false, {}, {}, {}}; }
+Mask Mask::custom(std::string body, std::string block_body) {
+  return Mask{Kind::custom, false, std::move(body), {}, std::move(block_body)};
+}
+Mask Mask::all_of(std::vector<Mask> masks) { return Mask{Kind::all_of, false, {}, std::move(masks), {}}; }
+Mask Mask::any_of(std::vector<Mask> masks) { return Mask{Kind::any_of, false, {}, std::move(masks), {}}; }
 
 ScoreMod ScoreMod::softcap() { return ScoreMod{Kind::softcap, {}}; }
 ScoreMod ScoreMod::alibi() { return ScoreMod{Kind::alibi, {}}; }
@@ -57,6 +59,8 @@ int pick(const char* field, int explicit_value, int derived, const std::vector<i
 void check_mask(const Mask& m) {
   if (m.kind == Mask::Kind::custom && m.snippet.find_first_not_of(" \t\r\n") == std::string::npos)
     refuse("mask.snippet", "an empty body", "a custom mask needs a body returning bool over (b, h, q_idx, kv_idx)");
+  if (m.kind != Mask::Kind::custom && !m.block_snippet.empty())
+    refuse("mask.block_snippet", "a body", "only custom masks take a block snippet");
   if (m.kind == Mask::Kind::all_of || m.kind == Mask::Kind::any_of) {
     if (m.children.empty()) refuse("mask.masks", "an empty list", "all_of / any_of take at least one mask");
     for (const Mask& c : m.children) check_mask(c);
@@ -187,6 +191,8 @@ ResolvedConfig resolve(const FA4Config& input) {
   if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)
     refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));
   check_mask(c.mask);
+  if (c.pack_gqa && c.group <= 0)
+    refuse("pack_gqa", "true with group = 0", "packing GQA heads needs the group (num_q_heads / num_kv_heads) set");
   if (c.score_mod.kind == ScoreMod::Kind::custom &&
       c.score_mod.snippet.find_first_not_of(" \t\r\n") == std::string::npos)
     refuse("score_mod.snippet", "an empty body", "a custom score-mod needs a body returning float");

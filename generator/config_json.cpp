@@ -59,6 +59,7 @@ json mask_to_json(const Mask& m) {
   json j = {{"kind", kind_name(kMaskKinds, m.kind)}};
   if (m.top_left) j["top_left"] = true;
   if (m.kind == Mask::Kind::custom) j["snippet"] = m.snippet;
+  if (!m.block_snippet.empty()) j["block_snippet"] = m.block_snippet;
   if (!m.children.empty()) {
     j["masks"] = json::array();
     for (const Mask& c : m.children) j["masks"].push_back(mask_to_json(c));
@@ -67,13 +68,14 @@ json mask_to_json(const Mask& m) {
 }
 
 Mask mask_from_json(const json& j, const std::string& where) {
-  if (j.is_string()) return Mask{kind_from(kMaskKinds, where, j.get<std::string>()), false, {}, {}};
+  if (j.is_string()) return Mask{kind_from(kMaskKinds, where, j.get<std::string>()), false, {}, {}, {}};
   if (!j.is_object()) throw ConfigError(where + ": expected a string or an object");
-  reject_unknown(j, where, {"kind", "top_left", "snippet", "masks"});
+  reject_unknown(j, where, {"kind", "top_left", "snippet", "block_snippet", "masks"});
   Mask m;
   m.kind = kind_from(kMaskKinds, where + ".kind", get<std::string>(j, "kind", where));
   if (j.contains("top_left")) m.top_left = get<bool>(j, "top_left", where);
   if (j.contains("snippet")) m.snippet = get<std::string>(j, "snippet", where);
+  if (j.contains("block_snippet")) m.block_snippet = get<std::string>(j, "block_snippet", where);
   if (j.contains("masks")) {
     const json& arr = j.at("masks");
     if (!arr.is_array()) throw ConfigError(where + ".masks: expected an array");
@@ -99,7 +101,8 @@ json to_json(const FA4Config& c) {
             {"num_mma_stages", c.num_mma_stages},
             {"swizzle_bytes", c.swizzle_bytes},
             {"arch", c.arch},
-            {"mask", mask_to_json(c.mask)}};
+            {"mask", mask_to_json(c.mask)},
+            {"pack_gqa", c.pack_gqa}};
   j["output_dtype"] = c.output_dtype ? json(to_string(*c.output_dtype)) : json(nullptr);
   json sm = {{"kind", kind_name(kScoreModKinds, c.score_mod.kind)}};
   if (c.score_mod.kind == ScoreMod::Kind::custom) sm["snippet"] = c.score_mod.snippet;
@@ -111,7 +114,8 @@ FA4Config config_from_json(const json& j) {
   if (!j.is_object()) throw ConfigError("config: expected a JSON object");
   reject_unknown(j, "config",
                  {"dtype", "output_dtype", "depth", "padded_depth", "BM", "BN", "BK0", "BK1", "num_q_heads", "group",
-                  "num_kv_stages", "num_qk_stages", "num_mma_stages", "swizzle_bytes", "arch", "mask", "score_mod"});
+                  "num_kv_stages", "num_qk_stages", "num_mma_stages", "swizzle_bytes", "arch", "mask", "score_mod",
+                  "pack_gqa"});
   FA4Config c;
   if (j.contains("dtype")) c.dtype = dtype_from_string(get<std::string>(j, "dtype", ""));
   if (j.contains("output_dtype") && !j.at("output_dtype").is_null())
@@ -129,6 +133,7 @@ FA4Config config_from_json(const json& j) {
                             IntField{"swizzle_bytes", &c.swizzle_bytes}})
     if (j.contains(f.name)) *f.dst = get<int>(j, f.name, "");
   if (j.contains("arch")) c.arch = get<std::string>(j, "arch", "");
+  if (j.contains("pack_gqa")) c.pack_gqa = get<bool>(j, "pack_gqa", "");
   if (j.contains("mask")) c.mask = mask_from_json(j.at("mask"), "mask");
   if (j.contains("score_mod")) {
     const json& s = j.at("score_mod");

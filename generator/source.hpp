@@ -13,6 +13,7 @@ constexpr const char* kGeneratorVersion = "fa4jit-generator-1";
 constexpr int kCacheSchema = 1;
 constexpr const char* kSourceName = "fa4jit.cu";
 constexpr const char* kEntryName = "fa4_fwd";
+constexpr const char* kCombineEntryName = "fa4_combine";  // split-KV merge, in every module
 
 // Deterministic: the same resolved config gives byte-identical source.
 std::string render_source(const ResolvedConfig& rc);

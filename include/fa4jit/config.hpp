@@ -23,12 +23,17 @@ struct Mask {
   bool top_left = false;       // causal-style alignment when Sq != Sk (default: bottom-right)
   std::string snippet;         // custom: body over (b, h, q_idx, kv_idx) returning bool
   std::vector<Mask> children;  // all_of / any_of
+  // custom, optional: body over (b, h, q_lo, q_hi, kv_lo, kv_hi) (half-open ranges of one tile)
+  // returning SKIP (no key visible), FULL (every key visible) or PARTIAL (unknown), so sparse
+  // masks skip tiles. A wrong claim gives wrong results, like a wrong snippet. See also
+  // LaunchArgs::block_mask for a run-time block mask.
+  std::string block_snippet;
 
   static Mask none() { return {}; }
   static Mask causal(bool top_left = false);
   static Mask sliding_window(bool top_left = false);  // extents: LaunchArgs::window_left/right
   static Mask chunked();                              // size: LaunchArgs::chunk_size
-  static Mask custom(std::string body);
+  static Mask custom(std::string body, std::string block_body = {});
   static Mask all_of(std::vector<Mask> masks);        // visible iff every mask sees the key
   static Mask any_of(std::vector<Mask> masks);        // visible iff some mask sees the key
   bool operator==(const Mask&) const = default;
@@ -60,6 +65,10 @@ struct FA4Config {
   std::string arch;                         // "sm_90a", "sm_100a", "sm_80", ...; empty: current GPU
   Mask mask;
   ScoreMod score_mod;
+  // Pack the `group` query heads of one KV head into one Q tile (tile row r = query r / group of
+  // head r % group), so one K/V read serves the group: for decode and short Sq with GQA.
+  // Needs group > 0; tile rows count queries x group, so long prefill is better unpacked.
+  bool pack_gqa = false;
 
   bool operator==(const FA4Config&) const = default;
 };

@@ -21,6 +21,7 @@ struct Ctx {
   int seqlen_q;
   int seqlen_k;
   const FwdParams* params;
+  int num_heads = 1;  // heads the Q tile covers: 1, or the group when GQA heads are packed
   // Causal alignment: key k is "at" query position k - offset. Bottom-right (FlashAttention >= 2.1)
   // uses seqlen_k - seqlen_q; top-left uses 0.
   __device__ __forceinline__ int diag_offset() const {
@@ -149,6 +150,50 @@ struct Or {
     const TileClass a = A::classify(q_lo, q_hi, k_lo, k_hi, c), b = B::classify(q_lo, q_hi, k_lo, k_hi, c);
     if (a == kFull || b == kFull) return kFull;
     return (a == kSkip && b == kSkip) ? kSkip : kPartial;
+  }
+};
+
+// Run-time block mask (FwdParams::block_mask): the class of a tile is the combination of the
+// classes of every mask block it overlaps, for every head it covers.
+__device__ __forceinline__ TileClass combine_classes(TileClass acc, TileClass t, bool first) {
+  if (first) return t;
+  return acc == t ? acc : kPartial;
+}
+
+__device__ __forceinline__ TileClass block_mask_class(int head, int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+  const FwdParams& p = *c.params;
+  const unsigned char* base = p.block_mask + c.batch * p.block_mask_batch_stride + head * p.block_mask_head_stride;
+  TileClass acc = kPartial;
+  bool first = true;
+  for (int bq = q_lo / p.block_mask_q; bq <= (q_hi - 1) / p.block_mask_q; ++bq)
+    for (int bk = k_lo / p.block_mask_k; bk <= (k_hi - 1) / p.block_mask_k; ++bk) {
+      const int v = base[bq * p.block_mask_row_stride + bk];
+      acc = combine_classes(acc, v == 0 ? kSkip : v == 1 ? kFull : kPartial, first);
+      first = false;
+      if (acc == kPartial) return kPartial;
+    }
+  return acc;
+}
+
+// A user mask (generated from Mask::custom): User::eval is the element snippet, User::block the
+// optional block snippet (kPartial when the user gave none). The snippet's claims and the run-time
+// block mask both describe the same element mask, so either one's kSkip or kFull is trusted.
+template <class User>
+struct Custom {
+  static constexpr bool kIsNone = false;
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    return User::eval(c.batch, c.q_head, q, k, *c.params);
+  }
+  __device__ __forceinline__ static KvRange kv_range(int, int, const Ctx& c) { return {0, c.seqlen_k}; }
+  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    TileClass acc = kPartial;
+    for (int h = c.q_head; h < c.q_head + c.num_heads; ++h) {
+      TileClass t = static_cast<TileClass>(User::block(c.batch, h, q_lo, q_hi, k_lo, k_hi, *c.params));
+      if (t == kPartial && c.params->block_mask) t = block_mask_class(h, q_lo, q_hi, k_lo, k_hi, c);
+      acc = combine_classes(acc, t, h == c.q_head);
+      if (acc == kPartial) break;
+    }
+    return acc;
   }
 };
 

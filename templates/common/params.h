@@ -36,14 +36,26 @@ struct FwdParams {
   int chunk_size;    // chunked masks
   int mask_flags;    // bit 0: causal alignment is top-left instead of bottom-right
 
-  // Variable length / paged KV / sinks (null when unused).
+  // Variable length / sinks (null when unused).
   const int* cu_seqlens_q;  // [batch + 1]
   const int* cu_seqlens_k;  // [batch + 1]
   const int* seqused_k;     // [batch]
-  const int* page_table;    // [batch][max_pages]
+  const float* sinks;       // [num_q_heads], log-domain sink logits
+
+  // Paged KV (page_table non-null): K and V are (num_pages, page_size, kv_heads, depth), so the
+  // *_batch_stride fields are page strides. Row r of sequence b is row r % page_size of page
+  // page_table[b * max_pages + r / page_size]. Sequence b has seqused_k[b] keys, or seqlen_k.
+  const int* page_table;  // [batch][max_pages]
   int page_size;
   int max_pages;
-  const float* sinks;       // [num_q_heads], log-domain sink logits
+  int kv_box_rows;  // TMA backends: rows of one K/V TMA box (BN; gcd(page_size, BN) when paged)
+
+  // Run-time block mask for custom masks (null when unused), FlexAttention's BlockMask idea:
+  // one byte per (batch, q head, q block, k block), 0 = no visible key (tile skipped),
+  // 1 = every key visible (no per-element mask), 2 = partial. Strides in bytes; 0 broadcasts.
+  const unsigned char* block_mask;
+  int block_mask_q, block_mask_k;  // block sizes in query rows and keys
+  long long block_mask_batch_stride, block_mask_head_stride, block_mask_row_stride;
 
   // Built-in score-mod arguments.
   float softcap;              // softcap score-mod: cap * tanh(score / cap)
@@ -53,11 +65,16 @@ struct FwdParams {
   const void* aux_ptr[4];
   float aux_scalar[4];
 
-  // Split-KV decode workspace (null when not split).
-  float* o_partial;    // [splits][batch][num_q_heads][seqlen_q][depth]
-  float* lse_partial;  // [splits][batch][num_q_heads][seqlen_q]
-  int num_splits;
-  int num_m_blocks;  // Q tiles per (batch, head): ceil(max_seqlen_q / BM); persistent schedulers walk them
+  // Split-KV (num_splits > 1): CTA split s of a tile covers its share of the tile's KV blocks and
+  // writes O normalised by its own sum, in float32, to o_partial[(s * partial_rows + row) * depth + d],
+  // and its LSE (natural log, -inf when it saw no key) to lse_partial[s * partial_rows + row];
+  // row = the LSE row index of (batch, q head, query). fa4_combine then writes O and LSE.
+  float* o_partial;
+  float* lse_partial;
+  int num_splits;    // 1: no split
+  int partial_rows;  // rows of one split's slice: num_q_heads * (varlen ? total_q : batch * seqlen_q)
+  int num_m_blocks;  // Q tiles per (batch, head): ceil(max_seqlen_q * pack / BM), pack = group when the
+                     // kernel packs GQA heads (then per KV head) else 1; the grid has num_m_blocks * num_splits in x
 };
 
 // TMA descriptors for the backends that load by TMA (sm90a, sm100a). Layout-compatible with

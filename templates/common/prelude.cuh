@@ -40,6 +40,13 @@ __device__ __forceinline__ float to_float(u16 bits) {
   }
 }
 
+template <class T>
+__device__ __forceinline__ T from_float(float x) {
+  T t;
+  t.bits = static_cast<u16>(pack2<T>(x, 0.0f) & 0xffffu);
+  return t;
+}
+
 __device__ __forceinline__ float exp2_approx(float x) {  // MUFU.EX2; exp2(-inf) = 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -1,22 +1,37 @@
 // Per-(batch, head) view of one attention problem: lengths and base pointers after
-// resolving variable-length offsets. Every backend and every warp role builds it the same
-// way, so all of them agree on where a sequence starts and how long it is.
+// resolving variable-length offsets, the page table and GQA packing. Every backend and every
+// warp role builds it the same way, so all of them agree on where a sequence starts, how long
+// it is and where each of its rows lives.
 #pragma once
 #include "common/prelude.cuh"
 
 namespace fa4 {
 
+// Rows of a Q tile. Unpacked (kPack = 1): tile row r is query r of the CTA's head. Packed GQA
+// (kPack = group): the query heads of one KV head share the tile, row r is query r / kPack of
+// head first_head + r % kPack, so one K/V read serves the whole group (decode).
+template <int kPack>
+struct PackedRow {
+  int q;     // query index in the sequence
+  int head;  // head offset inside the group (0 unpacked)
+  __device__ __forceinline__ static PackedRow of(int r) {
+    if constexpr (kPack == 1) return {r, 0};
+    return {r / kPack, r % kPack};
+  }
+};
+
 struct SeqInfo {
   int batch;
-  int q_head;
+  int q_head;   // the CTA's head; packed: the group's first head
   int kv_head;
   int seqlen_q;
   int seqlen_k;
   long long q_offset;  // element offset of (row 0, q_head) in Q and O
-  long long k_offset;  // element offset of (row 0, kv_head) in K
+  long long k_offset;  // element offset of (row 0, kv_head) in K; paged: of kv_head in page 0
   long long v_offset;
   long long o_offset;
-  long long lse_offset;  // element offset of row 0 in LSE
+  long long lse_offset;  // element offset of row 0 in LSE (and in each split's partial slice)
+  const int* pages;      // paged KV: this sequence's row of the page table; null otherwise
 
   __device__ __forceinline__ static SeqInfo make(const FwdParams& p, int b, int q_head) {
     SeqInfo s;
@@ -29,7 +44,7 @@ struct SeqInfo {
     s.seqlen_k = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
     if (p.seqused_k) s.seqlen_k = p.seqused_k[b];
     const long long qb = p.cu_seqlens_q ? 0 : b;  // packed varlen tensors have no batch stride
-    const long long kb = p.cu_seqlens_k ? 0 : b;
+    const long long kb = p.cu_seqlens_k || p.page_table ? 0 : b;  // paged: the page picks the "batch"
     s.q_offset = qb * p.q_batch_stride + q_start * p.q_row_stride + q_head * p.q_head_stride;
     s.o_offset = qb * p.o_batch_stride + q_start * p.o_row_stride + q_head * p.o_head_stride;
     s.k_offset = kb * p.k_batch_stride + k_start * p.k_row_stride + s.kv_head * p.k_head_stride;
@@ -37,7 +52,41 @@ struct SeqInfo {
     // LSE rows follow Q's packing: [batch][head][seqlen_q] padded, or [head][total_q] varlen.
     s.lse_offset = p.cu_seqlens_q ? (long long)q_head * p.seqlen_q + q_start
                                   : ((long long)b * p.num_q_heads + q_head) * p.seqlen_q;
+    s.pages = p.page_table ? p.page_table + (long long)b * p.max_pages : nullptr;
     return s;
+  }
+
+  // Paged KV: (page, row inside the page) of key row r. Rows past the table (only in the padding
+  // of the last tile, which the key bound masks) read the last page: finite data, never faults.
+  __device__ __forceinline__ int page_of(const FwdParams& p, int r) const {
+    return pages[min(r / p.page_size, p.max_pages - 1)];
+  }
+  // Element offsets of key row r in K and V, through the page table when paged.
+  __device__ __forceinline__ long long k_row(const FwdParams& p, int r) const {
+    if (pages) return k_offset + page_of(p, r) * p.k_batch_stride + (r % p.page_size) * p.k_row_stride;
+    return k_offset + (long long)r * p.k_row_stride;
+  }
+  __device__ __forceinline__ long long v_row(const FwdParams& p, int r) const {
+    if (pages) return v_offset + page_of(p, r) * p.v_batch_stride + (r % p.page_size) * p.v_row_stride;
+    return v_offset + (long long)r * p.v_row_stride;
+  }
+
+  // Offsets of tile row r (PackedRow semantics) in Q, O and LSE. LSE's head stride is
+  // seqlen_q in both layouts (padded: per batch; varlen: seqlen_q holds total_q).
+  template <int kPack>
+  __device__ __forceinline__ long long q_row(const FwdParams& p, int r) const {
+    const PackedRow<kPack> pr = PackedRow<kPack>::of(r);
+    return q_offset + (long long)pr.q * p.q_row_stride + (long long)pr.head * p.q_head_stride;
+  }
+  template <int kPack>
+  __device__ __forceinline__ long long o_row(const FwdParams& p, int r) const {
+    const PackedRow<kPack> pr = PackedRow<kPack>::of(r);
+    return o_offset + (long long)pr.q * p.o_row_stride + (long long)pr.head * p.o_head_stride;
+  }
+  template <int kPack>
+  __device__ __forceinline__ long long lse_row(const FwdParams& p, int r) const {
+    const PackedRow<kPack> pr = PackedRow<kPack>::of(r);
+    return lse_offset + (long long)pr.head * p.seqlen_q + pr.q;
   }
 };
 

@@ -9,11 +9,13 @@ namespace fa4 {
 
 // TMA coordinates of a sequence's row 0. Varlen maps pack all sequences into batch 0 and rows
 // are absolute (cu_seqlens[b] + local row); a KV tile that ends past its sequence reads the next
-// sequence's rows, which the k < seqlen_k bound masks, or zeros past the tensor.
+// sequence's rows, which the k < seqlen_k bound masks, or zeros past the tensor. Paged maps are
+// over (depth, page_size, kv_heads, num_pages): kv_box() gives each box's (row, page).
 struct TmaCoords {
   int q_row0, kv_row0;
   int q_batch, kv_batch;
   int q_head, kv_head;
+  const int* pages;  // paged KV: the sequence's page-table row
   __device__ __forceinline__ static TmaCoords make(const FwdParams& p, const SeqInfo& s) {
     TmaCoords c;
     c.q_row0 = p.cu_seqlens_q ? p.cu_seqlens_q[s.batch] : 0;
@@ -22,66 +24,96 @@ struct TmaCoords {
     c.kv_batch = p.cu_seqlens_k ? 0 : s.batch;
     c.q_head = s.q_head;
     c.kv_head = s.kv_head;
+    c.pages = s.pages;
     return c;
+  }
+  // Map coordinates (row, batch) of the K/V box that starts at key row r of the sequence. A tile
+  // of kBN rows is kBN / p.kv_box_rows boxes (1 unless paged with pages smaller than kBN).
+  struct Box {
+    int row, batch;
+  };
+  __device__ __forceinline__ Box kv_box(const FwdParams& p, int r) const {
+    if (pages) return {r % p.page_size, pages[min(r / p.page_size, p.max_pages - 1)]};
+    return {kv_row0 + r, kv_batch};
   }
 };
 
-// One CTA's problem: which (batch, head, Q tile) it owns and which KV tiles it visits. Every
-// warp role builds it from the same inputs, so load, MMA and softmax agree on the tile list.
-template <int kBM, int kBN, class Mask>
+// One CTA's problem: which (batch, head, Q tile, KV split) it owns and which KV tiles it visits.
+// Every warp role builds it from the same inputs, so load, MMA and softmax agree on the tile list.
+// kPack > 1: GQA packing (PackedRow): the CTA serves kPack q heads of one KV head, tile rows are
+// packed rows (seqlen_q * kPack of them) and the mask sees the query range they span.
+template <int kBM, int kBN, class Mask, int kPack = 1>
 struct TileWork {
   SeqInfo seq;
   mask::Ctx ctx;
   int m_block;
-  int q_lo, q_hi;      // rows [q_lo, q_hi) of this CTA inside the sequence (q_hi clipped)
-  int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification
+  int split;           // KV split of this CTA (0 when not split)
+  int q_lo, q_hi;      // tile rows [q_lo, q_hi) of this CTA (packed rows when kPack > 1; q_hi clipped)
+  int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
   bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
 
-  // Non-persistent grid (ceil(max_seqlen_q / kBM), heads, batch): the CTA's tile from blockIdx.
+  // Non-persistent grid (num_m_blocks * num_splits, heads (KV heads if packed), batch).
   // (Written out rather than forwarding to the overload below: that reorders the special-register
   // reads and changes the PTX of the GPU-verified kernels.)
   __device__ __forceinline__ static TileWork make(const FwdParams& p) {
     TileWork w;
-    const int b = blockIdx.z, h = blockIdx.y;
+    const int b = blockIdx.z, h = static_cast<int>(blockIdx.y) * kPack;
     w.seq = SeqInfo::make(p, b, h);
-    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p};
+    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p, kPack};
+    int x = static_cast<int>(blockIdx.x), m_blocks = static_cast<int>(gridDim.x);
+    w.split = 0;
+    if (p.num_splits > 1) {
+      w.split = x % p.num_splits;
+      x /= p.num_splits;
+      m_blocks /= p.num_splits;
+    }
     // Masked problems: the last Q tiles see the most keys; start them first (LPT-like).
-    w.m_block = Mask::kIsNone ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
-    w.finish();
+    w.m_block = Mask::kIsNone ? x : m_blocks - 1 - x;
+    w.finish(p);
     return w;
   }
-  // Any (m_block, q head, batch), e.g. from PersistentTiles.
+  // Any (m_block, q head, batch), e.g. from PersistentTiles (never split).
   __device__ __forceinline__ static TileWork make(const FwdParams& p, int m_block, int h, int b) {
     TileWork w;
     w.seq = SeqInfo::make(p, b, h);
-    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p};
+    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p, kPack};
     w.m_block = m_block;
-    w.finish();
+    w.split = 0;
+    w.finish(p);
     return w;
   }
-  // Row range and KV tile range from seq, ctx and m_block.
-  __device__ __forceinline__ void finish() {
+  // Query range [lo, hi) that tile rows [r_lo, r_hi) span.
+  __device__ __forceinline__ static int query_lo(int r_lo) { return r_lo / kPack; }
+  __device__ __forceinline__ static int query_hi(int r_hi) { return (r_hi - 1) / kPack + 1; }
+  // Row range and KV tile range from seq, ctx, m_block and split.
+  __device__ __forceinline__ void finish(const FwdParams& p) {
     TileWork& w = *this;
+    const int rows = w.seq.seqlen_q * kPack;
     w.q_lo = w.m_block * kBM;
-    w.q_hi = min(w.q_lo + kBM, w.seq.seqlen_q);
-    w.valid = w.q_lo < w.seq.seqlen_q;
+    w.q_hi = min(w.q_lo + kBM, rows);
+    w.valid = w.q_lo < rows;
     w.n_begin = 0;
     w.n_end = 0;
     if (w.valid && w.seq.seqlen_k > 0) {
-      const mask::KvRange r = Mask::kv_range(w.q_lo, w.q_hi, w.ctx);
+      const mask::KvRange r = Mask::kv_range(query_lo(w.q_lo), query_hi(w.q_hi), w.ctx);
       const int end = min(r.end, w.seq.seqlen_k);
       const int begin = max(r.begin, 0);
       if (end > begin) {
         w.n_begin = begin / kBN;
         w.n_end = ceil_div(end, kBN);
       }
+      if (p.num_splits > 1) {  // this split's contiguous share of the tiles
+        const int per = ceil_div(w.n_end - w.n_begin, p.num_splits);
+        const int lo = w.n_begin + w.split * per;
+        w.n_end = min(w.n_end, lo + per);
+        w.n_begin = min(lo, w.n_end);
+      }
     }
   }
-
   __device__ __forceinline__ int num_tiles() const { return n_end - n_begin; }
   __device__ __forceinline__ mask::TileClass classify(int n) const {
     const int k_lo = n * kBN, k_hi = min(k_lo + kBN, seq.seqlen_k);
-    return Mask::classify(q_lo, q_hi, k_lo, k_hi, ctx);
+    return Mask::classify(query_lo(q_lo), query_hi(q_hi), k_lo, k_hi, ctx);
   }
   // Descending walk: from the last tile (n_end - 1) down to n_begin, skipping kSkip tiles, so
   // the key-bound and diagonal tiles come first. Returns n_begin - 1 when done.
@@ -141,11 +173,11 @@ struct PersistentTiles {
       batch = hb / p.num_q_heads;
     }
   }
-  template <int kBM, int kBN>
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask> work(const FwdParams& p) const {
+  template <int kBM, int kBN, int kPack = 1>
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
     int m, h, b;
     decode(p, m, h, b);
-    return TileWork<kBM, kBN, Mask>::make(p, m, h, b);
+    return TileWork<kBM, kBN, Mask, kPack>::make(p, m, h * kPack, b);
   }
 };
 
