@@ -203,8 +203,16 @@ ResolvedConfig resolve(const FA4Config& input) {
     case Backend::hopper: b = derive_hopper(c, arch); break;
     case Backend::blackwell: b = derive_blackwell(c, arch); break;
   }
+  if (c.pack_gqa && arch.backend != Backend::portable) {
+    // TMA backends load a consumer's Q rows as one box of whole (query, group) row sets.
+    const int box_rows = arch.backend == Backend::hopper ? 64 : c.BM / 2;
+    if (box_rows % c.group != 0)
+      refuse("pack_gqa", fmt::format("true with group = {}", c.group),
+             fmt::format("the {} backend packs groups that divide {} rows", to_string(arch.backend), box_rows));
+  }
   Tuning tuning = derive_tuning(arch.backend);
   apply_tune_env(tuning);
+  if (c.pack_gqa) tuning.persistent = 0;  // the persistent scheduler walks q heads, not packed groups
   return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem};
 }
 

@@ -11,13 +11,15 @@ namespace jit::detail {
 // so a steady-state launch encodes nothing.
 class TmaDescCache {
  public:
-  fa4::TmaDescs get(const ResolvedConfig& rc, const LaunchArgs& a);  // by value: another thread may re-encode
+  // kv_box_rows: rows of one K/V box (FwdParams::kv_box_rows). By value: another thread may re-encode.
+  fa4::TmaDescs get(const ResolvedConfig& rc, const LaunchArgs& a, int kv_box_rows);
 
  private:
   struct Signature {
     const void* ptr[4];
     long long shape[4][4];
     long long stride[4][4];
+    int kv_box_rows;
     bool operator==(const Signature&) const = default;
   };
   std::mutex mu_;

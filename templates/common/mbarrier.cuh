@@ -50,6 +50,23 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaDesc* d, u64* ba
       : "memory");
 }
 
+// 5-D tile load: packed-GQA Q maps (depth, group heads, rows, kv heads, batch), see runtime/tma.cpp.
+__device__ __forceinline__ void tma_load_5d(void* dst, const TmaDesc* d, u64* bar, int c0, int c1, int c2, int c3,
+                                            int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+      "%6, %7}], [%2];" ::"r"(smem_u32(dst)),
+      "l"(d), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+
+// 5-D tile store (packed-GQA O maps); coordinates outside the tensor are clipped.
+__device__ __forceinline__ void tma_store_5d(const TmaDesc* d, const void* src, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];" ::"l"(d),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+               : "memory");
+}
+
 // 4-D tile store; rows outside the tensor are clipped by the TMA unit.
 __device__ __forceinline__ void tma_store_4d(const TmaDesc* d, const void* src, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(d),
