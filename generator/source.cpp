@@ -165,7 +165,7 @@ std::string render_source(const ResolvedConfig& rc) {
                      backend_dir(rc.backend), tma ? ", tma" : ""));
   w.line("}");
   // Split-KV: merges the splits' partial O / LSE (launched after the kernel when num_splits > 1).
-  w.line(fmt::format("extern \"C\" __global__ void __launch_bounds__(fa4::split::kCombineThreads)"));
+  w.line(fmt::format("extern \"C\" __global__ void __launch_bounds__(fa4::kCombineThreads)"));
   w.line(fmt::format("{}(const __grid_constant__ fa4::FwdParams params) {{", kCombineEntryName));
   w.line("  fa4::split::combine<fa4::gen::Config>(params);");
   w.line("}");

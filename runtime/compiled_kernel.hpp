@@ -21,10 +21,12 @@ class LoadedModule {
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;
   CUfunction function() const { return fn_; }
+  CUfunction combine_function() const { return combine_fn_; }
 
  private:
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;
+  CUfunction combine_fn_ = nullptr;
 };
 
 // Everything a launch passes to the driver, computed before any driver launch call.
@@ -35,13 +37,24 @@ struct LaunchPlan {
   unsigned grid[3] = {1, 1, 1};
   unsigned block = 0;
   unsigned smem_bytes = 0;
+  // Split-KV: params.num_splits > 1 adds fa4_combine over combine_grid CTAs, and needs
+  // workspace_bytes of scratch (o_partial then lse_partial) unless the caller passed some.
+  unsigned combine_grid = 0;
+  std::size_t workspace_bytes = 0;
 };
+
+// Split count for a launch of `tiles` CTAs over `kv_blocks` KV tiles each on `sms` SMs: 1 when the
+// grid already fills the GPU, else the fewest splits whose waves are within 85% of the best wave
+// efficiency (FlashAttention's heuristic), each split keeping at least two KV tiles.
+int choose_num_splits(long long tiles, int kv_blocks, int sms);
 
 class CompiledKernel final : public Kernel {
  public:
   CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin, double compile_ms);
 
   void launch(const LaunchArgs& args, Stream stream) const override;
+  int num_splits(const LaunchArgs& args) const override { return static_cast<int>(plan(args).params.num_splits); }
+  std::size_t workspace_bytes(const LaunchArgs& args) const override { return plan(args).workspace_bytes; }
   // Checks args and builds params, TMA maps (needs a driver, any GPU) and launch geometry.
   LaunchPlan plan(const LaunchArgs& args) const;
   const ResolvedConfig& config() const override { return config_; }
@@ -51,7 +64,7 @@ class CompiledKernel final : public Kernel {
   double compile_ms() const override { return compile_ms_; }
 
  private:
-  CUfunction function_for_current_context() const;  // loads on first use per context
+  const LoadedModule& module_for_current_context() const;  // loads on first use per context
 
   ResolvedConfig config_;
   std::string key_, cubin_, origin_;

@@ -1,6 +1,7 @@
 #include "runtime/launch_args.hpp"
 
 #include <cmath>
+#include <numeric>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -45,26 +46,42 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   check_tensor("v", a.v, c.dtype, c.depth);
   check_tensor("o", a.o, *c.output_dtype, c.depth);
 
+  const bool paged = a.page_table != nullptr;
   const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;
-  if (varlen && !(a.cu_seqlens_q && a.cu_seqlens_k)) bad("cu_seqlens_q and cu_seqlens_k go together");
+  if (paged && a.cu_seqlens_k) bad("cu_seqlens_k with page_table: paged keys are located by the page table (pass seqused_k)");
+  if (varlen && !paged && !(a.cu_seqlens_q && a.cu_seqlens_k)) bad("cu_seqlens_q and cu_seqlens_k go together");
   const std::int64_t B = varlen ? a.batch : a.q.shape[0];
   if (varlen) {
     if (a.batch <= 0) bad(fmt::format("batch is {}: varlen launches need the number of sequences", a.batch));
     if (a.max_seqlen_q <= 0) bad(fmt::format("max_seqlen_q is {}: varlen launches need the longest query length", a.max_seqlen_q));
-    for (const auto* t : {&a.q, &a.k, &a.v, &a.o})
-      if (t->shape[0] != 1) bad("varlen tensors are packed as (1, total, heads, head_dim)");
+    for (const auto* t : {&a.q, &a.o})
+      if (t->shape[0] != 1) bad("varlen q and o are packed as (1, total, heads, head_dim)");
+    if (!paged)
+      for (const auto* t : {&a.k, &a.v})
+        if (t->shape[0] != 1) bad("varlen k and v are packed as (1, total, heads, head_dim)");
   } else {
     if (B < 1) bad(fmt::format("q.shape[0] (batch) is {}", B));
-    if (a.k.shape[0] != B || a.v.shape[0] != B || a.o.shape[0] != B)
+    if (a.o.shape[0] != B || (!paged && (a.k.shape[0] != B || a.v.shape[0] != B)))
       bad(fmt::format("batch sizes differ: q {}, k {}, v {}, o {}", B, a.k.shape[0], a.v.shape[0], a.o.shape[0]));
   }
-  const std::int64_t Sq = a.q.shape[1], Sk = a.k.shape[1], Hq = a.q.shape[2], Hkv = a.k.shape[2];
+  if (paged) {
+    if (a.max_pages <= 0) bad(fmt::format("max_pages is {}: a page table needs its row length", a.max_pages));
+    if (a.k.shape[0] < 1) bad(fmt::format("k.shape[0] (num_pages) is {}", a.k.shape[0]));
+    if (a.v.shape[0] != a.k.shape[0]) bad(fmt::format("v.shape[0] ({}) must equal k.shape[0] (num_pages, {})", a.v.shape[0], a.k.shape[0]));
+    if (static_cast<std::int64_t>(a.max_pages) * a.k.shape[1] > INT32_MAX)
+      bad(fmt::format("max_pages * page_size = {} exceeds 2^31-1 keys", static_cast<std::int64_t>(a.max_pages) * a.k.shape[1]));
+  } else if (a.max_pages != 0) {
+    bad(fmt::format("max_pages is {} without a page_table", a.max_pages));
+  }
+  const std::int64_t Sq = a.q.shape[1], Hq = a.q.shape[2], Hkv = a.k.shape[2];
+  const std::int64_t page_size = paged ? a.k.shape[1] : 0;
+  const std::int64_t Sk = paged ? a.max_pages * page_size : a.k.shape[1];
   if (Sq < 1) bad(fmt::format("q.shape[1] (seqlen_q) is {}", Sq));
   if (Sk < 1) bad(fmt::format("k.shape[1] (seqlen_k) is {}", Sk));
   if (a.o.shape[1] != Sq || a.o.shape[2] != Hq)
     bad(fmt::format("o.shape ({}, {}) must match q's (seqlen {}, heads {})", a.o.shape[1], a.o.shape[2], Sq, Hq));
-  if (a.v.shape[1] != Sk || a.v.shape[2] != Hkv)
-    bad(fmt::format("v.shape ({}, {}) must match k's (seqlen {}, heads {})", a.v.shape[1], a.v.shape[2], Sk, Hkv));
+  if (a.v.shape[1] != a.k.shape[1] || a.v.shape[2] != Hkv)
+    bad(fmt::format("v.shape ({}, {}) must match k's (seqlen {}, heads {})", a.v.shape[1], a.v.shape[2], a.k.shape[1], Hkv));
   if (Hq < 1 || Hkv < 1 || Hq % Hkv != 0)
     bad(fmt::format("q heads ({}) must be a positive multiple of k/v heads ({})", Hq, Hkv));
   if (c.num_q_heads > 0 && Hq != c.num_q_heads)
@@ -81,6 +98,23 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     bad(fmt::format("window ({}, {}): extents are >= 0, or -1 for unbounded", a.window_left, a.window_right));
   if (c.score_mod.kind == ScoreMod::Kind::softcap && !(a.softcap > 0.0f))
     bad(fmt::format("softcap is {}: the softcap score-mod needs a positive cap", a.softcap));
+  const LaunchArgs::BlockMask& bm = a.block_mask;
+  if (bm.data) {
+    if (!uses(c.mask, Mask::Kind::custom))
+      bad("block_mask is set but the kernel's mask has no custom part: built-in masks classify their own tiles");
+    if (bm.block_q <= 0 || bm.block_k <= 0)
+      bad(fmt::format("block_mask block sizes ({}, {}) must be positive", bm.block_q, bm.block_k));
+    if (bm.batch_stride < 0 || bm.head_stride < 0 || bm.row_stride < 0)
+      bad("block_mask strides must be non-negative");
+  }
+  int kv_box_rows = c.BN;
+  if (paged && rc.backend != Backend::portable) {
+    kv_box_rows = std::gcd(static_cast<int>(page_size), c.BN);
+    if (kv_box_rows % 8 != 0)
+      bad(fmt::format("k.shape[1] (page_size) is {}: with BN = {} the {} backend loads pages by TMA boxes of "
+                      "gcd(page_size, BN) rows, which must be a multiple of 8 (use page sizes that are multiples of 8)",
+                      page_size, c.BN, to_string(rc.backend)));
+  }
 
   fa4::FwdParams p{};
   p.q = a.q.data;
@@ -113,16 +147,32 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   p.cu_seqlens_k = a.cu_seqlens_k;
   p.seqused_k = a.seqused_k;
   p.sinks = a.sinks;
+  p.page_table = a.page_table;
+  p.page_size = static_cast<int>(page_size);
+  p.max_pages = a.max_pages;
+  p.kv_box_rows = kv_box_rows;
+  p.block_mask = bm.data;
+  p.block_mask_q = bm.block_q;
+  p.block_mask_k = bm.block_k;
+  p.block_mask_batch_stride = bm.batch_stride;
+  p.block_mask_head_stride = bm.head_stride;
+  p.block_mask_row_stride = bm.row_stride;
   p.softcap = a.softcap;
   p.alibi_slopes = a.alibi_slopes;
   for (int i = 0; i < 4; ++i) {
     p.aux_ptr[i] = a.aux_ptr[i];
     p.aux_scalar[i] = a.aux_scalar[i];
   }
-  p.num_m_blocks = static_cast<int>(((varlen ? a.max_seqlen_q : Sq) + c.BM - 1) / c.BM);
+  const int pack = c.pack_gqa ? c.group : 1;
+  const std::int64_t max_sq = a.cu_seqlens_q ? a.max_seqlen_q : Sq;
+  p.num_m_blocks = static_cast<int>((max_sq * pack + c.BM - 1) / c.BM);
+  p.num_splits = 1;  // the plan decides splits and sets the workspace
+  p.partial_rows = static_cast<int>(Hq * (a.cu_seqlens_q ? Sq : B * Sq));
   shape->batch = static_cast<int>(B);
-  shape->max_seqlen_q = varlen ? a.max_seqlen_q : static_cast<int>(Sq);
+  shape->max_seqlen_q = static_cast<int>(max_sq);
+  shape->max_seqlen_k = a.cu_seqlens_k ? 0 : static_cast<int>(Sk);  // varlen keys: unknown on the host
   shape->num_q_heads = static_cast<int>(Hq);
+  shape->grid_heads = static_cast<int>(Hq / pack);
   return p;
 }
 

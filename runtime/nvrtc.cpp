@@ -88,7 +88,14 @@ std::vector<int> nvrtc_supported_archs() {
   return archs;
 }
 
-ResourceUsage parse_ptxas_log(const std::string& log) {
+ResourceUsage parse_ptxas_log(const std::string& full_log, const std::string& entry) {
+  // Only the entry's own section: a module holds fa4_fwd and fa4_combine.
+  std::string log = full_log;
+  const std::string head = "Compiling entry function '" + entry + "'";
+  if (const auto at = full_log.find(head); at != std::string::npos) {
+    const auto next = full_log.find("Compiling entry function", at + head.size());
+    log = full_log.substr(at, next == std::string::npos ? std::string::npos : next - at);
+  }
   ResourceUsage u;
   std::smatch m;
   if (std::regex_search(log, m, std::regex(R"(Used (\d+) registers)"))) u.registers = std::stoi(m[1]);

@@ -21,13 +21,13 @@ CompileOutput nvrtc_compile(const std::string& source, const std::string& name,
 std::pair<int, int> nvrtc_version();
 std::vector<int> nvrtc_supported_archs();
 
-// ptxas resource usage parsed from a -Xptxas=-v log (first kernel reported).
+// ptxas resource usage of one entry (default: the attention kernel) parsed from a -Xptxas=-v log.
 struct ResourceUsage {
   int registers = -1;
   int spill_stores = -1, spill_loads = -1;  // bytes
   int stack_frame = -1;
   int smem_static = -1;
 };
-ResourceUsage parse_ptxas_log(const std::string& log);
+ResourceUsage parse_ptxas_log(const std::string& log, const std::string& entry = "fa4_fwd");
 
 }  // namespace jit::detail

@@ -113,12 +113,30 @@ TEST(ConfigJson, RoundTripsEveryField) {
   c.group = 8;
   c.BN = 128;
   c.num_kv_stages = 3;
-  c.mask = jit::Mask::any_of({jit::Mask::causal(true), jit::Mask::custom("return kv_idx == 0;")});
+  c.mask = jit::Mask::any_of({jit::Mask::causal(true), jit::Mask::custom("return kv_idx == 0;", "return PARTIAL;")});
   c.score_mod = jit::ScoreMod::custom("return score * 0.5f;");
+  c.pack_gqa = true;
   EXPECT_EQ(jit::config_from_json(jit::to_json(c)), c);
   const auto r = jit::resolve(c);
   EXPECT_EQ(jit::config_from_json(jit::to_json(r.config)), r.config);
   EXPECT_EQ(jit::config_from_json(nlohmann::json::parse(jit::to_json(c).dump())), c);
+}
+
+TEST(Config, PackGqaAndBlockSnippetsAreValidated) {
+  jit::FA4Config c = cfg_for("sm_90a", 128);
+  c.pack_gqa = true;
+  expect_config_error([&] { jit::resolve(c); }, {"pack_gqa", "group"});
+  c.group = 3;  // a 64-row warpgroup tile cannot hold whole groups of 3 heads
+  expect_config_error([&] { jit::resolve(c); }, {"pack_gqa", "group = 3", "64"});
+  c.group = 8;
+  EXPECT_EQ(jit::resolve(c).config.pack_gqa, true);
+  c.arch = "sm_80";
+  c.group = 3;  // pointer loads: any group
+  EXPECT_NO_THROW(jit::resolve(c));
+  jit::FA4Config b = cfg_for("sm_90a", 128);
+  b.mask = jit::Mask::causal();
+  b.mask.block_snippet = "return SKIP;";
+  expect_config_error([&] { jit::resolve(b); }, {"mask.block_snippet", "custom"});
 }
 
 TEST(ConfigJson, AcceptsShorthandsAndRejectsUnknownFields) {

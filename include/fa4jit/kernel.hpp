@@ -1,6 +1,7 @@
 // A compiled attention kernel and its launch arguments.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,6 +45,28 @@ struct LaunchArgs {
   int max_seqlen_q = 0;            // varlen: longest query sequence
 
   const float* sinks = nullptr;    // float32 [Hq] attention-sink logits
+
+  // Paged KV cache: k and v are (num_pages, page_size, Hkv, D) and sequence b's key row r is row
+  // r % page_size of page page_table[b * max_pages + r / page_size]. Keys per sequence: seqused_k,
+  // or max_pages * page_size. With varlen queries pass cu_seqlens_q only (no cu_seqlens_k).
+  const int* page_table = nullptr;  // int32 [batch][max_pages] on the device
+  int max_pages = 0;                // page_table's row length
+
+  // Run-time block mask for custom masks (FlexAttention's BlockMask idea): one byte per
+  // (batch, q head, q block, k block): 0 = no key visible (the tile is skipped), 1 = every key
+  // visible (no per-element mask), 2 = partial. Strides in bytes; 0 broadcasts a dimension.
+  struct BlockMask {
+    const std::uint8_t* data = nullptr;
+    int block_q = 128, block_k = 128;
+    std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // row_stride: bytes per q block
+  } block_mask;
+
+  // Split-KV (decode): the keys of each Q tile are split across num_splits CTAs and merged by a
+  // second kernel. 0: chosen from the SM count when the grid would leave SMs idle; 1: no split.
+  int num_splits = 0;
+  // Scratch for the splits (Kernel::workspace_bytes). Null: allocated and freed on the stream.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 using Stream = void*;  // a CUstream (0: the legacy default stream)
@@ -54,6 +77,10 @@ class Kernel {
   // Checks `args` against the config (throws LaunchError before anything is launched),
   // loads the module on the current device if needed, and launches on `stream`.
   virtual void launch(const LaunchArgs& args, Stream stream = nullptr) const = 0;
+  // Splits a launch with `args` would use (after the automatic choice) and the workspace it needs
+  // (0 when not split). Needs a GPU when args.num_splits is 0.
+  virtual int num_splits(const LaunchArgs& args) const = 0;
+  virtual std::size_t workspace_bytes(const LaunchArgs& args) const = 0;
 
   virtual const ResolvedConfig& config() const = 0;
   virtual const std::string& key() const = 0;    // the cache key (32 hex chars)

@@ -22,9 +22,6 @@ __device__ __forceinline__ long long o_offset_of_row(const FwdParams& p, long lo
   return b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
 }
 
-constexpr int kCombineThreads = 128;  // one warp per row
-constexpr int kCombineRowsPerCta = kCombineThreads / 32;
-
 // O = sum_s exp(lse_s - lse) O_s with lse = log sum_s exp(lse_s). Splits that saw no key have
 // lse_s = -inf and weight 0; a row no split saw gets O = 0 and LSE = -inf.
 template <class Config>

@@ -77,6 +77,10 @@ struct FwdParams {
                      // kernel packs GQA heads (then per KV head) else 1; the grid has num_m_blocks * num_splits in x
 };
 
+// Split-KV combine kernel geometry (fa4_combine): one warp per LSE row. Host and device share it.
+constexpr int kCombineThreads = 128;
+constexpr int kCombineRowsPerCta = kCombineThreads / 32;
+
 // TMA descriptors for the backends that load by TMA (sm90a, sm100a). Layout-compatible with
 // the driver's CUtensorMap (CUDA 13: 128 bytes, 128-byte aligned). Each map is 4-D over
 // (depth, rows, heads, batch), innermost first, SWIZZLE_128B, box {64 elements, box_rows, 1, 1}:

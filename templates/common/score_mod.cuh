@@ -37,13 +37,22 @@ __device__ __forceinline__ float alibi_standard_slope(int h, int num_heads) {
   return exp2f(-4.0f * (2 * (h - n) + 1) / n);
 }
 
+// seqlen_k - seqlen_q of sequence b (bottom-right alignment), as SeqInfo computes the lengths.
+__device__ __forceinline__ int diag_offset(const FwdParams& p, int b) {
+  if (!p.cu_seqlens_q && !p.cu_seqlens_k && !p.seqused_k) return p.seqlen_k - p.seqlen_q;
+  const int sq = p.cu_seqlens_q ? p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] : p.seqlen_q;
+  int sk = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
+  if (p.seqused_k) sk = p.seqused_k[b];
+  return sk - sq;
+}
+
 // ALiBi: score - slope * |q + offset - k|, positions aligned bottom-right like causal.
 struct Alibi {
   static constexpr bool kIsIdentity = false;
-  __device__ __forceinline__ float operator()(float score, int, int h, int q_idx, int kv_idx,
+  __device__ __forceinline__ float operator()(float score, int b, int h, int q_idx, int kv_idx,
                                               const FwdParams& p) const {
     const float slope = p.alibi_slopes ? p.alibi_slopes[h] : alibi_standard_slope(h, p.num_q_heads);
-    const int dist = q_idx + (p.seqlen_k - p.seqlen_q) - kv_idx;
+    const int dist = q_idx + diag_offset(p, b) - kv_idx;
     return score - slope * fabsf(static_cast<float>(dist));
   }
 };

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -69,6 +71,87 @@ double alibi_slope(int h, int num_heads) {
   return std::exp2(-4.0 * (2 * (h - n) + 1) / n);
 }
 
+namespace {
+
+// Per-sequence lengths of a case, and the padded extents the reference works in.
+struct Lengths {
+  int batch;
+  std::vector<int> q, k;
+  int max_q, max_k;
+  bool varlen_q, varlen_k, seqused_k;
+  explicit Lengths(const CheckCase& c) {
+    varlen_q = !c.seqlens_q.empty();
+    batch = varlen_q ? static_cast<int>(c.seqlens_q.size()) : c.batch;
+    q = varlen_q ? c.seqlens_q : std::vector<int>(batch, c.seqlen_q);
+    k = c.seqlens_k.empty() ? std::vector<int>(batch, c.seqlen_k) : c.seqlens_k;
+    if (static_cast<int>(k.size()) != batch) throw std::invalid_argument("CheckCase: seqlens_k size != batch");
+    max_q = std::max(1, *std::max_element(q.begin(), q.end()));
+    max_k = std::max(1, *std::max_element(k.begin(), k.end()));
+    if (!varlen_q) max_q = c.seqlen_q;
+    varlen_k = varlen_q && c.page_size == 0;
+    seqused_k = !varlen_k && (c.page_size > 0 || !c.seqlens_k.empty());
+    if (!varlen_k && c.seqlens_k.empty() && c.page_size == 0) max_k = c.seqlen_k;
+  }
+  std::vector<int> offsets(const std::vector<int>& len) const {
+    std::vector<int> cu(1, 0);
+    for (int l : len) cu.push_back(cu.back() + l);
+    return cu;
+  }
+};
+
+// Copies rows (b, i < len[b]) of a padded (B, S, H, D) tensor into a packed (1, total, H, D) one.
+std::vector<std::uint16_t> pack_rows(const std::vector<std::uint16_t>& padded, const std::vector<int>& len, int S,
+                                     std::size_t row_elems) {
+  std::vector<std::uint16_t> out;
+  for (std::size_t b = 0; b < len.size(); ++b)
+    out.insert(out.end(), padded.begin() + b * S * row_elems, padded.begin() + (b * S + len[b]) * row_elems);
+  if (out.empty()) out.resize(row_elems, 0);  // a zero-row tensor still needs a valid pointer
+  return out;
+}
+
+// Paged K/V: every sequence's rows in randomly chosen physical pages, plus spare pages.
+struct Paged {
+  int num_pages = 0, max_pages = 0;
+  std::vector<int> table;
+  std::vector<std::uint16_t> k, v;
+  Paged(std::mt19937_64& rng, DType t, const Lengths& L, int ps, const std::vector<std::uint16_t>& kpad,
+        const std::vector<std::uint16_t>& vpad, std::size_t row_elems) {
+    std::vector<int> pages_of(L.batch);
+    for (int b = 0; b < L.batch; ++b) {
+      pages_of[b] = (L.k[b] + ps - 1) / ps;
+      max_pages = std::max(max_pages, pages_of[b]);
+      num_pages += pages_of[b];
+    }
+    max_pages += 1;  // an entry past every sequence: the kernel may read it for tile padding
+    num_pages += 3;
+    std::vector<int> perm(num_pages);
+    for (int i = 0; i < num_pages; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::uniform_int_distribution<int> any_page(0, num_pages - 1);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    k.resize(static_cast<std::size_t>(num_pages) * ps * row_elems);
+    v.resize(k.size());
+    for (auto& x : k) x = host::to_bits(t, dist(rng));  // spare rows: finite garbage
+    for (auto& x : v) x = host::to_bits(t, dist(rng));
+    table.assign(static_cast<std::size_t>(L.batch) * max_pages, 0);
+    int next = 0;
+    for (int b = 0; b < L.batch; ++b)
+      for (int lp = 0; lp < max_pages; ++lp) {
+        const int page = lp < pages_of[b] ? perm[next++] : any_page(rng);
+        table[static_cast<std::size_t>(b) * max_pages + lp] = page;
+        if (lp >= pages_of[b]) continue;
+        for (int r = 0; r < ps && lp * ps + r < L.k[b]; ++r) {
+          const std::size_t src = (static_cast<std::size_t>(b) * L.max_k + lp * ps + r) * row_elems;
+          const std::size_t dst = (static_cast<std::size_t>(page) * ps + r) * row_elems;
+          std::copy_n(kpad.begin() + src, row_elems, k.begin() + dst);
+          std::copy_n(vpad.begin() + src, row_elems, v.begin() + dst);
+        }
+      }
+  }
+};
+
+}  // namespace
+
 CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const FA4Config& cfg = kernel.config().config;
   const DType t = cfg.dtype, to = *cfg.output_dtype;
@@ -76,92 +159,178 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   CheckResult res;
   res.seed = c.seed ? c.seed : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   std::mt19937_64 rng(res.seed);
+  const Lengths L(c);
+  const int B = L.batch, Sq = L.max_q, Sk = L.max_k, Hq = c.num_q_heads, Hkv = c.num_kv_heads;
 
   Problem p;
-  p.batch = c.batch;
-  p.seqlen_q = c.seqlen_q;
-  p.seqlen_k = c.seqlen_k;
-  p.num_q_heads = c.num_q_heads;
-  p.num_kv_heads = c.num_kv_heads;
+  p.batch = B;
+  p.seqlen_q = Sq;
+  p.seqlen_k = Sk;
+  p.num_q_heads = Hq;
+  p.num_kv_heads = Hkv;
   p.depth = D;
-  const std::size_t nq = static_cast<std::size_t>(c.batch) * c.seqlen_q * c.num_q_heads * D;
-  const std::size_t nk = static_cast<std::size_t>(c.batch) * c.seqlen_k * c.num_kv_heads * D;
+  p.seqlens_q = L.q;
+  p.seqlens_k = L.k;
+  const std::size_t q_row = static_cast<std::size_t>(Hq) * D, k_row = static_cast<std::size_t>(Hkv) * D;
+  const std::size_t nq = B * Sq * q_row, nk = B * Sk * k_row;
   std::vector<std::uint16_t> qb, kb, vb;
   p.q = random_tensor(rng, nq, t, qb);
   p.k = random_tensor(rng, nk, t, kb);
   p.v = random_tensor(rng, nk, t, vb);
-  p.visible = c.custom_visible ? c.custom_visible
-                               : reference_mask(cfg.mask, c.seqlen_q, c.seqlen_k, c.window_left, c.window_right, c.chunk_size);
+  if (c.custom_visible) {
+    p.visible = c.custom_visible;
+  } else {
+    std::vector<std::function<bool(int, int, int, int)>> per_seq;
+    for (int b = 0; b < B; ++b)
+      per_seq.push_back(reference_mask(cfg.mask, L.q[b], L.k[b], c.window_left, c.window_right, c.chunk_size));
+    p.visible = [per_seq](int b, int h, int q, int k) { return per_seq[b](b, h, q, k); };
+  }
   if (c.custom_score_mod) {
     p.score_mod = c.custom_score_mod;
   } else if (cfg.score_mod.kind == ScoreMod::Kind::softcap) {
     const double cap = c.softcap;
     p.score_mod = [cap](double s, int, int, int, int) { return cap * std::tanh(s / cap); };
   } else if (cfg.score_mod.kind == ScoreMod::Kind::alibi) {
-    const int H = c.num_q_heads, off = c.seqlen_k - c.seqlen_q;
-    p.score_mod = [H, off](double s, int, int h, int q, int k) {
-      return s - alibi_slope(h, H) * std::fabs(static_cast<double>(q + off - k));
+    const std::vector<int> lq = L.q, lk = L.k;
+    p.score_mod = [Hq, lq, lk](double s, int b, int h, int q, int k) {
+      return s - alibi_slope(h, Hq) * std::fabs(static_cast<double>(q + lk[b] - lq[b] - k));
     };
   }
   if (c.with_sinks) {
     std::normal_distribution<float> dist(0.0f, 2.0f);
-    for (int h = 0; h < c.num_q_heads; ++h) p.sinks.push_back(dist(rng));
+    for (int h = 0; h < Hq; ++h) p.sinks.push_back(dist(rng));
   }
 
-  DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nk * 2), doo(nq * 2);
-  const std::size_t nl = static_cast<std::size_t>(c.batch) * c.num_q_heads * c.seqlen_q;
+  // Device layouts.
+  const std::vector<int> cu_q = L.offsets(L.q), cu_k = L.offsets(L.k);
+  const int total_q = L.varlen_q ? cu_q.back() : B * Sq;
+  const std::vector<std::uint16_t> q_dev = L.varlen_q ? pack_rows(qb, L.q, Sq, q_row) : qb;
+  std::vector<std::uint16_t> k_dev = kb, v_dev = vb;
+  std::optional<Paged> paged;
+  if (c.page_size > 0) {
+    paged.emplace(rng, t, L, c.page_size, kb, vb, k_row);
+    k_dev = paged->k;
+    v_dev = paged->v;
+  } else if (L.varlen_k) {
+    k_dev = pack_rows(kb, L.k, Sk, k_row);
+    v_dev = pack_rows(vb, L.k, Sk, k_row);
+  }
+  const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * q_row;
+  const std::size_t nl = static_cast<std::size_t>(Hq) * std::max(total_q, 1);
+  DeviceBuffer dq(q_dev.size() * 2), dk(k_dev.size() * 2), dv(v_dev.size() * 2), doo(no * 2);
   DeviceBuffer dlse(nl * 4), dsinks(std::max<std::size_t>(p.sinks.size(), 1) * 4);
-  dq.upload(qb.data(), nq * 2);
-  dk.upload(kb.data(), nk * 2);
-  dv.upload(vb.data(), nk * 2);
+  DeviceBuffer dcu_q(cu_q.size() * 4), dcu_k(cu_k.size() * 4), dused(L.k.size() * 4);
+  DeviceBuffer dtable(paged ? paged->table.size() * 4 : 4);
+  dq.upload(q_dev.data(), q_dev.size() * 2);
+  dk.upload(k_dev.data(), k_dev.size() * 2);
+  dv.upload(v_dev.data(), v_dev.size() * 2);
+  dcu_q.upload(cu_q.data(), cu_q.size() * 4);
+  dcu_k.upload(cu_k.data(), cu_k.size() * 4);
+  dused.upload(L.k.data(), L.k.size() * 4);
+  if (paged) dtable.upload(paged->table.data(), paged->table.size() * 4);
   doo.fill_byte(0xff);  // NaN in both 16-bit types: an unwritten element cannot pass
   dlse.fill_byte(0xff);
   if (!p.sinks.empty()) dsinks.upload(p.sinks.data(), p.sinks.size() * 4);
 
   LaunchArgs a;
-  a.q = Tensor::contiguous(dq.get(), t, c.batch, c.seqlen_q, c.num_q_heads, D);
-  a.k = Tensor::contiguous(dk.get(), t, c.batch, c.seqlen_k, c.num_kv_heads, D);
-  a.v = Tensor::contiguous(dv.get(), t, c.batch, c.seqlen_k, c.num_kv_heads, D);
-  a.o = Tensor::contiguous(doo.get(), to, c.batch, c.seqlen_q, c.num_q_heads, D);
+  if (L.varlen_q) {
+    a.q = Tensor::contiguous(dq.get(), t, 1, total_q, Hq, D);
+    a.o = Tensor::contiguous(doo.get(), to, 1, total_q, Hq, D);
+    a.cu_seqlens_q = static_cast<const int*>(dcu_q.get());
+    a.batch = B;
+    a.max_seqlen_q = Sq;
+  } else {
+    a.q = Tensor::contiguous(dq.get(), t, B, Sq, Hq, D);
+    a.o = Tensor::contiguous(doo.get(), to, B, Sq, Hq, D);
+  }
+  if (paged) {
+    a.k = Tensor::contiguous(dk.get(), t, paged->num_pages, c.page_size, Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), t, paged->num_pages, c.page_size, Hkv, D);
+    a.page_table = static_cast<const int*>(dtable.get());
+    a.max_pages = paged->max_pages;
+  } else if (L.varlen_k) {
+    a.k = Tensor::contiguous(dk.get(), t, 1, cu_k.back(), Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), t, 1, cu_k.back(), Hkv, D);
+    a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
+  } else {
+    a.k = Tensor::contiguous(dk.get(), t, B, Sk, Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), t, B, Sk, Hkv, D);
+  }
+  if (L.seqused_k) a.seqused_k = static_cast<const int*>(dused.get());
   a.lse = c.with_lse ? static_cast<float*>(dlse.get()) : nullptr;
   a.window_left = c.window_left;
   a.window_right = c.window_right;
   a.chunk_size = c.chunk_size;
   a.softcap = c.softcap;
   a.sinks = p.sinks.empty() ? nullptr : static_cast<const float*>(dsinks.get());
+  a.num_splits = c.num_splits;
+  a.aux_scalar = c.aux_scalar;
+
+  // Exact run-time block mask: per (b, h, q block, k block), over the sequence's real extent.
+  std::vector<std::uint8_t> blocks;
+  DeviceBuffer dblocks(4);
+  if (c.block_mask_q > 0) {
+    const int nqb = (Sq + c.block_mask_q - 1) / c.block_mask_q, nkb = (Sk + c.block_mask_k - 1) / c.block_mask_k;
+    blocks.assign(static_cast<std::size_t>(B) * Hq * nqb * nkb, 0);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < Hq; ++h)
+        for (int i = 0; i < nqb; ++i)
+          for (int j = 0; j < nkb; ++j) {
+            int seen = 0, vis = 0;
+            for (int q = i * c.block_mask_q; q < std::min(L.q[b], (i + 1) * c.block_mask_q); ++q)
+              for (int k = j * c.block_mask_k; k < std::min(L.k[b], (j + 1) * c.block_mask_k); ++k) {
+                ++seen;
+                vis += p.visible(b, h, q, k);
+              }
+            blocks[((static_cast<std::size_t>(b) * Hq + h) * nqb + i) * nkb + j] = vis == 0 ? 0 : vis == seen ? 1 : 2;
+          }
+    dblocks = DeviceBuffer(blocks.size());
+    dblocks.upload(blocks.data(), blocks.size());
+    a.block_mask.data = static_cast<const std::uint8_t*>(dblocks.get());
+    a.block_mask.block_q = c.block_mask_q;
+    a.block_mask.block_k = c.block_mask_k;
+    a.block_mask.row_stride = nkb;
+    a.block_mask.head_stride = static_cast<std::int64_t>(nqb) * nkb;
+    a.block_mask.batch_stride = static_cast<std::int64_t>(Hq) * nqb * nkb;
+  }
   kernel.launch(a, nullptr);
   check(driver().cuCtxSynchronize(), "kernel execution (cuCtxSynchronize)");
 
-  std::vector<std::uint16_t> ob(nq);
+  std::vector<std::uint16_t> ob(no);
   std::vector<float> lse(nl);
-  doo.download(ob.data(), nq * 2);
+  doo.download(ob.data(), no * 2);
   dlse.download(lse.data(), nl * 4);
   const Reference ref = reference_attention(p);
 
   double err2 = 0, ref2 = 0;
-  for (std::size_t i = 0; i < nq; ++i) {
-    const double o = host::from_bits(to, ob[i]);
-    if (std::isnan(o)) {
-      ++res.unwritten;
-      continue;
-    }
-    const double d = o - ref.o[i];
-    err2 += d * d;
-    ref2 += ref.o[i] * ref.o[i];
-    res.max_abs = std::max(res.max_abs, std::fabs(d));
-  }
-  res.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  if (c.with_lse) {
-    for (std::size_t i = 0; i < nl; ++i) {
-      if (std::isnan(lse[i])) {
-        ++res.unwritten;
-      } else if (std::isinf(ref.lse[i]) || std::isinf(lse[i])) {
-        res.lse_inf_mismatch += !(std::isinf(ref.lse[i]) && std::isinf(lse[i]) && (ref.lse[i] < 0) == (lse[i] < 0));
-      } else {
-        res.lse_max_abs = std::max(res.lse_max_abs, std::fabs(lse[i] - ref.lse[i]));
+  for (const std::uint16_t bits : ob) res.unwritten += std::isnan(host::from_bits(to, bits));
+  if (c.with_lse)
+    for (const float x : lse) res.unwritten += std::isnan(x);
+  if (total_q == 0) res.unwritten = 0;  // the buffers hold no row
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < L.q[b]; ++i) {
+      const std::size_t krow = L.varlen_q ? cu_q[b] + i : static_cast<std::size_t>(b) * Sq + i;
+      for (int h = 0; h < Hq; ++h) {
+        for (int d = 0; d < D; ++d) {
+          const double o = host::from_bits(to, ob[(krow * Hq + h) * D + d]);
+          const double r = ref.o[((static_cast<std::size_t>(b) * Sq + i) * Hq + h) * D + d];
+          if (std::isnan(o)) continue;  // counted above
+          err2 += (o - r) * (o - r);
+          ref2 += r * r;
+          res.max_abs = std::max(res.max_abs, std::fabs(o - r));
+        }
+        if (!c.with_lse) continue;
+        const double l = lse[L.varlen_q ? static_cast<std::size_t>(h) * total_q + cu_q[b] + i
+                                        : (static_cast<std::size_t>(b) * Hq + h) * Sq + i];
+        const double rl = ref.lse[(static_cast<std::size_t>(b) * Hq + h) * Sq + i];
+        if (std::isnan(l)) continue;
+        if (std::isinf(rl) || std::isinf(l))
+          res.lse_inf_mismatch += !(std::isinf(rl) && std::isinf(l) && (rl < 0) == (l < 0));
+        else
+          res.lse_max_abs = std::max(res.lse_max_abs, std::fabs(l - rl));
       }
     }
-  }
+  res.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   return res;
 }
 

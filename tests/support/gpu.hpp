@@ -1,7 +1,9 @@
 // GPU helpers for tests and tools: RAII device memory through the dlopen'd driver, and one
 // function that runs a kernel on fresh random inputs and checks it against the float64 reference.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,16 @@ struct CheckCase {
   // Reference semantics for custom masks / score-mods (built-ins are derived from the config).
   std::function<bool(int, int, int, int)> custom_visible;
   std::function<double(double, int, int, int, int)> custom_score_mod;
+
+  // Layouts. seqlens_q non-empty: varlen queries, packed (1, total, H, D) with cu_seqlens_q (batch =
+  // its size). seqlens_k non-empty: per-sequence key counts, through cu_seqlens_k (varlen, unpaged)
+  // or seqused_k (padded or paged K). page_size > 0: K/V in randomly placed pages of that size.
+  std::vector<int> seqlens_q, seqlens_k;
+  int page_size = 0;
+  int num_splits = 1;  // LaunchArgs::num_splits (0: automatic)
+  // > 0: pass a run-time block mask of these block sizes, computed exactly from the reference mask.
+  int block_mask_q = 0, block_mask_k = 0;
+  std::array<float, 4> aux_scalar{};  // LaunchArgs::aux_scalar (custom snippets' scalars[i])
 };
 
 struct CheckResult {

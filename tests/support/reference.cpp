@@ -51,9 +51,11 @@ Reference reference_attention(const Problem& p) {
 
   auto row = [&](int b, int h, int i, std::vector<double>& s) {
     const int hk = h / group;
+    if (!p.seqlens_q.empty() && i >= p.seqlens_q[b]) return;
+    const int Sk_b = p.seqlens_k.empty() ? Sk : p.seqlens_k[b];
     const float* qr = &p.q[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D];
     double mx = -std::numeric_limits<double>::infinity();
-    for (int j = 0; j < Sk; ++j) {
+    for (int j = 0; j < Sk_b; ++j) {
       if (p.visible && !p.visible(b, h, i, j)) {
         s[j] = -std::numeric_limits<double>::infinity();
         continue;
@@ -71,9 +73,9 @@ Reference reference_attention(const Problem& p) {
     if (has_sink) mx = std::max(mx, sink);
     if (mx == -std::numeric_limits<double>::infinity()) return;  // no visible key: O = 0, LSE = -inf
     double sum = has_sink ? std::exp(sink - mx) : 0.0;
-    for (int j = 0; j < Sk; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    for (int j = 0; j < Sk_b; ++j) sum += (s[j] = std::exp(s[j] - mx));
     double* o = &r.o[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D];
-    for (int j = 0; j < Sk; ++j) {
+    for (int j = 0; j < Sk_b; ++j) {
       if (s[j] == 0.0) continue;
       const double w = s[j] / sum;
       const float* vr = &p.v[((static_cast<size_t>(b) * Sk + j) * Hkv + hk) * D];

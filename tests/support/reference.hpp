@@ -17,6 +17,9 @@ struct Problem {
   std::function<bool(int b, int h, int q, int k)> visible;
   std::function<double(double score, int b, int h, int q, int k)> score_mod;
   std::vector<float> sinks;  // per q head, empty: none
+  // Per-sequence lengths (varlen / seqused_k / paged); empty: every sequence is seqlen_q x seqlen_k.
+  // Tensors stay padded to seqlen_q / seqlen_k; rows past a sequence's length are left O = 0, LSE = -inf.
+  std::vector<int> seqlens_q, seqlens_k;
 };
 
 struct Reference {

@@ -1,0 +1,376 @@
+// Issue-5 features on every backend that runs here, against the float64 reference: varlen,
+// seqused_k, paged KV, split-KV with the combine kernel, GQA packing, block snippets and run-time
+// block masks, snippets that reproduce the built-in score-mods, and seeded random combinations of
+// all of them. The same random configs are compiled for sm_80, sm_90a and sm_100a without a GPU.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fa4jit/errors.hpp"
+#include "fa4jit/jit.hpp"
+#include "generator/key.hpp"
+#include "runtime/nvrtc.hpp"
+#include "tests/support/gpu.hpp"
+
+namespace {
+
+using jit::FA4Config;
+using jit::Mask;
+using jit::ScoreMod;
+using jit::testing::CheckCase;
+using jit::testing::CheckResult;
+
+std::vector<std::string> runnable_archs() {
+  const std::string dev = jit::current_device_arch();
+  std::vector<std::string> archs = {dev.back() == 'a' ? dev.substr(0, dev.size() - 1) : dev};  // portable
+  if (dev == "sm_90a") archs.push_back(dev);                                                  // Hopper
+  return archs;
+}
+
+#define SKIP_WITHOUT_GPU()                                                 \
+  do {                                                                     \
+    const std::string why = jit::testing::gpu_unavailable_reason();        \
+    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;         \
+  } while (0)
+
+// METHOD.md tolerances for 16-bit inputs against float64 (the same as every other GPU test).
+void expect_matches(const CheckResult& r, const std::string& what) {
+  EXPECT_EQ(r.unwritten, 0u) << what << ": " << r.describe();
+  EXPECT_LE(r.rel_l2, 1e-2) << what << ": " << r.describe();
+  EXPECT_EQ(r.lse_inf_mismatch, 0u) << what << ": " << r.describe();
+  EXPECT_LE(r.lse_max_abs, 2e-2) << what << ": " << r.describe();
+}
+
+FA4Config config(const std::string& arch, int depth, Mask mask = Mask::none(), ScoreMod mod = ScoreMod::identity()) {
+  FA4Config c;
+  c.arch = arch;
+  c.depth = depth;
+  c.mask = std::move(mask);
+  c.score_mod = std::move(mod);
+  return c;
+}
+
+CheckCase heads(int hq, int hkv) {
+  CheckCase c;
+  c.num_q_heads = hq;
+  c.num_kv_heads = hkv;
+  return c;
+}
+
+TEST(GpuFeatures, VarlenAndSequsedK) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int depth : {64, 128})
+      for (const Mask& mask : {Mask::none(), Mask::causal()}) {
+        const auto kernel = jit::get_kernel(config(arch, depth, mask));
+        CheckCase v = heads(4, 2);  // varlen q and k, zero-length sequences included
+        v.seqlens_q = {17, 0, 300, 128, 1, 200};
+        v.seqlens_k = {40, 5, 300, 0, 700, 129};
+        expect_matches(jit::testing::run_and_check(*kernel, v), fmt::format("{} d{} varlen", arch, depth));
+        CheckCase u = heads(4, 1);  // padded K with fewer keys used per sequence
+        u.batch = 3;
+        u.seqlen_q = 150;
+        u.seqlen_k = 400;
+        u.seqlens_k = {400, 1, 257};
+        expect_matches(jit::testing::run_and_check(*kernel, u), fmt::format("{} d{} seqused_k", arch, depth));
+      }
+}
+
+TEST(GpuFeatures, PagedKvMatchesContiguous) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int depth : {64, 128}) {
+      const auto kernel = jit::get_kernel(config(arch, depth, Mask::causal()));
+      for (int page : {16, 48, 64, 256}) {
+        CheckCase c = heads(8, 2);
+        c.batch = 3;
+        c.seqlen_q = 33;
+        c.seqlens_k = {1000, 64, 517};
+        c.page_size = page;
+        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} paged {}", arch, depth, page));
+      }
+      CheckCase v = heads(4, 4);  // varlen queries over paged keys
+      v.seqlens_q = {5, 0, 130};
+      v.seqlens_k = {300, 17, 130};
+      v.page_size = 64;
+      expect_matches(jit::testing::run_and_check(*kernel, v), fmt::format("{} d{} paged varlen", arch, depth));
+    }
+}
+
+TEST(GpuFeatures, SplitKvMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int depth : {64, 128})
+      for (const Mask& mask : {Mask::none(), Mask::causal()}) {
+        const auto kernel = jit::get_kernel(config(arch, depth, mask));
+        for (int splits : {0, 3, 7}) {
+          CheckCase c = heads(8, 2);
+          c.batch = 2;
+          c.seqlen_q = 3;
+          c.seqlen_k = 3000;
+          c.num_splits = splits;
+          c.with_sinks = splits == 3;
+          expect_matches(jit::testing::run_and_check(*kernel, c),
+                         fmt::format("{} d{} splits {}", arch, depth, splits));
+        }
+        CheckCase e = heads(2, 2);  // more splits than KV tiles: empty splits must combine to the right answer
+        e.seqlen_q = 130;
+        e.seqlen_k = 200;
+        e.num_splits = 9;
+        expect_matches(jit::testing::run_and_check(*kernel, e), fmt::format("{} d{} empty splits", arch, depth));
+      }
+}
+
+TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
+  SKIP_WITHOUT_GPU();
+  const auto kernel = jit::get_kernel(config(runnable_archs().back(), 128));
+  jit::LaunchArgs a;  // shapes only: num_splits() needs no data
+  a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 1, 1, 32, 128);
+  a.o = a.q;
+  a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 1, 131072, 8, 128);
+  a.v = a.k;
+  EXPECT_GT(kernel->num_splits(a), 1);
+  EXPECT_GT(kernel->workspace_bytes(a), 0u);
+  a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 16, 2048, 16, 128);
+  a.o = a.q;
+  a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 16, 2048, 16, 128);
+  a.v = a.k;
+  EXPECT_EQ(kernel->num_splits(a), 1);  // prefill fills the GPU without splitting
+  EXPECT_EQ(kernel->workspace_bytes(a), 0u);
+}
+
+TEST(GpuFeatures, PackedGqaMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int depth : {64, 128})
+      for (int group : {4, 8}) {
+        // A custom mask and score-mod that depend on the head catch a wrong row -> head mapping.
+        FA4Config cfg = config(arch, depth,
+                               Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}),
+                               ScoreMod::custom("return score - 0.05f * h;"));
+        cfg.group = group;
+        cfg.pack_gqa = true;
+        const auto kernel = jit::get_kernel(cfg);
+        for (int sq : {1, 16, 77}) {
+          CheckCase c = heads(2 * group, 2);
+          c.batch = 2;
+          c.seqlen_q = sq;
+          c.seqlen_k = 700;
+          c.with_sinks = sq == 16;
+          c.num_splits = sq == 1 ? 4 : 1;
+          const int sk = c.seqlen_k, sqq = sq;
+          c.custom_visible = [sk, sqq](int, int h, int q, int k) { return k <= q + sk - sqq && (k + h) % 5 != 0; };
+          c.custom_score_mod = [](double s, int, int h, int, int) { return s - 0.05 * h; };
+          expect_matches(jit::testing::run_and_check(*kernel, c),
+                         fmt::format("{} d{} pack group {} sq {}", arch, depth, group, sq));
+        }
+        CheckCase v = heads(group, 1);  // packed varlen over pages
+        v.seqlens_q = {3, 0, 40};
+        v.seqlens_k = {90, 20, 600};
+        v.page_size = 64;
+        v.custom_visible = [&v](int b, int h, int q, int k) {
+          return k <= q + v.seqlens_k[b] - v.seqlens_q[b] && (k + h) % 5 != 0;
+        };
+        v.custom_score_mod = [](double s, int, int h, int, int) { return s - 0.05 * h; };
+        expect_matches(jit::testing::run_and_check(*kernel, v), fmt::format("{} d{} pack varlen paged", arch, depth));
+      }
+}
+
+// A block-sparse custom mask: 64x64 blocks on a checkerboard, described by its element snippet,
+// by a block snippet, and by a run-time block mask; all three must agree with the reference.
+TEST(GpuFeatures, BlockSnippetAndRunTimeBlockMask) {
+  SKIP_WITHOUT_GPU();
+  const std::string element = "return ((q_idx / 64) + (kv_idx / 64)) % 2 == 0 && kv_idx != q_idx + 3;";
+  const std::string block =
+      "return (q_hi - q_lo <= 64 - q_lo % 64 && kv_hi - kv_lo <= 64 - kv_lo % 64 && (q_lo / 64 + kv_lo / 64) % 2)"
+      " ? SKIP : PARTIAL;";
+  auto visible = [](int, int, int q, int k) { return ((q / 64) + (k / 64)) % 2 == 0 && k != q + 3; };
+  for (const std::string& arch : runnable_archs())
+    for (int depth : {64, 128}) {
+      for (const std::string& b : {std::string(), block}) {
+        const auto kernel = jit::get_kernel(config(arch, depth, Mask::custom(element, b)));
+        CheckCase c = heads(4, 2);
+        c.seqlen_q = 300;
+        c.seqlen_k = 500;
+        c.custom_visible = visible;
+        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} block snippet '{}'", arch, depth, b));
+        c.block_mask_q = 64;
+        c.block_mask_k = 64;
+        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} run-time block mask", arch, depth));
+      }
+    }
+}
+
+// Snippets that reproduce softcap and ALiBi give the built-ins' results within rounding.
+TEST(GpuFeatures, SnippetsReproduceSoftcapAndAlibi) {
+  SKIP_WITHOUT_GPU();
+  const ScoreMod softcap_snippet = ScoreMod::custom("return scalars[0] * tanhf(score / scalars[0]);");
+  const ScoreMod alibi_snippet = ScoreMod::custom(
+      "int n = 1; while (n * 2 <= params.num_q_heads) n *= 2;\n"
+      "const float slope = h < n ? exp2f(-8.0f * (h + 1) / n) : exp2f(-4.0f * (2 * (h - n) + 1) / n);\n"
+      "return score - slope * fabsf((float)(q_idx + params.seqlen_k - params.seqlen_q - kv_idx));");
+  for (const std::string& arch : runnable_archs()) {
+    CheckCase c = heads(6, 2);
+    c.seqlen_q = 257;
+    c.seqlen_k = 513;
+    c.seed = 1234;  // the same inputs for built-in and snippet
+    c.softcap = 7.5f;
+    const auto builtin_cap = jit::get_kernel(config(arch, 128, Mask::causal(), ScoreMod::softcap()));
+    const auto builtin_alibi = jit::get_kernel(config(arch, 128, Mask::causal(), ScoreMod::alibi()));
+    const auto snippet_cap = jit::get_kernel(config(arch, 128, Mask::causal(), softcap_snippet));
+    const auto snippet_alibi = jit::get_kernel(config(arch, 128, Mask::causal(), alibi_snippet));
+    const CheckResult bc = jit::testing::run_and_check(*builtin_cap, c);
+    const double cap = c.softcap;
+    c.custom_score_mod = [cap](double s, int, int, int, int) { return cap * std::tanh(s / cap); };
+    CheckCase sc = c;
+    sc.aux_scalar[0] = c.softcap;  // the snippet reads the cap as scalars[0]
+    const CheckResult sr = jit::testing::run_and_check(*snippet_cap, sc);
+    expect_matches(bc, arch + " builtin softcap");
+    expect_matches(sr, arch + " snippet softcap");
+    EXPECT_NEAR(sr.rel_l2, bc.rel_l2, 2e-3) << arch << " softcap snippet vs built-in";
+    CheckCase a = heads(6, 2);
+    a.seqlen_q = 257;
+    a.seqlen_k = 513;
+    a.seed = 99;
+    const CheckResult ba = jit::testing::run_and_check(*builtin_alibi, a);
+    const int H = 6, off = 513 - 257;
+    a.custom_score_mod = [H, off](double s, int, int h, int q, int k) {
+      return s - jit::testing::alibi_slope(h, H) * std::fabs(static_cast<double>(q + off - k));
+    };
+    const CheckResult sa = jit::testing::run_and_check(*snippet_alibi, a);
+    expect_matches(ba, arch + " builtin alibi");
+    expect_matches(sa, arch + " snippet alibi");
+    EXPECT_NEAR(sa.rel_l2, ba.rel_l2, 2e-3) << arch << " alibi snippet vs built-in";
+    EXPECT_EQ(sa.max_abs == 0, ba.max_abs == 0);
+  }
+}
+
+// ---- Random combinations ----
+
+struct RandomCase {
+  std::string name;
+  FA4Config cfg;
+  CheckCase check;
+};
+
+// One seeded random feature combination for `arch`: mask, score-mod, depth, dtype, GQA and
+// packing (compile time) and layout, lengths, splits, sinks (run time).
+RandomCase random_case(std::uint64_t seed, const std::string& arch) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
+  RandomCase r;
+  FA4Config& cfg = r.cfg;
+  CheckCase& c = r.check;
+  cfg.arch = arch;
+  cfg.depth = pick(2) ? 128 : 64;
+  cfg.dtype = pick(4) == 0 ? jit::DType::fp16 : jit::DType::bf16;
+  const int group = 1 << pick(4), hkv = 1 + pick(2);
+  cfg.group = group;
+  cfg.pack_gqa = group > 1 && pick(2);
+  c.num_q_heads = group * hkv;
+  c.num_kv_heads = hkv;
+  c.seed = seed;
+
+  // Layout and lengths (odd lengths, Sq != Sk, zero-length sequences).
+  const int layout = pick(4);  // 0 uniform, 1 varlen, 2 seqused_k, 3 paged
+  c.batch = 1 + pick(3);
+  c.seqlen_q = 1 + pick(pick(2) ? 16 : 300);
+  c.seqlen_k = 1 + pick(1200);
+  if (layout == 1 || (layout == 3 && pick(2))) {
+    for (int b = 0; b < c.batch; ++b) c.seqlens_q.push_back(pick(5) == 0 ? 0 : 1 + pick(200));
+  }
+  if (layout >= 1)
+    for (int b = 0; b < c.batch; ++b) c.seqlens_k.push_back(pick(6) == 0 ? 0 : 1 + pick(1200));
+  if (layout == 3) c.page_size = std::vector<int>{16, 32, 64, 128, 256, 48}[pick(6)];
+  c.num_splits = std::vector<int>{1, 1, 0, 2, 5}[pick(5)];
+  c.with_sinks = pick(3) == 0;
+
+  // Mask: every built-in, combinations and head-dependent custom masks (fully masked rows included).
+  switch (pick(7)) {
+    case 0: cfg.mask = Mask::none(); break;
+    case 1: cfg.mask = Mask::causal(pick(2)); break;
+    case 2:
+      cfg.mask = Mask::sliding_window(pick(2));
+      c.window_left = pick(3) == 0 ? -1 : pick(300);
+      c.window_right = pick(3) == 0 ? -1 : pick(50);
+      break;
+    case 3:
+      cfg.mask = Mask::chunked();
+      c.chunk_size = 16 + pick(200);
+      break;
+    case 4:
+      cfg.mask = Mask::all_of({Mask::causal(), Mask::sliding_window()});
+      c.window_left = pick(200);
+      c.window_right = pick(20);
+      break;
+    case 5:
+      cfg.mask = Mask::any_of({Mask::causal(), Mask::custom("return kv_idx % 7 == h % 7;")});
+      break;
+    default: cfg.mask = Mask::custom("return (q_idx + kv_idx + h) % 3 != 1;"); break;
+  }
+  if (cfg.mask.kind == Mask::Kind::custom) c.custom_visible = [](int, int h, int q, int k) { return (q + k + h) % 3 != 1; };
+  if (cfg.mask.kind == Mask::Kind::any_of) {
+    // Causal alignment is per sequence: the reference gets the lengths through the closure.
+    const std::vector<int> lq = c.seqlens_q, lk = c.seqlens_k;
+    const int sq = c.seqlen_q, sk = c.seqlen_k;
+    c.custom_visible = [lq, lk, sq, sk](int b, int h, int q, int k) {
+      const int qb = lq.empty() ? sq : lq[b], kb = lk.empty() ? sk : lk[b];
+      return k <= q + kb - qb || k % 7 == h % 7;
+    };
+  }
+  switch (pick(4)) {
+    case 0: cfg.score_mod = ScoreMod::identity(); break;
+    case 1:
+      cfg.score_mod = ScoreMod::softcap();
+      c.softcap = 2.0f + pick(30);
+      break;
+    case 2: cfg.score_mod = ScoreMod::alibi(); break;
+    default:
+      cfg.score_mod = ScoreMod::custom("return score + 0.01f * (h - kv_idx % 3);");
+      c.custom_score_mod = [](double s, int, int h, int, int k) { return s + 0.01 * (h - k % 3); };
+  }
+  r.name = fmt::format("seed {} {} d{} {} group {}{} layout {} page {} splits {} sinks {} mask {} mod {}", seed, arch,
+                       cfg.depth, jit::to_string(cfg.dtype), group, cfg.pack_gqa ? " packed" : "", layout, c.page_size,
+                       c.num_splits, c.with_sinks, jit::to_json(cfg)["mask"].dump(),
+                       jit::to_json(cfg)["score_mod"].dump());
+  return r;
+}
+
+constexpr std::uint64_t kRandomSeed0 = 0x5eed0000;
+constexpr int kRandomCases = 24;
+
+TEST(GpuFeatures, RandomCombinationsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int i = 0; i < kRandomCases; ++i) {
+      const RandomCase rc = random_case(kRandomSeed0 + i, arch);
+      std::string why;
+      if (!jit::supported(rc.cfg, &why)) {
+        ADD_FAILURE() << rc.name << ": generator produced an unsupported config: " << why;
+        continue;
+      }
+      expect_matches(jit::testing::run_and_check(*jit::get_kernel(rc.cfg), rc.check), rc.name);
+    }
+}
+
+// CI has no GPU: the same random configs must at least compile (NVRTC + ptxas) for every backend.
+TEST(FeatureCompile, RandomCombinationsCompileForEveryBackend) {
+  for (const std::string arch : {"sm_80", "sm_90a", "sm_100a"})
+    for (int i = 0; i < kRandomCases; i += 3) {
+      const RandomCase rc = random_case(kRandomSeed0 + i, arch);
+      try {
+        const auto in = jit::detail::compile_inputs(rc.cfg);
+        const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.options);
+        EXPECT_NE(out.ptx.find(".entry fa4_combine"), std::string::npos) << rc.name;
+        const auto use = jit::detail::parse_ptxas_log(out.log);
+        EXPECT_GT(use.registers, 0) << rc.name;
+      } catch (const jit::Error& e) {
+        ADD_FAILURE() << rc.name << ": " << e.what();
+      }
+    }
+}
+
+}  // namespace
