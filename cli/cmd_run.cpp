@@ -1,4 +1,5 @@
 // run (safetensors in/out), check (one attention against the float64 reference), bench.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -21,6 +22,15 @@ const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : "F16"; }
 
 struct ShapeOpts {
   int batch = 2, seqlen = 1024, seqlen_q = 0, seqlen_k = 0, heads = 8, kv_heads = 2;
+  std::vector<int> seqlens_q, seqlens_k;  // varlen / seqused_k
+  int page_size = 0;                      // paged KV
+  int splits = 0;                         // LaunchArgs::num_splits (0: automatic)
+  bool pack_gqa = false;
+  int window_left = -1, window_right = -1, chunk = 0;
+  float softcap = 0;
+  bool sinks = false;
+  int sq() const { return seqlen_q ? seqlen_q : seqlen; }
+  int sk() const { return seqlen_k ? seqlen_k : seqlen; }
 };
 
 void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
@@ -30,17 +40,36 @@ void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
   cmd->add_option("--seqlen-k", s.seqlen_k, "key length (overrides --seqlen)");
   cmd->add_option("--heads", s.heads, "query heads");
   cmd->add_option("--kv-heads", s.kv_heads, "key/value heads");
+  cmd->add_option("--seqlens-q", s.seqlens_q, "varlen: per-sequence query lengths (packed q, cu_seqlens_q)")
+      ->delimiter(',');
+  cmd->add_option("--seqlens-k", s.seqlens_k, "per-sequence key lengths (cu_seqlens_k, or seqused_k when padded/paged)")
+      ->delimiter(',');
+  cmd->add_option("--page-size", s.page_size, "paged KV: rows per page (pages placed at random)");
+  cmd->add_option("--splits", s.splits, "split-KV CTAs per Q tile (0: automatic, 1: none)");
+  cmd->add_flag("--pack-gqa", s.pack_gqa, "pack the query heads of a KV head into one tile (sets pack_gqa, group)");
+  cmd->add_option("--window", [&s](const std::vector<std::string>& v) {
+        s.window_left = std::stoi(v.at(0));
+        s.window_right = std::stoi(v.at(1));
+        return true;
+      }, "sliding-window extents LEFT,RIGHT (-1: unbounded)")->expected(2)->delimiter(',');
+  cmd->add_option("--chunk", s.chunk, "chunk size of chunked masks");
+  cmd->add_option("--softcap", s.softcap, "cap of the softcap score-mod");
+  cmd->add_flag("--sinks", s.sinks, "random per-head attention sinks");
 }
 
-FA4Config one_config(const std::string& file, const std::vector<std::string>& presets, const std::string& arch) {
+FA4Config one_config(const std::string& file, const std::vector<std::string>& presets, const std::string& arch,
+                     const ShapeOpts* shape = nullptr) {
+  FA4Config c;
   if (file.empty() && presets.empty()) {  // the main job's default: bf16 d128 causal GQA
-    FA4Config c;
     c.mask = Mask::causal();
-    c.arch = arch;
-    return c;
+  } else {
+    c = load_configs(file, presets).front();
   }
-  FA4Config c = load_configs(file, presets).front();
   if (!arch.empty()) c.arch = arch;
+  if (shape && shape->pack_gqa) {
+    c.pack_gqa = true;
+    c.group = shape->heads / std::max(1, shape->kv_heads);
+  }
   return c;
 }
 
@@ -122,20 +151,33 @@ void add_check(CLI::App& app) {
       fmt::print("check: skipped, no GPU here ({})\n", why);
       return;
     }
-    const FA4Config c = one_config(o->config, o->presets, o->arch);
+    const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
     const KernelPtr kernel = get_kernel(c);
+    const ShapeOpts& s = o->shape;
     testing::CheckCase cc;
-    cc.batch = o->shape.batch;
-    cc.seqlen_q = o->shape.seqlen_q ? o->shape.seqlen_q : o->shape.seqlen;
-    cc.seqlen_k = o->shape.seqlen_k ? o->shape.seqlen_k : o->shape.seqlen;
-    cc.num_q_heads = o->shape.heads;
-    cc.num_kv_heads = o->shape.kv_heads;
+    cc.batch = s.batch;
+    cc.seqlen_q = s.sq();
+    cc.seqlen_k = s.sk();
+    cc.num_q_heads = s.heads;
+    cc.num_kv_heads = s.kv_heads;
+    cc.seqlens_q = s.seqlens_q;
+    cc.seqlens_k = s.seqlens_k;
+    if (!s.seqlens_q.empty()) cc.batch = static_cast<int>(s.seqlens_q.size());
+    cc.page_size = s.page_size;
+    cc.num_splits = s.splits;
+    cc.window_left = s.window_left;
+    cc.window_right = s.window_right;
+    cc.chunk_size = s.chunk;
+    cc.softcap = s.softcap;
+    cc.with_sinks = s.sinks;
     const auto r = testing::run_and_check(*kernel, cc);
     const double tol = kernel->config().config.dtype == DType::bf16 ? 1e-2 : 5e-3;
     const bool ok = r.unwritten == 0 && r.rel_l2 <= tol && r.lse_inf_mismatch == 0 && r.lse_max_abs <= 2e-2;
-    fmt::print("check: {} {} B={} Sq={} Sk={} H={}/{} D={}: {} -> {}\n", kernel->config().config.arch,
+    fmt::print("check: {} {} B={} Sq={} Sk={} H={}/{} D={}{}{}{}: {} -> {}\n", kernel->config().config.arch,
                to_string(kernel->config().backend), cc.batch, cc.seqlen_q, cc.seqlen_k, cc.num_q_heads, cc.num_kv_heads,
-               kernel->config().config.depth, r.describe(), ok ? "PASS" : "FAIL");
+               kernel->config().config.depth, s.seqlens_q.empty() ? "" : " varlen",
+               s.page_size ? fmt::format(" page {}", s.page_size) : "", c.pack_gqa ? " packed" : "", r.describe(),
+               ok ? "PASS" : "FAIL");
     if (!ok) throw Error("check failed: the kernel does not match the float64 reference");
   });
 }
@@ -160,16 +202,26 @@ void add_bench(CLI::App& app) {
   cmd->callback([o] {
     using clock = std::chrono::steady_clock;
     const auto t_start = clock::now();
-    const FA4Config c = one_config(o->config, o->presets, o->arch);
+    const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
     const KernelPtr kernel = get_kernel(c);
     const double get_kernel_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
     const FA4Config& rc = kernel->config().config;
     const int B = o->shape.batch, H = o->shape.heads, Hkv = o->shape.kv_heads, D = rc.depth;
     const int Sq = o->shape.seqlen_q ? o->shape.seqlen_q : o->shape.seqlen;
     const int Sk = o->shape.seqlen_k ? o->shape.seqlen_k : o->shape.seqlen;
-    const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D, nk = static_cast<std::size_t>(B) * Sk * Hkv * D;
+    const int page = o->shape.page_size;
+    const int pages_per_seq = page ? (Sk + page - 1) / page : 0, num_pages = B * pages_per_seq;
+    const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D;
+    const std::size_t nk = page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : static_cast<std::size_t>(B) * Sk * Hkv * D;
     testing::DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nk * 2), dout(nq * 2), dlse(static_cast<std::size_t>(B) * H * Sq * 4);
+    testing::DeviceBuffer dtable(std::max(num_pages, 1) * 4);
     std::mt19937 rng(std::random_device{}());
+    if (page) {  // pages in random order, as a serving cache leaves them
+      std::vector<int> table(num_pages);
+      for (int i = 0; i < num_pages; ++i) table[i] = i;
+      std::shuffle(table.begin(), table.end(), rng);
+      dtable.upload(table.data(), table.size() * 4);
+    }
     std::normal_distribution<float> dist;
     for (auto* buf : {&dq, &dk, &dv}) {  // random data: zeros run faster than real inputs
       std::vector<std::uint16_t> h(buf->bytes() / 2);
@@ -178,10 +230,24 @@ void add_bench(CLI::App& app) {
     }
     LaunchArgs a;
     a.q = Tensor::contiguous(dq.get(), rc.dtype, B, Sq, H, D);
-    a.k = Tensor::contiguous(dk.get(), rc.dtype, B, Sk, Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), rc.dtype, B, Sk, Hkv, D);
+    if (page) {
+      a.k = Tensor::contiguous(dk.get(), rc.dtype, num_pages, page, Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), rc.dtype, num_pages, page, Hkv, D);
+      a.page_table = static_cast<const int*>(dtable.get());
+      a.max_pages = pages_per_seq;  // every sequence holds Sk keys: max_pages * page >= Sk
+    } else {
+      a.k = Tensor::contiguous(dk.get(), rc.dtype, B, Sk, Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), rc.dtype, B, Sk, Hkv, D);
+    }
+    testing::DeviceBuffer dused(B * 4);
+    if (page && pages_per_seq * page != Sk) {
+      const std::vector<int> used(B, Sk);
+      dused.upload(used.data(), used.size() * 4);
+      a.seqused_k = static_cast<const int*>(dused.get());
+    }
     a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, B, Sq, H, D);
     a.lse = static_cast<float*>(dlse.get());
+    a.num_splits = o->shape.splits;
     // First launch includes the module load: with get_kernel it is the cost of a cold start.
     const auto t_launch = clock::now();
     kernel->launch(a);
@@ -191,18 +257,22 @@ void add_bench(CLI::App& app) {
     const bool causal = rc.mask.kind == Mask::Kind::causal;
     const double flops = 4.0 * B * H * Sq * Sk * D * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
+    const double kv_bytes = 2.0 * B * Sk * Hkv * D * 2;  // K and V read once: the decode roofline
+    const double kv_tbps = kv_bytes / (ms * 1e-3) / 1e12;
     nlohmann::json j = {{"arch", rc.arch},   {"backend", to_string(kernel->config().backend)},
                         {"dtype", to_string(rc.dtype)}, {"B", B}, {"H", H}, {"Hkv", Hkv}, {"Sq", Sq}, {"Sk", Sk},
                         {"D", D},            {"causal", causal}, {"mask", to_json(rc)["mask"]["kind"]},
                         {"ms", ms},          {"tflops", tflops}, {"iters", o->iters}, {"BN", rc.BN},
                         {"num_kv_stages", rc.num_kv_stages}, {"BM", rc.BM},
                         {"origin", kernel->origin()}, {"get_kernel_ms", get_kernel_ms},
-                        {"first_launch_ms", first_launch_ms}, {"compile_ms", kernel->compile_ms()}};
+                        {"first_launch_ms", first_launch_ms}, {"compile_ms", kernel->compile_ms()},
+                        {"kv_TBps", kv_tbps}, {"page_size", page}, {"pack_gqa", rc.pack_gqa},
+                        {"num_splits", kernel->num_splits(a)}};
     if (o->json)
       fmt::print("{}\n", j.dump());
     else
-      fmt::print("bench: {} {} B={} H={}/{} Sq={} Sk={} D={} {}: {:.3f} ms, {:.1f} TFLOP/s\n", rc.arch,
-                 to_string(kernel->config().backend), B, H, Hkv, Sq, Sk, D, causal ? "causal" : "", ms, tflops);
+      fmt::print("bench: {} {} B={} H={}/{} Sq={} Sk={} D={} {}: {:.3f} ms, {:.1f} TFLOP/s, K+V {:.2f} TB/s\n", rc.arch,
+                 to_string(kernel->config().backend), B, H, Hkv, Sq, Sk, D, causal ? "causal" : "", ms, tflops, kv_tbps);
   });
 }
 

@@ -30,6 +30,13 @@ TEST(GpuBlackwellHost, LaunchPlanIsBuiltUpToTheDriverCall) {
     a.k = jit::Tensor::contiguous(k.get(), jit::DType::bf16, B, S, Hkv, depth);
     a.v = jit::Tensor::contiguous(v.get(), jit::DType::bf16, B, S, Hkv, depth);
     a.o = jit::Tensor::contiguous(o.get(), jit::DType::bf16, B, S, H, depth);
+    // 4 x 8 x 2 = 64 tiles leave most SMs idle: the automatic choice splits the keys.
+    const auto split = compiled->plan(a);
+    EXPECT_GT(split.params.num_splits, 1);
+    EXPECT_EQ(split.grid[0], (S + 255) / 256u * split.params.num_splits);
+    EXPECT_GT(split.combine_grid, 0u);
+    EXPECT_EQ(split.workspace_bytes, std::size_t(B) * H * S * split.params.num_splits * (depth + 1) * 4);
+    a.num_splits = 1;
     const auto plan = compiled->plan(a);
     EXPECT_EQ(plan.grid[0], (S + 255) / 256u);
     EXPECT_EQ(plan.grid[1], static_cast<unsigned>(H));

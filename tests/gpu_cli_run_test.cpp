@@ -74,3 +74,23 @@ TEST(GpuCliRun, SafetensorsInOutMatchesReference) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every variant feature is selectable from the CLI: `check` runs it against the reference.
+TEST(GpuCliRun, CheckSelectsVariantFeatures) {
+  const std::string why = jit::testing::gpu_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  const char* cli_env = std::getenv("FA4JIT_CLI_PATH");
+  const std::string cli = cli_env ? cli_env : FA4JIT_CLI;
+  for (const std::string args : {
+           "--seqlens-q 5,0,130 --seqlens-k 300,17,130 --page-size 64 --heads 8 --kv-heads 2 --pack-gqa",
+           "--seqlen-q 1 --seqlen-k 5000 --heads 8 --kv-heads 2 --splits 4 --sinks",
+           "--batch 2 --seqlen-q 100 --seqlen-k 700 --seqlens-k 700,333 --heads 4 --kv-heads 4",
+       }) {
+    const std::string cmd = cli + " check --require-gpu " + args;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,93 @@
+"""Decode (split-KV) speed: fa4jit against PyTorch SDPA (cuDNN, flash) in the same run.
+
+Usage (GPU machine, repo root): FA4JIT=.device/fa4jit python3 bench/decode.py [--out decode.json]
+Shapes are the variants issue's: bf16, D=128, Hq=32, Hkv=8, K/V contiguous (and paged, page 64,
+for fa4jit). "TB/s" = K+V bytes read / time, the number a memory-bound decode is judged by.
+Prints the markdown table docs/PERF.md keeps.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from peers import median_ms  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+FA4JIT = os.environ.get("FA4JIT", "./build/fa4jit")
+SHAPES = [(8, 32, 8, 1, 32768), (64, 32, 8, 1, 4096), (1, 32, 8, 1, 131072), (8, 32, 8, 16, 32768)]
+D = 128
+
+
+def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50):
+    path = "/tmp/fa4jit_decode.json"
+    with open(path, "w") as f:
+        json.dump({"depth": D, "mask": "none"}, f)
+    cmd = [FA4JIT, "bench", "--json", "--config", path, "--arch", arch, "--batch", str(B), "--heads", str(H),
+           "--kv-heads", str(Hkv), "--seqlen-q", str(Sq), "--seqlen-k", str(Sk), "--iters", str(iters),
+           "--splits", str(splits)]
+    if pack:
+        cmd.append("--pack-gqa")
+    if page:
+        cmd += ["--page-size", str(page)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": (r.stderr or r.stdout).strip()[-200:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def sdpa(B, H, Hkv, Sq, Sk):
+    q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out = {}
+    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                out[name] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), iters=50, warm=10)
+        except Exception as e:
+            out[name] = None
+            print(f"{name}: {str(e)[:100]}", file=sys.stderr)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "decode.json"))
+    ap.add_argument("--archs", default="sm90a=sm_90a,sm80=sm_90")
+    a = ap.parse_args()
+    archs = dict(item.split("=") for item in a.archs.split(","))
+    rows = []
+    print("| B | Sq | Sk | cuDNN µs (TB/s) | FA2 µs | " +
+          " | ".join(f"{n} µs (TB/s) | {n} / cuDNN | {n} paged-64 µs | paged / contiguous" for n in archs) + " |")
+    print("|---|---|---|---|---|" + "---|---|---|---|" * len(archs))
+    for (B, H, Hkv, Sq, Sk) in SHAPES:
+        kv_bytes = 2 * B * Hkv * Sk * D * 2
+        peer = sdpa(B, H, Hkv, Sq, Sk)
+        row = {"B": B, "H": H, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "peers_ms": peer}
+        cells = []
+        for name, arch in archs.items():
+            c = ours(arch, B, H, Hkv, Sq, Sk)
+            p = ours(arch, B, H, Hkv, Sq, Sk, page=64)
+            row[name] = c
+            row[name + "_paged64"] = p
+            if "ms" in c and "ms" in p and peer.get("cudnn"):
+                cells.append(f"{c['ms'] * 1e3:.0f} ({c['kv_TBps']:.2f}) | {peer['cudnn'] / c['ms']:.2f} | "
+                             f"{p['ms'] * 1e3:.0f} | {c['ms'] / p['ms']:.2f}")
+            else:
+                cells.append(f"{c.get('error', '')[:40]} | | {p.get('error', '')[:40]} |")
+        rows.append(row)
+        cud = peer.get("cudnn")
+        fa2 = peer.get("flash2")
+        print(f"| {B} | {Sq} | {Sk} | {cud * 1e3:.0f} ({kv_bytes / cud / 1e9:.2f}) | {fa2 * 1e3 if fa2 else float('nan'):.0f} | "
+              + " | ".join(cells) + " |", flush=True)
+    with open(a.out, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
