@@ -3,6 +3,10 @@
 // PTX holds the tcgen05/TMA instructions the design is built on, ptxas reports no spills and a
 // register budget consistent with the per-role setmaxnreg plan, shared memory fits, and the SASS
 // (cuobjdump from the nvidia-cuda-cuobjdump wheel) shows UTCHMMA, LDTM, STTM and UTMALDG.
+// Variants (docs/BLACKWELL.md): paged KV and split-KV are run-time paths, so every kernel must
+// read FwdParams::page_table / kv_box_rows / o_partial / lse_partial / num_splits; packed GQA
+// (pack_gqa, group 4 and 8) must load Q and store O through the 5-D TMA maps; custom masks come
+// with and without a block snippet.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,6 +20,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/params.h"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "runtime/nvrtc.hpp"
@@ -40,6 +45,12 @@ std::vector<Variant> matrix() {
       {"chunked", Mask::chunked()},
       {"custom", Mask::custom("return (q_idx / 64) == (kv_idx / 64) || kv_idx < 4;")},
       {"causal_and_chunked", Mask::all_of({Mask::causal(), Mask::chunked()})},
+      // Block-diagonal plus per-head sink keys, with a block snippet that skips the tiles off
+      // the diagonal blocks and past the sinks (the run-time block mask is in every custom kernel).
+      {"custom_block", Mask::custom("return (q_idx / 64) == (kv_idx / 64) || kv_idx < 4 + h;",
+                                    "if (kv_lo >= 4 + h && ((kv_hi - 1) / 64 < q_lo / 64 || kv_lo / 64 > (q_hi - 1) / 64))"
+                                    " return SKIP;\n"
+                                    "return PARTIAL;")},
   };
   const std::vector<std::pair<std::string, ScoreMod>> mods = {
       {"identity", ScoreMod::identity()},
@@ -49,7 +60,7 @@ std::vector<Variant> matrix() {
   };
   std::vector<Variant> out;
   auto add = [&](int depth, jit::DType dt, const std::pair<std::string, Mask>& m,
-                 const std::pair<std::string, ScoreMod>& s, int group) {
+                 const std::pair<std::string, ScoreMod>& s, int group, bool pack = false) {
     jit::FA4Config c;
     c.arch = "sm_100a";
     c.depth = depth;
@@ -57,7 +68,9 @@ std::vector<Variant> matrix() {
     c.mask = m.second;
     c.score_mod = s.second;
     c.group = group;
-    out.push_back({c, fmt::format("d{} {} {} {} group{}", depth, jit::to_string(dt), m.first, s.first, group)});
+    c.pack_gqa = pack;
+    out.push_back({c, fmt::format("d{} {} {} {} group{}{}", depth, jit::to_string(dt), m.first, s.first, group,
+                                  pack ? " packed" : "")});
   };
   for (const auto& m : masks)  // every mask x every score-mod at the flagship shape
     for (const auto& s : mods) add(128, jit::DType::bf16, m, s, 1);
@@ -66,7 +79,19 @@ std::vector<Variant> matrix() {
       for (int group : {1, 4})
         for (int mi : {0, 1}) add(depth, dt, masks[mi], mods[0], group);
   for (const auto& m : masks) add(64, jit::DType::bf16, m, mods[3], 8);  // d64 with snippets, GQA 8
+  // Packed GQA (5-D Q/O maps, box rows BM/2 = 128 = whole groups): group 4 and 8, both depths,
+  // none / causal / custom with a block snippet (per-head mask and block classes), and snippets.
+  for (int group : {4, 8})
+    for (int depth : {64, 128})
+      for (int mi : {0, 1, 7}) add(depth, jit::DType::bf16, masks[mi], mods[0], group, true);
+  add(128, jit::DType::fp16, masks[7], mods[3], 8, true);
+  add(64, jit::DType::bf16, masks[1], mods[2], 4, true);  // ALiBi: slope of each packed row's head
   return out;
+}
+
+// PTX reads FwdParams field `offset` (ld.param from the __grid_constant__ parameter's address).
+bool reads_param(const std::string& ptx, size_t offset) {
+  return std::regex_search(ptx, std::regex(fmt::format(R"(ld\.param\.\w+\s+%\w+, \[[^\]]*\+{}\])", offset)));
 }
 
 struct Checked {
@@ -91,6 +116,16 @@ Checked check_one(const Variant& v) {
                                "cp.async.bulk.tensor", "setmaxnreg.inc.sync.aligned.u32 192",
                                "setmaxnreg.dec.sync.aligned.u32 80", "setmaxnreg.dec.sync.aligned.u32 48"})
       if (out.ptx.find(needle) == std::string::npos) missing.push_back(needle);
+    // The run-time variant paths: paged KV (page-table boxes), split-KV (float32 partials).
+    const std::pair<const char*, size_t> fields[] = {
+        {"page_table", offsetof(fa4::FwdParams, page_table)}, {"kv_box_rows", offsetof(fa4::FwdParams, kv_box_rows)},
+        {"o_partial", offsetof(fa4::FwdParams, o_partial)},   {"lse_partial", offsetof(fa4::FwdParams, lse_partial)},
+        {"num_splits", offsetof(fa4::FwdParams, num_splits)}};
+    for (const auto& [field, offset] : fields)
+      if (!reads_param(out.ptx, offset)) missing.push_back(fmt::format("a read of params.{}", field));
+    if (v.config.pack_gqa)
+      for (const char* needle : {"cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.5d.global.shared::cta"})
+        if (out.ptx.find(needle) == std::string::npos) missing.push_back(needle);
     if (!missing.empty()) r.failure += fmt::format("PTX lacks {}; ", fmt::join(missing, ", "));
     if (r.use.spill_stores != 0 || r.use.spill_loads != 0)
       r.failure += fmt::format("spills {}/{} bytes; ", r.use.spill_stores, r.use.spill_loads);
@@ -144,7 +179,15 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
 
   const std::string cuobjdump = find_cuobjdump();
   if (cuobjdump.empty()) GTEST_SKIP() << "cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)";
-  for (size_t i : {size_t{0}, results.size() - 1}) {  // d128 none identity; d64 snippet GQA
+  // d128 none identity; d64 block-snippet mask with snippets at GQA 8; a packed kernel (5-D TMA load and store).
+  auto index_of = [&](const std::string& name) {
+    for (size_t i = 0; i < variants.size(); ++i)
+      if (variants[i].name == name) return i;
+    ADD_FAILURE() << "no variant " << name;
+    return size_t{0};
+  };
+  for (size_t i : {size_t{0}, index_of("d64 bf16 custom_block custom group8"),
+                   index_of("d128 fp16 custom_block custom group8 packed")}) {
     const fs::path cubin = fs::temp_directory_path() / fmt::format("fa4jit_sm100a_{}.cubin", i);
     std::ofstream(cubin, std::ios::binary) << results[i].cubin;
     const std::string cmd = fmt::format("PATH=\"{}:$PATH\" '{}' -sass '{}' 2>&1", fs::path(cuobjdump).parent_path().string(),
@@ -157,6 +200,9 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
     fs::remove(cubin);
     for (const char* op : {"UTCHMMA", "LDTM", "STTM", "UTMALDG", "UTCBAR"})
       EXPECT_NE(sass.find(op), std::string::npos) << results[i].name << ": SASS lacks " << op;
+    if (variants[i].config.pack_gqa)
+      for (const char* op : {"UTMALDG.5D", "UTMASTG.5D"})
+        EXPECT_NE(sass.find(op), std::string::npos) << results[i].name << ": SASS lacks " << op;
     EXPECT_FALSE(std::regex_search(sass, std::regex(R"(\b(STL|LDL)\b)"))) << results[i].name << ": local memory in SASS";
   }
 }

@@ -1,10 +1,14 @@
 // Output of one softmax warpgroup (MAX: scale_write_output): O_i from TMEM times 1/sum, to
 // OutElement, staged in the WG's own Q tile region (free once the last MMA reading Q_i has
 // completed, which o_final[i] implies), then TMA stores of [128][64] 128B-swizzled boxes;
-// the TMA unit clips rows past seqlen_q and columns past the depth. Varlen packs sequences
+// the TMA unit clips rows past seqlen_q and columns past the depth. Packed GQA stores through
+// the 5-D O map (box rows r = query * kPack + head, like the Q load). Varlen packs sequences
 // back to back, so there a clipped store would overwrite the next sequence: rows are
-// written directly, each thread its own row, only if q < seqlen_q. LSE in natural log.
+// written directly, each thread its own row (SeqInfo::o_row), only if the row is valid.
+// Split-KV writes float32 partials and the split's LSE instead (common/combine.cuh), per thread.
+// LSE in natural log.
 #pragma once
+#include "common/combine.cuh"
 #include "common/mbarrier.cuh"
 #include "sm100a/traits.cuh"
 #include "sm100a/pipelines.cuh"
@@ -22,44 +26,78 @@ __device__ __forceinline__ void st_global_v4(void* ptr, u32 a, u32 b, u32 c, u32
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-template <class Config>
-__device__ __forceinline__ void epilogue(const Work& w, const FwdParams& p, const TmaDescs& tma, u32 tmem_base,
-                                         unsigned char* smem,
+__device__ __forceinline__ void st_global_v4_f32(float* ptr, float a, float b, float c, float d) {
+  st_global_v4(ptr, __float_as_uint(a), __float_as_uint(b), __float_as_uint(c), __float_as_uint(d));
+}
+
+// has_o: the CTA visited a KV tile (else O_i was never written: it is 0 and TMEM is not read).
+template <class Config, class Mask>
+__device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdParams& p, const TmaDescs& tma,
+                                         u32 tmem_base, unsigned char* smem,
                                          SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars,
-                                         int tile, float inv_sum, float lse) {
+                                         int tile, bool has_o, float inv_sum, float lse) {
   using T = Traits<Config>;
   using Out = typename T::OutElement;
+  constexpr int kPack = T::kPack;
   const int r = threadIdx.x % 128;
-  const int q = w.m0 + tile * T::kTileM + r;
-  const bool has_o = w.num_tiles > 0;  // no KV tile: O was never written, it is 0
-  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int r0 = w.q_lo + tile * T::kTileM;  // first tile row of this Q tile (packed rows when kPack > 1)
+  const int row = r0 + r;
+  const bool row_valid = row < w.q_hi;       // packed: also every (query, head) pair inside the sequence
   const u32 t_o = tmem_base + tmem::warp_lane_base() + T::tmem_o(tile);
-  unsigned char* stage = smem + T::kQOff + tile * T::kQTileBytes;
-  const u32 stage_row = smem_u32(stage) + r * 128;
-  Out* o_row = reinterpret_cast<Out*>(p.o) + w.seq.o_offset + static_cast<long long>(q) * p.o_row_stride;
 
   if (has_o) {
     mbar_wait(&bars.o_final[tile], 0);
     tmem::fence_after();
   }
+  // Loads 32 O columns from col and scales them by 1/sum (zeros when O was never written).
+  auto load_o = [&](int col, float (&o)[32]) {
+    u32 v[32];
+    if (has_o) {
+      tmem::ld_32x32b_x32(t_o + col, v);
+      tmem::wait_ld();
+      tmem::pin(v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) v[j] = 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j) o[j] = __uint_as_float(v[j]) * inv_sum;
+  };
+
+  if (p.num_splits > 1) {
+    // Split-KV (uniform): this split's O, normalised by its own sum, as float32 partials and its
+    // LSE (-inf when it saw no key); fa4_combine writes O and p.lse. Per-thread row stores.
+    const long long lse_row = w.seq.template lse_row<kPack>(p, row);
+    float* dst = split::partial_o(p, w.split, lse_row, T::kDepth);
+#pragma unroll 1
+    for (int col = 0; col < T::kDp; col += 32) {
+      float o[32];
+      load_o(col, o);
+      if (row_valid) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+          if (col + 4 * c < T::kDepth)  // padded depth columns are not in the tensor
+            st_global_v4_f32(dst + col + 4 * c, o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
+      }
+    }
+    if (row_valid) split::store_partial_lse(p, w.split, lse_row, lse);
+    return;
+  }
+
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  unsigned char* stage = smem + T::kQOff + tile * T::kQTileBytes;
+  const u32 stage_row = smem_u32(stage) + r * 128;
+  Out* o_row = reinterpret_cast<Out*>(p.o) + w.seq.template o_row<kPack>(p, row);
 #pragma unroll
   for (int b = 0; b < T::kDp / T::kBox; ++b) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int col = b * T::kBox + half * 32;
-      u32 v[32];
-      if (has_o) {
-        tmem::ld_32x32b_x32(t_o + col, v);
-        tmem::wait_ld();
-        tmem::pin(v);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) v[j] = 0u;
-      }
+      float o[32];
+      load_o(col, o);
       u32 pk[16];
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
-        pk[j] = pack2<Out>(__uint_as_float(v[2 * j]) * inv_sum, __uint_as_float(v[2 * j + 1]) * inv_sum);
+      for (int j = 0; j < 16; ++j) pk[j] = pack2<Out>(o[2 * j], o[2 * j + 1]);
       if (!varlen) {
         // Row r of box b: 8 16-byte chunks, chunk k stored at k ^ (r % 8) (SWIZZLE_128B).
 #pragma unroll
@@ -68,7 +106,7 @@ __device__ __forceinline__ void epilogue(const Work& w, const FwdParams& p, cons
           st_shared_v4(stage_row + b * T::kTileM * 128 + chunk * 16, pk[4 * c], pk[4 * c + 1], pk[4 * c + 2],
                        pk[4 * c + 3]);
         }
-      } else if (q < w.seq.seqlen_q) {
+      } else if (row_valid) {
 #pragma unroll
         for (int c = 0; c < 4; ++c)
           if (col + 8 * c < T::kDepth)  // padded depth columns are not in the tensor
@@ -80,15 +118,21 @@ __device__ __forceinline__ void epilogue(const Work& w, const FwdParams& p, cons
     fence_proxy_async();  // generic-proxy smem writes -> visible to the TMA unit
     named_barrier_sync(kBarrierEpilogue0 + tile, 128);
     if (r == 0) {
+      const TmaCoords c = TmaCoords::make(p, w.seq);
 #pragma unroll
-      for (int b = 0; b < T::kDp / T::kBox; ++b)
-        tma_store_4d(&tma.o, stage + b * T::kTileM * 128, b * T::kBox, w.q_row0 + w.m0 + tile * T::kTileM,
-                     w.seq.q_head, w.q_batch);
+      for (int b = 0; b < T::kDp / T::kBox; ++b) {
+        if constexpr (kPack == 1) {
+          tma_store_4d(&tma.o, stage + b * T::kTileM * 128, b * T::kBox, c.q_row0 + r0, c.q_head, c.q_batch);
+        } else {  // 5-D map: rows r0 / kPack.. of the group's heads; queries past seqlen_q are clipped
+          tma_store_5d(&tma.o, stage + b * T::kTileM * 128, b * T::kBox, 0, c.q_row0 + r0 / kPack, c.kv_head,
+                       c.q_batch);
+        }
+      }
       tma_store_commit();
       tma_store_wait_read<0>();  // smem must outlive the reads; the CTA may exit next
     }
   }
-  if (p.lse && q < w.seq.seqlen_q) p.lse[w.seq.lse_offset + q] = lse;
+  if (p.lse && row_valid) p.lse[w.seq.template lse_row<kPack>(p, row)] = lse;
 }
 
 }  // namespace sm100a

@@ -1,5 +1,6 @@
 // SM100MHA2Q.load: the TMA warp (warp 13). One elected thread issues every copy.
-// Order (MAX): Q0, K0, Q1, V0, then K_n, V_n. K_n arrives in qk_stages chunks along depth,
+// Order (MAX): Q0, K0, Q1, V0, then K_n, V_n over the CTA's KV tiles (Work: descending, kSkip
+// tiles skipped, this split's share only). K_n arrives in qk_stages chunks along depth,
 // each on its own barrier, so the MMA can start on the first chunk while the rest lands.
 #pragma once
 #include "sm100a/traits.cuh"
@@ -13,49 +14,71 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
                                      SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
   using T = Traits<Config>;
   if (!elect_one_sync()) return;
-  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
-  const int h = w.seq.q_head, kvh = w.seq.kv_head;
+  const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role
+  int n = w.first_tile();
+  if (!w.has(n)) return;  // nothing visible: no role touches Q, K or V
+  const TmaCoords c = TmaCoords::make(p, w.seq);
 
   auto load_q = [&](int tile) {
     unsigned char* dst = smem + T::kQOff + tile * T::kQTileBytes;
+    const int r0 = w.q_lo + tile * T::kTileM;  // first tile row of the box
     mbar_expect_tx(&bars.q_full[tile], T::kQTileBytes);
 #pragma unroll
-    for (int b = 0; b < T::kDp / T::kBox; ++b)
-      tma_load_4d(dst + b * T::kTileM * 128, &tma.q, &bars.q_full[tile], b * T::kBox,
-                  w.q_row0 + w.m0 + tile * T::kTileM, h, w.q_batch);
+    for (int b = 0; b < T::kDp / T::kBox; ++b) {
+      if constexpr (T::kPack == 1) {
+        tma_load_4d(dst + b * T::kTileM * 128, &tma.q, &bars.q_full[tile], b * T::kBox, c.q_row0 + r0, c.q_head,
+                    c.q_batch);
+      } else {  // 5-D map (depth, group, rows, kv heads, batch): box rows are r = query * kPack + head
+        tma_load_5d(dst + b * T::kTileM * 128, &tma.q, &bars.q_full[tile], b * T::kBox, 0, c.q_row0 + r0 / T::kPack,
+                    c.kv_head, c.q_batch);
+      }
+    }
+  };
+
+  // kBN key rows from sequence row `row` into the 64-column boxes at dst + box * kBN * 128,
+  // for the `boxes` boxes starting at depth column col0. Paged: kBN / kv_box_rows row boxes per
+  // column box, each from its page (kv_box_rows divides page_size and kBN, so no box crosses a
+  // page and each lands on whole 1024-byte swizzle atoms). Unpaged: one box, as always.
+  auto load_rows = [&](unsigned char* dst, const TmaDesc* map, u64* bar, int col0, int boxes, int row) {
+    if (c.pages == nullptr) {
+#pragma unroll
+      for (int b = 0; b < boxes; ++b)
+        tma_load_4d(dst + b * T::kBN * 128, map, bar, col0 + b * T::kBox, c.kv_row0 + row, c.kv_head, c.kv_batch);
+    } else {
+      const int rows = p.kv_box_rows;
+#pragma unroll 1
+      for (int i = 0; i < T::kBN; i += rows) {
+        const TmaCoords::Box box = c.kv_box(p, row + i);
+#pragma unroll
+        for (int b = 0; b < boxes; ++b)
+          tma_load_4d(dst + b * T::kBN * 128 + i * 128, map, bar, col0 + b * T::kBox, box.row, c.kv_head, box.batch);
+      }
+    }
   };
 
   pipe::Producer<T::kKSlots> k_prod(&bars.k);
   pipe::Producer<T::kStages> v_prod(&bars.v);
   auto load_k = [&](int n) {  // one acquire per depth chunk; chunk slots of a stage are contiguous
-    const int row = w.k_row0 + (w.n_begin + n) * T::kBN;
 #pragma unroll
-    for (int c = 0; c < T::kQKStages; ++c) {
+    for (int ch = 0; ch < T::kQKStages; ++ch) {
       auto st = k_prod.acquire();
       st.expect_bytes(T::kKChunkBytes);
-      unsigned char* dst = smem + T::kKOff + st.index() * T::kKChunkBytes;
-#pragma unroll
-      for (int b = 0; b < T::kBK0 / T::kBox; ++b)
-        tma_load_4d(dst + b * T::kBN * 128, &tma.k, st.full_barrier(), c * T::kBK0 + b * T::kBox, row, kvh,
-                    w.k_batch);
+      load_rows(smem + T::kKOff + st.index() * T::kKChunkBytes, &tma.k, st.full_barrier(), ch * T::kBK0,
+                T::kBK0 / T::kBox, n * T::kBN);
     }
   };
   auto load_v = [&](int n) {
-    const int row = w.k_row0 + (w.n_begin + n) * T::kBN;
     auto st = v_prod.acquire();
     st.expect_bytes(T::kKVStageBytes);
-    unsigned char* dst = smem + T::kVOff + st.index() * T::kKVStageBytes;
-#pragma unroll
-    for (int b = 0; b < T::kDp / T::kBox; ++b)
-      tma_load_4d(dst + b * T::kBN * 128, &tma.v, st.full_barrier(), b * T::kBox, row, kvh, w.k_batch);
+    load_rows(smem + T::kVOff + st.index() * T::kKVStageBytes, &tma.v, st.full_barrier(), 0, T::kDp / T::kBox,
+              n * T::kBN);
   };
 
-  if (w.num_tiles == 0) return;  // nothing visible: no role touches Q, K or V
   load_q(0);
-  load_k(0);
+  load_k(n);
   load_q(1);
-  load_v(0);
-  for (int n = 1; n < w.num_tiles; ++n) {
+  load_v(n);
+  for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
     load_k(n);
     load_v(n);
   }

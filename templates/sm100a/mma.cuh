@@ -1,6 +1,7 @@
 // SM100MHA2Q.mma: the MMA warp (warp 12). One elected thread issues every tcgen05.mma.
 //
-// Order (TMAConsumerPipeline): per KV tile n
+// Order (TMAConsumerPipeline): per KV tile n = 0, 1, .. of the CTA's walk (Work: descending from
+// the tile that crosses seqlen_k, kSkip tiles skipped, this split's share only)
 //   0. S0 <- Q0 K_n'            commit s[0].full
 //   1. O1 <- O1 + P1 V_{n-1}    (n > 0) wait P1, O1 free; commit o[1]; release V_{n-1}
 //   2. S1 <- Q1 K_n'            release K_n chunks; commit s[1].full
@@ -46,7 +47,7 @@ struct MmaIssuer {
   // O_tile (+)= P_tile V. P: BN 16-bit values per lane packed in BN/2 columns, a k16 step is
   // 8 columns. V slot: Dp/64 boxes of [BN keys][64 depth]; a k16 step is 16 key rows = 2048
   // bytes (two whole swizzle atoms); LBO steps between the 64-wide depth boxes.
-  // k_steps < BN/16 on the last tile: key blocks entirely past seqlen_k are not multiplied
+  // k_steps < BN/16 on the tile crossing seqlen_k: key blocks entirely past seqlen_k are not multiplied
   // (MAX's mma_maybe_partial_k), so rows there (padding, seqused_k tail) never reach O.
   __device__ __forceinline__ void pv(int tile, u32 v_slot, bool accumulate, int k_steps) const {
     // Rolled: one descriptor and one TMEM address advance per step keeps the MMA warp
@@ -68,11 +69,18 @@ __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned 
                                     SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
   using T = Traits<Config>;
   if (!elect_one_sync()) return;
-  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
-  const int N = w.num_tiles;
-  if (N == 0) return;
+  const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role
+  const int n_first = w.first_tile();
+  if (!w.has(n_first)) return;
+  // The MMAs only depend on how many tiles the walk visits, not which: count them before the
+  // loop (overlapping the first TMA loads), so the loop keeps no mask classification live in
+  // this warp's 48 registers. The walk descends, so only its first tile can cross seqlen_k:
+  // k16 blocks entirely past seqlen_k there are not multiplied.
+  int N = 0;
+#pragma unroll 1
+  for (int n = n_first; w.has(n); n = w.next_tile(n)) ++N;
   constexpr int kSteps = T::kBN / umma::kMmaK;
-  const int last_steps = min(kSteps, ceil_div(w.seq.seqlen_k - (w.n_begin + N - 1) * T::kBN, umma::kMmaK));
+  const int first_steps = min(kSteps, ceil_div(w.seq.seqlen_k - n_first * T::kBN, umma::kMmaK));
 
   const MmaIssuer<Config> issue{tmem_base, smem_u32(smem + T::kQOff), smem_u32(smem + T::kKOff),
                                 smem_u32(smem + T::kVOff)};
@@ -81,12 +89,13 @@ __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned 
   SPProducer sp[2] = {SPProducer(&bars.s[0]), SPProducer(&bars.s[1])};
   OProducer o_prod[2] = {OProducer(&bars.o[0]), OProducer(&bars.o[1])};
 
-  // O_tile += P_tile V(slot). The O stage is free once the correction WG has rescaled it.
+  // O_tile += P_tile V(slot) for the n-th visited tile. The O stage is free once the correction
+  // WG has rescaled it.
   auto pv_step = [&](int tile, u32 v_slot, int n) {
     sp[tile].wait_p();
     auto st = o_prod[tile].acquire();
     tmem::fence_after();
-    issue.pv(tile, v_slot, n > 0, n == N - 1 ? last_steps : kSteps);
+    issue.pv(tile, v_slot, n > 0, n == 0 ? first_steps : kSteps);
     umma::commit(n == N - 1 ? &bars.o_final[tile] : st.full_barrier());
   };
 

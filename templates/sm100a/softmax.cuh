@@ -1,6 +1,7 @@
-// SM100MHA2Q.softmax: two warpgroups, WG i owns Q tile i (rows m0 + 128 i ..), S_i/P_i and O_i.
+// SM100MHA2Q.softmax: two warpgroups, WG i owns Q tile i (tile rows q_lo + 128 i ..; packed GQA:
+// row r is query r / kPack of head r % kPack), S_i/P_i and O_i.
 // One thread per row: thread t of the WG reads TMEM lane t, so row max and row sum need no
-// shuffles. Per KV tile:
+// shuffles. Per KV tile of the Work walk:
 //   wait S_i -> load S (32-column tcgen05.ld batches) -> score-mod, mask -> row max
 //   -> RowState::update_max (lazy rescale: keep the stale max unless it grew by > 2^8)
 //   -> factor to the correction WG through smem (not for the first tile: O is still empty)
@@ -38,7 +39,7 @@ struct SoftmaxRow {
   static_assert(kPolyEvery >= 0, "kExp2EmulateEvery: 0 (off) or N (1 pair in N)");
 
   const FwdParams& p;
-  mask::Ctx ctx;
+  mask::Ctx ctx;       // q_head: this row's head (packed GQA: the group's first head + PackedRow::head)
   int q;               // this thread's query row, clamped to seqlen_q - 1 (rows past it are not stored)
   int k_lo;            // first key of the current tile
   mask::TileClass cls; // for this Q tile and KV tile
@@ -120,7 +121,7 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
                                            int tile) {
   using T = Traits<Config>;
   using Row = SoftmaxRow<Config, Mask, ScoreMod>;
-  const Work w = make_work<Config, Mask>(p);  // the same tiles as every other role
+  const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role
   constexpr int kChunks = T::kBN / 32;
   // Identity score-mod and BN <= 128: the whole row of S stays in registers (one TMEM read,
   // FA4's way). Otherwise (BN = 192 for d64 would not fit in 192 registers; score-mods would
@@ -134,22 +135,29 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
   float* corr_smem = reinterpret_cast<float*>(smem + T::kCorrOff) + tile * T::kTileM;
   const float scale = Row::kIdentity ? p.scale_log2 : 1.0f;
 
-  const int q_lo = w.m0 + tile * T::kTileM;
-  const int q_hi = min(q_lo + T::kTileM, w.seq.seqlen_q);
+  // Tile rows of this Q tile (packed rows when kPack > 1) and the queries they span.
+  const int r_lo = w.q_lo + tile * T::kTileM;
+  const int r_hi = min(r_lo + T::kTileM, w.q_hi);
+  const int q_lo = Work<Config, Mask>::query_lo(r_lo), q_hi = Work<Config, Mask>::query_hi(r_hi);
+  const PackedRow<T::kPack> pr = PackedRow<T::kPack>::of(r_lo + r);
   // Masks and score-mods only see rows inside the sequence; rows past it are computed on a
-  // clamped index and never stored.
-  Row row_ctx{p, w.mask_ctx(p), min(q_lo + r, w.seq.seqlen_q - 1), 0, mask::kFull, false};
+  // clamped index and never stored. Packed: each row has its own head (mask, score-mod, sink).
+  mask::Ctx row_mask = w.ctx;
+  row_mask.q_head = w.seq.q_head + pr.head;
+  Row row_ctx{p, row_mask, min(pr.q, w.seq.seqlen_q - 1), 0, mask::kFull, false};
   softmax::RowState row;
   row.init();
 
   SPConsumer s_cons(&bars.s[tile]);
   CorrProducer c_prod(&bars.c[tile]);
 
+  const int n_first = w.first_tile();
 #pragma unroll 1
-  for (int n = 0; n < w.num_tiles; ++n) {
-    row_ctx.k_lo = (w.n_begin + n) * T::kBN;
-    row_ctx.cls = q_hi > q_lo ? Mask::classify(q_lo, q_hi, row_ctx.k_lo, row_ctx.k_lo + T::kBN, row_ctx.ctx)
-                              : mask::kSkip;
+  for (int n = n_first; w.has(n); n = w.next_tile(n)) {
+    row_ctx.k_lo = n * T::kBN;
+    // This Q tile's class (finer than the CTA's, which chose the tiles): kSkip here masks all.
+    const int k_hi = min(row_ctx.k_lo + T::kBN, w.seq.seqlen_k);
+    row_ctx.cls = r_hi > r_lo ? Mask::classify(q_lo, q_hi, row_ctx.k_lo, k_hi, w.ctx) : mask::kSkip;
     row_ctx.bounded = row_ctx.k_lo + T::kBN > w.seq.seqlen_k;
 
     auto s_stage = s_cons.acquire();  // S_i(n) is in TMEM; scope exit publishes P_i(n)
@@ -197,7 +205,7 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
     }
 
     const float corr = row.update_max(tile_max, scale);
-    if (n > 0) {  // O_i holds earlier tiles: the correction WG rescales it if corr < 1
+    if (n != n_first) {  // O_i holds earlier tiles: the correction WG rescales it if corr < 1
       auto c_stage = c_prod.acquire();
       corr_smem[r] = corr;
       c_stage.arrive();
@@ -234,8 +242,9 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
     row.sum = fmaf(row.sum, corr, tile_sum);
   }
 
-  if (p.sinks) row.add_sink(p.sinks[w.seq.q_head] * kLog2e, scale);
-  epilogue<Config>(w, p, tma, tmem_base, smem, bars, tile, row.inv_sum(), row.lse(scale));
+  // Split-KV: only split 0 counts the sink, so the combine adds it once.
+  if (p.sinks && w.split == 0) row.add_sink(p.sinks[row_ctx.ctx.q_head] * kLog2e, scale);
+  epilogue<Config, Mask>(w, p, tma, tmem_base, smem, bars, tile, w.has(n_first), row.inv_sum(), row.lse(scale));
 }
 
 }  // namespace sm100a

@@ -31,6 +31,7 @@ struct Traits {
   static constexpr int kKSlots = kStages * kQKStages;
   static constexpr int kBox = 64;                   // TMA box width: 64 x 16-bit = one 128-byte swizzle row
   static constexpr int kThreads = 512;
+  static constexpr int kPack = Config::kPack;       // GQA packing: row r = query r / kPack, head r % kPack
 
   static_assert(Config::kNumThreads == kThreads, "sm100a: 16 warps (2 softmax WGs, correction WG, MMA, load)");
   static_assert(kBM == 256 && kNumQTiles == 2, "sm100a: BM = 256 = two Q tiles of 128 rows");
@@ -41,6 +42,7 @@ struct Traits {
   static_assert(kBN % 32 == 0 && kBN >= 64 && kBN <= 256, "BN: MMA N (M = 128 needs N % 16 == 0, <= 256), 32-col batches");
   static_assert(kStages >= 2, "V(n) is held until O1 += P1 V(n) one iteration later: needs 2 V slots");
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "16-bit Q/K/V/O");
+  static_assert(kPack >= 1 && kTileM % kPack == 0, "a Q tile (one 5-D TMA box) holds whole groups");
 
   // ---- TMEM columns (fp32, 128 lanes) ----
   static constexpr u32 kTmemS0 = 0;                 // S0, then P0 (16-bit, packed 2 per column) over it
@@ -69,42 +71,17 @@ struct Traits {
                 "swizzle atoms are 1024-byte aligned");
 };
 
-// The work of one CTA: one batch, one q head, Q rows [m0, m0 + 256), KV tiles
-// [n_begin, n_begin + num_tiles) of kBN keys. Every role builds it from the same inputs.
-struct Work {
-  SeqInfo seq;
-  int m0;         // first Q row of the CTA (tile i starts at m0 + 128 i)
-  int n_begin;    // first KV tile index
-  int num_tiles;  // KV tiles to process (0: nothing visible, write O = 0, LSE = -inf)
-  int q_row0;     // TMA row coordinate of sequence row 0 (varlen: packed offset)
-  int q_batch;    // TMA batch coordinate (varlen: 0)
-  int k_row0;
-  int k_batch;
-  bool valid;     // false: this CTA's rows are all past seqlen_q (varlen grid is over the max)
-
-  __device__ __forceinline__ mask::Ctx mask_ctx(const FwdParams& p) const {
-    return mask::Ctx{seq.batch, seq.q_head, seq.seqlen_q, seq.seqlen_k, &p};
-  }
-};
-
-// Built from the shared scheduler (common/tile_scheduler.cuh), which the sm90a backend runs
-// and tests on hardware: same Q tile order, KV range and TMA coordinates.
+// The work of one CTA (common/tile_scheduler.cuh TileWork, which the sm90a backend runs and tests
+// on hardware): batch, head (the group's first head when GQA heads are packed), tile rows
+// [q_lo, q_hi) (packed rows when kPack > 1; Q tile i starts at q_lo + 128 i), the KV split and the
+// KV tiles, walked from first_tile() down with next_tile() so every role skips the same kSkip
+// tiles. Every role builds it from the same inputs.
 template <class Config, class Mask>
-__device__ __forceinline__ Work make_work(const FwdParams& p) {
-  using T = Traits<Config>;
-  const auto t = TileWork<T::kBM, T::kBN, Mask>::make(p);
-  const TmaCoords c = TmaCoords::make(p, t.seq);
-  Work w;
-  w.seq = t.seq;
-  w.m0 = t.q_lo;
-  w.valid = t.valid;
-  w.n_begin = t.n_begin;
-  w.num_tiles = t.num_tiles();
-  w.q_row0 = c.q_row0;
-  w.q_batch = c.q_batch;
-  w.k_row0 = c.kv_row0;
-  w.k_batch = c.kv_batch;
-  return w;
+using Work = TileWork<Traits<Config>::kBM, Traits<Config>::kBN, Mask, Traits<Config>::kPack>;
+
+template <class Config, class Mask>
+__device__ __forceinline__ Work<Config, Mask> make_work(const FwdParams& p) {
+  return Work<Config, Mask>::make(p);
 }
 
 }  // namespace sm100a

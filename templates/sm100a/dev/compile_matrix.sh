@@ -2,10 +2,15 @@
 # Compiles every sm100a variant of dev/harness.cu (no GPU needed) and checks each one:
 #   nvcc -cubin -Xptxas -v : 0 bytes spill stores/loads, static + dynamic smem <= 232448, no warnings
 #   nvcc -ptx              : contains tcgen05.mma, tcgen05.ld, tcgen05.st, tcgen05.commit,
-#                            cp.async.bulk.tensor, setmaxnreg
+#                            cp.async.bulk.tensor, setmaxnreg; reads FwdParams::page_table,
+#                            kv_box_rows, o_partial, lse_partial, num_splits (the run-time paged and
+#                            split-KV paths are in every kernel); packed GQA: the 5-D Q load and O store
 #   NVRTC (as the runtime) : compiles with -I templates only (skipped if libnvrtc is missing)
+# Variants: dtype x depth x mask (None, Causal, SlidingWindow, And<Causal,Chunked>, custom with and
+# without a block snippet) x score-mod, then packed GQA (group 4 and 8) x depth x {None, Causal,
+# custom+block} x {Identity, user snippet}.
 # One line per variant: registers, smem, spills, nvcc and NVRTC compile time. Exit 1 on any failure.
-# Usage: compile_matrix.sh [-j JOBS] [-q]   (-q: bf16 only, 32 variants)
+# Usage: compile_matrix.sh [-j JOBS] [-q]   (-q: bf16 only)
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
@@ -25,6 +30,20 @@ WORK="$(mktemp -d /tmp/fa4_sm100a_matrix.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 SMEM_LIMIT=232448
 
+# Byte offsets of the FwdParams fields the paged / split paths read (PTX: ld.param [%rd+OFF]).
+cat >"$WORK/offsets.cpp" <<EOF2
+#include <cstddef>
+#include <cstdio>
+#include "common/params.h"
+int main() {
+  std::printf("%zu %zu %zu %zu %zu\\n", offsetof(fa4::FwdParams, page_table), offsetof(fa4::FwdParams, kv_box_rows),
+              offsetof(fa4::FwdParams, o_partial), offsetof(fa4::FwdParams, lse_partial),
+              offsetof(fa4::FwdParams, num_splits));
+}
+EOF2
+g++ -std=c++17 -I"$TEMPLATES" "$WORK/offsets.cpp" -o "$WORK/offsets" || { echo "cannot build offsets.cpp" >&2; exit 1; }
+PARAM_OFFSETS="$("$WORK/offsets")"
+
 NVRTC_BIN=""
 if g++ -std=c++17 -O1 -I"$CUDA_HOME/include" "$HERE/nvrtc_check.cpp" -L"$CUDA_HOME/lib64" -lnvrtc \
      -o "$WORK/nvrtc_check" 2>/dev/null; then
@@ -32,18 +51,23 @@ if g++ -std=c++17 -O1 -I"$CUDA_HOME/include" "$HERE/nvrtc_check.cpp" -L"$CUDA_HO
 fi
 
 DTYPES="bf16 fp16"; [ "$QUICK" = 1 ] && DTYPES="bf16"
-MASKS=(None Causal SlidingWindow CausalAndChunked)
+MASKS=(None Causal SlidingWindow CausalAndChunked CustomBlock Custom)
 MODS=(Identity Softcap Alibi UserSnippet)
 
 variants=()
-for dt in $DTYPES; do for d in 128 64; do for m in 0 1 2 3; do for s in 0 1 2 3; do
-  variants+=("$dt $d $m $s")
+for dt in $DTYPES; do for d in 128 64; do for m in 0 1 2 3 4 5; do for s in 0 1 2 3; do
+  variants+=("$dt $d $m $s 1")
 done; done; done; done
+for g in 4 8; do for d in 128 64; do for m in 0 1 4; do for s in 0 3; do
+  variants+=("bf16 $d $m $s $g")
+done; done; done; done
+[ "$QUICK" = 1 ] || variants+=("fp16 128 1 0 4" "fp16 64 4 3 8")
 
 one() {
-  local dt=$1 d=$2 m=$3 s=$4
+  local dt=$1 d=$2 m=$3 s=$4 g=$5
   local name="${dt}_d${d}_${MASKS[$m]}_${MODS[$s]}"
-  local defs="-DFA4_DEPTH=$d -DFA4_MASK=$m -DFA4_SCORE_MOD=$s"
+  local defs="-DFA4_DEPTH=$d -DFA4_MASK=$m -DFA4_SCORE_MOD=$s -DFA4_PACK=$g"
+  [ "$g" = 1 ] || name="${name}_pack$g"
   [ "$dt" = fp16 ] && defs="$defs -DFA4_FP16"
   local out="$WORK/$name"
   local t0 t1 rc=0 why=""
@@ -58,6 +82,14 @@ one() {
   for ins in tcgen05.mma tcgen05.ld tcgen05.st tcgen05.commit cp.async.bulk.tensor setmaxnreg; do
     grep -q "$ins" "$out.ptx" || { rc=1; why="$why missing:$ins"; }
   done
+  local off
+  for off in $PARAM_OFFSETS; do
+    grep -qE "ld\.param\.[a-z0-9]+[[:space:]]+%[a-z0-9]+, \[[^]]*\+$off\]" "$out.ptx" || { rc=1; why="$why no-param+$off"; }
+  done
+  if [ "$g" != 1 ]; then
+    grep -q "cp.async.bulk.tensor.5d.shared::cluster.global" "$out.ptx" || { rc=1; why="$why missing:5d-load"; }
+    grep -q "cp.async.bulk.tensor.5d.global.shared::cta" "$out.ptx" || { rc=1; why="$why missing:5d-store"; }
+  fi
   local regs spill_st spill_ld smem_static dyn
   regs=$(grep -oE 'Used [0-9]+ registers' "$out.log" | grep -oE '[0-9]+' | head -1)
   spill_st=$(grep -oE '[0-9]+ bytes spill stores' "$out.log" | grep -oE '^[0-9]+' | head -1)
@@ -84,12 +116,12 @@ one() {
     "$status" >"$out.res"
 }
 export -f one
-export NVCC HERE TEMPLATES WORK NVRTC_BIN SMEM_LIMIT
+export NVCC HERE TEMPLATES WORK NVRTC_BIN SMEM_LIMIT PARAM_OFFSETS
 export MASKS_S="${MASKS[*]}" MODS_S="${MODS[*]}"
 run_one() { MASKS=($MASKS_S); MODS=($MODS_S); one "$@"; }
 export -f run_one
 
-printf '%s\n' "${variants[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one $0 $1 $2 $3'
+printf '%s\n' "${variants[@]}" | xargs -P "$JOBS" -L 1 bash -c 'run_one $0 $1 $2 $3 $4'
 cat "$WORK"/*.res | sort
 n=$(cat "$WORK"/*.res | wc -l)
 bad=$(grep -c FAIL "$WORK"/*.res | awk -F: '{s+=$2} END {print s}')

@@ -2,9 +2,12 @@
 // switchable with -D for the compile matrix (dev/compile_matrix.sh):
 //   -DFA4_FP16          half instead of bf16
 //   -DFA4_DEPTH=64|128  (d64: BN 192, 4 KV stages, 1 qk stage; d128: BN 128, 2, 2)
-//   -DFA4_MASK=0|1|2|3  None | Causal | SlidingWindow | And<Causal, Chunked>
+//   -DFA4_MASK=0..5     None | Causal | SlidingWindow | And<Causal, Chunked> |
+//                       custom with a block snippet (generated Custom<UserMask0>) | custom without one
 //   -DFA4_SCORE_MOD=0|1|2|3  Identity | Softcap | Alibi | a generated struct (user snippet)
 //   -DFA4_EXP2_POLY=N   optional Config::kExp2EmulateEvery (0: every exp2 on MUFU; default 4)
+//   -DFA4_PACK=G        Config::kPack (GQA packing, FA4Config::pack_gqa with group G; default 1)
+// Paged KV and split-KV are run-time paths (FwdParams::page_table, num_splits): every variant has them.
 #include "common/prelude.cuh"
 #include "common/sequence.cuh"
 #include "common/mask.cuh"
@@ -19,6 +22,9 @@
 #endif
 #ifndef FA4_SCORE_MOD
 #define FA4_SCORE_MOD 0
+#endif
+#ifndef FA4_PACK
+#define FA4_PACK 1
 #endif
 
 namespace fa4 {
@@ -45,6 +51,7 @@ struct Config {
   static constexpr int kSmemBytes =
       2 * (kBM * kPaddedDepth + 2 * kNumKVStages * kBN * kPaddedDepth) + kBM * 4 + 1024;
   static constexpr int kArch = 100;
+  static constexpr int kPack = FA4_PACK;
 #ifdef FA4_EXP2_POLY
   static constexpr int kExp2EmulateEvery = FA4_EXP2_POLY;
 #endif
@@ -55,8 +62,36 @@ using Mask = fa4::mask::None;
 using Mask = fa4::mask::Causal;
 #elif FA4_MASK == 2
 using Mask = fa4::mask::SlidingWindow;
-#else
+#elif FA4_MASK == 3
 using Mask = fa4::mask::And<fa4::mask::Causal, fa4::mask::Chunked>;
+#else
+// What the generator emits for Mask::custom(body, block_body): eval is the element snippet,
+// block the block snippet (PARTIAL when none was given); fa4::mask::Custom adds the run-time
+// block mask (FwdParams::block_mask) and the per-head combination. (The generator also declares
+// aux / scalars for the snippets; left out here, nvcc warns #550 when a snippet does not use them.)
+struct UserMask0 {
+  __device__ __forceinline__ static bool eval(int b, int h, int q_idx, int kv_idx,
+                                              const fa4::FwdParams& params) {
+    (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)params;
+#line 1 "user_mask"
+    return (q_idx / 64) == (kv_idx / 64) || kv_idx < 4 + h;
+  }
+  __device__ __forceinline__ static int block(int b, int h, int q_lo, int q_hi, int kv_lo, int kv_hi,
+                                             const fa4::FwdParams& params) {
+    constexpr int SKIP = fa4::mask::kSkip, FULL = fa4::mask::kFull, PARTIAL = fa4::mask::kPartial;
+    (void)b; (void)h; (void)q_lo; (void)q_hi; (void)kv_lo; (void)kv_hi; (void)params;
+    (void)SKIP; (void)FULL;
+#if FA4_MASK == 4
+#line 1 "user_block_mask"
+    if (kv_lo >= 4 + h && (kv_hi - 1) / 64 < q_lo / 64) return SKIP;
+    if (kv_lo >= 4 + h && kv_lo / 64 > (q_hi - 1) / 64) return SKIP;
+    return PARTIAL;
+#else
+    return PARTIAL;
+#endif
+  }
+};
+using Mask = fa4::mask::Custom<UserMask0>;
 #endif
 #if FA4_SCORE_MOD == 0
 using ScoreMod = fa4::score_mod::Identity;
