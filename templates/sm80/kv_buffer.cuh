@@ -52,31 +52,37 @@ struct KVBuffer {
   }
 
   // Paged KV: key row r is row r % page_size of page pages[r / page_size] (SeqInfo::k_row /
-  // v_row; K/V batch strides are page strides). Each thread walks its rows with a running
-  // (page index, row in page); K and V share the lookup. Rows >= seqlen_k are zero-filled and
-  // never use their page entry.
+  // v_row; K/V batch strides are page strides).
   // Not inlined: the KV loop runs at the register limit, and inlined paged code in it (even an
   // empty branch) shifted ptxas's allocation of the whole loop and added spills to unpaged
-  // configs. As a call (whole-program ptxas saves nothing around it; the callee reads the
-  // parameters through a generic pointer, a few cached loads per tile) it leaves the unpaged
-  // loop's allocation nearly as it was (dev/compile_matrix.sh).
+  // configs. As a call (whole-program ptxas: nothing saved around it; the callee reads the
+  // parameters through a generic pointer, a few cached loads per tile) the unpaged loop keeps
+  // its allocation within a register (dev/compile_matrix.sh). K and V go one after the other:
+  // fewer registers live in the callee means fewer the caller must keep clear at the call.
   __device__ __noinline__ static void load_paged(const FwdParams& p, int kv_head, int seqlen_k, u32 k_smem, u32 v_smem,
                                                  int n, int stage, int tid) {
-    const u32 k_dst = k_smem + stage * T::kKVStageBytes, v_dst = v_smem + stage * T::kKVStageBytes;
+    load_paged_one(p, static_cast<const Element*>(p.k) + (long long)kv_head * p.k_head_stride, p.k_batch_stride,
+                   p.k_row_stride, k_smem + stage * T::kKVStageBytes, seqlen_k, n, tid);
+    load_paged_one(p, static_cast<const Element*>(p.v) + (long long)kv_head * p.v_head_stride, p.v_batch_stride,
+                   p.v_row_stride, v_smem + stage * T::kKVStageBytes, seqlen_k, n, tid);
+  }
+  // One of K or V (g: the KV head's base; page_stride: the batch stride, one page). A thread
+  // walks its rows with a running (page index, row in page), as SmemTile::load_async assigns
+  // them when kThreads % kChunks == 0 (rows tid / kChunks + i * kRowStep), otherwise (e.g.
+  // depth 96) copy idx = tid + i * kThreads is (row idx / kChunks, chunk idx % kChunks). Rows
+  // >= seqlen_k are zero-filled and never use their page entry. The row loop stays rolled:
+  // short code, few registers.
+  __device__ __forceinline__ static void load_paged_one(const FwdParams& p, const Element* g, long long page_stride,
+                                                        long long row_stride, u32 smem, int seqlen_k, int n, int tid) {
     const int* pages = p.page_table + (long long)blockIdx.z * p.max_pages;
-    const Element* k = static_cast<const Element*>(p.k) + (long long)kv_head * p.k_head_stride;
-    const Element* v = static_cast<const Element*>(p.v) + (long long)kv_head * p.v_head_stride;
-    const int ps = p.page_size, last_page = p.max_pages - 1;
-    // Thread -> (row, chunk) as in SmemTile::load_async when kThreads % kChunks == 0 (rows
-    // tid / kChunks + i * kRowStep); otherwise (e.g. depth 96) copy idx = tid + i * kThreads is
-    // (row idx / kChunks, chunk idx % kChunks).
+    const unsigned ps = p.page_size, last_page = p.max_pages - 1;
     constexpr bool kFixedChunk = T::kThreads % T::kChunks == 0;
     constexpr int kRowStep = kFixedChunk ? T::kThreads / T::kChunks : 0;
     constexpr int kTotal = T::kBN * T::kChunks;
     int row = tid / T::kChunks, chunk = tid % T::kChunks;
-    int pg = 0, in = 0;
+    unsigned pg = 0, in = 0;  // unsigned: rows and page sizes are >= 0, and unsigned division is shorter
     if constexpr (kFixedChunk) {
-      const int kr = n * T::kBN + row;
+      const unsigned kr = n * T::kBN + row;
       pg = kr / ps;
       in = kr - pg * ps;
     }
@@ -87,7 +93,7 @@ struct KVBuffer {
           row += kRowStep;
           in += kRowStep;
           if (in >= ps) {  // entered a later page (several ahead when page_size < kRowStep)
-            const int pages_on = in / ps;
+            const unsigned pages_on = in / ps;
             in -= pages_on * ps;
             pg += pages_on;
           }
@@ -97,17 +103,14 @@ struct KVBuffer {
         if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
         row = idx / T::kChunks;
         chunk = idx % T::kChunks;
-        const int kr = n * T::kBN + row;
+        const unsigned kr = n * T::kBN + row;
         pg = kr / ps;
         in = kr - pg * ps;
       }
       const int page = pages[min(pg, last_page)];  // L1-resident: a tile reads one or a few entries
       const bool valid = n * T::kBN + row < seqlen_k && (T::kDepth == T::D || chunk * 8 < T::kDepth);
-      const u32 dst = Tile::offset(row, chunk);
-      const Element* ks = k + (long long)page * p.k_batch_stride + (long long)in * p.k_row_stride + chunk * 8;
-      cp_async_16(k_dst + dst, valid ? ks : k, valid);
-      const Element* vs = v + (long long)page * p.v_batch_stride + (long long)in * p.v_row_stride + chunk * 8;
-      cp_async_16(v_dst + dst, valid ? vs : v, valid);
+      const Element* src = g + (long long)page * page_stride + (long long)in * row_stride + chunk * 8;
+      cp_async_16(smem + Tile::offset(row, chunk), valid ? src : g, valid);
     }
   }
 

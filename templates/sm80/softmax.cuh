@@ -40,6 +40,9 @@ template <class T, class Mask, class ScoreMod>
 __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNTiles][4], bool partial, int q_row0,
                                                    int k_col0, const mask::Ctx& ctx, const FwdParams& p) {
   using Row = PackedRow<T::kPack>;
+  // Packed rows: the per-row (query, head) pairs are loop-invariant, and hoisted they would hold
+  // registers across the KV loop; opaque, they are recomputed per tile (shifts and adds).
+  if constexpr (T::kPack > 1) asm volatile("" : "+r"(q_row0));
   if constexpr (!ScoreMod::kIsIdentity) {
     // Indices are clamped into the sequence so a score-mod that reads aux tensors never reads
     // out of bounds; the elements concerned are masked (k) or never written (q) anyway.
