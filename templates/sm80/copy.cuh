@@ -47,6 +47,11 @@ __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
                : "memory");
 }
 
+// Split-KV partial O: two adjacent float32 columns of one row (8-byte aligned: kDepth % 8 == 0).
+__device__ __forceinline__ void st_global_v2_f32(float* p, float a, float b) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
 // Special registers read with volatile asm: each call is a fresh S2R the compiler can neither
 // merge with an earlier read nor hoist, so values needed only late (epilogue) or per tile
 // are re-read instead of occupying a register across the KV loop.

@@ -1,5 +1,6 @@
 // sm80 forward attention (FlashAttention-2 structure, portable to sm_80..sm_120):
-// one CTA = kBM query rows of one (batch, head); 4 warps, each owning kBM/4 rows end to end.
+// one CTA = kBM query rows of one (batch, head) (or kBM packed rows of one KV head's group);
+// 4 warps, each owning kBM/4 rows end to end.
 //
 //   Q tile + first KV tiles --cp.async--> smem          (zero-filled past seqlen)
 //   for each non-skipped KV tile n in Mask::kv_range:   (same order for loads and compute)
@@ -9,12 +10,22 @@
 //     online softmax       quad shuffles, RowState lazy rescale, P = exp2 in place of S
 //     O += P V             P re-packed from S fragments in registers (no smem round trip)
 //   O / sum -> smem staging -> 16-byte stores; LSE
+//
+// Variants (docs: common/tile_scheduler.cuh, common/sequence.cuh, common/combine.cuh):
+//   split-KV   blockIdx.x = m_linear * num_splits + split; TileWork::finish gives the split's
+//              share of the KV tiles; the epilogue writes float32 partial O / LSE instead of O.
+//   GQA pack   kPack = group > 1: blockIdx.y is the KV head, tile row r is query r / kPack of
+//              head blockIdx.y * kPack + r % kPack (PackedRow), for Q loads, masks, score-mods,
+//              sinks, O and LSE.
+//   paged KV   p.page_table: K/V rows through the page table (KVBuffer::load_paged).
+//   block mask Mask::classify (mask::Custom) skips tiles and spares full tiles the masking.
 #pragma once
 #include "common/mask.cuh"
 #include "common/prelude.cuh"
 #include "common/score_mod.cuh"
 #include "common/sequence.cuh"
 #include "common/softmax.cuh"
+#include "common/tile_scheduler.cuh"
 #include "sm80/epilogue.cuh"
 #include "sm80/kv_buffer.cuh"
 #include "sm80/mma.cuh"
@@ -99,30 +110,47 @@ __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], c
   }
 }
 
+// The CTA's Q tile and KV split from blockIdx.x = m_linear * num_splits + split, decoded like
+// TileWork::make (masked problems: later query tiles see more keys, so the heaviest start
+// first). Fresh special-register reads: the epilogue decodes again instead of carrying these.
+struct CtaTile {
+  int m_block, split;
+};
+template <class Mask>
+__device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
+  int x = fresh_ctaid_x(), m_blocks = fresh_nctaid_x(), split = 0;
+  if (p.num_splits > 1) {
+    split = x % p.num_splits;
+    x /= p.num_splits;
+    m_blocks /= p.num_splits;
+  }
+  return {Mask::kIsNone ? x : m_blocks - 1 - x, split};
+}
+
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   using T = Traits<Config>;
-  constexpr int kBM = T::kBM, kBN = T::kBN, S = T::kStages;
+  constexpr int kBM = T::kBM, kBN = T::kBN, S = T::kStages, kPack = T::kPack;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
-  const int b = blockIdx.z, head = blockIdx.y;
-  const SeqInfo seq = SeqInfo::make(p, b, head);
-  // Masked problems: later query tiles see more keys (causal); start the heaviest first.
-  auto first_row = [] {
-    const int x = fresh_ctaid_x();
-    return (Mask::kIsNone ? x : fresh_nctaid_x() - 1 - x) * kBM;
-  };
-  const int q_lo = first_row();
-  if (q_lo >= seq.seqlen_q) return;  // varlen: this sequence is shorter than the grid (CTA-uniform)
-  const int q_hi = min(q_lo + kBM, seq.seqlen_q);
-
-  const mask::Ctx ctx{b, head, seq.seqlen_q, seq.seqlen_k, &p};
-  const mask::KvRange range = Mask::kv_range(q_lo, q_hi, ctx);
-  const int n_begin = range.begin / kBN;
-  const int n_end = range.end > range.begin ? ceil_div(range.end, kBN) : n_begin;
-  auto tile_class = [&](int n) {
-    return Mask::classify(q_lo, q_hi, n * kBN, min((n + 1) * kBN, seq.seqlen_k), ctx);
-  };
+  // Grid (num_m_blocks * num_splits, q heads or KV heads when packed, batch). TileWork::finish
+  // gives the rows and this split's share of the KV tiles, the same for every backend.
+  const int b = blockIdx.z, head = static_cast<int>(blockIdx.y) * kPack;
+  TileWork<kBM, kBN, Mask, kPack> work;
+  work.seq = SeqInfo::make(p, b, head);
+  work.ctx = mask::Ctx{b, head, work.seq.seqlen_q, work.seq.seqlen_k, &p, kPack};
+  {
+    const CtaTile ct = cta_tile<Mask>(p);
+    work.m_block = ct.m_block;
+    work.split = ct.split;
+  }
+  work.finish(p);
+  if (!work.valid) return;  // varlen: this sequence is shorter than the grid (CTA-uniform)
+  const SeqInfo& seq = work.seq;
+  const mask::Ctx& ctx = work.ctx;
+  const int q_lo = work.q_lo;
+  const int n_begin = work.n_begin, n_end = work.n_end;
+  auto tile_class = [&](int n) { return work.classify(n); };
   // First tile >= n that the mask does not skip (n_end if none). Loads and compute both walk
   // the tiles with this function, so the ring stays in step without any bookkeeping shared.
   auto next_tile = [&](int n) {
@@ -143,14 +171,15 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   const LaneOffset<T> lane_qv = LaneOffset<T>::make(lane & 15, lane >> 4);
   const LaneOffset<T> lane_k = LaneOffset<T>::make((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
 
-  // Prologue: Q joins the first group; stages 0..S-2 get the first S-1 tiles. Every stage
-  // commits a group, empty or not, so wait_group counts stay uniform.
+  // Prologue: Q joins the first group; the first S-1 tiles go to their stages (see the loop).
+  // Every stage commits a group, empty or not, so wait_group counts stay uniform.
+  constexpr bool kMaySkip = MaySkipInRange<Mask>::value;
   q_tile.load_from_dram(p, seq, q_lo, tid);
   int n_load = next_tile(n_begin);
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
     if (n_load < n_end) {
-      kv.load_from_dram(p, n_load, st, tid);
+      kv.load_from_dram(p, n_load, kMaySkip ? st : static_cast<int>(static_cast<unsigned>(n_load) % S), tid);
       n_load = next_tile(n_load + 1);
     }
     cp_async_commit();
@@ -171,12 +200,12 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   }
   const float scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
 
-  // Contiguous masks: tile n sits in stage (n - n_begin) % S and the prefetch is tile n+S-1,
-  // both derived from n. Masks with holes track the load cursor and the stage explicitly.
-  constexpr bool kMaySkip = MaySkipInRange<Mask>::value;
+  // Contiguous masks: tile n sits in stage n % S and the prefetch is tile n+S-1 (into stage
+  // (n-1) % S, freed last iteration), both derived from n alone: n_begin (a split's first tile)
+  // need not stay live. Masks with holes track the load cursor and the stage explicitly.
   int stage_tracked = 0;
   for (int n = next_tile(n_begin); n < n_end; n = next_tile(n + 1)) {
-    const int stage = kMaySkip ? stage_tracked : static_cast<int>(static_cast<unsigned>(n - n_begin) % S);
+    const int stage = kMaySkip ? stage_tracked : static_cast<int>(static_cast<unsigned>(n) % S);
     const int load_stage = stage + S - 1 >= S ? stage - 1 : stage + S - 1;
     const int load_tile = kMaySkip ? n_load : n + S - 1;
     // Tile n landed (at most S-2 younger groups in flight) and every warp is done with the
@@ -211,8 +240,9 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   // Rebuild the sequence view and ids rather than carrying o_offset/lse_offset (64-bit,
   // epilogue-only) and the block indices through the KV loop.
   const int tid_out = fresh_tid_x();
-  epilogue<T>(o, rs, scale, p, SeqInfo::make(p, fresh_ctaid_z(), fresh_ctaid_y()), first_row(), smem_q, tid_out >> 5,
-              tid_out & 31);
+  const CtaTile ct = cta_tile<Mask>(p);
+  const SeqInfo seq_out = SeqInfo::make(p, fresh_ctaid_z(), fresh_ctaid_y() * kPack);
+  epilogue<T>(o, rs, scale, p, seq_out, ct.m_block * kBM, ct.split, smem_q, tid_out >> 5, tid_out & 31);
 }
 
 }  // namespace sm80

@@ -20,9 +20,17 @@ struct QTile {
     smem_warp = smem_q + warp * T::kWarpRows * T::kRowBytes;
   }
 
+  // Tile rows [q_lo, q_lo + kBM); packed GQA: tile row r is SeqInfo::q_row<kPack>(r), and the
+  // seqlen_q * kPack packed rows are the valid ones. Rows past them are zero-filled.
   __device__ __forceinline__ void load_from_dram(const FwdParams& p, const SeqInfo& seq, int q_lo, int tid) const {
-    const auto* q = static_cast<const typename T::Element*>(p.q) + seq.q_offset;
-    Tile::load_async(smem, q, p.q_row_stride, q_lo, seq.seqlen_q, tid);
+    if constexpr (T::kPack == 1) {
+      const auto* q = static_cast<const typename T::Element*>(p.q) + seq.q_offset;
+      Tile::load_async(smem, q, p.q_row_stride, q_lo, seq.seqlen_q, tid);
+    } else {
+      const auto* q = static_cast<const typename T::Element*>(p.q);
+      Tile::load_async_rows(smem, [&](int r) { return q + seq.template q_row<T::kPack>(p, r); }, q, q_lo,
+                            seq.seqlen_q * T::kPack, tid);
+    }
   }
 
   // A fragment of this warp's m-block mt for depth k-step kk. ldmatrix x4 with lane l

@@ -88,6 +88,25 @@ struct SmemTile {
       }
     }
   }
+
+  // load_async for rows without a fixed stride (packed GQA Q rows): row_src(row) is the global
+  // address of row `row`'s first element, called only for rows < rows_valid. Used once per
+  // CTA, so it favours simplicity over the per-tile address tricks above.
+  template <class RowSrc>
+  __device__ __forceinline__ static void load_async_rows(u32 smem, const RowSrc& row_src,
+                                                         const typename T::Element* fallback, int row0,
+                                                         int rows_valid, int tid) {
+    constexpr int kTotal = kRows * T::kChunks;
+#pragma unroll
+    for (int i = 0; i < (kTotal + T::kThreads - 1) / T::kThreads; ++i) {
+      const int idx = tid + i * T::kThreads;
+      if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
+      const int row = idx / T::kChunks, chunk = idx % T::kChunks;
+      const bool valid = row0 + row < rows_valid && (T::kDepth == T::D || chunk * 8 < T::kDepth);
+      const auto* src = valid ? row_src(row0 + row) + chunk * 8 : fallback;
+      cp_async_16(smem + offset(row, chunk), src, valid);
+    }
+  }
 };
 
 }  // namespace sm80

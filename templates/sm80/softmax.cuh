@@ -7,6 +7,7 @@
 // reduces them once.
 #pragma once
 #include "common/mask.cuh"
+#include "common/sequence.cuh"
 #include "common/softmax.cuh"
 #include "sm80/traits.cuh"
 
@@ -22,13 +23,26 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// The mask context of one packed row: the mask sees the row's own head.
+__device__ __forceinline__ mask::Ctx row_ctx(const mask::Ctx& ctx, int head_offset) {
+  mask::Ctx c = ctx;
+  c.q_head += head_offset;
+  return c;
+}
+
 // Score-mod and mask on the raw S = Q K^T of one tile. Element e of n-block j of m-block mt is
-// row q_row0 + mt*16 + (e/2)*8, key k_col0 + j*8 + (e%2), with q_row0 = this lane's first query
-// row and k_col0 = tile start + 2t. Identity score-mods keep S raw (the scale is folded into
-// the exp2 FMA); others leave log2-domain logits. `partial`: apply Mask::visible and k < seqlen_k.
+// tile row r = q_row0 + mt*16 + (e/2)*8, key k_col0 + j*8 + (e%2), with q_row0 = this lane's
+// first tile row and k_col0 = tile start + 2t. Tile rows are packed rows (PackedRow<kPack>):
+// query r / kPack of head ctx.q_head + r % kPack (kPack == 1: query r of ctx.q_head). Identity
+// score-mods keep S raw (the scale is folded into the exp2 FMA); others leave log2-domain
+// logits. `partial`: apply Mask::visible and k < seqlen_k.
 template <class T, class Mask, class ScoreMod>
 __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNTiles][4], bool partial, int q_row0,
                                                    int k_col0, const mask::Ctx& ctx, const FwdParams& p) {
+  using Row = PackedRow<T::kPack>;
+  // Packed rows: the per-row (query, head) pairs are loop-invariant, and hoisted they would hold
+  // registers across the KV loop; opaque, they are recomputed per tile (shifts and adds).
+  if constexpr (T::kPack > 1) asm volatile("" : "+r"(q_row0));
   if constexpr (!ScoreMod::kIsIdentity) {
     // Indices are clamped into the sequence so a score-mod that reads aux tensors never reads
     // out of bounds; the elements concerned are masked (k) or never written (q) anyway.
@@ -37,11 +51,12 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
 #pragma unroll
       for (int j = 0; j < T::kNTiles; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[mt][j][e] = ScoreMod()(s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head,
-                                   min(q_row0 + mt * 16 + (e >> 1) * 8, ctx.seqlen_q - 1),
-                                   min(k_col0 + j * 8 + (e & 1), ctx.seqlen_k - 1), p) *
+        for (int e = 0; e < 4; ++e) {
+          const Row row = Row::of(q_row0 + mt * 16 + (e >> 1) * 8);
+          s[mt][j][e] = ScoreMod()(s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head + row.head,
+                                   min(row.q, ctx.seqlen_q - 1), min(k_col0 + j * 8 + (e & 1), ctx.seqlen_k - 1), p) *
                         kLog2e;
+        }
   }
   if (partial) {
 #pragma unroll
@@ -50,9 +65,13 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
       for (int j = 0; j < T::kNTiles; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int q = q_row0 + mt * 16 + (e >> 1) * 8, k = k_col0 + j * 8 + (e & 1);
+          const Row row = Row::of(q_row0 + mt * 16 + (e >> 1) * 8);
+          const int k = k_col0 + j * 8 + (e & 1);
           bool vis = k < ctx.seqlen_k;
-          if constexpr (!Mask::kIsNone) vis = vis && Mask::visible(q, k, ctx);
+          if constexpr (!Mask::kIsNone) {
+            if constexpr (T::kPack == 1) vis = vis && Mask::visible(row.q, k, ctx);
+            else vis = vis && Mask::visible(row.q, k, row_ctx(ctx, row.head));
+          }
           if (!vis) s[mt][j][e] = kNegInf;
         }
   }

@@ -16,6 +16,7 @@ struct Traits {
   static constexpr int kBM = Config::kBM;
   static constexpr int kBN = Config::kBN;
   static constexpr int kStages = Config::kNumKVStages;
+  static constexpr int kPack = Config::kPack;  // GQA packing: q heads per tile row group (1: unpacked)
   static constexpr int kThreads = Config::kNumThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kWarpRows = kBM / kWarps;  // query rows owned by one warp
@@ -40,6 +41,7 @@ struct Traits {
   static_assert(kBN % 16 == 0, "sm80: kBN must be a multiple of 16");
   static_assert(D % 16 == 0, "sm80: kPaddedDepth must be a multiple of 16");
   static_assert(kDepth % 8 == 0 && kDepth <= D, "sm80: kDepth must be a multiple of 8 and <= kPaddedDepth");
+  static_assert(kPack >= 1, "sm80: kPack is the GQA group when packed, else 1");
   static_assert(kStages >= 2, "sm80: cp.async ring needs kNumKVStages >= 2");
   static_assert(kSmemBytes <= Config::kSmemBytes,
                 "sm80: layout needs 2*(kBM*Dp + 2*kNumKVStages*kBN*Dp) bytes of dynamic shared memory");

@@ -3,7 +3,8 @@
 
 Mirrors, formula for formula, the index arithmetic of smem_tile.cuh (swizzle, cp.async thread
 mapping, LaneOffset), q_tile.cuh / kv_buffer.cuh (ldmatrix lane addresses and matrix order),
-mma.cuh (m16n8k16 fragments, S -> P A-fragment) and epilogue.cuh (O staging), with the PTX ISA
+mma.cuh (m16n8k16 fragments, S -> P A-fragment) and epilogue.cuh (O staging, split-KV partial
+stores), the paged K/V walk of KVBuffer::load_paged and the packed-Q rows, with the PTX ISA
 semantics of ldmatrix (.x4, .trans) and mma.sync m16n8k16. Checks, per warp, that
 S = Q K^T and O = P V come out right and that every byte lands where the reader expects it.
 If a formula changes in the .cuh files, change it here too.
@@ -67,6 +68,101 @@ def store_tile(T, smem, base, tile, rows):
             v = tile[row][col] if col < T.kDepth else 0.0
             smem[base + dst + 2 * e] = v
     assert len(seen) == rows * T.kChunks
+
+
+def load_paged_targets(T, n, seqlen_k, ps, max_pages):
+    """(row, chunk, dst, page_index, row_in_page, valid) for every copy of KVBuffer::load_paged
+    (tile n), all threads, with its running (page index, row in page) walk."""
+    out = []
+    fixed = THREADS % T.kChunks == 0
+    row_step = THREADS // T.kChunks if fixed else 0
+    total = T.BN * T.kChunks
+    for tid in range(THREADS):
+        row, chunk = tid // T.kChunks, tid % T.kChunks
+        pg = inn = 0
+        if fixed:
+            kr = n * T.BN + row
+            pg, inn = kr // ps, kr - (kr // ps) * ps
+        for i in range(-(-total // THREADS)):
+            if fixed:
+                if i > 0:
+                    row += row_step
+                    inn += row_step
+                    if inn >= ps:
+                        on = inn // ps
+                        inn -= on * ps
+                        pg += on
+            else:
+                idx = tid + i * THREADS
+                if total % THREADS != 0 and idx >= total:
+                    break
+                row, chunk = idx // T.kChunks, idx % T.kChunks
+                kr = n * T.BN + row
+                pg, inn = kr // ps, kr - (kr // ps) * ps
+            valid = n * T.BN + row < seqlen_k and (T.kDepth == T.D or chunk * 8 < T.kDepth)
+            out.append((row, chunk, offset(T, row, chunk), min(pg, max_pages - 1), inn, valid))
+    return out
+
+
+def check_paged(T):
+    """Every (row, chunk) of the tile once, at its swizzled offset, from the right page row."""
+    for ps in [1, 3, 8, 16, 24, 48, 64, 256]:
+        for n in range(4):
+            max_pages = -(-(4 * T.BN) // ps)
+            seqlen_k = 4 * T.BN - 5
+            seen = set()
+            for row, chunk, dst, pg, inn, valid in load_paged_targets(T, n, seqlen_k, ps, max_pages):
+                assert (row, chunk) not in seen
+                seen.add((row, chunk))
+                assert dst == offset(T, row, chunk)
+                kr = n * T.BN + row
+                assert valid == (kr < seqlen_k and chunk * 8 < T.kDepth)
+                if valid:
+                    assert (pg, inn) == (kr // ps, kr % ps), ("page walk", ps, n, row)
+            assert len(seen) == T.BN * T.kChunks
+
+
+def check_packed_q(T, pack, seqlen_q, q_lo):
+    """SmemTile::load_async_rows for packed Q: tile row r -> query (q_lo + r) / pack of head
+    (q_lo + r) % pack, each (row, chunk) once, rows >= seqlen_q * pack zero-filled."""
+    seen = set()
+    total = T.BM * T.kChunks
+    for tid in range(THREADS):
+        for i in range(-(-total // THREADS)):
+            idx = tid + i * THREADS
+            if total % THREADS != 0 and idx >= total:
+                break
+            row, chunk = idx // T.kChunks, idx % T.kChunks
+            assert (row, chunk) not in seen
+            seen.add((row, chunk))
+            r = q_lo + row
+            valid = r < seqlen_q * pack and chunk * 8 < T.kDepth
+            if valid:
+                q, head = r // pack, r % pack  # SeqInfo::q_row<pack>
+                assert q < seqlen_q and 0 <= head < pack
+    assert len(seen) == T.BM * T.kChunks
+
+
+def check_partial_epilogue(T):
+    """epilogue (split-KV): lane (g, t) of warp w stores o[mt][d][2h..2h+1] at row
+    w*kWarpRows + mt*16 + h*8 + g, columns 8d + 2t, +1: every [BM][kDepth] element once."""
+    written = {}
+    for warp in range(4):
+        for mt in range(T.kMTiles):
+            for h in range(2):
+                for l in range(32):
+                    g, t = l >> 2, l & 3
+                    row = warp * T.kWarpRows + mt * 16 + h * 8 + g
+                    for d in range(T.kDTiles):
+                        if d * 8 >= T.kDepth:
+                            continue
+                        for e in range(2):
+                            key = (row, 8 * d + 2 * t + e)
+                            assert key not in written
+                            # C fragment element 2h+e of n8 block d is (row g + 8h, col 2t + e)
+                            written[key] = (mt, d, l, 2 * h + e)
+                            assert (warp * T.kWarpRows + mt * 16 + (l >> 2) + 8 * ((2 * h + e) >> 1), d * 8 + 2 * (l & 3) + ((2 * h + e) & 1)) == key
+    assert len(written) == T.BM * T.kDepth
 
 
 class LaneOffset:
@@ -217,4 +313,9 @@ if __name__ == "__main__":
                              (256, 64, 64, None), (128, 128, 64, 120), (80, 128, 64, 72)]:
         T = Traits(D, BM, BN, depth)
         check(T)
+        check_paged(T)
+        check_partial_epilogue(T)
+        for pack, sq in [(2, 5), (4, 33), (6, 7), (8, 100)]:
+            for q_lo in range(0, sq * pack + BM, BM):
+                check_packed_q(T, pack, sq, q_lo)
         print(f"ok: D={D} kDepth={T.kDepth} BM={BM} BN={BN} swizzle_mask={T.kSwizzleMask}")

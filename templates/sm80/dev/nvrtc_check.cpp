@@ -3,8 +3,11 @@
 //   g++ -std=c++17 -I/usr/local/cuda/include templates/sm80/dev/nvrtc_check.cpp \
 //       -L/usr/local/cuda/lib64 -lnvrtc -o /tmp/nvrtc_check
 //   /tmp/nvrtc_check sm_90 -DFA4_DEPTH=64 -DFA4_MASK=None
+// FA4_SRC=file compiles that file instead (e.g. `fa4jit gen --config c.json` output) against the
+// working tree's templates, with the runtime's NVRTC options.
 #include <nvrtc.h>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -12,11 +15,15 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) { std::fprintf(stderr, "usage: nvrtc_check sm_XX [-DNAME=VALUE]...\n"); return 1; }
-  std::ifstream f("templates/sm80/dev/harness.cu");
+  const char* path = std::getenv("FA4_SRC");
+  std::ifstream f(path ? path : "templates/sm80/dev/harness.cu");
+  if (!f) { std::fprintf(stderr, "cannot read %s\n", path ? path : "templates/sm80/dev/harness.cu"); return 1; }
   std::stringstream ss; ss << f.rdbuf();
   const std::string src = ss.str();
   std::vector<std::string> opts = {std::string("--gpu-architecture=") + argv[1], "-std=c++17", "-Itemplates",
                                    "-Xptxas=-v"};
+  if (path)  // runtime/nvrtc.cpp's options (generated sources need -default-device)
+    for (const char* o : {"-default-device", "--use_fast_math", "-DNDEBUG", "-lineinfo"}) opts.push_back(o);
   for (int i = 2; i < argc; ++i) opts.push_back(argv[i]);
   std::vector<const char*> copts;
   for (auto& o : opts) copts.push_back(o.c_str());
