@@ -43,13 +43,6 @@ struct Scheduler {
   }
 };
 
-// Hides a value from loop-invariant code motion: at 160 registers (kBM 192) ptxas otherwise hoists
-// the four Q descriptors (64-bit each) out of the KV loop and spills them (softcap + ping-pong).
-__device__ __forceinline__ u32 opaque_u32(u32 x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
 // KV loop of one tile for one consumer warpgroup (Q of the tile has landed; n = w.first_tile()
 // is a visible tile). Rings and scheduler are passed in: the persistent mode carries their state
 // across tiles, consumer_loop makes fresh ones per CTA.

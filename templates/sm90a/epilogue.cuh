@@ -1,9 +1,11 @@
 // Epilogue of one consumer warpgroup: normalise O, stage it in the warpgroup's Q region
 // (128B-swizzled like the TMA box, so fragment writes are bank-conflict free), then copy rows
-// < seqlen_q to global memory with 16-byte stores, and write LSE.
+// < seqlen_q to global memory with 16-byte stores, and write LSE. Packed GQA: rows < q_hi, each to
+// its (query, head) (SeqInfo::o_row / lse_row). Split-KV: float32 partials instead (no staging).
 // O is always stored manually (never by TMA): varlen tiles end inside the next sequence, and a
 // TMA store would overwrite its rows. Coalescing is the same (16 lanes per 256-byte row at d128).
 #pragma once
+#include "common/combine.cuh"
 #include "common/mbarrier.cuh"
 #include "sm90a/layout.cuh"
 #include "sm90a/softmax.cuh"
@@ -29,6 +31,37 @@ __device__ __forceinline__ void st_global_v4(void* ptr, const u32 (&v)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");
 }
+__device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(x), "f"(y) : "memory");
+}
+
+// Split-KV (p.num_splits > 1): this split's O, normalised by its own row sums, as float32 straight
+// from the accumulator fragment (a quad writes 8 consecutive floats = one full 32-byte sector per
+// row and column block, so no staging), and its LSE (-inf for a row that saw no key; O is 0 then).
+// fa4_combine writes O and p.lse. Tile rows >= q_hi are not written (tested as r < seqlen_q * kPack,
+// the same for r < q_lo + kBM, and it keeps q_hi from living across the KV loop).
+template <class Config, class Mask, class ScoreMod, class Work>
+__device__ __forceinline__ void store_split_partials(const FwdParams& p, const Work& w, int row_base,
+                                                     const float (&o)[Shape<Config>::kDp / 2],
+                                                     const WgSoftmax<Config, Mask, ScoreMod>& sm,
+                                                     const float (&inv)[2]) {
+  using Sh = Shape<Config>;
+  constexpr int kDp = Sh::kDp;
+  const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+  const int split = split_of<Config>(p, w);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row_base + warp * 16 + (lane >> 2) + 8 * h;  // tile row
+    if (r < w.seq.seqlen_q * Sh::kPack) {
+      const long long row = w.seq.template lse_row<Sh::kPack>(p, r);
+      float* dst = split::partial_o(p, split, row, Sh::kDepth) + 2 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < kDp / 8; ++j)
+        st_global_v2f(dst + 8 * j, o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+      if ((lane & 3) == 0) split::store_partial_lse(p, split, row, sm.row[h].lse(sm.scale));
+    }
+  }
+}
 
 // o_smem: shared address of this warpgroup's Q region (Dp/64 blocks of [64 rows][128 B]); all
 // wgmma reads of Q by this warpgroup have completed (waited) before this is called.
@@ -41,8 +74,16 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   constexpr int kDp = Sh::kDp;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
 
-  sm.finalize(p, w.seq.q_head);
+  sm.finalize(p, w);
   const float inv[2] = {sm.row[0].inv_sum(), sm.row[1].inv_sum()};
+  const int row_base = w.q_lo + wg * Sh::kWgRows;  // tile row of local row 0
+
+  if constexpr (Sh::kRuntimeVariants && !Sh::kPersistent) {  // the host never splits persistent launches
+    if (p.num_splits > 1) {  // uniform over the CTA; no staging, so no epilogue barrier either
+      store_split_partials<Config, Mask, ScoreMod>(p, w, row_base, o, sm, inv);
+      return;
+    }
+  }
 
   // Fragment -> smem. Element pair (row r, cols 8j + 2(l%4) + {0,1}) lives in block j/8, row r,
   // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
@@ -60,25 +101,38 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
 
   // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row.
   constexpr int kChunksPerRow = kDp / 8;
-  const int row_base = w.q_lo + wg * Sh::kWgRows;  // sequence row of local row 0
   Out* o_base = static_cast<Out*>(p.o) + w.seq.o_offset;
 #pragma unroll
   for (int it = 0; it < Sh::kWgRows * kChunksPerRow / 128; ++it) {
     const int idx = it * 128 + t;
     const int r = idx / kChunksPerRow, cc = idx % kChunksPerRow;
-    const int q = row_base + r;
-    if (q < w.seq.seqlen_q) {
-      u32 v[4];
-      ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
-      st_global_v4(o_base + static_cast<long long>(q) * p.o_row_stride + cc * 8, v);
+    if constexpr (Sh::kPack == 1) {
+      const int q = row_base + r;
+      if (q < w.seq.seqlen_q) {
+        u32 v[4];
+        ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
+        st_global_v4(o_base + static_cast<long long>(q) * p.o_row_stride + cc * 8, v);
+      }
+    } else {  // packed GQA: tile row -> (query, head) (PackedRow); rows >= seqlen_q * kPack are padding
+      const int tr = row_base + r;
+      if (tr < w.seq.seqlen_q * Sh::kPack) {
+        u32 v[4];
+        ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
+        st_global_v4(static_cast<Out*>(p.o) + w.seq.template o_row<Sh::kPack>(p, tr) + cc * 8, v);
+      }
     }
   }
 
   if (p.lse != nullptr && (lane & 3) == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int q = row_base + r0 + 8 * h;
-      if (q < w.seq.seqlen_q) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
+      if constexpr (Sh::kPack == 1) {
+        const int q = row_base + r0 + 8 * h;
+        if (q < w.seq.seqlen_q) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
+      } else {
+        const int tr = row_base + r0 + 8 * h;
+        if (tr < w.seq.seqlen_q * Sh::kPack) p.lse[w.seq.template lse_row<Sh::kPack>(p, tr)] = sm.row[h].lse(sm.scale);
+      }
     }
   }
 }

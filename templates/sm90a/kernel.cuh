@@ -63,10 +63,16 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       tma_prefetch(&tma.q);
       tma_prefetch(&tma.k);
       tma_prefetch(&tma.v);
-      if constexpr (Sh::kPersistent)
-        producer_loop_persistent<Config, Mask>(p, tma, smem, bars);
-      else
-        producer_loop<Config, Mask>(p, tma, w, smem, bars);
+      if constexpr (Sh::kPersistent) {
+        producer_loop_persistent<Config, Mask>(p, tma, smem, bars);  // paged: a branch per tile
+      } else {
+        // Paged KV: a separate copy of the loop, chosen once (uniform), so the unpaged one is
+        // exactly the loop that unpaged launches always ran.
+        if (Sh::kRuntimeVariants && p.page_table)
+          producer_loop<Config, Mask, true>(p, tma, w, smem, bars);
+        else
+          producer_loop<Config, Mask, false>(p, tma, w, smem, bars);
+      }
     }
   } else {
     setmaxnreg_inc<Sh::kConsumerRegs>();

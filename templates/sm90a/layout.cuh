@@ -15,6 +15,12 @@
 #ifndef FA4_SM90A_PINGPONG
 #define FA4_SM90A_PINGPONG 1
 #endif
+// Dev check only: 0 compiles out the run-time paged-KV and split-KV branches (kernels then serve
+// only unpaged, unsplit launches), so the default path's SASS can be compared instruction for
+// instruction with a build that predates them (dev/compile_matrix.sh REF_SASS).
+#ifndef FA4_SM90A_RUNTIME_VARIANTS
+#define FA4_SM90A_RUNTIME_VARIANTS 1
+#endif
 
 namespace fa4 {
 namespace sm90a {
@@ -45,6 +51,13 @@ template <class C> struct PersistentOf<C, typename VoidT<decltype(C::kPersistent
   static constexpr int value = C::kPersistent;
 };
 
+// kPack (absent or 1: one q head per CTA; g > 1: GQA packing, the g q heads of one KV head share
+// the Q tile, tile row r = query r / g of head r % g; PackedRow in common/sequence.cuh).
+template <class C, class = void> struct PackOf { static constexpr int value = 1; };
+template <class C> struct PackOf<C, typename VoidT<decltype(C::kPack)>::type> {
+  static constexpr int value = C::kPack;
+};
+
 template <class Config>
 struct Shape {
   using Element = typename Config::Element;
@@ -64,6 +77,8 @@ struct Shape {
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
   static constexpr bool kPersistent = PersistentOf<Config>::value != 0;
+  static constexpr int kPack = PackOf<Config>::value;
+  static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
 
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
   // 3 consumer WGs: 128*32 + 384*160 = 65536.
@@ -92,6 +107,10 @@ struct Shape {
                 "sm90a kernel: kBN must be 64, 128, 176, 192 or 256 (wgmma N generated in dev/gen_mma.py)");
   static_assert(kStages >= 2 && kStages <= 4, "sm90a kernel: kNumKVStages must be 2..4");
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm90a kernel: 16-bit Q/K/V/O only");
+  // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each.
+  static_assert(kPack >= 1 && kWgRows % kPack == 0, "sm90a kernel: kPack (GQA group) must divide 64");
+  static_assert(!(kPersistent && kPack > 1),
+                "sm90a kernel: the persistent scheduler walks q heads; GQA packing needs kPersistent = 0");
 };
 
 // Shared memory, offsets from the 1024-aligned dynamic base (ABI: e*(kBM*Dp + 2*S*kBN*Dp) + 1024):
@@ -127,9 +146,25 @@ struct SmemLayout {
   static_assert(kKVStageBytes % 1024 == 0 && kQWgBytes % 1024 == 0, "blocks must stay 1024-aligned");
 };
 
+// Hides a value from loop-invariant code motion and CSE: at 160 registers (kBM 192) ptxas otherwise
+// hoists the four Q descriptors (64-bit each) out of the KV loop and spills them (softcap + ping-pong).
+__device__ __forceinline__ u32 opaque_u32(u32 x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
 // One CTA's problem and KV tile list: the shared scheduler (common/tile_scheduler.cuh).
 template <class Config, class Mask>
-using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask>;
+using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack>;
+
+// The CTA's KV split (w.split), re-derived for the epilogue exactly as TileWork::make decodes it
+// from blockIdx.x, instead of being held across the KV loop: one more live register there spills
+// at kBM 192 (NVRTC, softcap). Persistent CTAs are never split (w.split is the constant 0).
+template <class Config, class Work>
+__device__ __forceinline__ int split_of(const FwdParams& p, const Work& w) {
+  if constexpr (Shape<Config>::kPersistent) return w.split;
+  return p.num_splits > 1 ? static_cast<int>(blockIdx.x) % p.num_splits : 0;
+}
 
 // Named barrier ids (0 is __syncthreads), W = kNumConsumerWGs. Scheduler barriers: consumer
 // warpgroup g waits on kSchedBarrier + g before issuing its GEMMs; the previous warpgroup in the

@@ -8,46 +8,88 @@
 namespace fa4 {
 namespace sm90a {
 
-// Called by exactly one thread. Loads nothing when the CTA has no KV tile (the consumers then
-// skip Q as well), so no barrier is left waiting for bytes that never come.
+// Q of consumer warpgroup g: Dp/64 boxes of [64 rows][64 depth] on q_full[g]. Packed GQA: the
+// 5-D map's box is the same 64 x 128 B (64 / kPack queries x kPack heads, rows in PackedRow
+// order), addressed by the box's first query and the KV head.
 template <class Config, class Mask>
+__device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Config, Mask>& w, const TmaCoords& c,
+                                          unsigned char* smem, u64* bar, int g) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+#pragma unroll
+  for (int ch = 0; ch < Sh::kChunks; ++ch) {
+    unsigned char* dst = smem + L::kQOffset + g * L::kQWgBytes + ch * (Sh::kWgRows * 128);
+    if constexpr (Sh::kPack == 1)
+      tma_load_4d(dst, &tma.q, bar, ch * 64, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
+    else
+      tma_load_5d(dst, &tma.q, bar, ch * 64, 0, c.q_row0 + (w.q_lo + g * Sh::kWgRows) / Sh::kPack, c.kv_head,
+                  c.q_batch);
+  }
+}
+
+// K or V tile n into one ring stage (dst: its first 64-column block; bar: its full barrier).
+// Unpaged: one box of kBN rows per 64-column chunk. Paged: kBN / p.kv_box_rows boxes per chunk, box i
+// at i * kv_box_rows rows (1024-aligned: kv_box_rows % 8 == 0, so the SW128 pattern is the one a
+// single box would give), each from its own page. The bytes are the same either way, so the stage's
+// expect_tx does not change. Which one: kPaged (per-CTA mode: the producer loop is chosen once per
+// CTA on p.page_table), or, persistent, a uniform branch per tile on c.pages (a second copy of the
+// persistent loop pushed the kBN 176 consumers into spills).
+template <class Config, bool kPaged>
+__device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
+                                             unsigned char* dst, u64* bar, int n) {
+  using Sh = Shape<Config>;
+  if (kPaged || (Sh::kPersistent && Sh::kRuntimeVariants && c.pages)) {
+    for (int r = 0; r < Sh::kBN; r += p.kv_box_rows) {
+      const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
+#pragma unroll
+      for (int ch = 0; ch < Sh::kChunks; ++ch)
+        tma_load_4d(dst + ch * (Sh::kBN * 128) + r * 128, map, bar, ch * 64, b.row, c.kv_head, b.batch);
+    }
+  } else {
+    const int row = c.kv_row0 + n * Sh::kBN;
+#pragma unroll
+    for (int ch = 0; ch < Sh::kChunks; ++ch)
+      tma_load_4d(dst + ch * (Sh::kBN * 128), map, bar, ch * 64, row, c.kv_head, c.kv_batch);
+  }
+}
+
+// Called by exactly one thread. Loads nothing when the CTA has no KV tile (the consumers then
+// skip Q as well), so no barrier is left waiting for bytes that never come (this includes a
+// KV split whose share of the tiles is empty).
+template <class Config, class Mask, bool kPaged>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                               unsigned char* smem, typename SmemLayout<Config>::Barriers* bars) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   int n = w.first_tile();
   if (!w.has(n)) return;
-  const TmaCoords c = TmaCoords::make(p, w.seq);
+  // Paged: the sequence's page-table row is re-derived here (opaque batch, so not CSE'd) instead of
+  // taken from the CTA prologue's SeqInfo, which would hold it across the role split (it spills
+  // there: the producer runs at 24 registers).
+  const TmaCoords c = TmaCoords::make(
+      p, kPaged ? SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(w.seq.batch))), w.seq.q_head) : w.seq);
 
   // Q: one tile of 64 rows per consumer warpgroup, Dp/64 boxes of [64 rows][64 depth] each.
 #pragma unroll
   for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
     u64* bar = &bars->q_full[g];
     mbar_expect_tx(bar, L::kQWgBytes);
-#pragma unroll
-    for (int ch = 0; ch < Sh::kChunks; ++ch)
-      tma_load_4d(smem + L::kQOffset + g * L::kQWgBytes + ch * (Sh::kWgRows * 128), &tma.q, bar, ch * 64,
-                  c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
+    load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
   }
 
   pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
   for (; w.has(n); n = w.next_tile(n)) {
-    const int row = c.kv_row0 + n * Sh::kBN;
     {  // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
       auto st = k_ring.acquire();
       st.expect_bytes(L::kKVStageBytes);
-      unsigned char* dst = smem + L::kKOffset + st.index() * L::kKVStageBytes;
-#pragma unroll
-      for (int ch = 0; ch < Sh::kChunks; ++ch)
-        tma_load_4d(dst + ch * (Sh::kBN * 128), &tma.k, st.full_barrier(), ch * 64, row, c.kv_head, c.kv_batch);
+      load_kv_tile<Config, kPaged>(p, &tma.k, c, smem + L::kKOffset + st.index() * L::kKVStageBytes,
+                                   st.full_barrier(), n);
     }
     {
       auto st = v_ring.acquire();
       st.expect_bytes(L::kKVStageBytes);
-      unsigned char* dst = smem + L::kVOffset + st.index() * L::kKVStageBytes;
-#pragma unroll
-      for (int ch = 0; ch < Sh::kChunks; ++ch)
-        tma_load_4d(dst + ch * (Sh::kBN * 128), &tma.v, st.full_barrier(), ch * 64, row, c.kv_head, c.kv_batch);
+      load_kv_tile<Config, kPaged>(p, &tma.v, c, smem + L::kVOffset + st.index() * L::kKVStageBytes,
+                                   st.full_barrier(), n);
     }
   }
 }
@@ -55,16 +97,12 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
 // ---- Persistent mode (Shape::kPersistent) ----
 // One TMA stage (K or V ring) of KV tile n.
 template <class Config>
-__device__ __forceinline__ void load_kv_stage(pipe::Producer<Shape<Config>::kStages>& ring, const TmaDesc* map,
-                                              unsigned char* ring_base, int row, const TmaCoords& c) {
-  using Sh = Shape<Config>;
+__device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer<Shape<Config>::kStages>& ring,
+                                              const TmaDesc* map, unsigned char* ring_base, int n, const TmaCoords& c) {
   using L = SmemLayout<Config>;
   auto st = ring.acquire();
   st.expect_bytes(L::kKVStageBytes);
-  unsigned char* dst = ring_base + st.index() * L::kKVStageBytes;
-#pragma unroll
-  for (int ch = 0; ch < Sh::kChunks; ++ch)
-    tma_load_4d(dst + ch * (Sh::kBN * 128), map, st.full_barrier(), ch * 64, row, c.kv_head, c.kv_batch);
+  load_kv_tile<Config, false>(p, map, c, ring_base + st.index() * L::kKVStageBytes, st.full_barrier(), n);
 }
 
 // Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's previous
@@ -83,10 +121,7 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
     u64* bar = &bars->q_full[g];
     if (load) {
       mbar_expect_tx(bar, L::kQWgBytes);
-#pragma unroll
-      for (int ch = 0; ch < Sh::kChunks; ++ch)
-        tma_load_4d(smem + L::kQOffset + g * L::kQWgBytes + ch * (Sh::kWgRows * 128), &tma.q, bar, ch * 64,
-                    c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
+      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
     } else {
       mbar_arrive(bar);
     }
@@ -113,12 +148,12 @@ __device__ __forceinline__ void producer_loop_persistent(const FwdParams& p, con
     const TmaCoords c = TmaCoords::make(p, w.seq);
     int n = w.first_tile();  // none when !w.valid (empty KV range)
     if (w.has(n)) {
-      load_kv_stage<Config>(k_ring, &tma.k, smem + L::kKOffset, c.kv_row0 + n * Sh::kBN, c);
+      load_kv_stage<Config>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
       load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, true);
-      load_kv_stage<Config>(v_ring, &tma.v, smem + L::kVOffset, c.kv_row0 + n * Sh::kBN, c);
+      load_kv_stage<Config>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
       for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-        load_kv_stage<Config>(k_ring, &tma.k, smem + L::kKOffset, c.kv_row0 + n * Sh::kBN, c);
-        load_kv_stage<Config>(v_ring, &tma.v, smem + L::kVOffset, c.kv_row0 + n * Sh::kBN, c);
+        load_kv_stage<Config>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
+        load_kv_stage<Config>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
       }
     } else {
       load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, false);

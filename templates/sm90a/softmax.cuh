@@ -21,9 +21,11 @@ struct WgSoftmax {
   static constexpr int kBN = Sh::kBN;
   static constexpr int kN = kBN / 2;  // S fragment floats per thread
 
+  static constexpr int kPack = Sh::kPack;
+
   softmax::RowState row[2];
   float scale;  // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
-  int q0;       // sequence row of r0 (r1 = q0 + 8)
+  int q0;       // tile row of r0 (r1 = q0 + 8): the sequence row, or the packed row when kPack > 1
   int kc;       // column of element 0 inside a tile: 2*(lane%4)
 
   __device__ __forceinline__ void init(const FwdParams& p, int q_lo, int wg) {
@@ -39,9 +41,46 @@ struct WgSoftmax {
   // folded into the exp2 FMA), -inf where masked. Per-element masks run only on tiles that
   // need them. Score-mods see every element of a visited tile with kv_idx < seqlen_k (clamped);
   // masked results are discarded (set to -inf).
+  // Packed GQA: rows r0 / r1 are (query, head) pairs (PackedRow), so the mask and the score-mod
+  // take them per row; the mask context's q_head becomes the row's head.
   template <class Work>
   __device__ __forceinline__ void logits(float (&s)[kN], int n, bool need_mask, const FwdParams& p,
                                          const Work& w) const {
+    if constexpr (kPack == 1) {
+      logits_unpacked(s, n, need_mask, p, w);
+    } else {
+      const int k0 = n * kBN + kc;
+      // Row r1 = r0 + 8 from PackedRow::of(r0): r0 % 16 < 8 and kPack is a power of two dividing 64,
+      // so r1 is the same head 8 / kPack queries on (kPack <= 8) or the same query 8 heads on
+      // (kPack >= 16). Written so, the offsets fold into immediates (fewer live registers at kBM 192).
+      const PackedRow<kPack> pr = PackedRow<kPack>::of(q0);
+      const int q[2] = {pr.q, kPack <= 8 ? pr.q + 8 / kPack : pr.q};
+      const int head[2] = {w.seq.q_head + pr.head, w.seq.q_head + pr.head + (kPack <= 8 ? 0 : 8)};
+      mask::Ctx ctx[2] = {w.ctx, w.ctx};
+      ctx[0].q_head = head[0];
+      ctx[1].q_head = head[1];
+      if constexpr (!ScoreMod::kIsIdentity) {  // branch-free, as in logits_unpacked
+        const ScoreMod mod{};
+        const int k_last = w.seq.seqlen_k - 1;
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
+          s[i] = mod(s[i] * p.softmax_scale, w.seq.batch, head[h], q[h], min(k, k_last), p) * kLog2e;
+        }
+      }
+      if (need_mask) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
+          if (!(k < w.seq.seqlen_k && Mask::visible(q[h], k, ctx[h]))) s[i] = kNegInf;
+        }
+      }
+    }
+  }
+
+  template <class Work>
+  __device__ __forceinline__ void logits_unpacked(float (&s)[kN], int n, bool need_mask, const FwdParams& p,
+                                                  const Work& w) const {
     const int k0 = n * kBN + kc;
     if constexpr (ScoreMod::kIsIdentity) {
       if (need_mask) {
@@ -117,13 +156,19 @@ struct WgSoftmax {
     }
   }
 
-  // End of the KV loop: full row sums, then the sink joins the denominator.
-  __device__ __forceinline__ void finalize(const FwdParams& p, int q_head) {
+  // End of the KV loop: full row sums, then the sink joins the denominator. Split-KV: split 0
+  // only, so fa4_combine counts the sink once. Packed GQA: each row's own head's sink.
+  template <class Work>
+  __device__ __forceinline__ void finalize(const FwdParams& p, const Work& w) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 1);
       row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 2);
-      if (p.sinks) row[r].add_sink(p.sinks[q_head] * kLog2e, scale);
+      if (p.sinks && (!Sh::kRuntimeVariants || split_of<Config>(p, w) == 0)) {
+        int head = w.seq.q_head;
+        if constexpr (kPack > 1) head += PackedRow<kPack>::of(q0 + 8 * r).head;
+        row[r].add_sink(p.sinks[head] * kLog2e, scale);
+      }
     }
   }
 };
