@@ -352,7 +352,11 @@ TEST(GpuFeatures, RandomCombinationsMatchReference) {
         ADD_FAILURE() << rc.name << ": generator produced an unsupported config: " << why;
         continue;
       }
-      expect_matches(jit::testing::run_and_check(*jit::get_kernel(rc.cfg), rc.check), rc.name);
+      try {
+        expect_matches(jit::testing::run_and_check(*jit::get_kernel(rc.cfg), rc.check), rc.name);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << rc.name << ": " << e.what();
+      }
     }
 }
 

@@ -234,8 +234,9 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
 
   LaunchArgs a;
   if (L.varlen_q) {
-    a.q = Tensor::contiguous(dq.get(), t, 1, total_q, Hq, D);
-    a.o = Tensor::contiguous(doo.get(), to, 1, total_q, Hq, D);
+    // Every sequence empty: the tensors still need a row (the launch checks shapes, not lengths).
+    a.q = Tensor::contiguous(dq.get(), t, 1, std::max(total_q, 1), Hq, D);
+    a.o = Tensor::contiguous(doo.get(), to, 1, std::max(total_q, 1), Hq, D);
     a.cu_seqlens_q = static_cast<const int*>(dcu_q.get());
     a.batch = B;
     a.max_seqlen_q = Sq;
@@ -249,8 +250,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     a.page_table = static_cast<const int*>(dtable.get());
     a.max_pages = paged->max_pages;
   } else if (L.varlen_k) {
-    a.k = Tensor::contiguous(dk.get(), t, 1, cu_k.back(), Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), t, 1, cu_k.back(), Hkv, D);
+    a.k = Tensor::contiguous(dk.get(), t, 1, std::max(cu_k.back(), 1), Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), t, 1, std::max(cu_k.back(), 1), Hkv, D);
     a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
   } else {
     a.k = Tensor::contiguous(dk.get(), t, B, Sk, Hkv, D);
