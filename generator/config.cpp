@@ -95,7 +95,12 @@ Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   const int dp = c.padded_depth;
   // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
   // 160 registers per consumer thread still hold the S and O fragments.
-  c.BM = pick("BM", c.BM, dp <= 64 ? 192 : 128, dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128});
+  // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
+  // warpgroup would mostly compute padding (Sq of 1..16), so BM 64 halves the tensor work.
+  const int bm_default = c.pack_gqa ? 64 : dp <= 64 ? 192 : 128;
+  std::vector<int> bm_allowed = dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128};
+  if (c.pack_gqa) bm_allowed.insert(bm_allowed.begin(), 64);
+  c.BM = pick("BM", c.BM, bm_default, bm_allowed);
   // BN 176 at depth 128 is FA3's non-causal tile: fewer KV iterations, the same registers (2 stages fit).
   c.BN = pick("BN", c.BN, 128,
               dp <= 64 ? (c.BM == 128 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128})

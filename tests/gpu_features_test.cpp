@@ -7,6 +7,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/errors.hpp"
@@ -122,6 +123,25 @@ TEST(GpuFeatures, SplitKvMatchesReference) {
         e.num_splits = 9;
         expect_matches(jit::testing::run_and_check(*kernel, e), fmt::format("{} d{} empty splits", arch, depth));
       }
+}
+
+// A sink far above a split's scores (ALiBi, Sq << Sk: split 0 sees only distant keys) must not
+// overflow or be clamped: the sink moves the row maximum.
+TEST(GpuFeatures, SinksWithSplitsAndAlibi) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (bool pack : {false, true}) {
+      FA4Config cfg = config(arch, 128, Mask::causal(), ScoreMod::alibi());
+      cfg.group = 4;
+      cfg.pack_gqa = pack;
+      const auto kernel = jit::get_kernel(cfg);
+      CheckCase c = heads(8, 2);
+      c.seqlen_q = 12;
+      c.seqlen_k = 1116;
+      c.num_splits = 5;
+      c.with_sinks = true;
+      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} alibi sinks splits pack {}", arch, pack));
+    }
 }
 
 TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
@@ -332,10 +352,13 @@ RandomCase random_case(std::uint64_t seed, const std::string& arch) {
       cfg.score_mod = ScoreMod::custom("return score + 0.01f * (h - kv_idx % 3);");
       c.custom_score_mod = [](double s, int, int h, int, int k) { return s + 0.01 * (h - k % 3); };
   }
-  r.name = fmt::format("seed {} {} d{} {} group {}{} layout {} page {} splits {} sinks {} mask {} mod {}", seed, arch,
-                       cfg.depth, jit::to_string(cfg.dtype), group, cfg.pack_gqa ? " packed" : "", layout, c.page_size,
-                       c.num_splits, c.with_sinks, jit::to_json(cfg)["mask"].dump(),
-                       jit::to_json(cfg)["score_mod"].dump());
+  r.name = fmt::format(
+      "seed {} {} d{} {} group {}{} B {} Sq {} Sk {} seqlens_q [{}] seqlens_k [{}] page {} splits {} sinks {} window ({}, {}) "
+      "chunk {} softcap {} mask {} mod {}",
+      seed, arch, cfg.depth, jit::to_string(cfg.dtype), group, cfg.pack_gqa ? " packed" : "", c.batch, c.seqlen_q,
+      c.seqlen_k, fmt::join(c.seqlens_q, ","), fmt::join(c.seqlens_k, ","), c.page_size, c.num_splits, c.with_sinks,
+      c.window_left, c.window_right, c.chunk_size, c.softcap, jit::to_json(cfg)["mask"].dump(),
+      jit::to_json(cfg)["score_mod"].dump());
   return r;
 }
 
@@ -358,6 +381,10 @@ TEST(GpuFeatures, RandomCombinationsMatchReference) {
         ADD_FAILURE() << rc.name << ": " << e.what();
       }
     }
+}
+
+TEST(FeatureCompile, DISABLED_PrintRandomCases) {
+  for (int i = 0; i < kRandomCases; ++i) std::printf("%s\n", random_case(kRandomSeed0 + i, "sm_90a").name.c_str());
 }
 
 // CI has no GPU: the same random configs must at least compile (NVRTC + ptxas) for every backend.

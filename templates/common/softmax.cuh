@@ -32,10 +32,14 @@ __device__ __forceinline__ float exp2_poly3(float x) {
 struct RowState {
   float max;  // running maximum (kernel units, see above); -inf until a visible key
   float sum;  // running sum of exp2 terms relative to max
+  // O's accumulator is relative to the maximum before add_sink; when the sink raises the maximum,
+  // inv_sum() folds in the factor (a constant 1 in the main loop: no register is held for it).
+  float o_scale;
 
   __device__ __forceinline__ void init() {
     max = kNegInf;
     sum = 0.0f;
+    o_scale = 1.0f;
   }
 
   // Folds a tile's row maximum in. Returns the factor to multiply O and sum by
@@ -59,8 +63,8 @@ struct RowState {
   // (so exp2(-inf - 0) = 0 instead of NaN).
   __device__ __forceinline__ float exp_bias(float scale) const { return max == kNegInf ? 0.0f : max * scale; }
 
-  // 1/sum for the epilogue; 0 for a row with no visible key, so O = 0.
-  __device__ __forceinline__ float inv_sum() const { return sum > 0.0f ? 1.0f / sum : 0.0f; }
+  // 1/sum for the epilogue (times the sink's O correction); 0 for a row with no visible key, so O = 0.
+  __device__ __forceinline__ float inv_sum() const { return sum > 0.0f ? o_scale / sum : 0.0f; }
 
   // Natural-log LSE: ln(sum) + max*scale*ln2; -inf for a row with no visible key.
   __device__ __forceinline__ float lse(float scale) const {
@@ -70,13 +74,17 @@ struct RowState {
   // Attention sink (gpt-oss): one more logit in the denominator only, added before the
   // epilogue. O is relative to `max`, so the sink joins the sum in the same units.
   // sink_log2 = sink * log2(e).
+  // A sink far above the running maximum (a split that saw only distant keys under ALiBi, say)
+  // moves the maximum to the sink, so nothing overflows; an empty row becomes all sink (O = 0).
   __device__ __forceinline__ void add_sink(float sink_log2, float scale) {
-    if (max == kNegInf) {  // no visible key: the row is all sink and O stays 0
-      max = sink_log2 / scale;
-      sum = 1.0f;
+    const float d = sink_log2 - exp_bias(scale);
+    if (max != kNegInf && d <= 0.0f) {
+      sum += exp2_approx(d);
       return;
     }
-    sum += exp2_approx(fminf(sink_log2 - max * scale, 126.0f));
+    o_scale = max == kNegInf ? 0.0f : exp2_approx(-d);  // O relative to the old maximum
+    sum = sum * o_scale + 1.0f;
+    max = sink_log2 / scale;
   }
 };
 

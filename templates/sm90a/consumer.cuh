@@ -24,7 +24,7 @@ namespace sm90a {
 
 template <bool kPingPong, int kNumWGs>
 struct Scheduler {
-  static_assert(kNumWGs == 2 || kNumWGs == 3, "scheduler: 2 or 3 consumer warpgroups");
+  static_assert(kNumWGs >= 1 && kNumWGs <= 3, "scheduler: 1 to 3 consumer warpgroups");
   int wg;  // consumer warpgroup 0 .. kNumWGs-1
   // Barrier kSchedBarrier + g has two parties: warpgroup g (sync) and its predecessor in the
   // round robin (arrive), so its count is 256 for any number of warpgroups. The first warpgroup

@@ -68,11 +68,11 @@ struct Shape {
   static constexpr int kBN = Config::kBN;
   static constexpr int kStages = Config::kNumKVStages;
   static constexpr int kWgRows = 64;           // rows of Q per consumer warpgroup (one wgmma M)
-  static constexpr int kNumConsumerWGs = kBM / 64;  // 2 (kBM 128) or 3 (kBM 192, depth 64 only)
+  static constexpr int kNumConsumerWGs = kBM / 64;  // 2 (kBM 128), 3 (kBM 192, depth 64) or 1 (kBM 64, decode)
   static constexpr int kChunks = kDp / 64;     // 64-element (128-byte) swizzle blocks per row
 
   static constexpr bool kIntraWGOverlap = OverlapOf<Config>::value;
-  static constexpr bool kPingPong = PingPongOf<Config>::value;
+  static constexpr bool kPingPong = PingPongOf<Config>::value && kNumConsumerWGs > 1;  // no partner alone
   // One f32 pair in kExp2EmulateEvery goes through FA4's polynomial exp2 (FMA pipe) instead of
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
@@ -82,13 +82,14 @@ struct Shape {
 
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
   // 3 consumer WGs: 128*32 + 384*160 = 65536.
-  static constexpr int kProducerRegs = kNumConsumerWGs == 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kNumConsumerWGs == 2 ? 240 : 160;
+  static constexpr int kProducerRegs = kNumConsumerWGs <= 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kNumConsumerWGs <= 2 ? 240 : 160;
   static constexpr int kNumThreads = 128 * (1 + kNumConsumerWGs);
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
-  static_assert(kBM == 128 || kBM == 192,
-                "sm90a kernel: kBM must be 128 (2 consumer warpgroups of 64 rows) or 192 (3 warpgroups, depth 64)");
+  static_assert(kBM == 64 || kBM == 128 || kBM == 192,
+                "sm90a kernel: kBM must be 128 (2 consumer warpgroups of 64 rows), 192 (3 warpgroups, depth 64) or 64 "
+                "(1 warpgroup: packed-GQA decode)");
   static_assert(kBM != 192 || kDp == 64,
                 "sm90a kernel: kBM 192 (3 consumer warpgroups at 160 registers) is only for head depth 64; "
                 "depth 128 needs the 64-float O accumulator and does not fit: use kBM 128");
