@@ -23,7 +23,7 @@ SHAPES = [(8, 32, 8, 1, 32768), (64, 32, 8, 1, 4096), (1, 32, 8, 1, 131072), (8,
 D = 128
 
 
-def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50):
+def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50, bhsd=True):
     path = "/tmp/fa4jit_decode.json"
     with open(path, "w") as f:
         json.dump({"depth": D, "mask": "none"}, f)
@@ -34,6 +34,8 @@ def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50):
         cmd.append("--pack-gqa")
     if page:
         cmd += ["--page-size", str(page)]
+    elif bhsd:  # the peers' layout: each KV head's rows contiguous
+        cmd.append("--kv-bhsd")
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": (r.stderr or r.stdout).strip()[-200:]}

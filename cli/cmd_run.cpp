@@ -190,6 +190,7 @@ void add_bench(CLI::App& app) {
     ShapeOpts shape;
     int iters = 30, warmup = 5;
     bool json = false;
+    bool kv_heads_major = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file");
@@ -198,6 +199,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--iters", o->iters, "timed launches");
   cmd->add_option("--warmup", o->warmup, "untimed launches first");
   cmd->add_flag("--json", o->json, "print one JSON object");
+  cmd->add_flag("--kv-bhsd", o->kv_heads_major, "K/V stored (batch, heads, seqlen, dim) like PyTorch SDPA's inputs");
   add_shape_options(cmd, o->shape);
   cmd->callback([o] {
     using clock = std::chrono::steady_clock;
@@ -238,6 +240,8 @@ void add_bench(CLI::App& app) {
     } else {
       a.k = Tensor::contiguous(dk.get(), rc.dtype, B, Sk, Hkv, D);
       a.v = Tensor::contiguous(dv.get(), rc.dtype, B, Sk, Hkv, D);
+      if (o->kv_heads_major)  // each head's rows contiguous: (B, H, S, D) memory seen as (B, S, H, D)
+        for (Tensor* t : {&a.k, &a.v}) t->stride = {static_cast<std::int64_t>(Hkv) * Sk * D, D, static_cast<std::int64_t>(Sk) * D, 1};
     }
     testing::DeviceBuffer dused(B * 4);
     if (page && pages_per_seq * page != Sk) {
@@ -267,7 +271,7 @@ void add_bench(CLI::App& app) {
                         {"origin", kernel->origin()}, {"get_kernel_ms", get_kernel_ms},
                         {"first_launch_ms", first_launch_ms}, {"compile_ms", kernel->compile_ms()},
                         {"kv_TBps", kv_tbps}, {"page_size", page}, {"pack_gqa", rc.pack_gqa},
-                        {"num_splits", kernel->num_splits(a)}};
+                        {"num_splits", kernel->num_splits(a)}, {"kv_bhsd", o->kv_heads_major}};
     if (o->json)
       fmt::print("{}\n", j.dump());
     else

@@ -9,18 +9,19 @@ for cfg in "${cfgs[@]}"; do
   echo "$cfg" > /tmp/dc.json
   for shape in "8 1 32768" "64 1 4096" "1 1 131072" "8 16 32768"; do
     read -r B SQ SK <<<"$shape"
-    for splits in ${SPLITS:-0}; do
+    for splits in ${SPLITS:-0}; do for lay in ${LAYOUTS:-bhsd}; do  # bhsd: the peers' layout; bshd: (B, S, H, D)
+      [ "$lay" = bhsd ] && lay=--kv-bhsd; [ "$lay" = bshd ] && lay=
       out=$(.device/fa4jit bench --json --config /tmp/dc.json --arch "${ARCH:-sm_90a}" --batch "$B" --heads 32 \
             --kv-heads 8 --seqlen-q "$SQ" --seqlen-k "$SK" --iters 50 --splits "$splits" --pack-gqa \
-            ${PAGE:+--page-size $PAGE} 2>&1 | tail -1)
+            ${PAGE:+--page-size $PAGE} $lay 2>&1 | tail -1)
       CFG="$cfg" SHAPE="$shape" python3 -c '
 import json, os, sys
 t = sys.argv[1]
 try:
     j = json.loads(t)
-    print(os.environ["CFG"], os.environ["SHAPE"], "splits", j["num_splits"], "%.0f us" % (j["ms"] * 1e3), "%.2f TB/s" % j["kv_TBps"])
+    print(os.environ["CFG"], os.environ["SHAPE"], j.get("kv_bhsd"), "splits", j["num_splits"], "%.0f us" % (j["ms"] * 1e3), "%.2f TB/s" % j["kv_TBps"])
 except Exception:
     print(os.environ["CFG"], os.environ["SHAPE"], t[:200])' "$out"
-    done
+    done; done
   done
 done
