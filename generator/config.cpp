@@ -72,6 +72,7 @@ void check_mask(const Mask& m) {
 struct Budget {
   int threads;
   int smem;
+  int ctas_per_sm = 1;
 };
 
 Budget derive_portable(FA4Config& c, const ArchInfo& a) {
@@ -98,11 +99,13 @@ Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
   // warpgroup would mostly compute padding (Sq of 1..16), so BM 64 halves the tensor work.
   const int bm_default = c.pack_gqa ? 64 : dp <= 64 ? 192 : 128;
+  // Decode streams K/V: two CTAs per SM (BN 64 keeps both in shared memory) keep twice the loads
+  // in flight and overlap one CTA's softmax with the other's waits.
   std::vector<int> bm_allowed = dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128};
   if (c.pack_gqa) bm_allowed.insert(bm_allowed.begin(), 64);
   c.BM = pick("BM", c.BM, bm_default, bm_allowed);
   // BN 176 at depth 128 is FA3's non-causal tile: fewer KV iterations, the same registers (2 stages fit).
-  c.BN = pick("BN", c.BN, 128,
+  c.BN = pick("BN", c.BN, c.BM == 64 ? 64 : 128,
               dp <= 64 ? (c.BM == 128 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128})
                        : std::vector<int>{64, 128, 176});
   c.BK0 = pick("BK0", c.BK0, dp, {dp});
@@ -114,7 +117,9 @@ Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   if (smem_for(c.num_kv_stages) > a.max_smem)
     throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
                                   c.num_kv_stages, c.BN, c.depth, smem_for(c.num_kv_stages), c.arch, a.max_smem));
-  return {128 * (1 + c.BM / 64), smem_for(c.num_kv_stages)};
+  // Two CTAs per SM when both fit (each also takes 1 KiB of reserved shared memory per block).
+  const int ctas = c.BM == 64 && 2 * (smem_for(c.num_kv_stages) + 1024) <= a.max_smem + 1024 ? 2 : 1;
+  return {128 * (1 + c.BM / 64), smem_for(c.num_kv_stages), ctas};
 }
 
 // The seeds' FA4Config: TMEM holds S0, S1 (BN columns each) and O0, O1 (Dp each) in 512
@@ -218,7 +223,7 @@ ResolvedConfig resolve(const FA4Config& input) {
   Tuning tuning = derive_tuning(arch.backend);
   apply_tune_env(tuning);
   if (c.pack_gqa) tuning.persistent = 0;  // the persistent scheduler walks q heads, not packed groups
-  return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem};
+  return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
 }
 
 bool supported(const FA4Config& cfg, std::string* why) {

@@ -147,6 +147,7 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kPingPong", rc.tuning.pingpong},
       {"kPersistent", rc.tuning.persistent},
       {"kPack", c.pack_gqa ? c.group : 1},  // GQA packing: query heads per Q tile row group
+      {"kCtasPerSm", rc.ctas_per_sm},
   };
   for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));
   w.line("};");
@@ -158,7 +159,7 @@ std::string render_source(const ResolvedConfig& rc) {
   w.line("}  // namespace gen");
   w.line("}  // namespace fa4");
   w.line(fmt::format("#include \"{}/kernel.cuh\"", backend_dir(rc.backend)));
-  w.line(fmt::format("extern \"C\" __global__ void __launch_bounds__(fa4::gen::Config::kNumThreads, 1)"));
+  w.line("extern \"C\" __global__ void __launch_bounds__(fa4::gen::Config::kNumThreads, fa4::gen::Config::kCtasPerSm)");
   w.line(fmt::format("{}(const __grid_constant__ fa4::FwdParams params{}) {{", kEntryName,
                      tma ? ", const __grid_constant__ fa4::TmaDescs tma" : ""));
   w.line(fmt::format("  fa4::{}::attention_fwd<fa4::gen::Config, fa4::gen::Mask, fa4::gen::ScoreMod>(params{});",

@@ -15,12 +15,7 @@ using jit::Mask;
 using jit::ScoreMod;
 using jit::testing::CheckCase;
 
-std::vector<std::string> runnable_archs() {
-  const std::string dev = jit::current_device_arch();
-  std::vector<std::string> archs = {dev.back() == 'a' ? dev.substr(0, dev.size() - 1) : dev};  // portable
-  if (dev == "sm_90a") archs.push_back(dev);                                                  // Hopper
-  return archs;
-}
+using jit::testing::runnable_archs;
 
 struct Variant {
   std::string name;

@@ -97,6 +97,7 @@ struct ResolvedConfig {
   int sm = 0;        // 80, 86, 89, 90, 100, 103, 120, ...
   int num_threads = 0;
   int smem_bytes = 0;
+  int ctas_per_sm = 1;  // __launch_bounds__ minimum blocks: 2 lets two decode CTAs share an SM
 };
 
 // Fills defaults for cfg.arch (which must be set) and validates; throws ConfigError naming

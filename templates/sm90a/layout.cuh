@@ -51,6 +51,12 @@ template <class C> struct PersistentOf<C, typename VoidT<decltype(C::kPersistent
   static constexpr int value = C::kPersistent;
 };
 
+// kCtasPerSm (absent or 1; 2: __launch_bounds__ asks for two CTAs per SM, registers split for it).
+template <class C, class = void> struct CtasPerSmOf { static constexpr int value = 1; };
+template <class C> struct CtasPerSmOf<C, typename VoidT<decltype(C::kCtasPerSm)>::type> {
+  static constexpr int value = C::kCtasPerSm;
+};
+
 // kPack (absent or 1: one q head per CTA; g > 1: GQA packing, the g q heads of one KV head share
 // the Q tile, tile row r = query r / g of head r % g; PackedRow in common/sequence.cuh).
 template <class C, class = void> struct PackOf { static constexpr int value = 1; };
@@ -82,8 +88,10 @@ struct Shape {
 
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
   // 3 consumer WGs: 128*32 + 384*160 = 65536.
+  // 1 consumer WG, 2 CTAs per SM (decode): 2 * (128*24 + 128*232) = 65536.
+  static constexpr int kCtasPerSm = CtasPerSmOf<Config>::value;
   static constexpr int kProducerRegs = kNumConsumerWGs <= 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kNumConsumerWGs <= 2 ? 240 : 160;
+  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 232 : kNumConsumerWGs <= 2 ? 240 : 160;
   static constexpr int kNumThreads = 128 * (1 + kNumConsumerWGs);
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");

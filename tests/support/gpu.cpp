@@ -64,6 +64,13 @@ std::vector<float> random_tensor(std::mt19937_64& rng, std::size_t n, DType t, s
 
 }  // namespace
 
+std::vector<std::string> runnable_archs() {
+  const std::string dev = current_device_arch();
+  std::vector<std::string> archs = {dev.back() == 'a' ? dev.substr(0, dev.size() - 1) : dev};  // portable
+  if (dev == "sm_90a") archs.push_back(dev);                                                  // Hopper
+  return archs;
+}
+
 double alibi_slope(int h, int num_heads) {
   int n = 1;
   while (n * 2 <= num_heads) n *= 2;

@@ -65,6 +65,9 @@ struct CheckResult {
   std::string describe() const;
 };
 
+// Archs whose kernels run on the current GPU: the portable backend's arch, plus sm_90a on Hopper.
+std::vector<std::string> runnable_archs();
+
 // Standard ALiBi slope of head h (Press et al.), as the Alibi score-mod computes it.
 double alibi_slope(int h, int num_heads);
 
