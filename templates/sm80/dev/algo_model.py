@@ -177,7 +177,7 @@ class Custom:
 
 class RowState:  # common/softmax.cuh
     def __init__(self):
-        self.max, self.sum = NEG_INF, 0.0
+        self.max, self.sum, self.o_scale = NEG_INF, 0.0, 1.0
 
     def update_max(self, tile_max, scale):
         m_new = max(self.max, tile_max)
@@ -191,14 +191,17 @@ class RowState:  # common/softmax.cuh
         return 1.0
 
     def exp_bias(self, scale): return 0.0 if self.max == NEG_INF else self.max * scale
-    def inv_sum(self): return 1.0 / self.sum if self.sum > 0 else 0.0
+    def inv_sum(self): return self.o_scale / self.sum if self.sum > 0 else 0.0
     def lse(self, scale): return (self.max * scale + math.log2(self.sum)) * LN2 if self.sum > 0 else NEG_INF
 
     def add_sink(self, sink_log2, scale):
-        if self.max == NEG_INF:
-            self.max, self.sum = sink_log2 / scale, 1.0
+        d = sink_log2 - self.exp_bias(scale)
+        if self.max != NEG_INF and d <= 0.0:
+            self.sum += 2.0 ** d
             return
-        self.sum += 2.0 ** min(sink_log2 - self.max * scale, 126.0)
+        self.o_scale = 0.0 if self.max == NEG_INF else 2.0 ** (-d)
+        self.sum = self.sum * self.o_scale + 1.0
+        self.max = sink_log2 / scale
 
 
 def exp2(x):
