@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include <fmt/format.h>
@@ -145,13 +146,20 @@ void add_check(CLI::App& app) {
   cmd->add_flag("--require-gpu", o->require_gpu, "fail instead of skipping when there is no GPU");
   add_shape_options(cmd, o->shape);
   cmd->callback([o] {
+    const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
+    // The reference knows the built-ins only; a snippet's meaning is the caller's code.
+    const std::function<bool(const Mask&)> has_custom = [&](const Mask& m) {
+      return m.kind == Mask::Kind::custom || std::any_of(m.children.begin(), m.children.end(), has_custom);
+    };
+    if (has_custom(c.mask) || c.score_mod.kind == ScoreMod::Kind::custom)
+      throw ConfigError("check: custom mask / score-mod snippets have no reference semantics here; "
+                        "tests/gpu_variants_test.cpp and tests/gpu_features_test.cpp check snippets");
     const std::string why = testing::gpu_unavailable_reason();
     if (!why.empty()) {
       if (o->require_gpu) throw DriverError("check needs a GPU: " + why);
       fmt::print("check: skipped, no GPU here ({})\n", why);
       return;
     }
-    const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
     const KernelPtr kernel = get_kernel(c);
     const ShapeOpts& s = o->shape;
     testing::CheckCase cc;

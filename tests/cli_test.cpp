@@ -148,6 +148,13 @@ TEST_F(Cli, CacheVerifyExportImportAndPrune) {
   EXPECT_EQ(run("cache ls").out, "");
 }
 
+TEST_F(Cli, CheckRefusesSnippetsItHasNoReferenceFor) {
+  const auto cfg = write("custom.json", R"({"mask": {"kind": "custom", "snippet": "return true;"}})");
+  const Result r = run("check --arch sm_90a --config " + cfg.string());
+  EXPECT_NE(r.rc, 0) << r.out;  // before any GPU check: the same answer with or without a GPU
+  EXPECT_NE(r.out.find("no reference semantics"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, SealedModeRefusesToCompileAndNamesTheConfig) {
   const std::string cmd = "FA4JIT_SEALED=1 " + std::string(FA4JIT_CLI) + " prewarm --preset llama3-8b --arch sm_90a";
   const Result r = run_raw(cmd);
