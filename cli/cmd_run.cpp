@@ -266,6 +266,7 @@ void add_bench(CLI::App& app) {
     detail::check(detail::driver().cuCtxSynchronize(), "first launch");
     const double first_launch_ms = std::chrono::duration<double, std::milli>(clock::now() - t_launch).count();
     const double ms = testing::time_kernel_ms(*kernel, a, o->warmup, o->iters);
+    const double ms_stream = testing::time_kernel_stream_ms(*kernel, a, 0, o->iters);
     const bool causal = rc.mask.kind == Mask::Kind::causal;
     const double flops = 4.0 * B * H * Sq * Sk * D * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
@@ -279,7 +280,8 @@ void add_bench(CLI::App& app) {
                         {"origin", kernel->origin()}, {"get_kernel_ms", get_kernel_ms},
                         {"first_launch_ms", first_launch_ms}, {"compile_ms", kernel->compile_ms()},
                         {"kv_TBps", kv_tbps}, {"page_size", page}, {"pack_gqa", rc.pack_gqa},
-                        {"num_splits", kernel->num_splits(a)}, {"kv_bhsd", o->kv_heads_major}};
+                        {"num_splits", kernel->num_splits(a)}, {"kv_bhsd", o->kv_heads_major},
+                        {"ms_stream", ms_stream}, {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12}};
     if (o->json)
       fmt::print("{}\n", j.dump());
     else

@@ -10,6 +10,7 @@
 #include "generator/source.hpp"
 #include "runtime/launch_args.hpp"
 #include "runtime/tma.hpp"
+#include "runtime/workspace.hpp"
 
 namespace jit::detail {
 
@@ -68,17 +69,17 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
   return m;
 }
 
-int choose_num_splits(long long tiles, int kv_blocks, int sms) {
-  if (tiles <= 0 || sms <= 0 || tiles >= sms * 8LL / 10 || kv_blocks < 4) return 1;
-  const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * sms / tiles + 1)});
-  auto efficiency = [&](int s) {
-    const double waves = static_cast<double>(tiles * s) / sms;
+int choose_num_splits(long long tiles, int kv_blocks, int slots) {
+  if (tiles <= 0 || slots <= 0 || tiles >= slots * 8LL / 10 || kv_blocks < 4) return 1;
+  const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
+  auto fill = [&](int s) {
+    const double waves = static_cast<double>(tiles * s) / slots;
     return waves / std::ceil(waves);
   };
   double best = 0;
-  for (int s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));
+  for (int s = 1; s <= max_splits; ++s) best = std::max(best, fill(s));
   for (int s = 1; s <= max_splits; ++s)
-    if (efficiency(s) >= 0.85 * best) return s;
+    if (fill(s) >= 0.95 * best) return s;
   return 1;
 }
 
@@ -89,6 +90,21 @@ int sm_count() {
   check(driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ensure_context()),
         "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
   return sms;
+}
+
+// (batch, head) pairs per section of the longest-first CTA order (TileWork::longest_first): as
+// many as keep their K/V within half the L2, so a section's later (lighter) tiles still find
+// them there. Varlen keys have no host-side length: the longest query length stands in.
+int lpt_section_heads(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c) {
+  int l2 = 0;
+  check(driver().cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ensure_context()),
+        "cuDeviceGetAttribute(L2_CACHE_SIZE)");
+  const long long keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
+  const long long kv_heads = std::max<long long>(1, args.k.shape[2]);
+  // Pairs of one KV head share its K/V: per pair, the KV head's bytes over the pairs that share it.
+  const long long sharing = c.pack_gqa ? 1 : std::max<long long>(1, shape.num_q_heads / kv_heads);
+  const long long bytes_per_pair = std::max<long long>(1, keys * c.depth * 2 * 2 / sharing);
+  return static_cast<int>(std::clamp<long long>(l2 / 2 / bytes_per_pair, 1, 1 << 20));
 }
 
 }  // namespace
@@ -106,7 +122,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   plan.grid[2] = static_cast<unsigned>(shape.batch);
   const long long tiles = 1LL * plan.grid[0] * plan.grid[1] * plan.grid[2];
 
-  if (args.num_splits < 0) throw LaunchError(fmt::format("launch: num_splits is {}: use 0 (automatic) or >= 1", args.num_splits));
+  if (args.num_splits < 0 || args.num_splits > fa4::kMaxSplits)
+    throw LaunchError(fmt::format("launch: num_splits is {}: use 0 (automatic) or 1..{}", args.num_splits, fa4::kMaxSplits));
   if (args.num_splits > 1 && persistent)
     throw LaunchError("launch: num_splits > 1 with a persistent kernel (Tuning::persistent): split launches need the per-tile grid");
   int splits = args.num_splits;
@@ -128,6 +145,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     if (args.workspace && reinterpret_cast<std::uintptr_t>(args.workspace) % 16 != 0)
       throw LaunchError("launch: workspace is not 16-byte aligned");
   }
+  if (splits == 1 && !persistent && config_.config.mask.kind != Mask::Kind::none)
+    p.lpt_heads = lpt_section_heads(shape, args, config_.config);
   if (persistent) {
     // One CTA per SM walks every (m_block, head, batch) tile.
     plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), tiles)));
@@ -139,30 +158,6 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
 }
 
 namespace {
-
-// Scratch for one split launch: the caller's, or stream-ordered memory freed after the combine.
-class SplitWorkspace {
- public:
-  SplitWorkspace(const LaunchArgs& args, std::size_t bytes, CUstream stream) : stream_(stream) {
-    if (args.workspace) {
-      ptr_ = reinterpret_cast<CUdeviceptr>(args.workspace);
-    } else {
-      check(driver().cuMemAllocAsync(&ptr_, bytes, stream), "cuMemAllocAsync(split-KV workspace)");
-      owned_ = true;
-    }
-  }
-  ~SplitWorkspace() {
-    if (owned_) driver().cuMemFreeAsync(ptr_, stream_);  // stream-ordered: after the combine
-  }
-  SplitWorkspace(const SplitWorkspace&) = delete;
-  SplitWorkspace& operator=(const SplitWorkspace&) = delete;
-  CUdeviceptr get() const { return ptr_; }
-
- private:
-  CUdeviceptr ptr_ = 0;
-  CUstream stream_;
-  bool owned_ = false;
-};
 
 void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigned smem, CUstream stream, void** params) {
   CUlaunchConfig cfg{};

@@ -43,10 +43,13 @@ struct LaunchPlan {
   std::size_t workspace_bytes = 0;
 };
 
-// Split count for a launch of `tiles` CTAs over `kv_blocks` KV tiles each on `sms` SMs: 1 when the
-// grid already fills the GPU, else the fewest splits whose waves are within 85% of the best wave
-// efficiency (FlashAttention's heuristic), each split keeping at least two KV tiles.
-int choose_num_splits(long long tiles, int kv_blocks, int sms);
+// Split count for a launch of `tiles` CTAs over `kv_blocks` KV tiles each, on `slots` CTA slots:
+// 1 when the grid already fills 80% of them, else the fewest splits whose slot fill is within 95%
+// of the best (FlashAttention's wave rule), each split keeping at least two KV tiles. The caller
+// passes the SM count even for 2-CTA-per-SM decode kernels: on an H200, 128 CTAs (one per SM)
+// read K/V at 4.27 TB/s and 256 at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16
+// splits 3.99 TB/s, 32 splits 3.64).
+int choose_num_splits(long long tiles, int kv_blocks, int slots);
 
 class CompiledKernel final : public Kernel {
  public:

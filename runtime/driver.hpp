@@ -14,7 +14,8 @@ namespace jit::detail {
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)                   \
   X(cuGetErrorName) X(cuGetErrorString) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)            \
   X(cuMemsetD8) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                      \
-  X(cuEventElapsedTime) X(cuStreamSynchronize) X(cuMemGetInfo) X(cuMemAllocAsync) X(cuMemFreeAsync)
+  X(cuEventElapsedTime) X(cuStreamSynchronize) X(cuMemGetInfo) X(cuMemAllocAsync) X(cuMemFreeAsync)    \
+  X(cuMemPoolCreate) X(cuMemPoolSetAttribute) X(cuMemAllocFromPoolAsync)
 
 // Aliases first: a member named like the function it points to may not use decltype(&name).
 #define FA4JIT_ALIAS(name) using name##_fn = decltype(&name);

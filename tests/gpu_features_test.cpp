@@ -102,7 +102,7 @@ TEST(GpuFeatures, SplitKvMatchesReference) {
     for (int depth : {64, 128})
       for (const Mask& mask : {Mask::none(), Mask::causal()}) {
         const auto kernel = jit::get_kernel(config(arch, depth, mask));
-        for (int splits : {0, 3, 7}) {
+        for (int splits : {0, 3, 7, 45}) {  // 45: more than one warp's worth of split weights in the combine
           CheckCase c = heads(8, 2);
           c.batch = 2;
           c.seqlen_q = 3;
@@ -155,6 +155,8 @@ TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   a.v = a.k;
   EXPECT_EQ(kernel->num_splits(a), 1);  // prefill fills the GPU without splitting
   EXPECT_EQ(kernel->workspace_bytes(a), 0u);
+  a.num_splits = 257;  // LaunchArgs::num_splits: at most 256
+  EXPECT_THROW(kernel->num_splits(a), jit::LaunchError);
 }
 
 TEST(GpuFeatures, PackedGqaMatchesReference) {

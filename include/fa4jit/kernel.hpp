@@ -62,9 +62,11 @@ struct LaunchArgs {
   } block_mask;
 
   // Split-KV (decode): the keys of each Q tile are split across num_splits CTAs and merged by a
-  // second kernel. 0: chosen from the SM count when the grid would leave SMs idle; 1: no split.
+  // second kernel. 0: chosen from the SM count when the grid would leave SMs idle; 1: no split;
+  // at most 256.
   int num_splits = 0;
-  // Scratch for the splits (Kernel::workspace_bytes). Null: allocated and freed on the stream.
+  // Scratch for the splits (Kernel::workspace_bytes). Null: taken from a per-device pool that
+  // fa4jit keeps, stream-ordered on the launch's stream.
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
 };

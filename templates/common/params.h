@@ -75,11 +75,15 @@ struct FwdParams {
   int partial_rows;  // rows of one split's slice: num_q_heads * (varlen ? total_q : batch * seqlen_q)
   int num_m_blocks;  // Q tiles per (batch, head): ceil(max_seqlen_q * pack / BM), pack = group when the
                      // kernel packs GQA heads (then per KV head) else 1; the grid has num_m_blocks * num_splits in x
+  // Masked, unsplit, non-persistent grids: the CTA order is longest-first over sections of
+  // lpt_heads (batch, head) pairs whose K/V fit in L2 together (TileWork::make); 0: grid order.
+  int lpt_heads;
 };
 
 // Split-KV combine kernel geometry (fa4_combine): one warp per LSE row. Host and device share it.
 constexpr int kCombineThreads = 128;
 constexpr int kCombineRowsPerCta = kCombineThreads / 32;
+constexpr int kMaxSplits = 256;  // the combine keeps each row's split weights in registers / smem
 
 // TMA descriptors for the backends that load by TMA (sm90a, sm100a). Layout-compatible with
 // the driver's CUtensorMap (CUDA 13: 128 bytes, 128-byte aligned). Each map is 4-D over

@@ -57,10 +57,12 @@ struct TileWork {
   // reads and changes the PTX of the GPU-verified kernels.)
   __device__ __forceinline__ static TileWork make(const FwdParams& p) {
     TileWork w;
-    const int b = blockIdx.z, h = static_cast<int>(blockIdx.y) * kPack;
+    int x = static_cast<int>(blockIdx.x), m_blocks = static_cast<int>(gridDim.x);
+    int hy = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    if (!Mask::kIsNone && p.lpt_heads > 0) longest_first(p.lpt_heads, x, hy, b);
+    const int h = hy * kPack;
     w.seq = SeqInfo::make(p, b, h);
     w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p, kPack};
-    int x = static_cast<int>(blockIdx.x), m_blocks = static_cast<int>(gridDim.x);
     w.split = 0;
     if (p.num_splits > 1) {
       w.split = x % p.num_splits;
@@ -71,6 +73,23 @@ struct TileWork {
     w.m_block = Mask::kIsNone ? x : m_blocks - 1 - x;
     w.finish(p);
     return w;
+  }
+  // Masked grids (host sets lpt_heads only without splits or persistence): the hardware starts
+  // CTAs in linear order, x fastest, so grid order runs one head's Q tiles, heavy to light, before
+  // the next head's, and the last heads' heavy tiles start late and finish alone (the causal tail).
+  // Remap linear CTA i so that, within each section of `heads` (batch, head) pairs, all of the
+  // section's heaviest tiles start first, then the next heaviest, ...: longest-first over the
+  // section while its K/V stay in L2 for the section's other tiles (the host sizes it from L2).
+  __device__ __forceinline__ static void longest_first(int heads, int& x, int& hy, int& b) {
+    const int m_blocks = static_cast<int>(gridDim.x), num_hy = static_cast<int>(gridDim.y);
+    const int pairs = num_hy * static_cast<int>(gridDim.z);
+    const int i = x + m_blocks * (hy + num_hy * b);
+    const int section = i / (heads * m_blocks), in_section = i - section * heads * m_blocks;
+    const int section_heads = min(heads, pairs - section * heads);
+    const int pair = section * heads + in_section % section_heads;
+    x = in_section / section_heads;  // 0 = heaviest (make reverses x into the m block)
+    hy = pair % num_hy;
+    b = pair / num_hy;
   }
   // Any (m_block, q head, batch), e.g. from PersistentTiles (never split).
   __device__ __forceinline__ static TileWork make(const FwdParams& p, int m_block, int h, int b) {

@@ -362,4 +362,21 @@ double time_kernel_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, 
   return ms[iters / 2];
 }
 
+double time_kernel_stream_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, int iters) {
+  const detail::DriverApi& d = driver();
+  for (int i = 0; i < warmup; ++i) kernel.launch(args, nullptr);
+  CUevent start, stop;
+  check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(d.cuEventRecord(start, nullptr), "cuEventRecord");
+  for (int i = 0; i < iters; ++i) kernel.launch(args, nullptr);
+  check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
+  check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+  float ms = 0.f;
+  check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(stop);
+  return ms / iters;
+}
+
 }  // namespace jit::testing

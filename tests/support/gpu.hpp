@@ -76,5 +76,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c);
 
 // Median milliseconds of `iters` launches timed with CUDA events after `warmup` launches.
 double time_kernel_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, int iters);
+// Mean of `iters` back-to-back launches between one pair of events: the device time per call once
+// the host keeps ahead of the GPU (excludes the per-call host cost that time_kernel_ms includes).
+double time_kernel_stream_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, int iters);
 
 }  // namespace jit::testing
