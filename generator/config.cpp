@@ -92,6 +92,19 @@ Budget derive_portable(FA4Config& c, const ArchInfo& a) {
   return {128, smem};
 }
 
+// sm90a BN candidates: the wgmma N values generated for S = Q K^T (templates/sm90a/dev/gen_mma.py
+// NS, minus 256, whose S fragment alone is 128 registers). Multiples of 16 (one k16 step of P V).
+constexpr int kHopperBN[] = {64, 80, 96, 112, 128, 176, 192};
+
+// Per consumer thread the overlapped schedule keeps O (Dp/2 floats), S (BN/2) and packed P (BN/4)
+// live at once. Largest totals ptxas fits with 0 spills: 196 at 240 registers (d128 BN 176) and 128 at
+// 160 (BM 192: d64 BN 128; BN 192 there needs 176 and spills 400 B). Indices, row state, addresses
+// and the mask take the rest. Per-element masks (all but none and causal) and position-dependent
+// score-mods (ALiBi, snippets) keep ~20 more registers live in the softmax: 176 for their defaults
+// (d192 BN 112 and d256 BN 80 spill 8-180 B with them; FA3 too lowers BN for local masks there).
+int hopper_fragment_regs(int dp, int bn) { return dp / 2 + bn / 2 + bn / 4; }
+int hopper_fragment_budget(int bm, bool heavy_softmax = false) { return bm == 192 ? 128 : heavy_softmax ? 176 : 196; }
+
 Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   const int dp = c.padded_depth;
   // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
@@ -99,27 +112,45 @@ Budget derive_hopper(FA4Config& c, const ArchInfo& a) {
   // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
   // warpgroup would mostly compute padding (Sq of 1..16), so BM 64 halves the tensor work.
   const int bm_default = c.pack_gqa ? 64 : dp <= 64 ? 192 : 128;
-  // Decode streams K/V: two CTAs per SM (BN 64 keeps both in shared memory) keep twice the loads
-  // in flight and overlap one CTA's softmax with the other's waits.
   std::vector<int> bm_allowed = dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128};
   if (c.pack_gqa) bm_allowed.insert(bm_allowed.begin(), 64);
   c.BM = pick("BM", c.BM, bm_default, bm_allowed);
-  // BN 176 at depth 128 is FA3's non-causal tile: fewer KV iterations, the same registers (2 stages fit).
-  c.BN = pick("BN", c.BN, c.BM == 64 ? 64 : 128,
-              dp <= 64 ? (c.BM == 128 ? std::vector<int>{64, 128, 192} : std::vector<int>{64, 128})
-                       : std::vector<int>{64, 128, 176});
+  auto smem_for = [&](int bn, int stages) { return 2 * (c.BM * dp + 2 * stages * bn * dp) + 1024; };
+  // BN: every candidate whose fragments fit the consumers' registers and whose tiles fit shared
+  // memory with the minimum 2 stages (d192: up to 112, d256: up to 80, FA3's tiles there).
+  std::vector<int> bn_allowed;
+  for (int bn : kHopperBN)
+    if (hopper_fragment_regs(dp, bn) <= hopper_fragment_budget(c.BM) && smem_for(bn, 2) <= a.max_smem)
+      bn_allowed.push_back(bn);
+  // Default: 128 (BN 176 at d128, FA3's non-causal tile, and 192 at d64 are opt-in), the largest
+  // allowed below it at d192 / d256 (112 / 80; 96 / 64 with a heavier softmax); decode (BM 64)
+  // streams K/V with BN 64: two CTAs per SM where both fit in shared memory keep twice the loads in flight.
+  const bool heavy_softmax = (c.mask.kind != Mask::Kind::none && c.mask.kind != Mask::Kind::causal) ||
+                             c.score_mod.kind == ScoreMod::Kind::alibi || c.score_mod.kind == ScoreMod::Kind::custom;
+  const int default_budget = hopper_fragment_budget(c.BM, heavy_softmax);
+  int bn_default = 64;
+  if (c.BM != 64)
+    for (int bn : bn_allowed)
+      if (bn <= 128 && hopper_fragment_regs(dp, bn) <= default_budget) bn_default = bn;
+  if (c.BN != 0 && std::find(bn_allowed.begin(), bn_allowed.end(), c.BN) == bn_allowed.end())
+    refuse("BN", std::to_string(c.BN),
+           fmt::format("at depth {} (padded {}) with BM {} on {} allowed: {} (S, P and O registers of a consumer "
+                       "thread, and shared memory for Q + 2 K/V stages, {} bytes)",
+                       c.depth, dp, c.BM, c.arch, fmt::join(bn_allowed, ", "), a.max_smem));
+  c.BN = c.BN ? c.BN : bn_default;
   c.BK0 = pick("BK0", c.BK0, dp, {dp});
   c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
   c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
   c.num_mma_stages = pick("num_mma_stages", c.num_mma_stages, 1, {1});
-  auto smem_for = [&](int stages) { return 2 * (c.BM * dp + 2 * stages * c.BN * dp) + 1024; };
   c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
-  if (smem_for(c.num_kv_stages) > a.max_smem)
+  const int smem = smem_for(c.BN, c.num_kv_stages);
+  if (smem > a.max_smem)
     throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
-                                  c.num_kv_stages, c.BN, c.depth, smem_for(c.num_kv_stages), c.arch, a.max_smem));
-  // Two CTAs per SM when both fit (each also takes 1 KiB of reserved shared memory per block).
-  const int ctas = c.BM == 64 && 2 * (smem_for(c.num_kv_stages) + 1024) <= a.max_smem + 1024 ? 2 : 1;
-  return {128 * (1 + c.BM / 64), smem_for(c.num_kv_stages), ctas};
+                                  c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
+  // Two CTAs per SM when both fit (each also takes 1 KiB of reserved shared memory per block):
+  // decode (BM 64) at padded depth <= 128; deeper heads run one CTA per SM.
+  const int ctas = c.BM == 64 && 2 * (smem + 1024) <= a.max_smem + 1024 ? 2 : 1;
+  return {128 * (1 + c.BM / 64), smem, ctas};
 }
 
 // The seeds' FA4Config: TMEM holds S0, S1 (BN columns each) and O0, O1 (Dp each) in 512

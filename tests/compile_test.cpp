@@ -45,6 +45,38 @@ TEST_P(PresetCompile, EveryPresetCompiles) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, PresetCompile, ::testing::Values("sm_80", "sm_90a", "sm_100a"));
 
+// sm90a head dims 96 (padded to 128), 192 and 256: the default tiles compile without spills and run
+// S = Q K^T at N = BN over the real depth and O += P V at N = padded depth.
+TEST(Compile, HopperDeepHeadsCompileWithoutSpills) {
+  struct Case {
+    int depth;
+    jit::DType dtype;
+    bool causal, packed;
+  };
+  for (const Case& k : {Case{96, jit::DType::bf16, true, false}, Case{192, jit::DType::fp16, false, false},
+                        Case{256, jit::DType::bf16, true, false}, Case{256, jit::DType::fp16, true, true}}) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = k.depth;
+    c.dtype = k.dtype;
+    c.mask = k.causal ? jit::Mask::causal() : jit::Mask::none();
+    c.group = k.packed ? 8 : 0;
+    c.pack_gqa = k.packed;
+    const jit::ResolvedConfig r = jit::resolve(c);
+    const std::string what = fmt::format("sm_90a d{} {} BM {} BN {}{}", k.depth, jit::to_string(k.dtype), r.config.BM,
+                                         r.config.BN, k.packed ? " packed" : "");
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    const auto use = jit::detail::parse_ptxas_log(out.log);
+    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
+    const char* ty = k.dtype == jit::DType::bf16 ? "bf16" : "f16";
+    const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.BN, ty);
+    const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.padded_depth, ty);
+    expect_ptx_has(out.ptx, {qk.c_str(), pv.c_str(), "cp.async.bulk.tensor", "setmaxnreg"}, what);
+  }
+}
+
 TEST(Compile, PortableBackendCompilesForEveryArch) {
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
     jit::FA4Config c;

@@ -52,6 +52,81 @@ TEST(Config, DerivesHopperDefaults) {
   EXPECT_EQ(d64.num_threads, 512);
 }
 
+// Deeper heads on sm90a: BN from the consumers' registers (O Dp/2 + S BN/2 + P BN/4 floats) and from
+// shared memory for Q + 2 K/V stages; depth 96 runs padded to 128 (the d128 tiles).
+TEST(Config, DerivesHopperTilesForDeepHeads) {
+  struct Want {
+    int depth, padded, bn, bn_heavy, smem;
+  };
+  for (const Want& w : {Want{96, 128, 128, 128, 2 * (128 * 128 + 4 * 128 * 128) + 1024},
+                        Want{192, 192, 112, 96, 2 * (128 * 192 + 4 * 112 * 192) + 1024},
+                        Want{256, 256, 80, 64, 2 * (128 * 256 + 4 * 80 * 256) + 1024}}) {
+    const auto r = jit::resolve(cfg_for("sm_90a", w.depth));
+    EXPECT_EQ(r.config.padded_depth, w.padded) << w.depth;
+    EXPECT_EQ(r.config.BM, 128) << w.depth;
+    EXPECT_EQ(r.config.BN, w.bn) << w.depth;
+    EXPECT_EQ(r.config.num_kv_stages, 2) << w.depth;
+    EXPECT_EQ(r.num_threads, 384) << w.depth;
+    EXPECT_EQ(r.smem_bytes, w.smem) << w.depth;
+    EXPECT_LE(r.smem_bytes, 232448) << w.depth;
+    auto causal = cfg_for("sm_90a", w.depth);
+    causal.mask = jit::Mask::causal();
+    EXPECT_EQ(jit::resolve(causal).config.BN, w.bn) << w.depth;
+    // A sliding window or ALiBi keeps more registers live in the softmax: a smaller default BN.
+    auto heavy = cfg_for("sm_90a", w.depth);
+    heavy.mask = jit::Mask::sliding_window();
+    EXPECT_EQ(jit::resolve(heavy).config.BN, w.bn_heavy) << w.depth;
+    heavy = causal;
+    heavy.score_mod = jit::ScoreMod::alibi();
+    EXPECT_EQ(jit::resolve(heavy).config.BN, w.bn_heavy) << w.depth;
+    // Packed-GQA decode: BM 64 / BN 64; two CTAs per SM only while both fit in shared memory.
+    auto decode = causal;
+    decode.group = 8;
+    decode.pack_gqa = true;
+    const auto d = jit::resolve(decode);
+    EXPECT_EQ(d.config.BM, 64) << w.depth;
+    EXPECT_EQ(d.config.BN, 64) << w.depth;
+    EXPECT_EQ(d.num_threads, 256) << w.depth;
+    EXPECT_EQ(d.ctas_per_sm, w.padded <= 128 ? 2 : 1) << w.depth;
+    EXPECT_LE(d.ctas_per_sm * (d.smem_bytes + 1024), 232448 + 1024) << w.depth;
+  }
+  // Depths 64 and 128 keep their tiles.
+  EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64)).config.BN, 128);
+  EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).config.BN, 128);
+  auto d64 = cfg_for("sm_90a", 64);
+  d64.mask = jit::Mask::sliding_window();
+  EXPECT_EQ(jit::resolve(d64).config.BN, 128);
+  EXPECT_EQ(jit::resolve(d64).config.BM, 192);
+}
+
+TEST(Config, HopperDeepHeadRefusalsNameTheField) {
+  // BN 96 at depth 256: neither the registers nor 2 stages of shared memory allow it.
+  expect_config_error([] { auto c = cfg_for("sm_90a", 256); c.BN = 96; jit::resolve(c); },
+                      {"BN", "96", "depth 256", "allowed: 64, 80"});
+  expect_config_error([] { auto c = cfg_for("sm_90a", 192); c.BN = 128; jit::resolve(c); },
+                      {"BN", "128", "depth 192", "allowed: 64, 80, 96, 112"});
+  expect_config_error([] { auto c = cfg_for("sm_90a", 96); c.BN = 192; jit::resolve(c); },
+                      {"BN", "192", "depth 96 (padded 128)"});
+  // 3 stages of BN 80 at depth 256 do not fit 227 KiB.
+  expect_config_error([] { auto c = cfg_for("sm_90a", 256); c.num_kv_stages = 3; jit::resolve(c); },
+                      {"num_kv_stages", "3", "232448"});
+  // BM 192 (three consumer warpgroups at 160 registers) stays a depth-64 tile.
+  expect_config_error([] { auto c = cfg_for("sm_90a", 192); c.BM = 192; jit::resolve(c); }, {"BM", "192", "128"});
+  // Padded depth is derived, never narrower than the depth; other backends keep 64 and 128.
+  expect_config_error([] { auto c = cfg_for("sm_90a", 96); c.padded_depth = 96; jit::resolve(c); },
+                      {"padded_depth", "96", "128"});
+  expect_config_error([] { jit::resolve(cfg_for("sm_90a", 160)); }, {"depth", "160", "64, 96, 128, 192, 256"});
+  expect_config_error([] { jit::resolve(cfg_for("sm_80", 96)); }, {"depth", "96", "sm80"});
+  expect_config_error([] { jit::resolve(cfg_for("sm_100a", 256)); }, {"depth", "256", "sm100a"});
+  // Explicit smaller tiles are kept.
+  auto c = cfg_for("sm_90a", 192);
+  c.BN = 64;
+  c.num_kv_stages = 3;
+  const auto r = jit::resolve(c);
+  EXPECT_EQ(r.config.BN, 64);
+  EXPECT_EQ(r.smem_bytes, 2 * (128 * 192 + 2 * 3 * 64 * 192) + 1024);
+}
+
 // The seeds' FA4Config budgets: 2*BN + 2*Dp <= 512 TMEM columns, stages from 227 KiB of smem.
 TEST(Config, DerivesBlackwellDefaultsFromBudgets) {
   const auto r128 = jit::resolve(cfg_for("sm_100a", 128));

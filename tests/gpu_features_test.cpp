@@ -35,6 +35,7 @@ using jit::testing::runnable_archs;
 // METHOD.md tolerances for 16-bit inputs against float64 (the same as every other GPU test).
 void expect_matches(const CheckResult& r, const std::string& what) {
   EXPECT_EQ(r.unwritten, 0u) << what << ": " << r.describe();
+  EXPECT_EQ(r.clobbered, 0u) << what << ": " << r.describe();
   EXPECT_LE(r.rel_l2, 1e-2) << what << ": " << r.describe();
   EXPECT_EQ(r.lse_inf_mismatch, 0u) << what << ": " << r.describe();
   EXPECT_LE(r.lse_max_abs, 2e-2) << what << ": " << r.describe();
@@ -194,6 +195,86 @@ TEST(GpuFeatures, PackedGqaMatchesReference) {
         v.custom_score_mod = [](double s, int, int h, int, int) { return s - 0.05 * h; };
         expect_matches(jit::testing::run_and_check(*kernel, v), fmt::format("{} d{} pack varlen paged", arch, depth));
       }
+}
+
+// Head dims 96 (padded to 128), 192 and 256 on sm90a through the variant paths: varlen, paged KV
+// (pages that split a BN 80 / 112 tile into 16-row boxes), split-KV (partials and the combine at the
+// real depth), packed-GQA decode with head-dependent masks and score-mods (split, sinks, paged varlen),
+// and a sliding window with ALiBi (the smaller default BN). O rows carry 32 poisoned elements past
+// head_dim that must stay untouched.
+TEST(GpuFeatures, HopperDeepHeadVariants) {
+  SKIP_WITHOUT_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::string arch = "sm_90a";
+  for (int depth : {96, 192, 256}) {
+    const auto causal = jit::get_kernel(config(arch, depth, Mask::causal()));
+    const std::string d = fmt::format("d{} BN {}", depth, causal->config().config.BN);
+    CheckCase v = heads(4, 2);
+    v.seqlens_q = {17, 0, 300, 128, 1, 200};
+    v.seqlens_k = {40, 5, 300, 0, 700, 129};
+    v.o_head_pad = 32;
+    expect_matches(jit::testing::run_and_check(*causal, v), d + " varlen");
+    for (int page : {48, 256}) {
+      CheckCase c = heads(8, 2);
+      c.batch = 3;
+      c.seqlen_q = 33;
+      c.seqlens_k = {1000, 64, 517};
+      c.page_size = page;
+      c.o_head_pad = 32;
+      expect_matches(jit::testing::run_and_check(*causal, c), fmt::format("{} paged {}", d, page));
+    }
+    CheckCase sp = heads(8, 2);
+    sp.batch = 2;
+    sp.seqlen_q = 3;
+    sp.seqlen_k = 3000;
+    sp.num_splits = 5;
+    sp.with_sinks = true;
+    sp.o_head_pad = 32;
+    expect_matches(jit::testing::run_and_check(*causal, sp), d + " splits 5 sinks");
+
+    FA4Config pcfg = config(arch, depth, Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}),
+                            ScoreMod::custom("return score - 0.05f * h;"));
+    pcfg.group = 4;
+    pcfg.pack_gqa = true;
+    const auto packed = jit::get_kernel(pcfg);
+    const std::string pd = fmt::format("d{} packed BM {} BN {} ctas/SM {}", depth, packed->config().config.BM,
+                                       packed->config().config.BN, packed->config().ctas_per_sm);
+    for (int sq : {1, 16}) {
+      CheckCase c = heads(8, 2);
+      c.batch = 2;
+      c.seqlen_q = sq;
+      c.seqlen_k = 2000;
+      c.num_splits = sq == 1 ? 0 : 3;  // automatic, then explicit
+      c.with_sinks = true;
+      c.o_head_pad = 32;
+      const int sk = c.seqlen_k;
+      c.custom_visible = [sk, sq](int, int h, int q, int k) { return k <= q + sk - sq && (k + h) % 5 != 0; };
+      c.custom_score_mod = [](double s, int, int h, int, int) { return s - 0.05 * h; };
+      expect_matches(jit::testing::run_and_check(*packed, c), fmt::format("{} sq {} splits {}", pd, sq, c.num_splits));
+    }
+    CheckCase pv = heads(4, 1);  // packed varlen over pages
+    pv.seqlens_q = {3, 0, 40};
+    pv.seqlens_k = {90, 20, 600};
+    pv.page_size = 64;
+    pv.o_head_pad = 32;
+    pv.custom_visible = [&pv](int b, int h, int q, int k) {
+      return k <= q + pv.seqlens_k[b] - pv.seqlens_q[b] && (k + h) % 5 != 0;
+    };
+    pv.custom_score_mod = [](double s, int, int h, int, int) { return s - 0.05 * h; };
+    expect_matches(jit::testing::run_and_check(*packed, pv), pd + " varlen paged");
+
+    FA4Config wcfg = config(arch, depth, Mask::all_of({Mask::causal(), Mask::sliding_window()}), ScoreMod::alibi());
+    wcfg.dtype = jit::DType::fp16;
+    const auto window = jit::get_kernel(wcfg);
+    CheckCase w = heads(6, 2);
+    w.seqlen_q = 301;
+    w.seqlen_k = 777;
+    w.window_left = 200;
+    w.window_right = 7;
+    w.o_head_pad = 32;
+    expect_matches(jit::testing::run_and_check(*window, w),
+                   fmt::format("d{} fp16 causal+window alibi BN {}", depth, window->config().config.BN));
+  }
 }
 
 // A block-sparse custom mask: 64x64 blocks on a checkerboard, described by its element snippet,

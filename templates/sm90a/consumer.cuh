@@ -66,7 +66,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
         sched.wait_turn();
         fence_operand(s);
         wgmma_fence();
-        gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+        gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
         wgmma_commit();
         sched.pass_turn();
         wgmma_wait<0>();
@@ -95,7 +95,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
       sched.wait_turn();
       fence_operand(s);
       wgmma_fence();
-      gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+      gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
       wgmma_commit();
       sched.pass_turn();
       wgmma_wait<0>();
@@ -115,7 +115,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
           fence_operand(o);
           fence_operand(pr);
           wgmma_fence();
-          gemm_qk<Element, kBN, kDp>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+          gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
           wgmma_commit();
           gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
           wgmma_commit();

@@ -4,6 +4,8 @@
 // its (query, head) (SeqInfo::o_row / lse_row). Split-KV: float32 partials instead (no staging).
 // O is always stored manually (never by TMA): varlen tiles end inside the next sequence, and a
 // TMA store would overwrite its rows. Coalescing is the same (16 lanes per 256-byte row at d128).
+// Padded depth (kDepth < kDp): only columns < kDepth are staged and stored; the rest of the O
+// fragment (P times V's zero-filled padding) is never written.
 #pragma once
 #include "common/combine.cuh"
 #include "common/mbarrier.cuh"
@@ -46,7 +48,6 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
                                                      const WgSoftmax<Config, Mask, ScoreMod>& sm,
                                                      const float (&inv)[2]) {
   using Sh = Shape<Config>;
-  constexpr int kDp = Sh::kDp;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
   const int split = split_of<Config>(p, w);
 #pragma unroll
@@ -56,7 +57,7 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
       const long long row = w.seq.template lse_row<Sh::kPack>(p, r);
       float* dst = split::partial_o(p, split, row, Sh::kDepth) + 2 * (lane & 3);
 #pragma unroll
-      for (int j = 0; j < kDp / 8; ++j)
+      for (int j = 0; j < Sh::kDepth / 8; ++j)  // the partial rows are kDepth wide (combine reads them so)
         st_global_v2f(dst + 8 * j, o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
       if ((lane & 3) == 0) split::store_partial_lse(p, split, row, sm.row[h].lse(sm.scale));
     }
@@ -71,7 +72,6 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
                                          WgSoftmax<Config, Mask, ScoreMod>& sm, u32 o_smem) {
   using Sh = Shape<Config>;
   using Out = typename Sh::OutElement;
-  constexpr int kDp = Sh::kDp;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
 
   sm.finalize(p, w);
@@ -89,7 +89,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
   const int r0 = warp * 16 + (lane >> 2);
 #pragma unroll
-  for (int j = 0; j < kDp / 8; ++j) {
+  for (int j = 0; j < Sh::kDepth / 8; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
@@ -99,8 +99,9 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   }
   named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
 
-  // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row.
-  constexpr int kChunksPerRow = kDp / 8;
+  // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row's kDepth columns.
+  constexpr int kChunksPerRow = Sh::kDepth / 8;
+  static_assert(Sh::kWgRows * kChunksPerRow % 128 == 0, "epilogue: rows x 16-byte chunks must split over 128 threads");
   Out* o_base = static_cast<Out*>(p.o) + w.seq.o_offset;
 #pragma unroll
   for (int it = 0; it < Sh::kWgRows * kChunksPerRow / 128; ++it) {

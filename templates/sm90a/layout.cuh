@@ -76,6 +76,11 @@ struct Shape {
   static constexpr int kWgRows = 64;           // rows of Q per consumer warpgroup (one wgmma M)
   static constexpr int kNumConsumerWGs = kBM / 64;  // 2 (kBM 128), 3 (kBM 192, depth 64) or 1 (kBM 64, decode)
   static constexpr int kChunks = kDp / 64;     // 64-element (128-byte) swizzle blocks per row
+  // Padded depth (kDepth 96 in kDp 128): the TMA maps end at kDepth, so the last chunk's columns
+  // past it land as zeros. S = Q K^T runs only the k16 steps of real columns (kDepth / 16);
+  // P V runs the whole kDp (wgmma N must cover whole 64-wide MN-major SW128 blocks), and the
+  // epilogue never stores O columns >= kDepth.
+  static constexpr int kQKDepth = kDepth;
 
   static constexpr bool kIntraWGOverlap = OverlapOf<Config>::value;
   static constexpr bool kPingPong = PingPongOf<Config>::value && kNumConsumerWGs > 1;  // no partner alone
@@ -89,9 +94,13 @@ struct Shape {
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
   // 3 consumer WGs: 128*32 + 384*160 = 65536.
   // 1 consumer WG, 2 CTAs per SM (decode): 2 * (128*24 + 128*232) = 65536.
+  // 1 consumer WG, 1 CTA per SM (decode at padded depth > 128, or a large kBN): FA3's 56 / 256
+  // (128*56 + 128*256 = 39936). With 24 / 240 there ptxas spills ~470 B (packed GQA + custom mask
+  // and score-mod, d128 kBN 128 or d192 kBN 64); 56 / 256 spills none.
   static constexpr int kCtasPerSm = CtasPerSmOf<Config>::value;
-  static constexpr int kProducerRegs = kNumConsumerWGs <= 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 232 : kNumConsumerWGs <= 2 ? 240 : 160;
+  static constexpr bool kSoloConsumer = kNumConsumerWGs == 1 && kCtasPerSm == 1;
+  static constexpr int kProducerRegs = kSoloConsumer ? 56 : kNumConsumerWGs <= 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 232 : kSoloConsumer ? 256 : kNumConsumerWGs <= 2 ? 240 : 160;
   static constexpr int kNumThreads = 128 * (1 + kNumConsumerWGs);
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
@@ -100,20 +109,23 @@ struct Shape {
                 "(1 warpgroup: packed-GQA decode)");
   static_assert(kBM != 192 || kDp == 64,
                 "sm90a kernel: kBM 192 (3 consumer warpgroups at 160 registers) is only for head depth 64; "
-                "depth 128 needs the 64-float O accumulator and does not fit: use kBM 128");
+                "deeper heads need a 64+ float O accumulator and do not fit: use kBM 128");
   static_assert(kBM != 192 || kBN <= 128 || !kIntraWGOverlap,
                 "sm90a kernel: kBM 192 with kBN > 128 and the overlapped schedule does not fit 160 consumer "
                 "registers (S kBN/2 + P kBN/4 + O 32 per thread; 400 B spills at kBN 192): use kBN 128");
   static_assert(Config::kNumThreads == kNumThreads,
                 "sm90a kernel: kNumThreads must be 128 * (1 + kBM / 64) (1 producer + kBM/64 consumer warpgroups)");
-  static_assert(kDepth == kDp, "sm90a kernel: padded depth (kPaddedDepth != kDepth) is not supported yet");
-  static_assert(kDp == 64 || kDp == 128,
-                "sm90a kernel: head depth 64 or 128 only for now (96/192/256: add wgmma N in gen_mma.py, "
-                "split the O accumulator / RescaleOBeforeGemm, re-check registers)");
-  // kBN: a multiple of 16 (one k16 step of P V) with a generated wgmma N (gen_mma.py NS); 176 is
-  // FA3's d128 non-causal tile (S 88 + O 64 + P 44 registers per consumer thread).
-  static_assert(kBN == 64 || kBN == 128 || kBN == 176 || kBN == 192 || kBN == 256,
-                "sm90a kernel: kBN must be 64, 128, 176, 192 or 256 (wgmma N generated in dev/gen_mma.py)");
+  static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256,
+                "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks)");
+  static_assert(kDepth % 16 == 0 && kDepth <= kDp && kDp - kDepth < 64,
+                "sm90a kernel: kDepth must be a multiple of 16 (one k16 step of Q K^T) in the last 64-column "
+                "block of kPaddedDepth");
+  // kBN: a multiple of 16 (one k16 step of P V) with a generated wgmma N (gen_mma.py NS); per consumer
+  // thread S kBN/2 + P kBN/4 + O kDp/2 registers (generator/config.cpp picks kBN so they fit: 176 at d128
+  // is FA3's non-causal tile, 112 at d192 and 80 at d256 FA3's tiles there).
+  static_assert(kBN == 64 || kBN == 80 || kBN == 96 || kBN == 112 || kBN == 128 || kBN == 176 || kBN == 192 ||
+                    kBN == 256,
+                "sm90a kernel: kBN must be 64, 80, 96, 112, 128, 176, 192 or 256 (wgmma N generated in dev/gen_mma.py)");
   static_assert(kStages >= 2 && kStages <= 4, "sm90a kernel: kNumKVStages must be 2..4");
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm90a kernel: 16-bit Q/K/V/O only");
   // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each.

@@ -44,8 +44,8 @@ void DeviceBuffer::download(void* dst, std::size_t n) const { check(driver().cuM
 void DeviceBuffer::fill_byte(unsigned char b) { check(driver().cuMemsetD8(ptr_, b, bytes_), "cuMemsetD8"); }
 
 std::string CheckResult::describe() const {
-  return fmt::format("rel_l2={:.3e} max_abs={:.3e} lse_max_abs={:.3e} unwritten={} lse_inf_mismatch={} seed={}", rel_l2,
-                     max_abs, lse_max_abs, unwritten, lse_inf_mismatch, seed);
+  return fmt::format("rel_l2={:.3e} max_abs={:.3e} lse_max_abs={:.3e} unwritten={} clobbered={} lse_inf_mismatch={} seed={}",
+                     rel_l2, max_abs, lse_max_abs, unwritten, clobbered, lse_inf_mismatch, seed);
 }
 
 namespace {
@@ -222,7 +222,10 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     k_dev = pack_rows(kb, L.k, Sk, k_row);
     v_dev = pack_rows(vb, L.k, Sk, k_row);
   }
-  const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * q_row;
+  if (c.o_head_pad < 0 || c.o_head_pad % 8 != 0) throw std::invalid_argument("CheckCase: o_head_pad must be a multiple of 8");
+  const int DO = D + c.o_head_pad;  // O head stride
+  const std::size_t o_row = static_cast<std::size_t>(Hq) * DO;
+  const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * o_row;
   const std::size_t nl = static_cast<std::size_t>(Hq) * std::max(total_q, 1);
   DeviceBuffer dq(q_dev.size() * 2), dk(k_dev.size() * 2), dv(v_dev.size() * 2), doo(no * 2);
   DeviceBuffer dlse(nl * 4), dsinks(std::max<std::size_t>(p.sinks.size(), 1) * 4);
@@ -243,14 +246,15 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   if (L.varlen_q) {
     // Every sequence empty: the tensors still need a row (the launch checks shapes, not lengths).
     a.q = Tensor::contiguous(dq.get(), t, 1, std::max(total_q, 1), Hq, D);
-    a.o = Tensor::contiguous(doo.get(), to, 1, std::max(total_q, 1), Hq, D);
+    a.o = Tensor::contiguous(doo.get(), to, 1, std::max(total_q, 1), Hq, DO);
     a.cu_seqlens_q = static_cast<const int*>(dcu_q.get());
     a.batch = B;
     a.max_seqlen_q = Sq;
   } else {
     a.q = Tensor::contiguous(dq.get(), t, B, Sq, Hq, D);
-    a.o = Tensor::contiguous(doo.get(), to, B, Sq, Hq, D);
+    a.o = Tensor::contiguous(doo.get(), to, B, Sq, Hq, DO);
   }
+  a.o.shape[3] = D;  // head stride DO, only D columns are O's
   if (paged) {
     a.k = Tensor::contiguous(dk.get(), t, paged->num_pages, c.page_size, Hkv, D);
     a.v = Tensor::contiguous(dv.get(), t, paged->num_pages, c.page_size, Hkv, D);
@@ -311,16 +315,22 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const Reference ref = reference_attention(p);
 
   double err2 = 0, ref2 = 0;
-  for (const std::uint16_t bits : ob) res.unwritten += std::isnan(host::from_bits(to, bits));
+  for (std::size_t i = 0; i < no; ++i) {
+    const bool pad = static_cast<int>(i % DO) >= D;
+    if (pad)
+      res.clobbered += ob[i] != 0xffff;
+    else
+      res.unwritten += std::isnan(host::from_bits(to, ob[i]));
+  }
   if (c.with_lse)
     for (const float x : lse) res.unwritten += std::isnan(x);
-  if (total_q == 0) res.unwritten = 0;  // the buffers hold no row
+  if (total_q == 0) res.unwritten = res.clobbered = 0;  // the buffers hold no row
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < L.q[b]; ++i) {
       const std::size_t krow = L.varlen_q ? cu_q[b] + i : static_cast<std::size_t>(b) * Sq + i;
       for (int h = 0; h < Hq; ++h) {
         for (int d = 0; d < D; ++d) {
-          const double o = host::from_bits(to, ob[(krow * Hq + h) * D + d]);
+          const double o = host::from_bits(to, ob[(krow * Hq + h) * DO + d]);
           const double r = ref.o[((static_cast<std::size_t>(b) * Sq + i) * Hq + h) * D + d];
           if (std::isnan(o)) continue;  // counted above
           err2 += (o - r) * (o - r);

@@ -7,6 +7,9 @@
 # at kBM 192). Run from anywhere. `ONLY=bm192` / `ONLY=bm128` runs the kBM 192 / kBM 128 part only.
 # kBN 176 (FA3's d128 non-causal tile, kBM 128, 2 stages): {bf16, fp16} x d128 x {None, Causal} x
 # {Identity, Softcap} x {simple, overlap, overlap+pingpong}, part of bm128; `ONLY=bn176` runs only these.
+# Deep heads (part of bm128; `ONLY=deep` runs only these): d96 (padded to 128, kBN 128), d192 (kBN 112) and
+# d256 (kBN 80) at kBM 128, 2 stages, {bf16, fp16} x {None, Causal} x {Identity, Softcap} x {overlap, pingpong},
+# plus negatives (d256 kBN 128: smem; d192 kBM 192).
 # Exit status != 0 on any compile error, spill, C7508 (setmaxnreg ignored) or wgmma
 # serialization warning, or missing instruction.
 # PERSIST=1: every configuration with -DFA4_PERSISTENT=1 (Config::kPersistent, persistent tile
@@ -123,6 +126,33 @@ variants_bm192() {
   done
   run "bm192_bf16_d64_custom_usermod_pingpong" -DFA4_DEPTH=64 -DFA4_BM=192 -DFA4_CUSTOM_MASK -DFA4_SCORE_MOD_USER
 }
+deep() {
+  local d bn dt m sm sched f
+  for d in 96 192 256; do
+    case $d in 96) bn=128 ;; 192) bn=112 ;; 256) bn=80 ;; esac
+    for dt in bf16 fp16; do
+      for m in none causal; do
+        for sm in id softcap; do
+          for sched in overlap pingpong; do
+            f=(-DFA4_DEPTH=$d -DFA4_BN=$bn)
+            [[ $dt == fp16 ]] && f+=(-DFA4_FP16)
+            [[ $m == causal ]] && f+=(-DFA4_CAUSAL)
+            [[ $sm == softcap ]] && f+=(-DFA4_SOFTCAP)
+            [[ $sched == overlap ]] && f+=(-DFA4_SM90A_PINGPONG=0)
+            run "deep_${dt}_d${d}_bn${bn}_${m}_${sm}_${sched}" "${f[@]}"
+          done
+        done
+      done
+    done
+  done
+  negative -DFA4_DEPTH=256 -DFA4_BN=128
+  negative -DFA4_DEPTH=192 -DFA4_BM=192
+}
+if [[ $ONLY == deep ]]; then
+  deep
+  echo "logs, cubins and PTX in $OUT"
+  exit $fail
+fi
 if [[ $ONLY == variants ]]; then
   if [[ $PERSIST == 0 ]]; then variants_bm128; variants_bm192; else
     run "bf16_d128_custom_id_pingpong" -DFA4_CUSTOM_MASK; run "bm192_bf16_d64_custom_usermod_pingpong" -DFA4_DEPTH=64 -DFA4_BM=192 -DFA4_CUSTOM_MASK -DFA4_SCORE_MOD_USER; fi
@@ -179,6 +209,7 @@ for dt in bf16 fp16; do
     done
   done
 done
+deep
 # Must NOT compile: kBN 160 (no generated wgmma N), kBN 176 with 3 stages (280 KB smem).
 for neg in "-DFA4_DEPTH=128 -DFA4_BN=160" "-DFA4_DEPTH=128 -DFA4_BN=176 -DFA4_STAGES=3"; do
   if $NVCC $BASE -cubin $neg templates/sm90a/dev/harness.cu -o "$OUT/neg.cubin" >"$OUT/neg.log" 2>&1; then

@@ -2,9 +2,11 @@
 """Generates templates/sm90a/mma_ops.inc: the wgmma.mma_async wrappers with their operand
 lists spelled out (inline asm needs a literal string). Run from the repository root:
   python3 templates/sm90a/dev/gen_mma.py > templates/sm90a/mma_ops.inc
-Add N values to NS for deeper heads (n192/n256 for PV at depth 192/256). N 176 is the QK GEMM of
-kBN 176 (FA3's d128 non-causal tile); dense f16/bf16 wgmma takes any N multiple of 8 in [8, 256]."""
-NS = [64, 128, 176, 192, 256]
+N is kBN for S = Q K^T and the padded depth for O += P V (64, 128, 192, 256). 80 / 112 are the QK
+GEMMs of the d256 / d192 tiles (FA3's), 96 fills the BN steps between, 176 is FA3's d128 non-causal
+tile; dense f16/bf16 wgmma takes any N multiple of 8 in [8, 256]. generator/config.cpp (kHopperBN)
+and the kBN static_assert in layout.cuh list the same values."""
+NS = [64, 80, 96, 112, 128, 176, 192, 256]
 TYPES = [("bf16", "true"), ("f16", "false")]
 
 def acc_list(n):

@@ -1,6 +1,6 @@
 // Dev harness: exactly the generated layer of docs/DEVICE_ABI.md for sm90a.
-// -DFA4_FP16 (half_t instead of bf16_t), -DFA4_DEPTH=64|128, -DFA4_CAUSAL, -DFA4_SOFTCAP,
-// -DFA4_STAGES=2..4, -DFA4_BN=64|176 (176: d128, 2 stages), -DFA4_BM=192 (3 consumer warpgroups, 512 threads, depth 64), -DFA4_CFG_SIMPLE (Config members select the simple schedule),
+// -DFA4_FP16 (half_t instead of bf16_t), -DFA4_DEPTH=64|96|128|192|256 (96: padded to 128), -DFA4_CAUSAL, -DFA4_SOFTCAP,
+// -DFA4_STAGES=2..4, -DFA4_BN=64|80|112|176 (176: d128, 112: d192, 80: d256; 2 stages), -DFA4_BM=192 (3 consumer warpgroups, 512 threads, depth 64), -DFA4_CFG_SIMPLE (Config members select the simple schedule),
 // -DFA4_PERSISTENT=0|1 (Config::kPersistent; absent = 0), -DFA4_PACK=g (Config::kPack, GQA packing; absent = 1),
 // -DFA4_CUSTOM_MASK (a generated-style user mask with a block snippet: fa4::mask::Custom),
 // -DFA4_SCORE_MOD_USER (a generated-style user score-mod reading (b, h, q, kv)).
@@ -33,7 +33,7 @@ struct Config {
   using Element = fa4::bf16_t;
   using OutElement = fa4::bf16_t;
 #endif
-  static constexpr int kDepth = FA4_DEPTH, kPaddedDepth = FA4_DEPTH;
+  static constexpr int kDepth = FA4_DEPTH, kPaddedDepth = (FA4_DEPTH + 63) / 64 * 64;
   static constexpr int kBM = FA4_BM, kBN = FA4_BN, kBK0 = 64, kBK1 = 64;
   static constexpr int kNumQHeads = 0, kGroup = 0;
   static constexpr int kNumKVStages = FA4_STAGES, kNumQKStages = 1, kNumMMAStages = 1;
@@ -98,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(fa4::gen::Config::kNumThreads, 1)
 fa4_fwd(const __grid_constant__ fa4::FwdParams params, const __grid_constant__ fa4::TmaDescs tma) {
   fa4::sm90a::attention_fwd<fa4::gen::Config, fa4::gen::Mask, fa4::gen::ScoreMod>(params, tma);
 }
-extern "C" __global__ void __launch_bounds__(fa4::split::kCombineThreads)
+extern "C" __global__ void __launch_bounds__(fa4::kCombineThreads)
 fa4_combine(const __grid_constant__ fa4::FwdParams params) {
   fa4::split::combine<fa4::gen::Config>(params);
 }
