@@ -205,6 +205,14 @@ TEST(GpuAttention, HopperDeepHeadsMatchReference) {
       }
 }
 
+// The BN values the deep heads brought (80, 96, 112) are accepted at head dims 64 and 128 too.
+TEST(GpuAttention, HopperDeepHeadTilesAtSmallDepthsMatchReference) {
+  REQUIRE_GPU();
+  run_hopper_tile(128, 128, 96, {{1, 1}, {129, 300}, {1000, 1000}});
+  run_hopper_tile(128, 128, 112, {{17, 17}, {577, 3000}});
+  run_hopper_tile(64, 128, 80, {{1, 1}, {193, 400}, {1000, 1000}});
+}
+
 // FA3's 128x176 tile at head dim 128: a last tile that crosses seqlen_k off any power of two.
 TEST(GpuAttention, HopperBN176MatchesReference) {
   REQUIRE_GPU();
