@@ -47,7 +47,9 @@ def main():
                          "';' separates tune items, e.g. bn176=sm_90a::{\"depth\":128;\"BN\":176}")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "compare.json"))
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--rows", default="", help="B,H,S,D;... instead of the issue's prefill rows")
     a = ap.parse_args()
+    rows_spec = [tuple(int(x) for x in r.split(",")) for r in a.rows.split(";") if r] or PREFILL
     variants = {}
     for item in filter(None, a.variants.split(",")):
         name, spec = item.split("=", 1)
@@ -56,7 +58,7 @@ def main():
         variants[name] = (arch, tune.replace(";", ","), json.loads(cfg.replace(";", ",")) if cfg else None)
     archs = list(variants)
     rows = []
-    for (B, H, S, D) in PREFILL:
+    for (B, H, S, D) in rows_spec:
         for causal in (False, True):
             row = {"B": B, "H": H, "S": S, "D": D, "causal": causal}
             for name, (arch, tune, cfg) in variants.items():
