@@ -63,7 +63,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "decode.json"))
     ap.add_argument("--archs", default="sm90a=sm_90a,sm80=sm_90")
+    ap.add_argument("--shapes", default="", help="B,Sq,Sk;... instead of the issue's four (Hq 32, Hkv 8)")
     a = ap.parse_args()
+    shapes = [(int(b), 32, 8, int(sq), int(sk)) for b, sq, sk in (r.split(",") for r in a.shapes.split(";") if r)] or SHAPES
     archs = dict(item.split("=") for item in a.archs.split(","))
     rows = []
     # Per call: median of synchronized calls (host cost included, as a caller sees one call);
@@ -72,7 +74,7 @@ def main():
           " | ".join(f"{n} µs (TB/s) | {n} / cuDNN | {n} stream µs | stream / cuDNN | {n} paged-64 µs | paged / contiguous"
                      for n in archs) + " |")
     print("|---|---|---|---|---|---|" + "---|---|---|---|---|---|" * len(archs))
-    for (B, H, Hkv, Sq, Sk) in SHAPES:
+    for (B, H, Hkv, Sq, Sk) in shapes:
         kv_bytes = 2 * B * Hkv * Sk * D * 2
         peer = sdpa(B, H, Hkv, Sq, Sk)
         row = {"B": B, "H": H, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "peers_ms": peer}

@@ -75,8 +75,9 @@ struct FwdParams {
   int partial_rows;  // rows of one split's slice: num_q_heads * (varlen ? total_q : batch * seqlen_q)
   int num_m_blocks;  // Q tiles per (batch, head): ceil(max_seqlen_q * pack / BM), pack = group when the
                      // kernel packs GQA heads (then per KV head) else 1; the grid has num_m_blocks * num_splits in x
-  // Masked, unsplit, non-persistent grids: the CTA order is longest-first over sections of
-  // lpt_heads (batch, head) pairs whose K/V fit in L2 together (TileWork::make); 0: grid order.
+  // Masked, unsplit grids: the CTA order is longest-first over sections of lpt_heads (batch, head)
+  // pairs whose K/V fit in L2 together (TileWork::longest_first, PersistentTiles); 0: grid order
+  // (plain grid) or one section (persistent).
   int lpt_heads;
 };
 

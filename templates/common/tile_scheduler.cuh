@@ -74,7 +74,7 @@ struct TileWork {
     w.finish(p);
     return w;
   }
-  // Masked grids (host sets lpt_heads only without splits or persistence): the hardware starts
+  // Masked plain grids (host sets lpt_heads only without splits): the hardware starts
   // CTAs in linear order, x fastest, so grid order runs one head's Q tiles, heavy to light, before
   // the next head's, and the last heads' heavy tiles start late and finish alone (the causal tail).
   // Remap linear CTA i so that, within each section of `heads` (batch, head) pairs, all of the
@@ -154,9 +154,12 @@ struct TileWork {
 // and every warp role of the CTA walks the same sequence. Decoding of t:
 //   Mask::kIsNone:  m_block fastest, then head, then batch (the CTAs running at the same time
 //                   share one head's K/V in L2);
-//   masked:         longest-processing-time first: m_block = num_m_blocks - 1 - t / (heads * batch)
-//                   (every head/batch's last Q tile, which sees the most keys, before any earlier one),
-//                   head fastest, then batch, from t % (heads * batch).
+//   masked:         longest-processing-time first within sections of p.lpt_heads (head, batch)
+//                   pairs, as TileWork::longest_first orders a plain grid (0: one section): the
+//                   section's last Q tiles, which see the most keys, before any earlier one, while
+//                   the section's K/V stay in L2. Odd rounds run backwards (t = i * G + G-1-x):
+//                   a CTA that took a heavy tile in one round takes a light one in the next, so
+//                   static striding over decreasing tile weights stays balanced.
 // Only the iteration count i is carried (one register): t is recomputed from it, and i & 1 is the
 // parity of per-tile barrier phases. A decoded tile may have no Q rows (varlen: m_block * kBM >=
 // seqlen_q of its batch): TileWork::valid is false; every role must treat it identically.
@@ -166,7 +169,8 @@ struct PersistentTiles {
 
   __device__ __forceinline__ static PersistentTiles make() { return PersistentTiles{0}; }
   __device__ __forceinline__ int tile() const {
-    return static_cast<int>(blockIdx.x) + iter * static_cast<int>(gridDim.x);
+    const int x = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+    return iter * g + (!Mask::kIsNone && (iter & 1) ? g - 1 - x : x);
   }
   __device__ __forceinline__ static int total(const FwdParams& p) { return p.num_m_blocks * p.num_q_heads * p.batch; }
   __device__ __forceinline__ bool valid(const FwdParams& p) const { return tile() < total(p); }
@@ -186,8 +190,11 @@ struct PersistentTiles {
       batch = hb / p.num_q_heads;
     } else {
       const int nhb = p.num_q_heads * p.batch;
-      m_block = p.num_m_blocks - 1 - t / nhb;
-      const int hb = t % nhb;
+      const int heads = p.lpt_heads > 0 ? p.lpt_heads : nhb;
+      const int section = t / (heads * p.num_m_blocks), in_section = t - section * heads * p.num_m_blocks;
+      const int section_heads = min(heads, nhb - section * heads);
+      m_block = p.num_m_blocks - 1 - in_section / section_heads;
+      const int hb = section * heads + in_section % section_heads;
       head = hb % p.num_q_heads;
       batch = hb / p.num_q_heads;
     }
