@@ -145,7 +145,9 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     if (args.workspace && reinterpret_cast<std::uintptr_t>(args.workspace) % 16 != 0)
       throw LaunchError("launch: workspace is not 16-byte aligned");
   }
-  if (splits == 1 && config_.config.mask.kind != Mask::Kind::none)
+  // sm80 keeps grid order: it decodes its tile from fresh special-register reads to stay within
+  // 255 registers (templates/sm80/kernel.cuh cta_tile).
+  if (splits == 1 && config_.backend != Backend::portable && config_.config.mask.kind != Mask::Kind::none)
     p.lpt_heads = lpt_section_heads(shape, args, config_.config);
   if (persistent) {
     // One CTA per SM walks every (m_block, head, batch) tile.

@@ -352,41 +352,55 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   return res;
 }
 
+namespace {
+
+// A start/stop event pair on the legacy stream (RAII) around some launches.
+class EventTimer {
+ public:
+  EventTimer() {
+    check(driver().cuEventCreate(&start_, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(driver().cuEventCreate(&stop_, CU_EVENT_DEFAULT), "cuEventCreate");
+  }
+  ~EventTimer() {
+    driver().cuEventDestroy(start_);
+    driver().cuEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start() { check(driver().cuEventRecord(start_, nullptr), "cuEventRecord"); }
+  float stop_ms() {  // waits for the stop event
+    check(driver().cuEventRecord(stop_, nullptr), "cuEventRecord");
+    check(driver().cuEventSynchronize(stop_), "cuEventSynchronize");
+    float ms = 0.f;
+    check(driver().cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  CUevent start_ = nullptr, stop_ = nullptr;
+};
+
+}  // namespace
+
 double time_kernel_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, int iters) {
-  const detail::DriverApi& d = driver();
   for (int i = 0; i < warmup; ++i) kernel.launch(args, nullptr);
-  CUevent start, stop;
-  check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-  check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  EventTimer timer;
   std::vector<float> ms(iters);
   for (int i = 0; i < iters; ++i) {
-    check(d.cuEventRecord(start, nullptr), "cuEventRecord");
+    timer.start();
     kernel.launch(args, nullptr);
-    check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
-    check(d.cuEventSynchronize(stop), "cuEventSynchronize");
-    check(d.cuEventElapsedTime(&ms[i], start, stop), "cuEventElapsedTime");
+    ms[i] = timer.stop_ms();
   }
-  d.cuEventDestroy(start);
-  d.cuEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
   return ms[iters / 2];
 }
 
 double time_kernel_stream_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, int iters) {
-  const detail::DriverApi& d = driver();
   for (int i = 0; i < warmup; ++i) kernel.launch(args, nullptr);
-  CUevent start, stop;
-  check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-  check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
-  check(d.cuEventRecord(start, nullptr), "cuEventRecord");
+  EventTimer timer;
+  timer.start();
   for (int i = 0; i < iters; ++i) kernel.launch(args, nullptr);
-  check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
-  check(d.cuEventSynchronize(stop), "cuEventSynchronize");
-  float ms = 0.f;
-  check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-  d.cuEventDestroy(start);
-  d.cuEventDestroy(stop);
-  return ms / iters;
+  return timer.stop_ms() / iters;
 }
 
 }  // namespace jit::testing
