@@ -75,17 +75,8 @@ struct SmemTile {
         cp_async_16(smem + dst, valid ? src : g, valid);  // invalid: a mapped address, 0 bytes read
         src += step;
       }
-    } else {
-      constexpr int kTotal = kRows * T::kChunks;
-#pragma unroll
-      for (int i = 0; i < (kTotal + T::kThreads - 1) / T::kThreads; ++i) {
-        const int idx = tid + i * T::kThreads;
-        if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
-        const int row = idx / T::kChunks, chunk = idx % T::kChunks;
-        const bool valid = row0 + row < rows_valid && (T::kDepth == T::D || chunk * 8 < T::kDepth);
-        const auto* src = valid ? g + (long long)(row0 + row) * stride + chunk * 8 : g;
-        cp_async_16(smem + offset(row, chunk), src, valid);
-      }
+    } else {  // threads do not split into whole rows: the generic per-chunk walk
+      load_async_rows(smem, [g, stride](int row) { return g + (long long)row * stride; }, g, row0, rows_valid, tid);
     }
   }
 
