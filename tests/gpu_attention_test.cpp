@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "fa4jit/jit.hpp"
+#include "tests/support/expect.hpp"
 #include "tests/support/gpu.hpp"
 
 namespace {
@@ -12,29 +13,12 @@ namespace {
 using jit::testing::CheckCase;
 using jit::testing::run_and_check;
 
-#define REQUIRE_GPU()                                                  \
-  do {                                                                 \
-    const std::string why = jit::testing::gpu_unavailable_reason();    \
-    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;     \
-  } while (0)
-
 struct Shape {
   int sq, sk;
 };
 
-// bf16 operands: ||o - ref|| / ||ref|| lands between 1e-3 and 1e-2 (METHOD.md); the bar is 1e-2.
-constexpr double kRelTolBf16 = 1e-2;
-constexpr double kRelTolFp16 = 5e-3;
-constexpr double kLseTol = 2e-2;
-
 void expect_matches(const jit::Kernel& kernel, const CheckCase& c, const std::string& what) {
-  const auto r = run_and_check(kernel, c);
-  const double tol = kernel.config().config.dtype == jit::DType::bf16 ? kRelTolBf16 : kRelTolFp16;
-  EXPECT_EQ(r.unwritten, 0u) << what << ": " << r.describe();
-  EXPECT_EQ(r.clobbered, 0u) << what << ": " << r.describe();
-  EXPECT_LE(r.rel_l2, tol) << what << ": " << r.describe();
-  EXPECT_EQ(r.lse_inf_mismatch, 0u) << what << ": " << r.describe();
-  EXPECT_LE(r.lse_max_abs, kLseTol) << what << ": " << r.describe();
+  jit::testing::expect_matches(run_and_check(kernel, c), what);
 }
 
 // The matrix: {D 64, 128} x {none, causal} x {MHA, GQA 4:1} x {Sq = Sk in 1, 17, 128,
@@ -67,7 +51,7 @@ void run_matrix(const std::string& arch) {
 }
 
 TEST(GpuAttention, PortableBackendMatchesReference) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   const std::string dev = jit::current_device_arch();
   // The portable backend runs on the GPU's plain arch (sm_90 on Hopper, sm_100 on Blackwell).
   const std::string plain = dev.back() == 'a' ? dev.substr(0, dev.size() - 1) : dev;
@@ -75,13 +59,13 @@ TEST(GpuAttention, PortableBackendMatchesReference) {
 }
 
 TEST(GpuAttention, HopperBackendMatchesReference) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
   run_matrix("sm_90a");
 }
 
 TEST(GpuAttention, Fp16AndCustomScoreModMatchReference) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   jit::FA4Config cfg;  // arch empty: the GPU's default backend
   cfg.dtype = jit::DType::fp16;
   cfg.depth = 128;
@@ -98,7 +82,7 @@ TEST(GpuAttention, Fp16AndCustomScoreModMatchReference) {
 }
 
 TEST(GpuAttention, ArchMismatchIsAClearError) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   jit::FA4Config cfg;
   cfg.arch = jit::current_device_arch() == "sm_100a" ? "sm_90a" : "sm_100a";
   const auto kernel = jit::get_kernel(cfg);
@@ -112,7 +96,7 @@ TEST(GpuAttention, ArchMismatchIsAClearError) {
 }
 
 TEST(GpuAttention, LaunchRejectsMismatchedArgumentsBeforeRunning) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   jit::FA4Config cfg;
   cfg.depth = 128;
   cfg.group = 4;
@@ -167,7 +151,7 @@ void run_hopper_tile(int depth, int bm, int bn, std::initializer_list<Shape> sha
 
 // FA3's 192-row tiles at head dim 64: three consumer warpgroups.
 TEST(GpuAttention, HopperThreeConsumerWarpgroupsMatchReference) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   run_hopper_tile(64, 192, 128, {{1, 1}, {191, 191}, {193, 400}, {1000, 1000}, {577, 3000}});
 }
 
@@ -175,7 +159,7 @@ TEST(GpuAttention, HopperThreeConsumerWarpgroupsMatchReference) {
 // and 256 (BN 80) at their default tiles: none and causal, bf16 and fp16, MHA and GQA 4:1, odd lengths
 // and Sq != Sk. O rows carry 32 poisoned elements past head_dim that must stay untouched.
 TEST(GpuAttention, HopperDeepHeadsMatchReference) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";
   const Shape shapes[] = {{1, 1}, {17, 17}, {128, 128}, {1, 300}, {113, 203}, {1000, 17}, {1000, 1000}, {256, 2049}};
   for (int depth : {96, 192, 256})
@@ -207,7 +191,7 @@ TEST(GpuAttention, HopperDeepHeadsMatchReference) {
 
 // The BN values the deep heads brought (80, 96, 112) are accepted at head dims 64 and 128 too.
 TEST(GpuAttention, HopperDeepHeadTilesAtSmallDepthsMatchReference) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   run_hopper_tile(128, 128, 96, {{1, 1}, {129, 300}, {1000, 1000}});
   run_hopper_tile(128, 128, 112, {{17, 17}, {577, 3000}});
   run_hopper_tile(64, 128, 80, {{1, 1}, {193, 400}, {1000, 1000}});
@@ -215,7 +199,7 @@ TEST(GpuAttention, HopperDeepHeadTilesAtSmallDepthsMatchReference) {
 
 // FA3's 128x176 tile at head dim 128: a last tile that crosses seqlen_k off any power of two.
 TEST(GpuAttention, HopperBN176MatchesReference) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   run_hopper_tile(128, 128, 176, {{1, 176}, {130, 177}, {300, 352}, {1000, 1000}, {129, 4096}});
 }
 

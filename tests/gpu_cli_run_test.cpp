@@ -10,6 +10,7 @@
 
 #include "runtime/host_numeric.hpp"
 #include "runtime/safetensors.hpp"
+#include "tests/support/expect.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/reference.hpp"
 
@@ -18,8 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 TEST(GpuCliRun, SafetensorsInOutMatchesReference) {
-  const std::string why = jit::testing::gpu_unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  SKIP_WITHOUT_GPU();
   const char* cli_env = std::getenv("FA4JIT_CLI_PATH");  // the device machine runs a carried copy
   const std::string cli = cli_env ? cli_env : FA4JIT_CLI;
   const int B = 2, Sq = 300, Sk = 457, H = 8, Hkv = 2, D = 128;
@@ -79,8 +79,7 @@ namespace {
 
 // Every variant feature is selectable from the CLI: `check` runs it against the reference.
 TEST(GpuCliRun, CheckSelectsVariantFeatures) {
-  const std::string why = jit::testing::gpu_unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  SKIP_WITHOUT_GPU();
   const char* cli_env = std::getenv("FA4JIT_CLI_PATH");
   const std::string cli = cli_env ? cli_env : FA4JIT_CLI;
   for (const std::string args : {

@@ -14,6 +14,7 @@
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "runtime/nvrtc.hpp"
+#include "tests/support/expect.hpp"
 #include "tests/support/gpu.hpp"
 
 namespace {
@@ -26,20 +27,7 @@ using jit::testing::CheckResult;
 
 using jit::testing::runnable_archs;
 
-#define SKIP_WITHOUT_GPU()                                                 \
-  do {                                                                     \
-    const std::string why = jit::testing::gpu_unavailable_reason();        \
-    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;         \
-  } while (0)
-
-// METHOD.md tolerances for 16-bit inputs against float64 (the same as every other GPU test).
-void expect_matches(const CheckResult& r, const std::string& what) {
-  EXPECT_EQ(r.unwritten, 0u) << what << ": " << r.describe();
-  EXPECT_EQ(r.clobbered, 0u) << what << ": " << r.describe();
-  EXPECT_LE(r.rel_l2, 1e-2) << what << ": " << r.describe();
-  EXPECT_EQ(r.lse_inf_mismatch, 0u) << what << ": " << r.describe();
-  EXPECT_LE(r.lse_max_abs, 2e-2) << what << ": " << r.describe();
-}
+using jit::testing::expect_matches;
 
 FA4Config config(const std::string& arch, int depth, Mask mask = Mask::none(), ScoreMod mod = ScoreMod::identity()) {
   FA4Config c;

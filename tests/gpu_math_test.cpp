@@ -9,6 +9,7 @@
 #include "generator/source.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
+#include "tests/support/expect.hpp"
 #include "tests/support/gpu.hpp"
 
 namespace {
@@ -28,8 +29,7 @@ extern "C" __global__ void probe(const float* x, float* poly, float* mufu, int n
 )";
 
 TEST(GpuMath, Exp2PolynomialMatchesItsErrorModel) {
-  const std::string why = jit::testing::gpu_unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  SKIP_WITHOUT_GPU();
   const CUdevice dev = jit::detail::ensure_context();
   const std::string arch = "sm_" + std::to_string(jit::detail::device_sm(dev));
   const auto out = jit::detail::nvrtc_compile(kProbe, "probe.cu", *jit::detail::template_headers(jit::Backend::portable),

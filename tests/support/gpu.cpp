@@ -43,6 +43,13 @@ void DeviceBuffer::upload(const void* src, std::size_t n) { check(driver().cuMem
 void DeviceBuffer::download(void* dst, std::size_t n) const { check(driver().cuMemcpyDtoH(dst, ptr_, n), "cuMemcpyDtoH"); }
 void DeviceBuffer::fill_byte(unsigned char b) { check(driver().cuMemsetD8(ptr_, b, bytes_), "cuMemsetD8"); }
 
+double rel_l2_tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 5e-3; }
+
+bool CheckResult::passes() const {
+  return unwritten == 0 && clobbered == 0 && rel_l2 <= rel_l2_tolerance(dtype) && lse_inf_mismatch == 0 &&
+         lse_max_abs <= kLseTolerance;
+}
+
 std::string CheckResult::describe() const {
   return fmt::format("rel_l2={:.3e} max_abs={:.3e} lse_max_abs={:.3e} unwritten={} clobbered={} lse_inf_mismatch={} seed={}",
                      rel_l2, max_abs, lse_max_abs, unwritten, clobbered, lse_inf_mismatch, seed);
@@ -164,6 +171,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const DType t = cfg.dtype, to = *cfg.output_dtype;
   const int D = cfg.depth;
   CheckResult res;
+  res.dtype = kernel.config().config.dtype;
   res.seed = c.seed ? c.seed : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   std::mt19937_64 rng(res.seed);
   const Lengths L(c);

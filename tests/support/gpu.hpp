@@ -58,7 +58,15 @@ struct CheckCase {
   int o_head_pad = 0;
 };
 
+// METHOD.md's acceptance of a 16-bit kernel against the float64 reference, one rule for the GPU
+// tests (tests/support/expect.hpp) and `fa4jit check`: ||o - ref|| / ||ref|| within 1e-2 (bf16
+// inputs) or 5e-3 (fp16), LSE within 2e-2, -inf LSE exactly where the reference has it, and no
+// unwritten or clobbered element.
+double rel_l2_tolerance(DType dtype);
+constexpr double kLseTolerance = 2e-2;
+
 struct CheckResult {
+  DType dtype = DType::bf16;  // the kernel's input dtype: it sets the rel L2 tolerance
   double rel_l2 = 0;         // ||o - ref|| / ||ref||
   double max_abs = 0;        // max |o - ref|
   double lse_max_abs = 0;    // over rows with a finite reference LSE
@@ -67,6 +75,7 @@ struct CheckResult {
   std::size_t lse_inf_mismatch = 0;
   std::uint64_t seed = 0;
   std::string describe() const;
+  bool passes() const;  // the acceptance rule above
 };
 
 // Archs whose kernels run on the current GPU: the portable backend's arch, plus sm_90a on Hopper.
