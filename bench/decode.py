@@ -36,7 +36,11 @@ def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50, bhsd=Tr
         cmd += ["--page-size", str(page)]
     elif bhsd:  # the peers' layout: each KV head's rows contiguous
         cmd.append("--kv-bhsd")
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if ":" in arch:  # "sm_90a:persistent=0": a tuning variant (FA4JIT_TUNE) timed in the same run
+        arch, env["FA4JIT_TUNE"] = arch.split(":", 1)
+        cmd[cmd.index("--arch") + 1] = arch
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         return {"error": (r.stderr or r.stdout).strip()[-200:]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -62,11 +66,12 @@ def sdpa(B, H, Hkv, Sq, Sk):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "decode.json"))
-    ap.add_argument("--archs", default="sm90a=sm_90a,sm80=sm_90")
+    ap.add_argument("--archs", default="sm90a=sm_90a,sm80=sm_90",
+                    help="name=arch[:FA4JIT_TUNE],...; e.g. grid=sm_90a:persistent=0 (no stream-K)")
     ap.add_argument("--shapes", default="", help="B,Sq,Sk;... instead of the issue's four (Hq 32, Hkv 8)")
     a = ap.parse_args()
     shapes = [(int(b), 32, 8, int(sq), int(sk)) for b, sq, sk in (r.split(",") for r in a.shapes.split(";") if r)] or SHAPES
-    archs = dict(item.split("=") for item in a.archs.split(","))
+    archs = dict(item.split("=", 1) for item in a.archs.split(","))
     rows = []
     # Per call: median of synchronized calls (host cost included, as a caller sees one call);
     # stream: back-to-back calls (device time per call). "/ cuDNN" compares like with like.

@@ -253,7 +253,12 @@ ResolvedConfig resolve(const FA4Config& input) {
   }
   Tuning tuning = derive_tuning(arch.backend);
   apply_tune_env(tuning);
-  if (c.pack_gqa) tuning.persistent = 0;  // the persistent scheduler walks q heads, not packed groups
+  if (tuning.persistent < 0 || tuning.persistent > 2)
+    throw ConfigError(fmt::format("FA4JIT_TUNE: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
+  if (arch.backend != Backend::hopper) tuning.persistent = 0;  // sm90a's schedulers only
+  if (c.pack_gqa && tuning.persistent == 1) tuning.persistent = 2;  // the LPT walker visits q heads, not packed groups
+  // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
+  if (arch.backend == Backend::hopper && tuning.persistent == 2) b.ctas_per_sm = 1;
   return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
 }
 

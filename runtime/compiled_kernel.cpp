@@ -83,6 +83,21 @@ int choose_num_splits(long long tiles, int kv_blocks, int slots) {
   return 1;
 }
 
+StreamKPlan plan_stream_k(long long tiles, int kv_blocks, int m_blocks, int requested, int sms) {
+  if (tiles <= 0 || tiles > INT32_MAX) throw LaunchError(fmt::format("launch: {} Q tiles for a stream-K kernel", tiles));
+  int units = requested > 0 ? requested : (m_blocks == 1 && kv_blocks >= 2 ? kv_blocks : 1);
+  if (tiles * units > INT32_MAX) {
+    if (requested > 0)
+      throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", requested, tiles));
+    units = 1;
+  }
+  StreamKPlan sk;
+  sk.ctas = static_cast<int>(std::min<long long>({tiles * units, std::max(1, sms), fa4::kMaxSplits}));
+  sk.units = fa4::UnitSplit::make(static_cast<int>(tiles), units, sk.ctas);
+  sk.slots = units == 1 ? 1 : sk.units.max_segments(sk.ctas);
+  return sk;
+}
+
 namespace {
 
 int sm_count() {
@@ -116,7 +131,9 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   p = pack_params(config_, args, &shape);  // throws before anything runs
   plan.uses_tma = config_.backend != Backend::portable;
   if (plan.uses_tma) plan.tma = tma_.get(config_, args, p.kv_box_rows);
-  const bool persistent = config_.tuning.persistent && config_.backend == Backend::hopper;
+  const bool hopper = config_.backend == Backend::hopper;
+  const bool persistent = hopper && config_.tuning.persistent == 1;
+  const bool stream_k = hopper && config_.tuning.persistent == 2;
   plan.grid[0] = static_cast<unsigned>(p.num_m_blocks);
   plan.grid[1] = static_cast<unsigned>(shape.grid_heads);
   plan.grid[2] = static_cast<unsigned>(shape.batch);
@@ -126,19 +143,29 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     throw LaunchError(fmt::format("launch: num_splits is {}: use 0 (automatic) or 1..{}", args.num_splits, fa4::kMaxSplits));
   if (args.num_splits > 1 && persistent)
     throw LaunchError("launch: num_splits > 1 with a persistent kernel (Tuning::persistent): split launches need the per-tile grid");
+  const int kv_blocks = (shape.max_seqlen_k + config_.config.BN - 1) / config_.config.BN;
   int splits = args.num_splits;
-  if (splits == 0)
-    splits = persistent || shape.max_seqlen_k == 0
-                 ? 1
-                 : choose_num_splits(tiles, (shape.max_seqlen_k + config_.config.BN - 1) / config_.config.BN, sm_count());
+  if (stream_k) {
+    const StreamKPlan sk = plan_stream_k(tiles, kv_blocks, p.num_m_blocks, args.num_splits, sm_count());
+    p.tile_units = sk.units.units_per_tile;
+    p.units_per_cta = sk.units.per_cta;
+    p.units_extra = sk.units.extra;
+    plan.grid[0] = static_cast<unsigned>(sk.ctas);
+    plan.grid[1] = plan.grid[2] = 1;
+    splits = sk.slots;
+  } else if (splits == 0) {
+    splits = persistent || shape.max_seqlen_k == 0 ? 1 : choose_num_splits(tiles, kv_blocks, sm_count());
+  }
   const long long rows = p.partial_rows;
   if (splits > 1) {
     if (tiles * splits > INT32_MAX || rows * splits * (config_.config.depth + 1) > (1LL << 40))
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));
     p.num_splits = splits;
-    plan.grid[0] *= static_cast<unsigned>(splits);
+    if (!stream_k) plan.grid[0] *= static_cast<unsigned>(splits);
     plan.combine_grid = static_cast<unsigned>((rows + fa4::kCombineRowsPerCta - 1) / fa4::kCombineRowsPerCta);
-    plan.workspace_bytes = static_cast<std::size_t>(rows) * splits * (config_.config.depth + 1) * sizeof(float);
+    // o_partial [splits][rows][depth], lse_partial [splits][rows], stream-K split_count [rows]
+    plan.workspace_bytes = static_cast<std::size_t>(rows) * (splits * (config_.config.depth + 1) + (stream_k ? 1 : 0)) *
+                           sizeof(float);
     if (args.workspace && args.workspace_bytes < plan.workspace_bytes)
       throw LaunchError(fmt::format("launch: workspace_bytes is {}, {} splits need {} (Kernel::workspace_bytes)",
                                     args.workspace_bytes, splits, plan.workspace_bytes));
@@ -147,7 +174,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   }
   // sm80 keeps grid order: it decodes its tile from fresh special-register reads to stay within
   // 255 registers (templates/sm80/kernel.cuh cta_tile).
-  if (splits == 1 && config_.backend != Backend::portable && config_.config.mask.kind != Mask::Kind::none)
+  if (splits == 1 && !stream_k && config_.backend != Backend::portable && config_.config.mask.kind != Mask::Kind::none)
     p.lpt_heads = lpt_section_heads(shape, args, config_.config);
   if (persistent) {
     // One CTA per SM walks every (m_block, head, batch) tile.
@@ -188,6 +215,8 @@ void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
   const long long o_floats = 1LL * p.params.partial_rows * p.params.num_splits * config_.config.depth;
   p.params.o_partial = reinterpret_cast<float*>(ws.get());
   p.params.lse_partial = p.params.o_partial + o_floats;
+  if (p.params.tile_units > 0)
+    p.params.split_count = reinterpret_cast<int*>(p.params.lse_partial + 1LL * p.params.partial_rows * p.params.num_splits);
   void* kernel_params[] = {&p.params, &p.tma};
   launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
   void* combine_params[] = {&p.params};

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/segments.h"
 #include "fa4jit/kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/tma.hpp"
@@ -38,7 +39,8 @@ struct LaunchPlan {
   unsigned block = 0;
   unsigned smem_bytes = 0;
   // Split-KV: params.num_splits > 1 adds fa4_combine over combine_grid CTAs, and needs
-  // workspace_bytes of scratch (o_partial then lse_partial) unless the caller passed some.
+  // workspace_bytes of scratch (o_partial, lse_partial, then stream-K's split_count) unless the
+  // caller passed some.
   unsigned combine_grid = 0;
   std::size_t workspace_bytes = 0;
 };
@@ -50,6 +52,17 @@ struct LaunchPlan {
 // read K/V at 4.27 TB/s and 256 at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16
 // splits 3.99 TB/s, 32 splits 3.64).
 int choose_num_splits(long long tiles, int kv_blocks, int slots);
+
+// Stream-K geometry (Tuning::persistent = 2, common/segments.h) for `tiles` Q tiles of `kv_blocks`
+// KV tiles on `sms` SMs. `requested` is LaunchArgs::num_splits: 0 picks one unit per KV tile when
+// each (batch, head) has a single Q tile (decode: K/V bytes balanced over the SMs), else whole tiles;
+// n > 0 cuts each tile into n units. `slots` is the partial slots per row (1: no partials, no combine).
+struct StreamKPlan {
+  fa4::UnitSplit units;
+  int ctas = 1;
+  int slots = 1;
+};
+StreamKPlan plan_stream_k(long long tiles, int kv_blocks, int m_blocks, int requested, int sms);
 
 class CompiledKernel final : public Kernel {
  public:

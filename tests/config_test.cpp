@@ -4,8 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/jit.hpp"
+#include "tests/support/scoped_tune.hpp"
 
 namespace {
+
+using jit::testing::ScopedTune;
 
 jit::FA4Config cfg_for(const std::string& arch, int depth = 128) {
   jit::FA4Config c;
@@ -79,7 +82,7 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     heavy = causal;
     heavy.score_mod = jit::ScoreMod::alibi();
     EXPECT_EQ(jit::resolve(heavy).config.BN, w.bn_heavy) << w.depth;
-    // Packed-GQA decode: BM 64 / BN 64; two CTAs per SM only while both fit in shared memory.
+    // Packed-GQA decode: BM 64 / BN 64, two CTAs per SM while both fit in shared memory.
     auto decode = causal;
     decode.group = 8;
     decode.pack_gqa = true;
@@ -87,9 +90,30 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     EXPECT_EQ(d.config.BM, 64) << w.depth;
     EXPECT_EQ(d.config.BN, 64) << w.depth;
     EXPECT_EQ(d.num_threads, 256) << w.depth;
+    EXPECT_EQ(d.tuning.persistent, 0) << w.depth;
     EXPECT_EQ(d.ctas_per_sm, w.padded <= 128 ? 2 : 1) << w.depth;
     EXPECT_LE(d.ctas_per_sm * (d.smem_bytes + 1024), 232448 + 1024) << w.depth;
+    {  // stream-K (opt-in): one CTA per SM by construction
+      ScopedTune stream_k("persistent=2");
+      const auto sk = jit::resolve(decode);
+      EXPECT_EQ(sk.tuning.persistent, 2) << w.depth;
+      EXPECT_EQ(sk.ctas_per_sm, 1) << w.depth;
+      EXPECT_EQ(sk.smem_bytes, d.smem_bytes) << w.depth;
+    }
   }
+  {
+    ScopedTune lpt("persistent=1");  // the LPT walker visits q heads: packed kernels take stream-K
+    auto decode = cfg_for("sm_90a", 128);
+    decode.group = 4;
+    decode.pack_gqa = true;
+    EXPECT_EQ(jit::resolve(decode).tuning.persistent, 2);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).tuning.persistent, 1);
+  }
+  {
+    ScopedTune bad("persistent=3");
+    EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128)), jit::ConfigError);
+  }
+
   // Depths 64 and 128 keep their tiles.
   EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64)).config.BN, 128);
   EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).config.BN, 128);

@@ -16,6 +16,7 @@
 #include "runtime/nvrtc.hpp"
 #include "tests/support/expect.hpp"
 #include "tests/support/gpu.hpp"
+#include "tests/support/scoped_tune.hpp"
 
 namespace {
 
@@ -126,6 +127,62 @@ TEST(GpuFeatures, SinksWithSplitsAndAlibi) {
       c.with_sinks = true;
       expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} alibi sinks splits pack {}", arch, pack));
     }
+}
+
+// Stream-K decode (sm90a, Tuning::persistent = 2, opt-in): every SM streams an equal run of
+// KV tiles, so tiles are cut at arbitrary unit boundaries into 2 .. ~17 segments merged by the
+// combine, and CTAs run on from one tile into the next. Shapes pick the awkward cases: many
+// segments per tile (5 x 4100 keys), runs straddling tile ends (37 x 777), sequences shorter than
+// their units (seqused_k over pages: some segments see no key), a full 64-row packed tile (Sq 16),
+// and several Q tiles per head (Sq 40: whole tiles, no partials).
+TEST(GpuFeatures, StreamKDecodeMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs()) {
+    FA4Config cfg = config(arch, 128, Mask::causal());
+    cfg.group = 4;
+    cfg.pack_gqa = true;
+    const auto kernel = [&] {
+      jit::testing::ScopedTune stream_k("persistent=2");
+      return jit::get_kernel(cfg);
+    }();
+    const bool stream_k = kernel->config().backend == jit::Backend::hopper;
+    EXPECT_EQ(kernel->config().tuning.persistent, stream_k ? 2 : 0) << arch;
+    struct Shape {
+      int batch, seqlen_q, seqlen_k;
+      std::vector<int> seqlens_k;
+      int page_size;
+      bool sinks;
+    };
+    const Shape shapes[] = {{5, 1, 4100, {}, 0, true},        {37, 1, 777, {}, 0, false},
+                            {4, 1, 3000, {1000, 64, 517, 3000}, 64, true}, {3, 16, 2000, {}, 0, true},
+                            {2, 40, 900, {}, 0, false}};
+    for (const Shape& sh : shapes) {
+      CheckCase c = heads(8, 2);
+      c.batch = sh.batch;
+      c.seqlen_q = sh.seqlen_q;
+      c.seqlen_k = sh.seqlen_k;
+      c.seqlens_k = sh.seqlens_k;
+      c.page_size = sh.page_size;
+      c.with_sinks = sh.sinks;
+      c.num_splits = 0;  // automatic: one unit per KV tile on sm90a
+      expect_matches(jit::testing::run_and_check(*kernel, c),
+                     fmt::format("{} B {} Sq {} Sk {} page {}", arch, sh.batch, sh.seqlen_q, sh.seqlen_k, sh.page_size));
+    }
+    if (stream_k) {  // decode shapes are cut into partials; Sq 40 packs 160 rows into 3 whole tiles
+      jit::LaunchArgs a;
+      a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 5, 1, 8, 128);
+      a.o = a.q;
+      a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 5, 4100, 2, 128);
+      a.v = a.k;
+      EXPECT_GT(kernel->num_splits(a), 1);
+      a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 2, 40, 8, 128);
+      a.o = a.q;
+      a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 2, 900, 2, 128);
+      a.v = a.k;
+      EXPECT_EQ(kernel->num_splits(a), 1);
+      EXPECT_EQ(kernel->workspace_bytes(a), 0u);
+    }
+  }
 }
 
 TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {

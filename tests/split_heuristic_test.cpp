@@ -2,6 +2,10 @@
 // H200's 132 SMs (one CTA slot per SM, see choose_num_splits).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "fa4jit/errors.hpp"
 #include "runtime/compiled_kernel.hpp"
 
 using jit::detail::choose_num_splits;
@@ -20,4 +24,75 @@ TEST(SplitHeuristic, LeavesFullGridsAndShortKeysAlone) {
   EXPECT_EQ(choose_num_splits(106, 512, 132), 1);  // >= 80% of the slots
   EXPECT_EQ(choose_num_splits(8, 3, 132), 1);      // fewer than 4 KV tiles
   EXPECT_EQ(choose_num_splits(8, 10, 132), 5);     // at least two KV tiles per split
+}
+
+// Stream-K (common/segments.h, runtime plan_stream_k): walking every CTA's segments the way
+// SegmentTiles does covers each unit exactly once, gives each CTA q or q + 1 units, numbers a
+// tile's segments 0 .. segments(t) - 1 in CTA order, and never needs more than the planned slots.
+namespace {
+
+void expect_partition(long long tiles, int kv_blocks, int m_blocks, int requested, int sms) {
+  SCOPED_TRACE(testing::Message() << "tiles " << tiles << " kv_blocks " << kv_blocks << " m_blocks " << m_blocks
+                                  << " requested " << requested << " sms " << sms);
+  const jit::detail::StreamKPlan sk = jit::detail::plan_stream_k(tiles, kv_blocks, m_blocks, requested, sms);
+  const fa4::UnitSplit& u = sk.units;
+  const int total = static_cast<int>(tiles) * u.units_per_tile;
+  ASSERT_LE(sk.ctas, sms);
+  ASSERT_LE(sk.slots, fa4::kMaxSplits);
+  std::vector<int> owner(total, -1), seen_slots(tiles, 0);
+  for (int x = 0; x < sk.ctas; ++x) {
+    const int end = u.begin(x + 1);
+    EXPECT_TRUE(end - u.begin(x) == u.per_cta || end - u.begin(x) == u.per_cta + 1);
+    for (int k = 0; u.segment_start(x, k) < end; ++k) {
+      const int s = u.segment_start(x, k), t = s / u.units_per_tile;
+      const int stop = std::min(end, (t + 1) * u.units_per_tile);
+      const int slot = x - u.first_cta(t);
+      EXPECT_EQ(slot, seen_slots[t]) << "tile " << t;  // slots in CTA order, none skipped
+      ++seen_slots[t];
+      EXPECT_LT(slot, u.segments(t));
+      if (u.segments(t) > 1) EXPECT_LT(slot, sk.slots);
+      for (int i = s; i < stop; ++i) {
+        EXPECT_EQ(owner[i], -1) << "unit " << i << " walked twice";
+        EXPECT_EQ(u.cta_of(i), x);
+        owner[i] = x;
+      }
+    }
+  }
+  for (int i = 0; i < total; ++i) EXPECT_EQ(owner[i], u.cta_of(i)) << "unit " << i;
+  for (int t = 0; t < tiles; ++t) EXPECT_EQ(seen_slots[t], u.segments(t)) << "tile " << t;
+  if (sk.slots == 1)
+    for (int t = 0; t < tiles; ++t) EXPECT_EQ(u.segments(t), 1);  // no partials: every tile whole in one CTA
+}
+
+}  // namespace
+
+TEST(StreamK, SegmentsPartitionTheUnits) {
+  expect_partition(512, 64, 1, 0, 132);    // B 64 x 8 KV heads, 4096 keys: q = 248, tiles cut in 2
+  expect_partition(64, 512, 1, 0, 132);    // B 8, 32768 keys: each tile over 2-3 CTAs
+  expect_partition(8, 2048, 1, 0, 132);    // B 1, 131072 keys: each tile over ~17 CTAs
+  expect_partition(3, 5, 1, 0, 132);       // fewer units than SMs: one unit per CTA
+  expect_partition(37, 13, 1, 0, 100);     // runs that straddle tile boundaries unevenly
+  expect_partition(10, 700, 2, 0, 132);    // several Q tiles per head: whole tiles
+  expect_partition(10, 700, 2, 3, 132);    // explicit: 3 units per tile
+  expect_partition(1000, 1, 1, 0, 132);    // one KV tile: whole tiles
+  for (int tiles : {1, 2, 7, 131, 133, 264})
+    for (int kv : {2, 3, 64, 65})
+      for (int sms : {1, 16, 132}) expect_partition(tiles, kv, 1, 0, sms);
+}
+
+TEST(StreamK, PlanBalancesDecodeAndKeepsWholeTilesForPrefill) {
+  const auto sk = jit::detail::plan_stream_k(512, 64, 1, 0, 132);
+  EXPECT_EQ(sk.ctas, 132);
+  EXPECT_EQ(sk.units.units_per_tile, 64);
+  EXPECT_EQ(sk.units.per_cta, 248);  // 32768 units / 132 CTAs
+  EXPECT_EQ(sk.units.extra, 32768 - 248 * 132);
+  EXPECT_EQ(sk.slots, 2);
+  const auto prefill = jit::detail::plan_stream_k(512, 64, 16, 0, 132);  // 16 Q tiles per head
+  EXPECT_EQ(prefill.units.units_per_tile, 1);
+  EXPECT_EQ(prefill.slots, 1);
+  const auto explicit_splits = jit::detail::plan_stream_k(4, 64, 1, 5, 132);
+  EXPECT_EQ(explicit_splits.units.units_per_tile, 5);
+  EXPECT_EQ(explicit_splits.ctas, 20);  // one unit (= one split) per CTA, like a split grid
+  EXPECT_EQ(explicit_splits.slots, 5);
+  EXPECT_THROW(jit::detail::plan_stream_k(1LL << 31, 2, 1, 0, 132), jit::LaunchError);
 }

@@ -39,7 +39,8 @@ __device__ __forceinline__ void combine(const FwdParams& p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const long long row = (long long)blockIdx.x * kCombineRowsPerCta + warp;
   if (row >= p.partial_rows) return;
-  const int splits = p.num_splits;  // <= kMaxSplits (host check)
+  // <= kMaxSplits (host check); stream-K: the row's tile was cut into split_count[row] segments.
+  const int splits = p.split_count ? p.split_count[row] : p.num_splits;
 
   float ls[kSplitsPerLane];
   float m = kNegInf;

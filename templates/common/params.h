@@ -79,6 +79,14 @@ struct FwdParams {
   // pairs whose K/V fit in L2 together (TileWork::longest_first, PersistentTiles); 0: grid order
   // (plain grid) or one section (persistent).
   int lpt_heads;
+
+  // Stream-K persistent decode (sm90a Tuning::persistent = 2; common/segments.h): the grid's CTAs
+  // split tiles * tile_units work units evenly, units_per_cta each and one more for the first
+  // units_extra CTAs. When num_splits > 1 every segment writes partials to its slot (< num_splits),
+  // and the tile's slot-0 segment stores the tile's segment count per row in split_count, which
+  // fa4_combine reads instead of num_splits. tile_units 0 and split_count null otherwise.
+  int tile_units, units_per_cta, units_extra;
+  int* split_count;  // [partial_rows]
 };
 
 // Split-KV combine kernel geometry (fa4_combine): one warp per LSE row. Host and device share it.

@@ -3,6 +3,7 @@
 // a sequence's rows sit in the 4-D (depth, rows, heads, batch) TMA maps.
 #pragma once
 #include "common/mask.cuh"
+#include "common/segments.h"
 #include "common/sequence.cuh"
 
 namespace fa4 {
@@ -47,7 +48,8 @@ struct TileWork {
   SeqInfo seq;
   mask::Ctx ctx;
   int m_block;
-  int split;           // KV split of this CTA (0 when not split)
+  int split;           // KV split of this CTA (0 when not split; stream-K: the segment's slot)
+  int splits;          // stream-K: segments of this tile (SegmentTiles); unset otherwise
   int q_lo, q_hi;      // tile rows [q_lo, q_hi) of this CTA (packed rows when kPack > 1; q_hi clipped)
   int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
   bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
@@ -72,6 +74,7 @@ struct TileWork {
     // Masked problems: the last Q tiles see the most keys; start them first (LPT-like).
     w.m_block = Mask::kIsNone ? x : m_blocks - 1 - x;
     w.finish(p);
+    if (p.num_splits > 1) w.keep_share(w.split, w.split + 1, p.num_splits);
     return w;
   }
   // Masked plain grids (host sets lpt_heads only without splits): the hardware starts
@@ -91,7 +94,7 @@ struct TileWork {
     hy = pair % num_hy;
     b = pair / num_hy;
   }
-  // Any (m_block, q head, batch), e.g. from PersistentTiles (never split).
+  // Any (m_block, q head, batch), e.g. from PersistentTiles (never split): every visible KV tile.
   __device__ __forceinline__ static TileWork make(const FwdParams& p, int m_block, int h, int b) {
     TileWork w;
     w.seq = SeqInfo::make(p, b, h);
@@ -101,10 +104,18 @@ struct TileWork {
     w.finish(p);
     return w;
   }
+  // Keep shares [s0, s1) of `shares` equal shares of the KV tiles [n_begin, n_end): a KV split
+  // (one share) or a stream-K segment (a run of units, common/segments.h). Empty shares are allowed.
+  __device__ __forceinline__ void keep_share(int s0, int s1, int shares) {
+    const int per = ceil_div(n_end - n_begin, shares);
+    const int lo = n_begin + s0 * per;
+    n_end = min(n_end, n_begin + s1 * per);
+    n_begin = min(lo, n_end);
+  }
   // Query range [lo, hi) that tile rows [r_lo, r_hi) span.
   __device__ __forceinline__ static int query_lo(int r_lo) { return r_lo / kPack; }
   __device__ __forceinline__ static int query_hi(int r_hi) { return (r_hi - 1) / kPack + 1; }
-  // Row range and KV tile range from seq, ctx, m_block and split.
+  // Row range and KV tile range (every visible tile) from seq, ctx and m_block.
   __device__ __forceinline__ void finish(const FwdParams& p) {
     TileWork& w = *this;
     const int rows = w.seq.seqlen_q * kPack;
@@ -120,12 +131,6 @@ struct TileWork {
       if (end > begin) {
         w.n_begin = begin / kBN;
         w.n_end = ceil_div(end, kBN);
-      }
-      if (p.num_splits > 1) {  // this split's contiguous share of the tiles
-        const int per = ceil_div(w.n_end - w.n_begin, p.num_splits);
-        const int lo = w.n_begin + w.split * per;
-        w.n_end = min(w.n_end, lo + per);
-        w.n_begin = min(lo, w.n_end);
       }
     }
   }
@@ -160,8 +165,8 @@ struct TileWork {
 //                   the section's K/V stay in L2. Odd rounds run backwards (t = i * G + G-1-x):
 //                   a CTA that took a heavy tile in one round takes a light one in the next, so
 //                   static striding over decreasing tile weights stays balanced.
-// Only the iteration count i is carried (one register): t is recomputed from it, and i & 1 is the
-// parity of per-tile barrier phases. A decoded tile may have no Q rows (varlen: m_block * kBM >=
+// Only the iteration count i is carried (one register): t is recomputed from it, and so are the
+// per-tile barrier phases. A decoded tile may have no Q rows (varlen: m_block * kBM >=
 // seqlen_q of its batch): TileWork::valid is false; every role must treat it identically.
 template <class Mask>
 struct PersistentTiles {
@@ -180,7 +185,6 @@ struct PersistentTiles {
     return tile() < (p.num_m_blocks + zero) * p.num_q_heads * p.batch;
   }
   __device__ __forceinline__ void advance() { ++iter; }
-  __device__ __forceinline__ u32 parity() const { return static_cast<u32>(iter) & 1u; }
   __device__ __forceinline__ void decode(const FwdParams& p, int& m_block, int& head, int& batch) const {
     const int t = tile();
     if (Mask::kIsNone) {
@@ -204,6 +208,49 @@ struct PersistentTiles {
     int m, h, b;
     decode(p, m, h, b);
     return TileWork<kBM, kBN, Mask, kPack>::make(p, m, h * kPack, b);
+  }
+};
+
+// Stream-K persistent scheduler (Tuning::persistent = 2, packed-GQA decode): grid = (G, 1, 1),
+// G <= #SMs; CTA x walks the segments of its unit range (common/segments.h), in order, and every
+// warp role of the CTA walks the same sequence. Tiles decode as the plain grid does (m block
+// fastest, then head (KV head when packed), then batch). A segment's TileWork keeps its units'
+// share of the tile's visible KV tiles, split = its slot and splits = the tile's segment count.
+// Only the segment count i is carried: the state is recomputed from it (UnitSplit::segment_start),
+// as in PersistentTiles.
+template <class Mask>
+struct SegmentTiles {
+  int iter;  // segments of this CTA before the current one
+
+  __device__ __forceinline__ static SegmentTiles make() { return SegmentTiles{0}; }
+  __device__ __forceinline__ static UnitSplit units(const FwdParams& p) {
+    return UnitSplit{p.tile_units, p.units_per_cta, p.units_extra};
+  }
+  __device__ __forceinline__ int start(const FwdParams& p) const {
+    return units(p).segment_start(static_cast<int>(blockIdx.x), iter);
+  }
+  __device__ __forceinline__ bool valid(const FwdParams& p) const {
+    return start(p) < units(p).begin(static_cast<int>(blockIdx.x) + 1);
+  }
+  __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
+    const UnitSplit u{p.tile_units + zero, p.units_per_cta, p.units_extra};
+    return u.segment_start(static_cast<int>(blockIdx.x), iter) < u.begin(static_cast<int>(blockIdx.x) + 1);
+  }
+  __device__ __forceinline__ void advance() { ++iter; }
+  template <int kBM, int kBN, int kPack = 1>
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
+    const UnitSplit u = units(p);
+    const int x = static_cast<int>(blockIdx.x);
+    const int s = u.segment_start(x, iter), end = u.begin(x + 1);
+    const int t = s / u.units_per_tile, u0 = s - t * u.units_per_tile;
+    const int u1 = min(u.units_per_tile, end - t * u.units_per_tile);
+    const int heads = kPack > 1 ? p.num_kv_heads : p.num_q_heads;
+    const int m = t % p.num_m_blocks, hb = t / p.num_m_blocks;
+    TileWork<kBM, kBN, Mask, kPack> w = TileWork<kBM, kBN, Mask, kPack>::make(p, m, (hb % heads) * kPack, hb / heads);
+    w.keep_share(u0, u1, u.units_per_tile);
+    w.split = x - u.first_cta(t);
+    w.splits = u.segments(t);
+    return w;
   }
 };
 

@@ -12,7 +12,7 @@
 //   O / sum -> smem staging -> 16-byte stores; LSE
 //
 // Variants (docs: common/tile_scheduler.cuh, common/sequence.cuh, common/combine.cuh):
-//   split-KV   blockIdx.x = m_linear * num_splits + split; TileWork::finish gives the split's
+//   split-KV   blockIdx.x = m_linear * num_splits + split; TileWork::keep_share gives the split's
 //              share of the KV tiles; the epilogue writes float32 partial O / LSE instead of O.
 //   GQA pack   kPack = group > 1: blockIdx.y is the KV head, tile row r is query r / kPack of
 //              head blockIdx.y * kPack + r % kPack (PackedRow), for Q loads, masks, score-mods,
@@ -134,7 +134,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   // Grid (num_m_blocks * num_splits, q heads or KV heads when packed, batch). TileWork::finish
-  // gives the rows and this split's share of the KV tiles, the same for every backend.
+  // gives the rows and KV tiles, keep_share this split's share, the same for every backend.
   const int b = blockIdx.z, head = static_cast<int>(blockIdx.y) * kPack;
   TileWork<kBM, kBN, Mask, kPack> work;
   work.seq = SeqInfo::make(p, b, head);
@@ -145,6 +145,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     work.split = ct.split;
   }
   work.finish(p);
+  if (p.num_splits > 1) work.keep_share(work.split, work.split + 1, p.num_splits);
   if (!work.valid) return;  // varlen: this sequence is shorter than the grid (CTA-uniform)
   const SeqInfo& seq = work.seq;
   const mask::Ctx& ctx = work.ctx;

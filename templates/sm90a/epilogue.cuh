@@ -59,7 +59,11 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
 #pragma unroll
       for (int j = 0; j < Sh::kDepth / 8; ++j)  // the partial rows are kDepth wide (combine reads them so)
         st_global_v2f(dst + 8 * j, o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
-      if ((lane & 3) == 0) split::store_partial_lse(p, split, row, sm.row[h].lse(sm.scale));
+      if ((lane & 3) == 0) {
+        split::store_partial_lse(p, split, row, sm.row[h].lse(sm.scale));
+        if constexpr (Sh::kStreamK)
+          if (split == 0) p.split_count[row] = w.splits;  // the combine merges this many slots
+      }
     }
   }
 }
@@ -78,7 +82,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   const float inv[2] = {sm.row[0].inv_sum(), sm.row[1].inv_sum()};
   const int row_base = w.q_lo + wg * Sh::kWgRows;  // tile row of local row 0
 
-  if constexpr (Sh::kRuntimeVariants && !Sh::kPersistent) {  // the host never splits persistent launches
+  if constexpr (Sh::kRuntimeVariants && (!Sh::kPersistent || Sh::kStreamK)) {  // PersistentTiles: never split
     if (p.num_splits > 1) {  // uniform over the CTA; no staging, so no epilogue barrier either
       store_split_partials<Config, Mask, ScoreMod>(p, w, row_base, o, sm, inv);
       return;

@@ -45,7 +45,8 @@ template <class C> struct EmulateOf<C, typename VoidT<decltype(C::kExp2EmulateEv
 };
 
 // kPersistent (absent or 0: one CTA per Q tile, grid (m blocks, heads, batch); 1: persistent CTAs
-// over PersistentTiles, grid (min(#SMs, total tiles), 1, 1); see README "Persistent mode").
+// over PersistentTiles, grid (min(#SMs, total tiles), 1, 1); 2: stream-K persistent CTAs over
+// SegmentTiles, grid (G, 1, 1); see README "Persistent mode" and "Stream-K decode").
 template <class C, class = void> struct PersistentOf { static constexpr int value = 0; };
 template <class C> struct PersistentOf<C, typename VoidT<decltype(C::kPersistent)>::type> {
   static constexpr int value = C::kPersistent;
@@ -88,6 +89,7 @@ struct Shape {
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
   static constexpr bool kPersistent = PersistentOf<Config>::value != 0;
+  static constexpr bool kStreamK = PersistentOf<Config>::value == 2;
   static constexpr int kPack = PackOf<Config>::value;
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
 
@@ -130,8 +132,9 @@ struct Shape {
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm90a kernel: 16-bit Q/K/V/O only");
   // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each.
   static_assert(kPack >= 1 && kWgRows % kPack == 0, "sm90a kernel: kPack (GQA group) must divide 64");
-  static_assert(!(kPersistent && kPack > 1),
-                "sm90a kernel: the persistent scheduler walks q heads; GQA packing needs kPersistent = 0");
+  static_assert(PersistentOf<Config>::value >= 0 && PersistentOf<Config>::value <= 2, "sm90a kernel: kPersistent is 0, 1 or 2");
+  static_assert(!(kPersistent && !kStreamK && kPack > 1),
+                "sm90a kernel: the LPT persistent scheduler walks q heads; GQA packing needs kPersistent 0 or 2");
 };
 
 // Shared memory, offsets from the 1024-aligned dynamic base (ABI: e*(kBM*Dp + 2*S*kBN*Dp) + 1024):
@@ -178,9 +181,16 @@ __device__ __forceinline__ u32 opaque_u32(u32 x) {
 template <class Config, class Mask>
 using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack>;
 
+// The persistent modes' tile walker: PersistentTiles (kPersistent 1) or SegmentTiles (2).
+template <bool kSegments, class Mask> struct TileWalkerOf { using type = PersistentTiles<Mask>; };
+template <class Mask> struct TileWalkerOf<true, Mask> { using type = SegmentTiles<Mask>; };
+template <class Config, class Mask>
+using TileWalker = typename TileWalkerOf<Shape<Config>::kStreamK, Mask>::type;
+
 // The CTA's KV split (w.split), re-derived for the epilogue exactly as TileWork::make decodes it
 // from blockIdx.x, instead of being held across the KV loop: one more live register there spills
-// at kBM 192 (NVRTC, softcap). Persistent CTAs are never split (w.split is the constant 0).
+// at kBM 192 (NVRTC, softcap). Persistent CTAs: w.split (0 for PersistentTiles, the segment's slot
+// for SegmentTiles).
 template <class Config, class Work>
 __device__ __forceinline__ int split_of(const FwdParams& p, const Work& w) {
   if constexpr (Shape<Config>::kPersistent) return w.split;

@@ -128,8 +128,9 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
   }
 }
 
-// Called by exactly one thread. Tiles t = blockIdx.x + i * gridDim.x (PersistentTiles); the K/V
-// rings keep their index/phase across tiles. Per tile i of the sequence:
+// Called by exactly one thread. Tiles t = blockIdx.x + i * gridDim.x (PersistentTiles), or the
+// CTA's stream-K segments (SegmentTiles; a "tile" below is then a segment); the K/V rings keep
+// their index/phase across tiles. Per tile i of the sequence:
 //   valid tile with KV tiles: K(first) [its ring slot only depends on earlier tiles' releases, so it
 //   is issued before the wait on the previous epilogue], then per warpgroup g: wait q_empty[g]
 //   (parity (i & 1) ^ 1; i = 0 passes at once on the fresh barrier), Q(g) on q_full[g]; then
@@ -142,9 +143,9 @@ __device__ __forceinline__ void producer_loop_persistent(const FwdParams& p, con
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
-  for (auto tiles = PersistentTiles<Mask>::make(); tiles.valid(p); tiles.advance()) {
-    const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN>(p);
-    const u32 q_empty_phase = tiles.parity() ^ 1u;
+  for (auto tiles = TileWalker<Config, Mask>::make(); tiles.valid(p); tiles.advance()) {
+    const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
+    const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
     const TmaCoords c = TmaCoords::make(p, w.seq);
     int n = w.first_tile();  // none when !w.valid (empty KV range)
     if (w.has(n)) {
