@@ -39,6 +39,16 @@ FA4Config config(const std::string& arch, int depth, Mask mask = Mask::none(), S
   return c;
 }
 
+// Launch arguments with shapes only (no data): enough for Kernel::num_splits / workspace_bytes.
+jit::LaunchArgs shapes_only(int batch, int seqlen_q, int hq, int seqlen_k, int hkv) {
+  jit::LaunchArgs a;
+  a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, batch, seqlen_q, hq, 128);
+  a.o = a.q;
+  a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, batch, seqlen_k, hkv, 128);
+  a.v = a.k;
+  return a;
+}
+
 CheckCase heads(int hq, int hkv) {
   CheckCase c;
   c.num_q_heads = hq;
@@ -169,18 +179,9 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
                      fmt::format("{} B {} Sq {} Sk {} page {}", arch, sh.batch, sh.seqlen_q, sh.seqlen_k, sh.page_size));
     }
     if (stream_k) {  // decode shapes are cut into partials; Sq 40 packs 160 rows into 3 whole tiles
-      jit::LaunchArgs a;
-      a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 5, 1, 8, 128);
-      a.o = a.q;
-      a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 5, 4100, 2, 128);
-      a.v = a.k;
-      EXPECT_GT(kernel->num_splits(a), 1);
-      a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 2, 40, 8, 128);
-      a.o = a.q;
-      a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 2, 900, 2, 128);
-      a.v = a.k;
-      EXPECT_EQ(kernel->num_splits(a), 1);
-      EXPECT_EQ(kernel->workspace_bytes(a), 0u);
+      EXPECT_GT(kernel->num_splits(shapes_only(5, 1, 8, 4100, 2)), 1);
+      EXPECT_EQ(kernel->num_splits(shapes_only(2, 40, 8, 900, 2)), 1);
+      EXPECT_EQ(kernel->workspace_bytes(shapes_only(2, 40, 8, 900, 2)), 0u);
     }
   }
 }
@@ -188,17 +189,10 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
 TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   SKIP_WITHOUT_GPU();
   const auto kernel = jit::get_kernel(config(runnable_archs().back(), 128));
-  jit::LaunchArgs a;  // shapes only: num_splits() needs no data
-  a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 1, 1, 32, 128);
-  a.o = a.q;
-  a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 1, 131072, 8, 128);
-  a.v = a.k;
+  jit::LaunchArgs a = shapes_only(1, 1, 32, 131072, 8);  // num_splits() needs no data
   EXPECT_GT(kernel->num_splits(a), 1);
   EXPECT_GT(kernel->workspace_bytes(a), 0u);
-  a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 16, 2048, 16, 128);
-  a.o = a.q;
-  a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, 16, 2048, 16, 128);
-  a.v = a.k;
+  a = shapes_only(16, 2048, 16, 2048, 16);
   EXPECT_EQ(kernel->num_splits(a), 1);  // prefill fills the GPU without splitting
   EXPECT_EQ(kernel->workspace_bytes(a), 0u);
   a.num_splits = 257;  // LaunchArgs::num_splits: at most 256
