@@ -22,6 +22,12 @@ void byte_strides(const cuuint64_t (&dims)[N], const long long (&elem_strides)[N
   }
 }
 
+// L2 fetch size on a TMA miss. A build-time override for experiments: 128B made decode read K/V at
+// 4.45 TB/s against 4.05 (B 64 x 4096 keys, H200; docs/PERF.md run 12, tools/device/l2_promotion_exp.sh),
+// prefill unchanged within 1%. Not yet the default: the GPU test suite has not run on it.
+#ifndef FA4JIT_L2_PROMOTION
+#define FA4JIT_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+#endif
 template <int N>
 fa4::TmaDesc encode_map(const Tensor& t, const cuuint64_t (&dims)[N], const long long (&elem_strides)[N - 1],
                         const cuuint32_t (&box)[N]) {
@@ -33,7 +39,7 @@ fa4::TmaDesc encode_map(const Tensor& t, const cuuint64_t (&dims)[N], const long
   check(driver().cuTensorMapEncodeTiled(
             &map, t.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, N, t.data,
             dims, strides, box, elem_strides_box, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+            FA4JIT_L2_PROMOTION, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");
   fa4::TmaDesc out;
   std::memcpy(&out, &map, sizeof(out));
