@@ -258,7 +258,7 @@ ResolvedConfig resolve(const FA4Config& input) {
   if (arch.backend != Backend::hopper) tuning.persistent = 0;  // sm90a's schedulers only
   if (c.pack_gqa && tuning.persistent == 1) tuning.persistent = 2;  // the LPT walker visits q heads, not packed groups
   // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
-  if (arch.backend == Backend::hopper && tuning.persistent == 2) b.ctas_per_sm = 1;
+  if (tuning.persistent == 2) b.ctas_per_sm = 1;
   return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
 }
 
