@@ -100,20 +100,13 @@ StreamKPlan plan_stream_k(long long tiles, int kv_blocks, int m_blocks, int requ
 
 namespace {
 
-int sm_count() {
-  int sms = 0;
-  check(driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ensure_context()),
-        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
-  return sms;
-}
+int sm_count() { return device_limits(ensure_context()).sms; }
 
 // (batch, head) pairs per section of the longest-first CTA order (TileWork::longest_first): as
 // many as keep their K/V within half the L2, so a section's later (lighter) tiles still find
 // them there. Varlen keys have no host-side length: the longest query length stands in.
 int lpt_section_heads(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c) {
-  int l2 = 0;
-  check(driver().cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, ensure_context()),
-        "cuDeviceGetAttribute(L2_CACHE_SIZE)");
+  const long long l2 = device_limits(ensure_context()).l2_bytes;
   const long long keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
   const long long kv_heads = std::max<long long>(1, args.k.shape[2]);
   // Pairs of one KV head share its K/V: per pair, the KV head's bytes over the pairs that share it.
@@ -163,9 +156,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     p.num_splits = splits;
     if (!stream_k) plan.grid[0] *= static_cast<unsigned>(splits);
     plan.combine_grid = static_cast<unsigned>((rows + fa4::kCombineRowsPerCta - 1) / fa4::kCombineRowsPerCta);
-    // o_partial [splits][rows][depth], lse_partial [splits][rows], stream-K split_count [rows]
-    plan.workspace_bytes = static_cast<std::size_t>(rows) * (splits * (config_.config.depth + 1) + (stream_k ? 1 : 0)) *
-                           sizeof(float);
+    plan.split = SplitLayout{rows, splits, config_.config.depth, stream_k};
+    plan.workspace_bytes = plan.split.bytes();
     if (args.workspace && args.workspace_bytes < plan.workspace_bytes)
       throw LaunchError(fmt::format("launch: workspace_bytes is {}, {} splits need {} (Kernel::workspace_bytes)",
                                     args.workspace_bytes, splits, plan.workspace_bytes));
@@ -212,11 +204,7 @@ void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
     return;
   }
   SplitWorkspace ws(args, p.workspace_bytes, s);
-  const long long o_floats = 1LL * p.params.partial_rows * p.params.num_splits * config_.config.depth;
-  p.params.o_partial = reinterpret_cast<float*>(ws.get());
-  p.params.lse_partial = p.params.o_partial + o_floats;
-  if (p.params.tile_units > 0)
-    p.params.split_count = reinterpret_cast<int*>(p.params.lse_partial + 1LL * p.params.partial_rows * p.params.num_splits);
+  p.split.place(ws.get(), p.params);
   void* kernel_params[] = {&p.params, &p.tma};
   launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
   void* combine_params[] = {&p.params};

@@ -8,6 +8,7 @@
 #include "fa4jit/kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/tma.hpp"
+#include "runtime/workspace.hpp"
 
 namespace jit::detail {
 
@@ -42,7 +43,8 @@ struct LaunchPlan {
   // workspace_bytes of scratch (o_partial, lse_partial, then stream-K's split_count) unless the
   // caller passed some.
   unsigned combine_grid = 0;
-  std::size_t workspace_bytes = 0;
+  SplitLayout split;
+  std::size_t workspace_bytes = 0;  // split.bytes() when split, else 0
 };
 
 // Split count for a launch of `tiles` CTAs over `kv_blocks` KV tiles each, on `slots` CTA slots:

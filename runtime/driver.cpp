@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <map>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -108,6 +109,20 @@ std::string device_arch(CUdevice dev) {
   if (sm == 100) return "sm_100a";
   if (sm == 103) return "sm_103a";
   return fmt::format("sm_{}", sm);
+}
+
+const DeviceLimits& device_limits(CUdevice dev) {
+  static std::mutex mu;
+  static std::map<CUdevice, DeviceLimits> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  DeviceLimits l;
+  check(driver().cuDeviceGetAttribute(&l.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  check(driver().cuDeviceGetAttribute(&l.l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev),
+        "cuDeviceGetAttribute(L2_CACHE_SIZE)");
+  return known.emplace(dev, l).first->second;  // std::map: references stay valid as it grows
 }
 
 std::string device_name(CUdevice dev) {

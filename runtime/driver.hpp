@@ -48,4 +48,11 @@ std::string device_arch(CUdevice dev);
 int device_sm(CUdevice dev);  // major*10 + minor
 std::string device_name(CUdevice dev);
 
+// Launch planning's device facts, read from the driver once per device and kept (a cache).
+struct DeviceLimits {
+  int sms = 0;       // multiprocessors
+  int l2_bytes = 0;  // L2 cache size
+};
+const DeviceLimits& device_limits(CUdevice dev);
+
 }  // namespace jit::detail

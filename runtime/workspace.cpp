@@ -31,6 +31,17 @@ CUmemoryPool workspace_pool(CUdevice dev) {
   return pool;
 }
 
+std::size_t SplitLayout::bytes() const {
+  static_assert(sizeof(float) == sizeof(int), "split_count shares the float-sized slots");
+  return static_cast<std::size_t>(rows) * (1LL * splits * (depth + 1) + (segment_counts ? 1 : 0)) * sizeof(float);
+}
+
+void SplitLayout::place(CUdeviceptr base, fa4::FwdParams& p) const {
+  p.o_partial = reinterpret_cast<float*>(base);
+  p.lse_partial = p.o_partial + rows * splits * depth;
+  p.split_count = segment_counts ? reinterpret_cast<int*>(p.lse_partial + rows * splits) : nullptr;
+}
+
 SplitWorkspace::SplitWorkspace(const LaunchArgs& args, std::size_t bytes, CUstream stream) : stream_(stream) {
   if (args.workspace) {
     ptr_ = reinterpret_cast<CUdeviceptr>(args.workspace);

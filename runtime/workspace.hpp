@@ -3,10 +3,22 @@
 #pragma once
 #include <cstddef>
 
+#include "common/params.h"
 #include "fa4jit/kernel.hpp"
 #include "runtime/driver.hpp"
 
 namespace jit::detail {
+
+// Where a split launch's scratch keeps each array, in order: o_partial [splits][rows][depth] and
+// lse_partial [splits][rows] floats, then stream-K's split_count [rows] ints. The plan sizes the
+// scratch and the launch points the params into it from this one description.
+struct SplitLayout {
+  long long rows = 0;
+  int splits = 1, depth = 0;
+  bool segment_counts = false;  // stream-K
+  std::size_t bytes() const;
+  void place(CUdeviceptr base, fa4::FwdParams& p) const;
+};
 
 // The device's workspace pool, created on first use and kept for the process (a cache, like the
 // kernel caches). Its release threshold keeps freed memory reserved: the driver's default pool

@@ -226,12 +226,8 @@ struct SegmentTiles {
   __device__ __forceinline__ static UnitSplit units(const FwdParams& p) {
     return UnitSplit{p.tile_units, p.units_per_cta, p.units_extra};
   }
-  __device__ __forceinline__ int start(const FwdParams& p) const {
-    return units(p).segment_start(static_cast<int>(blockIdx.x), iter);
-  }
-  __device__ __forceinline__ bool valid(const FwdParams& p) const {
-    return start(p) < units(p).begin(static_cast<int>(blockIdx.x) + 1);
-  }
+  __device__ __forceinline__ bool valid(const FwdParams& p) const { return valid(p, 0); }
+  // zero: as PersistentTiles::valid.
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
     const UnitSplit u{p.tile_units + zero, p.units_per_cta, p.units_extra};
     return u.segment_start(static_cast<int>(blockIdx.x), iter) < u.begin(static_cast<int>(blockIdx.x) + 1);
