@@ -207,9 +207,8 @@ void apply_tune_env(Tuning& t) {
     if (name == "exp2_emulate_every") t.exp2_emulate_every = value;
     else if (name == "intra_wg_overlap") t.intra_wg_overlap = value;
     else if (name == "pingpong") t.pingpong = value;
-    else if (name == "half_diagonal") t.half_diagonal = value;
     else if (name == "persistent") t.persistent = value;
-    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, half_diagonal, persistent", name));
+    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, persistent", name));
   }
 }
 
@@ -256,8 +255,6 @@ ResolvedConfig resolve(const FA4Config& input) {
   apply_tune_env(tuning);
   if (tuning.persistent < 0 || tuning.persistent > 2)
     throw ConfigError(fmt::format("FA4JIT_TUNE: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
-  if (tuning.half_diagonal != 0 && tuning.half_diagonal != 1)
-    throw ConfigError(fmt::format("FA4JIT_TUNE: half_diagonal={} (0 or 1)", tuning.half_diagonal));
   if (arch.backend != Backend::hopper) tuning.persistent = 0;  // sm90a's schedulers only
   if (c.pack_gqa && tuning.persistent == 1) tuning.persistent = 2;  // the LPT walker visits q heads, not packed groups
   // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.

@@ -113,21 +113,6 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     ScopedTune bad("persistent=3");
     EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128)), jit::ConfigError);
   }
-  // The half-width first tile is on by default and can be switched off; the switch reaches the
-  // generated source, which the cache key hashes.
-  EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).tuning.half_diagonal, 1);
-  const std::string with_half = jit::generate_source(cfg_for("sm_90a", 128));
-  EXPECT_NE(with_half.find("kHalfDiagonal = 1;"), std::string::npos);
-  {
-    ScopedTune off("half_diagonal=0");
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).tuning.half_diagonal, 0);
-    const std::string without = jit::generate_source(cfg_for("sm_90a", 128));
-    EXPECT_NE(without.find("kHalfDiagonal = 0;"), std::string::npos);
-  }
-  {
-    ScopedTune bad("half_diagonal=2");
-    EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128)), jit::ConfigError);
-  }
 
   // Depths 64 and 128 keep their tiles.
   EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64)).config.BN, 128);

@@ -85,7 +85,6 @@ struct Tuning {
   int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
   int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
   int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
-  int half_diagonal = 1;       // sm90a: a warpgroup that sees only half of its first KV tile runs half-width GEMMs
   // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the tiles (LPT
   // order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each streaming an equal
   // share of all tiles' KV tiles. 1 and 2 are opt-in: neither beat the grid yet (docs/PERF.md).

@@ -148,15 +148,6 @@ struct TileWork {
   }
   __device__ __forceinline__ int first_tile() const { return next_tile(n_end); }
   __device__ __forceinline__ bool has(int n) const { return n >= n_begin; }
-  // Whether tile rows [r_lo, r_hi) (one consumer's share of the Q tile) see none of KV tile n's
-  // upper half, keys [n*kBN + kBN/2, (n+1)*kBN): masked for all of them or past seqlen_k. Such
-  // a tile also needs_mask(n), which is what sets the unread half to -inf.
-  __device__ __forceinline__ bool upper_half_hidden(int n, int r_lo, int r_hi) const {
-    const int k_mid = n * kBN + kBN / 2, k_hi = min(k_mid + kBN / 2, seq.seqlen_k);
-    if (r_lo >= r_hi) return false;
-    if (k_mid >= k_hi) return true;
-    return Mask::classify(query_lo(r_lo), query_hi(r_hi), k_mid, k_hi, ctx) == mask::kSkip;
-  }
   // Per-element masking is needed on partial tiles and on the tile that crosses seqlen_k.
   __device__ __forceinline__ bool needs_mask(int n) const {
     return (n + 1) * kBN > seq.seqlen_k || (!Mask::kIsNone && classify(n) == mask::kPartial);

@@ -43,105 +43,69 @@ struct Scheduler {
   }
 };
 
-// The first half of an S / P fragment: the columns of a tile's first kBN / 2 keys (wgmma's
-// accumulator and A fragments run in column order, so the half-width fragment is the prefix).
-template <int kHalf, class T, int N>
-__device__ __forceinline__ T (&front_half(T (&r)[N]))[kHalf] {
-  static_assert(2 * kHalf == N, "front_half: half of the fragment");
-  return *reinterpret_cast<T(*)[kHalf]>(&r);
-}
-
-template <bool B>
-struct HalfWidth {
-  static constexpr bool value = B;
-};
-
-// S = Q K(n)^T; kHalf: over the tile's first kBN / 2 keys only (Shape::kHalfDiagonal), into the
-// front half of s.
-template <class Config, bool kHalf>
-__device__ __forceinline__ void issue_qk(float (&s)[Shape<Config>::kBN / 2], u32 q_addr, u32 k_addr) {
-  using Sh = Shape<Config>;
-  using Element = typename Sh::Element;
-  constexpr int kBN = Sh::kBN;
-  if constexpr (kHalf)
-    gemm_qk<Element, kBN / 2, Sh::kQKDepth, kBN>(front_half<kBN / 4>(s), q_addr, k_addr);
-  else
-    gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_addr, k_addr);
-}
-
 // KV loop of one tile for one consumer warpgroup (Q of the tile has landed; n = w.first_tile()
 // is a visible tile). Rings and scheduler are passed in: the persistent mode carries their state
 // across tiles, consumer_loop makes fresh ones per CTA.
-// Half-width first tile (Shape::kHalfDiagonal): when this warpgroup's rows see none of the first
-// tile's upper half (the causal diagonal for the top rows of the Q tile, or a tile crossing
-// seqlen_k), that tile's Q K^T runs at half width. It is the one S that nothing overlaps (the
-// prologue), so its latency is every CTA's start-up. The choice is made once, outside the KV
-// loop. (Running its P V at half width as well made ptxas serialize the wgmma of most
-// configurations for want of registers, C7511, so P V always runs at full width.)
-template <bool kHalfFirst, class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
-__device__ __forceinline__ void kv_loop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
+template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
+__device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
                                             VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
                                             float (&o)[Shape<Config>::kDp / 2], float (&s)[Shape<Config>::kBN / 2],
                                             u32 (&pr)[Shape<Config>::kBN / 4], u32 q_addr, u32 k_addr, u32 v_addr) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
+  using Element = typename Sh::Element;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
   auto q_wgmma = [q_addr]() { return Sh::kNumConsumerWGs == 2 ? q_addr : opaque_u32(q_addr); };
   float corr[2];
 
-  // S(n) alone (the overlapped schedule's prologue, the simple schedule's first half-step).
-  // Half width: only the front half of s is a wgmma operand; the upper half is then defined
-  // afresh (any value: the mask sets it to -inf), so no stale value stays live across the
-  // wgmma (ptxas serializes every wgmma when one does, C7511).
-  auto qk = [&](int n, auto half_width) {
-    constexpr bool kHalf = decltype(half_width)::value;
-    auto ks = k_ring.acquire();
-    sched.wait_turn();
-    fence_operand(front_half<Sh::kBN / 4>(s));
-    if constexpr (!kHalf) fence_operand(s);
-    wgmma_fence();
-    issue_qk<Config, kHalf>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
-    wgmma_commit();
-    sched.pass_turn();
-    wgmma_wait<0>();
-    if constexpr (kHalf) {
-#pragma unroll
-      for (int i = Sh::kBN / 4; i < Sh::kBN / 2; ++i) s[i] = 0.f;
-    }
-    fence_operand(s);
-  };  // release K(n)
-  // O += P V alone (the simple schedule's second half-step, the overlapped schedule's tail).
-  auto pv = [&]() {
-    auto vs = v_ring.acquire();
-    fence_operand(o);
-    fence_operand(pr);
-    wgmma_fence();
-    gemm_pv<typename Sh::Element, Sh::kDp, Sh::kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operand(o);
-    fence_operand(pr);
-  };  // release V
-
   if constexpr (!Sh::kIntraWGOverlap) {
-    // Per tile n: S = Q K(n)^T; wait | softmax(S) -> P, rescale O | O += P V(n); wait.
-    auto step = [&](int n, auto half_width) {
-      qk(n, half_width);
+    for (; w.has(n); n = w.next_tile(n)) {
+      {
+        auto ks = k_ring.acquire();
+        sched.wait_turn();
+        fence_operand(s);
+        wgmma_fence();
+        gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+        wgmma_commit();
+        sched.pass_turn();
+        wgmma_wait<0>();
+        fence_operand(s);
+      }  // release K(n)
       sm.logits(s, n, w.needs_mask(n), p, w);
       sm.online(s, corr);
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
-      pv();
-    };
-    if (kHalfFirst) {
-      step(n, HalfWidth<kHalfFirst>{});
-      n = w.next_tile(n);
+      {
+        auto vs = v_ring.acquire();
+        fence_operand(o);
+        fence_operand(pr);
+        wgmma_fence();
+        gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_operand(o);
+        fence_operand(pr);
+      }  // release V(n)
     }
-    for (; w.has(n); n = w.next_tile(n)) step(n, HalfWidth<false>{});
   } else {
-    // One step for tile n: S(n) and O += P(n_prev) V(n_prev) issued back to back, softmax(n)
-    // while P V runs, wait, rescale O, pack P(n).
-    auto step = [&](int n) {
+    // Prologue: S(first) alone; O is zero so its correction is irrelevant.
+    {
+      auto ks = k_ring.acquire();
+      sched.wait_turn();
+      fence_operand(s);
+      wgmma_fence();
+      gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+      wgmma_commit();
+      sched.pass_turn();
+      wgmma_wait<0>();
+      fence_operand(s);
+    }
+    sm.logits(s, n, w.needs_mask(n), p, w);
+    sm.online(s, corr);
+    Softmax::pack_p(s, pr);
+    int n_prev = n;
+    for (n = w.next_tile(n); w.has(n); n_prev = n, n = w.next_tile(n)) {
       {
         auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
         {
@@ -151,9 +115,9 @@ __device__ __forceinline__ void kv_loop(const FwdParams& p, const CtaWork<Config
           fence_operand(o);
           fence_operand(pr);
           wgmma_fence();
-          issue_qk<Config, false>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+          gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
           wgmma_commit();
-          gemm_pv<typename Sh::Element, Sh::kDp, Sh::kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+          gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
           wgmma_commit();
           sched.pass_turn();
           wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
@@ -167,32 +131,19 @@ __device__ __forceinline__ void kv_loop(const FwdParams& p, const CtaWork<Config
       }  // release V(n_prev)
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
-    };
-    // Prologue: S(first) alone; O is zero so its correction is irrelevant.
-    qk(n, HalfWidth<kHalfFirst>{});
-    sm.logits(s, n, w.needs_mask(n), p, w);
-    sm.online(s, corr);
-    Softmax::pack_p(s, pr);
-    for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) step(n);
-    pv();  // tail: P V of the last tile
-  }
-}
-
-template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
-__device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
-                                            VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                            float (&o)[Shape<Config>::kDp / 2], float (&s)[Shape<Config>::kBN / 2],
-                                            u32 (&pr)[Shape<Config>::kBN / 4], u32 q_addr, u32 k_addr, u32 v_addr,
-                                            int wg) {
-  using Sh = Shape<Config>;
-  if constexpr (Sh::kHalfDiagonal) {
-    const int r_lo = w.q_lo + wg * Sh::kWgRows;
-    if (__shfl_sync(0xffffffffu, w.upper_half_hidden(n, r_lo, min(r_lo + Sh::kWgRows, w.q_hi)), 0)) {
-      kv_loop<true>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
-      return;
+    }
+    {  // Tail: P V of the last tile.
+      auto vs = v_ring.acquire();
+      fence_operand(o);
+      fence_operand(pr);
+      wgmma_fence();
+      gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operand(o);
+      fence_operand(pr);
     }
   }
-  kv_loop<false>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
 }
 
 // One CTA, one tile (kPersistent = 0): the same KV loop as the persistent mode, with rings and
@@ -229,7 +180,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
     pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k), v_ring(&bars->v);
     sched.start();
     mbar_wait(&bars->q_full[wg], 0);
-    kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
+    kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
   }
 
   epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
@@ -301,7 +252,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
         pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(&bars->v, st);
-        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
+        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
         const pipe::PipelineState e = k_ring.state();
         update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
       }

@@ -58,15 +58,6 @@ template <class C> struct CtasPerSmOf<C, typename VoidT<decltype(C::kCtasPerSm)>
   static constexpr int value = C::kCtasPerSm;
 };
 
-// kHalfDiagonal (absent: FA4_SM90A_HALF_DIAGONAL, default 1): see Shape::kHalfDiagonal.
-#ifndef FA4_SM90A_HALF_DIAGONAL
-#define FA4_SM90A_HALF_DIAGONAL 1
-#endif
-template <class C, class = void> struct HalfDiagonalOf { static constexpr bool value = FA4_SM90A_HALF_DIAGONAL != 0; };
-template <class C> struct HalfDiagonalOf<C, typename VoidT<decltype(C::kHalfDiagonal)>::type> {
-  static constexpr bool value = C::kHalfDiagonal;
-};
-
 // kPack (absent or 1: one q head per CTA; g > 1: GQA packing, the g q heads of one KV head share
 // the Q tile, tile row r = query r / g of head r % g; PackedRow in common/sequence.cuh).
 template <class C, class = void> struct PackOf { static constexpr int value = 1; };
@@ -101,10 +92,6 @@ struct Shape {
   static constexpr bool kStreamK = PersistentOf<Config>::value == 2;
   static constexpr int kPack = PackOf<Config>::value;
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
-  // A warpgroup whose rows see none of its first KV tile's upper half (the causal diagonal for the
-  // top rows of the Q tile, or a tile that crosses seqlen_k) runs that tile's Q K^T and P V at half
-  // width. Needs a generated wgmma N of kBN / 2 (gen_mma.py NS).
-  static constexpr bool kHalfDiagonal = HalfDiagonalOf<Config>::value && (kBN == 128 || kBN == 192 || kBN == 256);
 
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
   // 3 consumer WGs: 128*32 + 384*160 = 65536.

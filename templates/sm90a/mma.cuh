@@ -61,15 +61,14 @@ struct Wgmma;
 // S[64 x N] (=) Q[64 x D] K[N x D]^T, both K-major SW128 blocks. q_addr/k_addr: first block.
 // D: the contracted depth, a multiple of 16 (the real head depth: padded columns are zero and skipped).
 // scale_d = 0 on the first k-step overwrites the stale accumulator.
-// kRows: rows of the K blocks in shared memory (N = kRows / 2 reads the first half of the tile).
-template <class Element, int N, int D, int kRows = N>
+template <class Element, int N, int D>
 __device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_addr) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
   static_assert(D % 16 == 0, "gemm_qk: depth must be a multiple of 16");
 #pragma unroll
   for (int k = 0; k < D / 16; ++k) {
     const u32 qa = q_addr + (k / 4) * (64 * 128);  // Q block: 64 rows x 128 bytes
-    const u32 ka = k_addr + (k / 4) * (kRows * 128);  // K block: kRows rows x 128 bytes
+    const u32 ka = k_addr + (k / 4) * (N * 128);   // K block: N rows x 128 bytes
     Wgmma<N, kBf16>::ss(s, desc_kmajor(qa) + 2 * (k % 4), desc_kmajor(ka) + 2 * (k % 4), k > 0 ? 1 : 0);
   }
 }
