@@ -197,11 +197,10 @@ __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
 
 // Persistent mode: the same tile sequence as the producer (TileWalker). Per tile i: wait
 // q_full[wg] (parity i & 1; the producer signals it for every tile, by TMA bytes or, for a tile
-// without KV tiles or Q rows, a plain arrival); if the tile has Q rows: KV loop, epilogue, then
-// every thread fences its generic-proxy smem accesses against the next TMA write
-// (fence.proxy.async); every thread arrives on q_empty[wg] (count 128): after the epilogue when
-// it stages O in the Q region (stream-K, unsplit), else right after the KV loop (persistent
-// tiles store O from registers, Shape::kDirectO; stream-K partials likewise). The K/V
+// without KV tiles or Q rows, a plain arrival); if the tile has Q rows: KV loop, epilogue (O
+// staged in the Q region), then every thread fences its generic-proxy smem accesses against the
+// next TMA write (fence.proxy.async); every thread arrives on q_empty[wg] (count 128; stream-K
+// partials: right after the KV loop, since the epilogue does not stage in smem). The K/V
 // consumer rings and the ping-pong turn chain run on across tiles: Scheduler::start() once, so
 // warpgroup W-1's last pass_turn of a tile is warpgroup 0's first turn of the next (every
 // warpgroup takes the same number of turns per tile).
@@ -235,9 +234,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
   // (every lane reads it at the top of a tile and writes the same value, update_carry). The loop
   // bound is recomputed from the parameters every tile (opaque zero) rather than held.
   const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
-  // Uniform: the epilogue leaves the Q region alone (O from registers: persistent tiles, or
-  // stream-K segments that all write split partials), so Q is handed back before it.
-  const bool early_release = Sh::kDirectO || (Sh::kStreamK && p.num_splits > 1);
+  const bool partials = Sh::kStreamK && p.num_splits > 1;  // uniform: every segment writes split partials
   st_shared_u32(carry_addr, 0u);
   __syncwarp();
   for (auto tiles = TileWalker<Config, Mask>::make();; tiles.advance()) {
@@ -259,9 +256,9 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
         const pipe::PipelineState e = k_ring.state();
         update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
       }
-      // O or its partials go from registers to global memory, so Q's region is free once the KV
-      // loop is done: hand it back before the epilogue and the next tile's Q load overlaps it.
-      if (early_release) mbar_arrive(&bars->q_empty[wg]);
+      // Partials go from registers to global memory, so Q's region is free once the KV loop is
+      // done: hand it back before the epilogue and the next segment's Q load overlaps it.
+      if (partials) mbar_arrive(&bars->q_empty[wg]);
       if constexpr (!Mask::kIsNone) {
         // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
         // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
@@ -274,7 +271,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
       }
       fence_proxy_async();
     }
-    if (!early_release || !w.valid) mbar_arrive(&bars->q_empty[wg]);
+    if (!partials || !w.valid) mbar_arrive(&bars->q_empty[wg]);
     update_carry(carry_addr, ~0u, 8u);  // next iteration
   }
 }

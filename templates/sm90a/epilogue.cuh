@@ -1,7 +1,6 @@
 // Epilogue of one consumer warpgroup: normalise O, stage it in the warpgroup's Q region
 // (128B-swizzled like the TMA box, so fragment writes are bank-conflict free), then copy rows
-// < seqlen_q to global memory with 16-byte stores, and write LSE. Persistent tiles store O
-// straight from the fragment instead (store_o_direct), so the Q region frees before the epilogue. Packed GQA: rows < q_hi, each to
+// < seqlen_q to global memory with 16-byte stores, and write LSE. Packed GQA: rows < q_hi, each to
 // its (query, head) (SeqInfo::o_row / lse_row). Split-KV: float32 partials instead (no staging).
 // O is always stored manually (never by TMA): varlen tiles end inside the next sequence, and a
 // TMA store would overwrite its rows. Coalescing is the same (16 lanes per 256-byte row at d128).
@@ -69,32 +68,6 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
   }
 }
 
-__device__ __forceinline__ void st_global_u32(void* ptr, u32 v) {
-  asm volatile("st.global.b32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-
-// Persistent tiles (Shape::kDirectO): O normalised and stored straight from the accumulator
-// fragment (a quad writes one row's 16 contiguous bytes per 8 columns), so the epilogue never
-// touches the Q region and consumer_loop_persistent hands it back before the epilogue: the next
-// tile's Q load overlaps this store instead of following it.
-template <class Config, class Work>
-__device__ __forceinline__ void store_o_direct(const FwdParams& p, const Work& w, int row_base,
-                                               const float (&o)[Shape<Config>::kDp / 2], const float (&inv)[2]) {
-  using Sh = Shape<Config>;
-  using Out = typename Sh::OutElement;
-  const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row_base + warp * 16 + (lane >> 2) + 8 * h;  // tile row
-    if (r < w.seq.seqlen_q * Sh::kPack) {
-      Out* dst = static_cast<Out*>(p.o) + w.seq.template o_row<Sh::kPack>(p, r) + 2 * (lane & 3);
-#pragma unroll
-      for (int j = 0; j < Sh::kDepth / 8; ++j)
-        st_global_u32(dst + 8 * j, pack2<Out>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
-    }
-  }
-}
-
 // o_smem: shared address of this warpgroup's Q region (Dp/64 blocks of [64 rows][128 B]); all
 // wgmma reads of Q by this warpgroup have completed (waited) before this is called.
 template <class Config, class Mask, class ScoreMod, class Work>
@@ -116,45 +89,41 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
     }
   }
 
+  // Fragment -> smem. Element pair (row r, cols 8j + 2(l%4) + {0,1}) lives in block j/8, row r,
+  // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
   const int r0 = warp * 16 + (lane >> 2);
-  if constexpr (Sh::kDirectO) {
-    store_o_direct<Config>(p, w, row_base, o, inv);
-  } else {
-    // Fragment -> smem. Element pair (row r, cols 8j + 2(l%4) + {0,1}) lives in block j/8, row r,
-    // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
 #pragma unroll
-    for (int j = 0; j < Sh::kDepth / 8; ++j) {
+  for (int j = 0; j < Sh::kDepth / 8; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        const u32 addr = o_smem + (j / 8) * (64 * 128) + r * 128 + ((((j % 8) ^ (r % 8))) << 4) + 4 * (lane & 3);
-        st_shared_u32(addr, pack2<Out>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
-      }
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      const u32 addr = o_smem + (j / 8) * (64 * 128) + r * 128 + ((((j % 8) ^ (r % 8))) << 4) + 4 * (lane & 3);
+      st_shared_u32(addr, pack2<Out>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
     }
-    named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
+  }
+  named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
 
-    // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row's kDepth columns.
-    constexpr int kChunksPerRow = Sh::kDepth / 8;
-    static_assert(Sh::kWgRows * kChunksPerRow % 128 == 0, "epilogue: rows x 16-byte chunks must split over 128 threads");
-    Out* o_base = static_cast<Out*>(p.o) + w.seq.o_offset;
+  // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row's kDepth columns.
+  constexpr int kChunksPerRow = Sh::kDepth / 8;
+  static_assert(Sh::kWgRows * kChunksPerRow % 128 == 0, "epilogue: rows x 16-byte chunks must split over 128 threads");
+  Out* o_base = static_cast<Out*>(p.o) + w.seq.o_offset;
 #pragma unroll
-    for (int it = 0; it < Sh::kWgRows * kChunksPerRow / 128; ++it) {
-      const int idx = it * 128 + t;
-      const int r = idx / kChunksPerRow, cc = idx % kChunksPerRow;
-      if constexpr (Sh::kPack == 1) {
-        const int q = row_base + r;
-        if (q < w.seq.seqlen_q) {
-          u32 v[4];
-          ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
-          st_global_v4(o_base + static_cast<long long>(q) * p.o_row_stride + cc * 8, v);
-        }
-      } else {  // packed GQA: tile row -> (query, head) (PackedRow); rows >= seqlen_q * kPack are padding
-        const int tr = row_base + r;
-        if (tr < w.seq.seqlen_q * Sh::kPack) {
-          u32 v[4];
-          ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
-          st_global_v4(static_cast<Out*>(p.o) + w.seq.template o_row<Sh::kPack>(p, tr) + cc * 8, v);
-        }
+  for (int it = 0; it < Sh::kWgRows * kChunksPerRow / 128; ++it) {
+    const int idx = it * 128 + t;
+    const int r = idx / kChunksPerRow, cc = idx % kChunksPerRow;
+    if constexpr (Sh::kPack == 1) {
+      const int q = row_base + r;
+      if (q < w.seq.seqlen_q) {
+        u32 v[4];
+        ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
+        st_global_v4(o_base + static_cast<long long>(q) * p.o_row_stride + cc * 8, v);
+      }
+    } else {  // packed GQA: tile row -> (query, head) (PackedRow); rows >= seqlen_q * kPack are padding
+      const int tr = row_base + r;
+      if (tr < w.seq.seqlen_q * Sh::kPack) {
+        u32 v[4];
+        ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
+        st_global_v4(static_cast<Out*>(p.o) + w.seq.template o_row<Sh::kPack>(p, tr) + cc * 8, v);
       }
     }
   }

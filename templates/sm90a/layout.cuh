@@ -91,10 +91,6 @@ struct Shape {
   static constexpr bool kPersistent = PersistentOf<Config>::value != 0;
   static constexpr bool kStreamK = PersistentOf<Config>::value == 2;
   static constexpr int kPack = PackOf<Config>::value;
-  // Persistent tiles store O from registers (epilogue.cuh store_o_direct), not through the Q region,
-  // so the next tile's Q loads during the epilogue. Not at kBM 192: 160 registers spill (36 B,
-  // causal + softcap), so those stage O in the Q region as before.
-  static constexpr bool kDirectO = kPersistent && !kStreamK && kNumConsumerWGs <= 2;
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
 
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
