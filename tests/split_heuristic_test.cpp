@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "fa4jit/errors.hpp"
@@ -95,4 +96,25 @@ TEST(StreamK, PlanBalancesDecodeAndKeepsWholeTilesForPrefill) {
   EXPECT_EQ(explicit_splits.ctas, 20);  // one unit (= one split) per CTA, like a split grid
   EXPECT_EQ(explicit_splits.slots, 5);
   EXPECT_THROW(jit::detail::plan_stream_k(1LL << 31, 2, 1, 0, 132), jit::LaunchError);
+}
+
+// The split workspace: o_partial, lse_partial and (stream-K) split_count back to back, inside the
+// bytes the plan asks for, and the same description sizes and places them.
+TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
+  for (bool counts : {false, true}) {
+    const jit::detail::SplitLayout layout{37, 5, 96, counts};
+    fa4::FwdParams p{};
+    const CUdeviceptr base = 4096;
+    layout.place(base, p);
+    const auto at = [&](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) - base; };
+    EXPECT_EQ(at(p.o_partial), 0u);
+    EXPECT_EQ(at(p.lse_partial), 37u * 5 * 96 * sizeof(float));
+    const std::uintptr_t end = counts ? at(p.split_count) + 37 * sizeof(int) : at(p.lse_partial) + 37 * 5 * sizeof(float);
+    EXPECT_EQ(end, layout.bytes()) << counts;
+    if (counts) {
+      EXPECT_EQ(at(p.split_count), at(p.lse_partial) + 37u * 5 * sizeof(float));
+    } else {
+      EXPECT_EQ(p.split_count, nullptr);
+    }
+  }
 }
