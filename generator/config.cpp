@@ -179,8 +179,17 @@ Budget derive_blackwell(FA4Config& c, const ArchInfo& a) {
   return {512, fixed + c.num_kv_stages * per_stage};
 }
 
-Tuning derive_tuning(Backend b) {
+Tuning derive_tuning(Backend b, const FA4Config& c) {
   Tuning t;
+  // sm90a: persistent CTAs (one per SM walking the tiles heaviest first) where they measured faster
+  // than the grid (docs/PERF.md run 14): causal, no score-mod, padded depth <= 128 (+1-8%: the
+  // unequal causal tiles balance and each tile's loads overlap the previous epilogue). Elsewhere
+  // the grid: unmasked long rows measured 1-3% slower persistent, packed-GQA decode runs two CTAs
+  // per SM, and deep heads and score-mods were not measured (some spill: d256 causal, d64 softcap).
+  t.persistent = b == Backend::hopper && !c.pack_gqa && c.padded_depth <= 128 && c.mask.kind == Mask::Kind::causal &&
+                         c.score_mod.kind == ScoreMod::Kind::identity
+                     ? 1
+                     : 0;
   // FA4 on Blackwell: MUFU did not scale with the tensor cores, so one exp2 pair in 4 goes to
   // the FMA pipe. On Hopper the same split measured 8-13% slower (docs/PERF.md), so none there.
   t.exp2_emulate_every = b == Backend::blackwell ? 4 : 0;
@@ -251,7 +260,7 @@ ResolvedConfig resolve(const FA4Config& input) {
       refuse("pack_gqa", fmt::format("true with group = {}", c.group),
              fmt::format("the {} backend packs groups that divide {} rows", to_string(arch.backend), box_rows));
   }
-  Tuning tuning = derive_tuning(arch.backend);
+  Tuning tuning = derive_tuning(arch.backend, c);
   apply_tune_env(tuning);
   if (tuning.persistent < 0 || tuning.persistent > 2)
     throw ConfigError(fmt::format("FA4JIT_TUNE: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));

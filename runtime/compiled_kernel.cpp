@@ -134,8 +134,6 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
 
   if (args.num_splits < 0 || args.num_splits > fa4::kMaxSplits)
     throw LaunchError(fmt::format("launch: num_splits is {}: use 0 (automatic) or 1..{}", args.num_splits, fa4::kMaxSplits));
-  if (args.num_splits > 1 && persistent)
-    throw LaunchError("launch: num_splits > 1 with a persistent kernel (Tuning::persistent): split launches need the per-tile grid");
   const int kv_blocks = (shape.max_seqlen_k + config_.config.BN - 1) / config_.config.BN;
   int splits = args.num_splits;
   if (stream_k) {
@@ -147,7 +145,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     plan.grid[1] = plan.grid[2] = 1;
     splits = sk.slots;
   } else if (splits == 0) {
-    splits = persistent || shape.max_seqlen_k == 0 ? 1 : choose_num_splits(tiles, kv_blocks, sm_count());
+    splits = shape.max_seqlen_k == 0 ? 1 : choose_num_splits(tiles, kv_blocks, sm_count());
   }
   const long long rows = p.partial_rows;
   if (splits > 1) {
@@ -169,8 +167,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   if (splits == 1 && !stream_k && config_.backend != Backend::portable && config_.config.mask.kind != Mask::Kind::none)
     p.lpt_heads = lpt_section_heads(shape, args, config_.config);
   if (persistent) {
-    // One CTA per SM walks every (m_block, head, batch) tile.
-    plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), tiles)));
+    // One CTA per SM walks every (m_block, KV split, head, batch) tile.
+    plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), tiles * splits)));
     plan.grid[1] = plan.grid[2] = 1;
   }
   plan.block = static_cast<unsigned>(config_.num_threads);

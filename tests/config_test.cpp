@@ -110,6 +110,34 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).tuning.persistent, 1);
   }
   {
+    // Defaults: sm90a causal kernels without a score-mod at depth <= 128 are persistent; unmasked
+    // ones, packed-GQA decode, deep heads, other masks and score-mods keep the per-tile grid; the
+    // other backends have one scheduler.
+    auto with_mask = [](int depth, jit::Mask m) {
+      auto c = cfg_for("sm_90a", depth);
+      c.mask = m;
+      return c;
+    };
+    for (int depth : {64, 96, 128}) EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::causal())).tuning.persistent, 1) << depth;
+    EXPECT_EQ(jit::resolve(with_mask(192, jit::Mask::causal())).tuning.persistent, 0);
+    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::none())).tuning.persistent, 0);
+    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::sliding_window())).tuning.persistent, 0);
+    auto softcap = with_mask(128, jit::Mask::causal());
+    softcap.score_mod = jit::ScoreMod::softcap();
+    EXPECT_EQ(jit::resolve(softcap).tuning.persistent, 0);
+    auto decode = with_mask(128, jit::Mask::causal());
+    decode.group = 4;
+    decode.pack_gqa = true;
+    EXPECT_EQ(jit::resolve(decode).tuning.persistent, 0);
+    auto other = with_mask(128, jit::Mask::causal());
+    for (const char* arch : {"sm_100a", "sm_80"}) {
+      other.arch = arch;
+      EXPECT_EQ(jit::resolve(other).tuning.persistent, 0) << arch;
+    }
+    ScopedTune grid("persistent=0");
+    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::causal())).tuning.persistent, 0);
+  }
+  {
     ScopedTune bad("persistent=3");
     EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128)), jit::ConfigError);
   }

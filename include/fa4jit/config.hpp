@@ -85,9 +85,10 @@ struct Tuning {
   int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
   int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
   int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
-  // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the tiles (LPT
-  // order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each streaming an equal
-  // share of all tiles' KV tiles. 1 and 2 are opt-in: neither beat the grid yet (docs/PERF.md).
+  // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
+  // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
+  // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked causal attention
+  // without a score-mod at padded depth <= 128, else 0 (generator/config.cpp); 2 is opt-in.
   int persistent = 0;
   bool operator==(const Tuning&) const = default;
 };

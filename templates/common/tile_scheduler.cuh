@@ -94,7 +94,8 @@ struct TileWork {
     hy = pair % num_hy;
     b = pair / num_hy;
   }
-  // Any (m_block, q head, batch), e.g. from PersistentTiles (never split): every visible KV tile.
+  // Any (m_block, q head, batch), e.g. from a persistent walker: every visible KV tile (the walker
+  // then keeps its split's share).
   __device__ __forceinline__ static TileWork make(const FwdParams& p, int m_block, int h, int b) {
     TileWork w;
     w.seq = SeqInfo::make(p, b, h);
@@ -155,10 +156,10 @@ struct TileWork {
 };
 
 // Persistent static scheduler: grid = (min(#SMs, total), 1, 1) with total = num_m_blocks *
-// num_q_heads * batch; CTA x visits linear tiles t = x + i * gridDim.x (i = 0, 1, ...; t < total),
-// and every warp role of the CTA walks the same sequence. Decoding of t:
-//   Mask::kIsNone:  m_block fastest, then head, then batch (the CTAs running at the same time
-//                   share one head's K/V in L2);
+// num_splits * num_q_heads * batch; CTA x visits linear tiles t = x + i * gridDim.x (i = 0, 1, ...;
+// t < total), and every warp role of the CTA walks the same sequence. t decodes as a plain grid's
+// CTA would (TileWork::make): its "x" (m block and KV split, split fastest), then head, then batch:
+//   Mask::kIsNone:  x fastest (the CTAs running at the same time share one head's K/V in L2);
 //   masked:         longest-processing-time first within sections of p.lpt_heads (head, batch)
 //                   pairs, as TileWork::longest_first orders a plain grid (0: one section): the
 //                   section's last Q tiles, which see the most keys, before any earlier one, while
@@ -177,37 +178,46 @@ struct PersistentTiles {
     const int x = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
     return iter * g + (!Mask::kIsNone && (iter & 1) ? g - 1 - x : x);
   }
-  __device__ __forceinline__ static int total(const FwdParams& p) { return p.num_m_blocks * p.num_q_heads * p.batch; }
+  __device__ __forceinline__ static int total(const FwdParams& p) {
+    return p.num_m_blocks * p.num_splits * p.num_q_heads * p.batch;
+  }
   __device__ __forceinline__ bool valid(const FwdParams& p) const { return tile() < total(p); }
   // zero: an opaque 0 produced inside the loop, so the compiler recomputes total from the
   // parameters instead of hoisting it into a register that stays live across the loop.
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
-    return tile() < (p.num_m_blocks + zero) * p.num_q_heads * p.batch;
+    return tile() < (p.num_m_blocks + zero) * p.num_splits * p.num_q_heads * p.batch;
   }
   __device__ __forceinline__ void advance() { ++iter; }
-  __device__ __forceinline__ void decode(const FwdParams& p, int& m_block, int& head, int& batch) const {
-    const int t = tile();
+  // x: the plain grid's blockIdx.x of the tile (m block * num_splits + split; heaviest first when masked).
+  __device__ __forceinline__ void decode(const FwdParams& p, int& x, int& head, int& batch) const {
+    const int t = tile(), xs = p.num_m_blocks * p.num_splits;
+    int hb;
     if (Mask::kIsNone) {
-      m_block = t % p.num_m_blocks;
-      const int hb = t / p.num_m_blocks;
-      head = hb % p.num_q_heads;
-      batch = hb / p.num_q_heads;
+      x = t % xs;
+      hb = t / xs;
     } else {
       const int nhb = p.num_q_heads * p.batch;
       const int heads = p.lpt_heads > 0 ? p.lpt_heads : nhb;
-      const int section = t / (heads * p.num_m_blocks), in_section = t - section * heads * p.num_m_blocks;
+      const int section = t / (heads * xs), in_section = t - section * heads * xs;
       const int section_heads = min(heads, nhb - section * heads);
-      m_block = p.num_m_blocks - 1 - in_section / section_heads;
-      const int hb = section * heads + in_section % section_heads;
-      head = hb % p.num_q_heads;
-      batch = hb / p.num_q_heads;
+      x = in_section / section_heads;
+      hb = section * heads + in_section % section_heads;
     }
+    head = hb % p.num_q_heads;
+    batch = hb / p.num_q_heads;
   }
   template <int kBM, int kBN, int kPack = 1>
   __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
-    int m, h, b;
-    decode(p, m, h, b);
-    return TileWork<kBM, kBN, Mask, kPack>::make(p, m, h * kPack, b);
+    int x, h, b;
+    decode(p, x, h, b);
+    const int split = x % p.num_splits, m = x / p.num_splits;
+    TileWork<kBM, kBN, Mask, kPack> w =
+        TileWork<kBM, kBN, Mask, kPack>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
+    if (p.num_splits > 1) {
+      w.split = split;
+      w.keep_share(split, split + 1, p.num_splits);
+    }
+    return w;
   }
 };
 

@@ -56,7 +56,9 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   using Element = typename Sh::Element;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
-  auto q_wgmma = [q_addr]() { return Sh::kNumConsumerWGs == 2 ? q_addr : opaque_u32(q_addr); };
+  // Q's descriptors: hoisted out of the KV loop at kBM 128 up to Dp 128; rebuilt per tile (opaque)
+  // where registers are tight (kBM 192, and Dp 192 where hoisting them spilled 36 B).
+  auto q_wgmma = [q_addr]() { return Sh::kNumConsumerWGs == 2 && kDp <= 128 ? q_addr : opaque_u32(q_addr); };
   float corr[2];
 
   if constexpr (!Sh::kIntraWGOverlap) {
@@ -199,7 +201,7 @@ __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
 // q_full[wg] (parity i & 1; the producer signals it for every tile, by TMA bytes or, for a tile
 // without KV tiles or Q rows, a plain arrival); if the tile has Q rows: KV loop, epilogue (O
 // staged in the Q region), then every thread fences its generic-proxy smem accesses against the
-// next TMA write (fence.proxy.async); every thread arrives on q_empty[wg] (count 128; stream-K
+// next TMA write (fence.proxy.async); every thread arrives on q_empty[wg] (count 128; split
 // partials: right after the KV loop, since the epilogue does not stage in smem). The K/V
 // consumer rings and the ping-pong turn chain run on across tiles: Scheduler::start() once, so
 // warpgroup W-1's last pass_turn of a tile is warpgroup 0's first turn of the next (every
@@ -234,11 +236,11 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
   // (every lane reads it at the top of a tile and writes the same value, update_carry). The loop
   // bound is recomputed from the parameters every tile (opaque zero) rather than held.
   const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
-  const bool partials = Sh::kStreamK && p.num_splits > 1;  // uniform: every segment writes split partials
+  const bool partials = Sh::kRuntimeVariants && p.num_splits > 1;  // uniform: every tile writes split partials
   st_shared_u32(carry_addr, 0u);
   __syncwarp();
   for (auto tiles = TileWalker<Config, Mask>::make();; tiles.advance()) {
-    const u32 carry = ld_shared_u32(opaque_u32(carry_addr));
+    const u32 carry = warp_uniform(ld_shared_u32(opaque_u32(carry_addr)));
     tiles.iter = static_cast<int>(carry >> 3);
     if (!tiles.valid(p, static_cast<int>(opaque_u32(0u)))) break;
     const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);

@@ -82,7 +82,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   const float inv[2] = {sm.row[0].inv_sum(), sm.row[1].inv_sum()};
   const int row_base = w.q_lo + wg * Sh::kWgRows;  // tile row of local row 0
 
-  if constexpr (Sh::kRuntimeVariants && (!Sh::kPersistent || Sh::kStreamK)) {  // PersistentTiles: never split
+  if constexpr (Sh::kRuntimeVariants) {
     if (p.num_splits > 1) {  // uniform over the CTA; no staging, so no epilogue barrier either
       store_split_partials<Config, Mask, ScoreMod>(p, w, row_base, o, sm, inv);
       return;

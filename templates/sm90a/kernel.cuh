@@ -56,7 +56,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   }
   __syncthreads();
 
-  const int wg = threadIdx.x / 128;
+  const int wg = static_cast<int>(warp_uniform(threadIdx.x / 128));  // role branches, Q address: uniform
   if (wg == 0) {
     setmaxnreg_dec<Sh::kProducerRegs>();
     if (threadIdx.x < 32 && elect_one_sync()) {

@@ -177,6 +177,13 @@ __device__ __forceinline__ u32 opaque_u32(u32 x) {
   return x;
 }
 
+// The same value, marked warp-uniform for ptxas: REDUX writes a uniform register. ptxas keeps
+// address and descriptor math on the uniform datapath only where it can prove the values (and the
+// branches around them) warp-uniform; threadIdx.x / 128 and shared-memory loads it cannot. A
+// non-uniform wait (mbarrier address or parity) inside the persistent tile loop moved every wgmma
+// descriptor of the KV loop to vector registers with an R2UR before each HGMMA.
+__device__ __forceinline__ u32 warp_uniform(u32 x) { return __reduce_max_sync(0xffffffffu, x); }
+
 // One CTA's problem and KV tile list: the shared scheduler (common/tile_scheduler.cuh).
 template <class Config, class Mask>
 using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack>;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the GPU machine: compute-sanitizer (memcheck, racecheck, synccheck) on small cases of the
+# default sm90a prefill kernels (persistent): d128 causal, d128 with KV splits (persistent walker
+# over (tile, split) pairs + fa4_combine), d64 causal (3 consumer warpgroups), and a varlen batch.
+set -uo pipefail
+export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib FA4JIT_CACHE_DIR=/tmp/fa4jit-cache
+F=.device/fa4jit
+cases=(
+  '128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+  '128 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
+  '64 causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900'
+  '128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+)
+for c in "${cases[@]}"; do
+  read -r d m rest <<<"$c"
+  echo "{\"depth\":$d,\"mask\":\"$m\"}" > /tmp/san.json
+  for tool in memcheck racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F check --require-gpu --config /tmp/san.json \
+      --arch sm_90a $rest > /tmp/san.log 2>&1
+    rc=$?
+    echo "d$d $m $rest | $tool rc=$rc: $(tail -3 /tmp/san.log | tr '\n' ' ' | tail -c 200)"
+  done
+done
