@@ -181,11 +181,12 @@ Budget derive_blackwell(FA4Config& c, const ArchInfo& a) {
 
 Tuning derive_tuning(Backend b, const FA4Config& c) {
   Tuning t;
-  // sm90a: persistent CTAs (one per SM walking the tiles heaviest first) where they measured faster
-  // than the grid (docs/PERF.md run 14): causal, no score-mod, padded depth <= 128 (+1-8%: the
-  // unequal causal tiles balance and each tile's loads overlap the previous epilogue). Elsewhere
-  // the grid: unmasked long rows measured 1-3% slower persistent, packed-GQA decode runs two CTAs
-  // per SM, and deep heads and score-mods were not measured (some spill: d256 causal, d64 softcap).
+  // sm90a: persistent CTAs (one per SM walking the tiles heaviest first) for causal attention
+  // without a score-mod at padded depth <= 128 (docs/PERF.md run 14: d64 +6-8% over the grid, d128
+  // S2048 +0-8%, long d128 rows within the per-call noise; each tile's loads overlap the previous
+  // epilogue). Elsewhere the grid: unmasked long rows measured 1-3% slower persistent, packed-GQA
+  // decode runs two CTAs per SM, and deep heads and score-mods were not measured (some spill:
+  // d256 causal, d64 softcap).
   t.persistent = b == Backend::hopper && !c.pack_gqa && c.padded_depth <= 128 && c.mask.kind == Mask::Kind::causal &&
                          c.score_mod.kind == ScoreMod::Kind::identity
                      ? 1
