@@ -178,11 +178,8 @@ struct PersistentTiles {
     const int x = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
     return iter * g + (!Mask::kIsNone && (iter & 1) ? g - 1 - x : x);
   }
-  __device__ __forceinline__ static int total(const FwdParams& p) {
-    return p.num_m_blocks * p.num_splits * p.num_q_heads * p.batch;
-  }
-  __device__ __forceinline__ bool valid(const FwdParams& p) const { return tile() < total(p); }
-  // zero: an opaque 0 produced inside the loop, so the compiler recomputes total from the
+  __device__ __forceinline__ bool valid(const FwdParams& p) const { return valid(p, 0); }
+  // zero: an opaque 0 produced inside the loop, so the compiler recomputes the tile count from the
   // parameters instead of hoisting it into a register that stays live across the loop.
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
     return tile() < (p.num_m_blocks + zero) * p.num_splits * p.num_q_heads * p.batch;
