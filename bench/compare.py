@@ -1,9 +1,16 @@
 """fa4jit against its peers, in the same run on the same GPU.
 
 Usage (GPU machine, from the repo root, with build/ present):
-  python3 bench/compare.py [--suite prefill|decode|all] [--out results.json]
+  python3 bench/compare.py [--rounds N] [--variants ...] [--rows ...] [--out results.json]
 Prints a markdown table (the one docs/PERF.md keeps) and writes every number as JSON.
+
+Each row runs --rounds interleaved rounds: every fa4jit variant and every peer once per round
+(fa4jit first in even rounds, the peers first in odd ones), so clock and power drift over a run
+falls on all kernels alike. The table gives each kernel's median over the rounds, and the ratio to
+cuDNN as the median of the per-round (paired) ratios with their range: one kernel's single
+readings on an H200 moved by up to 7% within a run (PERF.md run 14).
 """
+import statistics
 import argparse
 import json
 import os
@@ -40,6 +47,37 @@ def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None):
     return j
 
 
+def all_ours(variants, B, H, S, D, causal):
+    res = {}
+    for name, (arch, tune, cfg) in variants.items():
+        if cfg and cfg.get("depth", D) != D:
+            res[name] = {"error": "n/a for this depth"}
+            continue
+        res[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune, extra={"cfg": cfg} if cfg else None)
+    return res
+
+
+def summarize(rounds):
+    """Per kernel: the median over rounds of "tflops" and "tflops_stream" (errors if any round
+    failed), the rounds' readings, and for fa4jit kernels the paired per-round ratios to cuDNN."""
+    out = {}
+    for name in rounds[0]:
+        runs = [rd.get(name, {}) for rd in rounds]
+        bad = [x for x in runs if "tflops" not in x]
+        if bad:
+            out[name] = bad[0] if "error" in bad[0] else {"error": "missing"}
+            continue
+        k = {"runs": [round(x["tflops"], 1) for x in runs]}
+        for key in ("tflops", "tflops_stream"):
+            k[key] = statistics.median(x[key] for x in runs)
+        if name not in ("cudnn", "flash2", "flex") and all("tflops" in rd.get("cudnn", {}) for rd in rounds):
+            for key in ("tflops", "tflops_stream"):
+                rs = [x[key] / rd["cudnn"][key] for x, rd in zip(runs, rounds)]
+                k[key + "_ratio"] = {"median": statistics.median(rs), "min": min(rs), "max": max(rs), "all": rs}
+        out[name] = k
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--variants", default="sm90a=sm_90a,sm80=sm_90",
@@ -47,6 +85,7 @@ def main():
                          "';' separates tune items, e.g. bn176=sm_90a::{\"depth\":128;\"BN\":176}")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "compare.json"))
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row (medians reported)")
     ap.add_argument("--rows", default="", help="B,H,S,D;... instead of the issue's prefill rows")
     a = ap.parse_args()
     rows_spec = [tuple(int(x) for x in r.split(",")) for r in a.rows.split(";") if r] or PREFILL
@@ -60,27 +99,32 @@ def main():
     rows = []
     for (B, H, S, D) in rows_spec:
         for causal in (False, True):
-            row = {"B": B, "H": H, "S": S, "D": D, "causal": causal}
-            for name, (arch, tune, cfg) in variants.items():
-                if cfg and cfg.get("depth", D) != D:
-                    row[name] = {"error": "n/a for this depth"}
-                    continue
-                row[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune, extra={"cfg": cfg} if cfg else None)
-            row.update(peers(B, H, H, S, S, D, causal, flex=not a.no_flex))
+            rounds = []
+            for r in range(a.rounds):
+                kernels = [lambda: all_ours(variants, B, H, S, D, causal),
+                           lambda: peers(B, H, H, S, S, D, causal, flex=not a.no_flex)]
+                res = {}
+                for run in (kernels if r % 2 == 0 else kernels[::-1]):
+                    res.update(run())
+                rounds.append(res)
+            row = {"B": B, "H": H, "S": S, "D": D, "causal": causal, "rounds": rounds}
+            row.update(summarize(rounds))
             rows.append(row)
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "rounds"}), flush=True)
     with open(a.out, "w") as f:
         json.dump(rows, f, indent=1)
 
     # Two timings of every kernel: "tflops" from the median synchronized call (host cost included)
-    # and "tflops_stream" from back-to-back calls (device time). sm90a / cuDNN is given for both.
+    # and "tflops_stream" from back-to-back calls (device time), each the median over the rounds.
+    # sm90a / cuDNN is the median of the paired per-round ratios (range in brackets), for both.
     def tf(x, key="tflops"):
         return f"{x[key]:.0f}" if isinstance(x, dict) and key in x else "err"
 
     def ratio(r, key):
-        if "sm90a" not in r or key not in r["sm90a"] or key not in r["cudnn"]:
+        x = r.get("sm90a", {}).get(key + "_ratio")
+        if not x:
             return "n/a"
-        return f"{r['sm90a'][key] / r['cudnn'][key]:.2f}"
+        return f"{x['median']:.3f} ({x['min']:.2f}-{x['max']:.2f})" if len(x["all"]) > 1 else f"{x['median']:.3f}"
 
     cols = archs + ["cudnn", "flash2"] + ([] if a.no_flex else ["flex"])
     print("\n| B | H | S | D | causal | " + " | ".join(cols) + " | sm90a / cuDNN | stream: sm90a, cuDNN | stream ratio |")

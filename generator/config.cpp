@@ -181,16 +181,15 @@ Budget derive_blackwell(FA4Config& c, const ArchInfo& a) {
 
 Tuning derive_tuning(Backend b, const FA4Config& c) {
   Tuning t;
-  // sm90a: persistent CTAs (one per SM walking the tiles heaviest first) for causal attention
-  // without a score-mod at padded depth <= 128 (docs/PERF.md run 14: d64 +6-8% over the grid, d128
-  // S2048 +0-8%, long d128 rows within the per-call noise; each tile's loads overlap the previous
-  // epilogue). Elsewhere the grid: unmasked long rows measured 1-3% slower persistent, packed-GQA
-  // decode runs two CTAs per SM, and deep heads and score-mods were not measured (some spill:
-  // d256 causal, d64 softcap).
-  t.persistent = b == Backend::hopper && !c.pack_gqa && c.padded_depth <= 128 && c.mask.kind == Mask::Kind::causal &&
-                         c.score_mod.kind == ScoreMod::Kind::identity
-                     ? 1
-                     : 0;
+  // sm90a: persistent CTAs (one per SM walking the tiles; masked: heaviest first) for unmasked and
+  // causal attention without a score-mod at padded depth <= 128. docs/PERF.md run 15, per call:
+  // unmasked +1-4% over the grid with the split tail (d64 +4%), causal d64 +6%, causal d128 S2048
+  // +2%, longer causal d128 rows within the noise. Elsewhere the grid: packed-GQA decode runs two
+  // CTAs per SM, and deep heads, other masks and score-mods were not measured (some spill
+  // persistent: d256 causal, d64 softcap).
+  const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
+                     c.score_mod.kind == ScoreMod::Kind::identity;
+  t.persistent = b == Backend::hopper && !c.pack_gqa && c.padded_depth <= 128 && plain ? 1 : 0;
   // FA4 on Blackwell: MUFU did not scale with the tensor cores, so one exp2 pair in 4 goes to
   // the FMA pipe. On Hopper the same split measured 8-13% slower (docs/PERF.md), so none there.
   t.exp2_emulate_every = b == Backend::blackwell ? 4 : 0;
@@ -269,6 +268,11 @@ ResolvedConfig resolve(const FA4Config& input) {
   if (c.pack_gqa && tuning.persistent == 1) tuning.persistent = 2;  // the LPT walker visits q heads, not packed groups
   // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
   if (tuning.persistent == 2) b.ctas_per_sm = 1;
+  // Persistent sm90a CTAs stage O in a region of their own where it fits, so the next tile's Q
+  // load overlaps the epilogue (templates/sm90a/layout.cuh SmemLayout::kOwnO: the same rule).
+  const int own_o_bytes = 2 * c.BM * c.padded_depth;
+  if (arch.backend == Backend::hopper && tuning.persistent != 0 && b.smem + own_o_bytes <= arch.max_smem)
+    b.smem += own_o_bytes;
   return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
 }
 

@@ -98,6 +98,19 @@ StreamKPlan plan_stream_k(long long tiles, int kv_blocks, int m_blocks, int requ
   return sk;
 }
 
+SplitTail plan_split_tail(long long tiles, int kv_blocks, int sms) {
+  SplitTail tail;
+  if (sms <= 0 || tiles < sms || kv_blocks < 2) return tail;
+  const long long last_round = tiles % sms;
+  if (last_round == 0) return tail;
+  int splits = static_cast<int>(std::min<long long>({sms / last_round, kv_blocks, fa4::kMaxSplits}));
+  if (splits < 2) return tail;
+  const int per_split = (kv_blocks + splits - 1) / splits;
+  tail.splits = (kv_blocks + per_split - 1) / per_split;  // TileWork::keep_share leaves none empty
+  tail.from = tiles - last_round;
+  return tail;
+}
+
 namespace {
 
 int sm_count() { return device_limits(ensure_context()).sms; }
@@ -146,19 +159,32 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     splits = sk.slots;
   } else if (splits == 0) {
     splits = shape.max_seqlen_k == 0 ? 1 : choose_num_splits(tiles, kv_blocks, sm_count());
+    // Unmasked persistent tiles are equal, so a partial last round idles SMs: split it. Tiles map
+    // to LSE rows in order only without varlen or packing, and the tail's rows are the slices'.
+    const bool equal_tiles = config_.config.mask.kind == Mask::Kind::none && !config_.config.pack_gqa;
+    if (persistent && splits == 1 && equal_tiles && !args.cu_seqlens_q) {
+      const SplitTail tail = plan_split_tail(tiles, kv_blocks, sm_count());
+      if (tail.splits > 1) {
+        splits = tail.splits;
+        p.split_from = static_cast<int>(tail.from);
+        p.partial_row0 = static_cast<int>(tail.from / p.num_m_blocks * shape.max_seqlen_q +
+                                          tail.from % p.num_m_blocks * config_.config.BM);
+        p.partial_rows -= p.partial_row0;
+      }
+    }
   }
   const long long rows = p.partial_rows;
+  const long long units = p.split_from + (tiles - p.split_from) * std::max(splits, 1);  // CTAs' work items
   if (splits > 1) {
-    if (tiles * splits > INT32_MAX || rows * splits * (config_.config.depth + 1) > (1LL << 40))
+    if (units > INT32_MAX || rows * splits * (config_.config.depth + 1) > (1LL << 40))
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));
     p.num_splits = splits;
     if (!stream_k) plan.grid[0] *= static_cast<unsigned>(splits);
     plan.combine_grid = static_cast<unsigned>((rows + fa4::kCombineRowsPerCta - 1) / fa4::kCombineRowsPerCta);
     plan.split = SplitLayout{rows, splits, config_.config.depth, stream_k};
-    plan.workspace_bytes = plan.split.bytes();
-    if (args.workspace && args.workspace_bytes < plan.workspace_bytes)
+    if (args.workspace && args.workspace_bytes < plan.split.bytes())
       throw LaunchError(fmt::format("launch: workspace_bytes is {}, {} splits need {} (Kernel::workspace_bytes)",
-                                    args.workspace_bytes, splits, plan.workspace_bytes));
+                                    args.workspace_bytes, splits, plan.split.bytes()));
     if (args.workspace && reinterpret_cast<std::uintptr_t>(args.workspace) % 16 != 0)
       throw LaunchError("launch: workspace is not 16-byte aligned");
   }
@@ -167,8 +193,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   if (splits == 1 && !stream_k && config_.backend != Backend::portable && config_.config.mask.kind != Mask::Kind::none)
     p.lpt_heads = lpt_section_heads(shape, args, config_.config);
   if (persistent) {
-    // One CTA per SM walks every (m_block, KV split, head, batch) tile.
-    plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), tiles * splits)));
+    // One CTA per SM walks every unit: a whole tile or one KV split of a tile (PersistentTiles).
+    plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), units)));
     plan.grid[1] = plan.grid[2] = 1;
   }
   plan.block = static_cast<unsigned>(config_.num_threads);
@@ -201,7 +227,7 @@ void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
     launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
     return;
   }
-  SplitWorkspace ws(args, p.workspace_bytes, s);
+  SplitWorkspace ws(args, p.split.bytes(), s);
   p.split.place(ws.get(), p.params);
   void* kernel_params[] = {&p.params, &p.tma};
   launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);

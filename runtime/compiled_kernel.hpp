@@ -40,11 +40,10 @@ struct LaunchPlan {
   unsigned block = 0;
   unsigned smem_bytes = 0;
   // Split-KV: params.num_splits > 1 adds fa4_combine over combine_grid CTAs, and needs
-  // workspace_bytes of scratch (o_partial, lse_partial, then stream-K's split_count) unless the
+  // split.bytes() of scratch (o_partial, lse_partial, then stream-K's split_count) unless the
   // caller passed some.
   unsigned combine_grid = 0;
-  SplitLayout split;
-  std::size_t workspace_bytes = 0;  // split.bytes() when split, else 0
+  SplitLayout split;  // split.bytes() of workspace (0 rows when not split)
 };
 
 // Split count for a launch of `tiles` CTAs over `kv_blocks` KV tiles each, on `slots` CTA slots:
@@ -54,6 +53,17 @@ struct LaunchPlan {
 // read K/V at 4.27 TB/s and 256 at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16
 // splits 3.99 TB/s, 32 splits 3.64).
 int choose_num_splits(long long tiles, int kv_blocks, int slots);
+
+// Split tail of a persistent unmasked launch (PersistentTiles) of `tiles` equal Q tiles with
+// `kv_blocks` KV tiles each on `sms` CTAs: the whole rounds run whole tiles, and the last round's
+// r = tiles % sms tiles, which would keep sms - r SMs idle for a whole tile's time (3% of a
+// 31-round launch), run as `splits` KV splits each, as many as one round holds (splits * r <= sms)
+// with no split left empty. splits 1: no tail (no partial last round, or it is nearly full).
+struct SplitTail {
+  long long from = 0;  // first split tile
+  int splits = 1;
+};
+SplitTail plan_split_tail(long long tiles, int kv_blocks, int sms);
 
 // Stream-K geometry (Tuning::persistent = 2, common/segments.h) for `tiles` Q tiles of `kv_blocks`
 // KV tiles on `sms` SMs. `requested` is LaunchArgs::num_splits: 0 picks one unit per KV tile when
@@ -72,7 +82,7 @@ class CompiledKernel final : public Kernel {
 
   void launch(const LaunchArgs& args, Stream stream) const override;
   int num_splits(const LaunchArgs& args) const override { return static_cast<int>(plan(args).params.num_splits); }
-  std::size_t workspace_bytes(const LaunchArgs& args) const override { return plan(args).workspace_bytes; }
+  std::size_t workspace_bytes(const LaunchArgs& args) const override { return plan(args).split.bytes(); }
   // Checks args and builds params, TMA maps (needs a driver, any GPU) and launch geometry.
   LaunchPlan plan(const LaunchArgs& args) const;
   const ResolvedConfig& config() const override { return config_; }

@@ -48,7 +48,7 @@ TEST(Config, DerivesHopperDefaults) {
   EXPECT_EQ(r.config.BM, 128);
   EXPECT_EQ(r.config.BN, 128);
   EXPECT_EQ(r.num_threads, 384);
-  EXPECT_EQ(r.smem_bytes, 2 * (128 * 128 + 2 * 2 * 128 * 128) + 1024);
+  EXPECT_EQ(r.smem_bytes, 2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 1024);  // persistent: Q, O, 2 K/V stages
   EXPECT_EQ(jit::resolve(cfg_for("sm_90")).backend, jit::Backend::portable);
   const auto d64 = jit::resolve(cfg_for("sm_90a", 64));  // FA3's 192-row tiles: 3 consumer warpgroups
   EXPECT_EQ(d64.config.BM, 192);
@@ -61,7 +61,8 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
   struct Want {
     int depth, padded, bn, bn_heavy, smem;
   };
-  for (const Want& w : {Want{96, 128, 128, 128, 2 * (128 * 128 + 4 * 128 * 128) + 1024},
+  // (d96 is persistent by default: its smem holds an O region too.)
+  for (const Want& w : {Want{96, 128, 128, 128, 2 * (2 * 128 * 128 + 4 * 128 * 128) + 1024},
                         Want{192, 192, 112, 96, 2 * (128 * 192 + 4 * 112 * 192) + 1024},
                         Want{256, 256, 80, 64, 2 * (128 * 256 + 4 * 80 * 256) + 1024}}) {
     const auto r = jit::resolve(cfg_for("sm_90a", w.depth));
@@ -98,7 +99,7 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       const auto sk = jit::resolve(decode);
       EXPECT_EQ(sk.tuning.persistent, 2) << w.depth;
       EXPECT_EQ(sk.ctas_per_sm, 1) << w.depth;
-      EXPECT_EQ(sk.smem_bytes, d.smem_bytes) << w.depth;
+      EXPECT_EQ(sk.smem_bytes, d.smem_bytes + 2 * 64 * w.padded) << w.depth;  // + its own O region
     }
   }
   {
@@ -108,19 +109,25 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     decode.pack_gqa = true;
     EXPECT_EQ(jit::resolve(decode).tuning.persistent, 2);
     EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).tuning.persistent, 1);
+    // Persistent CTAs stage O in a region of their own (SmemLayout::kOwnO) where it fits in 227 KB.
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).smem_bytes, 2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 1024);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64)).smem_bytes, 2 * (2 * 192 * 64 + 2 * 2 * 128 * 64) + 1024);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 256)).smem_bytes, 2 * (128 * 256 + 4 * 80 * 256) + 1024);  // no room
   }
   {
-    // Defaults: sm90a causal kernels without a score-mod at depth <= 128 are persistent; unmasked
-    // ones, packed-GQA decode, deep heads, other masks and score-mods keep the per-tile grid; the
-    // other backends have one scheduler.
+    // Defaults: sm90a unmasked and causal kernels without a score-mod at depth <= 128 are
+    // persistent; packed-GQA decode, deep heads, other masks and score-mods keep the per-tile grid;
+    // the other backends have one scheduler.
     auto with_mask = [](int depth, jit::Mask m) {
       auto c = cfg_for("sm_90a", depth);
       c.mask = m;
       return c;
     };
-    for (int depth : {64, 96, 128}) EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::causal())).tuning.persistent, 1) << depth;
+    for (int depth : {64, 96, 128})
+      for (const jit::Mask& m : {jit::Mask::none(), jit::Mask::causal()})
+        EXPECT_EQ(jit::resolve(with_mask(depth, m)).tuning.persistent, 1) << depth;
     EXPECT_EQ(jit::resolve(with_mask(192, jit::Mask::causal())).tuning.persistent, 0);
-    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::none())).tuning.persistent, 0);
+    EXPECT_EQ(jit::resolve(with_mask(192, jit::Mask::none())).tuning.persistent, 0);
     EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::sliding_window())).tuning.persistent, 0);
     auto softcap = with_mask(128, jit::Mask::causal());
     softcap.score_mod = jit::ScoreMod::softcap();

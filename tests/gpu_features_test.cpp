@@ -4,6 +4,7 @@
 // all of them. The same random configs are compiled for sm_80, sm_90a and sm_100a without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include <fmt/format.h>
@@ -13,6 +14,8 @@
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
+#include "runtime/compiled_kernel.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
 #include "tests/support/expect.hpp"
 #include "tests/support/gpu.hpp"
@@ -40,11 +43,11 @@ FA4Config config(const std::string& arch, int depth, Mask mask = Mask::none(), S
 }
 
 // Launch arguments with shapes only (no data): enough for Kernel::num_splits / workspace_bytes.
-jit::LaunchArgs shapes_only(int batch, int seqlen_q, int hq, int seqlen_k, int hkv) {
+jit::LaunchArgs shapes_only(int batch, int seqlen_q, int hq, int seqlen_k, int hkv, int depth = 128) {
   jit::LaunchArgs a;
-  a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, batch, seqlen_q, hq, 128);
+  a.q = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, batch, seqlen_q, hq, depth);
   a.o = a.q;
-  a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, batch, seqlen_k, hkv, 128);
+  a.k = jit::Tensor::contiguous(reinterpret_cast<void*>(256), jit::DType::bf16, batch, seqlen_k, hkv, depth);
   a.v = a.k;
   return a;
 }
@@ -186,15 +189,57 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
   }
 }
 
+// Persistent unmasked launches split their last, partial round of tiles (PersistentTiles' split
+// tail, plan_split_tail): tiles before split_from write O, the tail's KV splits write partials
+// that fa4_combine merges. Shapes put split_from at a head's first tile and inside a head (m
+// blocks 5 do not divide the SM count of an H100/H200), with a clipped last Q tile, GQA, and sinks
+// (counted once: by the whole tiles and by split 0).
+TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::string> archs = runnable_archs();
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "the persistent walker is sm90a's";
+  const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
+  for (int depth : {64, 128}) {
+    const auto kernel = [&] {
+      jit::testing::ScopedTune persistent("persistent=1");
+      return jit::get_kernel(config("sm_90a", depth));
+    }();
+    ASSERT_EQ(kernel->config().tuning.persistent, 1);
+    const int bm = kernel->config().config.BM, bn = kernel->config().config.BN;
+    for (int m_blocks : {1, 5}) {
+      CheckCase c = heads(2, 1);
+      c.seqlen_q = m_blocks * bm - 7;
+      c.seqlen_k = 5 * bn - 3;
+      c.batch = sms / (2 * m_blocks) + 1;  // one whole round, then up to 2 * m_blocks tiles
+      c.num_splits = 0;
+      c.with_sinks = m_blocks == 5;
+      const long long tiles = 2LL * m_blocks * c.batch;
+      const int expected = jit::detail::plan_split_tail(tiles, 5, sms).splits;
+      ASSERT_GT(expected, 1) << "shape without a split tail: tiles " << tiles << " sms " << sms;
+      EXPECT_EQ(kernel->num_splits(shapes_only(c.batch, c.seqlen_q, 2, c.seqlen_k, 1, depth)), expected);
+      expect_matches(jit::testing::run_and_check(*kernel, c),
+                     fmt::format("d{} m_blocks {} B {} split tail {}", depth, m_blocks, c.batch, expected));
+    }
+  }
+}
+
 TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   SKIP_WITHOUT_GPU();
   const auto kernel = jit::get_kernel(config(runnable_archs().back(), 128));
   jit::LaunchArgs a = shapes_only(1, 1, 32, 131072, 8);  // num_splits() needs no data
   EXPECT_GT(kernel->num_splits(a), 1);
   EXPECT_GT(kernel->workspace_bytes(a), 0u);
-  a = shapes_only(16, 2048, 16, 2048, 16);
-  EXPECT_EQ(kernel->num_splits(a), 1);  // prefill fills the GPU without splitting
-  EXPECT_EQ(kernel->workspace_bytes(a), 0u);
+  a = shapes_only(16, 2048, 16, 2048, 16);  // prefill fills the GPU: 4096 Q tiles
+  if (kernel->config().tuning.persistent == 1) {  // sm90a default: only the last, partial round splits
+    const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
+    const jit::detail::SplitTail tail = jit::detail::plan_split_tail(4096, 2048 / kernel->config().config.BN, sms);
+    EXPECT_EQ(kernel->num_splits(a), tail.splits);
+    const std::size_t tail_rows = tail.splits > 1 ? (4096 - tail.from) * kernel->config().config.BM : 0;
+    EXPECT_EQ(kernel->workspace_bytes(a), tail_rows * tail.splits * (128 + 1) * sizeof(float));
+  } else {
+    EXPECT_EQ(kernel->num_splits(a), 1);  // the grid does not split
+    EXPECT_EQ(kernel->workspace_bytes(a), 0u);
+  }
   a.num_splits = 257;  // LaunchArgs::num_splits: at most 256
   EXPECT_THROW(kernel->num_splits(a), jit::LaunchError);
 }

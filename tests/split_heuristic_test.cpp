@@ -118,3 +118,35 @@ TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
     }
   }
 }
+
+// Split tail (PersistentTiles, runtime plan_split_tail): the last, partial round of equal tiles
+// is cut into KV splits that fit in one round, none empty; full rounds and nearly full last
+// rounds stay whole.
+TEST(SplitTail, SplitsOnlyAPartialLastRound) {
+  using jit::detail::plan_split_tail;
+  // The D128 rows: 4096 tiles on 132 SMs = 31 rounds + 4 tiles. 64 KV tiles: 33 splits
+  // would leave one empty (2 KV tiles each), so 32; 16 KV tiles: one each.
+  EXPECT_EQ(plan_split_tail(4096, 64, 132).from, 4092);
+  EXPECT_EQ(plan_split_tail(4096, 64, 132).splits, 32);
+  EXPECT_EQ(plan_split_tail(4096, 16, 132).splits, 16);
+  EXPECT_EQ(plan_split_tail(4096, 132, 132).splits, 33);  // 33 x 4 = 132: the round is full
+  EXPECT_EQ(plan_split_tail(4096, 128, 132).splits, 32);  // 33 would leave the last split empty
+  EXPECT_EQ(plan_split_tail(140, 16, 132).from, 132);
+  EXPECT_EQ(plan_split_tail(140, 16, 132).splits, 16);  // 8 tiles x 16 splits = 128 CTAs
+  EXPECT_EQ(plan_split_tail(264, 64, 132).splits, 1);   // whole rounds
+  EXPECT_EQ(plan_split_tail(131, 64, 132).splits, 1);   // one partial round: choose_num_splits' case
+  EXPECT_EQ(plan_split_tail(132 + 70, 64, 132).splits, 1);  // 70 of 132: two splits would not fit
+  EXPECT_EQ(plan_split_tail(4096, 1, 132).splits, 1);   // one KV tile: nothing to split
+  for (long long tiles : {133LL, 200LL, 1000LL, 4097LL})
+    for (int kv : {2, 3, 5, 64, 1000})
+      for (int sms : {78, 114, 132}) {
+        const jit::detail::SplitTail t = plan_split_tail(tiles, kv, sms);
+        if (t.splits == 1) continue;
+        SCOPED_TRACE(testing::Message() << "tiles " << tiles << " kv " << kv << " sms " << sms);
+        EXPECT_EQ(t.from % sms, 0);                     // whole rounds first
+        EXPECT_LE((tiles - t.from) * t.splits, sms);    // the tail is one round
+        EXPECT_LE(t.splits, std::min(kv, fa4::kMaxSplits));
+        const int per = (kv + t.splits - 1) / t.splits;
+        EXPECT_LT(per * (t.splits - 1), kv);            // the last split has a KV tile
+      }
+}

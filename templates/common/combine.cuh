@@ -7,12 +7,16 @@
 namespace fa4 {
 namespace split {
 
+// Index of LSE row `row` in one split's slice (the slices start at partial_row0).
+__device__ __forceinline__ long long slice_row(const FwdParams& p, int split, long long row) {
+  return (long long)split * p.partial_rows + row - p.partial_row0;
+}
 // One split's O row (already divided by its own softmax sum), float32. row: LSE row index.
 __device__ __forceinline__ float* partial_o(const FwdParams& p, int split, long long row, int depth) {
-  return p.o_partial + ((long long)split * p.partial_rows + row) * depth;
+  return p.o_partial + slice_row(p, split, row) * depth;
 }
 __device__ __forceinline__ void store_partial_lse(const FwdParams& p, int split, long long row, float lse) {
-  p.lse_partial[(long long)split * p.partial_rows + row] = lse;
+  p.lse_partial[slice_row(p, split, row)] = lse;
 }
 
 // Where LSE row `row` lives in O: rows are [batch][head][seqlen_q], or [head][total_q] varlen.
@@ -37,17 +41,18 @@ __device__ __forceinline__ void combine(const FwdParams& p) {
   constexpr int kUnroll = 8;
   __shared__ float weights[kCombineRowsPerCta][kMaxSplits];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  const long long row = (long long)blockIdx.x * kCombineRowsPerCta + warp;
-  if (row >= p.partial_rows) return;
+  const long long slot_row = (long long)blockIdx.x * kCombineRowsPerCta + warp;  // in a slice
+  if (slot_row >= p.partial_rows) return;
+  const long long row = p.partial_row0 + slot_row;  // LSE row
   // <= kMaxSplits (host check); stream-K: the row's tile was cut into split_count[row] segments.
-  const int splits = p.split_count ? p.split_count[row] : p.num_splits;
+  const int splits = p.split_count ? p.split_count[slot_row] : p.num_splits;
 
   float ls[kSplitsPerLane];
   float m = kNegInf;
 #pragma unroll
   for (int c = 0; c < kSplitsPerLane; ++c) {
     const int s = lane + 32 * c;
-    ls[c] = s < splits ? p.lse_partial[(long long)s * p.partial_rows + row] : kNegInf;
+    ls[c] = s < splits ? p.lse_partial[slice_row(p, s, row)] : kNegInf;
     m = fmaxf(m, ls[c]);
   }
 #pragma unroll

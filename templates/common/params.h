@@ -66,13 +66,17 @@ struct FwdParams {
   float aux_scalar[4];
 
   // Split-KV (num_splits > 1): CTA split s of a tile covers its share of the tile's KV blocks and
-  // writes O normalised by its own sum, in float32, to o_partial[(s * partial_rows + row) * depth + d],
-  // and its LSE (natural log, -inf when it saw no key) to lse_partial[s * partial_rows + row];
+  // writes O normalised by its own sum, in float32, to o_partial[(s * partial_rows + row - partial_row0) * depth + d],
+  // and its LSE (natural log, -inf when it saw no key) to lse_partial[s * partial_rows + row - partial_row0];
   // row = the LSE row index of (batch, q head, query). fa4_combine then writes O and LSE.
+  // The partial slices hold LSE rows [partial_row0, partial_row0 + partial_rows): every row, or a
+  // persistent split tail's rows (split_from > 0: tiles [0, split_from) write O whole; PersistentTiles).
   float* o_partial;
   float* lse_partial;
   int num_splits;    // 1: no split
   int partial_rows;  // rows of one split's slice: num_q_heads * (varlen ? total_q : batch * seqlen_q)
+  int partial_row0;  // LSE row of the slices' row 0 (0 unless split tail)
+  int split_from;    // persistent unmasked: first split tile (0: all)
   int num_m_blocks;  // Q tiles per (batch, head): ceil(max_seqlen_q * pack / BM), pack = group when the
                      // kernel packs GQA heads (then per KV head) else 1; the grid has num_m_blocks * num_splits in x
   // Masked, unsplit grids: the CTA order is longest-first over sections of lpt_heads (batch, head)

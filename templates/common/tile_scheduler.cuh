@@ -48,7 +48,8 @@ struct TileWork {
   SeqInfo seq;
   mask::Ctx ctx;
   int m_block;
-  int split;           // KV split of this CTA (0 when not split; stream-K: the segment's slot)
+  int split;           // KV split of this CTA (0 when not split; stream-K: the segment's slot; -1:
+                       // a whole tile of a split-tail launch, PersistentTiles)
   int splits;          // stream-K: segments of this tile (SegmentTiles); unset otherwise
   int q_lo, q_hi;      // tile rows [q_lo, q_hi) of this CTA (packed rows when kPack > 1; q_hi clipped)
   int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
@@ -155,65 +156,78 @@ struct TileWork {
   }
 };
 
-// Persistent static scheduler: grid = (min(#SMs, total), 1, 1) with total = num_m_blocks *
-// num_splits * num_q_heads * batch; CTA x visits linear tiles t = x + i * gridDim.x (i = 0, 1, ...;
-// t < total), and every warp role of the CTA walks the same sequence. t decodes as a plain grid's
-// CTA would (TileWork::make): its "x" (m block and KV split, split fastest), then head, then batch:
-//   Mask::kIsNone:  x fastest (the CTAs running at the same time share one head's K/V in L2);
+// Persistent static scheduler: grid = (min(#SMs, units), 1, 1); CTA x visits linear units
+// t = x + i * gridDim.x (i = 0, 1, ...; t < units), and every warp role of the CTA walks the same
+// sequence. A unit is a tile's KV split; units() says how tiles are cut (whole, every tile in
+// num_splits, or the split tail below). Tiles decode as a plain grid's CTA would (TileWork::make):
+// m block, then head, then batch:
+//   Mask::kIsNone:  m block fastest (the CTAs running at the same time share one head's K/V in L2);
 //   masked:         longest-processing-time first within sections of p.lpt_heads (head, batch)
 //                   pairs, as TileWork::longest_first orders a plain grid (0: one section): the
 //                   section's last Q tiles, which see the most keys, before any earlier one, while
 //                   the section's K/V stay in L2. Odd rounds run backwards (t = i * G + G-1-x):
 //                   a CTA that took a heavy tile in one round takes a light one in the next, so
 //                   static striding over decreasing tile weights stays balanced.
+// Split tail (unmasked; host: plan_split_tail): tiles [0, p.split_from) run whole (split -1: they
+// write O, not partials) and each tile from split_from on runs as num_splits units, split fastest.
+// The whole tiles fill complete rounds, and the last partial round, which would leave most SMs
+// idle, becomes num_splits-way KV splits that fa4_combine merges. split_from = 0: every tile split.
 // Only the iteration count i is carried (one register): t is recomputed from it, and so are the
 // per-tile barrier phases. A decoded tile may have no Q rows (varlen: m_block * kBM >=
 // seqlen_q of its batch): TileWork::valid is false; every role must treat it identically.
 template <class Mask>
 struct PersistentTiles {
-  int iter;  // tiles of this CTA before the current one
+  int iter;  // units of this CTA before the current one
 
   __device__ __forceinline__ static PersistentTiles make() { return PersistentTiles{0}; }
-  __device__ __forceinline__ int tile() const {
+  __device__ __forceinline__ int unit() const {
     const int x = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
     return iter * g + (!Mask::kIsNone && (iter & 1) ? g - 1 - x : x);
   }
   __device__ __forceinline__ bool valid(const FwdParams& p) const { return valid(p, 0); }
-  // zero: an opaque 0 produced inside the loop, so the compiler recomputes the tile count from the
+  // zero: an opaque 0 produced inside the loop, so the compiler recomputes the unit count from the
   // parameters instead of hoisting it into a register that stays live across the loop.
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
-    return tile() < (p.num_m_blocks + zero) * p.num_splits * p.num_q_heads * p.batch;
+    const int tiles = (p.num_m_blocks + zero) * p.num_q_heads * p.batch;
+    return unit() < p.split_from + (tiles - p.split_from) * p.num_splits;
   }
   __device__ __forceinline__ void advance() { ++iter; }
-  // x: the plain grid's blockIdx.x of the tile (m block * num_splits + split; heaviest first when masked).
-  __device__ __forceinline__ void decode(const FwdParams& p, int& x, int& head, int& batch) const {
-    const int t = tile(), xs = p.num_m_blocks * p.num_splits;
+  // The unit's tile as (m, head, batch), m in grid order (masked: 0 = heaviest), and its split:
+  // 0 .. num_splits-1, or -1 for a whole tile of a split-tail launch.
+  __device__ __forceinline__ void decode(const FwdParams& p, int& m, int& split, int& head, int& batch) const {
+    const int t = unit();
     int hb;
     if (Mask::kIsNone) {
-      x = t % xs;
-      hb = t / xs;
-    } else {
-      const int nhb = p.num_q_heads * p.batch;
+      int tile = t;
+      split = p.num_splits > 1 ? -1 : 0;
+      if (p.num_splits > 1 && t >= p.split_from) {
+        const int j = t - p.split_from;
+        tile = p.split_from + j / p.num_splits;
+        split = j % p.num_splits;
+      }
+      m = tile % p.num_m_blocks;
+      hb = tile / p.num_m_blocks;
+    } else {  // every tile split alike (split_from 0), so t decodes as a plain grid's blockIdx.x
+      const int xs = p.num_m_blocks * p.num_splits, nhb = p.num_q_heads * p.batch;
       const int heads = p.lpt_heads > 0 ? p.lpt_heads : nhb;
       const int section = t / (heads * xs), in_section = t - section * heads * xs;
       const int section_heads = min(heads, nhb - section * heads);
-      x = in_section / section_heads;
+      const int x = in_section / section_heads;
       hb = section * heads + in_section % section_heads;
+      split = x % p.num_splits;
+      m = x / p.num_splits;
     }
     head = hb % p.num_q_heads;
     batch = hb / p.num_q_heads;
   }
   template <int kBM, int kBN, int kPack = 1>
   __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
-    int x, h, b;
-    decode(p, x, h, b);
-    const int split = x % p.num_splits, m = x / p.num_splits;
+    int m, split, h, b;
+    decode(p, m, split, h, b);
     TileWork<kBM, kBN, Mask, kPack> w =
         TileWork<kBM, kBN, Mask, kPack>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
-    if (p.num_splits > 1) {
-      w.split = split;
-      w.keep_share(split, split + 1, p.num_splits);
-    }
+    w.split = split;
+    if (split >= 0 && p.num_splits > 1) w.keep_share(split, split + 1, p.num_splits);
     return w;
   }
 };

@@ -199,10 +199,11 @@ __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
 
 // Persistent mode: the same tile sequence as the producer (TileWalker). Per tile i: wait
 // q_full[wg] (parity i & 1; the producer signals it for every tile, by TMA bytes or, for a tile
-// without KV tiles or Q rows, a plain arrival); if the tile has Q rows: KV loop, epilogue (O
-// staged in the Q region), then every thread fences its generic-proxy smem accesses against the
-// next TMA write (fence.proxy.async); every thread arrives on q_empty[wg] (count 128; split
-// partials: right after the KV loop, since the epilogue does not stage in smem). The K/V
+// without KV tiles or Q rows, a plain arrival); if the tile has Q rows: KV loop, epilogue. Every
+// thread arrives on q_empty[wg] (count 128) once its Q reads are done: right after the KV loop
+// when O is staged in its own region (SmemLayout::kOwnO) or not staged at all (split partials);
+// else after the epilogue's O staging in the Q region and a fence.proxy.async that orders those
+// generic-proxy smem accesses before the next TMA write. The K/V
 // consumer rings and the ping-pong turn chain run on across tiles: Scheduler::start() once, so
 // warpgroup W-1's last pass_turn of a tile is warpgroup 0's first turn of the next (every
 // warpgroup takes the same number of turns per tile).
@@ -217,6 +218,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
 
   const u32 base = smem_u32(smem);
   const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
+  const u32 o_addr = L::kOwnO ? base + L::kOOffset + wg * L::kQWgBytes : q_addr;  // O staging
   const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
 
   float o[kDp / 2];
@@ -236,7 +238,6 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
   // (every lane reads it at the top of a tile and writes the same value, update_carry). The loop
   // bound is recomputed from the parameters every tile (opaque zero) rather than held.
   const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
-  const bool partials = Sh::kRuntimeVariants && p.num_splits > 1;  // uniform: every tile writes split partials
   st_shared_u32(carry_addr, 0u);
   __syncwarp();
   for (auto tiles = TileWalker<Config, Mask>::make();; tiles.advance()) {
@@ -244,6 +245,8 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
     tiles.iter = static_cast<int>(carry >> 3);
     if (!tiles.valid(p, static_cast<int>(opaque_u32(0u)))) break;
     const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
+    // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
+    const bool early_q_release = L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w));
     mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
 #pragma unroll
@@ -258,22 +261,21 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
         const pipe::PipelineState e = k_ring.state();
         update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
       }
-      // Partials go from registers to global memory, so Q's region is free once the KV loop is
-      // done: hand it back before the epilogue and the next segment's Q load overlaps it.
-      if (partials) mbar_arrive(&bars->q_empty[wg]);
+      // Hand Q's region back before the epilogue, so the next tile's Q load overlaps it.
+      if (early_q_release) mbar_arrive(&bars->q_empty[wg]);
       if constexpr (!Mask::kIsNone) {
         // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
         // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
         // 64 B otherwise (nvcc). Without a mask this choice spills instead, so it is not taken.
         CtaWork<Config, Mask> we = w;
         we.seq = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(w.seq.batch))), w.seq.q_head);
-        epilogue<Config, Mask, ScoreMod>(p, we, wg, o, sm, q_addr);
+        epilogue<Config, Mask, ScoreMod>(p, we, wg, o, sm, o_addr);
       } else {
-        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
+        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, o_addr);
       }
-      fence_proxy_async();
+      if constexpr (!L::kOwnO) fence_proxy_async();  // O staged in Q's region, which TMA writes next
     }
-    if (!partials || !w.valid) mbar_arrive(&bars->q_empty[wg]);
+    if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[wg]);
     update_carry(carry_addr, ~0u, 8u);  // next iteration
   }
 }

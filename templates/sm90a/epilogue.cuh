@@ -37,7 +37,7 @@ __device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
   asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(x), "f"(y) : "memory");
 }
 
-// Split-KV (p.num_splits > 1): this split's O, normalised by its own row sums, as float32 straight
+// Split-KV (writes_partials): this split's O, normalised by its own row sums, as float32 straight
 // from the accumulator fragment (a quad writes 8 consecutive floats = one full 32-byte sector per
 // row and column block, so no staging), and its LSE (-inf for a row that saw no key; O is 0 then).
 // fa4_combine writes O and p.lse. Tile rows >= q_hi are not written (tested as r < seqlen_q * kPack,
@@ -62,14 +62,15 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
       if ((lane & 3) == 0) {
         split::store_partial_lse(p, split, row, sm.row[h].lse(sm.scale));
         if constexpr (Sh::kStreamK)
-          if (split == 0) p.split_count[row] = w.splits;  // the combine merges this many slots
+          if (split == 0) p.split_count[split::slice_row(p, 0, row)] = w.splits;  // the combine merges this many slots
       }
     }
   }
 }
 
-// o_smem: shared address of this warpgroup's Q region (Dp/64 blocks of [64 rows][128 B]); all
-// wgmma reads of Q by this warpgroup have completed (waited) before this is called.
+// o_smem: shared address of this warpgroup's O staging (its Q region, or its own O region with
+// SmemLayout::kOwnO; Dp/64 blocks of [64 rows][128 B]); all wgmma reads of Q by this warpgroup
+// have completed (waited) before this is called.
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int wg,
                                          float (&o)[Shape<Config>::kDp / 2],
@@ -83,12 +84,16 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   const int row_base = w.q_lo + wg * Sh::kWgRows;  // tile row of local row 0
 
   if constexpr (Sh::kRuntimeVariants) {
-    if (p.num_splits > 1) {  // uniform over the CTA; no staging, so no epilogue barrier either
+    if (writes_partials<Config>(p, w)) {  // uniform over the CTA; no staging, so no epilogue barrier either
       store_split_partials<Config, Mask, ScoreMod>(p, w, row_base, o, sm, inv);
       return;
     }
   }
 
+  // Own O region (persistent, SmemLayout::kOwnO): Q was handed back before this epilogue, so no
+  // mbarrier round trip orders this tile's staging writes after the previous tile's reads: a
+  // warpgroup barrier does.
+  if constexpr (SmemLayout<Config>::kOwnO) named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
   // Fragment -> smem. Element pair (row r, cols 8j + 2(l%4) + {0,1}) lives in block j/8, row r,
   // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
   const int r0 = warp * 16 + (lane >> 2);

@@ -149,7 +149,13 @@ struct SmemLayout {
   static constexpr u32 kQOffset = 0;
   static constexpr u32 kKOffset = kQOffset + kQBytes;
   static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
-  static constexpr u32 kBarOffset = kVOffset + Sh::kStages * kKVStageBytes;
+  // Persistent CTAs stage O in a region of their own where it fits in 227 KB (not d256): a
+  // warpgroup then hands its Q region back right after its KV loop, and the next tile's Q load
+  // overlaps this tile's epilogue instead of following it. Otherwise O is staged in the Q region.
+  // The host adds the same bytes (generator/config.cpp hopper_own_o_bytes).
+  static constexpr u32 kOOffset = kVOffset + Sh::kStages * kKVStageBytes;
+  static constexpr bool kOwnO = Sh::kPersistent && kOOffset + kQBytes + 1024 <= 232448;
+  static constexpr u32 kBarOffset = kOOffset + (kOwnO ? kQBytes : 0u);
   static constexpr u32 kTotalBytes = kBarOffset + 1024;
 
   struct Barriers {
@@ -157,13 +163,14 @@ struct SmemLayout {
     pipe::Barriers<Sh::kStages> k;
     pipe::Barriers<Sh::kStages> v;
     // Persistent mode only (last, so the other offsets do not move): consumer warpgroup g -> producer,
-    // "Q region g free again" (all 128 threads arrive after the epilogue's smem reads).
+    // "Q region g free again" (all 128 threads arrive after their last Q read: the KV loop with kOwnO
+    // or split partials, else the epilogue's O staging reads).
     u64 q_empty[Sh::kNumConsumerWGs];
     // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop_persistent).
     u32 carry[4 * Sh::kNumConsumerWGs];
   };
   static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
-  static_assert(kTotalBytes == 2u * (Sh::kBM * Sh::kDp + 2u * Sh::kStages * Sh::kBN * Sh::kDp) + 1024u,
+  static_assert(kTotalBytes == 2u * (Sh::kBM * Sh::kDp * (kOwnO ? 2u : 1u) + 2u * Sh::kStages * Sh::kBN * Sh::kDp) + 1024u,
                 "layout must match the ABI smem formula");
   static_assert(Config::kSmemBytes >= kTotalBytes, "Config::kSmemBytes is smaller than the sm90a layout needs");
   static_assert(kTotalBytes <= 232448, "sm90a smem layout exceeds 227 KB: lower kNumKVStages or kBN");
@@ -196,12 +203,20 @@ using TileWalker = typename TileWalkerOf<Shape<Config>::kStreamK, Mask>::type;
 
 // The CTA's KV split (w.split), re-derived for the epilogue exactly as TileWork::make decodes it
 // from blockIdx.x, instead of being held across the KV loop: one more live register there spills
-// at kBM 192 (NVRTC, softcap). Persistent CTAs: w.split (0 for PersistentTiles, the segment's slot
-// for SegmentTiles).
+// at kBM 192 (NVRTC, softcap). Persistent CTAs: w.split (PersistentTiles: the split, -1 for a
+// split tail's whole tiles; SegmentTiles: the segment's slot).
 template <class Config, class Work>
 __device__ __forceinline__ int split_of(const FwdParams& p, const Work& w) {
   if constexpr (Shape<Config>::kPersistent) return w.split;
   return p.num_splits > 1 ? static_cast<int>(blockIdx.x) % p.num_splits : 0;
+}
+
+// Whether the tile's epilogue writes split partials (fa4_combine then writes O) instead of O:
+// every tile of a split launch, except a split-tail launch's whole tiles (split -1, PersistentTiles).
+template <class Config, class Work>
+__device__ __forceinline__ bool writes_partials(const FwdParams& p, const Work& w) {
+  if constexpr (Shape<Config>::kPersistent) return p.num_splits > 1 && w.split >= 0;
+  return p.num_splits > 1;
 }
 
 // Named barrier ids (0 is __syncthreads), W = kNumConsumerWGs. Scheduler barriers: consumer

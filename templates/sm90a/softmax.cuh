@@ -157,14 +157,15 @@ struct WgSoftmax {
   }
 
   // End of the KV loop: full row sums, then the sink joins the denominator. Split-KV: split 0
-  // only, so fa4_combine counts the sink once. Packed GQA: each row's own head's sink.
+  // only (or a split tail's whole tile, split -1), so fa4_combine counts the sink once. Packed
+  // GQA: each row's own head's sink.
   template <class Work>
   __device__ __forceinline__ void finalize(const FwdParams& p, const Work& w) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 1);
       row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 2);
-      if (p.sinks && (!Sh::kRuntimeVariants || split_of<Config>(p, w) == 0)) {
+      if (p.sinks && (!Sh::kRuntimeVariants || split_of<Config>(p, w) <= 0)) {
         int head = w.seq.q_head;
         if constexpr (kPack > 1) head += PackedRow<kPack>::of(q0 + 8 * r).head;
         row[r].add_sink(p.sinks[head] * kLog2e, scale);

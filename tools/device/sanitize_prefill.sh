@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # On the GPU machine: compute-sanitizer (memcheck, racecheck, synccheck) on small cases of the
 # default sm90a prefill kernels (persistent): d128 causal, d128 with KV splits (persistent walker
-# over (tile, split) pairs + fa4_combine), d64 causal (3 consumer warpgroups), and a varlen batch.
+# over (tile, split) pairs + fa4_combine), d64 causal (3 consumer warpgroups), a varlen batch, and
+# a persistent unmasked launch with a split tail (134 tiles: 132 whole, 2 split 5 ways + combine).
+# A case is "FA4JIT_TUNE depth mask fa4jit-check-args" ('-': default tuning).
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib FA4JIT_CACHE_DIR=/tmp/fa4jit-cache
 F=.device/fa4jit
 cases=(
-  '128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
-  '128 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
-  '64 causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900'
-  '128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+  '- 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+  'persistent=1 128 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
+  '- 64 causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900'
+  '- 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+  'persistent=1 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
 )
 for c in "${cases[@]}"; do
-  read -r d m rest <<<"$c"
+  read -r tune d m rest <<<"$c"
+  [[ $tune == - ]] && tune=""
+  export FA4JIT_TUNE=$tune
   echo "{\"depth\":$d,\"mask\":\"$m\"}" > /tmp/san.json
   for tool in memcheck racecheck synccheck; do
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F check --require-gpu --config /tmp/san.json \
       --arch sm_90a $rest > /tmp/san.log 2>&1
     rc=$?
-    echo "d$d $m $rest | $tool rc=$rc: $(tail -3 /tmp/san.log | tr '\n' ' ' | tail -c 200)"
+    echo "${tune:-default} d$d $m $rest | $tool rc=$rc: $(tail -3 /tmp/san.log | tr '\n' ' ' | tail -c 200)"
   done
 done
