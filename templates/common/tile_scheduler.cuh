@@ -158,8 +158,8 @@ struct TileWork {
 
 // Persistent static scheduler: grid = (min(#SMs, units), 1, 1); CTA x visits linear units
 // t = x + i * gridDim.x (i = 0, 1, ...; t < units), and every warp role of the CTA walks the same
-// sequence. A unit is a tile's KV split; units() says how tiles are cut (whole, every tile in
-// num_splits, or the split tail below). Tiles decode as a plain grid's CTA would (TileWork::make):
+// sequence. A unit is a whole tile or one KV split of a tile: no split, every tile in num_splits,
+// or the split tail below (valid() counts the units). Tiles decode as a plain grid's CTA would (TileWork::make):
 // m block, then head, then batch:
 //   Mask::kIsNone:  m block fastest (the CTAs running at the same time share one head's K/V in L2);
 //   masked:         longest-processing-time first within sections of p.lpt_heads (head, batch)
