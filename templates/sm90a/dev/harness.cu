@@ -39,10 +39,16 @@ struct Config {
   static constexpr int kNumKVStages = FA4_STAGES, kNumQKStages = 1, kNumMMAStages = 1;
   static constexpr int kSwizzleBytes = 128;
   static constexpr int kNumThreads = 128 * (1 + kBM / 64);
-  static constexpr int kSmemBytes = 2 * (kBM * kPaddedDepth + 2 * kNumKVStages * kBN * kPaddedDepth) + 1024;
+  static constexpr int kGridSmemBytes = 2 * (kBM * kPaddedDepth + 2 * kNumKVStages * kBN * kPaddedDepth) + 1024;
   static constexpr int kArch = 90;
 #ifdef FA4_PERSISTENT  // persistent tile scheduler (grid = min(#SMs, tiles)); absent = classic grid
   static constexpr int kPersistent = FA4_PERSISTENT;
+  // Persistent CTAs add an O staging region where it fits (SmemLayout::kOwnO; the generator's rule).
+  static constexpr int kOwnOBytes = 2 * kBM * kPaddedDepth;
+  static constexpr int kSmemBytes =
+      kGridSmemBytes + (FA4_PERSISTENT != 0 && kGridSmemBytes + kOwnOBytes <= 232448 ? kOwnOBytes : 0);
+#else
+  static constexpr int kSmemBytes = kGridSmemBytes;
 #endif
 #ifdef FA4_PACK  // GQA packing (the generator always emits kPack: group when pack_gqa, else 1)
   static constexpr int kPack = FA4_PACK;
