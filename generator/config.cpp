@@ -269,7 +269,8 @@ ResolvedConfig resolve(const FA4Config& input) {
   // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
   if (tuning.persistent == 2) b.ctas_per_sm = 1;
   // Persistent sm90a CTAs stage O in a region of their own where it fits, so the next tile's Q
-  // load overlaps the epilogue (templates/sm90a/layout.cuh SmemLayout::kOwnO: the same rule).
+  // load overlaps the epilogue (templates/sm90a/layout.cuh SmemLayout::kOwnO takes it when the
+  // bytes are there).
   const int own_o_bytes = 2 * c.BM * c.padded_depth;
   if (arch.backend == Backend::hopper && tuning.persistent != 0 && b.smem + own_o_bytes <= arch.max_smem)
     b.smem += own_o_bytes;

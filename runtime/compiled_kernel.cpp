@@ -174,7 +174,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     }
   }
   const long long rows = p.partial_rows;
-  const long long units = p.split_from + (tiles - p.split_from) * std::max(splits, 1);  // CTAs' work items
+  const long long units = p.split_from + (tiles - p.split_from) * splits;  // CTAs' work items
   if (splits > 1) {
     if (units > INT32_MAX || rows * splits * (config_.config.depth + 1) > (1LL << 40))
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));

@@ -87,8 +87,8 @@ struct Tuning {
   int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
   // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
   // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
-  // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked causal attention
-  // without a score-mod at padded depth <= 128, else 0 (generator/config.cpp); 2 is opt-in.
+  // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked unmasked or causal
+  // attention without a score-mod at padded depth <= 128, else 0 (generator/config.cpp); 2 is opt-in.
   int persistent = 0;
   bool operator==(const Tuning&) const = default;
 };

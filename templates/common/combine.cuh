@@ -44,7 +44,7 @@ __device__ __forceinline__ void combine(const FwdParams& p) {
   const long long slot_row = (long long)blockIdx.x * kCombineRowsPerCta + warp;  // in a slice
   if (slot_row >= p.partial_rows) return;
   const long long row = p.partial_row0 + slot_row;  // LSE row
-  // <= kMaxSplits (host check); stream-K: the row's tile was cut into split_count[row] segments.
+  // <= kMaxSplits (host check); stream-K: the row's tile was cut into split_count[slot_row] segments.
   const int splits = p.split_count ? p.split_count[slot_row] : p.num_splits;
 
   float ls[kSplitsPerLane];

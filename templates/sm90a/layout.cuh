@@ -152,9 +152,9 @@ struct SmemLayout {
   // Persistent CTAs stage O in a region of their own where it fits in 227 KB (not d256): a
   // warpgroup then hands its Q region back right after its KV loop, and the next tile's Q load
   // overlaps this tile's epilogue instead of following it. Otherwise O is staged in the Q region.
-  // The host adds the same bytes (generator/config.cpp hopper_own_o_bytes).
+  // The host decides (generator/config.cpp resolve): the region is there when kSmemBytes holds it.
   static constexpr u32 kOOffset = kVOffset + Sh::kStages * kKVStageBytes;
-  static constexpr bool kOwnO = Sh::kPersistent && kOOffset + kQBytes + 1024 <= 232448;
+  static constexpr bool kOwnO = Sh::kPersistent && Config::kSmemBytes >= kOOffset + kQBytes + 1024;
   static constexpr u32 kBarOffset = kOOffset + (kOwnO ? kQBytes : 0u);
   static constexpr u32 kTotalBytes = kBarOffset + 1024;
 
