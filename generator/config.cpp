@@ -216,8 +216,9 @@ void apply_tune_env(Tuning& t) {
     if (name == "exp2_emulate_every") t.exp2_emulate_every = value;
     else if (name == "intra_wg_overlap") t.intra_wg_overlap = value;
     else if (name == "pingpong") t.pingpong = value;
+    else if (name == "cross_tile") t.cross_tile = value;
     else if (name == "persistent") t.persistent = value;
-    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, persistent", name));
+    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, persistent", name));
   }
 }
 

@@ -9,6 +9,7 @@
 #include "fa4jit/errors.hpp"
 #include "generator/source.hpp"
 #include "runtime/launch_args.hpp"
+#include "runtime/lpt_order.hpp"
 #include "runtime/tma.hpp"
 #include "runtime/workspace.hpp"
 
@@ -196,6 +197,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     // One CTA per SM walks every unit: a whole tile or one KV split of a tile (PersistentTiles).
     plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), units)));
     plan.grid[1] = plan.grid[2] = 1;
+    if (p.lpt_heads > 0 && config_.config.mask.kind == Mask::Kind::causal)
+      p.lpt_heads = balanced_lpt_heads(shape, static_cast<int>(plan.grid[0]), p.lpt_heads);
   }
   plan.block = static_cast<unsigned>(config_.num_threads);
   plan.smem_bytes = static_cast<unsigned>(config_.smem_bytes);
@@ -217,6 +220,20 @@ void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigne
 }
 
 }  // namespace
+
+int CompiledKernel::balanced_lpt_heads(const LaunchShape& shape, int ctas, int max_heads) const {
+  const int keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;  // varlen: as lpt_section_heads
+  const int pairs = shape.batch * shape.num_q_heads;
+  const std::array<int, 5> key{shape.max_seqlen_q, keys, pairs, ctas, max_heads};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, fresh] = lpt_heads_.try_emplace(key, 0);
+  if (fresh) {
+    const FA4Config& c = config_.config;
+    it->second = balanced_section_heads(causal_tile_weights(shape.max_seqlen_q, keys, c.BM, c.BN, c.mask.top_left),
+                                        pairs, ctas, max_heads);
+  }
+  return it->second;
+}
 
 void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
   LaunchPlan p = plan(args);  // every argument checked first: LaunchError before any driver work

@@ -1,5 +1,6 @@
 // The Kernel behind get_kernel: a cubin plus, per CUDA context, its loaded module.
 #pragma once
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,8 @@
 #include "runtime/workspace.hpp"
 
 namespace jit::detail {
+
+struct LaunchShape;  // runtime/launch_args.hpp
 
 // Can a cubin built for `rc` run on a device of compute capability `sm` (major*10 + minor)?
 bool runs_on(const ResolvedConfig& rc, int sm);
@@ -100,6 +103,10 @@ class CompiledKernel final : public Kernel {
   mutable std::mutex mu_;
   mutable std::map<CUcontext, std::unique_ptr<LoadedModule>> modules_;
   mutable TmaDescCache tma_;
+  // Persistent causal launches: section size per (max_seqlen_q, keys, pairs, CTAs, L2 bound), chosen
+  // once by simulating the walk (runtime/lpt_order.hpp); guarded by mu_.
+  int balanced_lpt_heads(const LaunchShape& shape, int ctas, int max_heads) const;
+  mutable std::map<std::array<int, 5>, int> lpt_heads_;
 };
 
 }  // namespace jit::detail

@@ -223,6 +223,45 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
   }
 }
 
+// Default persistent kernels with the own O region (d96, d128; SmemLayout::kCrossTile) keep each
+// tile pending after its KV loop and finish it inside the next tile's first step, with Q in two
+// alternating buffers. Every shape gives each CTA at least 3 tiles, and together they reach every
+// way a pending tile ends: overlapped with the next tile's first Q K^T, alone before a tile whose
+// rows see no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile without Q rows (varlen,
+// empty sequences), and alone at the end of the walk; with split-tail partials, GQA and sinks.
+TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::string> archs = runnable_archs();
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "the persistent walker is sm90a's";
+  const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
+  for (int depth : {96, 128})
+    for (const Mask& mask : {Mask::none(), Mask::causal()}) {
+      const auto kernel = jit::get_kernel(config("sm_90a", depth, mask));
+      ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
+      const int bm = kernel->config().config.BM;
+      const std::string what = fmt::format("d{} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none");
+
+      CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
+      equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
+      equal.batch = 3 * sms / (4 * 5) + 1;
+      equal.num_splits = 0;
+      equal.with_sinks = true;
+      expect_matches(jit::testing::run_and_check(*kernel, equal), what + " equal lengths");
+
+      CheckCase keyless = heads(4, 4);  // causal: the first 450 rows see no key (3 whole tiles)
+      keyless.seqlen_q = 700;
+      keyless.seqlen_k = 250;
+      keyless.batch = 3 * sms / (4 * 6) + 1;
+      expect_matches(jit::testing::run_and_check(*kernel, keyless), what + " seqlen_q > seqlen_k");
+
+      CheckCase varlen = heads(8, 2);  // tiles past a sequence's rows have no Q rows
+      varlen.seqlens_q = {0, 900, 5, 0, 640, 128, 1, 300, 0, 77};
+      varlen.seqlens_k = {3, 900, 700, 0, 640, 129, 1000, 260, 9, 77};
+      ASSERT_GE(8LL * 10 * ((900 + bm - 1) / bm), 3LL * sms);
+      expect_matches(jit::testing::run_and_check(*kernel, varlen), what + " varlen");
+    }
+}
+
 TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   SKIP_WITHOUT_GPU();
   const auto kernel = jit::get_kernel(config(runnable_archs().back(), 128));

@@ -8,6 +8,7 @@
 
 #include "fa4jit/errors.hpp"
 #include "runtime/compiled_kernel.hpp"
+#include "runtime/lpt_order.hpp"
 
 using jit::detail::choose_num_splits;
 
@@ -149,4 +150,40 @@ TEST(SplitTail, SplitsOnlyAPartialLastRound) {
         const int per = (kv + t.splits - 1) / t.splits;
         EXPECT_LT(per * (t.splits - 1), kv);            // the last split has a KV tile
       }
+}
+
+// Persistent causal launches choose the LPT section size by simulating the static walk
+// (runtime/lpt_order.hpp). The shapes are the rows on 132 SMs, where the section sizes
+// that the L2 budget alone gives (H100: 25 pairs at S 2048; 2 pairs at S 16384 with a smaller L2)
+// measured 8% and 23% slower than balanced ones on an H200 (docs/PERF.md run 16).
+TEST(LptSections, CausalWeightsCountVisibleKvTiles) {
+  using jit::detail::causal_tile_weights;
+  // 3 tiles of 128 rows over 384 keys, bottom-right = top-left when Sq == Sk: 3, 2, 1 KV tiles.
+  EXPECT_EQ(causal_tile_weights(384, 384, 128, 128, false), (std::vector<double>{3.5, 2.5, 1.5}));
+  // Sq 300 > Sk 100, bottom-right: rows < 200 see no key; the last tile (rows 256..299) sees 100.
+  EXPECT_EQ(causal_tile_weights(300, 100, 128, 128, false), (std::vector<double>{1.5, 1.5, 0.5}));
+  // Top-left: row r sees keys <= r, clipped at Sk.
+  EXPECT_EQ(causal_tile_weights(300, 100, 128, 64, true), (std::vector<double>{2.5, 2.5, 2.5}));
+}
+
+TEST(LptSections, AvoidsSectionSizesThatUnbalanceTheStaticWalk) {
+  using jit::detail::balanced_section_heads;
+  using jit::detail::causal_tile_weights;
+  using jit::detail::strided_balance;
+  struct Row { int seqlen, batch, l2_heads; };
+  for (const Row& r : {Row{2048, 16, 25}, Row{8192, 4, 5}, Row{16384, 2, 2}}) {
+    SCOPED_TRACE(testing::Message() << "S " << r.seqlen << " L2 bound " << r.l2_heads);
+    const std::vector<double> w = causal_tile_weights(r.seqlen, r.seqlen, 128, 128, false);
+    const int pairs = r.batch * 16;
+    EXPECT_LT(strided_balance(w, pairs, 132, r.l2_heads), 0.94);  // the bound alone: unbalanced
+    const int h = balanced_section_heads(w, pairs, 132, r.l2_heads);
+    EXPECT_LE(h, r.l2_heads);  // never more pairs than the L2 budget
+    EXPECT_GT(strided_balance(w, pairs, 132, h), 0.965);
+  }
+  // Equal weights balance at any size: the L2 bound stays.
+  EXPECT_EQ(balanced_section_heads(std::vector<double>(4, 2.5), 64, 132, 7), 7);
+  // The model: 264 equal tiles on 132 CTAs are two per CTA; one heavy tile in each pair's section
+  // lands on the CTAs of the first round.
+  EXPECT_DOUBLE_EQ(strided_balance({1.0}, 264, 132, 1), 1.0);
+  EXPECT_DOUBLE_EQ(strided_balance({3.0, 1.0}, 132, 132, 132), 1.0);  // round 0 heavy, round 1 light, reversed
 }

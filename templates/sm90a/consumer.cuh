@@ -43,6 +43,108 @@ struct Scheduler {
   }
 };
 
+// The GEMM steps of one consumer warpgroup. Each acquires its K / V stages in scope and releases
+// them once the wgmma that reads them has been waited for; q_wgmma() gives Q's address for the
+// wgmma descriptors (evaluated after the K wait, see kv_mainloop).
+
+// S = Q K(n)^T alone, waited: every tile of the simple schedule, the first of the overlapped one.
+template <class Config, class KRing, class Sched, class QAddr>
+__device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRing& k_ring, const Sched& sched,
+                                        QAddr q_wgmma, u32 k_addr) {
+  using Sh = Shape<Config>;
+  auto ks = k_ring.acquire();
+  sched.wait_turn();
+  fence_operand(s);
+  wgmma_fence();
+  gemm_qk<typename Sh::Element, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * SmemLayout<Config>::kKVStageBytes);
+  wgmma_commit();
+  sched.pass_turn();
+  wgmma_wait<0>();
+  fence_operand(s);
+}  // release K(n)
+
+// O += P V alone, waited: every tile of the simple schedule, the last of the overlapped one.
+template <class Config, class VRing>
+__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 (&pr)[Shape<Config>::kBN / 4],
+                                        VRing& v_ring, u32 v_addr) {
+  using Sh = Shape<Config>;
+  auto vs = v_ring.acquire();
+  fence_operand(o);
+  fence_operand(pr);
+  wgmma_fence();
+  gemm_pv<typename Sh::Element, Sh::kDp, Sh::kBN>(o, pr, v_addr + vs.index() * SmemLayout<Config>::kKVStageBytes);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operand(o);
+  fence_operand(pr);
+}  // release V
+
+// The overlapped step (FA3 IntraWGOverlap): S(n) = Q K(n)^T and O += P V(n_prev) issued back to
+// back in one scheduler turn; softmax() runs on S(n) while P V is still on the tensor cores.
+// Returns with both done: S(n) holds softmax's result, O and the P registers are free again.
+template <class Config, class KRing, class VRing, class Sched, class QAddr, class SoftmaxFn>
+__device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDp / 2],
+                                                u32 (&pr)[Shape<Config>::kBN / 4], KRing& k_ring, VRing& v_ring,
+                                                const Sched& sched, QAddr q_wgmma, u32 k_addr, u32 v_addr,
+                                                SoftmaxFn softmax) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
+  {
+    auto ks = k_ring.acquire();  // K(n)
+    sched.wait_turn();
+    fence_operand(s);
+    fence_operand(o);
+    fence_operand(pr);
+    wgmma_fence();
+    gemm_qk<typename Sh::Element, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+    wgmma_commit();
+    gemm_pv<typename Sh::Element, Sh::kDp, Sh::kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+    wgmma_commit();
+    sched.pass_turn();
+    wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
+    fence_operand(s);
+  }  // release K(n)
+  softmax();
+  wgmma_wait<0>();  // P V(n_prev) done: O and the P registers are free again
+  fence_operand(o);
+  fence_operand(pr);
+}  // release V(n_prev)
+
+// Q's address for the wgmma descriptors: hoisted out of the KV loop at kBM 128 up to Dp 128;
+// rebuilt per tile (opaque) where registers are tight (kBM 192, and Dp 192 where hoisting them
+// spilled 36 B).
+template <class Config>
+struct QOperand {
+  u32 addr;
+  __device__ __forceinline__ u32 operator()() const {
+    using Sh = Shape<Config>;
+    return Sh::kNumConsumerWGs == 2 && Sh::kDp <= 128 ? addr : opaque_u32(addr);
+  }
+};
+
+// The overlapped schedule's KV tiles after the first (whose P is packed in pr): per tile, S(n) with
+// P V(n_prev), softmax(n), rescale O, pack P(n). Leaves the last tile's P V to the caller.
+template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
+__device__ __forceinline__ void kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
+                                                    KRing& k_ring, VRing& v_ring, const Sched& sched,
+                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
+                                                    float (&o)[Shape<Config>::kDp / 2],
+                                                    float (&s)[Shape<Config>::kBN / 2],
+                                                    u32 (&pr)[Shape<Config>::kBN / 4], QOperand<Config> q,
+                                                    u32 k_addr, u32 v_addr) {
+  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
+  float corr[2];
+  for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
+    overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, [&] {
+      sm.logits(s, n, w.needs_mask(n), p, w);
+      sm.online(s, corr);
+    });
+    Softmax::rescale_o(o, corr);
+    Softmax::pack_p(s, pr);
+  }
+}
+
 // KV loop of one tile for one consumer warpgroup (Q of the tile has landed; n = w.first_tile()
 // is a visible tile). Rings and scheduler are passed in: the persistent mode carries their state
 // across tiles, consumer_loop makes fresh ones per CTA.
@@ -52,99 +154,27 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
                                             float (&o)[Shape<Config>::kDp / 2], float (&s)[Shape<Config>::kBN / 2],
                                             u32 (&pr)[Shape<Config>::kBN / 4], u32 q_addr, u32 k_addr, u32 v_addr) {
   using Sh = Shape<Config>;
-  using L = SmemLayout<Config>;
-  using Element = typename Sh::Element;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
-  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
-  // Q's descriptors: hoisted out of the KV loop at kBM 128 up to Dp 128; rebuilt per tile (opaque)
-  // where registers are tight (kBM 192, and Dp 192 where hoisting them spilled 36 B).
-  auto q_wgmma = [q_addr]() { return Sh::kNumConsumerWGs == 2 && kDp <= 128 ? q_addr : opaque_u32(q_addr); };
+  const QOperand<Config> q{q_addr};
   float corr[2];
 
   if constexpr (!Sh::kIntraWGOverlap) {
     for (; w.has(n); n = w.next_tile(n)) {
-      {
-        auto ks = k_ring.acquire();
-        sched.wait_turn();
-        fence_operand(s);
-        wgmma_fence();
-        gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
-        wgmma_commit();
-        sched.pass_turn();
-        wgmma_wait<0>();
-        fence_operand(s);
-      }  // release K(n)
+      qk_step<Config>(s, k_ring, sched, q, k_addr);
       sm.logits(s, n, w.needs_mask(n), p, w);
       sm.online(s, corr);
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
-      {
-        auto vs = v_ring.acquire();
-        fence_operand(o);
-        fence_operand(pr);
-        wgmma_fence();
-        gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operand(o);
-        fence_operand(pr);
-      }  // release V(n)
+      pv_step<Config>(o, pr, v_ring, v_addr);
     }
   } else {
     // Prologue: S(first) alone; O is zero so its correction is irrelevant.
-    {
-      auto ks = k_ring.acquire();
-      sched.wait_turn();
-      fence_operand(s);
-      wgmma_fence();
-      gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
-      wgmma_commit();
-      sched.pass_turn();
-      wgmma_wait<0>();
-      fence_operand(s);
-    }
+    qk_step<Config>(s, k_ring, sched, q, k_addr);
     sm.logits(s, n, w.needs_mask(n), p, w);
     sm.online(s, corr);
     Softmax::pack_p(s, pr);
-    int n_prev = n;
-    for (n = w.next_tile(n); w.has(n); n_prev = n, n = w.next_tile(n)) {
-      {
-        auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
-        {
-          auto ks = k_ring.acquire();  // K(n)
-          sched.wait_turn();
-          fence_operand(s);
-          fence_operand(o);
-          fence_operand(pr);
-          wgmma_fence();
-          gemm_qk<Element, kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
-          wgmma_commit();
-          gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
-          wgmma_commit();
-          sched.pass_turn();
-          wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
-          fence_operand(s);
-        }  // release K(n)
-        sm.logits(s, n, w.needs_mask(n), p, w);
-        sm.online(s, corr);
-        wgmma_wait<0>();  // P V(n_prev) done: O and the P registers are free again
-        fence_operand(o);
-        fence_operand(pr);
-      }  // release V(n_prev)
-      Softmax::rescale_o(o, corr);
-      Softmax::pack_p(s, pr);
-    }
-    {  // Tail: P V of the last tile.
-      auto vs = v_ring.acquire();
-      fence_operand(o);
-      fence_operand(pr);
-      wgmma_fence();
-      gemm_pv<Element, kDp, kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operand(o);
-      fence_operand(pr);
-    }
+    kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr);
+    pv_step<Config>(o, pr, v_ring, v_addr);  // Tail: P V of the last tile.
   }
 }
 
@@ -181,7 +211,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
   if (w.has(n)) {  // else: no visible key for the whole CTA, O = 0 and LSE = -inf below
     pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k), v_ring(&bars->v);
     sched.start();
-    mbar_wait(&bars->q_full[wg], 0);
+    mbar_wait(&bars->q_full[0][wg], 0);
     kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
   }
 
@@ -247,7 +277,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
     const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
     // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
     const bool early_q_release = L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w));
-    mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
+    mbar_wait(&bars->q_full[0][wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
 #pragma unroll
       for (int i = 0; i < kDp / 2; ++i) o[i] = 0.f;
@@ -262,7 +292,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
         update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
       }
       // Hand Q's region back before the epilogue, so the next tile's Q load overlaps it.
-      if (early_q_release) mbar_arrive(&bars->q_empty[wg]);
+      if (early_q_release) mbar_arrive(&bars->q_empty[0][wg]);
       if constexpr (!Mask::kIsNone) {
         // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
         // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
@@ -275,8 +305,128 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
       }
       if constexpr (!L::kOwnO) fence_proxy_async();  // O staged in Q's region, which TMA writes next
     }
-    if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[wg]);
+    if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[0][wg]);
     update_carry(carry_addr, ~0u, 8u);  // next iteration
+  }
+}
+
+// Cross-tile overlap (SmemLayout::kCrossTile): the epilogue of tile `iter` (the pending tile; its
+// last P V is done), whose work is re-derived from the walker rather than held across the next
+// tile's first step. Its O is staged in its own Q buffer; the buffer then goes back to the Q loader.
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void finish_pending_tile(const FwdParams& p, int iter, int wg,
+                                                    float (&o)[Shape<Config>::kDp / 2],
+                                                    WgSoftmax<Config, Mask, ScoreMod>& sm, u32 smem_base,
+                                                    typename SmemLayout<Config>::Barriers* bars) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  auto tiles = TileWalker<Config, Mask>::make();
+  tiles.iter = iter;
+  const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
+  const u32 buffer = static_cast<u32>(iter) & 1u;
+  epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, smem_base + L::q_offset(buffer, wg));
+  fence_proxy_async();  // the staging's generic accesses before the next TMA write of the buffer
+  mbar_arrive(&bars->q_empty[buffer][wg]);
+}
+
+// Persistent mode with cross-tile overlap (SmemLayout::kCrossTile). The walk and the per-tile
+// handshake are those of consumer_loop_persistent, with tile i's Q in buffer i & 1 (q_full[i & 1],
+// parity (i >> 1) & 1). A tile's KV loop stops before its last P V: the tile stays pending, with O,
+// P and its softmax state in registers. The next tile's first step issues its Q K^T together with
+// that P V (overlapped_step), runs its softmax while the P V is on the tensor cores, and then the
+// pending tile's epilogue (finish_pending_tile); so neither the tile boundary's P V nor its Q K^T
+// waits on the tensor cores alone. A pending tile followed by a tile without KV tiles or Q rows, or
+// by the end of the walk, runs its P V alone (pv_step) before its epilogue.
+// Loop-carried state per warp in shared memory, as in consumer_loop_persistent: bits 0-2 K ring
+// (index, phase << 2), bits 3-5 V ring (V trails K by one while a tile is pending), bit 6 pending,
+// bits 7.. the tile iteration.
+template <class Config, class Mask, class ScoreMod>
+__device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, unsigned char* smem,
+                                                         typename SmemLayout<Config>::Barriers* bars, int wg) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
+  using Ring = pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp>;
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
+  static_assert(L::kCrossTile, "cross-tile consumer without the two Q buffers");
+
+  const u32 base = smem_u32(smem);
+  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
+
+  float o[kDp / 2];
+  float s[kBN / 2];
+  u32 pr[kBN / 4];
+#pragma unroll
+  for (int i = 0; i < kDp / 2; ++i) o[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;
+
+  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
+  sched.start();
+  Softmax sm;  // the running tile's; after its KV loop, the pending tile's
+  sm.init(p, 0, wg);
+  const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
+  st_shared_u32(carry_addr, 0u);
+  __syncwarp();
+  for (auto tiles = TileWalker<Config, Mask>::make();; tiles.advance()) {
+    const u32 carry = warp_uniform(ld_shared_u32(opaque_u32(carry_addr)));
+    tiles.iter = static_cast<int>(carry >> 7);
+    const bool pending = (carry >> 6) & 1u;
+    Ring k_ring(&bars->k, pipe::PipelineState{carry & 3u, (carry >> 2) & 1u});
+    Ring v_ring(&bars->v, pipe::PipelineState{(carry >> 3) & 3u, (carry >> 5) & 1u});
+    auto finish_alone = [&] {  // the pending tile, with nothing to overlap its last P V with
+      pv_step<Config>(o, pr, v_ring, v_addr);
+      finish_pending_tile<Config, Mask, ScoreMod>(p, tiles.iter - 1, wg, o, sm, base, bars);
+    };
+    if (!tiles.valid(p, static_cast<int>(opaque_u32(0u)))) {  // end of the walk
+      if (pending) finish_alone();
+      break;
+    }
+    const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
+    const int n = w.first_tile();
+    const bool runs = w.has(n);  // uniform over the CTA: Q rows (w.valid) and a visible KV tile
+    if (pending && !runs) finish_alone();
+
+    const u32 i = static_cast<u32>(tiles.iter), buffer = i & 1u;
+    const u32 q_addr = base + L::q_offset(buffer, wg);
+    mbar_wait(&bars->q_full[buffer][wg], (i >> 1) & 1u);
+    if (runs) {
+      Softmax pending_sm = sm;
+      sm.init(p, w.q_lo, wg);
+      const QOperand<Config> q{q_addr};
+      float corr[2];  // first tile: O restarts at zero, so no correction
+      if (pending) {
+        overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, [&] {
+          sm.logits(s, n, w.needs_mask(n), p, w);
+          sm.online(s, corr);
+        });
+        finish_pending_tile<Config, Mask, ScoreMod>(p, tiles.iter - 1, wg, o, pending_sm, base, bars);
+      } else {
+        qk_step<Config>(s, k_ring, sched, q, k_addr);
+        sm.logits(s, n, w.needs_mask(n), p, w);
+        sm.online(s, corr);
+      }
+#pragma unroll
+      for (int j = 0; j < kDp / 2; ++j) o[j] = 0.f;
+      Softmax::pack_p(s, pr);
+      kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr);
+    } else {
+      if (w.valid) {  // Q rows without a visible key: O = 0, LSE = -inf
+#pragma unroll
+        for (int j = 0; j < kDp / 2; ++j) o[j] = 0.f;
+        sm.init(p, w.q_lo, wg);
+        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
+        fence_proxy_async();
+      }
+      mbar_arrive(&bars->q_empty[buffer][wg]);
+    }
+    const pipe::PipelineState ks = k_ring.state(), vs = v_ring.state();
+    __syncwarp();
+    st_shared_u32(carry_addr, ks.index | (ks.phase << 2) | (vs.index << 3) | (vs.phase << 5) |
+                                  (runs ? 64u : 0u) | ((i + 1u) << 7));
+    __syncwarp();
   }
 }
 

@@ -25,6 +25,8 @@ namespace sm90a {
 
 // Persistent mode (Config::kPersistent = 1): grid (min(#SMs, total tiles), 1, 1); every role walks
 // PersistentTiles (common/tile_scheduler.cuh); protocol in dev/README.md "Persistent mode".
+// With the own O region and two consumer warpgroups the consumers overlap tile boundaries
+// (SmemLayout::kCrossTile, consumer_loop_cross_tile).
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs& tma) {
   using Sh = Shape<Config>;
@@ -45,9 +47,12 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     // SW128 TMA boxes and wgmma descriptors (base_offset 0) assume 1024-aligned buffers.
     if (smem_u32(smem) & 1023u) __trap();
 #pragma unroll
-    for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-      mbar_init(&bars->q_full[g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
-      if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[g], 128);  // warpgroup g's threads, after its epilogue
+    for (int b = 0; b < L::kQBuffers; ++b) {
+#pragma unroll
+      for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
+        mbar_init(&bars->q_full[b][g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
+        if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[b][g], 128);  // warpgroup g's threads, done with Q
+      }
     }
     // full: the producer's expect_tx arrival; empty: every consumer warp (8 or 12) arrives once.
     bars->k.init(1, Sh::kNumConsumerWGs * 4);
@@ -76,7 +81,9 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     }
   } else {
     setmaxnreg_inc<Sh::kConsumerRegs>();
-    if constexpr (Sh::kPersistent)
+    if constexpr (L::kCrossTile)
+      consumer_loop_cross_tile<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
+    else if constexpr (Sh::kPersistent)
       consumer_loop_persistent<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
     else
       consumer_loop<Config, Mask, ScoreMod>(p, w, smem, bars, wg - 1);

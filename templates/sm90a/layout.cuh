@@ -39,6 +39,11 @@ template <class C> struct PingPongOf<C, typename VoidT<decltype(C::kPingPong)>::
   static constexpr bool value = C::kPingPong;
 };
 
+template <class C, class = void> struct CrossTileOf { static constexpr bool value = true; };
+template <class C> struct CrossTileOf<C, typename VoidT<decltype(C::kCrossTile)>::type> {
+  static constexpr bool value = C::kCrossTile;
+};
+
 template <class C, class = void> struct EmulateOf { static constexpr int value = 0; };
 template <class C> struct EmulateOf<C, typename VoidT<decltype(C::kExp2EmulateEvery)>::type> {
   static constexpr int value = C::kExp2EmulateEvery;
@@ -156,16 +161,29 @@ struct SmemLayout {
   static constexpr u32 kOOffset = kVOffset + Sh::kStages * kKVStageBytes;
   static constexpr bool kOwnO = Sh::kPersistent && Config::kSmemBytes >= kOOffset + kQBytes + 1024;
   static constexpr u32 kBarOffset = kOOffset + (kOwnO ? kQBytes : 0u);
+  // Cross-tile overlap (persistent, two consumer warpgroups, overlapped schedule, own O region):
+  // the Q region and the O region become two Q buffers that alternate by tile (tile i: buffer
+  // i & 1, which also stages tile i's O once its last Q K^T is done). A separate Q loader warp
+  // fills the next tile's buffer while this one runs, and a warpgroup issues the next tile's first
+  // Q K^T together with this tile's last P V (consumer_loop_cross_tile). kBM 192 (160 registers)
+  // keeps the single-buffer loop: the pending tile's state does not fit beside the fragments.
+  static constexpr bool kCrossTile =
+      CrossTileOf<Config>::value && kOwnO && Sh::kIntraWGOverlap && !Sh::kStreamK && Sh::kNumConsumerWGs == 2;
+  static constexpr int kQBuffers = kCrossTile ? 2 : 1;
+  // Q buffer b (cross-tile) of warpgroup g: b = 0 is the Q region, b = 1 the O region.
+  __device__ __forceinline__ static constexpr u32 q_offset(u32 buffer, int g) {
+    return (buffer ? kOOffset : kQOffset) + static_cast<u32>(g) * kQWgBytes;
+  }
   static constexpr u32 kTotalBytes = kBarOffset + 1024;
 
   struct Barriers {
-    u64 q_full[Sh::kNumConsumerWGs];  // one per consumer warpgroup, tx-count of its Q tile
+    u64 q_full[kQBuffers][Sh::kNumConsumerWGs];  // per Q buffer and consumer warpgroup, tx-count of its Q tile
     pipe::Barriers<Sh::kStages> k;
     pipe::Barriers<Sh::kStages> v;
     // Persistent mode only (last, so the other offsets do not move): consumer warpgroup g -> producer,
     // "Q region g free again" (all 128 threads arrive after their last Q read: the KV loop with kOwnO
     // or split partials, else the epilogue's O staging reads).
-    u64 q_empty[Sh::kNumConsumerWGs];
+    u64 q_empty[kQBuffers][Sh::kNumConsumerWGs];
     // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop_persistent).
     u32 carry[4 * Sh::kNumConsumerWGs];
   };

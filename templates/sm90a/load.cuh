@@ -8,17 +8,17 @@
 namespace fa4 {
 namespace sm90a {
 
-// Q of consumer warpgroup g: Dp/64 boxes of [64 rows][64 depth] on q_full[g]. Packed GQA: the
-// 5-D map's box is the same 64 x 128 B (64 / kPack queries x kPack heads, rows in PackedRow
-// order), addressed by the box's first query and the KV head.
+// Q of consumer warpgroup g into Q buffer `buffer` (SmemLayout::q_offset): Dp/64 boxes of
+// [64 rows][64 depth] on bar. Packed GQA: the 5-D map's box is the same 64 x 128 B (64 / kPack
+// queries x kPack heads, rows in PackedRow order), addressed by the box's first query and the KV head.
 template <class Config, class Mask>
 __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Config, Mask>& w, const TmaCoords& c,
-                                          unsigned char* smem, u64* bar, int g) {
+                                          unsigned char* smem, u64* bar, int g, u32 buffer = 0) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
 #pragma unroll
   for (int ch = 0; ch < Sh::kChunks; ++ch) {
-    unsigned char* dst = smem + L::kQOffset + g * L::kQWgBytes + ch * (Sh::kWgRows * 128);
+    unsigned char* dst = smem + L::q_offset(buffer, g) + ch * (Sh::kWgRows * 128);
     if constexpr (Sh::kPack == 1)
       tma_load_4d(dst, &tma.q, bar, ch * 64, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
     else
@@ -72,7 +72,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   // Q: one tile of 64 rows per consumer warpgroup, Dp/64 boxes of [64 rows][64 depth] each.
 #pragma unroll
   for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-    u64* bar = &bars->q_full[g];
+    u64* bar = &bars->q_full[0][g];
     mbar_expect_tx(bar, L::kQWgBytes);
     load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
   }
@@ -105,23 +105,24 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer
   load_kv_tile<Config, false>(p, map, c, ring_base + st.index() * L::kKVStageBytes, st.full_barrier(), n);
 }
 
-// Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's previous
-// epilogue is done with the region). load == false (tile without KV tiles or without Q rows):
-// plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per tile on both sides.
+// Q of every consumer warpgroup for one tile into Q buffer `buffer`, each after its q_empty (the
+// warpgroup's earlier epilogue is done with the buffer). load == false (tile without KV tiles or
+// without Q rows): plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase
+// per use of the buffer on both sides.
 template <class Config, class Mask>
 __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                   const TmaCoords& c, unsigned char* smem,
-                                                  typename SmemLayout<Config>::Barriers* bars, u32 q_empty_phase,
-                                                  bool load) {
+                                                  typename SmemLayout<Config>::Barriers* bars, u32 buffer,
+                                                  u32 q_empty_phase, bool load) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
 #pragma unroll
   for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-    mbar_wait(&bars->q_empty[g], q_empty_phase);
-    u64* bar = &bars->q_full[g];
+    mbar_wait(&bars->q_empty[buffer][g], q_empty_phase);
+    u64* bar = &bars->q_full[buffer][g];
     if (load) {
       mbar_expect_tx(bar, L::kQWgBytes);
-      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
+      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g, buffer);
     } else {
       mbar_arrive(bar);
     }
@@ -137,6 +138,10 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
 //   V(first), K(n), V(n), ... in the consumers' order;
 //   any other tile (no KV tile, or no Q rows): the q_empty waits + plain q_full arrivals only.
 // So q_full[g] / q_empty[g] complete exactly one phase per tile i on both sides.
+// Cross-tile overlap (SmemLayout::kCrossTile): tile i's Q goes into buffer i & 1, and its q_empty
+// wait (parity ((i >> 1) & 1) ^ 1) is for the epilogue of tile i - 2, which the consumers finish
+// early in tile i - 1: the producer reaches tile i about kStages KV tiles before tile i - 1 ends,
+// so Q(i) lands while tile i - 1 still runs instead of after it.
 template <class Config, class Mask>
 __device__ __forceinline__ void producer_loop_persistent(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
                                                          typename SmemLayout<Config>::Barriers* bars) {
@@ -145,19 +150,21 @@ __device__ __forceinline__ void producer_loop_persistent(const FwdParams& p, con
   pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
   for (auto tiles = TileWalker<Config, Mask>::make(); tiles.valid(p); tiles.advance()) {
     const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
-    const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
+    // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
+    const u32 i = static_cast<u32>(tiles.iter), q_buffer = L::kQBuffers == 2 ? i & 1u : 0u;
+    const u32 q_empty_phase = ((L::kQBuffers == 2 ? i >> 1 : i) & 1u) ^ 1u;
     const TmaCoords c = TmaCoords::make(p, w.seq);
     int n = w.first_tile();  // none when !w.valid (empty KV range)
     if (w.has(n)) {
       load_kv_stage<Config>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
-      load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, true);
+      load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, true);
       load_kv_stage<Config>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
       for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
         load_kv_stage<Config>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
         load_kv_stage<Config>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
       }
     } else {
-      load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, false);
+      load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, false);
     }
   }
 }
