@@ -43,6 +43,13 @@ struct Scheduler {
   }
 };
 
+// Register fragments (O, S, packed P) start at zero.
+template <class T, int N>
+__device__ __forceinline__ void zero(T (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) r[i] = T(0);
+}
+
 // The GEMM steps of one consumer warpgroup. Each acquires its K / V stages in scope and releases
 // them once the wgmma that reads them has been waited for; q_wgmma() gives Q's address for the
 // wgmma descriptors (evaluated after the K wait, see kv_mainloop).
@@ -196,12 +203,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
   float o[kDp / 2];
   float s[kBN / 2];
   u32 pr[kBN / 4];
-#pragma unroll
-  for (int i = 0; i < kDp / 2; ++i) o[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;
+  zero(o);
+  zero(s);
+  zero(pr);
 
   Softmax sm;
   sm.init(p, w.q_lo, wg);
@@ -254,10 +258,8 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
   float o[kDp / 2];
   float s[kBN / 2];
   u32 pr[kBN / 4];
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;  // S and P: written before read in every tile
+  zero(s);
+  zero(pr);  // S and P: written before read in every tile
 
   Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
   sched.start();
@@ -279,8 +281,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
     const bool early_q_release = L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w));
     mbar_wait(&bars->q_full[0][wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
-#pragma unroll
-      for (int i = 0; i < kDp / 2; ++i) o[i] = 0.f;
+      zero(o);
       Softmax sm;
       sm.init(p, w.q_lo, wg);
       const int n = w.first_tile();
@@ -356,12 +357,9 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
   float o[kDp / 2];
   float s[kBN / 2];
   u32 pr[kBN / 4];
-#pragma unroll
-  for (int i = 0; i < kDp / 2; ++i) o[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kBN / 4; ++i) pr[i] = 0u;
+  zero(o);
+  zero(s);
+  zero(pr);
 
   Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
   sched.start();
@@ -408,14 +406,12 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
         sm.logits(s, n, w.needs_mask(n), p, w);
         sm.online(s, corr);
       }
-#pragma unroll
-      for (int j = 0; j < kDp / 2; ++j) o[j] = 0.f;
+      zero(o);
       Softmax::pack_p(s, pr);
       kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr);
     } else {
       if (w.valid) {  // Q rows without a visible key: O = 0, LSE = -inf
-#pragma unroll
-        for (int j = 0; j < kDp / 2; ++j) o[j] = 0.f;
+        zero(o);
         sm.init(p, w.q_lo, wg);
         epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
         fence_proxy_async();
