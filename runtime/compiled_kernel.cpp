@@ -197,7 +197,9 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     // One CTA per SM walks every unit: a whole tile or one KV split of a tile (PersistentTiles).
     plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), units)));
     plan.grid[1] = plan.grid[2] = 1;
-    if (p.lpt_heads > 0 && config_.config.mask.kind == Mask::Kind::causal)
+    // Equal-length causal batches: the section size whose static walk balances (runtime/lpt_order.hpp).
+    // Varlen keeps the L2 rule: its tiles' weights are not known on the host.
+    if (p.lpt_heads > 0 && config_.config.mask.kind == Mask::Kind::causal && !args.cu_seqlens_q && !args.cu_seqlens_k)
       p.lpt_heads = balanced_lpt_heads(shape, static_cast<int>(plan.grid[0]), p.lpt_heads);
   }
   plan.block = static_cast<unsigned>(config_.num_threads);
@@ -222,10 +224,11 @@ void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigne
 }  // namespace
 
 int CompiledKernel::balanced_lpt_heads(const LaunchShape& shape, int ctas, int max_heads) const {
-  const int keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;  // varlen: as lpt_section_heads
+  const int keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
   const int pairs = shape.batch * shape.num_q_heads;
   const std::array<int, 5> key{shape.max_seqlen_q, keys, pairs, ctas, max_heads};
   std::lock_guard<std::mutex> lock(mu_);
+  if (lpt_heads_.size() >= 1024) lpt_heads_.clear();  // a bounded memo: each entry costs one simulation
   auto [it, fresh] = lpt_heads_.try_emplace(key, 0);
   if (fresh) {
     const FA4Config& c = config_.config;
