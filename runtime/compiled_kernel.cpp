@@ -224,7 +224,7 @@ void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigne
 }  // namespace
 
 int CompiledKernel::balanced_lpt_heads(const LaunchShape& shape, int ctas, int max_heads) const {
-  const int keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
+  const int keys = shape.max_seqlen_k;  // known: only equal-length (not varlen) launches come here
   const int pairs = shape.batch * shape.num_q_heads;
   const std::array<int, 5> key{shape.max_seqlen_q, keys, pairs, ctas, max_heads};
   std::lock_guard<std::mutex> lock(mu_);
