@@ -190,6 +190,15 @@ Tuning derive_tuning(Backend b, const FA4Config& c) {
   const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
                      c.score_mod.kind == ScoreMod::Kind::identity;
   t.persistent = b == Backend::hopper && !c.pack_gqa && c.padded_depth <= 128 && plain ? 1 : 0;
+  // sm90a per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a
+  // score-mod at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
+  // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
+  // warpgroup's half tile to gain) -5% at S2048, so off there. With a window ptxas serializes every
+  // wgmma (C7515) and causal+softcap d128 spills 12 B.
+  t.wg_spans = b == Backend::hopper && c.BM == 192 && c.mask.kind == Mask::Kind::causal &&
+                       c.score_mod.kind == ScoreMod::Kind::identity
+                   ? 1
+                   : 0;
   // FA4 on Blackwell: MUFU did not scale with the tensor cores, so one exp2 pair in 4 goes to
   // the FMA pipe. On Hopper the same split measured 8-13% slower (docs/PERF.md), so none there.
   t.exp2_emulate_every = b == Backend::blackwell ? 4 : 0;
@@ -217,8 +226,9 @@ void apply_tune_env(Tuning& t) {
     else if (name == "intra_wg_overlap") t.intra_wg_overlap = value;
     else if (name == "pingpong") t.pingpong = value;
     else if (name == "cross_tile") t.cross_tile = value;
+    else if (name == "wg_spans") t.wg_spans = value;
     else if (name == "persistent") t.persistent = value;
-    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, persistent", name));
+    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent", name));
   }
 }
 

@@ -146,6 +146,7 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kIntraWGOverlap", rc.tuning.intra_wg_overlap},
       {"kPingPong", rc.tuning.pingpong},
       {"kCrossTile", rc.tuning.cross_tile},
+      {"kWgSpans", rc.tuning.wg_spans},
       {"kPersistent", rc.tuning.persistent},
       {"kPack", c.pack_gqa ? c.group : 1},  // GQA packing: query heads per Q tile row group
       {"kCtasPerSm", rc.ctas_per_sm},

@@ -262,6 +262,54 @@ TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
     }
 }
 
+// A consumer warpgroup's P V skips the keys of a KV tile that its own 64 rows cannot see (sm90a
+// WgKeySpan, Tuning::wg_spans: half of the tile or none of it; on by default for causal d64, forced
+// on here). The cases move the causal diagonal through every position against the warpgroups' rows
+// (bottom-right, seqlen_k - seqlen_q of 0, 32, 64, 96 and 200, and seqlen_q > seqlen_k), with a
+// window, chunks and a score-mod, on d64 (kBM 192: warpgroups that see none of a tile) and d128
+// (kBM 128, the cross-tile loop) kernels, and on the grid and the simple schedule, which reach the
+// spans through the other loops.
+TEST(GpuFeatures, WarpgroupKeySpansMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::string> archs = runnable_archs();
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "warpgroup spans are sm90a's";
+  struct Shape {
+    int seqlen_q, seqlen_k;
+  };
+  const std::vector<Shape> causal_shapes = {{515, 515}, {515, 547}, {515, 579}, {515, 611}, {515, 715}, {700, 250}};
+  auto check = [](const FA4Config& cfg, CheckCase c, const std::vector<Shape>& shapes, const std::string& what) {
+    const auto kernel = jit::get_kernel(cfg);
+    for (const Shape& sh : shapes) {
+      c.seqlen_q = sh.seqlen_q;
+      c.seqlen_k = sh.seqlen_k;
+      expect_matches(jit::testing::run_and_check(*kernel, c),
+                     fmt::format("{} BM {} Sq {} Sk {}", what, kernel->config().config.BM, sh.seqlen_q, sh.seqlen_k));
+    }
+  };
+  for (const char* tune : {"wg_spans=1", "wg_spans=1,persistent=0", "wg_spans=1,intra_wg_overlap=0"}) {
+    jit::testing::ScopedTune scoped(tune);
+    for (int depth : {64, 128}) {
+      const std::string what = fmt::format("tune '{}' d{}", tune, depth);
+      CheckCase c = heads(4, 2);
+      c.batch = 2;
+      check(config("sm_90a", depth, Mask::causal()), c, causal_shapes, what + " causal");
+      if (std::string(tune) != "wg_spans=1") continue;  // the other loops: causal only
+      FA4Config fp16 = config("sm_90a", depth, Mask::causal(), ScoreMod::softcap());
+      fp16.dtype = jit::DType::fp16;
+      CheckCase capped = c;
+      capped.softcap = 4.0f;
+      check(fp16, capped, {{515, 579}, {700, 250}}, what + " fp16 causal softcap");
+      CheckCase window = c;
+      window.window_left = 100;
+      window.window_right = 0;
+      check(config("sm_90a", depth, Mask::sliding_window()), window, {{515, 515}, {515, 579}}, what + " window");
+      CheckCase chunks = c;
+      chunks.chunk_size = 100;
+      check(config("sm_90a", depth, Mask::chunked()), chunks, {{515, 515}, {515, 611}}, what + " chunked");
+    }
+  }
+}
+
 TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   SKIP_WITHOUT_GPU();
   const auto kernel = jit::get_kernel(config(runnable_archs().back(), 128));

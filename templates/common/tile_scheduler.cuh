@@ -150,6 +150,14 @@ struct TileWork {
   }
   __device__ __forceinline__ int first_tile() const { return next_tile(n_end); }
   __device__ __forceinline__ bool has(int n) const { return n >= n_begin; }
+  // One past the last key that tile rows [r_lo, r_lo + rows) may see (mask and key bound): the
+  // bound of one consumer warpgroup's rows, which can end before the CTA's last KV tile does (on a
+  // causal diagonal). Rows past the tile's (r_lo >= q_hi): the key bound alone.
+  __device__ __forceinline__ int kv_end_of_rows(int r_lo, int rows) const {
+    if (r_lo >= q_hi) return seq.seqlen_k;
+    const int r_hi = min(r_lo + rows, q_hi);
+    return min(Mask::kv_range(query_lo(r_lo), query_hi(r_hi), ctx).end, seq.seqlen_k);
+  }
   // Per-element masking is needed on partial tiles and on the tile that crosses seqlen_k.
   __device__ __forceinline__ bool needs_mask(int n) const {
     return (n + 1) * kBN > seq.seqlen_k || (!Mask::kIsNone && classify(n) == mask::kPartial);

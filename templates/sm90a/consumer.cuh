@@ -50,6 +50,49 @@ __device__ __forceinline__ void zero(T (&r)[N]) {
   for (int i = 0; i < N; ++i) r[i] = T(0);
 }
 
+// How much of KV tile n one consumer warpgroup's P V covers. The CTA walks every KV tile any of its
+// rows can see, but one warpgroup's 64 rows may see fewer keys: on a causal diagonal the first
+// warpgroup of kBM 128 sees half of the CTA's first tile, and at kBM 192 over kBN 128 a warpgroup
+// can see none of it. P V skips the keys the warpgroup cannot see: it runs over the first half of
+// the tile (kHalf) or not at all (kNone). A span wider than needed is always correct (P is zero
+// there: the tile is masked per element, being partial or crossing seqlen_k), which the loops use
+// where the exact tile is not at hand.
+// S = Q K^T stays whole: a half-width S (N = kBN / 2) next to run-time P V spans made ptxas
+// serialize every wgmma of the kernel (C7511 / C7515) for causal+softcap, window and chunked
+// kernels, in every arrangement tried (a part of s's registers or its own, issued alone or
+// overlapped); P V spans alone compile clean (tests/compile_test.cpp checks the sm90a presets).
+enum class Span : int { kNone, kHalf, kFull };
+
+template <class Config, class Mask>
+struct WgKeySpan {
+  using Sh = Shape<Config>;
+  static constexpr bool kOn = Sh::kWgSpans && !Mask::kIsNone;
+  int kv_end;  // one past the last key this warpgroup's rows may see
+  __device__ __forceinline__ static WgKeySpan make(const CtaWork<Config, Mask>& w, int wg) {
+    return {kOn ? w.kv_end_of_rows(w.q_lo + wg * Sh::kWgRows, Sh::kWgRows) : 0};
+  }
+  __device__ __forceinline__ Span of(int n) const {
+    if constexpr (!kOn) return Span::kFull;
+    const int visible = kv_end - n * Sh::kBN;
+    if (visible <= 0) return Span::kNone;
+    if (Sh::kHalfSpans && visible <= Sh::kBN / 2) return Span::kHalf;
+    return Span::kFull;
+  }
+};
+
+// O += P V over the warpgroup's span of the tile (no wgmma for kNone).
+template <class Config>
+__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDp / 2], const u32 (&pr)[Shape<Config>::kBN / 4],
+                                             Span span, u32 v_addr) {
+  using Sh = Shape<Config>;
+  using E = typename Sh::Element;
+  if (span == Span::kFull) {
+    gemm_pv<E, Sh::kDp, Sh::kBN>(o, pr, v_addr);
+  } else if constexpr (Sh::kHalfSpans) {
+    if (span == Span::kHalf) gemm_pv<E, Sh::kDp, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
+  }
+}
+
 // The GEMM steps of one consumer warpgroup. Each acquires its K / V stages in scope and releases
 // them once the wgmma that reads them has been waited for; q_wgmma() gives Q's address for the
 // wgmma descriptors (evaluated after the K wait, see kv_mainloop).
@@ -73,13 +116,12 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
 // O += P V alone, waited: every tile of the simple schedule, the last of the overlapped one.
 template <class Config, class VRing>
 __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 (&pr)[Shape<Config>::kBN / 4],
-                                        VRing& v_ring, u32 v_addr) {
-  using Sh = Shape<Config>;
+                                        VRing& v_ring, u32 v_addr, Span span) {
   auto vs = v_ring.acquire();
   fence_operand(o);
   fence_operand(pr);
   wgmma_fence();
-  gemm_pv<typename Sh::Element, Sh::kDp, Sh::kBN>(o, pr, v_addr + vs.index() * SmemLayout<Config>::kKVStageBytes);
+  gemm_pv_span<Config>(o, pr, span, v_addr + vs.index() * SmemLayout<Config>::kKVStageBytes);
   wgmma_commit();
   wgmma_wait<0>();
   fence_operand(o);
@@ -89,11 +131,13 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 
 // The overlapped step (FA3 IntraWGOverlap): S(n) = Q K(n)^T and O += P V(n_prev) issued back to
 // back in one scheduler turn; softmax() runs on S(n) while P V is still on the tensor cores.
 // Returns with both done: S(n) holds softmax's result, O and the P registers are free again.
+// pv_span: the warpgroup's span of n_prev (an empty span still commits its wgmma group, empty, so
+// the waits below count the same groups).
 template <class Config, class KRing, class VRing, class Sched, class QAddr, class SoftmaxFn>
 __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDp / 2],
                                                 u32 (&pr)[Shape<Config>::kBN / 4], KRing& k_ring, VRing& v_ring,
                                                 const Sched& sched, QAddr q_wgmma, u32 k_addr, u32 v_addr,
-                                                SoftmaxFn softmax) {
+                                                Span pv_span, SoftmaxFn softmax) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
@@ -106,7 +150,7 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
     wgmma_fence();
     gemm_qk<typename Sh::Element, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
     wgmma_commit();
-    gemm_pv<typename Sh::Element, Sh::kDp, Sh::kBN>(o, pr, v_addr + vs.index() * L::kKVStageBytes);
+    gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kKVStageBytes);
     wgmma_commit();
     sched.pass_turn();
     wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
@@ -131,25 +175,28 @@ struct QOperand {
 };
 
 // The overlapped schedule's KV tiles after the first (whose P is packed in pr): per tile, S(n) with
-// P V(n_prev), softmax(n), rescale O, pack P(n). Leaves the last tile's P V to the caller.
+// P V(n_prev), softmax(n), rescale O, pack P(n). Leaves the last tile's P V to the caller, with span
+// span.of(returned n + 1). The walk is descending, so n_prev >= n + 1 and span.of(n + 1) is at least
+// n_prev's span (spans widen as n falls): correct without holding n_prev in a register.
 template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
-__device__ __forceinline__ void kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
-                                                    KRing& k_ring, VRing& v_ring, const Sched& sched,
-                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                                    float (&o)[Shape<Config>::kDp / 2],
-                                                    float (&s)[Shape<Config>::kBN / 2],
-                                                    u32 (&pr)[Shape<Config>::kBN / 4], QOperand<Config> q,
-                                                    u32 k_addr, u32 v_addr) {
+__device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
+                                                   KRing& k_ring, VRing& v_ring, const Sched& sched,
+                                                   WgSoftmax<Config, Mask, ScoreMod>& sm,
+                                                   float (&o)[Shape<Config>::kDp / 2],
+                                                   float (&s)[Shape<Config>::kBN / 2],
+                                                   u32 (&pr)[Shape<Config>::kBN / 4], QOperand<Config> q,
+                                                   u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span) {
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   float corr[2];
   for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-    overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, [&] {
+    overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(n + 1), [&] {
       sm.logits(s, n, w.needs_mask(n), p, w);
       sm.online(s, corr);
     });
     Softmax::rescale_o(o, corr);
     Softmax::pack_p(s, pr);
   }
+  return n;
 }
 
 // KV loop of one tile for one consumer warpgroup (Q of the tile has landed; n = w.first_tile()
@@ -159,10 +206,12 @@ template <class Config, class Mask, class ScoreMod, class KRing, class VRing, cl
 __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
                                             VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
                                             float (&o)[Shape<Config>::kDp / 2], float (&s)[Shape<Config>::kBN / 2],
-                                            u32 (&pr)[Shape<Config>::kBN / 4], u32 q_addr, u32 k_addr, u32 v_addr) {
+                                            u32 (&pr)[Shape<Config>::kBN / 4], u32 q_addr, u32 k_addr, u32 v_addr,
+                                            int wg) {
   using Sh = Shape<Config>;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   const QOperand<Config> q{q_addr};
+  const auto span = WgKeySpan<Config, Mask>::make(w, wg);
   float corr[2];
 
   if constexpr (!Sh::kIntraWGOverlap) {
@@ -172,7 +221,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
       sm.online(s, corr);
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
-      pv_step<Config>(o, pr, v_ring, v_addr);
+      pv_step<Config>(o, pr, v_ring, v_addr, span.of(n));
     }
   } else {
     // Prologue: S(first) alone; O is zero so its correction is irrelevant.
@@ -180,8 +229,8 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
     sm.logits(s, n, w.needs_mask(n), p, w);
     sm.online(s, corr);
     Softmax::pack_p(s, pr);
-    kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr);
-    pv_step<Config>(o, pr, v_ring, v_addr);  // Tail: P V of the last tile.
+    n = kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr, span);
+    pv_step<Config>(o, pr, v_ring, v_addr, span.of(n + 1));  // Tail: P V of the last tile.
   }
 }
 
@@ -216,7 +265,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<
     pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k), v_ring(&bars->v);
     sched.start();
     mbar_wait(&bars->q_full[0][wg], 0);
-    kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
+    kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
   }
 
   epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
@@ -288,7 +337,7 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
         pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(&bars->v, st);
-        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr);
+        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
         const pipe::PipelineState e = k_ring.state();
         update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
       }
@@ -375,7 +424,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
     Ring k_ring(&bars->k, pipe::PipelineState{carry & 3u, (carry >> 2) & 1u});
     Ring v_ring(&bars->v, pipe::PipelineState{(carry >> 3) & 3u, (carry >> 5) & 1u});
     auto finish_alone = [&] {  // the pending tile, with nothing to overlap its last P V with
-      pv_step<Config>(o, pr, v_ring, v_addr);
+      pv_step<Config>(o, pr, v_ring, v_addr, Span::kFull);
       finish_pending_tile<Config, Mask, ScoreMod>(p, tiles.iter - 1, wg, o, sm, base, bars);
     };
     if (!tiles.valid(p, static_cast<int>(opaque_u32(0u)))) {  // end of the walk
@@ -394,9 +443,11 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
       Softmax pending_sm = sm;
       sm.init(p, w.q_lo, wg);
       const QOperand<Config> q{q_addr};
+      const auto span = WgKeySpan<Config, Mask>::make(w, wg);
       float corr[2];  // first tile: O restarts at zero, so no correction
       if (pending) {
-        overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, [&] {
+        // The pending tile's last P V runs at full span: that tile is not at hand (wider is correct).
+        overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, Span::kFull, [&] {
           sm.logits(s, n, w.needs_mask(n), p, w);
           sm.online(s, corr);
         });
@@ -408,7 +459,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
       }
       zero(o);
       Softmax::pack_p(s, pr);
-      kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr);
+      kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr, span);
     } else {
       if (w.valid) {  // Q rows without a visible key: O = 0, LSE = -inf
         zero(o);

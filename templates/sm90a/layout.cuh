@@ -44,6 +44,11 @@ template <class C> struct CrossTileOf<C, typename VoidT<decltype(C::kCrossTile)>
   static constexpr bool value = C::kCrossTile;
 };
 
+template <class C, class = void> struct WgSpansOf { static constexpr bool value = false; };
+template <class C> struct WgSpansOf<C, typename VoidT<decltype(C::kWgSpans)>::type> {
+  static constexpr bool value = C::kWgSpans;
+};
+
 template <class C, class = void> struct EmulateOf { static constexpr int value = 0; };
 template <class C> struct EmulateOf<C, typename VoidT<decltype(C::kExp2EmulateEvery)>::type> {
   static constexpr int value = C::kExp2EmulateEvery;
@@ -97,6 +102,11 @@ struct Shape {
   static constexpr bool kStreamK = PersistentOf<Config>::value == 2;
   static constexpr int kPack = PackOf<Config>::value;
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
+  // Per-warpgroup key spans (consumer.cuh, WgKeySpan; Config::kWgSpans, absent: off): a consumer
+  // warpgroup's P V skips the keys of a KV tile its own 64 rows cannot see (masked kernels). Half
+  // spans need whole k16 steps and kBN / 2 a generated wgmma N.
+  static constexpr bool kWgSpans = WgSpansOf<Config>::value;
+  static constexpr bool kHalfSpans = kBN == 128 || kBN == 192 || kBN == 256;
 
   // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
   // 3 consumer WGs: 128*32 + 384*160 = 65536.

@@ -74,12 +74,14 @@ __device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_add
 }
 
 // O[64 x Dp] += P[64 x BN] V[BN x Dp]; P in registers as wgmma A fragments (4 regs per k16),
-// V MN-major SW128 blocks of BN rows x 64 depth (transpose bit set).
-template <class Element, int Dp, int BN>
+// V MN-major SW128 blocks of BN rows x 64 depth (transpose bit set). kKeys < BN: the first kKeys
+// keys only (the rest of P is zero).
+template <class Element, int Dp, int BN, int kKeys = BN>
 __device__ __forceinline__ void gemm_pv(float (&o)[Dp / 2], const u32 (&p)[BN / 4], u32 v_addr) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
+  static_assert(kKeys % 16 == 0 && kKeys <= BN, "gemm_pv: whole k16 steps of the tile");
 #pragma unroll
-  for (int k = 0; k < BN / 16; ++k) {
+  for (int k = 0; k < kKeys / 16; ++k) {
     const u32 a[4] = {p[4 * k], p[4 * k + 1], p[4 * k + 2], p[4 * k + 3]};
     Wgmma<Dp, kBf16>::template rs<1>(o, a, desc_mnmajor(v_addr + k * 2048, BN * 128), 1);
   }

@@ -5,6 +5,8 @@
 # a persistent unmasked launch with a split tail (134 tiles: 132 whole, 2 split 5 ways + combine),
 # and two causal launches with more tiles than SMs, so cross-tile CTAs (SmemLayout::kCrossTile) run
 # a pending tile into the next one: 144 tiles, and 320 tiles of which most see no key (Sq > Sk).
+# The d64 causal case runs per-warpgroup P V spans (default at kBM 192); the last forces them on
+# d128 (the cross-tile loop) with the diagonal 64 keys off the tiles.
 # A case is "FA4JIT_TUNE depth mask fa4jit-check-args" ('-': default tuning).
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib FA4JIT_CACHE_DIR=/tmp/fa4jit-cache
@@ -17,6 +19,7 @@ cases=(
   'persistent=1 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
   '- 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
   '- 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
+  'wg_spans=1 128 causal --batch 2 --heads 4 --seqlen-q 515 --seqlen-k 579'
 )
 for c in "${cases[@]}"; do
   read -r tune d m rest <<<"$c"
