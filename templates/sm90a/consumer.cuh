@@ -60,7 +60,9 @@ __device__ __forceinline__ void zero(T (&r)[N]) {
 // S = Q K^T stays whole: a half-width S (N = kBN / 2) next to run-time P V spans made ptxas
 // serialize every wgmma of the kernel (C7511 / C7515) for causal+softcap, window and chunked
 // kernels, in every arrangement tried (a part of s's registers or its own, issued alone or
-// overlapped); P V spans alone compile clean (tests/compile_test.cpp checks the sm90a presets).
+// overlapped). P V spans alone compile clean for causal attention without a score-mod (windows
+// still serialize, d128 softcap spills), which is where the generator turns them on
+// (derive_tuning; tests/compile_test.cpp fails on any serialized wgmma there).
 enum class Span : int { kNone, kHalf, kFull };
 
 template <class Config, class Mask>
