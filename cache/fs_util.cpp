@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "base/log.hpp"
 #include "cache/internal.hpp"
 
 namespace jit::cache::detail {
@@ -180,11 +181,8 @@ void Warner::warn(const std::string& category, const std::string& message) {
     if (!seen_.insert(category).second) return;
   }
   count_.fetch_add(1);
-  // Plain stdio, errors ignored: fmt::print throws when stderr cannot be written (a full disk,
-  // RLIMIT_FSIZE on a redirected log), and a warning must never become an exception.
-  std::string line = "fa4jit cache: warning: " + message + "\n";
-  std::fputs(line.c_str(), stderr);
-  std::fflush(stderr);
+  // To the log sink (stderr by default, FA4JIT_LOG / jit::set_log_sink); never throws.
+  jit::detail::log(LogLevel::warn, "cache: " + message);
 }
 
 }  // namespace jit::cache::detail

@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "check/gpu.hpp"
 #include "cli/commands.hpp"
 #include "fa4jit/jit.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/host_numeric.hpp"
 #include "runtime/safetensors.hpp"
-#include "tests/support/gpu.hpp"
 
 namespace jit::cli {
 

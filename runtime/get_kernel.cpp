@@ -1,10 +1,13 @@
 // get_kernel: memory cache (one compile per key per process) over the disk cache over NVRTC.
+#include <atomic>
 #include <future>
 #include <mutex>
 #include <unordered_map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/log.hpp"
 #include "cache/store.hpp"
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
@@ -67,6 +70,44 @@ MemoryCache& memory_cache() {
   return cache;
 }
 
+// jit::stats(): relaxed atomics, read as a snapshot (each counter exact, not a consistent cut).
+struct Counters {
+  std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0}, remote_hits{0}, failures{0};
+  std::atomic<std::uint64_t> compile_us{0};
+};
+
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+// Where a kernel came from, counted and (info/debug) logged.
+void record(const detail::CompileInputs& in, const cache::Artifact& art, double compile_ms) {
+  Counters& n = counters();
+  const char* what = "memory";
+  if (art.origin == "compiled") {
+    n.compiles++;
+    n.compile_us += static_cast<std::uint64_t>(compile_ms * 1000);
+    what = nullptr;
+  } else if (art.origin == "remote") {
+    n.remote_hits++;
+    what = "remote";
+  } else if (art.origin == "memory") {
+    n.memory_hits++;  // the cache keeps kernels in memory when no tier is writable
+  } else {
+    n.disk_hits++;
+    what = "disk";
+  }
+  const LogLevel level = what ? LogLevel::debug : LogLevel::info;
+  if (!detail::log_enabled(level)) return;
+  const auto& c = in.config.config;
+  const std::string config = fmt::format("{} d{} {} (key {})", c.arch, c.depth, to_string(c.dtype), in.key);
+  if (what)
+    detail::log(level, fmt::format("kernel {}: {} hit ({})", config, what, art.origin));
+  else
+    detail::log(level, fmt::format("kernel {}: compiled in {:.0f} ms", config, compile_ms));
+}
+
 }  // namespace
 
 std::string current_device_arch() { return detail::device_arch(detail::ensure_context()); }
@@ -75,8 +116,26 @@ std::string generate_source(const FA4Config& config) { return detail::compile_in
 
 std::string cache_key(const FA4Config& config) { return detail::compile_inputs(detail::with_arch(config)).key; }
 
+Stats stats() {
+  const Counters& n = counters();
+  Stats s;
+  s.compiles = n.compiles.load();
+  s.memory_hits = n.memory_hits.load();
+  s.disk_hits = n.disk_hits.load();
+  s.remote_hits = n.remote_hits.load();
+  s.failures = n.failures.load();
+  s.compile_ms = static_cast<double>(n.compile_us.load()) / 1000.0;
+  return s;
+}
+
 KernelPtr get_kernel(const FA4Config& config) {
-  const detail::CompileInputs in = detail::compile_inputs(detail::with_arch(config));  // ConfigError first
+  detail::CompileInputs in;
+  try {
+    in = detail::compile_inputs(detail::with_arch(config));  // ConfigError first
+  } catch (...) {
+    counters().failures++;
+    throw;
+  }
 
   MemoryCache& mem = memory_cache();
   std::promise<KernelPtr> promise;
@@ -84,7 +143,14 @@ KernelPtr get_kernel(const FA4Config& config) {
   if (auto it = mem.entries.find(in.key); it != mem.entries.end()) {
     std::shared_future<KernelPtr> pending = it->second;
     lock.unlock();           // wait without holding the map
-    return pending.get();    // rethrows the owner's error
+    try {
+      KernelPtr k = pending.get();  // rethrows the owner's error
+      counters().memory_hits++;
+      return k;
+    } catch (...) {
+      counters().failures++;
+      throw;
+    }
   }
   mem.entries.emplace(in.key, promise.get_future().share());
   lock.unlock();
@@ -92,6 +158,7 @@ KernelPtr get_kernel(const FA4Config& config) {
     cache::Artifact art = detail::disk_cache().get_or_compile(
         in.key, [&] { return detail::compile_artifact(in); }, to_json(in.config.config).dump());
     const double ms = art.origin == "compiled" ? art.meta.value("compile_ms", 0.0) : 0.0;
+    record(in, art, ms);
     KernelPtr k = std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms);
     promise.set_value(k);
     return k;
@@ -99,6 +166,7 @@ KernelPtr get_kernel(const FA4Config& config) {
     lock.lock();
     mem.entries.erase(in.key);  // a later call may succeed (e.g. after fixing the cache dir)
     lock.unlock();
+    counters().failures++;
     promise.set_exception(std::current_exception());
     throw;
   }

@@ -1,3 +1,5 @@
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "fa4jit/jit.hpp"
@@ -13,7 +15,7 @@ Tensor Tensor::contiguous(void* data, DType dtype, std::int64_t b, std::int64_t 
 
 RuntimeInfo runtime_info() {
   RuntimeInfo info;
-  info.version = FA4JIT_VERSION;
+  info.version = FA4JIT_VERSION_STRING;
   std::tie(info.nvrtc_major, info.nvrtc_minor) = detail::nvrtc_version();
   for (int a : detail::nvrtc_supported_archs()) info.nvrtc_archs.push_back(fmt::format("sm_{}", a));
   const std::string why = detail::driver_unavailable_reason();
@@ -30,7 +32,20 @@ RuntimeInfo runtime_info() {
   } else {
     info.driver = why;
   }
-  for (const auto& root : cache::Store::options_from_env().roots) info.cache_roots.push_back(root.string());
+  // The process's store: what get_kernel uses (constructing it probes which tier is writable).
+  cache::Store& store = detail::disk_cache();
+  const cache::Options& opt = store.options();
+  for (const auto& root : opt.roots) info.cache_roots.push_back(root.string());
+  info.cache_writable = store.writable_root().string();
+  info.sealed = opt.sealed;
+  info.remote_cache = opt.remote_url;
+  info.cache_max_bytes = opt.max_bytes;
+#ifdef FA4JIT_HAVE_HIREDIS
+  info.redis_built = true;
+#endif
+  if (const char* t = std::getenv("FA4JIT_TUNE")) info.tune = t;
+  info.log_level = log_level();
+  info.stats = stats();
   return info;
 }
 

@@ -6,7 +6,7 @@
 
 #include "fa4jit/jit.hpp"
 #include "tests/support/expect.hpp"
-#include "tests/support/gpu.hpp"
+#include "check/gpu.hpp"
 
 namespace {
 

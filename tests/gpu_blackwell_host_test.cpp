@@ -7,7 +7,7 @@
 
 #include "fa4jit/jit.hpp"
 #include "runtime/compiled_kernel.hpp"
-#include "tests/support/gpu.hpp"
+#include "check/gpu.hpp"
 
 namespace {
 

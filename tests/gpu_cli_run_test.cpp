@@ -11,8 +11,8 @@
 #include "runtime/host_numeric.hpp"
 #include "runtime/safetensors.hpp"
 #include "tests/support/expect.hpp"
-#include "tests/support/gpu.hpp"
-#include "tests/support/reference.hpp"
+#include "check/gpu.hpp"
+#include "check/reference.hpp"
 
 namespace fs = std::filesystem;
 

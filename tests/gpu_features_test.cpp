@@ -18,7 +18,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
 #include "tests/support/expect.hpp"
-#include "tests/support/gpu.hpp"
+#include "check/gpu.hpp"
 #include "tests/support/scoped_tune.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // Masks, score-mods, snippets and sinks on every backend that runs here, against the float64
-// reference (the semantics in tests/support/reference.cpp). Skips without a GPU.
+// reference (the semantics in check/reference.cpp). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "fa4jit/jit.hpp"
 #include "tests/support/expect.hpp"
-#include "tests/support/gpu.hpp"
+#include "check/gpu.hpp"
 
 namespace {
 

@@ -8,16 +8,18 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "fa4jit/export.hpp"
+
 namespace jit {
 
 enum class DType { bf16, fp16 };
 
-const char* to_string(DType t);
-DType dtype_from_string(const std::string& s);  // "bf16" | "fp16"; ConfigError otherwise
+FA4JIT_API const char* to_string(DType t);
+FA4JIT_API DType dtype_from_string(const std::string& s);  // "bf16" | "fp16"; ConfigError otherwise
 
 // Which attention pattern a kernel computes. Window sizes and chunk sizes are launch
 // arguments (LaunchArgs), so one binary serves every value.
-struct Mask {
+struct FA4JIT_API Mask {
   enum class Kind { none, causal, sliding_window, chunked, custom, all_of, any_of };
   Kind kind = Kind::none;
   bool top_left = false;       // causal-style alignment when Sq != Sk (default: bottom-right)
@@ -36,11 +38,16 @@ struct Mask {
   static Mask custom(std::string body, std::string block_body = {});
   static Mask all_of(std::vector<Mask> masks);        // visible iff every mask sees the key
   static Mask any_of(std::vector<Mask> masks);        // visible iff some mask sees the key
-  bool operator==(const Mask&) const = default;
+  // Written out (not defaulted) so the header stays C++17; compares every field.
+  bool operator==(const Mask& o) const {
+    return kind == o.kind && top_left == o.top_left && snippet == o.snippet && children == o.children &&
+           block_snippet == o.block_snippet;
+  }
+  bool operator!=(const Mask& o) const { return !(*this == o); }
 };
 
 // Applied to score = softmax_scale * q.k before the softmax.
-struct ScoreMod {
+struct FA4JIT_API ScoreMod {
   enum class Kind { identity, softcap, alibi, custom };
   Kind kind = Kind::identity;
   std::string snippet;  // custom: body over (score, b, h, q_idx, kv_idx) returning float
@@ -49,7 +56,8 @@ struct ScoreMod {
   static ScoreMod softcap();  // cap: LaunchArgs::softcap
   static ScoreMod alibi();    // slopes: LaunchArgs::alibi_slopes, or the standard ones
   static ScoreMod custom(std::string body);
-  bool operator==(const ScoreMod&) const = default;
+  bool operator==(const ScoreMod& o) const { return kind == o.kind && snippet == o.snippet; }
+  bool operator!=(const ScoreMod& o) const { return !(*this == o); }
 };
 
 struct FA4Config {
@@ -70,13 +78,21 @@ struct FA4Config {
   // Needs group > 0; tile rows count queries x group, so long prefill is better unpacked.
   bool pack_gqa = false;
 
-  bool operator==(const FA4Config&) const = default;
+  // Every field (a new field must be added here; tests/public_api_test.cpp checks each one).
+  bool operator==(const FA4Config& o) const {
+    return dtype == o.dtype && output_dtype == o.output_dtype && depth == o.depth && padded_depth == o.padded_depth &&
+           BM == o.BM && BN == o.BN && BK0 == o.BK0 && BK1 == o.BK1 && num_q_heads == o.num_q_heads &&
+           group == o.group && num_kv_stages == o.num_kv_stages && num_qk_stages == o.num_qk_stages &&
+           num_mma_stages == o.num_mma_stages && swizzle_bytes == o.swizzle_bytes && arch == o.arch &&
+           mask == o.mask && score_mod == o.score_mod && pack_gqa == o.pack_gqa;
+  }
+  bool operator!=(const FA4Config& o) const { return !(*this == o); }
 };
 
 // Which kernel family serves an arch: sm_90a -> hopper, sm_100a/sm_100f/sm_103a -> blackwell,
 // every other arch (sm_80 ... sm_120, plain sm_90) -> portable.
 enum class Backend { portable, hopper, blackwell };
-const char* to_string(Backend b);
+FA4JIT_API const char* to_string(Backend b);
 
 // Per-arch scheduling choices derived with the config. They are emitted into the generated
 // source, so they are part of the cache key. FA4JIT_TUNE="name=value,..." overrides them for
@@ -92,7 +108,11 @@ struct Tuning {
   // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked unmasked or causal
   // attention without a score-mod at padded depth <= 128, else 0 (generator/config.cpp); 2 is opt-in.
   int persistent = 0;
-  bool operator==(const Tuning&) const = default;
+  bool operator==(const Tuning& o) const {
+    return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
+           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans && persistent == o.persistent;
+  }
+  bool operator!=(const Tuning& o) const { return !(*this == o); }
 };
 
 // A config with every field decided, plus the numbers the launch needs.
@@ -108,16 +128,16 @@ struct ResolvedConfig {
 
 // Fills defaults for cfg.arch (which must be set) and validates; throws ConfigError naming
 // the field, the value and what is allowed.
-ResolvedConfig resolve(const FA4Config& cfg);
+FA4JIT_API ResolvedConfig resolve(const FA4Config& cfg);
 
 // Whether resolve() accepts cfg; when not and `why` is set, the ConfigError's explanation.
-bool supported(const FA4Config& cfg, std::string* why = nullptr);
+FA4JIT_API bool supported(const FA4Config& cfg, std::string* why = nullptr);
 
 // Archs NVRTC can target here, as accepted in FA4Config::arch.
-std::vector<std::string> supported_archs();
+FA4JIT_API std::vector<std::string> supported_archs();
 
 // JSON round trip (schema in docs/CONFIG.md). from_json rejects unknown fields.
-nlohmann::json to_json(const FA4Config& cfg);
-FA4Config config_from_json(const nlohmann::json& j);
+FA4JIT_API nlohmann::json to_json(const FA4Config& cfg);
+FA4JIT_API FA4Config config_from_json(const nlohmann::json& j);
 
 }  // namespace jit

@@ -6,38 +6,62 @@
 //   auto kernel = jit::get_kernel(cfg);   // generated, compiled, cached; thread-safe
 //   kernel->launch(args, stream);
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "fa4jit/config.hpp"
 #include "fa4jit/errors.hpp"
+#include "fa4jit/export.hpp"
 #include "fa4jit/kernel.hpp"
+#include "fa4jit/log.hpp"
+#include "fa4jit/version.hpp"
 
 namespace jit {
 
 // Generates, compiles (NVRTC) and caches (memory, then disk) the kernel for `config`.
 // An empty config.arch means the current CUDA device's arch. Many threads asking for one
 // config share one compile. Works without a GPU when config.arch is set.
-KernelPtr get_kernel(const FA4Config& config);
+FA4JIT_API KernelPtr get_kernel(const FA4Config& config);
 
 // The CUDA source get_kernel compiles for `config` (deterministic: same config, same bytes).
-std::string generate_source(const FA4Config& config);
+FA4JIT_API std::string generate_source(const FA4Config& config);
 
 // The cache key get_kernel uses for `config`.
-std::string cache_key(const FA4Config& config);
+FA4JIT_API std::string cache_key(const FA4Config& config);
 
 // The arch string of the current device ("sm_90a" for Hopper, "sm_100a" for Blackwell,
 // "sm_80" ...). Throws DriverError without a driver or GPU.
-std::string current_device_arch();
+FA4JIT_API std::string current_device_arch();
 
+// What get_kernel did in this process (all threads) since it started.
+struct Stats {
+  std::uint64_t compiles = 0;        // NVRTC compiles (cache misses)
+  std::uint64_t memory_hits = 0;     // served from this process's memory (or joined a compile in flight)
+  std::uint64_t disk_hits = 0;       // loaded from a disk cache tier
+  std::uint64_t remote_hits = 0;     // loaded from the remote (Redis) tier
+  std::uint64_t failures = 0;        // calls that threw (bad config, compile error, sealed miss ...)
+  double compile_ms = 0;             // NVRTC time of the compiles
+};
+FA4JIT_API Stats stats();
+
+// The library, the toolchain and the environment this process runs with.
 struct RuntimeInfo {
-  std::string version;
+  std::string version;         // FA4JIT_VERSION_STRING of the library (may differ from the header's)
   int nvrtc_major = 0, nvrtc_minor = 0;
   std::vector<std::string> nvrtc_archs;
   std::string driver;          // "13.0", or why there is none
   std::vector<std::string> gpus;
-  std::vector<std::string> cache_roots;
+  std::vector<std::string> cache_roots;  // tiers searched, in order
+  std::string cache_writable;  // the tier that receives new kernels; empty: memory only
+  bool sealed = false;         // FA4JIT_SEALED: a miss is an error, never a compile
+  std::string remote_cache;    // FA4JIT_REMOTE_CACHE, empty: none
+  bool redis_built = false;    // whether this build has the Redis tier
+  std::uint64_t cache_max_bytes = 0;  // FA4JIT_CACHE_MAX_BYTES, 0: no cap
+  std::string tune;            // FA4JIT_TUNE overrides of every kernel's Tuning, empty: none
+  LogLevel log_level = LogLevel::warn;
+  Stats stats;
 };
-RuntimeInfo runtime_info();
+FA4JIT_API RuntimeInfo runtime_info();
 
 }  // namespace jit

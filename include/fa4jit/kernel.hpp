@@ -7,12 +7,13 @@
 #include <string>
 
 #include "fa4jit/config.hpp"
+#include "fa4jit/export.hpp"
 
 namespace jit {
 
 // A device tensor in (batch, seqlen, heads, head_dim) order: shape and strides in elements.
 // head_dim must be contiguous (stride 1). PyTorch: t.data_ptr(), t.shape, t.stride().
-struct Tensor {
+struct FA4JIT_API Tensor {
   void* data = nullptr;
   DType dtype = DType::bf16;
   std::array<std::int64_t, 4> shape{};
@@ -73,7 +74,7 @@ struct LaunchArgs {
 
 using Stream = void*;  // a CUstream (0: the legacy default stream)
 
-class Kernel {
+class FA4JIT_API Kernel {
  public:
   virtual ~Kernel() = default;
   // Checks `args` against the config (throws LaunchError before anything is launched),

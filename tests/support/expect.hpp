@@ -1,11 +1,11 @@
 // GoogleTest side of the GPU tests: the skip when no GPU is usable, and the reference check with
-// each failed condition reported on its own (the rule is CheckResult::passes, tests/support/gpu.hpp).
+// each failed condition reported on its own (the rule is CheckResult::passes, check/gpu.hpp).
 #pragma once
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "tests/support/gpu.hpp"
+#include "check/gpu.hpp"
 
 #define SKIP_WITHOUT_GPU()                                                 \
   do {                                                                     \

@@ -1,5 +1,6 @@
-// GPU helpers for tests and tools: RAII device memory through the dlopen'd driver, and one
-// function that runs a kernel on fresh random inputs and checks it against the float64 reference.
+// fa4jit_check (not installed): GPU helpers for the tests and for `fa4jit check` / `fa4jit bench`.
+// RAII device memory through the dlopen'd driver, one function that runs a kernel on fresh random
+// inputs and checks it against the float64 reference, and CUDA-event timing.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -8,7 +9,7 @@
 #include <vector>
 
 #include "fa4jit/jit.hpp"
-#include "tests/support/reference.hpp"
+#include "check/reference.hpp"
 
 namespace jit::testing {
 

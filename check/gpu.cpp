@@ -1,4 +1,4 @@
-#include "tests/support/gpu.hpp"
+#include "check/gpu.hpp"
 
 #include <algorithm>
 #include <cmath>

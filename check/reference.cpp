@@ -1,4 +1,4 @@
-#include "tests/support/reference.hpp"
+#include "check/reference.hpp"
 
 #include <algorithm>
 #include <cmath>

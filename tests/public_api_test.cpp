@@ -1,0 +1,192 @@
+// The public API's C++17-facing parts: written equality operators, the log hook and level, the
+// get_kernel counters and runtime_info's environment fields.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "cache/store.hpp"
+#include "fa4jit/jit.hpp"
+
+namespace {
+
+using namespace jit;
+
+// Equality was `= default` (C++20); the written operators must still compare every field.
+TEST(PublicApi, ConfigEqualityComparesEveryField) {
+  const FA4Config a;
+  const std::vector<std::function<void(FA4Config&)>> changes = {
+      [](FA4Config& c) { c.dtype = DType::fp16; },
+      [](FA4Config& c) { c.output_dtype = DType::bf16; },
+      [](FA4Config& c) { c.depth = 64; },
+      [](FA4Config& c) { c.padded_depth = 128; },
+      [](FA4Config& c) { c.BM = 64; },
+      [](FA4Config& c) { c.BN = 64; },
+      [](FA4Config& c) { c.BK0 = 64; },
+      [](FA4Config& c) { c.BK1 = 64; },
+      [](FA4Config& c) { c.num_q_heads = 8; },
+      [](FA4Config& c) { c.group = 2; },
+      [](FA4Config& c) { c.num_kv_stages = 2; },
+      [](FA4Config& c) { c.num_qk_stages = 2; },
+      [](FA4Config& c) { c.num_mma_stages = 2; },
+      [](FA4Config& c) { c.swizzle_bytes = 64; },
+      [](FA4Config& c) { c.arch = "sm_90a"; },
+      [](FA4Config& c) { c.mask = Mask::causal(); },
+      [](FA4Config& c) { c.score_mod = ScoreMod::softcap(); },
+      [](FA4Config& c) { c.pack_gqa = true; },
+  };
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    FA4Config b = a;
+    changes[i](b);
+    EXPECT_FALSE(a == b) << "change " << i;
+    EXPECT_TRUE(a != b) << "change " << i;
+  }
+  // Every field to_json writes is one of the fields above: same JSON and equal go together.
+  FA4Config b = a;
+  EXPECT_TRUE(a == b);
+  EXPECT_EQ(to_json(a), to_json(b));
+
+  // Masks compare their snippets, alignment and children, recursively.
+  EXPECT_NE(Mask::causal(false), Mask::causal(true));
+  EXPECT_NE(Mask::custom("return true;"), Mask::custom("return false;"));
+  EXPECT_NE(Mask::custom("return true;", "return FULL;"), Mask::custom("return true;"));
+  EXPECT_EQ(Mask::all_of({Mask::causal(), Mask::custom("return true;")}),
+            Mask::all_of({Mask::causal(), Mask::custom("return true;")}));
+  EXPECT_NE(Mask::all_of({Mask::causal(), Mask::custom("return true;")}),
+            Mask::all_of({Mask::causal(), Mask::custom("return kv_idx < 4;")}));
+  EXPECT_NE(Mask::all_of({Mask::causal()}), Mask::any_of({Mask::causal()}));
+  EXPECT_NE(ScoreMod::custom("return score;"), ScoreMod::custom("return -score;"));
+  EXPECT_NE(ScoreMod::alibi(), ScoreMod::softcap());
+
+  const Tuning t;
+  for (int i = 0; i < 6; ++i) {
+    Tuning u = t;
+    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong, &u.cross_tile, &u.wg_spans, &u.persistent};
+    *fields[i] += 1;
+    EXPECT_NE(t, u) << "Tuning field " << i;
+  }
+}
+
+// Captures what reaches the sink; restores the stderr sink and the level afterwards.
+class LogCapture {
+ public:
+  LogCapture() : old_level_(log_level()) {
+    set_log_sink([this](LogLevel level, std::string_view msg) {
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_.emplace_back(level, std::string(msg));
+    });
+  }
+  ~LogCapture() {
+    set_log_sink({});
+    set_log_level(old_level_);
+  }
+  std::vector<std::pair<LogLevel, std::string>> lines() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lines_;
+  }
+
+ private:
+  LogLevel old_level_;
+  std::mutex mu_;
+  std::vector<std::pair<LogLevel, std::string>> lines_;
+};
+
+std::filesystem::path unwritable_dir() {
+  // Below a regular file: not creatable by anyone, root included.
+  const auto file = std::filesystem::temp_directory_path() / ("fa4jit_api_" + std::to_string(std::random_device{}()));
+  std::ofstream(file) << "x";
+  return file / "cache";
+}
+
+TEST(PublicApi, LogSinkReceivesCacheWarningsAtTheChosenLevel) {
+  const auto dir = unwritable_dir();
+  {
+    LogCapture cap;
+    set_log_level(LogLevel::warn);
+    cache::Options o;
+    o.roots = {dir};
+    cache::Store store(o);  // warns once: no writable tier
+    const auto lines = cap.lines();
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0].first, LogLevel::warn);
+    EXPECT_EQ(lines[0].second.rfind("cache: no writable cache directory among [", 0), 0u) << lines[0].second;
+  }
+  {
+    LogCapture cap;
+    set_log_level(LogLevel::error);  // warnings dropped before they reach the sink
+    cache::Options o;
+    o.roots = {dir};
+    cache::Store store(o);
+    EXPECT_TRUE(cap.lines().empty());
+    EXPECT_EQ(store.stats().warnings, 1u);  // still counted
+  }
+  std::filesystem::remove(dir.parent_path());
+  EXPECT_STREQ(to_string(LogLevel::debug), "debug");
+}
+
+TEST(PublicApi, SinkExceptionsAreDropped) {
+  const LogLevel old = log_level();
+  set_log_sink([](LogLevel, std::string_view) { throw std::runtime_error("sink failed"); });
+  set_log_level(LogLevel::warn);
+  cache::Options o;
+  o.roots = {unwritable_dir()};
+  EXPECT_NO_THROW(cache::Store store(o));
+  set_log_sink({});
+  set_log_level(old);
+  std::filesystem::remove(o.roots[0].parent_path());
+}
+
+TEST(PublicApi, StatsCountCompilesHitsAndFailures) {
+  LogCapture cap;
+  set_log_level(LogLevel::debug);
+  FA4Config c;  // a config no other test builds, so this process has not seen its key
+  c.arch = "sm_80";
+  c.depth = 64;
+  c.dtype = DType::fp16;
+  c.group = 3;
+  c.mask = Mask::chunked();
+  const Stats before = stats();
+  const KernelPtr k = get_kernel(c);
+  const Stats mid = stats();
+  const bool compiled = k->origin() == "compiled";
+  EXPECT_EQ(mid.compiles - before.compiles, compiled ? 1u : 0u);
+  EXPECT_EQ(mid.disk_hits - before.disk_hits, compiled ? 0u : 1u);
+  if (compiled) EXPECT_GT(mid.compile_ms, before.compile_ms);
+  bool logged = false;
+  for (const auto& [level, msg] : cap.lines())
+    if (msg.find(k->key()) != std::string::npos) {
+      logged = true;
+      EXPECT_EQ(level, compiled ? LogLevel::info : LogLevel::debug) << msg;
+      EXPECT_NE(msg.find(compiled ? "compiled in" : "disk hit"), std::string::npos) << msg;
+    }
+  EXPECT_TRUE(logged);
+
+  EXPECT_EQ(get_kernel(c), k);  // the process's memory
+  const Stats after = stats();
+  EXPECT_EQ(after.memory_hits - mid.memory_hits, 1u);
+  EXPECT_EQ(after.compiles, mid.compiles);
+
+  FA4Config bad = c;
+  bad.depth = 100;
+  EXPECT_THROW(get_kernel(bad), ConfigError);
+  EXPECT_EQ(stats().failures - after.failures, 1u);
+  EXPECT_EQ(runtime_info().stats.compiles, stats().compiles);
+}
+
+TEST(PublicApi, RuntimeInfoReportsVersionAndEnvironment) {
+  const RuntimeInfo i = runtime_info();
+  EXPECT_EQ(i.version, FA4JIT_VERSION_STRING);
+  EXPECT_EQ(i.version, std::to_string(FA4JIT_VERSION_MAJOR) + "." + std::to_string(FA4JIT_VERSION_MINOR) + "." +
+                           std::to_string(FA4JIT_VERSION_PATCH));
+  EXPECT_EQ(i.log_level, log_level());
+  if (!i.cache_writable.empty()) {
+    ASSERT_FALSE(i.cache_roots.empty());
+    EXPECT_NE(std::find(i.cache_roots.begin(), i.cache_roots.end(), i.cache_writable), i.cache_roots.end());
+  }
+}
+
+}  // namespace
