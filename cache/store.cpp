@@ -1,5 +1,6 @@
 // Store: tiers in order (memory fallback, disk tiers, remote), the get_or_compile protocol and
 // options_from_env(). Correctness comes from atomic publish + verify-on-load; locks only save work.
+#include <cerrno>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -186,8 +187,9 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
   return art;
 }
 
-static std::uint64_t parse_size(const std::string& s) {
+std::uint64_t parse_size(const std::string& s, std::string_view what) {
   char* end = nullptr;
+  errno = 0;
   double v = std::strtod(s.c_str(), &end);
   std::string suffix = end ? std::string(end) : std::string();
   double mult = 1;
@@ -196,8 +198,12 @@ static std::uint64_t parse_size(const std::string& s) {
   else if (suffix == "M" || suffix == "MB" || suffix == "MiB") mult = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "GB" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
   else v = -1;
-  if (end == s.c_str() || v < 0)
-    throw CacheError(fmt::format("FA4JIT_CACHE_MAX_BYTES='{}' is not a size (bytes, or with K/M/G suffix)", s));
+  // strtod also reads "nan", "inf" and hex floats; none of them is a size, nor is anything that
+  // overflows a 64-bit byte count.
+  const std::string number = s.substr(0, static_cast<std::size_t>(end - s.c_str()));
+  const bool plain = number.find_first_of("nNiIxX") == std::string::npos;
+  if (end == s.c_str() || errno == ERANGE || !plain || !(v >= 0) || v * mult >= 18446744073709551616.0)
+    throw CacheError(fmt::format("{}='{}' is not a size (bytes, or with K/M/G suffix)", what, s));
   return static_cast<std::uint64_t>(v * mult);
 }
 
@@ -226,7 +232,7 @@ Options Store::options_from_env() {
   std::string sealed = env("FA4JIT_SEALED");
   o.sealed = sealed == "1" || sealed == "true" || sealed == "yes" || sealed == "on";
   o.remote_url = env("FA4JIT_REMOTE_CACHE");
-  if (std::string m = env("FA4JIT_CACHE_MAX_BYTES"); !m.empty()) o.max_bytes = parse_size(m);
+  if (std::string m = env("FA4JIT_CACHE_MAX_BYTES"); !m.empty()) o.max_bytes = parse_size(m, "FA4JIT_CACHE_MAX_BYTES");
   if (std::string t = env("FA4JIT_CACHE_LOCK_TIMEOUT_MS"); !t.empty())
     o.lock_timeout = std::chrono::milliseconds(std::atoll(t.c_str()));
   return o;

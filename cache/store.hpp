@@ -69,6 +69,11 @@ struct ImportReport {
   std::vector<std::string> problems;
 };
 
+// A byte count as FA4JIT_CACHE_MAX_BYTES and `fa4jit cache prune --max-size` take it: digits
+// (a decimal fraction allowed) with an optional B, K/KB/KiB, M/MB/MiB or G/GB/GiB suffix (powers
+// of 1024). CacheError naming `what` for anything else (negative, nan, inf, overflow, junk).
+std::uint64_t parse_size(const std::string& text, std::string_view what);
+
 class Store {
  public:
   explicit Store(Options options);

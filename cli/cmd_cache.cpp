@@ -1,3 +1,6 @@
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -8,15 +11,76 @@
 
 namespace jit::cli {
 
+namespace {
+
+// What tells two entries of one arch, dtype and depth apart, as `cache ls` shows it.
+struct EntryRow {
+  std::string key, arch, dtype, mask, score_mod, snippets;
+  std::uint64_t bytes = 0;
+  int depth = 0, group = 0;
+  bool pack_gqa = false;
+};
+
+// XXH3-64 of the mask and score-mod JSON when either carries a snippet: entries built from
+// different snippets differ here even when every other column matches.
+std::string snippet_hash(const nlohmann::json& cfg) {
+  const nlohmann::json mask = cfg.value("mask", nlohmann::json::object());
+  const nlohmann::json mod = cfg.value("score_mod", nlohmann::json::object());
+  const std::string text = mask.dump() + "\n" + mod.dump();
+  if (text.find("snippet") == std::string::npos) return {};
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
+EntryRow row(const cache::EntryInfo& e) {
+  const auto& m = e.meta;
+  const nlohmann::json cfg = m.value("config", nlohmann::json::object());
+  auto kind = [&](const char* field) {
+    const auto it = cfg.find(field);
+    return it != cfg.end() && it->is_object() ? it->value("kind", std::string("?")) : std::string("?");
+  };
+  EntryRow r;
+  r.key = e.key;
+  r.bytes = e.bytes;
+  r.arch = m.value("arch", "?");
+  r.dtype = cfg.value("dtype", "?");
+  r.depth = cfg.value("depth", 0);
+  r.group = cfg.value("group", 0);
+  r.pack_gqa = cfg.value("pack_gqa", false);
+  r.mask = kind("mask");
+  r.score_mod = kind("score_mod");
+  r.snippets = snippet_hash(cfg);
+  return r;
+}
+
+}  // namespace
+
 void add_cache(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache", "Inspect and maintain the kernel cache");
   cmd->require_subcommand(1);
-  cmd->add_subcommand("ls", "List entries")->callback([] {
-    for (const auto& e : detail::disk_cache().list()) {
-      const auto& m = e.meta;
-      const auto cfg = m.value("config", nlohmann::json::object());
-      fmt::print("{}  {:>8} B  {:<8} d{:<4} {:<5} {}\n", e.key, e.bytes, m.value("arch", "?"), cfg.value("depth", 0),
-                 cfg.value("dtype", "?"), cfg.contains("mask") ? cfg["mask"].value("kind", "?") : "?");
+  auto* ls = cmd->add_subcommand("ls", "List entries: key, size, arch, dtype, head dim, mask, score-mod, GQA group, "
+                                       "packed GQA, snippet hash");
+  auto ls_json = std::make_shared<bool>(false);
+  ls->add_flag("--json", *ls_json, "print one JSON array (each entry's full config and meta.json)");
+  ls->callback([ls_json] {
+    const auto entries = detail::disk_cache().list();
+    if (*ls_json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& e : entries) {
+        const EntryRow r = row(e);
+        out.push_back({{"key", r.key}, {"bytes", r.bytes}, {"dir", e.dir.string()}, {"arch", r.arch},
+                       {"dtype", r.dtype}, {"depth", r.depth}, {"mask", r.mask}, {"score_mod", r.score_mod},
+                       {"group", r.group}, {"pack_gqa", r.pack_gqa},
+                       {"snippet_hash", r.snippets.empty() ? nlohmann::json() : nlohmann::json(r.snippets)},
+                       {"meta", e.meta}});
+      }
+      fmt::print("{}\n", out.dump(2));
+      return;
+    }
+    for (const auto& e : entries) {
+      const EntryRow r = row(e);
+      fmt::print("{}  {:>8} B  {:<8} {:<4} d{:<4} mask={:<14} score_mod={:<8} group={:<2} {:<6} snippets={}\n", r.key,
+                 r.bytes, r.arch, r.dtype, r.depth, r.mask, r.score_mod, r.group, r.pack_gqa ? "packed" : "-",
+                 r.snippets.empty() ? "-" : r.snippets);
     }
   });
   cmd->add_subcommand("stats", "Entry count and bytes per tier")->callback([] {
@@ -68,7 +132,11 @@ void add_cache(CLI::App& app) {
   });
   auto* prune = cmd->add_subcommand("prune", "Remove least recently used entries down to a size");
   auto max_size = std::make_shared<std::uint64_t>(0);
-  prune->add_option("--max-size", *max_size, "bytes to keep at most")->required();
+  prune->add_option("--max-size", *max_size, "size to keep at most: bytes, or with a K, M or G suffix (1G)")
+      ->required()
+      ->transform(size_validator())
+      ->type_name("SIZE")
+      ->default_str("");
   prune->callback([max_size] { fmt::print("removed {} entries\n", detail::disk_cache().prune(*max_size)); });
 }
 

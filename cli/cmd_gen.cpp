@@ -19,9 +19,9 @@ void add_gen(CLI::App& app) {
     std::string cubin;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--config", o->config, "JSON file with one config");
-  cmd->add_option("--preset", o->presets, "a preset name (first config is used)");
-  cmd->add_option("--arch", o->arch, "target arch (overrides the config's)");
+  cmd->add_option("--config", o->config, "JSON file with one config (the first one is used)");
+  cmd->add_option("--preset", o->presets, "a preset name (its first config is used)");
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
   cmd->add_flag("--ptx", o->ptx, "compile with NVRTC and print the PTX instead");
   cmd->add_flag("--key", o->key, "print the cache key instead");
   cmd->add_flag("--log", o->log, "compile and print the NVRTC log (ptxas registers, spills)");
@@ -29,7 +29,7 @@ void add_gen(CLI::App& app) {
   cmd->callback([o] {
     FA4Config c = load_configs(o->config, o->presets).front();
     if (!o->arch.empty()) c.arch = o->arch;
-    const auto in = detail::compile_inputs(detail::with_arch(c));
+    const auto in = detail::compile_inputs(with_cli_arch(c));
     if (o->key) {
       fmt::print("{}\n", in.key);
     } else if (o->ptx || o->log || !o->cubin.empty()) {

@@ -8,7 +8,7 @@
 namespace jit::cli {
 
 void add_info(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "Driver, GPUs, NVRTC version, cache directories, archs");
+  auto* cmd = app.add_subcommand("info", "Version, driver, GPUs, NVRTC, the cache and logging environment, archs");
   cmd->callback([] {
     const RuntimeInfo i = runtime_info();
     fmt::print("fa4jit {}\n", i.version);
@@ -16,6 +16,16 @@ void add_info(CLI::App& app) {
     fmt::print("driver: {}\n", i.driver);
     fmt::print("gpus: {}\n", i.gpus.empty() ? "none" : fmt::format("{}", fmt::join(i.gpus, "; ")));
     fmt::print("cache: {}\n", i.cache_roots.empty() ? "memory only" : fmt::format("{}", fmt::join(i.cache_roots, " : ")));
+    fmt::print("cache writable: {}\n", i.cache_writable.empty() ? "none (kernels are kept in memory only)" : i.cache_writable);
+    fmt::print("cache sealed: {}\n", i.sealed ? "yes (FA4JIT_SEALED: a miss is an error)" : "no");
+    fmt::print("cache max bytes: {}\n", i.cache_max_bytes ? fmt::format("{}", i.cache_max_bytes) : "no cap");
+    fmt::print("remote cache: {} (Redis tier {})\n", i.remote_cache.empty() ? "none" : i.remote_cache,
+               i.redis_built ? "built in" : "not built in");
+    fmt::print("tune: {}\n", i.tune.empty() ? "none" : "FA4JIT_TUNE=" + i.tune);
+    fmt::print("log level: {}\n", to_string(i.log_level));
+    fmt::print("this process: {} compiled ({:.0f} ms), {} memory hits, {} disk hits, {} remote hits, {} failed\n",
+               i.stats.compiles, i.stats.compile_ms, i.stats.memory_hits, i.stats.disk_hits, i.stats.remote_hits,
+               i.stats.failures);
     fmt::print("archs: {}\n", fmt::join(supported_archs(), " "));
     fmt::print("presets: {}\n", fmt::join(preset_names(), " "));
   });

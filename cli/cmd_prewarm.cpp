@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
 #include "fa4jit/jit.hpp"
@@ -19,9 +20,10 @@ namespace {
 
 struct Job {
   FA4Config config;
-  std::string status;  // "compiled", "hit", "failed"
+  std::string status;  // "compiled", "hit", "missing" (sealed mode), "failed"
   double seconds = 0;
   std::string error;
+  bool in_memory_only = false;  // served by the store's memory fallback: not on disk
 };
 
 std::string describe(const FA4Config& c) {
@@ -41,25 +43,30 @@ void add_prewarm(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON file of configs");
-  cmd->add_option("--preset", o->presets, "preset names (repeatable)");
-  cmd->add_option("--arch", o->archs, "comma-separated archs, e.g. sm_90a,sm_100a (default: each config's)");
-  cmd->add_option("--jobs,-j", o->jobs, "parallel compiles (default: core count)");
+  cmd->add_option("--preset", o->presets, "preset names (repeatable; with neither --config nor --preset: default)");
+  cmd->add_option("--arch", o->archs, "comma-separated archs, e.g. sm_90a,sm_100a (default: each config's, else the GPU's)")
+      ->transform(arch_validator(true));
+  cmd->add_option("--jobs,-j", o->jobs, "parallel compiles (0: core count)")->check(CLI::NonNegativeNumber);
   cmd->callback([o] {
     std::vector<Job> jobs;
     const std::vector<std::string> archs = split_list(o->archs);
-    for (const FA4Config& c : load_configs(o->config, o->presets)) {
+    std::vector<std::string> presets = o->presets;
+    if (o->config.empty() && presets.empty()) presets.push_back("default");
+    for (const FA4Config& c : load_configs(o->config, presets)) {
       if (archs.empty()) {
-        jobs.push_back({detail::with_arch(c), "", 0, ""});
+        jobs.push_back({with_cli_arch(c), "", 0, "", false});
         continue;
       }
       for (const std::string& a : archs) {
         FA4Config x = c;
         x.arch = a;
-        jobs.push_back({x, "", 0, ""});
+        jobs.push_back({x, "", 0, "", false});
       }
     }
     for (Job& j : jobs) resolve(j.config);  // refuse bad configs before compiling anything
 
+    cache::Store& store = detail::disk_cache();
+    const std::uint64_t publish_failures_before = store.stats().publish_failures;
     const int workers = o->jobs > 0 ? o->jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const bool tty = isatty(fileno(stderr));
     std::atomic<std::size_t> next{0}, done{0};
@@ -72,6 +79,10 @@ void add_prewarm(CLI::App& app) {
         try {
           const KernelPtr k = get_kernel(job.config);
           job.status = k->origin() == "compiled" ? "compiled" : "hit";
+          job.in_memory_only = k->origin() == "memory";
+        } catch (const CacheMissError& e) {
+          job.status = "missing";  // sealed mode: nothing is compiled, a miss is a miss
+          job.error = e.what();
         } catch (const std::exception& e) {
           job.status = "failed";
           job.error = e.what();
@@ -84,21 +95,42 @@ void add_prewarm(CLI::App& app) {
         if (tty) std::fprintf(stderr, "\r\033[K");
         std::fprintf(stderr, "[%s] %zu/%zu %-8s %6.2fs  %s%s", bar.c_str(), n, jobs.size(), job.status.c_str(),
                      job.seconds, describe(job.config).c_str(), tty && n < jobs.size() ? "" : "\n");
-        if (job.status == "failed") std::fprintf(stderr, "%s  %s\n", tty ? "\n" : "", job.error.c_str());
+        if (!job.error.empty()) std::fprintf(stderr, "%s  %s\n", tty ? "\n" : "", job.error.c_str());
       }
     };
     std::vector<std::thread> pool;
     for (int w = 0; w < std::min<int>(workers, static_cast<int>(jobs.size())); ++w) pool.emplace_back(worker);
     for (auto& t : pool) t.join();
 
-    int compiled = 0, hit = 0, failed = 0;
-    for (const Job& j : jobs) (j.status == "compiled" ? compiled : j.status == "hit" ? hit : failed)++;
+    int compiled = 0, hit = 0, failed = 0, missing = 0, memory_only = 0;
+    for (const Job& j : jobs) {
+      (j.status == "compiled" ? compiled : j.status == "hit" ? hit : j.status == "missing" ? missing : failed)++;
+      memory_only += j.in_memory_only;
+    }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    fmt::print("prewarm: {} kernels: {} compiled, {} hit, {} failed in {:.2f}s with {} jobs\n", jobs.size(), compiled, hit,
-               failed, wall, workers);
-    for (const Job& j : jobs)
+    fmt::print("prewarm: {} kernels: {} compiled, {} hit, {} failed{} in {:.2f}s with {} jobs\n", jobs.size(), compiled,
+               hit, failed, store.options().sealed ? fmt::format(", {} missing (sealed)", missing) : "", wall, workers);
+    for (const Job& j : jobs) {
       if (j.status == "failed") fmt::print(stderr, "failed: {}\n", describe(j.config));
+      if (j.status == "missing") fmt::print(stderr, "missing: {}: not in cache (sealed)\n", describe(j.config));
+    }
     if (failed) throw Error(fmt::format("{} of {} kernels failed to compile", failed, jobs.size()));
+    if (missing)
+      throw CacheMissError(fmt::format("{} of {} kernels are not in the cache (sealed mode, FA4JIT_SEALED=1, compiles "
+                                       "nothing); prewarm them where FA4JIT_SEALED is unset",
+                                       missing, jobs.size()));
+    // A prewarm exists to leave kernels on disk: kernels kept in memory only are a failure.
+    const std::string root = store.writable_root().string();
+    if (root.empty() && (compiled > 0 || memory_only > 0)) {
+      std::vector<std::string> roots;
+      for (const auto& r : store.options().roots) roots.push_back(r.string());
+      throw CacheError(fmt::format("nothing was persisted: no writable cache directory among [{}]; set "
+                                   "FA4JIT_CACHE_DIR to a writable directory",
+                                   fmt::join(roots, ", ")));
+    }
+    if (const std::uint64_t lost = store.stats().publish_failures - publish_failures_before; lost > 0)
+      throw CacheError(fmt::format("{} of {} kernels could not be written to the cache in {} (see the warning above)",
+                                   lost, jobs.size(), root));
   });
 }
 

@@ -11,6 +11,7 @@
 #include "check/gpu.hpp"
 #include "cli/commands.hpp"
 #include "fa4jit/jit.hpp"
+#include "runtime/compiled_kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/host_numeric.hpp"
 #include "runtime/safetensors.hpp"
@@ -52,7 +53,7 @@ void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
         s.window_left = std::stoi(v.at(0));
         s.window_right = std::stoi(v.at(1));
         return true;
-      }, "sliding-window extents LEFT,RIGHT (-1: unbounded)")->expected(2)->delimiter(',');
+      }, "sliding-window extents LEFT,RIGHT (-1: unbounded)")->expected(2)->delimiter(',')->default_str("-1,-1");
   cmd->add_option("--chunk", s.chunk, "chunk size of chunked masks");
   cmd->add_option("--softcap", s.softcap, "cap of the softcap score-mod");
   cmd->add_flag("--sinks", s.sinks, "random per-head attention sinks");
@@ -74,6 +75,16 @@ FA4Config one_config(const std::string& file, const std::vector<std::string>& pr
   return c;
 }
 
+// A kernel built with --arch for another GPU: say so in the CLI's terms before launching.
+void require_runs_here(const Kernel& kernel) {
+  const CUdevice dev = detail::ensure_context();
+  if (!detail::runs_on(kernel.config(), detail::device_sm(dev)))
+    throw ConfigError(fmt::format("--arch {}: its kernels do not run on this GPU ({}, {}); pass --arch {} or leave "
+                                  "--arch out",
+                                  kernel.config().config.arch, detail::device_name(dev), detail::device_arch(dev),
+                                  detail::device_arch(dev)));
+}
+
 }  // namespace
 
 void add_run(CLI::App& app) {
@@ -86,7 +97,7 @@ void add_run(CLI::App& app) {
   cmd->add_option("--config", o->config, "JSON config file")->required();
   cmd->add_option("--inputs", o->inputs, "safetensors with q, k, v in (batch, seqlen, heads, head_dim)")->required();
   cmd->add_option("--output", o->output, "safetensors to write o and lse to")->required();
-  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)");
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
   cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(head_dim))");
   cmd->callback([o] {
     FA4Config c = one_config(o->config, {}, o->arch);
@@ -103,7 +114,8 @@ void add_run(CLI::App& app) {
     const auto& k = in.at("k");
     const auto& v = in.at("v");
     if (c.depth != q.shape[3]) c.depth = static_cast<int>(q.shape[3]);
-    const KernelPtr kernel = get_kernel(c);
+    const KernelPtr kernel = get_kernel(with_cli_arch(c));
+    require_runs_here(*kernel);
     const DType out_t = *kernel->config().config.output_dtype;
     testing::DeviceBuffer dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(q.bytes.size());
     const std::size_t lse_n = static_cast<std::size_t>(q.shape[0] * q.shape[2] * q.shape[1]);
@@ -142,7 +154,7 @@ void add_check(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file (default: bf16 d128 causal)");
   cmd->add_option("--preset", o->presets, "preset name");
-  cmd->add_option("--arch", o->arch, "target arch (default: the GPU's)");
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
   cmd->add_flag("--require-gpu", o->require_gpu, "fail instead of skipping when there is no GPU");
   add_shape_options(cmd, o->shape);
   cmd->callback([o] {
@@ -154,6 +166,7 @@ void add_check(CLI::App& app) {
     if (has_custom(c.mask) || c.score_mod.kind == ScoreMod::Kind::custom)
       throw ConfigError("check: custom mask / score-mod snippets have no reference semantics here; "
                         "tests/gpu_variants_test.cpp and tests/gpu_features_test.cpp check snippets");
+    validate_config(c);  // before the GPU check: the same answer with or without a GPU
     const std::string why = testing::gpu_unavailable_reason();
     if (!why.empty()) {
       if (o->require_gpu) throw DriverError("check needs a GPU: " + why);
@@ -161,6 +174,7 @@ void add_check(CLI::App& app) {
       return;
     }
     const KernelPtr kernel = get_kernel(c);
+    require_runs_here(*kernel);
     const ShapeOpts& s = o->shape;
     testing::CheckCase cc;
     cc.batch = s.batch;
@@ -202,7 +216,7 @@ void add_bench(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file");
   cmd->add_option("--preset", o->presets, "preset name");
-  cmd->add_option("--arch", o->arch, "target arch (default: the GPU's)");
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
   cmd->add_option("--iters", o->iters, "timed launches");
   cmd->add_option("--warmup", o->warmup, "untimed launches first");
   cmd->add_flag("--json", o->json, "print one JSON object");
@@ -212,8 +226,9 @@ void add_bench(CLI::App& app) {
     using clock = std::chrono::steady_clock;
     const auto t_start = clock::now();
     const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
-    const KernelPtr kernel = get_kernel(c);
+    const KernelPtr kernel = get_kernel(with_cli_arch(c));
     const double get_kernel_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
+    require_runs_here(*kernel);  // creates the context, as the buffers below would before any timing
     const FA4Config& rc = kernel->config().config;
     const int B = o->shape.batch, H = o->shape.heads, Hkv = o->shape.kv_heads, D = rc.depth;
     const int Sq = o->shape.seqlen_q ? o->shape.seqlen_q : o->shape.seqlen;
