@@ -1,3 +1,5 @@
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -9,6 +11,18 @@
 #include "runtime/nvrtc.hpp"
 
 namespace jit::cli {
+
+namespace {
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) throw Error(fmt::format("--cubin {}: cannot open for writing: {}", path, std::strerror(errno)));
+  f << bytes;
+  f.close();  // buffered bytes land here: EFBIG / ENOSPC show now
+  if (!f) throw Error(fmt::format("--cubin {}: write failed: {}", path, std::strerror(errno)));
+}
+
+}  // namespace
 
 void add_gen(CLI::App& app) {
   auto* cmd = app.add_subcommand("gen", "Print the generated CUDA source (or PTX) of one config");
@@ -34,7 +48,7 @@ void add_gen(CLI::App& app) {
       fmt::print("{}\n", in.key);
     } else if (o->ptx || o->log || !o->cubin.empty()) {
       const auto out = detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.options);
-      if (!o->cubin.empty()) std::ofstream(o->cubin, std::ios::binary) << out.cubin;
+      if (!o->cubin.empty()) write_file(o->cubin, out.cubin);
       if (o->ptx || o->log) fmt::print("{}\n", o->log ? out.log : out.ptx);
     } else {
       fmt::print("{}", in.source);

@@ -10,6 +10,7 @@
 
 #include "check/gpu.hpp"
 #include "cli/commands.hpp"
+#include "cli/run_inputs.hpp"
 #include "fa4jit/jit.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/driver.hpp"
@@ -102,14 +103,7 @@ void add_run(CLI::App& app) {
   cmd->callback([o] {
     FA4Config c = one_config(o->config, {}, o->arch);
     const auto in = safetensors::read(o->inputs);
-    for (const char* name : {"q", "k", "v"}) {
-      auto it = in.find(name);
-      if (it == in.end()) throw Error(fmt::format("{}: no tensor '{}'", o->inputs, name));
-      if (it->second.shape.size() != 4)
-        throw Error(fmt::format("{}: '{}' must be 4-D (batch, seqlen, heads, head_dim)", o->inputs, name));
-      if (it->second.dtype != st_dtype(c.dtype))
-        throw Error(fmt::format("{}: '{}' is {}, the config's dtype is {}", o->inputs, name, it->second.dtype, to_string(c.dtype)));
-    }
+    check_run_inputs(o->inputs, in, c);  // before anything is compiled
     const auto& q = in.at("q");
     const auto& k = in.at("k");
     const auto& v = in.at("v");

@@ -11,6 +11,9 @@
 #include "cli/commands.hpp"
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
+#include "generator/bounded_json.hpp"
+#include "generator/config_json.hpp"
+#include "generator/limits.hpp"
 #include "generator/presets.hpp"
 
 namespace jit::cli {
@@ -21,6 +24,20 @@ std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t");
   if (b == std::string::npos) return {};
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// At most kMaxConfigBytes, checked while reading: a huge file, /dev/zero or a pipe that never
+// ends is refused after 1 MiB instead of being read whole.
+std::string read_config_text(const std::string& file) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) throw ConfigError(fmt::format("{}: cannot open", file));
+  std::string text(detail::kMaxConfigBytes + 1, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (f.bad()) throw ConfigError(fmt::format("{}: cannot read", file));
+  text.resize(static_cast<std::size_t>(f.gcount()));
+  if (text.size() > detail::kMaxConfigBytes)
+    throw ConfigError(fmt::format("{}: larger than {} bytes; config files are at most that", file, detail::kMaxConfigBytes));
+  return text;
 }
 
 }  // namespace
@@ -108,30 +125,41 @@ std::vector<FA4Config> load_configs(const std::string& config_file, const std::v
   std::vector<FA4Config> out;
   std::vector<std::string> preset_list = presets;
   if (!config_file.empty()) {
-    std::ifstream f(config_file);
-    if (!f) throw ConfigError(fmt::format("{}: cannot open", config_file));
+    const std::string text = read_config_text(config_file);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(f);
-    } catch (const std::exception& e) {
+      j = detail::parse_bounded_json(text, detail::kMaxConfigBytes, detail::kMaxJsonDepth);
+    } catch (const nlohmann::json::parse_error& e) {
       throw ConfigError(fmt::format("{}: not valid JSON: {}", config_file, e.what()));
+    } catch (const std::length_error& e) {
+      throw ConfigError(fmt::format("{}: {}", config_file, e.what()));
     }
     auto add = [&](const nlohmann::json& c, const std::string& where) {
       try {
-        out.push_back(config_from_json(c));
+        out.push_back(detail::config_from_json_at(c, where));
       } catch (const ConfigError& e) {
-        throw ConfigError(fmt::format("{} {}: {}", config_file, where, e.what()));
+        throw ConfigError(fmt::format("{}: {}", config_file, e.what()));
       }
     };
+    auto fail = [&](const std::string& what) { throw ConfigError(fmt::format("{}: {}", config_file, what)); };
     if (j.is_array()) {
       for (std::size_t i = 0; i < j.size(); ++i) add(j[i], fmt::format("[{}]", i));
     } else if (j.is_object() && (j.contains("configs") || j.contains("presets"))) {
       for (const auto& [k, v] : j.items())
-        if (k != "configs" && k != "presets") throw ConfigError(fmt::format("{}: unknown field '{}'", config_file, k));
-      if (j.contains("configs"))
-        for (std::size_t i = 0; i < j["configs"].size(); ++i) add(j["configs"][i], fmt::format("configs[{}]", i));
-      if (j.contains("presets"))
-        for (const auto& p : j["presets"]) preset_list.push_back(p.get<std::string>());
+        if (k != "configs" && k != "presets") fail(fmt::format("unknown field '{}'", k.substr(0, 64)));
+      if (j.contains("configs")) {
+        const auto& configs = j.at("configs");
+        if (!configs.is_array()) fail(fmt::format("configs: expected an array of configs, got {}", configs.type_name()));
+        for (std::size_t i = 0; i < configs.size(); ++i) add(configs[i], fmt::format("configs[{}]", i));
+      }
+      if (j.contains("presets")) {
+        const auto& names = j.at("presets");
+        if (!names.is_array()) fail(fmt::format("presets: expected an array of preset names, got {}", names.type_name()));
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          if (!names[i].is_string()) fail(fmt::format("presets[{}]: expected a preset name, got {}", i, names[i].type_name()));
+          preset_list.push_back(names[i].get<std::string>());
+        }
+      }
     } else {
       add(j, "");
     }

@@ -1,6 +1,9 @@
 // fa4jit: info | gen | prewarm | run | check | bench | cache. Errors go to stderr; the exit status
 // is 0 (done), 1 (the job failed) or 2 (the command line is wrong): cli/commands.hpp.
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 
 #include "cli/commands.hpp"
 #include "fa4jit/errors.hpp"
@@ -8,6 +11,9 @@
 
 int main(int argc, char** argv) {
   using namespace jit::cli;
+  // Past a file size limit (ulimit -f) the kernel sends SIGXFSZ, whose default action ends the
+  // process with no message. Ignored, the write fails with EFBIG and is reported as an error.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"fa4jit: runtime-generated FlashAttention-4-class attention kernels", "fa4jit"};
   // Every option shows its default in --help (set before the subcommands, which inherit it).
   app.option_defaults()->always_capture_default();
@@ -28,6 +34,11 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fa4jit: error: %s\n", e.what());
+    return kExitError;
+  }
+  // stdout is buffered: a full disk or a file size limit may only show when it is flushed.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "fa4jit: error: writing the output failed: %s\n", std::strerror(errno));
     return kExitError;
   }
   return kExitOk;

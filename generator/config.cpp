@@ -9,6 +9,7 @@
 #include "fa4jit/config.hpp"
 #include "fa4jit/errors.hpp"
 #include "generator/arch.hpp"
+#include "generator/config_check.hpp"
 
 namespace jit {
 
@@ -54,19 +55,6 @@ int pick(const char* field, int explicit_value, int derived, const std::vector<i
   if (std::find(allowed.begin(), allowed.end(), explicit_value) == allowed.end())
     refuse(field, std::to_string(explicit_value), fmt::format("allowed: {}", fmt::join(allowed, ", ")));
   return explicit_value;
-}
-
-void check_mask(const Mask& m) {
-  if (m.kind == Mask::Kind::custom && m.snippet.find_first_not_of(" \t\r\n") == std::string::npos)
-    refuse("mask.snippet", "an empty body", "a custom mask needs a body returning bool over (b, h, q_idx, kv_idx)");
-  if (m.kind != Mask::Kind::custom && !m.block_snippet.empty())
-    refuse("mask.block_snippet", "a body", "only custom masks take a block snippet");
-  if (m.kind == Mask::Kind::all_of || m.kind == Mask::Kind::any_of) {
-    if (m.children.empty()) refuse("mask.masks", "an empty list", "all_of / any_of take at least one mask");
-    for (const Mask& c : m.children) check_mask(c);
-  } else if (!m.children.empty()) {
-    refuse("mask.masks", "a list", "only all_of / any_of masks have children");
-  }
 }
 
 struct Budget {
@@ -235,6 +223,7 @@ void apply_tune_env(Tuning& t) {
 }  // namespace
 
 ResolvedConfig resolve(const FA4Config& input) {
+  detail::check_structure(input);  // before the copy: bounds the mask tree every later walk recurses over
   FA4Config c = input;
   if (c.arch.empty()) refuse("arch", "empty", "set it (e.g. sm_90a) or call get_kernel, which uses the current GPU");
   const ArchInfo arch = parse_arch(c.arch);  // throws ConfigError for unknown archs
@@ -247,16 +236,10 @@ ResolvedConfig resolve(const FA4Config& input) {
   const int dp_default = (c.depth + 63) / 64 * 64;
   c.padded_depth = pick("padded_depth", c.padded_depth, dp_default, {dp_default});
   c.swizzle_bytes = pick("swizzle_bytes", c.swizzle_bytes, 128, {128});
-  if (c.num_q_heads < 0) refuse("num_q_heads", std::to_string(c.num_q_heads), "use 0 (any) or a positive count");
-  if (c.group < 0) refuse("group", std::to_string(c.group), "use 0 (any) or a positive num_q_heads / num_kv_heads");
   if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)
     refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));
-  check_mask(c.mask);
   if (c.pack_gqa && c.group <= 0)
     refuse("pack_gqa", "true with group = 0", "packing GQA heads needs the group (num_q_heads / num_kv_heads) set");
-  if (c.score_mod.kind == ScoreMod::Kind::custom &&
-      c.score_mod.snippet.find_first_not_of(" \t\r\n") == std::string::npos)
-    refuse("score_mod.snippet", "an empty body", "a custom score-mod needs a body returning float");
 
   Budget b{};
   switch (arch.backend) {

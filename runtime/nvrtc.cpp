@@ -1,6 +1,10 @@
 #include "runtime/nvrtc.hpp"
 
+#include <pthread.h>
+
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -42,11 +46,56 @@ std::string read_log(nvrtcProgram p) {
   return log;
 }
 
-}  // namespace
+// NVRTC's front end recurses over the source (nested expressions, template arguments); a snippet
+// of 100k nested parentheses overflowed a default 8 MiB thread stack and ended the whole process.
+// Each compile runs on a thread of its own with this much stack: address space reserved, pages
+// committed only as NVRTC touches them. (Snippets are also capped at kMaxSnippetNesting.)
+constexpr std::size_t kCompileStackBytes = std::size_t{256} << 20;
 
-CompileOutput nvrtc_compile(const std::string& source, const std::string& name,
-                            const std::vector<std::pair<std::string, std::string>>& headers,
-                            const std::vector<std::string>& options) {
+class ThreadAttr {
+ public:
+  ThreadAttr() { ok_ = pthread_attr_init(&attr_) == 0; }
+  ~ThreadAttr() {
+    if (ok_) pthread_attr_destroy(&attr_);
+  }
+  ThreadAttr(const ThreadAttr&) = delete;
+  ThreadAttr& operator=(const ThreadAttr&) = delete;
+  bool set_stack(std::size_t bytes) { return ok_ && pthread_attr_setstacksize(&attr_, bytes) == 0; }
+  const pthread_attr_t* get() const { return &attr_; }
+
+ private:
+  pthread_attr_t attr_{};
+  bool ok_ = false;
+};
+
+// Runs `fn` on a thread with kCompileStackBytes of stack and waits for it; its exception is
+// rethrown here. Where no such thread can be made (address space limits), runs it inline.
+void run_on_large_stack(const std::function<void()>& fn) {
+  std::exception_ptr error;
+  std::function<void()> task = [&] {
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  ThreadAttr attr;
+  pthread_t thread{};
+  auto trampoline = [](void* p) -> void* {
+    (*static_cast<std::function<void()>*>(p))();
+    return nullptr;
+  };
+  if (!attr.set_stack(kCompileStackBytes) || pthread_create(&thread, attr.get(), trampoline, &task) != 0) {
+    task();
+  } else {
+    pthread_join(thread, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+CompileOutput compile_here(const std::string& source, const std::string& name,
+                           const std::vector<std::pair<std::string, std::string>>& headers,
+                           const std::vector<std::string>& options) {
   std::vector<const char*> bytes, names, opts;
   for (const auto& [n, b] : headers) {
     names.push_back(n.c_str());
@@ -71,6 +120,16 @@ CompileOutput nvrtc_compile(const std::string& source, const std::string& name,
   if (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
   out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (out.cubin.empty()) throw CompileError(fmt::format("NVRTC produced no cubin for {}", name), out.log);
+  return out;
+}
+
+}  // namespace
+
+CompileOutput nvrtc_compile(const std::string& source, const std::string& name,
+                            const std::vector<std::pair<std::string, std::string>>& headers,
+                            const std::vector<std::string>& options) {
+  CompileOutput out;
+  run_on_large_stack([&] { out = compile_here(source, name, headers, options); });
   return out;
 }
 

@@ -3,7 +3,7 @@
 # is expected at /usr/local/cuda; no GPU or driver is needed to build, compile kernels or test.
 set -euo pipefail
 pkgs=(python3-pip cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev
-      libhiredis-dev redis-server)
+      libhiredis-dev redis-server python3-jsonschema)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

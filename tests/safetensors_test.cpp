@@ -1,0 +1,124 @@
+// The safetensors reader (`fa4jit run --inputs`): every offset, dim and size checked with
+// overflow-checked arithmetic, tensors that do not overlap, a strict JSON header.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "fa4jit/errors.hpp"
+#include "runtime/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class SafetensorsReader : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = fs::temp_directory_path() / ("fa4jit_st_" + std::to_string(std::random_device{}()) + ".safetensors");
+  }
+  void TearDown() override { fs::remove(path_); }
+
+  // A file with this header text (padded to 8 bytes) followed by `data`.
+  void write(std::string header, const std::string& data) const {
+    header.append((8 - header.size() % 8) % 8, ' ');
+    std::ofstream f(path_, std::ios::binary);
+    const std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    f << header << data;
+  }
+
+  // Expects jit::Error naming the file and every one of `words`.
+  void expect_refused(std::initializer_list<const char*> words) const {
+    try {
+      const auto t = jit::safetensors::read(path_);
+      ADD_FAILURE() << "accepted, " << t.size() << " tensors";
+    } catch (const jit::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path_.string()), std::string::npos) << msg;
+      for (const char* w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+    }
+  }
+
+  fs::path path_;
+};
+
+TEST_F(SafetensorsReader, ValidFilesStillRead) {
+  write(R"({"__metadata__": {"format": "pt"}, "q": {"dtype": "BF16", "shape": [1, 2, 2, 4], "data_offsets": [0, 32]},)"
+        R"( "e": {"dtype": "F32", "shape": [0, 3], "data_offsets": [32, 32]}})",
+        std::string(32, '\x7'));
+  const auto t = jit::safetensors::read(path_);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.at("q").bytes, std::string(32, '\x7'));
+  EXPECT_EQ(t.at("e").bytes, "");
+}
+
+TEST_F(SafetensorsReader, OffsetsThatWrapAroundAreRefused) {
+  // base + end wrapped past 2^64: the tensor was read from the header bytes.
+  const std::uint64_t begin = ~std::uint64_t{0} - 47;  // 2^64 - 48
+  write(R"({"q": {"dtype": "BF16", "shape": [1, 1, 1, 24], "data_offsets": [)" + std::to_string(begin) + ", " +
+            std::to_string(begin + 48) + "]}}",
+        std::string(48, 'x'));
+  expect_refused({"tensor \"q\"", "data_offsets"});
+  write(R"({"q": {"dtype": "BF16", "shape": [1, 1, 1, 24], "data_offsets": [18446744073709551600, 32]}})", std::string(48, 'x'));
+  expect_refused({"data_offsets"});
+}
+
+TEST_F(SafetensorsReader, OverlappingTensorsAreRefused) {
+  write(R"({"q": {"dtype": "BF16", "shape": [1, 1, 1, 8], "data_offsets": [0, 16]},)"
+        R"( "k": {"dtype": "BF16", "shape": [1, 1, 1, 8], "data_offsets": [8, 24]}})",
+        std::string(24, 'x'));
+  expect_refused({"\"q\"", "\"k\"", "overlap"});
+}
+
+TEST_F(SafetensorsReader, NegativeDimsAreRefused) {
+  // (-1) * (-24) elements of 2 bytes "matched" 48 bytes through unsigned wrap-around.
+  write(R"({"q": {"dtype": "BF16", "shape": [-1, -24], "data_offsets": [0, 48]}})", std::string(48, 'x'));
+  expect_refused({"tensor \"q\"", "shape[0] is -1"});
+}
+
+TEST_F(SafetensorsReader, ShapeProductsThatOverflowAreRefused) {
+  // 2^32 * 2^32 * 2 bytes wrapped to 0 and "matched" an empty tensor.
+  write(R"({"q": {"dtype": "BF16", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", "");
+  expect_refused({"tensor \"q\"", "overflows"});
+  write(R"({"q": {"dtype": "BF16", "shape": [9223372036854775808], "data_offsets": [0, 0]}})", "");
+  expect_refused({"shape[0]"});
+}
+
+TEST_F(SafetensorsReader, HeaderTypesAreStrict) {
+  write(R"({"q": {"dtype": "BF16", "shape": [2.5, 2], "data_offsets": [0, 8]}})", std::string(8, 'x'));
+  expect_refused({"shape[0] is 2.5"});
+  write(R"({"q": {"dtype": "BF16", "shape": [true, 4], "data_offsets": [0, 8]}})", std::string(8, 'x'));
+  expect_refused({"shape[0] is true"});
+  write(R"({"q": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8.0]}})", std::string(8, 'x'));
+  expect_refused({"data_offsets[1]"});
+  write(R"({"q": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8], "extra": 1}})", std::string(8, 'x'));
+  expect_refused({"unknown field \"extra\""});
+  write(R"({"q": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8, 9]}})", std::string(8, 'x'));
+  expect_refused({"data_offsets"});
+  write(R"({"q": {"dtype": 7, "shape": [4], "data_offsets": [0, 8]}})", std::string(8, 'x'));
+  expect_refused({"dtype"});
+  write(R"({"q": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 8]}})", std::string(8, 'x'));
+  expect_refused({"unsupported dtype \"Q4\""});
+  write(R"({"__metadata__": {"a": 1}})", "");
+  expect_refused({"__metadata__"});
+  write(R"([1, 2])", "");
+  expect_refused({"not a JSON object"});
+  write(R"({"q": {"dtype": "BF16", "shape": [[[[4]]]], "data_offsets": [0, 8]}})", std::string(8, 'x'));
+  expect_refused({"nested deeper"});
+}
+
+TEST_F(SafetensorsReader, HugeHeaderLengthsAreRefused) {
+  {
+    std::ofstream f(path_, std::ios::binary);
+    const std::uint64_t n = ~std::uint64_t{0};
+    for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    f << "{}";
+  }
+  expect_refused({"header length"});
+}
+
+}  // namespace
