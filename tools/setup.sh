@@ -2,7 +2,7 @@
 # Installs what fa4jit builds against (Debian packages). The CUDA 13 toolkit (NVRTC, headers)
 # is expected at /usr/local/cuda; no GPU or driver is needed to build, compile kernels or test.
 set -euo pipefail
-pkgs=(python3-pip cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev
+pkgs=(python3-pip cmake ninja-build g++ pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev
       libhiredis-dev redis-server python3-jsonschema)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds and runs the consumer examples against build/ (configured and built by tools/build.sh):
+#   - installs build/ into DIR/prefix (cmake --install --strip),
+#   - examples/find_package against that prefix (find_package(fa4jit)),
+#   - examples/add_subdirectory (fa4jit built inside the consumer's tree),
+#   - the same program compiled with `pkg-config --cflags --libs fa4jit`,
+# and runs each: kernels for sm_90a and sm_100a always; with a GPU, one attention checked
+# against a float64 reference (it fails where a GPU is present but the run does not pass).
+#
+#   tools/examples.sh                 build and run in a temporary directory (CI)
+#   tools/examples.sh build DIR       build only, leaving in DIR just what `run` needs (stripped
+#                                     binaries, libfa4jit.so, libhiredis): small enough to carry
+#   tools/examples.sh run DIR         run what `build DIR` left (on the GPU machine, which lacks
+#                                     cmake's -dev dependencies: fmt, CLI11, nlohmann, GTest)
+# FA4JIT_EXAMPLES_REQUIRE_GPU=1/0 forces/forbids failing without a GPU (default: 1 when
+# nvidia-smi lists one). FA4JIT_CACHE_DIR is honoured (default: a fresh directory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+mode=${1:-all}
+case "$mode" in
+  all) dir=${2:-$(mktemp -d)} ;;
+  build | run) [ $# -ge 2 ] || { echo "usage: $0 [all [DIR] | build DIR | run DIR]" >&2; exit 2; }; dir=$2 ;;
+  *) echo "usage: $0 [all [DIR] | build DIR | run DIR]" >&2; exit 2 ;;
+esac
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+cuda=${CUDA_HOME:-/usr/local/cuda}
+
+build() {
+  local work="$dir/work" jobs
+  jobs=$(nproc)
+  cmake --build build -j"$jobs" >/dev/null
+  rm -rf "$dir/prefix" "$work" && mkdir -p "$work"
+  echo "== install build/ into $dir/prefix"
+  cmake --install build --prefix "$dir/prefix" --strip >/dev/null
+
+  echo "== examples/find_package against the installed prefix"
+  cmake -S examples/find_package -B "$work/find_package" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_PREFIX_PATH="$dir/prefix" >/dev/null
+  cmake --build "$work/find_package" -j"$jobs" >/dev/null
+
+  echo "== examples/add_subdirectory (builds fa4jit inside the example's tree)"
+  cmake -S examples/add_subdirectory -B "$work/add_subdirectory" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DFA4JIT_SOURCE_DIR="$repo" >/dev/null
+  cmake --build "$work/add_subdirectory" -j"$jobs" >/dev/null
+
+  echo "== the same program through pkg-config"
+  mkdir -p "$dir/pkg-config"
+  # shellcheck disable=SC2046  # pkg-config's flags are meant to split
+  c++ -std=c++17 -O2 -Wall -Wextra examples/find_package/main.cpp -o "$dir/pkg-config/fa4jit_example" \
+      $(PKG_CONFIG_PATH="$dir/prefix/lib/pkgconfig" pkg-config --cflags --libs fa4jit) \
+      -I"$cuda/include" -L"$cuda/lib64" -lcudart_static -ldl -lrt -pthread
+
+  # What `run` needs, stripped: the examples, the add_subdirectory build's own libfa4jit.so, and
+  # the shared libraries the GPU machine's image lacks (hiredis).
+  mkdir -p "$dir/find_package" "$dir/add_subdirectory" "$dir/lib"
+  strip -o "$dir/find_package/fa4jit_example" "$work/find_package/fa4jit_example"
+  strip -o "$dir/add_subdirectory/fa4jit_example" "$work/add_subdirectory/fa4jit_example"
+  strip -o "$dir/add_subdirectory/libfa4jit.so.0" "$work/add_subdirectory/fa4jit/libfa4jit.so.0"
+  strip "$dir/pkg-config/fa4jit_example"
+  for lib in $(ldd "$dir/prefix/lib/libfa4jit.so.0" | awk '/hiredis/ {print $3}'); do cp -L "$lib" "$dir/lib/"; done
+  rm -rf "$work"
+  # The static archive (with debug info) is not needed to run anything; it would not fit a carry.
+  [ "$mode" = all ] || rm -f "$dir/prefix/lib/libfa4jit.a"
+  du -sh "$dir"
+}
+
+run() {
+  local require=${FA4JIT_EXAMPLES_REQUIRE_GPU:-}
+  if [ -z "$require" ]; then
+    require=0
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then require=1; fi
+  fi
+  local flag=""
+  [ "$require" = 1 ] && flag=--require-gpu
+  export FA4JIT_CACHE_DIR="${FA4JIT_CACHE_DIR:-$(mktemp -d)}"
+  echo "== installed CLI"
+  LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" --version
+  for ex in find_package add_subdirectory pkg-config; do
+    local libdir="$dir/prefix/lib"
+    [ "$ex" = add_subdirectory ] && libdir="$dir/add_subdirectory"
+    echo "== $ex example $flag"
+    LD_LIBRARY_PATH="$libdir:$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$dir/$ex/fa4jit_example" $flag
+  done
+  echo "examples: all passed"
+}
+
+case "$mode" in
+  all) build; run ;;
+  build) build ;;
+  run) run ;;
+esac
