@@ -285,6 +285,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   a.sinks = p.sinks.empty() ? nullptr : static_cast<const float*>(dsinks.get());
   a.num_splits = c.num_splits;
   a.aux_scalar = c.aux_scalar;
+  a.aux_ptr = c.aux_ptr;
 
   // Exact run-time block mask: per (b, h, q block, k block), over the sequence's real extent.
   std::vector<std::uint8_t> blocks;

@@ -54,6 +54,7 @@ struct CheckCase {
   // > 0: pass a run-time block mask of these block sizes, computed exactly from the reference mask.
   int block_mask_q = 0, block_mask_k = 0;
   std::array<float, 4> aux_scalar{};  // LaunchArgs::aux_scalar (custom snippets' scalars[i])
+  std::array<const void*, 4> aux_ptr{};  // LaunchArgs::aux_ptr (snippets' aux[i]; the test owns the memory)
   // > 0: O rows carry this many poisoned elements after each head's D (head stride D + o_head_pad,
   // a multiple of 8); they must stay poisoned (CheckResult::clobbered). Catches stores past head_dim.
   int o_head_pad = 0;

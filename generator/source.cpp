@@ -90,16 +90,16 @@ std::string emit_score_mod(SourceWriter& w, const ScoreMod& s) {
     case ScoreMod::Kind::softcap: return "fa4::score_mod::Softcap";
     case ScoreMod::Kind::alibi: return "fa4::score_mod::Alibi";
     case ScoreMod::Kind::custom:
+      // The user's struct carries the snippet; fa4::score_mod::Custom keeps it inside the sequence.
       w.line("struct UserScoreMod {");
-      w.line("  static constexpr bool kIsIdentity = false;");
-      w.line("  __device__ __forceinline__ float operator()(float score, int b, int h, int q_idx, int kv_idx,");
-      w.line("                                              const fa4::FwdParams& params) const {");
+      w.line("  __device__ __forceinline__ static float eval(float score, int b, int h, int q_idx, int kv_idx,");
+      w.line("                                               const fa4::FwdParams& params) {");
       w.line("    const void* const* aux = params.aux_ptr; const float* scalars = params.aux_scalar;");
       w.line("    (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)aux; (void)scalars;");
       w.snippet("score_mod", s.snippet);
       w.line("  }");
       w.line("};");
-      return "UserScoreMod";
+      return "fa4::score_mod::Custom<UserScoreMod>";
   }
   return "fa4::score_mod::Identity";
 }

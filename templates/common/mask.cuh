@@ -178,14 +178,24 @@ __device__ __forceinline__ TileClass block_mask_class(int head, int q_lo, int q_
 // A user mask (generated from Mask::custom): User::eval is the element snippet, User::block the
 // optional block snippet (kPartial when the user gave none). The snippet's claims and the run-time
 // block mask both describe the same element mask, so either one's kSkip or kFull is trusted.
+// Snippets only see their sequence (VARIANTS.md), so they may index per-position tensors (document
+// ids): eval runs for q < seqlen_q and k < seqlen_k only (elsewhere "not visible", without calling
+// it; tiles reach past the sequence), block for tile bounds clamped to the sequence and never for a
+// tile outside it (kSkip). Positions are never negative (every backend counts tile rows and keys up
+// from 0), so eval's check is two compares against the upper bounds.
 template <class User>
 struct Custom {
   static constexpr bool kIsNone = false;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
-    return User::eval(c.batch, c.q_head, q, k, *c.params);
+    return q < c.seqlen_q && k < c.seqlen_k && User::eval(c.batch, c.q_head, q, k, *c.params);
   }
   __device__ __forceinline__ static KvRange kv_range(int, int, const Ctx& c) { return {0, c.seqlen_k}; }
   __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    q_lo = max(q_lo, 0);
+    k_lo = max(k_lo, 0);
+    q_hi = min(q_hi, c.seqlen_q);
+    k_hi = min(k_hi, c.seqlen_k);
+    if (q_lo >= q_hi || k_lo >= k_hi) return kSkip;
     TileClass acc = kPartial;
     for (int h = c.q_head; h < c.q_head + c.num_heads; ++h) {
       TileClass t = static_cast<TileClass>(User::block(c.batch, h, q_lo, q_hi, k_lo, k_hi, *c.params));

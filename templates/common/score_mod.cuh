@@ -57,5 +57,37 @@ struct Alibi {
   }
 };
 
+// A user score-mod (generated from ScoreMod::custom): User::eval is the snippet. It only sees its
+// sequence (VARIANTS.md), so it may index per-position tensors (biases) by q_idx and kv_idx: the
+// rows and keys of a tile past the sequence (whose results are discarded) are evaluated at the
+// sequence's last query / key. Clamped, not branched: a branch per element of the unrolled tile
+// costs registers (sm90a/softmax.cuh). Positions are never negative (tiles count up from 0), and
+// no tile of an empty sequence is computed (TileWork::finish), so the clamped indices are in range.
+template <class User>
+struct Custom {
+  static constexpr bool kIsIdentity = false;
+  int seqlen_q, seqlen_k;  // of the sequence being computed (for_sequence)
+  __device__ __forceinline__ float operator()(float score, int b, int h, int q_idx, int kv_idx,
+                                              const FwdParams& p) const {
+    return User::eval(score, b, h, min(q_idx, seqlen_q - 1), min(kv_idx, seqlen_k - 1), p);
+  }
+};
+
+// The score-mod every backend applies to the tiles of one sequence: seq is anything with seqlen_q
+// and seqlen_k (SeqInfo, mask::Ctx). Built-ins are defined everywhere and ignore it. (Overloads on
+// a pointer rather than a trait struct: a trait's constexpr member became a PTX global.)
+template <class Mod, class Seq>
+__device__ __forceinline__ Mod with_sequence(const Mod*, const Seq&) {
+  return Mod{};
+}
+template <class User, class Seq>
+__device__ __forceinline__ Custom<User> with_sequence(const Custom<User>*, const Seq& seq) {
+  return Custom<User>{seq.seqlen_q, seq.seqlen_k};
+}
+template <class Mod, class Seq>
+__device__ __forceinline__ Mod for_sequence(const Seq& seq) {
+  return with_sequence(static_cast<const Mod*>(nullptr), seq);
+}
+
 }  // namespace score_mod
 }  // namespace fa4

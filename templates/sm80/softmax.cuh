@@ -44,8 +44,8 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
   // registers across the KV loop; opaque, they are recomputed per tile (shifts and adds).
   if constexpr (T::kPack > 1) asm volatile("" : "+r"(q_row0));
   if constexpr (!ScoreMod::kIsIdentity) {
-    // Indices are clamped into the sequence so a score-mod that reads aux tensors never reads
-    // out of bounds; the elements concerned are masked (k) or never written (q) anyway.
+    // Indices clamped into the sequence (those elements are masked (k) or never stored (q)).
+    const ScoreMod mod_in_seq = score_mod::for_sequence<ScoreMod>(ctx);
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -53,7 +53,7 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const Row row = Row::of(q_row0 + mt * 16 + (e >> 1) * 8);
-          s[mt][j][e] = ScoreMod()(s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head + row.head,
+          s[mt][j][e] = mod_in_seq(s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head + row.head,
                                    min(row.q, ctx.seqlen_q - 1), min(k_col0 + j * 8 + (e & 1), ctx.seqlen_k - 1), p) *
                         kLog2e;
         }
