@@ -23,7 +23,7 @@
 #include "generator/key.hpp"
 #include "runtime/nvrtc.hpp"
 #include "tests/support/expect.hpp"
-#include "tests/support/gpu.hpp"
+#include "check/gpu.hpp"
 #include "tests/support/scoped_tune.hpp"
 
 namespace {
