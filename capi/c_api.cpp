@@ -373,6 +373,7 @@ int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs
   if (!configs_json) return invalid("fa4jit_prewarm: configs_json is NULL");
   struct Job {
     jit::FA4Config config;
+    std::size_t index = 0;  // in configs_json
     std::string key, status = "failed", error;
     double seconds = 0;
     std::exception_ptr failure;
@@ -391,16 +392,21 @@ int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs
       } catch (const jit::ConfigError& e) {
         throw jit::ConfigError(fmt::format("configs[{}]: {}", i, e.what()));
       }
-      if (arch_list.empty()) {
-        work.emplace_back().config = jit::detail::with_arch(c);
-        continue;
-      }
-      for (const std::string& a : arch_list) {
-        c.arch = a;
-        work.emplace_back().config = c;
+      if (arch_list.empty()) c.arch = jit::detail::with_arch(c).arch;
+      for (std::size_t a = 0; a < std::max<std::size_t>(1, arch_list.size()); ++a) {
+        Job& job = work.emplace_back();
+        job.config = c;
+        job.index = i;
+        if (!arch_list.empty()) job.config.arch = arch_list[a];
       }
     }
-    for (Job& j : work) jit::resolve(j.config);  // refuse bad configs before compiling anything
+    for (Job& j : work) {  // refuse bad configs before compiling anything
+      try {
+        jit::resolve(j.config);
+      } catch (const jit::ConfigError& e) {
+        throw jit::ConfigError(fmt::format("configs[{}] ({}): {}", j.index, j.config.arch, e.what()));
+      }
+    }
   });
   if (rc != FA4JIT_OK) return rc;
 

@@ -20,7 +20,7 @@ fi
 t=$(date +%s)
 "$py" -m pip install -q --disable-pip-version-check .
 echo "python_test: pip install . (build + install): $(( $(date +%s) - t ))s"
-export FA4JIT_CACHE_DIR="${FA4JIT_CACHE_DIR:-$(mktemp -d)}"
+export FA4JIT_CACHE_DIR="$(mktemp -d)"   # its own cache: tests count compiles and hits
 # `import fa4jit` is the installed package (the sources live under python/); PATH has its console script.
 export PATH="$PWD/$venv/bin:$PATH"
 "$py" -m pytest -q -p no:cacheprovider --rootdir "$PWD/tests/python" "$PWD/tests/python" -W ignore::UserWarning

@@ -114,11 +114,17 @@ def test_prewarm_compiles_then_hits_without_gpu():
     assert [r["key"] for r in again] == [r["key"] for r in report]
 
 
-def test_prewarm_validates_every_config_before_compiling():
-    good = {"depth": 128, "mask": "sliding_window"}
-    with pytest.raises(fa4jit.ConfigError, match=r"depth: 100"):
-        fa4jit.prewarm([good, {"depth": 100}], archs=["sm_90a"])
-    assert fa4jit.prewarm([good], archs=["sm_90a"])[0]["status"] == "compiled"  # not compiled by the failed call
+def test_prewarm_validates_every_config_before_compiling(tmp_path):
+    # In a fresh process and cache: the good config must not have been compiled by the failed call.
+    code = ("import fa4jit\n"
+            "good = {'depth': 128, 'mask': 'sliding_window'}\n"
+            "try:\n    fa4jit.prewarm([good, {'depth': 100}], archs=['sm_90a'])\n"
+            "except fa4jit.ConfigError as e:\n    print('refused:', e)\n"
+            "print('then:', fa4jit.prewarm([good], archs=['sm_90a'])[0]['status'])\n")
+    env = dict(os.environ, FA4JIT_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "refused: configs[1] (sm_90a): depth: 100" in out.stdout, out.stdout + out.stderr
+    assert "then: compiled" in out.stdout, out.stdout + out.stderr
 
 
 def test_snippet_compile_error_points_at_the_snippet_line():
@@ -210,3 +216,54 @@ def test_aux_list_with_ambiguous_names_is_refused():
         _snippets.typed_snippets((("score", "return score + aux0[h];"),), (), ("torch.bfloat16",))
     with pytest.raises(fa4jit.ConfigError, match="cannot name"):
         _snippets.typed_snippets((("mask", "return q_idx[0];"),), ("q_idx",), ("torch.int32",))
+
+
+C_CONSUMER = r"""
+#include <stdio.h>
+#include <string.h>
+#include <fa4jit/c_api.h>
+
+int main(void) {
+  if (fa4jit_c_api_version() < FA4JIT_C_API_VERSION) return 10;
+  printf("version %s\n", fa4jit_version());
+  fa4jit_kernel* k = NULL;
+  if (fa4jit_kernel_get("{\"depth\": 64, \"mask\": \"causal\"}", "sm_90a", &k) != FA4JIT_OK) {
+    printf("get failed: %s\n", fa4jit_last_error());
+    return 11;
+  }
+  char* info = NULL;
+  if (fa4jit_kernel_info(k, &info) != FA4JIT_OK || !strstr(info, "\"backend\":\"sm90a\"")) return 12;
+  fa4jit_free(info);
+  fa4jit_launch_args a;
+  fa4jit_launch_args_init(&a);
+  int rc = fa4jit_launch(k, &a, NULL);  /* q.data is NULL: refused before anything runs */
+  printf("launch %d %s\n", rc, fa4jit_last_error());
+  if (rc != FA4JIT_LAUNCH_ERROR || !strstr(fa4jit_last_error(), "q.data is null")) return 13;
+  a.size = 8;  /* a struct from no known header */
+  if (fa4jit_launch(k, &a, NULL) != FA4JIT_INVALID_ARGUMENT) return 14;
+  if (fa4jit_kernel_get("{\"depth\": 100}", "sm_90a", &k) != FA4JIT_CONFIG_ERROR || k != NULL) return 15;
+  printf("config error: %s\n", fa4jit_last_error());
+  fa4jit_kernel_release(k);
+  return 0;
+}
+"""
+
+
+def test_c_consumer_of_the_installed_header_and_library(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    pkg = os.path.dirname(fa4jit.__file__)
+    include = os.path.join(pkg, "include")
+    if not os.path.exists(os.path.join(include, "fa4jit", "c_api.h")):
+        include = os.path.join(REPO, "include")  # a source tree: the repository's header
+    src = tmp_path / "consumer.c"
+    src.write_text(C_CONSUMER)
+    exe = tmp_path / "consumer"
+    lib = fa4jit.library_path
+    build = subprocess.run([cc, "-std=c99", "-Wall", "-Werror", "-pedantic", f"-I{include}", str(src), lib,
+                            f"-Wl,-rpath,{os.path.dirname(lib)}", "-o", str(exe)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"version {fa4jit.__version__}" in run.stdout and "depth: 100" in run.stdout

@@ -206,3 +206,15 @@ def test_out_with_grad_is_refused(fake):
         q.requires_grad_(True)
         with pytest.raises(RuntimeError, match="forward only"):
             fa4jit.attention(q, k, v, out=torch.empty_like(q.detach()))
+
+
+def test_eager_calls_skip_the_dispatcher_only_when_nothing_observes_them(fake):
+    from fa4jit import ops
+    t = torch.empty(1, 8, 1, 64, dtype=bf16)
+    assert ops._eager(t, t, t, None)  # plain tensors, eager, nothing to record
+    assert not ops._eager(t.requires_grad_(True), t, t, None)  # autograd must see the op
+    with torch.no_grad():
+        assert ops._eager(t, t, t, None)
+    with fake:
+        f = torch.empty(1, 8, 1, 64, dtype=bf16, device="cuda")
+        assert not ops._eager(f, f, f, None)  # a dispatch mode is active: through torch.ops

@@ -6,7 +6,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export FA4JIT_CACHE_DIR=${FA4JIT_CACHE_DIR:-/tmp/fa4jit-cache} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-site=/tmp/site
+site=${FA4JIT_SITE:-/tmp/site}
 rm -rf "$site"
 whl=$(ls .whl/fa4jit-*.whl | head -1)
 python3 -m pip install --no-deps --no-index --target "$site" "$whl" 2>&1 | tail -2
