@@ -267,3 +267,63 @@ def test_c_consumer_of_the_installed_header_and_library(tmp_path):
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"version {fa4jit.__version__}" in run.stdout and "depth: 100" in run.stdout
+
+
+# ---- every launch-args field reaches the library at its place (no GPU: the checks come first) -----
+
+def _kernel_handle(config):
+    h = _lib.ctypes.c_void_p()
+    assert _lib.fa4jit_kernel_get(json.dumps(config).encode(), b"sm_90a", _lib.ctypes.byref(h)) == 0, _lib.last_error()
+    return h.value
+
+
+def _launch_fields(**fields):
+    buf = _lib.ctypes.create_string_buffer(_lib.LAUNCH_ARGS_SIZE)
+    _lib.fa4jit_launch_args_init(buf)
+    values = dict(zip(_lib.field_names(), _lib.LAUNCH_ARGS.unpack_from(buf.raw)))
+    B, S, H, D = 2, 64, 4, 64
+    buffer = 1 << 20  # any 16-byte aligned non-null address: the checks below fail before it is read
+    for name in "qkvo":
+        values.update({f"{name}.data": buffer, f"{name}.dtype": 0})
+        for i, (n, st) in enumerate(zip((B, S, H, D), (S * H * D, H * D, D, 1))):
+            values[f"{name}.shape[{i}]"], values[f"{name}.stride[{i}]"] = n, st
+    values.update(fields)
+    return _lib.LAUNCH_ARGS.pack(*values.values())
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"q.stride[2]": 4}, r"q.stride\[2\] = 4"),
+    ({"k.dtype": 1}, "k.dtype is fp16"),
+    ({"v.shape[3]": 32}, r"v.shape\[3\] \(head_dim\) is 32"),
+    ({"o.data": 0}, "o.data is null"),
+    ({"o.shape[1]": 63}, r"o.shape \(63, 4\)"),
+    ({"cu_seqlens_q": 64, "cu_seqlens_k": 64}, "batch is 0"),
+    ({"cu_seqlens_q": 64, "cu_seqlens_k": 64, "batch": 2}, "max_seqlen_q is 0"),
+    ({"max_pages": 5}, "max_pages is 5 without a page_table"),
+    ({"page_table": 64, "cu_seqlens_k": 64}, "cu_seqlens_k with page_table"),
+    ({"softmax_scale": -1.0}, "softmax_scale is -1"),
+    ({"block_mask": 64}, "block_mask is set but the kernel's mask has no custom part"),
+    ({"q.dtype": 7}, "q.dtype is 7"),
+])
+def test_launch_args_reach_the_library_field_by_field(fields, message):
+    h = _kernel_handle({"depth": 64, "mask": "causal"})
+    try:
+        code = _lib.fa4jit_launch(h, _launch_fields(**fields), None)
+        assert code == 7, (code, _lib.last_error())  # FA4JIT_LAUNCH_ERROR: refused before the driver is needed
+        assert re.search(message, _lib.last_error()), _lib.last_error()
+    finally:
+        _lib.fa4jit_kernel_release(h)
+
+
+def test_valid_launch_args_get_as_far_as_the_driver():
+    if fa4jit.runtime_info()["gpus"]:
+        pytest.skip("a GPU is present")
+    h = _kernel_handle({"depth": 64, "mask": {"kind": "custom", "snippet": "return true;"}})
+    try:
+        for fields in ({}, {"window_left": 3, "chunk_size": 5, "softcap": 2.0, "num_splits": 1, "lse": 64,
+                            "block_mask": 64, "block_mask_q": 64, "aux_scalar[3]": 1.5, "sinks": 64}):
+            code = _lib.fa4jit_launch(h, _launch_fields(**fields), None)
+            assert code == 6 and "no CUDA driver" in _lib.last_error(), (code, _lib.last_error())
+            assert _lib.fa4jit_last_error_code() == 6
+    finally:
+        _lib.fa4jit_kernel_release(h)

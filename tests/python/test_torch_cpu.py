@@ -218,3 +218,58 @@ def test_eager_calls_skip_the_dispatcher_only_when_nothing_observes_them(fake):
     with fake:
         f = torch.empty(1, 8, 1, 64, dtype=bf16, device="cuda")
         assert not ops._eager(f, f, f, None)  # a dispatch mode is active: through torch.ops
+
+
+@pytest.fixture
+def no_gpu_launch(monkeypatch):
+    """The real launch path with CPU tensors standing in for CUDA ones: kernels compile for sm_90a,
+    the arguments are packed and checked by the library, and the launch stops at the missing driver."""
+    from fa4jit import ops
+    if fa4jit.runtime_info()["gpus"]:
+        pytest.skip("a GPU is present: test_gpu.py runs the real launches")
+    check = ops._check_qkv
+
+    def check_on_cpu(q, k, v, *args):
+        # The device rule is the only one a CPU tensor breaks: check the rest on a fake-CUDA copy.
+        with FakeTensorMode() as m:
+            conv = lambda t: None if t is None else (  # noqa: E731
+                [conv(x) for x in t] if isinstance(t, list) else m.from_tensor(t).to("cuda") if isinstance(t, torch.Tensor) else t)
+            return check(*[conv(a) for a in (q, k, v) + args])
+
+    monkeypatch.setattr(ops, "_check_qkv", check_on_cpu)
+    monkeypatch.setattr(ops, "_kernels", {})
+    monkeypatch.setattr(ops, "_arch", lambda dev: "sm_90a")
+    monkeypatch.setattr(ops, "_stream", lambda dev: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return ops
+
+
+def test_launch_path_reaches_the_driver(no_gpu_launch):
+    q = torch.randn(2, 64, 8, 64).to(bf16)
+    k = torch.randn(2, 96, 2, 64).to(bf16)
+    ids = torch.arange(96, dtype=torch.int32)
+    cases = [
+        dict(causal=True, num_splits=1),
+        dict(window=(16, 0), softcap=5.0, sinks=torch.zeros(8), return_lse=True, num_splits=1),
+        dict(causal=True, chunk_size=32, mask_mod="return doc[q_idx] == doc[kv_idx];", aux={"doc": ids},
+             score_mod="return score * scalars[0];", scalars=[0.5], num_splits=1),
+        dict(score_mod="alibi", alibi_slopes=torch.ones(8), num_splits=1, pack_gqa=True),
+        dict(causal=True),  # num_splits 0: the workspace query reaches the driver first
+    ]
+    for kw in cases:
+        with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+            fa4jit.attention(q, k, k, **kw)
+    cu = torch.tensor([0, 30, 128], dtype=torch.int32)
+    with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+        fa4jit.attention_varlen(q.reshape(128, 8, 64), k.reshape(192, 2, 64), k.reshape(192, 2, 64), cu,
+                                torch.tensor([0, 100, 192], dtype=torch.int32), 98, causal=True, num_splits=1)
+    kc = torch.randn(6, 64, 2, 64).to(bf16)
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+    with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+        fa4jit.attention_paged(q[:, :1], kc, kc, table, torch.tensor([100, 192], dtype=torch.int32), causal=True,
+                               num_splits=1)
+    # One kernel per distinct variant, compiled for sm_90a and cached: causal (also varlen), window +
+    # softcap, chunked + custom, packed ALiBi, packed causal (paged decode: Sq x group <= 128).
+    keys = list(no_gpu_launch._kernels)
+    assert len(keys) == 5, keys
+    assert sum(1 for k in keys if k[10]) == 2  # packed
