@@ -3,6 +3,8 @@ small config with random weights, run with attn_implementation="fa4jit" and "sdp
 and 16 teacher-forced decode steps through the model's KV cache must match within bf16 tolerance:
 fa4jit's distance to a float32 SDPA run of the same weights may be at most twice bf16 SDPA's own
 (plus a small floor). No downloads. Skips without a GPU or transformers."""
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
@@ -20,12 +22,14 @@ def _models(config, ref="sdpa", with_ref=True):
     from transformers import AutoModelForCausalLM
     fa4jit_hf.register()
     torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_config(config, attn_implementation=ref, dtype=torch.float32)
+    # A config each: from_config records the attention implementation in the config object.
+    base = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=ref, dtype=torch.float32)
     state = base.state_dict()
     models = {}
     for name, impl in (("fa4jit", "fa4jit"), ("ref", ref)) if with_ref else (("fa4jit", "fa4jit"),):
-        m = AutoModelForCausalLM.from_config(config, attn_implementation=impl, dtype=torch.bfloat16)
+        m = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl, dtype=torch.bfloat16)
         m.load_state_dict(state)
+        assert m.config._attn_implementation == impl
         models[name] = m.cuda().eval()
     models["fp32"] = base.cuda().eval()  # the yardstick for bf16 error
     return models
