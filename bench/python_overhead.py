@@ -73,8 +73,7 @@ def main():
                             "", 0.0, 0.0, 0, 1, -1))
     kern = next(iter(ops._kernels.values()))
     packed = _lib.LAUNCH_ARGS.pack(
-        _lib.LAUNCH_ARGS_SIZE, q.device.index, *ops._pack_tensor(q), *ops._pack_tensor(k), *ops._pack_tensor(v),
-        *ops._pack_tensor(out), 0, 0.0, -1, -1, 0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+        _lib.LAUNCH_ARGS_SIZE, q.device.index, *ops._packed_tensors(q=q, k=k, v=v, o=out), 0, 0.0, -1, -1, 0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
         0, 128, 128, 0, 0, 0, 0, 0)
     stream = torch.cuda.current_stream().cuda_stream
     run("fa4jit_launch via ctypes, pre-packed args (library + ctypes)",

@@ -241,11 +241,17 @@ def _lse_shape(q: Tensor, varlen_q: bool):
     return (q.shape[2], q.shape[1]) if varlen_q else (q.shape[0], q.shape[2], q.shape[1])
 
 
-def _check_aligned(**tensors):
+def _packed_tensors(**tensors):
+    """The fa4jit_tensor fields of each tensor, in order, after the alignment check (names the argument)."""
+    fields = []
     for name, t in tensors.items():
-        if t is not None and t.data_ptr() % 16 != 0:
+        ptr = t.data_ptr()
+        if ptr % 16 != 0:
             raise LaunchError(f"{name}.data_ptr() is not 16-byte aligned (storage offset {t.storage_offset()}); "
                               f"fa4jit's TMA loads need 16-byte aligned tensors")
+        s, st = t.shape, t.stride()
+        fields += (ptr, _DTYPE_CODE[t.dtype], 0, s[0], s[1], s[2], s[3], st[0], st[1], st[2], st[3])
+    return fields
 
 
 def _new_out(q: Tensor, out_bhsd: bool) -> Tensor:
@@ -265,11 +271,6 @@ def _snippet_texts(aux, aux_names: str, mask_mod: str, block_mask_mod: str, scor
     names = tuple(aux_names.split(",")) if aux_names else ()
     return _snippets.typed_snippets((("mask", mask_mod), ("block", block_mask_mod), ("score", score_snippet)),
                                     names, tuple(str(t.dtype) for t in aux))
-
-
-def _pack_tensor(t: Tensor):
-    s, st = t.shape, t.stride()
-    return (t.data_ptr(), _DTYPE_CODE[t.dtype], 0, s[0], s[1], s[2], s[3], st[0], st[1], st[2], st[3])
 
 
 def _ptr(t: Optional[Tensor]) -> int:
@@ -294,7 +295,7 @@ def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table
             softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa):
     batch = _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                        max_seqlen_q, lse is not None, False)
-    _check_aligned(q=q, k=k, v=v, out=out)
+    tensors = _packed_tensors(q=q, k=k, v=v, out=out)
     dev = q.device.index
     if dev is None:
         dev = torch.cuda.current_device()
@@ -323,7 +324,7 @@ def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table
 
     def pack_args(workspace: int, workspace_bytes: int) -> bytes:
         return _lib.LAUNCH_ARGS.pack(
-            _lib.LAUNCH_ARGS_SIZE, dev, *_pack_tensor(q), *_pack_tensor(k), *_pack_tensor(v), *_pack_tensor(out),
+            _lib.LAUNCH_ARGS_SIZE, dev, *tensors,
             _ptr(lse), softmax_scale, window_left, window_right, chunk_size, softcap, _ptr(alibi_slopes), *ptrs, *sc,
             _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), batch if varlen else 0,
             max_seqlen_q if varlen else 0, _ptr(sinks), _ptr(page_table), max_pages, num_splits,
