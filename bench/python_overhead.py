@@ -61,7 +61,9 @@ def main():
         print(f"{name:58s} host {host:7.2f} us/call   gpu {gpu:7.2f} us/call", flush=True)
 
     # fa4jit layers (one cached kernel each).
-    run("fa4jit.attention (decode, causal, 1x1x32/8x128, Sk 512)", lambda: fa4jit.attention(q, k, v, causal=True))
+    run("fa4jit.attention (decode 1x1x32/8x128, Sk 512, num_splits=1)",
+        lambda: fa4jit.attention(q, k, v, causal=True, num_splits=1))
+    run("fa4jit.attention (same, automatic splits: workspace + combine)", lambda: fa4jit.attention(q, k, v, causal=True))
     common = dict(aux=[], scalars=[], aux_names="", causal=True, window_left=-2, window_right=-2, chunk_size=0,
                   mask_mod="", block_mask_mod="", score_mod="", softcap=0.0, softmax_scale=0.0, max_seqlen_q=0,
                   num_splits=1, pack_gqa=-1, return_lse=False, out_bhsd=False)
