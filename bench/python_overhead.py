@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Host overhead per call from Python for a cached kernel (not a test).
+
+On a decode-sized problem (the GPU work takes a few microseconds) a loop of N calls without
+synchronization is bound by the host: wall time / N is the host cost per call. CUDA events give
+the GPU time per call beside it. Layers of fa4jit are timed separately so the overhead can be
+attributed: the raw C API launch with pre-packed arguments (ctypes), the custom op
+torch.ops.fa4jit.fwd, and fa4jit.attention (argument handling + the op). Peers: SDPA, and
+flash_attn.cute.flash_attn_func (FA4) when importable.
+
+    python3 bench/python_overhead.py [--calls 2000] [--json out.json]
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+import fa4jit
+from fa4jit import _lib, ops
+
+
+def timed(fn, calls, warmup=50):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best_host = float("inf")
+    gpu = 0.0
+    for _ in range(3):
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        end.record()
+        torch.cuda.synchronize()
+        best_host = min(best_host, (t1 - t0) / calls * 1e6)
+        gpu = start.elapsed_time(end) / calls * 1e3
+    return best_host, gpu
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    B, Sq, Sk, Hq, Hkv, D = 1, 1, 512, 32, 8, 128
+    dt = torch.bfloat16
+    q = torch.randn(B, Sq, Hq, D, device="cuda", dtype=dt)
+    k = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dt)
+    v = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dt)
+    qp = torch.randn(B, 128, Hq, D, device="cuda", dtype=dt)
+    kp = torch.randn(B, 128, Hq, D, device="cuda", dtype=dt)
+    rows = {}
+
+    def run(name, fn):
+        host, gpu = timed(fn, args.calls)
+        rows[name] = {"host_us_per_call": round(host, 2), "gpu_us_per_call": round(gpu, 2)}
+        print(f"{name:58s} host {host:7.2f} us/call   gpu {gpu:7.2f} us/call", flush=True)
+
+    # fa4jit layers (one cached kernel each).
+    run("fa4jit.attention (decode 1x1x32/8x128, Sk 512, num_splits=1)",
+        lambda: fa4jit.attention(q, k, v, causal=True, num_splits=1))
+    run("fa4jit.attention (same, automatic splits: workspace + combine)", lambda: fa4jit.attention(q, k, v, causal=True))
+    common = dict(aux=[], scalars=[], aux_names="", causal=True, window_left=-2, window_right=-2, chunk_size=0,
+                  mask_mod="", block_mask_mod="", score_mod="", softcap=0.0, softmax_scale=0.0, max_seqlen_q=0,
+                  num_splits=1, pack_gqa=-1, return_lse=False, out_bhsd=False)
+    run("torch.ops.fa4jit.fwd (the custom op, num_splits=1)",
+        lambda: torch.ops.fa4jit.fwd(q, k, v, None, None, None, None, None, None, **common))
+    out = torch.empty_like(q)
+    run("ops._launch (fa4jit's Python launch path, no op dispatch)",
+        lambda: ops._launch(q, k, v, out, None, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
+                            "", 0.0, 0.0, 0, 1, -1))
+    kern = next(iter(ops._kernels.values()))
+    packed = _lib.LAUNCH_ARGS.pack(
+        _lib.LAUNCH_ARGS_SIZE, q.device.index, *ops._packed_tensors(q=q, k=k, v=v, o=out), 0, 0.0, -1, -1, 0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+        0, 128, 128, 0, 0, 0, 0, 0)
+    stream = torch.cuda.current_stream().cuda_stream
+    run("fa4jit_launch via ctypes, pre-packed args (library + ctypes)",
+        lambda: _lib.fa4jit_launch(kern.handle, packed, stream))
+    run("fa4jit.attention (prefill 1x128x32x128, causal)", lambda: fa4jit.attention(qp, kp, kp, causal=True))
+
+    # Peers.
+    qt, kt, vt = q.transpose(1, 2), k.repeat_interleave(Hq // Hkv, 2).transpose(1, 2), v.repeat_interleave(Hq // Hkv, 2).transpose(1, 2)
+    run("torch SDPA (same decode problem, K/V heads repeated)",
+        lambda: F.scaled_dot_product_attention(qt, kt, vt))
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:  # not installed, or no Blackwell/Hopper build
+        print(f"flash_attn.cute.flash_attn_func: not importable ({type(e).__name__}: {e})")
+    else:
+        try:
+            run("flash_attn.cute.flash_attn_func (same decode problem)",
+                lambda: flash_attn_func(q, k, v, causal=True))
+        except Exception as e:
+            print(f"flash_attn.cute.flash_attn_func failed: {type(e).__name__}: {e}")
+    rows["device"] = torch.cuda.get_device_name()
+    rows["torch"] = torch.__version__
+    rows["fa4jit"] = fa4jit.__version__
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

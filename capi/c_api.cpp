@@ -1,0 +1,496 @@
+// The C API (include/fa4jit/c_api.h) over the C++ API: exceptions become status codes plus a
+// thread-local message, JSON strings carry configs, and handles own a KernelPtr.
+#include "fa4jit/c_api.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+include "fa4jit/jit.hpp"
+#include "fa4jit/version.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/runtime_internal.hpp"
+
+struct fa4jit_kernel {
+  jit::KernelPtr kernel;
+};
+
+namespace {
+
+using nlohmann::json;
+
+struct LastError {
+  std::string message;
+  int32_t code = FA4JIT_OK;
+  int32_t driver_result = 0;
+};
+
+LastError& last_error() {
+  thread_local LastError e;
+  return e;
+}
+
+int32_t fail(int32_t code, const std::string& message, int32_t driver_result = 0) {
+  LastError& e = last_error();
+  e.code = code;
+  e.driver_result = driver_result;
+  try {
+    e.message = message;
+  } catch (...) {
+    e.message.clear();  // out of memory while reporting: keep the code
+  }
+  return code;
+}
+
+// The status, message and CUresult of an exception (most derived types first).
+struct Classified {
+  int32_t code = FA4JIT_ERROR;
+  std::string message;
+  int32_t driver_result = 0;
+};
+
+Classified classify(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const jit::CacheMissError& e) {
+    return {FA4JIT_CACHE_MISS_ERROR, e.what()};
+  } catch (const jit::CacheError& e) {
+    return {FA4JIT_CACHE_ERROR, e.what()};
+  } catch (const jit::CompileError& e) {
+    return {FA4JIT_COMPILE_ERROR, e.what()};
+  } catch (const jit::ConfigError& e) {
+    return {FA4JIT_CONFIG_ERROR, e.what()};
+  } catch (const jit::DriverError& e) {
+    return {FA4JIT_DRIVER_ERROR, e.what(), e.code()};
+  } catch (const jit::LaunchError& e) {
+    return {FA4JIT_LAUNCH_ERROR, e.what()};
+  } catch (const jit::Error& e) {
+    return {FA4JIT_ERROR, e.what()};
+  } catch (const json::exception& e) {
+    return {FA4JIT_CONFIG_ERROR, std::string("config JSON: ") + e.what()};
+  } catch (const std::bad_alloc&) {
+    return {FA4JIT_ERROR, "out of host memory"};
+  } catch (const std::exception& e) {
+    return {FA4JIT_ERROR, e.what()};
+  } catch (...) {
+    return {FA4JIT_ERROR, "unknown error"};
+  }
+}
+
+int32_t fail_current() {
+  try {
+    const Classified c = classify(std::current_exception());
+    return fail(c.code, c.message, c.driver_result);
+  } catch (...) {
+    return fail(FA4JIT_ERROR, "");  // out of memory while classifying
+  }
+}
+
+// Runs f, turning any exception into a status; clears nothing on success (errno-style).
+template <class F>
+int32_t guarded(F&& f) {
+  try {
+    f();
+    return FA4JIT_OK;
+  } catch (...) {
+    return fail_current();
+  }
+}
+
+int32_t invalid(const char* what) { return fail(FA4JIT_INVALID_ARGUMENT, what); }
+
+char* dup_string(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+jit::FA4Config parse_config(const char* config_json, const char* arch) {
+  if (!config_json) throw jit::ConfigError("config_json is NULL");
+  jit::FA4Config c = jit::config_from_json(json::parse(config_json));
+  if (arch && *arch) c.arch = arch;
+  return c;
+}
+
+json resolved_json(const jit::ResolvedConfig& rc) {
+  const jit::Tuning& t = rc.tuning;
+  return json{{"config", jit::to_json(rc.config)},
+              {"backend", jit::to_string(rc.backend)},
+              {"sm", rc.sm},
+              {"num_threads", rc.num_threads},
+              {"smem_bytes", rc.smem_bytes},
+              {"ctas_per_sm", rc.ctas_per_sm},
+              {"tuning",
+               {{"exp2_emulate_every", t.exp2_emulate_every},
+                {"intra_wg_overlap", t.intra_wg_overlap},
+                {"pingpong", t.pingpong},
+                {"cross_tile", t.cross_tile},
+                {"wg_spans", t.wg_spans},
+                {"persistent", t.persistent}}}};
+}
+
+jit::Tensor to_tensor(const fa4jit_tensor& t, const char* name) {
+  if (t.dtype != FA4JIT_BF16 && t.dtype != FA4JIT_FP16)
+    throw jit::LaunchError(fmt::format("launch: {}.dtype is {}: use FA4JIT_BF16 (0) or FA4JIT_FP16 (1)", name, t.dtype));
+  jit::Tensor r;
+  r.data = t.data;
+  r.dtype = t.dtype == FA4JIT_BF16 ? jit::DType::bf16 : jit::DType::fp16;
+  for (int i = 0; i < 4; ++i) {
+    r.shape[i] = t.shape[i];
+    r.stride[i] = t.stride[i];
+  }
+  return r;
+}
+
+// The caller's struct, fields past its `size` at their defaults (it may be older than ours).
+bool read_args(const fa4jit_launch_args* in, fa4jit_launch_args* out) {
+  fa4jit_launch_args_init(out);
+  if (!in || in->size < offsetof(fa4jit_launch_args, workspace_bytes) + sizeof(uint64_t)) return false;
+  std::memcpy(static_cast<void*>(out), in, std::min<std::size_t>(in->size, sizeof(fa4jit_launch_args)));
+  out->size = sizeof(fa4jit_launch_args);
+  return true;
+}
+
+jit::LaunchArgs to_launch_args(const fa4jit_launch_args& a) {
+  jit::LaunchArgs r;
+  r.q = to_tensor(a.q, "q");
+  r.k = to_tensor(a.k, "k");
+  r.v = to_tensor(a.v, "v");
+  r.o = to_tensor(a.o, "o");
+  r.lse = a.lse;
+  r.softmax_scale = a.softmax_scale;
+  r.window_left = a.window_left;
+  r.window_right = a.window_right;
+  r.chunk_size = a.chunk_size;
+  r.softcap = a.softcap;
+  r.alibi_slopes = a.alibi_slopes;
+  for (int i = 0; i < 4; ++i) {
+    r.aux_ptr[i] = a.aux_ptr[i];
+    r.aux_scalar[i] = a.aux_scalar[i];
+  }
+  r.cu_seqlens_q = a.cu_seqlens_q;
+  r.cu_seqlens_k = a.cu_seqlens_k;
+  r.seqused_k = a.seqused_k;
+  r.batch = a.batch;
+  r.max_seqlen_q = a.max_seqlen_q;
+  r.sinks = a.sinks;
+  r.page_table = a.page_table;
+  r.max_pages = a.max_pages;
+  r.num_splits = a.num_splits;
+  r.block_mask.data = a.block_mask;
+  r.block_mask.block_q = a.block_mask_q;
+  r.block_mask.block_k = a.block_mask_k;
+  r.block_mask.batch_stride = a.block_mask_batch_stride;
+  r.block_mask.head_stride = a.block_mask_head_stride;
+  r.block_mask.row_stride = a.block_mask_row_stride;
+  r.workspace = a.workspace;
+  r.workspace_bytes = static_cast<std::size_t>(a.workspace_bytes);
+  return r;
+}
+
+// Primary contexts retained once per device and kept for the process (PyTorch uses the same ones).
+constexpr int kMaxDevices = 256;
+std::array<std::atomic<CUcontext>, kMaxDevices> g_primary{};
+
+CUcontext primary_context(int device) {
+  if (device >= kMaxDevices) throw jit::LaunchError(fmt::format("launch: device {} is out of range", device));
+  CUcontext ctx = g_primary[device].load(std::memory_order_acquire);
+  if (ctx) return ctx;
+  const jit::detail::DriverApi& d = jit::detail::driver();
+  int count = 0;
+  jit::detail::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (device >= count)
+    throw jit::DriverError(fmt::format("device {}: the driver reports {} CUDA device(s)", device, count));
+  CUdevice dev = 0;
+  jit::detail::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  jit::detail::check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  CUcontext expected = nullptr;
+  if (!g_primary[device].compare_exchange_strong(expected, ctx)) {
+    d.cuDevicePrimaryCtxRelease(dev);  // another thread retained it first
+    return expected;
+  }
+  return ctx;
+}
+
+// Makes `device`'s primary context current for one call and restores the previous one after it,
+// so a caller's notion of the current device (PyTorch's) is left as it was.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (device < 0) return;
+    const jit::detail::DriverApi& d = jit::detail::driver();
+    const CUcontext want = primary_context(device);
+    jit::detail::check(d.cuCtxGetCurrent(&previous_), "cuCtxGetCurrent");
+    if (previous_ == want) return;
+    jit::detail::check(d.cuCtxSetCurrent(want), "cuCtxSetCurrent");
+    switched_ = true;
+  }
+  ~DeviceScope() {
+    if (switched_) jit::detail::driver().cuCtxSetCurrent(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
+std::vector<std::string> split_archs(const char* archs) {
+  std::vector<std::string> out;
+  if (!archs) return out;
+  std::string cur;
+  auto flush = [&] {
+    const auto b = cur.find_first_not_of(" \t");
+    if (b != std::string::npos) out.push_back(cur.substr(b, cur.find_last_not_of(" \t") - b + 1));
+    cur.clear();
+  };
+  for (const char* p = archs; *p; ++p) {
+    if (*p == ',') flush();
+    else cur += *p;
+  }
+  flush();
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t fa4jit_c_api_version(void) { return FA4JIT_C_API_VERSION; }
+
+const char* fa4jit_version(void) { return FA4JIT_VERSION_STRING; }
+
+const char* fa4jit_last_error(void) { return last_error().message.c_str(); }
+int32_t fa4jit_last_error_code(void) { return last_error().code; }
+int32_t fa4jit_last_driver_result(void) { return last_error().driver_result; }
+
+void fa4jit_free(char* s) { std::free(s); }
+
+int32_t fa4jit_kernel_get(const char* config_json, const char* arch, fa4jit_kernel** out) {
+  if (!out) return invalid("fa4jit_kernel_get: out is NULL");
+  *out = nullptr;
+  return guarded([&] {
+    jit::KernelPtr k = jit::get_kernel(parse_config(config_json, arch));
+    *out = new fa4jit_kernel{std::move(k)};
+  });
+}
+
+void fa4jit_kernel_release(fa4jit_kernel* kernel) { delete kernel; }
+
+int32_t fa4jit_kernel_info(const fa4jit_kernel* kernel, char** out_json) {
+  if (!kernel || !out_json) return invalid("fa4jit_kernel_info: kernel or out_json is NULL");
+  *out_json = nullptr;
+  return guarded([&] {
+    const jit::Kernel& k = *kernel->kernel;
+    json j = resolved_json(k.config());
+    j["key"] = k.key();
+    j["origin"] = k.origin();
+    j["compile_ms"] = k.compile_ms();
+    j["cubin_bytes"] = k.cubin().size();
+    *out_json = dup_string(j.dump());
+  });
+}
+
+void fa4jit_launch_args_init(fa4jit_launch_args* args) {
+  if (!args) return;
+  std::memset(static_cast<void*>(args), 0, sizeof(*args));
+  args->size = sizeof(fa4jit_launch_args);
+  args->device = -1;
+  args->window_left = args->window_right = -1;
+  const jit::LaunchArgs::BlockMask defaults;
+  args->block_mask_q = defaults.block_q;
+  args->block_mask_k = defaults.block_k;
+}
+
+int32_t fa4jit_launch(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, void* stream) {
+  fa4jit_launch_args a;
+  if (!kernel) return invalid("fa4jit_launch: kernel is NULL");
+  if (!read_args(args, &a)) return invalid("fa4jit_launch: args is NULL or args->size is too small (use fa4jit_launch_args_init)");
+  return guarded([&] {
+    const jit::LaunchArgs la = to_launch_args(a);  // LaunchError for bad dtypes before the device switch
+    DeviceScope scope(a.device);
+    kernel->kernel->launch(la, stream);
+  });
+}
+
+int32_t fa4jit_num_splits(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, int32_t* out) {
+  fa4jit_launch_args a;
+  if (!kernel || !out) return invalid("fa4jit_num_splits: kernel or out is NULL");
+  if (!read_args(args, &a)) return invalid("fa4jit_num_splits: args is NULL or args->size is too small");
+  return guarded([&] {
+    const jit::LaunchArgs la = to_launch_args(a);
+    DeviceScope scope(a.device);
+    *out = kernel->kernel->num_splits(la);
+  });
+}
+
+int32_t fa4jit_workspace_bytes(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, uint64_t* out) {
+  fa4jit_launch_args a;
+  if (!kernel || !out) return invalid("fa4jit_workspace_bytes: kernel or out is NULL");
+  if (!read_args(args, &a)) return invalid("fa4jit_workspace_bytes: args is NULL or args->size is too small");
+  return guarded([&] {
+    const jit::LaunchArgs la = to_launch_args(a);
+    DeviceScope scope(a.device);
+    *out = kernel->kernel->workspace_bytes(la);
+  });
+}
+
+int32_t fa4jit_generate_source(const char* config_json, const char* arch, char** out) {
+  if (!out) return invalid("fa4jit_generate_source: out is NULL");
+  *out = nullptr;
+  return guarded([&] { *out = dup_string(jit::generate_source(parse_config(config_json, arch))); });
+}
+
+int32_t fa4jit_cache_key(const char* config_json, const char* arch, char** out) {
+  if (!out) return invalid("fa4jit_cache_key: out is NULL");
+  *out = nullptr;
+  return guarded([&] { *out = dup_string(jit::cache_key(parse_config(config_json, arch))); });
+}
+
+int32_t fa4jit_resolve_config(const char* config_json, const char* arch, char** out_json) {
+  if (!out_json) return invalid("fa4jit_resolve_config: out_json is NULL");
+  *out_json = nullptr;
+  return guarded([&] {
+    const jit::ResolvedConfig rc = jit::resolve(jit::detail::with_arch(parse_config(config_json, arch)));
+    *out_json = dup_string(resolved_json(rc).dump());
+  });
+}
+
+int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs, char** out_report) {
+  if (out_report) *out_report = nullptr;
+  if (!configs_json) return invalid("fa4jit_prewarm: configs_json is NULL");
+  struct Job {
+    jit::FA4Config config;
+    std::size_t index = 0;  // in configs_json
+    std::string key, status = "failed", error;
+    double seconds = 0;
+    std::exception_ptr failure;
+  };
+  std::vector<Job> work;
+  int32_t rc = guarded([&] {
+    const json parsed = json::parse(configs_json);
+    std::vector<json> items;
+    if (parsed.is_array()) items.assign(parsed.begin(), parsed.end());
+    else items.push_back(parsed);
+    const std::vector<std::string> arch_list = split_archs(archs);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      jit::FA4Config c;
+      try {
+        c = jit::config_from_json(items[i]);
+      } catch (const jit::ConfigError& e) {
+        throw jit::ConfigError(fmt::format("configs[{}]: {}", i, e.what()));
+      }
+      if (arch_list.empty()) c.arch = jit::detail::with_arch(c).arch;
+      for (std::size_t a = 0; a < std::max<std::size_t>(1, arch_list.size()); ++a) {
+        Job& job = work.emplace_back();
+        job.config = c;
+        job.index = i;
+        if (!arch_list.empty()) job.config.arch = arch_list[a];
+      }
+    }
+    for (Job& j : work) {  // refuse bad configs before compiling anything
+      try {
+        jit::resolve(j.config);
+      } catch (const jit::ConfigError& e) {
+        throw jit::ConfigError(fmt::format("configs[{}] ({}): {}", j.index, j.config.arch, e.what()));
+      }
+    }
+  });
+  if (rc != FA4JIT_OK) return rc;
+
+  const int workers = std::max(1, std::min<int>(jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                                                static_cast<int>(work.size())));
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < work.size(); i = next++) {
+      Job& job = work[i];
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        const jit::KernelPtr k = jit::get_kernel(job.config);
+        job.key = k->key();
+        job.status = k->origin() == "compiled" ? "compiled" : "hit";
+      } catch (const std::exception& e) {
+        job.error = e.what();
+        job.failure = std::current_exception();
+      } catch (...) {
+        job.error = "unknown error";
+        job.failure = std::current_exception();
+      }
+      job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  };
+  rc = guarded([&] {
+    std::vector<std::thread> pool;
+    for (int w = 1; w < workers; ++w) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+  });
+  if (rc != FA4JIT_OK) return rc;
+
+  std::size_t failed = 0;
+  const Job* first_failure = nullptr;
+  for (const Job& j : work)
+    if (j.failure && !failed++) first_failure = &j;
+  rc = guarded([&] {
+    if (!out_report) return;
+    json report = json::array();
+    for (const Job& j : work)
+      report.push_back({{"arch", j.config.arch}, {"key", j.key}, {"status", j.status}, {"seconds", j.seconds},
+                        {"error", j.error}});
+    *out_report = dup_string(report.dump());
+  });
+  if (rc != FA4JIT_OK) return rc;
+  if (first_failure)
+    return fail(classify(first_failure->failure).code,
+                fmt::format("prewarm: {} of {} kernels failed; first ({}): {}", failed, work.size(),
+                            first_failure->config.arch, first_failure->error));
+  return FA4JIT_OK;
+}
+
+int32_t fa4jit_runtime_info(char** out_json) {
+  if (!out_json) return invalid("fa4jit_runtime_info: out_json is NULL");
+  *out_json = nullptr;
+  return guarded([&] {
+    const jit::RuntimeInfo info = jit::runtime_info();
+    const json j = {{"version", info.version},
+                    {"c_api_version", FA4JIT_C_API_VERSION},
+                    {"nvrtc", fmt::format("{}.{}", info.nvrtc_major, info.nvrtc_minor)},
+                    {"nvrtc_archs", info.nvrtc_archs},
+                    {"supported_archs", jit::supported_archs()},
+                    {"driver", info.driver},
+                    {"gpus", info.gpus},
+                    {"cache_roots", info.cache_roots}};
+    *out_json = dup_string(j.dump());
+  });
+}
+
+int32_t fa4jit_device_arch(int32_t device, char** out) {
+  if (!out) return invalid("fa4jit_device_arch: out is NULL");
+  *out = nullptr;
+  if (device < 0) return invalid("fa4jit_device_arch: device must be >= 0");
+  return guarded([&] {
+    const jit::detail::DriverApi& d = jit::detail::driver();
+    int count = 0;
+    jit::detail::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    if (device >= count)
+      throw jit::DriverError(fmt::format("device {}: the driver reports {} CUDA device(s)", device, count));
+    CUdevice dev = 0;
+    jit::detail::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+    *out = dup_string(jit::detail::device_arch(dev));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,173 @@
+/* fa4jit C API: a versioned, plain-C interface to the fa4jit runtime (docs/C_API.md).
+ *
+ * For callers that cannot use the C++ API (jit.hpp): Python through ctypes/cffi, Rust, Go, or a
+ * C++ program built with another standard library. The fa4jit Python package is built on it.
+ *
+ *   fa4jit_kernel* k = NULL;
+ *   if (fa4jit_kernel_get("{\"depth\": 128, \"mask\": \"causal\"}", NULL, &k) != FA4JIT_OK)
+ *     fprintf(stderr, "%s\n", fa4jit_last_error());
+ *   fa4jit_launch_args a;
+ *   fa4jit_launch_args_init(&a);            // sets a.size and the defaults
+ *   a.q = ...; a.k = ...; a.v = ...; a.o = ...;
+ *   fa4jit_launch(k, &a, stream);           // a CUstream; NULL: the legacy default stream
+ *   fa4jit_kernel_release(k);
+ *
+ * Rules:
+ * - Every function that can fail returns an fa4jit_status (FA4JIT_OK = 0). On failure the calling
+ *   thread's fa4jit_last_error() holds the message and fa4jit_last_error_code() the status; both
+ *   stay until the thread's next failing call. Nothing throws across this interface.
+ * - Strings returned through `char** out` are allocated by fa4jit: release them with fa4jit_free().
+ * - Compatibility: FA4JIT_C_API_VERSION grows when functions or struct fields are added. Structs
+ *   passed in carry their `size` (set by the *_init function of the header the caller compiled
+ *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
+ *   so a program built against an older header keeps working with a newer library. Existing
+ *   functions, enum values and field offsets never change within major version 1.
+ * - Configs are JSON strings in the schema of docs/CONFIG.md (the same as the CLI's files).
+ */
+#ifndef FA4JIT_C_API_H
+#define FA4JIT_C_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exported from libfa4jit.so whatever the library's default symbol visibility is. */
+#if defined(_WIN32)
+#define FA4JIT_C_EXPORT
+#else
+#define FA4JIT_C_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define FA4JIT_C_API_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes; the error kinds mirror the C++ exceptions of fa4jit/errors.hpp. */
+typedef enum fa4jit_status {
+  FA4JIT_OK = 0,
+  FA4JIT_ERROR = 1,              /* jit::Error or another failure not listed below */
+  FA4JIT_CONFIG_ERROR = 2,       /* jit::ConfigError: names the field, value and what is allowed */
+  FA4JIT_COMPILE_ERROR = 3,      /* jit::CompileError: the message carries the NVRTC log */
+  FA4JIT_CACHE_ERROR = 4,        /* jit::CacheError */
+  FA4JIT_CACHE_MISS_ERROR = 5,   /* jit::CacheMissError (FA4JIT_SEALED=1) */
+  FA4JIT_DRIVER_ERROR = 6,       /* jit::DriverError: no driver/GPU, arch mismatch, out of memory */
+  FA4JIT_LAUNCH_ERROR = 7,       /* jit::LaunchError: shapes, strides, dtypes, alignment */
+  FA4JIT_INVALID_ARGUMENT = 8    /* misuse of this C API: a null pointer, a struct size too small */
+} fa4jit_status;
+
+typedef enum fa4jit_dtype { FA4JIT_BF16 = 0, FA4JIT_FP16 = 1 } fa4jit_dtype;
+
+/* A device tensor in (batch, seqlen, heads, head_dim) order; shape and strides in elements, and
+ * stride[3] (head_dim) must be 1. PyTorch: t.data_ptr(), t.shape, t.stride(). */
+typedef struct fa4jit_tensor {
+  void* data;
+  int32_t dtype; /* fa4jit_dtype */
+  int32_t reserved_;
+  int64_t shape[4];
+  int64_t stride[4];
+} fa4jit_tensor;
+
+/* The fields of jit::LaunchArgs (fa4jit/kernel.hpp), same names and meanings, plus `size` and
+ * `device`. Fill it with fa4jit_launch_args_init() first. Pointers are device pointers. */
+typedef struct fa4jit_launch_args {
+  uint32_t size;   /* sizeof(fa4jit_launch_args) of the caller's header: set by fa4jit_launch_args_init */
+  int32_t device;  /* -1 (default): the calling thread's current CUDA context (else device 0's primary
+                      context); >= 0: that device's primary context (PyTorch's), made current for the
+                      call and the previous context restored after it */
+  fa4jit_tensor q, k, v, o;     /* q, o: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D) */
+  float* lse;                   /* optional float32 [B][Hq][Sq] (varlen: [Hq][total_q]), natural log */
+  float softmax_scale;          /* 0: 1/sqrt(head_dim) */
+  int32_t window_left, window_right; /* sliding window extents; -1: unbounded (default) */
+  int32_t chunk_size;           /* chunked masks */
+  float softcap;                /* softcap score-mod */
+  const float* alibi_slopes;    /* [Hq] float32; NULL: the standard slopes */
+  const void* aux_ptr[4];       /* custom snippets read these as aux[i] */
+  float aux_scalar[4];          /* ... and scalars[i] */
+  const int32_t* cu_seqlens_q;  /* varlen: int32 [B + 1]; q/k/v/o packed (1, total, H, D) */
+  const int32_t* cu_seqlens_k;
+  const int32_t* seqused_k;     /* int32 [B]: keys used per sequence */
+  int32_t batch;                /* varlen: number of sequences */
+  int32_t max_seqlen_q;         /* varlen: longest query sequence */
+  const float* sinks;           /* float32 [Hq] attention-sink logits */
+  const int32_t* page_table;    /* paged KV: int32 [batch][max_pages]; k/v (num_pages, page_size, Hkv, D) */
+  int32_t max_pages;
+  int32_t num_splits;           /* split-KV: 0 automatic, 1 none, at most 256 */
+  /* Run-time block mask (custom masks): one byte per (batch, q head, q block, k block), strides in
+   * bytes, 0 broadcasts; NULL: none. */
+  const uint8_t* block_mask;
+  int32_t block_mask_q, block_mask_k; /* default 128, 128 */
+  int64_t block_mask_batch_stride, block_mask_head_stride, block_mask_row_stride;
+  /* Scratch for split-KV (fa4jit_workspace_bytes); NULL: a stream-ordered per-device pool. Pass it
+   * when capturing CUDA graphs. */
+  void* workspace;
+  uint64_t workspace_bytes;
+} fa4jit_launch_args;
+
+typedef struct fa4jit_kernel fa4jit_kernel; /* a compiled kernel; cheap to keep and reuse */
+
+/* FA4JIT_C_API_VERSION of the loaded library (compare with the header's). */
+FA4JIT_C_EXPORT uint32_t fa4jit_c_api_version(void);
+/* The library version, "0.1.0". Static storage. */
+FA4JIT_C_EXPORT const char* fa4jit_version(void);
+
+/* The calling thread's last failure: message (never NULL; "" when none), status and, for a driver
+ * error, the CUresult (0 otherwise). */
+FA4JIT_C_EXPORT const char* fa4jit_last_error(void);
+FA4JIT_C_EXPORT int32_t fa4jit_last_error_code(void);
+FA4JIT_C_EXPORT int32_t fa4jit_last_driver_result(void);
+
+/* Releases a string returned by this API (NULL is fine). */
+FA4JIT_C_EXPORT void fa4jit_free(char* s);
+
+/* The kernel for a JSON config, generated, compiled and cached (memory, then disk) like
+ * jit::get_kernel. `arch` ("sm_90a", ...) overrides the config's "arch" when not NULL or "";
+ * with neither, the current GPU's arch. The handle stays valid until fa4jit_kernel_release, and
+ * launches through it do no config, source or cache work. */
+FA4JIT_C_EXPORT int32_t fa4jit_kernel_get(const char* config_json, const char* arch, fa4jit_kernel** out);
+FA4JIT_C_EXPORT void fa4jit_kernel_release(fa4jit_kernel* kernel);
+/* {"key", "origin", "compile_ms", "config" (every field resolved), "backend", "tuning",
+ * "num_threads", "smem_bytes", "sm"} as JSON. */
+FA4JIT_C_EXPORT int32_t fa4jit_kernel_info(const fa4jit_kernel* kernel, char** out_json);
+
+/* Sets args->size and every field to its default (zeros; window -1/-1; block mask 128x128;
+ * device -1). */
+FA4JIT_C_EXPORT void fa4jit_launch_args_init(fa4jit_launch_args* args);
+
+/* Checks every argument (FA4JIT_LAUNCH_ERROR before anything runs) and launches on `stream`
+ * (a CUstream; NULL: the legacy default stream). Asynchronous: no synchronization, and no
+ * allocation when not split or when args->workspace is given (safe under CUDA graph capture). */
+FA4JIT_C_EXPORT int32_t fa4jit_launch(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, void* stream);
+/* Splits a launch with `args` would use after the automatic choice, and the workspace bytes it
+ * needs (0 when not split). Need a GPU when args->num_splits is 0. */
+FA4JIT_C_EXPORT int32_t fa4jit_num_splits(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, int32_t* out);
+FA4JIT_C_EXPORT int32_t fa4jit_workspace_bytes(const fa4jit_kernel* kernel, const fa4jit_launch_args* args,
+                                               uint64_t* out);
+
+/* jit::generate_source / jit::cache_key for a JSON config (`arch` as in fa4jit_kernel_get). */
+FA4JIT_C_EXPORT int32_t fa4jit_generate_source(const char* config_json, const char* arch, char** out);
+FA4JIT_C_EXPORT int32_t fa4jit_cache_key(const char* config_json, const char* arch, char** out);
+/* The config with every field derived and validated, as JSON (ConfigError otherwise). */
+FA4JIT_C_EXPORT int32_t fa4jit_resolve_config(const char* config_json, const char* arch, char** out_json);
+
+/* Compiles configs into the cache for archs; no GPU needed when archs (or each config's arch) are
+ * given. `configs_json`: one config object or an array of them. `archs`: comma-separated
+ * ("sm_90a,sm_100a"); NULL or "": each config's own arch, else the current GPU's. Every config is
+ * validated before anything is compiled. `jobs` parallel compiles (<= 0: the core count).
+ * `out_report` (may be NULL) receives a JSON array with one entry per kernel: {"arch", "key",
+ * "status": "compiled" | "hit" | "failed", "seconds", "error"}. Fails (FA4JIT_COMPILE_ERROR or the
+ * kind of the first failure) when any kernel failed; the report is filled in either case. */
+FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs, char** out_report);
+
+/* jit::runtime_info() as JSON: {"version", "c_api_version", "nvrtc", "nvrtc_archs", "driver",
+ * "gpus", "cache_roots"}. Works without a driver or GPU. */
+FA4JIT_C_EXPORT int32_t fa4jit_runtime_info(char** out_json);
+/* The arch string of CUDA device `device` ("sm_90a" on Hopper, "sm_100a" on B200, "sm_86" ...),
+ * the arch kernels for it are built for. */
+FA4JIT_C_EXPORT int32_t fa4jit_device_arch(int32_t device, char** out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FA4JIT_C_API_H */

@@ -1,0 +1,180 @@
+"""ctypes binding of the fa4jit C API (include/fa4jit/c_api.h, docs/C_API.md).
+
+Loads lib/libfa4jit.so.0 from the package (or $FA4JIT_LIBRARY). libfa4jit needs NVRTC
+(libnvrtc.so.13): found through its RPATH (the build machine's CUDA toolkit directory), else this
+module preloads it from $FA4JIT_NVRTC, the nvidia-cuda-nvrtc wheel that PyTorch installs, or a CUDA
+toolkit ($CUDA_HOME, /usr/local/cuda).
+"""
+import ctypes
+import json
+import os
+import re
+import struct
+
+from . import _paths, errors
+
+C_API_VERSION = 1  # FA4JIT_C_API_VERSION this module was written against
+
+library_path = _paths.library_path
+_nvrtc_candidates = _paths.nvrtc_candidates
+
+
+_preloaded = []  # keeps the preloaded NVRTC mapped
+
+
+def _load():
+    path = library_path()
+    mode = ctypes.DEFAULT_MODE  # RTLD_LOCAL: libfa4jit exports only the C API anyway
+    try:
+        return ctypes.CDLL(path, mode=mode)
+    except OSError as e:
+        m = re.search(r"(libnvrtc[^:\s]*): cannot open", str(e))
+        if not m:
+            raise ImportError(f"fa4jit: cannot load {path}: {e}") from e
+        soname = m.group(1)
+        tried = []
+        for cand in _nvrtc_candidates(soname):
+            if not os.path.exists(cand):
+                continue
+            tried.append(cand)
+            try:
+                _preloaded.append(ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL))
+                return ctypes.CDLL(path, mode=mode)
+            except OSError:
+                continue
+        raise ImportError(
+            f"fa4jit: {path} needs {soname} (NVRTC from the CUDA 13 toolkit), which was not found"
+            f" (tried {tried or 'no existing candidate'}); set FA4JIT_NVRTC=/path/to/{soname},"
+            " install nvidia-cuda-nvrtc, or put the toolkit's lib64 on LD_LIBRARY_PATH") from e
+
+
+lib = _load()
+
+c_char_p, c_void_p, c_int32, c_uint32, c_uint64 = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32, ctypes.c_uint64
+_out_str = ctypes.POINTER(ctypes.c_void_p)  # char** (kept as void* so ctypes does not copy and lose the pointer)
+
+
+def _sig(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+fa4jit_c_api_version = _sig("fa4jit_c_api_version", c_uint32)
+fa4jit_version = _sig("fa4jit_version", c_char_p)
+fa4jit_last_error = _sig("fa4jit_last_error", c_char_p)
+fa4jit_last_error_code = _sig("fa4jit_last_error_code", c_int32)
+fa4jit_last_driver_result = _sig("fa4jit_last_driver_result", c_int32)
+fa4jit_free = _sig("fa4jit_free", None, c_void_p)
+fa4jit_kernel_get = _sig("fa4jit_kernel_get", c_int32, c_char_p, c_char_p, ctypes.POINTER(c_void_p))
+fa4jit_kernel_release = _sig("fa4jit_kernel_release", None, c_void_p)
+fa4jit_kernel_info = _sig("fa4jit_kernel_info", c_int32, c_void_p, _out_str)
+fa4jit_launch_args_init = _sig("fa4jit_launch_args_init", None, c_void_p)
+# Launch args go in as bytes packed by LAUNCH_ARGS (below): one struct.pack, no per-field ctypes work.
+fa4jit_launch = _sig("fa4jit_launch", c_int32, c_void_p, c_char_p, c_void_p)
+fa4jit_num_splits = _sig("fa4jit_num_splits", c_int32, c_void_p, c_char_p, ctypes.POINTER(c_int32))
+fa4jit_workspace_bytes = _sig("fa4jit_workspace_bytes", c_int32, c_void_p, c_char_p, ctypes.POINTER(c_uint64))
+fa4jit_generate_source = _sig("fa4jit_generate_source", c_int32, c_char_p, c_char_p, _out_str)
+fa4jit_cache_key = _sig("fa4jit_cache_key", c_int32, c_char_p, c_char_p, _out_str)
+fa4jit_resolve_config = _sig("fa4jit_resolve_config", c_int32, c_char_p, c_char_p, _out_str)
+fa4jit_prewarm = _sig("fa4jit_prewarm", c_int32, c_char_p, c_char_p, c_int32, _out_str)
+fa4jit_runtime_info = _sig("fa4jit_runtime_info", c_int32, _out_str)
+fa4jit_device_arch = _sig("fa4jit_device_arch", c_int32, c_int32, _out_str)
+
+if fa4jit_c_api_version() < C_API_VERSION:
+    raise ImportError(f"fa4jit: {library_path()} has C API version {fa4jit_c_api_version()}, "
+                      f"this package needs {C_API_VERSION} or newer")
+
+
+def raise_last(code: int):
+    raise errors.from_status(code, fa4jit_last_error().decode("utf-8", "replace"), fa4jit_last_driver_result())
+
+
+def take_string(p: ctypes.c_void_p) -> str:
+    """A char* from the library as str, released with fa4jit_free."""
+    if not p.value:
+        return ""
+    try:
+        return ctypes.string_at(p.value).decode("utf-8", "replace")
+    finally:
+        fa4jit_free(p.value)
+
+
+def call_str(fn, *args) -> str:
+    """Calls a C API function whose last argument is char** out and returns the string."""
+    out = c_void_p()
+    code = fn(*args, ctypes.byref(out))
+    if code:
+        take_string(out)
+        raise_last(code)
+    return take_string(out)
+
+
+def enc(s):
+    return None if s is None else s.encode("utf-8")
+
+
+# fa4jit_launch_args as a struct.Struct in native alignment (the C compiler's layout on this
+# platform), in field order. Field offsets are checked against fa4jit_launch_args_init's output
+# when this module loads, so a layout mismatch fails at import, not as a wrong launch.
+_TENSOR = "P i i 4q 4q"  # data, dtype, reserved_, shape, stride
+LAUNCH_FIELDS = [
+    ("size", "I"), ("device", "i"),
+    ("q", _TENSOR), ("k", _TENSOR), ("v", _TENSOR), ("o", _TENSOR),
+    ("lse", "P"), ("softmax_scale", "f"), ("window_left", "i"), ("window_right", "i"), ("chunk_size", "i"),
+    ("softcap", "f"), ("alibi_slopes", "P"), ("aux_ptr", "4P"), ("aux_scalar", "4f"),
+    ("cu_seqlens_q", "P"), ("cu_seqlens_k", "P"), ("seqused_k", "P"), ("batch", "i"), ("max_seqlen_q", "i"),
+    ("sinks", "P"), ("page_table", "P"), ("max_pages", "i"), ("num_splits", "i"),
+    ("block_mask", "P"), ("block_mask_q", "i"), ("block_mask_k", "i"),
+    ("block_mask_batch_stride", "q"), ("block_mask_head_stride", "q"), ("block_mask_row_stride", "q"),
+    ("workspace", "P"), ("workspace_bytes", "Q"),
+]
+LAUNCH_ARGS = struct.Struct("@" + " ".join(f for _, f in LAUNCH_FIELDS))
+LAUNCH_ARGS_SIZE = LAUNCH_ARGS.size
+
+
+def _check_layout():
+    buf = ctypes.create_string_buffer(LAUNCH_ARGS_SIZE + 64)
+    fa4jit_launch_args_init(buf)
+    size = struct.unpack_from("@I", buf.raw)[0]
+    values = LAUNCH_ARGS.unpack_from(buf.raw)
+    # Defaults at the offsets this module computed: device -1, window -1/-1, block mask 128x128.
+    want = {"size": LAUNCH_ARGS_SIZE, "device": -1, "window_left": -1, "window_right": -1, "block_mask_q": 128,
+            "block_mask_k": 128}
+    got = dict(zip(field_names(), values))
+    if size != LAUNCH_ARGS_SIZE or any(got[k] != v for k, v in want.items()):
+        raise ImportError(f"fa4jit: fa4jit_launch_args layout mismatch (library size {size}, "
+                          f"package {LAUNCH_ARGS_SIZE}; defaults {[(k, got[k]) for k in want]})")
+
+
+def field_names():
+    """The flat value names of LAUNCH_ARGS, in pack order (a tensor is 11 values, aux_ptr 4, ...)."""
+    names = []
+    for name, fmt in LAUNCH_FIELDS:
+        if fmt == _TENSOR:
+            names += [f"{name}.data", f"{name}.dtype", f"{name}.reserved_"] + \
+                     [f"{name}.shape[{i}]" for i in range(4)] + [f"{name}.stride[{i}]" for i in range(4)]
+        elif fmt[0] == "4":
+            names += [f"{name}[{i}]" for i in range(4)]
+        else:
+            names.append(name)
+    return names
+
+
+_check_layout()
+
+def last_error() -> str:
+    return fa4jit_last_error().decode("utf-8", "replace")
+
+
+def version() -> str:
+    return fa4jit_version().decode()
+
+
+def runtime_info() -> dict:
+    return json.loads(call_str(fa4jit_runtime_info))
+
+
+def device_arch(device: int) -> str:
+    return call_str(fa4jit_device_arch, int(device))

@@ -1,0 +1,133 @@
+"""Config (the JSON schema of docs/CONFIG.md as a dataclass) and the functions that need no GPU:
+prewarm, generate_source, cache_key, resolve, runtime_info."""
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+from . import _lib
+from .errors import ConfigError
+
+MaskSpec = Union[str, Dict[str, Any]]
+ScoreModSpec = Union[str, Dict[str, Any]]
+
+
+@dataclass
+class Config:
+    """One kernel's compile-time choices; fields as in docs/CONFIG.md (0 / "" / None: derived per arch).
+
+    ``mask`` and ``score_mod`` are a kind name (``"causal"``) or an object
+    (``{"kind": "custom", "snippet": "return kv_idx <= q_idx;"}``), exactly as in the JSON files.
+    Validation is the library's (``resolve()`` raises :class:`ConfigError` naming the field).
+    """
+
+    dtype: str = "bf16"
+    output_dtype: Optional[str] = None
+    depth: int = 128
+    padded_depth: int = 0
+    BM: int = 0
+    BN: int = 0
+    BK0: int = 0
+    BK1: int = 0
+    num_q_heads: int = 0
+    group: int = 0
+    num_kv_stages: int = 0
+    num_qk_stages: int = 0
+    num_mma_stages: int = 0
+    swizzle_bytes: int = 0
+    arch: str = ""
+    mask: MaskSpec = "none"
+    score_mod: ScoreModSpec = "identity"
+    pack_gqa: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The config as a JSON object (every field)."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Config":
+        """From a JSON object of the schema; unknown fields are a ConfigError, as in the library."""
+        if isinstance(d, Config):
+            return d
+        if not isinstance(d, dict):
+            raise ConfigError(f"config: expected a dict or a Config, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"config: unknown field '{unknown[0]}'; fields: {', '.join(sorted(names))}")
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Config":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config JSON: {e}") from e
+        return cls.from_dict(d)
+
+    def resolve(self, arch: Optional[str] = None) -> Dict[str, Any]:
+        """Every field derived for the arch and validated by the library: {"config", "backend", "tuning",
+        "num_threads", "smem_bytes", ...}. No GPU needed when an arch is given."""
+        return resolve(self, arch)
+
+
+def _config_json(config: Union[Config, Dict[str, Any], str]) -> str:
+    if isinstance(config, str):
+        return config  # already JSON
+    if isinstance(config, Config):
+        return config.to_json()
+    if isinstance(config, dict):
+        return json.dumps(config)
+    raise ConfigError(f"config: expected a Config, a dict or a JSON string, got {type(config).__name__}")
+
+
+def generate_source(config: Union[Config, Dict[str, Any], str], arch: Optional[str] = None) -> str:
+    """The CUDA source the library compiles for ``config`` (``arch`` overrides config.arch; neither: the current GPU)."""
+    return _lib.call_str(_lib.fa4jit_generate_source, _lib.enc(_config_json(config)), _lib.enc(arch))
+
+
+def cache_key(config: Union[Config, Dict[str, Any], str], arch: Optional[str] = None) -> str:
+    """The cache key (32 hex characters) of the kernel for ``config`` on ``arch``."""
+    return _lib.call_str(_lib.fa4jit_cache_key, _lib.enc(_config_json(config)), _lib.enc(arch))
+
+
+def resolve(config: Union[Config, Dict[str, Any], str], arch: Optional[str] = None) -> Dict[str, Any]:
+    """``config`` with every field derived and validated (raises ConfigError naming the field)."""
+    return json.loads(_lib.call_str(_lib.fa4jit_resolve_config, _lib.enc(_config_json(config)), _lib.enc(arch)))
+
+
+def prewarm(configs: Iterable[Union[Config, Dict[str, Any]]], archs: Optional[Sequence[str]] = None,
+            jobs: Optional[int] = None) -> List[Dict[str, Any]]:
+    """Compiles ``configs`` for each of ``archs`` into the kernel cache; no GPU needed.
+
+    ``configs``: Config objects or dicts in the JSON schema (one config alone is accepted too).
+    ``archs``: e.g. ``["sm_90a", "sm_100a"]``; None: each config's own arch (else the current GPU's).
+    ``jobs``: parallel compiles (None: the core count). Returns one report per kernel:
+    ``{"arch", "key", "status": "compiled" | "hit", "seconds", "error"}``. Every config is validated
+    before anything is compiled; if any kernel fails, the error of the first failure is raised with
+    ``.report`` set to the full report.
+    """
+    if isinstance(configs, (Config, dict, str)):
+        configs = [configs]
+    items = [json.loads(_config_json(c)) for c in configs]
+    if isinstance(archs, str):
+        archs = [archs]
+    arch_csv = ",".join(archs) if archs else None
+    out = _lib.c_void_p()
+    code = _lib.fa4jit_prewarm(json.dumps(items).encode(), _lib.enc(arch_csv), int(jobs or 0), _lib.ctypes.byref(out))
+    report = json.loads(_lib.take_string(out) or "[]")
+    if code:
+        try:
+            _lib.raise_last(code)
+        except Exception as e:
+            e.report = report
+            raise
+    return report
+
+
+def runtime_info() -> Dict[str, Any]:
+    """Library version, NVRTC version and archs, driver, GPUs and cache directories (no GPU needed)."""
+    return _lib.runtime_info()

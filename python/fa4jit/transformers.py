@@ -1,0 +1,89 @@
+"""Hugging Face transformers backend: ``attn_implementation="fa4jit"``.
+
+    import fa4jit.transformers
+    fa4jit.transformers.register()                  # once, before loading the model
+    model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="fa4jit", dtype=torch.bfloat16)
+
+``attention_forward`` has transformers' AttentionInterface signature. It reads causality from the
+module (``is_causal``), ``sliding_window`` and ``softcap`` from the layer (Mistral, Gemma 2/3), and
+``s_aux`` as attention sinks (gpt-oss); decode steps with a KV cache (fewer queries than keys) use
+fa4jit's bottom-right causal alignment. Padding masks arrive as transformers' 2-D flash-attention
+mask (registered for this name) and run as varlen attention over the unpadded tokens. Forward only
+(inference); bf16 / fp16 models.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import ops
+from .errors import LaunchError
+
+NAME = "fa4jit"
+
+
+def _unpadded(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(B, S, H, D) rows at flat token indices -> (tokens, H, D)."""
+    B, S, H, D = x.shape
+    return x.reshape(B * S, H, D).index_select(0, index)
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, dropout: float = 0.0,
+                      sliding_window: Optional[int] = None, softcap: Optional[float] = None,
+                      s_aux: Optional[torch.Tensor] = None, **kwargs) -> Tuple[torch.Tensor, None]:
+    """transformers AttentionInterface function. query (B, Hq, Sq, D), key/value (B, Hkv, Sk, D);
+    returns (attn_output (B, Sq, Hq, D), None)."""
+    if dropout:
+        raise LaunchError(f"dropout is {dropout}: fa4jit is forward only (inference); use model.eval()")
+    if kwargs.get("output_attentions"):
+        raise LaunchError("output_attentions: fa4jit does not materialize attention weights; use 'eager'")
+    if query.dtype not in (torch.bfloat16, torch.float16):
+        raise LaunchError(f"query has dtype {query.dtype}: fa4jit runs bf16 / fp16 models (load with dtype=torch.bfloat16)")
+    if value.shape[-1] != query.shape[-1]:
+        raise LaunchError(f"value head_dim {value.shape[-1]} differs from query's {query.shape[-1]}")
+    is_causal = kwargs.get("is_causal")
+    if is_causal is None:
+        is_causal = getattr(module, "is_causal", True)
+    is_causal = bool(is_causal)
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # (B, S, H, D) views
+    B, Sq, Hq, D = q.shape
+    Sk = k.shape[1]
+    # transformers' sliding_window W: each query sees itself and the W - 1 keys before it.
+    window = (sliding_window - 1, 0 if is_causal else sliding_window - 1) if sliding_window else None
+    common = dict(causal=is_causal, window=window, softcap=float(softcap or 0.0), softmax_scale=scaling, sinks=s_aux)
+
+    if attention_mask is None:
+        return ops.attention(q, k, v, **common), None
+    if attention_mask.dim() != 2:
+        raise LaunchError(f"attention_mask has shape {tuple(attention_mask.shape)}: fa4jit takes transformers' 2-D "
+                          f"padding mask (registered by fa4jit.transformers.register())")
+    if attention_mask.shape != (B, Sk):
+        raise LaunchError(f"attention_mask has shape {tuple(attention_mask.shape)}, keys are (batch {B}, {Sk}): "
+                          f"static caches with padding are not supported")
+    # Padding: varlen over the unpadded tokens. The queries are the last Sq positions of each row.
+    kmask = attention_mask.bool()
+    qmask = kmask[:, Sk - Sq:]
+    seqlens_k = kmask.sum(1, dtype=torch.int32)
+    seqlens_q = qmask.sum(1, dtype=torch.int32)
+    cu_k = torch.nn.functional.pad(torch.cumsum(seqlens_k, 0, dtype=torch.int32), (1, 0))
+    cu_q = torch.nn.functional.pad(torch.cumsum(seqlens_q, 0, dtype=torch.int32), (1, 0))
+    idx_k = kmask.reshape(-1).nonzero().squeeze(1)
+    idx_q = qmask.reshape(-1).nonzero().squeeze(1)
+    max_q = int(seqlens_q.max())
+    if max_q == 0:
+        return q.new_zeros(B, Sq, Hq, D), None
+    o = ops.attention_varlen(_unpadded(q, idx_q), _unpadded(k, idx_k), _unpadded(v, idx_k), cu_q, cu_k, max_q,
+                             **common)
+    out = q.new_zeros(B * Sq, Hq, D)
+    out.index_copy_(0, idx_q, o)
+    return out.view(B, Sq, Hq, D), None
+
+
+def register(name: str = NAME) -> None:
+    """Registers ``attention_forward`` as ``attn_implementation=name`` (and transformers' 2-D
+    flash-attention padding mask for it)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, flash_attention_mask)

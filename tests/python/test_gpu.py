@@ -1,0 +1,349 @@
+"""fa4jit from PyTorch on a GPU: every variant against the float64 reference (tests/python/reference.py)
+and against torch's scaled_dot_product_attention; torch.compile, CUDA graphs, recompiles, errors.
+Skips without a CUDA GPU (tools/device/python_gpu.sh runs it on the lent machine)."""
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
+import torch.nn.functional as F  # noqa: E402
+
+import fa4jit  # noqa: E402
+from reference import REL_L2, assert_close, attention_ref, rel_l2  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA GPU visible to torch (run tools/device/python_gpu.sh on a GPU machine)")
+
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+def rnd(*shape, dtype=torch.bfloat16, seed=None, scale=1.0):
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed if seed is not None else hash(shape) % 10000)
+    return (torch.randn(*shape, generator=g, device="cuda", dtype=torch.float32) * scale).to(dtype)
+
+
+def qkv(B, Sq, Sk, Hq, Hkv, D, dtype, seed=0):
+    return (rnd(B, Sq, Hq, D, dtype=dtype, seed=seed), rnd(B, Sk, Hkv, D, dtype=dtype, seed=seed + 1),
+            rnd(B, Sk, Hkv, D, dtype=dtype, seed=seed + 2))
+
+
+def sdpa(q, k, v, causal=False):
+    """torch's SDPA in (B, S, H, D) layout (GQA by repeating K/V heads); causal bottom-right only for Sq == Sk."""
+    g = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+    return o.transpose(1, 2)
+
+
+# ---- masks, heads, dtypes, layouts --------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv", [(2, 256, 256, 8, 8), (1, 197, 333, 8, 2), (3, 1, 512, 16, 2),
+                                             (1, 1000, 1000, 4, 1)])
+def test_against_reference_and_sdpa(dtype, D, causal, B, Sq, Sk, Hq, Hkv):
+    q, k, v = qkv(B, Sq, Sk, Hq, Hkv, D, dtype)
+    o, lse = fa4jit.attention(q, k, v, causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    ref, ref_lse = attention_ref(q, k, v, causal=causal)
+    assert_close(o, ref, dtype, lse, ref_lse, what="vs float64")
+    if Sq == Sk or not causal:  # SDPA's causal is top-left aligned
+        s = sdpa(q, k, v, causal)
+        assert rel_l2(o, s) <= 2 * REL_L2[dtype], "vs SDPA"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bhsd_layout_without_copies(dtype):
+    B, H, S, D = 2, 8, 300, 128
+    qb, kb, vb = (rnd(B, H, S, D, dtype=dtype, seed=i) for i in range(3))
+    ob = fa4jit.attention(qb, kb, vb, causal=True, layout="bhsd")
+    assert ob.shape == (B, H, S, D) and ob.is_contiguous()
+    ref = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
+    assert rel_l2(ob, ref) <= 2 * REL_L2[dtype]
+    # A strided view (a slice of a fused qkv projection) goes in as is.
+    qkv_ = rnd(B, S, 3, H, D, dtype=dtype, seed=7)
+    q, k, v = qkv_.unbind(2)
+    assert not q.is_contiguous()
+    o = fa4jit.attention(q, k, v)
+    ref, _ = attention_ref(q, k, v)
+    assert_close(o, ref, dtype, what="strided qkv views")
+
+
+def test_out_and_lse():
+    q, k, v = qkv(2, 128, 256, 8, 4, 128, torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    r, lse = fa4jit.attention(q, k, v, causal=True, out=out, return_lse=True)
+    assert r is out
+    ref, ref_lse = attention_ref(q, k, v, causal=True)
+    assert_close(out, ref, torch.bfloat16, lse, ref_lse, what="out=")
+    # bhsd out=
+    outb = torch.empty(2, 8, 128, 128, dtype=torch.bfloat16, device="cuda")
+    fa4jit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, out=outb, layout="bhsd")
+    assert_close(outb.transpose(1, 2), ref, torch.bfloat16, what="bhsd out=")
+
+
+@pytest.mark.parametrize("window,causal", [((64, 32), False), ((100, None), True), ((0, 0), False), ((None, 16), False)])
+def test_sliding_window(window, causal):
+    q, k, v = qkv(2, 300, 400, 8, 2, 128, torch.bfloat16, seed=3)
+    o, lse = fa4jit.attention(q, k, v, causal=causal, window=window, return_lse=True)
+    w = (window[0], 0 if causal else window[1])
+    ref, ref_lse = attention_ref(q, k, v, window=w)
+    assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"window {window} causal {causal}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked(causal):
+    q, k, v = qkv(1, 512, 512, 8, 8, 64, torch.bfloat16, seed=4)
+    o = fa4jit.attention(q, k, v, causal=causal, chunk_size=96)
+    ref, _ = attention_ref(q, k, v, causal=causal, chunk=96)
+    assert_close(o, ref, torch.bfloat16, what="chunked")
+
+
+# ---- score-mods, snippets, aux, sinks -----------------------------------------------------------
+
+def test_softcap_and_alibi():
+    q, k, v = qkv(2, 200, 300, 8, 2, 128, torch.bfloat16, seed=5)
+    o = fa4jit.attention(q, k, v, causal=True, softcap=5.0)
+    ref, _ = attention_ref(q, k, v, causal=True, softcap=5.0)
+    assert_close(o, ref, torch.bfloat16, what="softcap")
+    slopes = torch.tensor([2 ** (-(i + 1)) for i in range(8)], device="cuda")
+    o = fa4jit.attention(q, k, v, causal=True, alibi_slopes=slopes)
+    ref, _ = attention_ref(q, k, v, causal=True, alibi=slopes)
+    assert_close(o, ref, torch.bfloat16, what="alibi slopes")
+    # score_mod="alibi": the standard slopes 2^(-8(h+1)/H) for a power-of-two H
+    o = fa4jit.attention(q, k, v, causal=True, score_mod="alibi")
+    std = torch.tensor([2 ** (-8 * (i + 1) / 8) for i in range(8)], device="cuda")
+    ref, _ = attention_ref(q, k, v, causal=True, alibi=std)
+    assert_close(o, ref, torch.bfloat16, what="alibi standard")
+
+
+def test_issue_snippets_with_aux_lists():
+    # The issue's calls exactly: a list of aux tensors, `aux[0][h]` typed, `doc` bound to the list's tensor.
+    B, S, H, D = 2, 384, 8, 128
+    q, k, v = qkv(B, S, S, H, H, D, torch.bfloat16, seed=6)
+    bias = torch.linspace(-0.05, 0.05, H, device="cuda")
+    o = fa4jit.attention(q, k, v, score_mod="return score + aux[0][h] * (kv_idx - q_idx);", aux=[bias])
+    ref, _ = attention_ref(q, k, v, score_fn=lambda s, b, h, qi, ki: s + bias.double().view(1, H, 1, 1) * (ki - qi))
+    assert_close(o, ref, torch.bfloat16, what="score_mod aux[0][h]")
+    doc = (torch.arange(S, device="cuda") // 100).to(torch.int32)
+    o = fa4jit.attention(q, k, v, mask_mod="return doc[q_idx] == doc[kv_idx];", aux=[doc])
+    ref, _ = attention_ref(q, k, v, mask_fn=lambda b, h, qi, ki: doc[qi.expand(1, 1, S, S)] == doc[ki.expand(1, 1, S, S)])
+    assert_close(o, ref, torch.bfloat16, what="mask_mod doc")
+
+
+def test_named_aux_dict_scalars_and_causal():
+    B, S, H, D = 1, 300, 4, 64
+    q, k, v = qkv(B, S, S, H, H, D, torch.float16, seed=8)
+    doc = (torch.arange(S, device="cuda") // 77).long()
+    w = torch.rand(H, device="cuda")
+    o = fa4jit.attention(q, k, v, causal=True, mask_mod="return doc[q_idx] == doc[kv_idx];",
+                         score_mod="return score * w[h] + scalars[0];", aux={"doc": doc, "w": w}, scalars=[0.25])
+    ref, _ = attention_ref(q, k, v, causal=True, score_fn=lambda s, b, h, qi, ki: s * w.double().view(1, H, 1, 1) + 0.25,
+                           mask_fn=lambda b, h, qi, ki: doc[qi.expand(1, 1, S, S)] == doc[ki.expand(1, 1, S, S)])
+    assert_close(o, ref, torch.float16, what="named aux")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sinks(dtype):
+    q, k, v = qkv(2, 100, 260, 8, 2, 64, dtype, seed=9)
+    sinks = torch.randn(8, device="cuda")
+    o, lse = fa4jit.attention(q, k, v, causal=True, sinks=sinks, window=(64, 0), return_lse=True)
+    ref, ref_lse = attention_ref(q, k, v, causal=True, window=(64, 0), sinks=sinks)
+    assert_close(o, ref, dtype, lse, ref_lse, what="sinks + window")
+    o = fa4jit.attention(q, k, v, sinks=sinks.to(dtype))  # any float dtype is converted
+    ref, _ = attention_ref(q, k, v, sinks=sinks.to(dtype).float())
+    assert_close(o, ref, dtype, what="sinks dtype")
+
+
+# ---- varlen, paged, splits, packed GQA ----------------------------------------------------------
+
+def test_varlen_with_empty_sequence():
+    lq, lk = [5, 0, 130, 64], [300, 17, 130, 200]
+    Hq, Hkv, D = 8, 2, 128
+    q = rnd(sum(lq), Hq, D, seed=10)
+    k, v = rnd(sum(lk), Hkv, D, seed=11), rnd(sum(lk), Hkv, D, seed=12)
+    off_q, off_k = [0] + list(itertools.accumulate(lq)), [0] + list(itertools.accumulate(lk))
+    cu_q = torch.tensor(off_q, dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(off_k, dtype=torch.int32, device="cuda")
+    o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, return_lse=True)
+    assert o.shape == q.shape and lse.shape == (Hq, sum(lq))
+    for b in range(4):
+        if lq[b] == 0:
+            continue
+        qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
+        ref, ref_lse = attention_ref(q[qs][None], k[ks][None], v[ks][None], causal=True)
+        assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse, what=f"varlen seq {b}")
+
+
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+def test_paged_decode_and_splits(page_size):
+    B, Hq, Hkv, D = 3, 32, 8, 128
+    used = torch.tensor([1000, 37, 513], dtype=torch.int32, device="cuda")
+    max_pages = (1000 + page_size - 1) // page_size
+    num_pages = B * max_pages + 5
+    kc, vc = rnd(num_pages, page_size, Hkv, D, seed=13), rnd(num_pages, page_size, Hkv, D, seed=14)
+    perm = torch.randperm(num_pages, device="cuda")[:B * max_pages].view(B, max_pages).to(torch.int32)
+    q = rnd(B, 1, Hq, D, seed=15)
+    # Contiguous copies of each sequence's keys for the reference.
+    k = kc[perm.long()].reshape(B, max_pages * page_size, Hkv, D)
+    v = vc[perm.long()].reshape(B, max_pages * page_size, Hkv, D)
+    ref, ref_lse = attention_ref(q, k, v, causal=True, seqused_k=used)
+    for splits in (0, 1, 3):
+        for pack in (None, False, True):
+            o, lse = fa4jit.attention_paged(q, kc, vc, perm, used, causal=True, num_splits=splits, pack_gqa=pack,
+                                            return_lse=True)
+            assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"paged {page_size} splits {splits} pack {pack}")
+
+
+def test_paged_varlen_queries():
+    Hq, Hkv, D, page = 8, 8, 64, 64
+    lq, lk = [3, 40, 1], [200, 40, 129]
+    max_pages = 4
+    kc, vc = rnd(16, page, Hkv, D, seed=16), rnd(16, page, Hkv, D, seed=17)
+    table = torch.arange(12, dtype=torch.int32, device="cuda").view(3, 4).flip(1).contiguous()
+    used = torch.tensor(lk, dtype=torch.int32, device="cuda")
+    q = rnd(sum(lq), Hq, D, seed=18)
+    cu_q = torch.tensor([0, 3, 43, 44], dtype=torch.int32, device="cuda")
+    o = fa4jit.attention_paged(q, kc, vc, table, used, causal=True, cu_seqlens_q=cu_q, max_seqlen_q=40)
+    k = kc[table.long()].reshape(3, max_pages * page, Hkv, D)
+    v = vc[table.long()].reshape(3, max_pages * page, Hkv, D)
+    for b, (lo, hi) in enumerate(((0, 3), (3, 43), (43, 44))):
+        qs = slice(lo, hi)
+        ref, _ = attention_ref(q[qs][None], k[b:b + 1], v[b:b + 1], causal=True, seqused_k=used[b:b + 1])
+        assert_close(o[qs][None], ref, torch.bfloat16, what=f"paged varlen seq {b}")
+
+
+def test_split_kv_decode_matches_unsplit():
+    q, k, v = qkv(2, 1, 8192, 32, 8, 128, torch.bfloat16, seed=19)
+    ref, ref_lse = attention_ref(q, k, v, causal=True)
+    for splits in (0, 1, 4, 16):
+        o, lse = fa4jit.attention(q, k, v, causal=True, num_splits=splits, return_lse=True)
+        assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"splits {splits}")
+
+
+# ---- torch.compile, CUDA graphs, recompiles, autograd, errors -----------------------------------
+
+class Block(torch.nn.Module):
+    def __init__(self, dim=512, heads=8, kv_heads=2):
+        super().__init__()
+        self.h, self.kv, self.d = heads, kv_heads, dim // heads
+        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * self.d, bias=False)
+        self.o = torch.nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        B, S, _ = x.shape
+        q, k, v = self.qkv(x).split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
+        q = q.view(B, S, self.h, self.d)
+        k = k.view(B, S, self.kv, self.d)
+        v = v.view(B, S, self.kv, self.d)
+        return self.o(fa4jit.attention(q, k, v, causal=True).reshape(B, S, -1))
+
+
+def test_torch_compile_fullgraph_no_graph_breaks():
+    torch.manual_seed(0)
+    m = Block().cuda().to(torch.bfloat16).eval()
+    x = torch.randn(2, 256, 512, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        eager = m(x)
+        explain = torch._dynamo.explain(m)(x)
+        assert explain.graph_break_count == 0 and explain.graph_count == 1, str(explain)
+        compiled = torch.compile(m, fullgraph=True)(x)  # inductor
+    torch.cuda.synchronize()
+    assert rel_l2(compiled, eager) <= 1e-2
+
+
+def test_no_recompiles_across_sequence_lengths():
+    from torch._dynamo.testing import CompileCounterWithBackend
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    m = Block().cuda().to(torch.bfloat16).eval()
+    f = torch.compile(m, backend=counter, fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        for S in (128, 200, 333, 512, 1000):
+            x = torch.randn(1, S, 512, device="cuda", dtype=torch.bfloat16)
+            assert rel_l2(f(x), m(x)) <= 1e-2
+    print(f"frames compiled for 5 sequence lengths: {counter.frame_count}")
+    assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_cuda_graph_capture_and_replay(decode):
+    Sq, Sk = (1, 4096) if decode else (256, 256)
+    q, k, v = qkv(2, Sq, Sk, 32, 8, 128, torch.bfloat16, seed=20)
+    kw = dict(causal=True, num_splits=0 if not decode else 8)
+    fa4jit.attention(q, k, v, **kw)  # compile / load outside capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fa4jit.attention(q, k, v, **kw)  # warm up on the side stream
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        out = fa4jit.attention(q, k, v, **kw)
+    for seed in (30, 40):
+        nq, nk, nv = qkv(2, Sq, Sk, 32, 8, 128, torch.bfloat16, seed=seed)
+        q.copy_(nq), k.copy_(nk), v.copy_(nv)
+        g.replay()
+        torch.cuda.synchronize()
+        ref, _ = attention_ref(nq, nk, nv, causal=True)
+        assert_close(out, ref, torch.bfloat16, what=f"graph replay seed {seed}")
+
+
+def test_backward_raises_forward_only():
+    q, k, v = qkv(1, 64, 64, 4, 4, 64, torch.bfloat16)
+    q.requires_grad_(True)
+    o = fa4jit.attention(q, k, v)
+    assert o.requires_grad
+    with pytest.raises(RuntimeError, match="forward only"):
+        o.float().sum().backward()
+
+
+def test_launch_errors_before_anything_runs():
+    q, k, v = qkv(1, 64, 64, 4, 4, 64, torch.bfloat16)
+    buf = torch.empty(q.numel() + 1, dtype=torch.bfloat16, device="cuda")
+    q_off = buf[1:].view(q.shape)  # 2-byte offset: not 16-byte aligned
+    with pytest.raises(fa4jit.LaunchError, match="q.data_ptr\\(\\) is not 16-byte aligned"):
+        fa4jit.attention(q_off, k, v)
+    with pytest.raises(fa4jit.LaunchError, match="k is on cpu"):
+        fa4jit.attention(q, k.cpu(), v)
+    with pytest.raises(fa4jit.ConfigError, match="softcap"):
+        fa4jit.attention(q, k, v, score_mod="softcap", softcap=0.0)
+    with pytest.raises(fa4jit.LaunchError, match="num_splits is 300"):  # the library's own check, through the C API
+        fa4jit.attention(q, k, v, num_splits=300)
+    with pytest.raises(fa4jit.CompileError, match="undeclared_thing"):
+        fa4jit.attention(q, k, v, mask_mod="return undeclared_thing > 0;")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_device_uses_its_own_stream_and_context():
+    with torch.cuda.device(1):
+        q, k, v = (t.to("cuda:1") for t in qkv(1, 128, 128, 4, 4, 64, torch.bfloat16))
+    o = fa4jit.attention(q, k, v, causal=True)
+    assert o.device == q.device and torch.cuda.current_device() == 0
+    ref, _ = attention_ref(q, k, v, causal=True)
+    assert_close(o, ref, torch.bfloat16, what="cuda:1")
+
+
+def test_readme_snippet_runs_as_written():
+    torch.manual_seed(1)
+    B, Sq, Sk, Hq, Hkv, D = 2, 256, 256, 8, 2, 128
+    q, k, v = qkv(B, Sq, Sk, Hq, Hkv, D, torch.bfloat16)
+    s = torch.randn(Hq, device="cuda")
+    bias = torch.linspace(-0.01, 0.01, Hq, device="cuda")
+    doc = (torch.arange(Sq, device="cuda") // 64).to(torch.int32)
+    o = fa4jit.attention(q, k, v, causal=True)
+    o, lse = fa4jit.attention(q, k, v, window=(128, 0), sinks=s, softcap=30.0, return_lse=True)
+    o = fa4jit.attention(q, k, v, score_mod="return score + aux[0][h] * (kv_idx - q_idx);", aux=[bias])
+    o = fa4jit.attention(q, k, v, mask_mod="return doc[q_idx] == doc[kv_idx];", aux=[doc])
+    cu = torch.tensor([0, 100, 256], dtype=torch.int32, device="cuda")
+    o = fa4jit.attention_varlen(q[0], k[0], v[0], cu, cu, 156, causal=True)
+    table = torch.arange(8, dtype=torch.int32, device="cuda").view(2, 4)
+    kc, vc = k.reshape(8, 64, Hkv, D), v.reshape(8, 64, Hkv, D)
+    used = torch.tensor([256, 100], dtype=torch.int32, device="cuda")
+    o = fa4jit.attention_paged(q[:, -1:], kc, vc, table, used, causal=True)
+    fa4jit.prewarm([{"depth": 128, "mask": "causal"}], archs=["sm_90a", "sm_100a"])
+    torch.cuda.synchronize()
+    assert o.shape == (2, 1, Hq, D) and torch.isfinite(o.float()).all()

@@ -1,0 +1,275 @@
+"""The torch layer without a GPU: argument errors before any launch, and tracing with fake CUDA
+tensors (FakeTensorMode needs no device): shapes, strides, torch.compile(fullgraph=True) with no
+graph break, make_fx graphs holding the custom ops."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
+import fa4jit  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+bf16 = torch.bfloat16
+
+
+@pytest.fixture
+def fake():
+    return FakeTensorMode()
+
+
+def qkv(B=2, Sq=128, Sk=256, Hq=8, Hkv=2, D=64, dtype=bf16, device="cuda"):
+    return (torch.empty(B, Sq, Hq, D, dtype=dtype, device=device), torch.empty(B, Sk, Hkv, D, dtype=dtype, device=device),
+            torch.empty(B, Sk, Hkv, D, dtype=dtype, device=device))
+
+
+def test_torch_ops_are_registered():
+    assert hasattr(torch.ops.fa4jit, "fwd") and hasattr(torch.ops.fa4jit, "fwd_out")
+    assert "Tensor(a3!) out" in str(torch.ops.fa4jit.fwd_out.default._schema)
+
+
+def test_cpu_tensors_are_refused_naming_the_argument():
+    q, k, v = qkv(device="cpu")
+    with pytest.raises(fa4jit.LaunchError, match="q is on cpu"):
+        fa4jit.attention(q, k, v)
+
+
+def test_meta_tensors_are_refused():
+    q, k, v = qkv(device="meta")
+    with pytest.raises(fa4jit.LaunchError, match="q is on meta"):
+        fa4jit.attention(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("k_cpu", "k is on cpu, q on cuda"),
+    ("v_dtype", "v has dtype torch.float16 but q has torch.bfloat16"),
+    ("q_float", "q has dtype torch.float32"),
+    ("head_dim_stride", "q has head_dim stride 2"),
+    ("odd_stride", r"k.stride\(1\) is 132"),
+    ("head_dim", "k has head_dim 128, q has 64"),
+    ("kv_shape", r"k \(2, 256, 2, 64\) and v \(2, 200, 2, 64\)"),
+    ("gqa", "q has 8 heads, k/v 3"),
+    ("batch", "q has batch 2, k/v 3"),
+    ("dims", "q has 3 dimensions"),
+    ("sinks", "sinks has shape"),
+    ("out_shape", "out has shape"),
+    ("aux_cpu", r"aux\[0\] is on cpu"),
+    ("aux_many", "at most 4"),
+    ("layout", "layout: 'sbhd'"),
+    ("window", "window: expected"),
+    ("softcap_custom", "softcap: a kernel has one score-mod"),
+])
+def test_argument_errors(fake, case, match):
+    with fake:
+        q, k, v = qkv()
+        kw = {}
+        if case == "k_cpu":
+            k = torch.empty(k.shape, dtype=bf16, device="cpu")
+        elif case == "v_dtype":
+            v = v.half()
+        elif case == "q_float":
+            q, k, v = q.float(), k.float(), v.float()
+        elif case == "head_dim_stride":
+            q = torch.empty(2, 128, 8, 128, dtype=bf16, device="cuda")[..., ::2]
+        elif case == "odd_stride":
+            k = torch.empty(2, 256, 2, 66, dtype=bf16, device="cuda")[..., :64]
+        elif case == "head_dim":
+            k = torch.empty(2, 256, 2, 128, dtype=bf16, device="cuda")
+        elif case == "kv_shape":
+            v = torch.empty(2, 200, 2, 64, dtype=bf16, device="cuda")
+        elif case == "gqa":
+            k = v = torch.empty(2, 256, 3, 64, dtype=bf16, device="cuda")
+        elif case == "batch":
+            k = v = torch.empty(3, 256, 2, 64, dtype=bf16, device="cuda")
+        elif case == "dims":
+            q = q[0]
+        elif case == "sinks":
+            kw["sinks"] = torch.empty(3, device="cuda")
+        elif case == "out_shape":
+            kw["out"] = torch.empty(2, 128, 8, 32, dtype=bf16, device="cuda")
+        elif case == "aux_cpu":
+            kw.update(mask_mod="return aux0[q_idx] > 0;", aux=[torch.empty(128, dtype=torch.int32)])
+        elif case == "aux_many":
+            kw.update(mask_mod="return true;", aux=[torch.empty(4, device="cuda")] * 5)
+        elif case == "layout":
+            kw["layout"] = "sbhd"
+        elif case == "window":
+            kw["window"] = 128
+        elif case == "softcap_custom":
+            kw.update(softcap=30.0, score_mod="return score;")
+        with pytest.raises(ValueError, match=match):
+            fa4jit.attention(q, k, v, **kw)
+
+
+def test_fake_shapes_and_layouts(fake):
+    with fake:
+        q, k, v = qkv()
+        o, lse = fa4jit.attention(q, k, v, causal=True, return_lse=True)
+        assert o.shape == q.shape and o.dtype == bf16 and o.is_contiguous()
+        assert lse.shape == (2, 8, 128) and lse.dtype == torch.float32
+        # SDPA's layout: (B, H, S, D) in, (B, H, S, D) out, no copies of the inputs.
+        qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        ob = fa4jit.attention(qb, kb, vb, layout="bhsd")
+        assert ob.shape == qb.shape and ob.is_contiguous()
+        out = torch.empty_like(q)
+        assert fa4jit.attention(q, k, v, out=out) is out
+
+
+def test_fake_varlen_and_paged_shapes(fake):
+    with fake:
+        q = torch.empty(300, 8, 128, dtype=bf16, device="cuda")
+        k = torch.empty(500, 2, 128, dtype=bf16, device="cuda")
+        cu = torch.empty(4, dtype=torch.int32, device="cuda")
+        o, lse = fa4jit.attention_varlen(q, k, k, cu, cu, 200, causal=True, return_lse=True)
+        assert o.shape == (300, 8, 128) and lse.shape == (8, 300)
+        kc = torch.empty(64, 64, 2, 128, dtype=bf16, device="cuda")
+        table = torch.empty(3, 16, dtype=torch.int32, device="cuda")
+        used = torch.empty(3, dtype=torch.int32, device="cuda")
+        qd = torch.empty(3, 1, 8, 128, dtype=bf16, device="cuda")
+        assert fa4jit.attention_paged(qd, kc, kc, table, used, causal=True).shape == (3, 1, 8, 128)
+        with pytest.raises(fa4jit.LaunchError, match="page_table"):
+            fa4jit.attention_paged(qd, kc, kc, table[:2], used)
+        with pytest.raises(fa4jit.LaunchError, match="seqused_k has dtype torch.int64"):
+            fa4jit.attention_paged(qd, kc, kc, table, used.long())
+        with pytest.raises(fa4jit.LaunchError, match="cu_seqlens_q has dtype torch.int64"):
+            fa4jit.attention_varlen(q, k, k, cu.long(), cu, 200)
+
+
+def test_snippet_aux_errors_at_trace_time(fake):
+    with fake:
+        q, k, v = qkv()
+        ids = torch.empty(256, dtype=torch.int32, device="cuda")
+        with pytest.raises(fa4jit.ConfigError, match="pass aux as a dict"):
+            fa4jit.attention(q, k, v, mask_mod="return x[q_idx] == y[kv_idx];", aux=[ids])
+        with pytest.raises(fa4jit.ConfigError, match="not a C\\+\\+ identifier"):
+            fa4jit.attention(q, k, v, mask_mod="return true;", aux={"not valid": ids})
+
+
+def _block(q, k, v, doc, bias, s):
+    o = fa4jit.attention(q, k, v, causal=True)
+    o = o + fa4jit.attention(q, k, v, window=(64, 0), softcap=30.0, sinks=s)
+    o = o + fa4jit.attention(q, k, v, score_mod="return score + aux[0][h] * (kv_idx - q_idx);", aux=[bias])
+    o = o + fa4jit.attention(q, k, v, mask_mod="return doc[q_idx] == doc[kv_idx];", aux=[doc])
+    o2, lse = fa4jit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bhsd",
+                               return_lse=True)
+    return o + o2.transpose(1, 2), lse
+
+
+def _inputs(Sq=128, Sk=256):
+    q, k, v = qkv(Sq=Sq, Sk=Sk)
+    return (q, k, v, torch.empty(Sk, dtype=torch.int32, device="cuda"), torch.empty(8, device="cuda"),
+            torch.empty(8, device="cuda"))
+
+
+def test_torch_compile_fullgraph_no_graph_break(fake):
+    with fake:
+        args = _inputs()
+        explain = torch._dynamo.explain(_block)(*args)
+        assert explain.graph_break_count == 0 and explain.graph_count == 1, explain
+        o, lse = torch.compile(_block, backend="eager", fullgraph=True)(*args)
+        assert o.shape == args[0].shape and lse.shape == (2, 8, 128)
+
+
+def test_torch_compile_dynamic_shapes_one_graph(fake):
+    torch._dynamo.reset()
+    from torch._dynamo.testing import CompileCounter
+    counter = CompileCounter()
+    f = torch.compile(_block, backend=counter, fullgraph=True, dynamic=True)
+    with fake:
+        for sq, sk in ((128, 256), (96, 320), (200, 200)):
+            o, _ = f(*_inputs(sq, sk))
+            assert o.shape[1] == sq
+    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} frames for 3 sequence lengths"
+
+
+def test_make_fx_graph_holds_the_custom_ops(fake):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    with fake:
+        g = make_fx(_block, tracing_mode="fake")(*_inputs())
+    code = g.code
+    assert code.count("torch.ops.fa4jit.fwd.default") == 5
+    assert "return doc[q_idx] == doc[kv_idx];" in code  # snippets are op arguments, verbatim
+
+
+def test_out_variant_traces_as_a_mutation(fake):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(q, k, v, out):
+        return fa4jit.attention(q, k, v, causal=True, out=out)
+
+    with fake:
+        q, k, v = qkv()
+        g = make_fx(f, tracing_mode="fake")(q, k, v, torch.empty_like(q))
+    assert "torch.ops.fa4jit.fwd_out.default" in g.code
+
+
+def test_out_with_grad_is_refused(fake):
+    with fake:
+        q, k, v = qkv()
+        q.requires_grad_(True)
+        with pytest.raises(RuntimeError, match="forward only"):
+            fa4jit.attention(q, k, v, out=torch.empty_like(q.detach()))
+
+
+def test_eager_calls_skip_the_dispatcher_only_when_nothing_observes_them(fake):
+    from fa4jit import ops
+    t = torch.empty(1, 8, 1, 64, dtype=bf16)
+    assert ops._eager(t, t, t, None)  # plain tensors, eager, nothing to record
+    assert not ops._eager(t.requires_grad_(True), t, t, None)  # autograd must see the op
+    with torch.no_grad():
+        assert ops._eager(t, t, t, None)
+    with fake:
+        f = torch.empty(1, 8, 1, 64, dtype=bf16, device="cuda")
+        assert not ops._eager(f, f, f, None)  # a dispatch mode is active: through torch.ops
+
+
+@pytest.fixture
+def no_gpu_launch(monkeypatch):
+    """The real launch path with CPU tensors standing in for CUDA ones: kernels compile for sm_90a,
+    the arguments are packed and checked by the library, and the launch stops at the missing driver."""
+    from fa4jit import ops
+    if fa4jit.runtime_info()["gpus"]:
+        pytest.skip("a GPU is present: test_gpu.py runs the real launches")
+    check = ops._check_qkv
+
+    def check_on_cpu(q, k, v, *args):
+        # The device rule is the only one a CPU tensor breaks: check the rest on a fake-CUDA copy.
+        with FakeTensorMode() as m:
+            conv = lambda t: None if t is None else (  # noqa: E731
+                [conv(x) for x in t] if isinstance(t, list) else m.from_tensor(t).to("cuda") if isinstance(t, torch.Tensor) else t)
+            return check(*[conv(a) for a in (q, k, v) + args])
+
+    monkeypatch.setattr(ops, "_check_qkv", check_on_cpu)
+    monkeypatch.setattr(ops, "_kernels", {})
+    monkeypatch.setattr(ops, "_arch", lambda dev: "sm_90a")
+    monkeypatch.setattr(ops, "_stream", lambda dev: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return ops
+
+
+def test_launch_path_reaches_the_driver(no_gpu_launch):
+    q = torch.randn(2, 64, 8, 64).to(bf16)
+    k = torch.randn(2, 96, 2, 64).to(bf16)
+    ids = torch.arange(96, dtype=torch.int32)
+    cases = [
+        dict(causal=True, num_splits=1),
+        dict(window=(16, 0), softcap=5.0, sinks=torch.zeros(8), return_lse=True, num_splits=1),
+        dict(causal=True, chunk_size=32, mask_mod="return doc[q_idx] == doc[kv_idx];", aux={"doc": ids},
+             score_mod="return score * scalars[0];", scalars=[0.5], num_splits=1),
+        dict(score_mod="alibi", alibi_slopes=torch.ones(8), num_splits=1, pack_gqa=True),
+        dict(causal=True),  # num_splits 0: the workspace query reaches the driver first
+    ]
+    for kw in cases:
+        with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+            fa4jit.attention(q, k, k, **kw)
+    cu = torch.tensor([0, 30, 128], dtype=torch.int32)
+    with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+        fa4jit.attention_varlen(q.reshape(128, 8, 64), k.reshape(192, 2, 64), k.reshape(192, 2, 64), cu,
+                                torch.tensor([0, 100, 192], dtype=torch.int32), 98, causal=True, num_splits=1)
+    kc = torch.randn(6, 64, 2, 64).to(bf16)
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+    with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+        fa4jit.attention_paged(q[:, :1], kc, kc, table, torch.tensor([100, 192], dtype=torch.int32), causal=True,
+                               num_splits=1)
+    # One kernel per distinct variant, compiled for sm_90a and cached: causal (also varlen), window +
+    # softcap, chunked + custom, packed ALiBi, packed causal (paged decode: Sq x group <= 128).
+    keys = list(no_gpu_launch._kernels)
+    assert len(keys) == 5, keys
+    assert sum(1 for k in keys if k[10]) == 2  # packed

@@ -1,0 +1,135 @@
+"""A real model nobody here wrote: transformers' Llama (and Gemma 2: softcap, sliding window) from a
+small config with random weights, run with attn_implementation="fa4jit" and "sdpa". Prefill logits
+and 16 teacher-forced decode steps through the model's KV cache must match within bf16 tolerance:
+fa4jit's distance to a float32 SDPA run of the same weights may be at most twice bf16 SDPA's own
+(plus a small floor). No downloads. Skips without a GPU or transformers."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+
+import fa4jit.transformers as fa4jit_hf  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible to torch")
+
+STEPS = 16
+
+
+def _models(config, ref="sdpa", with_ref=True):
+    """{"fa4jit": bf16, "ref": bf16 with the `ref` implementation, "fp32": `ref` in float32}, one set of weights."""
+    from transformers import AutoModelForCausalLM
+    fa4jit_hf.register()
+    torch.manual_seed(0)
+    # A config each: from_config records the attention implementation in the config object.
+    base = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=ref, dtype=torch.float32)
+    state = base.state_dict()
+    models = {}
+    for name, impl in (("fa4jit", "fa4jit"), ("ref", ref)) if with_ref else (("fa4jit", "fa4jit"),):
+        m = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl, dtype=torch.bfloat16)
+        m.load_state_dict(state)
+        assert m.config._attn_implementation == impl
+        models[name] = m.cuda().eval()
+    models["fp32"] = base.cuda().eval()  # the yardstick for bf16 error
+    return models
+
+
+def _run(model, ids, attention_mask, steps, forced):
+    """Prefill, then `steps` decode steps feeding the tokens in `forced` (teacher forcing keeps every
+    model on the same sequence). Returns the logits of each step, float32."""
+    from transformers import DynamicCache
+    cache = DynamicCache(config=model.config)
+    out = []
+    with torch.no_grad():
+        r = model(input_ids=ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        out.append(r.logits[:, -1].float())
+        prefill = r.logits.float()
+        mask = attention_mask
+        for t in range(steps):
+            nxt = forced[:, t:t + 1]
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
+            r = model(input_ids=nxt, attention_mask=mask, past_key_values=r.past_key_values, use_cache=True)
+            out.append(r.logits[:, -1].float())
+    return prefill, torch.stack(out, 1)
+
+
+def _compare(models, ids, attention_mask=None, what="", ref="sdpa"):
+    # The float32 model's greedy tokens drive every model.
+    with torch.no_grad():
+        seq = ids
+        mask = attention_mask
+        for _ in range(STEPS):
+            logits = models["fp32"](input_ids=seq, attention_mask=mask).logits[:, -1]
+            nxt = logits.argmax(-1, keepdim=True)
+            seq = torch.cat([seq, nxt], 1)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(nxt)], 1)
+    forced = seq[:, ids.shape[1]:]
+    res = {name: _run(m, ids, attention_mask, STEPS, forced) for name, m in models.items()}
+    ref_prefill, ref_steps = res["fp32"]
+    valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(ids, dtype=torch.bool)
+    report = {}
+    for name in ("fa4jit", "ref"):
+        p, s = res[name]
+        report[name] = ((p - ref_prefill)[valid].abs().max().item(), (s - ref_steps).abs().max().item())
+    fa_p, fa_s = report["fa4jit"]
+    sd_p, sd_s = report["ref"]
+    direct_p = (res["fa4jit"][0] - res["ref"][0])[valid].abs().max().item()
+    direct_s = (res["fa4jit"][1] - res["ref"][1]).abs().max().item()
+    scale = ref_prefill.abs().max().item()
+    print(f"{what}: max |logit diff| fa4jit vs {ref} (both bf16): prefill {direct_p:.4f}, {STEPS} decode steps "
+          f"{direct_s:.4f}; vs float32 {ref}: fa4jit {fa_p:.4f} / {fa_s:.4f}, {ref} {sd_p:.4f} / {sd_s:.4f} "
+          f"(logit scale {scale:.2f})")
+    floor = 0.01 * scale
+    assert fa_p <= 2 * sd_p + floor, f"{what}: prefill logits off by {fa_p} (bf16 {ref}: {sd_p})"
+    assert fa_s <= 2 * sd_s + floor, f"{what}: decode logits off by {fa_s} (bf16 {ref}: {sd_s})"
+    agree = (res["fa4jit"][1].argmax(-1) == res["ref"][1].argmax(-1)).float().mean().item()
+    print(f"{what}: greedy token agreement fa4jit vs {ref} (bf16): {agree:.2%}")
+    return report
+
+
+def _llama_config():
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=3,
+                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024)
+
+
+def test_llama_prefill_and_decode_match_sdpa():
+    models = _models(_llama_config())
+    torch.manual_seed(1)
+    ids = torch.randint(0, 1024, (2, 200), device="cuda")
+    _compare(models, ids, what="llama")
+
+
+def test_llama_left_padded_batch_runs_varlen():
+    models = _models(_llama_config())
+    torch.manual_seed(2)
+    ids = torch.randint(0, 1024, (3, 96), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[0, :40] = 0  # left padding
+    mask[2, :7] = 0
+    _compare(models, ids, attention_mask=mask, what="llama padded")
+
+
+def test_gemma2_softcap_and_sliding_window():
+    from transformers import Gemma2Config
+    cfg = Gemma2Config(vocab_size=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+                       num_attention_heads=8, num_key_value_heads=4, head_dim=64, sliding_window=64,
+                       attn_logit_softcapping=50.0, final_logit_softcapping=30.0, query_pre_attn_scalar=64,
+                       max_position_embeddings=1024)
+    models = _models(cfg, ref="eager")  # transformers' SDPA path has no softcap: eager is Gemma 2's reference
+    torch.manual_seed(3)
+    ids = torch.randint(0, 1024, (2, 150), device="cuda")  # longer than the window
+    _compare(models, ids, what="gemma2", ref="eager")
+
+
+def test_torch_compile_of_the_model_has_no_graph_break():
+    models = _models(_llama_config(), with_ref=False)
+    m = models["fa4jit"]
+    ids = torch.randint(0, 1024, (1, 64), device="cuda")
+    with torch.no_grad():
+        explain = torch._dynamo.explain(m)(input_ids=ids, use_cache=False)
+    print(f"llama forward: {explain.graph_count} graph(s), {explain.graph_break_count} break(s)")
+    assert explain.graph_break_count == 0
