@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-include "fa4jit/jit.hpp"
+#include "fa4jit/jit.hpp"
 #include "fa4jit/version.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime_internal.hpp"
