@@ -253,6 +253,11 @@ std::string DiskTier::publish(std::string_view key, std::string_view cubin, cons
   if (fault("kill_before_rename")) ::raise(SIGKILL);
 
   Fd sh = make_dir_at(b.get(), target.shard.c_str(), modes_.layout_dir(), modes_.shared, &err);
+  if (!sh && (err == ENOTDIR || err == ELOOP)) {
+    // A file or symlink where the shard belongs: move it aside (removed as a link), make the dir.
+    evict(Listed{target.shard, "", base() / target.shard, false, 0, 0}, /*bad_entry=*/false);
+    sh = make_dir_at(b.get(), target.shard.c_str(), modes_.layout_dir(), modes_.shared, &err);
+  }
   if (!sh) return not_a_dir(base() / target.shard, err);
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (::renameat(tmp.get(), name.c_str(), sh.get(), target.key.c_str()) == 0) {

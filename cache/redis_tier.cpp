@@ -156,7 +156,18 @@ std::string unacceptable(const redisContext* c) {
   const std::size_t buffered = r->len - r->pos;
   if (buffered > kMaxRemoteValueBytes + 64)
     return fmt::format("reply larger than the {} byte cap on a cache value", kMaxRemoteValueBytes);
-  if (r->ridx == -1 && buffered > 0 && r->buf[r->pos] == '*') return "unexpected array reply";
+  // Before hiredis starts parsing a reply (ridx -1) its first bytes are still in the buffer:
+  // refuse an array, and a bulk string whose announced length is over the cap, before reading it.
+  if (r->ridx != -1 || buffered == 0) return {};
+  const char* p = r->buf + r->pos;
+  if (*p == '*') return "unexpected array reply";
+  if (*p == '$') {
+    unsigned long long n = 0;
+    std::size_t i = 1;
+    for (; i < buffered && i < 24 && p[i] >= '0' && p[i] <= '9'; ++i) n = n * 10 + static_cast<unsigned>(p[i] - '0');
+    if (i < buffered && p[i] == '\r' && n > kMaxRemoteValueBytes)
+      return fmt::format("reply of {} bytes is over the {} byte cap on a cache value", n, kMaxRemoteValueBytes);
+  }
   return {};
 }
 

@@ -106,6 +106,11 @@ TEST(CacheFsSafety, PlantedSymlinksAreRemovedAsLinksNeverFollowed) {
   s.verify();
   victim.expect_intact("verify");
   s.get_or_compile(ka, [&] { return jit::cache::Artifact{cubin_for(ka), {}, ""}; }, "cfg");
+  // Publishing into the shard that is a link replaces the link by a real shard dir.
+  s.get_or_compile(victim.key, [&] { return jit::cache::Artifact{cubin_for(victim.key), {}, ""}; }, "cfg");
+  EXPECT_FALSE(fs::is_symlink(v1 / victim.key.substr(0, 2)));
+  EXPECT_EQ(s.load(victim.key)->origin, shared.path.string());
+  victim.expect_intact("publish over a symlinked shard");
   s.prune(0);
   victim.expect_intact("prune");
   s.clear();

@@ -422,7 +422,8 @@ TEST(CacheRedisFake, DrippingServerIsBoundedByOneDeadlinePerCall) {
 
 TEST(CacheRedisFake, OversizedReplyIsCappedNotBuffered) {
   if (!FA4JIT_CACHE_TESTS_REDIS) GTEST_SKIP() << "fa4jit_cache built without hiredis";
-  // Claims 3 GB, sends 160 MiB as fast as it can, then keeps the reply alive a byte at a time.
+  // Claims 3 GB, sends 160 MiB as fast as it can, then keeps the reply alive a byte at a time:
+  // refused on the announced length, before the data is read.
   FakeServer server([](int fd, const std::atomic<bool>& stop) {
     std::string head = "$3000000000\r\n";
     if (::write(fd, head.data(), head.size()) != static_cast<ssize_t>(head.size())) return;
