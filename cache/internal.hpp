@@ -163,7 +163,7 @@ std::string check_blob(std::string_view key, const nlohmann::json& meta, std::st
 EntryCheck check_entry_bytes(std::string_view key, std::string_view meta_text, std::string cubin, const Auth* auth);
 // Reads and verifies the entry dir `name` inside parent_fd (a shard, or tmp/ for an entry
 // moved aside) without following symlinks: check_entry_bytes on its two files, both read
-// through one dirfd. `shown` is the dir's path for messages and Artifact::origin.
+// through one dirfd. `origin` becomes Artifact::origin (the tier root).
 EntryCheck check_entry_at(int parent_fd, const std::string& name, std::string_view key, const Auth* auth,
                           const fs::path& origin);
 

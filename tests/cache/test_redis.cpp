@@ -188,6 +188,17 @@ class FakeServer {
   std::thread thread_;
 };
 
+// send() without SIGPIPE: the client under test may hang up mid-reply (that is the point).
+bool send_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
 // Sleeps up to `ms` in small steps; false when asked to stop.
 bool nap(int ms, const std::atomic<bool>& stop) {
   for (int i = 0; i < ms / 10; ++i) {
@@ -401,7 +412,7 @@ TEST(CacheRedisFake, DrippingServerIsBoundedByOneDeadlinePerCall) {
   FakeServer server([](int fd, const std::atomic<bool>& stop) {
     const std::string reply = "$10\r\n0123456789\r\n";
     for (char c : reply) {
-      if (::write(fd, &c, 1) != 1 || !nap(500, stop)) return;
+      if (!send_all(fd, &c, 1) || !nap(500, stop)) return;
     }
   });
   TempDir d;
@@ -426,12 +437,12 @@ TEST(CacheRedisFake, OversizedReplyIsCappedNotBuffered) {
   // refused on the announced length, before the data is read.
   FakeServer server([](int fd, const std::atomic<bool>& stop) {
     std::string head = "$3000000000\r\n";
-    if (::write(fd, head.data(), head.size()) != static_cast<ssize_t>(head.size())) return;
+    if (!send_all(fd, head.data(), head.size())) return;
     std::string chunk(1 << 20, '\0');
     for (int i = 0; i < 160 && !stop; ++i)
-      if (::write(fd, chunk.data(), chunk.size()) <= 0) return;
+      if (!send_all(fd, chunk.data(), chunk.size())) return;
     for (int i = 0; i < 60 && nap(100, stop); ++i)
-      if (::write(fd, "x", 1) != 1) return;
+      if (!send_all(fd, "x", 1)) return;
   });
   TempDir d;
   Options o;
