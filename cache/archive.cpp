@@ -6,11 +6,13 @@
 // A tiny custom format instead of tar: no extra dependency, and import re-verifies every entry
 // against the digest in its meta anyway, so the container needs no checksums of its own.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -25,8 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr std::string_view kMagic = "FA4JITAR1\n";
-constexpr std::uint64_t kMaxMeta = 16ull << 20;
-constexpr std::uint64_t kMaxCubin = 1ull << 30;
 
 void put_u64(std::string& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
@@ -39,7 +39,60 @@ bool get_u64(std::istream& in, std::uint64_t& v) {
   for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(b[i]) << (8 * i);
   return true;
 }
+
+// Reads exactly n bytes in chunks: memory grows with the bytes actually there, not with a length
+// field that may be forged (a 10-byte file claiming a 60 MB member allocates 1 MB, not 60).
+bool read_exact(std::istream& in, std::uint64_t n, std::string& out) {
+  constexpr std::uint64_t kChunk = 1u << 20;
+  out.clear();
+  while (out.size() < n) {
+    const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, n - out.size()));
+    const std::size_t at = out.size();
+    out.resize(at + step);
+    if (!in.read(out.data() + at, static_cast<std::streamsize>(step))) return false;
+  }
+  return true;
+}
 }  // namespace
+
+namespace detail {
+
+std::string archive_magic() { return std::string(kMagic); }
+
+ArchiveScan read_archive(std::istream& in, const std::function<void(std::string&&, std::string&&)>& on_entry) {
+  ArchiveScan scan;
+  std::string magic(kMagic.size(), '\0');
+  if (!in.read(magic.data(), static_cast<std::streamsize>(magic.size())) || magic != kMagic) return scan;
+  scan.magic = true;
+  std::string meta_text, cubin;
+  while (true) {
+    char tag = 0;
+    if (!in.get(tag)) {
+      scan.problems.push_back(fmt::format("archive truncated after {} entries (no trailer)", scan.entries));
+      break;
+    }
+    if (tag == 'Z') {
+      std::uint64_t n = 0;
+      if (!get_u64(in, n) || n != scan.entries)
+        scan.problems.push_back(fmt::format("archive trailer says {} entries, read {}", n, scan.entries));
+      break;
+    }
+    std::uint64_t mlen = 0, clen = 0;
+    if (tag != 'E' || !get_u64(in, mlen) || !get_u64(in, clen) || mlen > kMaxMetaBytes || clen > kMaxCubinBytes) {
+      scan.problems.push_back(fmt::format("entry {}: bad header; stopping", scan.entries));
+      break;
+    }
+    if (!read_exact(in, mlen, meta_text) || !read_exact(in, clen, cubin)) {
+      scan.problems.push_back(fmt::format("entry {}: truncated; stopping", scan.entries));
+      break;
+    }
+    ++scan.entries;
+    on_entry(std::move(meta_text), std::move(cubin));
+  }
+  return scan;
+}
+
+}  // namespace detail
 
 std::size_t Store::export_archive(const fs::path& path, const std::vector<std::string>& keys) {
   auto& im = *impl_;
@@ -106,60 +159,46 @@ std::size_t Store::export_archive(const fs::path& path, const std::vector<std::s
 ImportReport Store::import_archive(const fs::path& path) {
   auto& im = *impl_;
   if (!im.wtier) throw CacheError(fmt::format("import {}: no writable cache tier", path.string()));
+  // A regular file only: a FIFO or a device would block or never end.
+  detail::Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0)
+    throw CacheError(fmt::format("import: cannot open {}: {}", path.string(), std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw CacheError(fmt::format("import: {} is not a regular file", path.string()));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CacheError(fmt::format("import: cannot open {}", path.string()));
-  std::string magic(kMagic.size(), '\0');
-  if (!in.read(magic.data(), static_cast<std::streamsize>(magic.size())) || magic != kMagic)
-    throw CacheError(fmt::format("import: {} is not an fa4jit cache archive", path.string()));
 
   ImportReport rep;
   std::size_t index = 0;
-  while (true) {
-    char tag = 0;
-    if (!in.get(tag)) {
-      rep.problems.push_back(fmt::format("archive truncated after {} entries (no trailer)", index));
-      break;
-    }
-    if (tag == 'Z') {
-      std::uint64_t n = 0;
-      if (!get_u64(in, n) || n != index)
-        rep.problems.push_back(fmt::format("archive trailer says {} entries, read {}", n, index));
-      break;
-    }
-    std::uint64_t mlen = 0, clen = 0;
-    if (tag != 'E' || !get_u64(in, mlen) || !get_u64(in, clen) || mlen > kMaxMeta || clen > kMaxCubin) {
-      rep.problems.push_back(fmt::format("entry {}: bad header; stopping", index));
-      break;
-    }
-    std::string meta_text(mlen, '\0'), cubin(clen, '\0');
-    if (!in.read(meta_text.data(), static_cast<std::streamsize>(mlen)) ||
-        !in.read(cubin.data(), static_cast<std::streamsize>(clen))) {
-      rep.problems.push_back(fmt::format("entry {}: truncated; stopping", index));
-      break;
-    }
-    ++index;
+  const detail::ArchiveScan scan = detail::read_archive(in, [&](std::string&& meta_text, std::string&& cubin) {
+    const std::size_t at = index++;
     auto meta = nlohmann::json::parse(meta_text, nullptr, false);
     std::string key = meta.is_object() && meta.contains("key") && meta["key"].is_string() ? meta["key"].get<std::string>() : "";
-    std::string problem = meta.is_discarded()          ? "meta does not parse"
-                          : !detail::valid_key(key)    ? "meta has no valid key"
-                                                       : detail::check_blob(key, meta, cubin);
-    if (!problem.empty()) {
+    if (!detail::valid_key(key)) {
       rep.rejected++;
-      rep.problems.push_back(fmt::format("entry {} ({}): {}", index - 1, key.empty() ? "?" : key, problem));
-      continue;
+      rep.problems.push_back(fmt::format("entry {} (?): {}", at, meta.is_discarded() ? "meta does not parse" : "meta has no valid key"));
+      return;
+    }
+    detail::EntryCheck c = detail::check_entry_bytes(key, meta_text, std::move(cubin), &im.auth);
+    if (!c.artifact) {
+      rep.rejected++;
+      rep.problems.push_back(fmt::format("entry {} ({}): {}", at, key, c.problem));
+      return;
     }
     if (im.load_local(key)) {
       rep.present++;
-      continue;
+      return;
     }
-    if (std::string err = im.wtier->publish(key, cubin, meta); !err.empty()) {
+    if (std::string err = im.wtier->publish(key, c.artifact->cubin, c.artifact->meta); !err.empty()) {
       rep.problems.push_back(fmt::format("{}: {}", key, err));
       im.warner.warn("write", fmt::format("import: cannot write cache entry {}: {}", key, err));
-      continue;
+      return;
     }
     im.n.publishes++;
     rep.imported++;
-  }
+  });
+  if (!scan.magic) throw CacheError(fmt::format("import: {} is not an fa4jit cache archive", path.string()));
+  rep.problems.insert(rep.problems.end(), scan.problems.begin(), scan.problems.end());
   return rep;
 }
 

@@ -3,6 +3,7 @@
 // the lock with its fd, so there is no stale-lock state to clean up.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,15 +22,25 @@ void FileLock::release() {
   }
 }
 
-FileLock::Result FileLock::acquire(const fs::path& lock_file, std::chrono::milliseconds timeout) {
+FileLock::Result FileLock::acquire(const fs::path& lock_file, std::chrono::milliseconds timeout, mode_t mode) {
   release();
   // O_CREAT without O_EXCL: every process opens the same inode; the file is never unlinked.
-  Fd fd(::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
-  if (!fd) {
-    make_dirs(lock_file.parent_path());
-    fd = Fd(::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
-    if (!fd) return Result::unavailable;
+  // O_NOFOLLOW: a symlink planted in place of a lock file is not opened (nor created through):
+  // the caller then goes on without the lock, which costs at most a duplicate compile.
+  auto open_lock = [&](int flags) {
+    int fd = ::open(lock_file.c_str(), flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd >= 0 && (mode & 020)) ::fchmod(fd, mode);  // shared: group members open it O_RDWR too
+    return Fd(fd);
+  };
+  Fd fd = open_lock(O_RDWR);
+  if (!fd && errno == ENOENT) {
+    make_dirs(lock_file.parent_path(), 0755, false);
+    fd = open_lock(O_RDWR);
   }
+  // Another user's lock file in a shared cache made before group-writable modes: flock() needs
+  // only a read-only fd on local filesystems.
+  if (!fd && errno == EACCES) fd = open_lock(O_RDONLY);
+  if (!fd) return Result::unavailable;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto nap = std::chrono::milliseconds(1);
   while (true) {

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include <fmt/format.h>
@@ -30,7 +32,7 @@ Fd& Fd::operator=(Fd&& o) noexcept {
   return *this;
 }
 
-static IoResult io_fail(int err, std::string_view op, const fs::path& p) {
+IoResult io_fail(int err, std::string_view op, const fs::path& p) {
   return IoResult{err, fmt::format("{} {}: {}", op, p.string(), std::strerror(err))};
 }
 
@@ -54,46 +56,80 @@ bool fault(std::string_view name, const fs::path& root) {
   return false;
 }
 
-IoResult write_file_durable(const fs::path& path, std::string_view data) {
-  if (fault("enospc")) return io_fail(ENOSPC, "write", path);
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd) return io_fail(errno, "create", path);
+IoResult write_file_at(int dirfd, const char* name, std::string_view data, mode_t mode, bool force_mode,
+                       const fs::path& shown) {
+  if (fault("enospc")) return io_fail(ENOSPC, "write", shown);
+  // O_EXCL never follows a symlink: a planted link makes this fail rather than write through it.
+  Fd fd(::openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd) return io_fail(errno, "create", shown);
+  if (force_mode && ::fchmod(fd.get(), mode) != 0) return io_fail(errno, "chmod", shown);
   const char* p = data.data();
   std::size_t left = data.size();
   while (left > 0) {
     ssize_t n = ::write(fd.get(), p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return io_fail(errno, "write", path);  // ENOSPC, EDQUOT, EFBIG (RLIMIT_FSIZE), EIO
+      return io_fail(errno, "write", shown);  // ENOSPC, EDQUOT, EFBIG (RLIMIT_FSIZE), EIO
     }
     p += n;
     left -= static_cast<std::size_t>(n);
   }
   // fsync before the rename that publishes: otherwise a crash can leave a renamed entry whose
   // data blocks never reached the disk (zero-filled cubin after reboot).
-  if (::fsync(fd.get()) != 0) return io_fail(errno, "fsync", path);
+  if (::fsync(fd.get()) != 0) return io_fail(errno, "fsync", shown);
   int raw = fd.release();
-  if (::close(raw) != 0) return io_fail(errno, "close", path);  // NFS reports write errors here
+  if (::close(raw) != 0) return io_fail(errno, "close", shown);  // NFS reports write errors here
   return {};
 }
 
-IoResult fsync_dir(const fs::path& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) return io_fail(errno, "open dir", dir);
+IoResult fsync_fd(int fd, const fs::path& shown) {
   // Some filesystems refuse fsync on a directory (EINVAL); that is not a write failure.
-  if (::fsync(fd.get()) != 0 && errno != EINVAL && errno != EROFS) return io_fail(errno, "fsync dir", dir);
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) return io_fail(errno, "fsync dir", shown);
   return {};
 }
 
-IoResult make_dirs(const fs::path& dir) {
+Fd open_dir_at(int dirfd, const char* name) {
+  return Fd(::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+}
+
+Fd make_dir_at(int dirfd, const char* name, mode_t mode, bool force_mode, int* err) {
+  bool created = ::mkdirat(dirfd, name, mode) == 0;
+  if (!created && errno != EEXIST) {
+    if (err) *err = errno;
+    return Fd();
+  }
+  Fd fd = open_dir_at(dirfd, name);
+  if (!fd) {
+    if (err) *err = errno;  // ENOTDIR/ELOOP: a file or a symlink sits where a directory belongs
+    return Fd();
+  }
+  // Only a directory we just made: another user's may not be chmod'ed, and need not be.
+  if (created && force_mode) ::fchmod(fd.get(), mode);
+  if (err) *err = 0;
+  return fd;
+}
+
+IoResult make_dirs(const fs::path& dir, mode_t mode, bool force_mode) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return IoResult{ec.value() ? ec.value() : EIO, fmt::format("mkdir {}: {}", dir.string(), ec.message())};
+  fs::path abs = fs::absolute(dir, ec).lexically_normal();
+  if (ec || dir.empty()) return io_fail(ec ? ec.value() : ENOENT, "mkdir", dir);
+  if (abs.filename().empty()) abs = abs.parent_path();  // "a/b/" -> "a/b"
+  fs::path built;
+  for (const auto& part : abs) {
+    built /= part;
+    if (part == abs.root_path()) continue;
+    const bool last = built == abs;
+    const mode_t m = last ? mode : 0755;
+    if (::mkdir(built.c_str(), m) == 0) {
+      if (last && force_mode) ::chmod(built.c_str(), m);
+    } else if (errno != EEXIST) {
+      return io_fail(errno, "mkdir", built);
+    }
+  }
+  struct stat st {};
+  if (::stat(abs.c_str(), &st) != 0) return io_fail(errno, "stat", abs);
+  if (!S_ISDIR(st.st_mode)) return io_fail(ENOTDIR, "mkdir", abs);
   return {};
-}
-
-std::optional<std::string> read_file(const fs::path& path, std::uint64_t max_bytes, int* err) {
-  return read_file_at(AT_FDCWD, path.c_str(), max_bytes, err);
 }
 
 std::optional<std::string> read_file_at(int dirfd, const char* name, std::uint64_t max_bytes, int* err) {
@@ -101,10 +137,13 @@ std::optional<std::string> read_file_at(int dirfd, const char* name, std::uint64
     if (err) *err = e;
     return std::nullopt;
   };
-  Fd fd(::openat(dirfd, name, O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO (or a tty) must not wait for a writer; O_NOFOLLOW: a link to
+  // /dev/zero or to another user's file is refused, not read.
+  Fd fd(::openat(dirfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return fail(errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return fail(errno);
+  if (!S_ISREG(st.st_mode)) return fail(EINVAL);
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return fail(EFBIG);
   std::string out;
   out.resize(static_cast<std::size_t>(st.st_size));
@@ -125,24 +164,48 @@ std::optional<std::string> read_file_at(int dirfd, const char* name, std::uint64
   return out;
 }
 
-bool remove_tree(const fs::path& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return errno == ENOENT || ::unlink(dir.c_str()) == 0;
-  struct Closer {
-    DIR* d;
-    ~Closer() { ::closedir(d); }
-  } closer{d};
-  bool ok = true;
-  while (dirent* e = ::readdir(d)) {
-    std::string_view name(e->d_name);
-    if (name == "." || name == "..") continue;
-    fs::path child = dir / e->d_name;
-    struct stat st {};
-    if (::lstat(child.c_str(), &st) != 0) continue;
-    if (S_ISDIR(st.st_mode)) ok = remove_tree(child) && ok;
-    else if (::unlink(child.c_str()) != 0 && errno != ENOENT) ok = false;
+std::string read_problem(std::string_view what, int err) {
+  switch (err) {
+    case ENOENT: return fmt::format("{} missing", what);
+    case ELOOP: return fmt::format("{} is a symbolic link", what);
+    case EINVAL: return fmt::format("{} is not a regular file", what);
+    case EFBIG: return fmt::format("{} too large", what);
+    default: return fmt::format("reading {}: {}", what, std::strerror(err));
   }
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) ok = false;
+}
+
+bool remove_at(int dirfd, const char* name, int depth) {
+  struct stat st {};
+  if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT;
+  if (!S_ISDIR(st.st_mode)) return ::unlinkat(dirfd, name, 0) == 0 || errno == ENOENT;
+  if (depth >= kMaxRemoveDepth) return false;
+  Fd sub = open_dir_at(dirfd, name);
+  if (!sub) {
+    // Replaced by a link or a file since the fstatat: remove that name, follow nothing.
+    if (errno == ENOTDIR || errno == ELOOP) return ::unlinkat(dirfd, name, 0) == 0 || errno == ENOENT;
+    return errno == ENOENT;
+  }
+  bool ok = true;
+  {
+    // fdopendir takes its own fd (it is closed with the DIR); `sub` stays for unlinkat.
+    int walk_fd = ::dup(sub.get());
+    DIR* d = walk_fd >= 0 ? ::fdopendir(walk_fd) : nullptr;
+    if (!d) {
+      if (walk_fd >= 0) ::close(walk_fd);
+      return false;
+    }
+    struct Closer {
+      DIR* d;
+      ~Closer() { ::closedir(d); }
+    } closer{d};
+    std::vector<std::string> names;  // collected first: unlinking while readdir runs may skip names
+    while (dirent* e = ::readdir(d)) {
+      std::string_view n(e->d_name);
+      if (n != "." && n != "..") names.emplace_back(n);
+    }
+    for (const auto& n : names) ok = remove_at(sub.get(), n.c_str(), depth + 1) && ok;
+  }
+  if (::unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) ok = false;
   return ok;
 }
 

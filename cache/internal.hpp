@@ -8,6 +8,9 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <istream>
+#include <functional>
+#include <sys/types.h>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +22,15 @@
 namespace jit::cache::detail {
 
 namespace fs = std::filesystem;
+
+// ---- limits ------------------------------------------------------------------------------------
+// Far above anything real (cubins are a few MB, meta.json a few KB) and far below what a forged
+// size could make us allocate: every read of an entry, archive member or remote value is capped.
+constexpr std::uint64_t kMaxCubinBytes = 64ull << 20;
+constexpr std::uint64_t kMaxMetaBytes = 4ull << 20;
+constexpr std::uint64_t kMaxRemoteValueBytes = 8 + 4 + kMaxMetaBytes + kMaxCubinBytes;
+// Staging and layout trees are two levels deep; anything deeper was planted and is left alone.
+constexpr int kMaxRemoveDepth = 16;
 
 // ---- small POSIX helpers (fs_util.cpp) ---------------------------------------------------
 
@@ -51,17 +63,44 @@ struct IoResult {
   std::string what;  // "write /path: No space left on device"
   explicit operator bool() const { return err == 0; }
 };
+IoResult io_fail(int err, std::string_view op, const fs::path& p);
 
-IoResult write_file_durable(const fs::path& path, std::string_view data);  // create, write, fsync
-IoResult fsync_dir(const fs::path& dir);
-IoResult make_dirs(const fs::path& dir);
-// Reads a whole file, refusing anything larger than max_bytes (a corrupt size must not OOM us).
-std::optional<std::string> read_file(const fs::path& path, std::uint64_t max_bytes, int* err = nullptr);
-// Same, relative to an open directory (dirfd), so that two reads see the same directory inode.
+// Permission bits of what the cache creates, explicit rather than left to the umask (umask 000
+// made a world-writable cache; umask 022 locked the other users of a shared one out).
+struct Modes {
+  bool shared = false;  // FA4JIT_CACHE_SHARED: group members write too
+  // root, v1, tmp, locks, shards: group-writable + setgid (group inherited) + sticky (nobody
+  // renames or deletes another user's entries) when shared; else never writable by others.
+  mode_t layout_dir() const { return shared ? 03775 : 0755; }
+  mode_t entry_dir() const { return shared ? 02755 : 0755; }  // immutable once published
+  mode_t file() const { return 0644; }
+  mode_t lock_file() const { return shared ? 0664 : 0644; }  // NFS flock needs O_RDWR
+};
+
+// Every walk below a tier root goes through directory fds and refuses symlinks on every
+// component it names (O_NOFOLLOW), so a link planted in the cache is never followed: it is
+// read as "not an entry" and removed as a link.
+
+// Opens `name` (one component) in dirfd as a directory; a symlink or a file fails (ENOTDIR/ELOOP).
+Fd open_dir_at(int dirfd, const char* name);
+// mkdirat (EEXIST is fine) + open_dir_at. In shared mode the mode is set with fchmod on a
+// directory we created, so the umask cannot narrow it. err: errno of the failing step.
+Fd make_dir_at(int dirfd, const char* name, mode_t mode, bool force_mode, int* err);
+// mkdir -p for a user-given path (its symlinks are the user's choice); the last component gets
+// `mode`, missing parents 0755 (both narrowed by the umask unless force_mode).
+IoResult make_dirs(const fs::path& dir, mode_t mode, bool force_mode);
+// create (O_EXCL, never through a link), write, fsync, close. `shown` names it in errors.
+IoResult write_file_at(int dirfd, const char* name, std::string_view data, mode_t mode, bool force_mode,
+                       const fs::path& shown);
+IoResult fsync_fd(int fd, const fs::path& shown);
+// Reads a whole regular file relative to an open directory (two reads through one dirfd see the
+// same directory inode). Refuses, without blocking: a symlink (ELOOP), anything but a regular
+// file such as a FIFO or a device (EINVAL), more than max_bytes (EFBIG).
 std::optional<std::string> read_file_at(int dirfd, const char* name, std::uint64_t max_bytes, int* err = nullptr);
-// Removes a directory tree without std::filesystem::remove_all (which misbehaves on some
-// distributed filesystems, see DeepGEMM). Best effort; returns false if something stayed.
-bool remove_tree(const fs::path& dir);
+std::string read_problem(std::string_view what, int err);  // "kernel.cubin is a symbolic link", ...
+// Removes `name` in dirfd: a symlink, file, FIFO... is unlinked (never followed), a directory is
+// emptied through fds (fdopendir) and removed. Best effort; false if something stayed.
+bool remove_at(int dirfd, const char* name, int depth = 0);
 std::string random_suffix();  // 16 hex chars, distinct across threads and forks
 std::string host_name();      // sanitised for use in file names
 std::int64_t now_unix();
@@ -75,6 +114,35 @@ std::int64_t now_unix();
 //   kill_before_rename  SIGKILL self after staging is complete, before the rename
 bool fault(std::string_view name, const fs::path& root = {});
 
+// ---- environment (env.cpp) -------------------------------------------------------------------
+// Strict readers of FA4JIT_* variables: unset or empty gives `dflt`; anything that does not
+// parse is a CacheError naming the variable and what it accepts.
+bool env_bool(const char* name, bool dflt);                      // 1/0, true/false, yes/no, on/off (any case)
+std::int64_t env_int(const char* name, std::int64_t dflt, std::int64_t lo, std::int64_t hi);  // decimal integer
+
+// ---- authentication (crypto.cpp, entry.cpp) ------------------------------------------------
+// SHA-256 and HMAC-SHA256 from libcrypto, dlopen'ed on first use (only stores with a secret use
+// it, so binaries carry no libcrypto dependency). CacheError when no libcrypto can be loaded.
+std::string sha256_hex(std::string_view data);
+std::string hmac_sha256_hex(std::string_view secret, std::string_view message);
+bool equal_constant_time(std::string_view a, std::string_view b);
+
+// What is checked beyond integrity: the deployment secret's MAC and the caller's validator.
+class Auth {
+ public:
+  Auth() = default;
+  Auth(std::string secret, Validator validate) : secret_(std::move(secret)), validate_(std::move(validate)) {}
+  bool has_secret() const { return !secret_.empty(); }
+  // Adds "mac" (HMAC-SHA256 of key and cubin under the secret) when there is a secret.
+  void sign(std::string_view key, std::string_view cubin, nlohmann::json& meta) const;
+  // For an intact entry: a missing or wrong MAC (with a secret), then the validator.
+  Verdict check(std::string_view key, const nlohmann::json& meta, std::string_view cubin) const;
+
+ private:
+  std::string secret_;
+  Validator validate_;
+};
+
 // ---- entries (entry.cpp) -------------------------------------------------------------------
 bool valid_key(std::string_view key);
 std::string xxh3_128_hex(std::string_view data);
@@ -84,13 +152,32 @@ struct EntryCheck {
   std::optional<Artifact> artifact;  // set when the entry is good
   bool absent = false;               // no entry dir at all: a plain miss
   bool io_error = false;             // could not read, but not proven bad (e.g. ESTALE): no eviction
+  bool foreign = false;              // intact, made by another build (Verdict::foreign)
   std::string problem;               // what was wrong, when not good
 };
-// Reads and verifies <dir>: meta.json parses and is an object, its key matches, the cubin's size
-// and XXH3-128 match what meta.json recorded.
-EntryCheck check_entry(const fs::path& dir, std::string_view key);
-// Verifies an in-memory (meta, cubin) pair the same way (remote values, archive entries).
+// Verifies an in-memory (meta, cubin) pair: meta is an object, its key matches, the cubin's size
+// and XXH3-128 match what it records.
 std::string check_blob(std::string_view key, const nlohmann::json& meta, std::string_view cubin);
+// The whole check of an entry's bytes (meta.json text and cubin), as every reader does it: size
+// caps, parse, check_blob, then auth (if given). Pure: the fuzzers drive it.
+EntryCheck check_entry_bytes(std::string_view key, std::string_view meta_text, std::string cubin, const Auth* auth);
+// Reads and verifies the entry dir `name` inside parent_fd (a shard, or tmp/ for an entry
+// moved aside) without following symlinks: check_entry_bytes on its two files, both read
+// through one dirfd. `origin` becomes Artifact::origin (the tier root).
+EntryCheck check_entry_at(int parent_fd, const std::string& name, std::string_view key, const Auth* auth,
+                          const fs::path& origin);
+
+// ---- archive (archive.cpp) -----------------------------------------------------------------
+// Reads an archive stream ("FA4JITAR1\n", entries, trailer), handing each complete entry's
+// (meta.json text, cubin) to on_entry. Member lengths are capped and read in chunks, so a forged
+// length costs no more memory than the bytes actually present. Pure: the fuzzer drives it.
+struct ArchiveScan {
+  bool magic = false;                 // false: not an fa4jit archive, nothing else was read
+  std::size_t entries = 0;            // complete entries handed out
+  std::vector<std::string> problems;  // truncation, bad header, trailer count mismatch
+};
+ArchiveScan read_archive(std::istream& in, const std::function<void(std::string&& meta_text, std::string&& cubin)>& on_entry);
+std::string archive_magic();
 
 // ---- file lock (file_lock.cpp) -------------------------------------------------------------
 // flock() on a lock file that is never deleted (deleting lock files is how FlashInfer's filelock
@@ -103,7 +190,8 @@ class FileLock {
   FileLock(FileLock&&) = default;
   FileLock& operator=(FileLock&&) = default;
   // Polls LOCK_EX|LOCK_NB with a growing sleep until `timeout`; zero timeout = a single try.
-  Result acquire(const fs::path& lock_file, std::chrono::milliseconds timeout);
+  // The lock file is created with `mode` and never opened through a symlink.
+  Result acquire(const fs::path& lock_file, std::chrono::milliseconds timeout, mode_t mode = 0644);
   bool held() const { return static_cast<bool>(fd_); }
   void release();
 
@@ -166,39 +254,54 @@ class Warner {
 // ---- disk tier (disk_tier.cpp) -------------------------------------------------------------
 class DiskTier {
  public:
-  DiskTier(fs::path root, Warner& warner);
+  DiskTier(fs::path root, Warner& warner, const Auth& auth, Modes modes);
   const fs::path& root() const { return root_; }
   fs::path base() const { return root_ / "v1"; }
   fs::path entry_dir(std::string_view key) const;
-  fs::path lock_file(std::string_view key) const;
   bool writable() const { return writable_; }
+  const Modes& modes() const { return modes_; }
   // Tries to create the layout and a probe file: permission bits say nothing to root or on
-  // many network filesystems, so only an actual write proves writability.
-  bool probe_writable();
+  // many network filesystems, so only an actual write proves writability. `why`: the failure.
+  bool probe_writable(std::string* why = nullptr);
+  // The root (its own symlinks are the user's choice), then v1 without following a link.
+  Fd open_base() const;
+  // A warning when the root or v1 is writable by every user without the sticky bit, else "".
+  std::string exposure() const;
 
   // A verified entry or nullopt; a bad entry is evicted when this tier is writable.
   std::optional<Artifact> load(std::string_view key, bool touch);
   // Stage, fsync, rename. Returns "" on success (or when another writer won), else the error.
   std::string publish(std::string_view key, std::string_view cubin, const nlohmann::json& full_meta);
-  // Moves the entry out of the visible namespace (rename is atomic), then deletes it. For a bad
-  // entry (bad_entry=true) a concurrently re-published good one is put back instead.
-  bool evict(std::string_view key, const fs::path& dir, bool bad_entry = true);
-  std::uint64_t evicted() const { return evicted_.load(); }
 
+  // One name found under v1/<shard>/ (or a stray non-directory in v1/ itself: shard empty).
   struct Listed {
-    std::string key;
+    std::string key;    // the entry's file name (a key, when it is a real entry)
+    std::string shard;  // "ab"; empty for a stray name directly in v1/
     fs::path dir;
+    bool is_dir = false;        // a real directory (never a symlink)
     std::uint64_t bytes = 0;
     std::int64_t last_use = 0;  // entry dir mtime, refreshed on hits (rate-limited)
   };
   std::vector<Listed> scan() const;
+  EntryCheck check(const Listed& l) const;
+  nlohmann::json read_meta(const Listed& l) const;  // null when absent or unreadable
+
+  // Moves the name out of the visible namespace (rename is atomic), then deletes it (a symlink
+  // as a link). For a bad entry (bad_entry=true) a concurrently re-published good one is put
+  // back instead. Returns 0 when removed, else the errno (ENOENT: somebody else removed it,
+  // EEXIST: put back, EPERM/EACCES: not ours to remove in a sticky shared dir).
+  int evict(const Listed& l, bool bad_entry = true);
+  std::uint64_t evicted() const { return evicted_.load(); }
+  Listed listed(std::string_view key) const;  // the Listed of a key's entry dir
   // Removes staging dirs left by killed writers: dead pid on this host, or older than max_age.
   std::size_t sweep_tmp(std::chrono::seconds max_age);
 
  private:
-  void touch(const fs::path& dir);
+  void touch(const Listed& l);
   fs::path root_;
   Warner& warner_;
+  const Auth& auth_;
+  Modes modes_;
   bool writable_ = false;
   std::atomic<std::uint64_t> evicted_{0};
 };
@@ -214,8 +317,9 @@ class RemoteTier {
 };
 // nullptr when url is empty, unparsable or hiredis is not compiled in (with one warning).
 std::unique_ptr<RemoteTier> make_remote(const std::string& url, Warner& warner);
-// Remote value format: "FA4JITR1" | u32 LE meta length | meta JSON | cubin bytes.
+// Remote value format: "FA4JITR1" | u32 LE meta length | meta JSON | cubin bytes. decode_remote
+// gives the meta.json text and the cubin (false: not that format, or over the size caps).
 std::string encode_remote(const nlohmann::json& meta, std::string_view cubin);
-bool decode_remote(std::string_view value, nlohmann::json& meta, std::string& cubin);
+bool decode_remote(std::string_view value, std::string& meta_text, std::string& cubin);
 
 }  // namespace jit::cache::detail

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -18,11 +20,8 @@ namespace {
 // Staging dirs of writers that are not provably dead (other hosts) are swept after this long.
 constexpr std::chrono::seconds kStaleTmp{3600};
 
-nlohmann::json read_meta(const fs::path& dir) {
-  auto text = detail::read_file(dir / "meta.json", 16u << 20);
-  if (!text) return nullptr;
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+bool is_entry(const detail::DiskTier::Listed& l) {
+  return l.is_dir && detail::valid_key(l.key) && l.shard == l.key.substr(0, 2);
 }
 }  // namespace
 
@@ -30,8 +29,8 @@ std::vector<EntryInfo> Store::list() const {
   std::vector<EntryInfo> out;
   for (auto& t : impl_->tiers) {
     for (auto& l : t->scan()) {
-      if (!detail::valid_key(l.key)) continue;
-      out.push_back(EntryInfo{l.key, l.dir, l.bytes, read_meta(l.dir)});
+      if (!is_entry(l)) continue;
+      out.push_back(EntryInfo{l.key, l.dir, l.bytes, t->read_meta(l)});
     }
   }
   return out;
@@ -45,16 +44,20 @@ VerifyReport Store::verify(const std::function<std::string(const Artifact&)>& ex
     for (auto& l : t->scan()) {
       rep.checked++;
       std::string problem;
-      bool misplaced = !detail::valid_key(l.key) || l.dir.parent_path().filename() != l.key.substr(0, 2);
+      const bool misplaced = !is_entry(l);
       if (misplaced) {
-        problem = "not a cache entry name";
+        problem = l.is_dir ? "not a cache entry name" : "not a directory (a file or a symbolic link)";
       } else {
-        auto c = detail::check_entry(l.dir, l.key);
+        auto c = t->check(l);
         if (c.absent) continue;
         if (c.artifact) {
           if (!extra) continue;
           c.problem = extra(*c.artifact);
           if (c.problem.empty()) continue;
+        }
+        if (c.foreign) {  // another build's entry: consistent, just not checkable here
+          rep.foreign++;
+          continue;
         }
         if (c.io_error) {
           rep.problems.push_back(fmt::format("{}: {} (kept: read error, not proven bad)", l.key, c.problem));
@@ -63,10 +66,14 @@ VerifyReport Store::verify(const std::function<std::string(const Artifact&)>& ex
         problem = c.problem;
       }
       if (t->writable()) {
-        // A misplaced dir is removed as is; a bad entry may be put back if it was replaced meanwhile.
-        bool gone = t->evict(l.key, l.dir, /*bad_entry=*/!misplaced);
-        if (gone) rep.removed++;
-        rep.problems.push_back(fmt::format("{}: {} ({})", l.key, problem, gone ? "removed" : "replaced concurrently"));
+        // A misplaced name is removed as is (a symlink as a link); a bad entry may be put back if
+        // it was replaced meanwhile.
+        const int err = t->evict(l, /*bad_entry=*/!misplaced);
+        if (err == 0) rep.removed++;
+        rep.problems.push_back(fmt::format("{}: {} ({})", l.dir.string(), problem,
+                                           err == 0                       ? "removed"
+                                           : err == EEXIST || err == ENOENT ? "replaced concurrently"
+                                                                            : fmt::format("not removed: {}", std::strerror(err))));
       } else {
         rep.problems.push_back(fmt::format("{}: {} (read-only tier {}, kept)", l.key, problem, t->root().string()));
       }
@@ -80,7 +87,7 @@ std::size_t Store::Impl::prune_locked(std::uint64_t max_bytes, std::chrono::mill
   // One pruner at a time per tier; entries stay correct without it (eviction is rename-aside),
   // the lock only avoids two processes deleting twice as much as needed.
   FileLock lk;
-  if (!lock_dir.empty() && lk.acquire(lock_dir / "prune.lock", lock_wait) == FileLock::Result::timed_out) return 0;
+  if (!lock_dir.empty() && lk.acquire(lock_dir / "prune.lock", lock_wait, detail::Modes{opt.shared}.lock_file()) == FileLock::Result::timed_out) return 0;
   wtier->sweep_tmp(kStaleTmp);
   auto entries = wtier->scan();
   std::uint64_t total = 0;
@@ -92,7 +99,7 @@ std::size_t Store::Impl::prune_locked(std::uint64_t max_bytes, std::chrono::mill
   std::size_t removed = 0;
   for (auto& e : entries) {
     if (total <= max_bytes) break;
-    if (wtier->evict(e.key, e.dir, /*bad_entry=*/false)) {
+    if (wtier->evict(e, /*bad_entry=*/false) == 0) {
       total -= std::min(total, e.bytes);
       ++removed;
     }
@@ -100,7 +107,10 @@ std::size_t Store::Impl::prune_locked(std::uint64_t max_bytes, std::chrono::mill
   return removed;
 }
 
-std::size_t Store::prune(std::uint64_t max_bytes) { return impl_->prune_locked(max_bytes, std::chrono::seconds(10)); }
+std::size_t Store::prune(std::uint64_t max_bytes) {
+  if (!impl_->wtier) throw CacheError(impl_->no_writable_tier("prune"));
+  return impl_->prune_locked(max_bytes, std::chrono::seconds(10));
+}
 
 void Store::Impl::maybe_auto_prune() {
   // Rate-limited twice: per process (steady clock) and across processes (a stamp file's mtime;
@@ -111,11 +121,13 @@ void Store::Impl::maybe_auto_prune() {
   if (auto_pruned && now - last_auto_prune < std::chrono::seconds(prune_interval_s)) return;
   auto_pruned = true;
   last_auto_prune = now;
-  fs::path stamp = wtier->base() / "prune.stamp";
+  detail::Fd base = wtier->open_base();
+  if (!base) return;
   struct stat st {};
-  if (prune_interval_s > 0 && ::stat(stamp.c_str(), &st) == 0 && detail::now_unix() - st.st_mtim.tv_sec < prune_interval_s)
+  if (prune_interval_s > 0 && ::fstatat(base.get(), "prune.stamp", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      detail::now_unix() - st.st_mtim.tv_sec < prune_interval_s)
     return;
-  detail::Fd fd(::open(stamp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  detail::Fd fd(::openat(base.get(), "prune.stamp", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (fd) ::futimens(fd.get(), nullptr);
   prune_locked(opt.max_bytes, std::chrono::milliseconds(0));
 }
@@ -128,10 +140,24 @@ std::size_t Store::clear() {
     impl_->mem.clear();
   }
   auto* t = impl_->wtier;
-  if (!t) return removed;
+  if (!t) {
+    if (impl_->tiers.empty() && !impl_->opt.warn_if_memory_only) return removed;  // memory-only by choice
+    throw CacheError(impl_->no_writable_tier("clear"));
+  }
   t->sweep_tmp(kStaleTmp);
-  for (auto& e : t->scan())
-    if (t->evict(e.key, e.dir, /*bad_entry=*/false)) ++removed;
+  std::size_t failed = 0;
+  std::string first;
+  for (auto& e : t->scan()) {
+    const int err = t->evict(e, /*bad_entry=*/false);
+    if (err == 0) ++removed;
+    else if (err != ENOENT) {  // ENOENT: removed by somebody else meanwhile
+      if (failed++ == 0) first = fmt::format("{}: {}", e.dir.string(), std::strerror(err));
+    }
+  }
+  if (failed)
+    throw CacheError(fmt::format("clear: removed {} entries of {}, but {} could not be removed (first: {}); in a "
+                                 "shared cache only an entry's owner may remove it",
+                                 removed, t->root().string(), failed, first));
   return removed;
 }
 

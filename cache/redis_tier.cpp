@@ -2,15 +2,19 @@
 // protocol is just GET and SET NX. Every failure degrades to a miss: bounded connect and command
 // timeouts, one warning per Store, and a back-off so a dead server costs nothing per call
 // (Inductor drops its client silently; Triton asks the remote on every call).
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cache/internal.hpp"
 
 #ifdef FA4JIT_HAVE_HIREDIS
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -34,14 +38,14 @@ std::string encode_remote(const nlohmann::json& meta, std::string_view cubin) {
   return out;
 }
 
-bool decode_remote(std::string_view v, nlohmann::json& meta, std::string& cubin) {
+bool decode_remote(std::string_view v, std::string& meta_text, std::string& cubin) {
+  if (v.size() > kMaxRemoteValueBytes) return false;
   if (v.size() < kMagic.size() + 4 || v.substr(0, kMagic.size()) != kMagic) return false;
   std::uint32_t n = 0;
   for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(static_cast<unsigned char>(v[kMagic.size() + i])) << (8 * i);
   std::size_t off = kMagic.size() + 4;
-  if (n > v.size() - off) return false;
-  meta = nlohmann::json::parse(v.substr(off, n), nullptr, false);
-  if (meta.is_discarded()) return false;
+  if (n > v.size() - off || n > kMaxMetaBytes || v.size() - off - n > kMaxCubinBytes) return false;
+  meta_text.assign(v.substr(off, n));
   cubin.assign(v.substr(off + n));
   return true;
 }
@@ -49,13 +53,9 @@ bool decode_remote(std::string_view v, nlohmann::json& meta, std::string& cubin)
 #ifdef FA4JIT_HAVE_HIREDIS
 namespace {
 
-long env_ms(const char* name, long dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  return (end && *end == 0 && x >= 0) ? x : dflt;
-}
+using Clock = std::chrono::steady_clock;
+
+long env_ms(const char* name, long dflt) { return static_cast<long>(env_int(name, dflt, 0, 3600L * 1000)); }
 
 struct Url {
   std::string host = "127.0.0.1";
@@ -135,6 +135,42 @@ struct CtxDeleter {
 
 timeval to_tv(long ms) { return timeval{ms / 1000, static_cast<suseconds_t>((ms % 1000) * 1000)}; }
 
+// Waits until fd is ready for `events` or the deadline passes (false). An error or hang-up counts
+// as ready: the read or write that follows reports it.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 60000)));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return true;
+  }
+}
+
+// A reply we will not buffer: GET answers a bulk string (or nil or an error), never an array; and
+// nothing longer than the biggest value we would accept (a hostile or broken server must not make
+// us allocate without bound).
+std::string unacceptable(const redisContext* c) {
+  const redisReader* r = c->reader;
+  const std::size_t buffered = r->len - r->pos;
+  if (buffered > kMaxRemoteValueBytes + 64)
+    return fmt::format("reply larger than the {} byte cap on a cache value", kMaxRemoteValueBytes);
+  // Before hiredis starts parsing a reply (ridx -1) its first bytes are still in the buffer:
+  // refuse an array, and a bulk string whose announced length is over the cap, before reading it.
+  if (r->ridx != -1 || buffered == 0) return {};
+  const char* p = r->buf + r->pos;
+  if (*p == '*') return "unexpected array reply";
+  if (*p == '$') {
+    unsigned long long n = 0;
+    std::size_t i = 1;
+    for (; i < buffered && i < 24 && p[i] >= '0' && p[i] <= '9'; ++i) n = n * 10 + static_cast<unsigned>(p[i] - '0');
+    if (i < buffered && p[i] == '\r' && n > kMaxRemoteValueBytes)
+      return fmt::format("reply of {} bytes is over the {} byte cap on a cache value", n, kMaxRemoteValueBytes);
+  }
+  return {};
+}
+
 class RedisTier final : public RemoteTier {
  public:
   RedisTier(std::string url, Url u, Warner& w)
@@ -144,7 +180,7 @@ class RedisTier final : public RemoteTier {
         connect_ms_(env_ms("FA4JIT_REMOTE_CONNECT_TIMEOUT_MS", 200)),
         command_ms_(env_ms("FA4JIT_REMOTE_TIMEOUT_MS", 1000)),
         backoff_min_(env_ms("FA4JIT_REMOTE_BACKOFF_MS", 5000)),
-        ttl_s_(env_ms("FA4JIT_REMOTE_TTL_S", 0)),
+        ttl_s_(static_cast<long>(env_int("FA4JIT_REMOTE_TTL_S", 0, 0, 1L << 31))),
         backoff_(backoff_min_) {}
 
   std::string describe() const override { return url_; }
@@ -152,9 +188,9 @@ class RedisTier final : public RemoteTier {
   std::optional<std::string> get(std::string_view key) override {
     std::string rkey = redis_key(key);
     std::optional<std::string> out;
-    with_connection([&](redisContext* c) {
-      Reply r(static_cast<redisReply*>(redisCommand(c, "GET %b", rkey.data(), rkey.size())));
-      if (!r) return fail(fmt::format("GET failed: {}", c->errstr));
+    with_connection([&](redisContext* c, Clock::time_point deadline) {
+      Reply r = command(c, deadline, {"GET", rkey});
+      if (!r) return;
       if (r->type == REDIS_REPLY_STRING) out = std::string(r->str, r->len);
       else if (r->type == REDIS_REPLY_ERROR) warner_.warn("remote-reply", fmt::format("remote cache {}: GET answered '{}'", url_, std::string(r->str, r->len)));
       ok();
@@ -163,12 +199,13 @@ class RedisTier final : public RemoteTier {
   }
 
   void put_nx(std::string_view key, std::string_view value) override {
+    if (value.size() > kMaxRemoteValueBytes) return;  // no reader would accept it
     std::string rkey = redis_key(key);
-    with_connection([&](redisContext* c) {
-      Reply r(static_cast<redisReply*>(
-          ttl_s_ > 0 ? redisCommand(c, "SET %b %b NX EX %ld", rkey.data(), rkey.size(), value.data(), value.size(), ttl_s_)
-                     : redisCommand(c, "SET %b %b NX", rkey.data(), rkey.size(), value.data(), value.size())));
-      if (!r) return fail(fmt::format("SET failed: {}", c->errstr));
+    const std::string ttl = std::to_string(ttl_s_);
+    with_connection([&](redisContext* c, Clock::time_point deadline) {
+      Reply r = ttl_s_ > 0 ? command(c, deadline, {"SET", rkey, value, "NX", "EX", ttl})
+                           : command(c, deadline, {"SET", rkey, value, "NX"});
+      if (!r) return;
       if (r->type == REDIS_REPLY_ERROR) warner_.warn("remote-reply", fmt::format("remote cache {}: SET answered '{}'", url_, std::string(r->str, r->len)));
       ok();
     });
@@ -177,38 +214,78 @@ class RedisTier final : public RemoteTier {
  private:
   static std::string redis_key(std::string_view key) { return fmt::format("fa4jit:v1:{}", key); }
 
+  // One deadline for the whole call: waiting for the connection, connecting and every command.
+  // hiredis' own timeout is per read(), so a server dripping a byte at a time held a lookup for
+  // 40 s; here the socket is non-blocking and every wait is a poll() against the deadline.
   template <class F>
   void with_connection(F&& f) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(connect_ms_ + command_ms_);
     // Cheap early exit while backing off: a dead server must not cost a connect per kernel.
-    if (std::chrono::steady_clock::now().time_since_epoch().count() < backoff_until_.load()) return;
-    // One connection, one command at a time. Waiting longer than one command timeout for it
-    // means the server is slow: give up (a miss) instead of queueing behind it.
+    if (Clock::now().time_since_epoch().count() < backoff_until_.load()) return;
+    // One connection, one command at a time. Not getting it before the deadline means the server
+    // is slow: give up (a miss) instead of queueing behind it.
     std::unique_lock lk(mu_, std::defer_lock);
-    if (!lk.try_lock_for(std::chrono::milliseconds(command_ms_ + connect_ms_))) return;
-    if (std::chrono::steady_clock::now().time_since_epoch().count() < backoff_until_.load()) return;
+    if (!lk.try_lock_until(deadline)) return;
+    if (Clock::now().time_since_epoch().count() < backoff_until_.load()) return;
     SigpipeGuard guard;
     // After fork() the child shares the parent's socket: replies could interleave. Drop it (the
     // close only affects the child's copy of the fd) and connect afresh.
     if (ctx_ && ctx_pid_ != ::getpid()) ctx_.reset();
-    if (!ctx_ && !connect()) return;
-    f(ctx_.get());
+    if (!ctx_ && !connect(deadline)) return;
+    f(ctx_.get(), deadline);
   }
 
-  bool connect() {
-    std::unique_ptr<redisContext, CtxDeleter> c(redisConnectWithTimeout(u_.host.c_str(), u_.port, to_tv(connect_ms_)));
+  // Sends one command and reads its reply, all before `deadline`; nullptr (after fail()) otherwise.
+  Reply command(redisContext* c, Clock::time_point deadline, std::initializer_list<std::string_view> args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (std::string_view a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    const char* name = argv.front();
+    auto failed = [&](std::string why) {
+      fail(fmt::format("{}: {}", std::string(name, lens.front()), why));
+      return Reply();
+    };
+    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK)
+      return failed(c->errstr);
+    for (int done = 0; !done;) {
+      if (redisBufferWrite(c, &done) != REDIS_OK) return failed(c->errstr);
+      if (!done && !wait_fd(c->fd, POLLOUT, deadline)) return failed("timed out sending");
+    }
+    while (true) {
+      if (std::string bad = unacceptable(c); !bad.empty()) return failed(bad);
+      void* reply = nullptr;
+      if (redisGetReplyFromReader(c, &reply) != REDIS_OK) return failed(c->errstr);
+      if (reply) return Reply(static_cast<redisReply*>(reply));
+      if (!wait_fd(c->fd, POLLIN, deadline))
+        return failed(fmt::format("no complete reply within {} ms", connect_ms_ + command_ms_));
+      if (redisBufferRead(c) != REDIS_OK) return failed(c->errstr);
+    }
+  }
+
+  bool connect(Clock::time_point deadline) {
+    const long left = static_cast<long>(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0) return false;
+    std::unique_ptr<redisContext, CtxDeleter> c(
+        redisConnectWithTimeout(u_.host.c_str(), u_.port, to_tv(std::min(connect_ms_, left))));
     if (!c) return fail("cannot allocate a connection"), false;
     if (c->err) return fail(fmt::format("connect: {}", c->errstr)), false;
-    if (redisSetTimeout(c.get(), to_tv(command_ms_)) != REDIS_OK) return fail("cannot set the command timeout"), false;
+    // From here on hiredis runs non-blocking (its documented mode without REDIS_BLOCK) and
+    // command() does the waiting, so no single read() can outlive the deadline.
+    const int fl = ::fcntl(c->fd, F_GETFL);
+    if (fl < 0 || ::fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) != 0) return fail("cannot make the socket non-blocking"), false;
+    c->flags &= ~REDIS_BLOCK;
     auto simple = [&](Reply r, const char* what) {
-      if (!r) return fail(fmt::format("{}: {}", what, c->errstr)), false;
-      if (r->type == REDIS_REPLY_ERROR) return fail(fmt::format("{}: {}", what, std::string(r->str, r->len))), false;
-      return true;
+      if (!r) return false;  // command() has reported it
+      if (r->type != REDIS_REPLY_ERROR) return true;
+      fail(fmt::format("{}: {}", what, std::string(r->str, r->len)));
+      return false;
     };
-    if (!u_.password.empty() &&
-        !simple(Reply(static_cast<redisReply*>(redisCommand(c.get(), "AUTH %s", u_.password.c_str()))), "AUTH"))
-      return false;
-    if (u_.db != 0 && !simple(Reply(static_cast<redisReply*>(redisCommand(c.get(), "SELECT %d", u_.db))), "SELECT"))
-      return false;
+    if (!u_.password.empty() && !simple(command(c.get(), deadline, {"AUTH", u_.password}), "AUTH")) return false;
+    const std::string db = std::to_string(u_.db);
+    if (u_.db != 0 && !simple(command(c.get(), deadline, {"SELECT", db}), "SELECT")) return false;
     ctx_ = std::move(c);
     ctx_pid_ = ::getpid();
     return true;
@@ -218,7 +295,7 @@ class RedisTier final : public RemoteTier {
 
   void fail(const std::string& why) {
     ctx_.reset();  // a timed-out connection may still deliver the old reply: never reuse it
-    auto until = std::chrono::steady_clock::now() + backoff_;
+    auto until = Clock::now() + backoff_;
     backoff_until_.store(until.time_since_epoch().count());
     warner_.warn("remote", fmt::format("remote cache {} unavailable ({}); treating it as a miss, retrying after {} ms",
                                        url_, why, backoff_.count()));

@@ -20,27 +20,64 @@ void require_key(std::string_view key) {
     throw CacheError(fmt::format("cache key '{}' is not 32 lowercase hex characters (an XXH3-128 digest)", key));
 }
 
-Store::Impl::Impl(Options o) : opt(std::move(o)) {
-  std::vector<std::string> names;
+Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate) {
+  if (!opt.secret.empty()) {
+    // A short secret can be guessed offline from any one signed entry.
+    if (opt.secret.size() < 16)
+      throw CacheError(fmt::format("FA4JIT_CACHE_SECRET is {} bytes long; use at least 16 random bytes (e.g. "
+                                   "`openssl rand -hex 32`)",
+                                   opt.secret.size()));
+    detail::sha256_hex("");  // loads libcrypto now: a CacheError here, not at the first entry
+  }
+  const detail::Modes modes{opt.shared};
+  std::vector<std::string> names, why_not;
   for (const auto& root : opt.roots) {
     if (root.empty()) continue;
-    auto t = std::make_unique<DiskTier>(root, warner);
+    auto t = std::make_unique<DiskTier>(root, warner, auth, modes);
     // Writability is probed by writing, not by permission bits (root ignores them, NFS lies).
-    if (t->probe_writable() && !wtier) wtier = t.get();
+    std::string why;
+    if (t->probe_writable(&why)) {
+      if (!wtier) wtier = t.get();
+    } else {
+      why_not.push_back(why);
+    }
+    if (std::string e = t->exposure(); !e.empty()) warner.warn("exposed:" + root.string(), e);
     names.push_back(root.string());
     tiers.push_back(std::move(t));
   }
   if (!wtier && !names.empty())
-    warner.warn("no-writable-tier", fmt::format("no writable cache directory among [{}]; compiled kernels are kept in "
-                                                "memory only (set FA4JIT_CACHE_DIR to a writable directory)",
-                                                fmt::join(names, ", ")));
+    warner.warn("no-writable-tier",
+                fmt::format("no writable cache directory among [{}] ({}); compiled kernels are kept in memory only "
+                            "(set FA4JIT_CACHE_DIR to a writable directory; a cache shared between users needs "
+                            "FA4JIT_CACHE_SHARED=1, docs/CACHE.md)",
+                            fmt::join(names, ", "), fmt::join(why_not, "; ")));
+  if (names.empty() && opt.warn_if_memory_only)
+    warner.warn("no-root", "no cache directory: FA4JIT_CACHE_PATH, FA4JIT_CACHE_DIR, XDG_CACHE_HOME (absolute) and "
+                           "HOME name none; compiled kernels are kept in memory only (set FA4JIT_CACHE_DIR)");
   // Leftovers of writers killed mid-publish: cheap (tmp/ is normally empty), and only dead pids of
   // this host's pid namespace or hour-old dirs are touched.
   if (wtier) wtier->sweep_tmp(std::chrono::hours(1));
   if (const char* ld = std::getenv("FA4JIT_CACHE_LOCK_DIR"); ld && *ld) lock_dir = ld;
   else if (wtier) lock_dir = wtier->base() / "locks";
-  if (const char* pi = std::getenv("FA4JIT_CACHE_PRUNE_INTERVAL_S"); pi && *pi) prune_interval_s = std::atoll(pi);
+  prune_interval_s = detail::env_int("FA4JIT_CACHE_PRUNE_INTERVAL_S", 60, 0, std::int64_t{1} << 40);
   remote = detail::make_remote(opt.remote_url, warner);
+}
+
+std::string Store::Impl::no_writable_tier(std::string_view op) const {
+  std::vector<std::string> names;
+  for (const auto& t : tiers) names.push_back(t->root().string());
+  return fmt::format("cache {}: no writable cache tier among [{}] (read-only or not a directory); nothing was removed",
+                     op, fmt::join(names, ", "));
+}
+
+std::string Store::Impl::check_remote(std::string_view key, std::string_view value, Artifact& out) const {
+  std::string meta_text, cubin;
+  if (!detail::decode_remote(value, meta_text, cubin)) return "not an fa4jit cache value, or over the size caps";
+  detail::EntryCheck c = detail::check_entry_bytes(key, meta_text, std::move(cubin), &auth);
+  if (!c.artifact) return c.problem;
+  out = std::move(*c.artifact);
+  out.origin = "remote";
+  return {};
 }
 
 fs::path Store::Impl::lock_path(std::string_view key) const {
@@ -100,16 +137,16 @@ std::optional<Artifact> Store::load(std::string_view key) {
   }
   if (impl_->remote) {
     if (auto v = impl_->remote->get(key)) {
-      nlohmann::json meta;
-      std::string cubin;
-      std::string problem = detail::decode_remote(*v, meta, cubin) ? detail::check_blob(key, meta, cubin)
-                                                                    : std::string("not an fa4jit cache value");
+      Artifact a;
+      // Verified exactly like a disk entry (digest, MAC with a secret, validator) before it is
+      // served or written anywhere: an unverified remote value never reaches local disk.
+      std::string problem = impl_->check_remote(key, *v, a);
       if (problem.empty()) {
         // Materialise locally so the next process on this host does not ask the network.
-        impl_->publish_full(key, cubin, meta, /*to_remote=*/false);
+        impl_->publish_full(key, a.cubin, a.meta, /*to_remote=*/false);
         impl_->n.hits++;
         impl_->n.remote_hits++;
-        return Artifact{std::move(cubin), std::move(meta), "remote"};
+        return a;
       }
       impl_->warner.warn("remote-bad", fmt::format("remote cache {} returned a bad value for {} ({}); ignored",
                                                    impl_->remote->describe(), key, problem));
@@ -121,7 +158,9 @@ std::optional<Artifact> Store::load(std::string_view key) {
 
 void Store::publish(std::string_view key, std::string_view cubin, const nlohmann::json& meta) {
   require_key(key);
-  impl_->publish_full(key, cubin, detail::make_meta(key, cubin, meta), /*to_remote=*/true);
+  nlohmann::json full = detail::make_meta(key, cubin, meta);
+  impl_->auth.sign(key, cubin, full);
+  impl_->publish_full(key, cubin, full, /*to_remote=*/true);
 }
 
 Artifact Store::get_or_compile(std::string_view key, const std::function<Artifact()>& compile, std::string_view what) {
@@ -155,7 +194,8 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
   // After an in-process timeout our own thread holds the flock: trying it would only wait again.
   if (!timed_out && !im.lock_dir.empty()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    timed_out = flock.acquire(im.lock_path(key), std::max(left, std::chrono::milliseconds(0))) ==
+    timed_out = flock.acquire(im.lock_path(key), std::max(left, std::chrono::milliseconds(0)),
+                              detail::Modes{im.opt.shared}.lock_file()) ==
                 FileLock::Result::timed_out;
     waited = true;  // another process may have published between our load() and the lock
   }
@@ -181,30 +221,21 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
   }
   im.n.compiles++;
   nlohmann::json full = detail::make_meta(key, art.cubin, art.meta);
-  im.publish_full(key, art.cubin, full, /*to_remote=*/true);  // before the lock is released
+  im.auth.sign(key, art.cubin, full);
+  // A fresh kernel that its own validator refuses would be evicted and rebuilt on every load:
+  // keep it in memory and say why, once.
+  if (Verdict v = im.auth.check(key, full, art.cubin); !v.problem.empty()) {
+    im.warner.warn("self-check", fmt::format("the kernel just compiled for {} (key {}) fails its own cache check ({}); "
+                                             "kept in memory, not cached",
+                                             what, key, v.problem));
+    std::lock_guard lk(im.mem_mu);
+    im.mem.emplace(std::string(key), Artifact{art.cubin, full, "memory"});
+  } else {
+    im.publish_full(key, art.cubin, full, /*to_remote=*/true);  // before the lock is released
+  }
   art.meta = std::move(full);
   art.origin = "compiled";
   return art;
-}
-
-std::uint64_t parse_size(const std::string& s, std::string_view what) {
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(s.c_str(), &end);
-  std::string suffix = end ? std::string(end) : std::string();
-  double mult = 1;
-  if (suffix.empty() || suffix == "B") mult = 1;
-  else if (suffix == "K" || suffix == "KB" || suffix == "KiB") mult = 1024.0;
-  else if (suffix == "M" || suffix == "MB" || suffix == "MiB") mult = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GB" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
-  else v = -1;
-  // strtod also reads "nan", "inf" and hex floats; none of them is a size, nor is anything that
-  // overflows a 64-bit byte count.
-  const std::string number = s.substr(0, static_cast<std::size_t>(end - s.c_str()));
-  const bool plain = number.find_first_of("nNiIxX") == std::string::npos;
-  if (end == s.c_str() || errno == ERANGE || !plain || !(v >= 0) || v * mult >= 18446744073709551616.0)
-    throw CacheError(fmt::format("{}='{}' is not a size (bytes, or with K/M/G suffix)", what, s));
-  return static_cast<std::uint64_t>(v * mult);
 }
 
 Options Store::options_from_env() {
@@ -229,12 +260,14 @@ Options Store::options_from_env() {
   } else if (std::string h = env("HOME"); !h.empty()) {
     o.roots.emplace_back(fs::path(h) / ".cache" / "fa4jit");
   }
-  std::string sealed = env("FA4JIT_SEALED");
-  o.sealed = sealed == "1" || sealed == "true" || sealed == "yes" || sealed == "on";
+  o.warn_if_memory_only = true;
+  o.sealed = detail::env_bool("FA4JIT_SEALED", false);
   o.remote_url = env("FA4JIT_REMOTE_CACHE");
   if (std::string m = env("FA4JIT_CACHE_MAX_BYTES"); !m.empty()) o.max_bytes = parse_size(m, "FA4JIT_CACHE_MAX_BYTES");
-  if (std::string t = env("FA4JIT_CACHE_LOCK_TIMEOUT_MS"); !t.empty())
-    o.lock_timeout = std::chrono::milliseconds(std::atoll(t.c_str()));
+  o.lock_timeout = std::chrono::milliseconds(
+      detail::env_int("FA4JIT_CACHE_LOCK_TIMEOUT_MS", o.lock_timeout.count(), 0, 24ll * 3600 * 1000));
+  o.secret = env("FA4JIT_CACHE_SECRET");
+  o.shared = detail::env_bool("FA4JIT_CACHE_SHARED", false);
   return o;
 }
 

@@ -4,8 +4,9 @@
 //                          <root>/v1/locks/<key>.lock   (never deleted)
 //                          <root>/v1/tmp/               (private staging dirs)
 // Keys are 32 lowercase hex chars (XXH3-128 of the key inputs, computed by the generator).
-// meta.json holds the caller's metadata plus what verification needs (cubin size and digest);
-// it is written last and is the entry's commit marker.
+// meta.json holds the caller's metadata plus what verification needs (cubin size and digest,
+// and an HMAC with a deployment secret); it is written last and is the entry's commit marker.
+// Who may write a cache and what is checked before an entry is served: docs/CACHE.md.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -22,9 +23,20 @@ namespace jit::cache {
 
 struct Artifact {
   std::string cubin;
-  nlohmann::json meta;  // caller metadata + "cubin_size", "cubin_xxh3_128", "key", "created"
+  nlohmann::json meta;  // caller metadata + "cubin_size", "cubin_xxh3_128", "key", "created" (+ "mac")
   std::string origin;   // "compiled", or the tier root / "remote" it was read from
 };
+
+// What Options::validate says about an entry that is intact (its size and digest match).
+struct Verdict {
+  std::string problem;   // empty: the entry is what its key says it is
+  bool foreign = false;  // made by another build, so it cannot be judged here: never served,
+                         // but verify() keeps it (another version sharing the cache may use it)
+};
+// Checks an intact entry against its key before it is served from any tier (disk, remote,
+// archive import, verify). The runtime recomputes the key from the entry's recorded inputs and
+// looks for the key-derived kernel names in the cubin (runtime/cache_auth.cpp).
+using Validator = std::function<Verdict(std::string_view key, const nlohmann::json& meta, std::string_view cubin)>;
 
 struct Options {
   // Tiers searched in order; the first writable one receives new entries. Empty: memory only.
@@ -33,6 +45,17 @@ struct Options {
   std::string remote_url;                              // redis://host:port/db, empty: no remote tier
   std::chrono::milliseconds lock_timeout{120000};      // then compile without the lock
   std::uint64_t max_bytes = 0;                         // 0: no size cap
+  // Deployment secret (FA4JIT_CACHE_SECRET, at least 16 bytes): every entry carries an
+  // HMAC-SHA256 of (key, cubin) under it, and entries without a valid one are never served,
+  // from any tier. Needs libcrypto (OpenSSL 3 or 1.1), loaded at run time only when set.
+  std::string secret;
+  // Several users share the cache (FA4JIT_CACHE_SHARED=1): layout dirs are created
+  // group-writable, setgid and sticky whatever the umask; entries and files stay owner-only writable.
+  bool shared = false;
+  Validator validate;                                  // empty: integrity checks only
+  // Set by options_from_env(): roots that resolve to nothing are then worth a warning (an
+  // explicitly empty `roots` is a deliberate memory-only store).
+  bool warn_if_memory_only = false;
 };
 
 struct EntryInfo {
@@ -45,10 +68,11 @@ struct EntryInfo {
 struct VerifyReport {
   std::size_t checked = 0;
   std::size_t removed = 0;
+  std::size_t foreign = 0;            // intact entries of another build (Verdict::foreign): kept
   std::vector<std::string> problems;  // "key: what was wrong"
 };
 
-// Added: counters for diagnostics and tests (since this Store was constructed).
+// Counters for diagnostics and tests (since this Store was constructed).
 struct Stats {
   std::uint64_t hits = 0;             // load() found a verified entry (any tier, incl. remote)
   std::uint64_t misses = 0;
@@ -61,18 +85,13 @@ struct Stats {
   std::uint64_t warnings = 0;         // lines written to stderr
 };
 
-// Added: result of import_archive().
+// Result of import_archive().
 struct ImportReport {
   std::size_t imported = 0;  // new entries published
   std::size_t present = 0;   // already in a tier
   std::size_t rejected = 0;  // failed verification (digest, size, key, meta)
   std::vector<std::string> problems;
 };
-
-// A byte count as FA4JIT_CACHE_MAX_BYTES and `fa4jit cache prune --max-size` take it: digits
-// (a decimal fraction allowed) with an optional B, K/KB/KiB, M/MB/MiB or G/GB/GiB suffix (powers
-// of 1024). CacheError naming `what` for anything else (negative, nan, inf, overflow, junk).
-std::uint64_t parse_size(const std::string& text, std::string_view what);
 
 class Store {
  public:
@@ -83,7 +102,9 @@ class Store {
 
   // Options from the environment: FA4JIT_CACHE_PATH (':'-separated tiers), else
   // FA4JIT_CACHE_DIR, else $XDG_CACHE_HOME/fa4jit, else ~/.cache/fa4jit;
-  // FA4JIT_SEALED=1; FA4JIT_REMOTE_CACHE; FA4JIT_CACHE_MAX_BYTES.
+  // FA4JIT_SEALED, FA4JIT_REMOTE_CACHE, FA4JIT_CACHE_MAX_BYTES, FA4JIT_CACHE_LOCK_TIMEOUT_MS,
+  // FA4JIT_CACHE_SECRET, FA4JIT_CACHE_SHARED. A value that does not parse is a CacheError
+  // naming the variable (never a silent default).
   static Options options_from_env();
 
   // A verified entry, or nullopt. A corrupt or mismatched entry is evicted (where writable)
@@ -103,25 +124,34 @@ class Store {
   // tiers. `extra` may add a check of a sound entry (e.g. loading it on a GPU): a non-empty
   // string names the problem and the entry is treated as bad.
   VerifyReport verify(const std::function<std::string(const Artifact&)>& extra = {});
-  std::size_t prune(std::uint64_t max_bytes);  // least recently used first; returns entries removed
-  std::size_t clear();                      // removes every entry of the writable tier
+  // Least recently used first; returns entries removed. CacheError without a writable tier.
+  std::size_t prune(std::uint64_t max_bytes);
+  // Removes every entry of the writable tier (and the memory tier). CacheError when there is no
+  // writable tier (unless the store is memory-only by choice) or an entry could not be removed.
+  std::size_t clear();
   const Options& options() const;
 
-  // Added. One-file archive of verified entries (all tiers, first tier wins), keys empty = all;
+  // One-file archive of verified entries (all tiers, first tier wins), keys empty = all;
   // format in docs/CACHE.md. Written atomically (temp file + rename). Returns entries written.
   // Throws CacheError if the file cannot be written or a requested key is not in the cache.
   std::size_t export_archive(const std::filesystem::path& path, const std::vector<std::string>& keys = {});
-  // Added. Re-verifies every entry and publishes it into the writable tier. Throws CacheError if
+  // Re-verifies every entry and publishes it into the writable tier. Throws CacheError if
   // the file is not an fa4jit archive or there is no writable tier; a truncated or corrupt entry
   // is reported, not thrown.
   ImportReport import_archive(const std::filesystem::path& path);
-  Stats stats() const;  // Added.
-  // Added: the tier that receives new entries (empty path: memory only).
+  Stats stats() const;
+  // The tier that receives new entries (empty path: memory only).
   std::filesystem::path writable_root() const;
 
  private:
   struct Impl;
   Impl* impl_;
 };
+
+// A byte count: digits with an optional decimal fraction and a binary-multiple suffix
+// (K, M, G, T, optionally followed by B or iB; k/m/g/t too), e.g. "4096", "512M", "1.5GiB".
+// Negative numbers, nan, inf, fractions of a byte, overflow and anything else are a
+// CacheError naming `what` (the variable or flag the text came from).
+std::uint64_t parse_size(std::string_view text, std::string_view what);
 
 }  // namespace jit::cache

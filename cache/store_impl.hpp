@@ -14,6 +14,7 @@ struct Store::Impl {
 
   Options opt;
   detail::Warner warner;
+  detail::Auth auth;                  // the secret's MAC and opt.validate, for every tier
   std::vector<std::unique_ptr<detail::DiskTier>> tiers;
   detail::DiskTier* wtier = nullptr;  // first writable tier, receives new entries
   std::unique_ptr<detail::RemoteTier> remote;
@@ -45,6 +46,9 @@ struct Store::Impl {
   void maybe_auto_prune();
   std::size_t prune_locked(std::uint64_t max_bytes, std::chrono::milliseconds lock_wait);
   std::filesystem::path lock_path(std::string_view key) const;
+  // Checks a remote value; "" when it may be served (and written to disk).
+  std::string check_remote(std::string_view key, std::string_view value, Artifact& out) const;
+  std::string no_writable_tier(std::string_view op) const;  // the CacheError message
 };
 
 void require_key(std::string_view key);  // throws CacheError on anything but 32 lowercase hex

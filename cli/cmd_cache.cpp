@@ -104,7 +104,7 @@ void add_cache(CLI::App& app) {
           try {
             const ResolvedConfig rc = resolve(config_from_json(a.meta.at("config")));
             if (!detail::runs_on(rc, sm)) return {};  // built for another GPU: nothing to load here
-            detail::LoadedModule m(a.cubin, rc.smem_bytes);
+            detail::LoadedModule m(a.cubin, rc.smem_bytes, a.meta.at("key").get<std::string>());
             ++loaded;
             return {};
           } catch (const std::exception& e) {

@@ -47,7 +47,7 @@ void add_gen(CLI::App& app) {
     if (o->key) {
       fmt::print("{}\n", in.key);
     } else if (o->ptx || o->log || !o->cubin.empty()) {
-      const auto out = detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.options);
+      const auto out = detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
       if (!o->cubin.empty()) write_file(o->cubin, out.cubin);
       if (o->ptx || o->log) fmt::print("{}\n", o->log ? out.log : out.ptx);
     } else {

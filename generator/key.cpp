@@ -54,6 +54,12 @@ CompileInputs compile_inputs(const FA4Config& config) {
   return in;
 }
 
+std::vector<std::string> CompileInputs::compile_options() const {
+  std::vector<std::string> all = options;
+  for (std::string& o : entry_name_options(key)) all.push_back(std::move(o));
+  return all;
+}
+
 std::string compute_template_digest(const Headers& headers) {
   Hasher h;
   for (const auto& [name, bytes] : headers) h.add(name).add(bytes);

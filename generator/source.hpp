@@ -2,6 +2,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,15 @@ constexpr int kCacheSchema = 1;
 constexpr const char* kSourceName = "fa4jit.cu";
 constexpr const char* kEntryName = "fa4_fwd";
 constexpr const char* kCombineEntryName = "fa4_combine";  // split-KV merge, in every module
+
+// Key-derived kernel names, fa4_fwd_<key[0:16]> and fa4_combine_<key[0:16]>: a cubin then exports
+// the names of the key it was compiled for, and one served under another key fails to load
+// (cuModuleGetFunction) instead of running. The key hashes the source, so the names cannot be in
+// it: the source says FA4JIT_FWD_NAME / FA4JIT_COMBINE_NAME, and entry_name_options() defines them
+// as NVRTC -D options added after hashing (CompileInputs::compile_options()).
+std::string entry_name(std::string_view key);
+std::string combine_entry_name(std::string_view key);
+std::vector<std::string> entry_name_options(std::string_view key);
 
 // Deterministic: the same resolved config gives byte-identical source.
 std::string render_source(const ResolvedConfig& rc);

@@ -25,12 +25,13 @@ bool runs_on(const ResolvedConfig& rc, int sm) {
   return false;
 }
 
-LoadedModule::LoadedModule(const std::string& cubin, int smem_bytes) {
+LoadedModule::LoadedModule(const std::string& cubin, int smem_bytes, const std::string& key) {
   const DriverApi& d = driver();
   check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
   try {
-    check(d.cuModuleGetFunction(&fn_, module_, kEntryName), "cuModuleGetFunction");
-    check(d.cuModuleGetFunction(&combine_fn_, module_, kCombineEntryName), "cuModuleGetFunction(fa4_combine)");
+    const std::string fwd = entry_name(key), combine = combine_entry_name(key);
+    check(d.cuModuleGetFunction(&fn_, module_, fwd.c_str()), ("cuModuleGetFunction(" + fwd + ")").c_str());
+    check(d.cuModuleGetFunction(&combine_fn_, module_, combine.c_str()), ("cuModuleGetFunction(" + combine + ")").c_str());
     check(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   } catch (...) {
@@ -64,7 +65,7 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
         "arch mismatch: kernel {} was compiled for {} but the current GPU ({}) is sm_{}; build it for {} or leave "
         "FA4Config::arch empty to use the current GPU",
         key_, config_.config.arch, device_name(dev), sm, device_arch(dev)));
-  auto loaded = std::make_unique<LoadedModule>(cubin_, config_.smem_bytes);
+  auto loaded = std::make_unique<LoadedModule>(cubin_, config_.smem_bytes, key_);
   const LoadedModule& m = *loaded;
   modules_.emplace(ctx, std::move(loaded));
   return m;

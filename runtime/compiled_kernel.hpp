@@ -21,7 +21,9 @@ bool runs_on(const ResolvedConfig& rc, int sm);
 // One cuModuleLoadData result; unloaded with the kernel.
 class LoadedModule {
  public:
-  LoadedModule(const std::string& cubin, int smem_bytes);
+  // Looks up the kernels by the names derived from `key` (entry_name): a cubin of another key
+  // does not load.
+  LoadedModule(const std::string& cubin, int smem_bytes, const std::string& key);
   ~LoadedModule();
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;

@@ -23,12 +23,16 @@ namespace jit {
 namespace detail {
 
 cache::Store& disk_cache() {
-  static cache::Store store(cache::Store::options_from_env());
+  static cache::Store store([] {
+    cache::Options o = cache::Store::options_from_env();
+    o.validate = check_cache_entry;
+    return o;
+  }());
   return store;
 }
 
 cache::Artifact compile_artifact(const CompileInputs& in) {
-  const CompileOutput out = nvrtc_compile(in.source, kSourceName, *in.headers, in.options);
+  const CompileOutput out = nvrtc_compile(in.source, kSourceName, *in.headers, in.compile_options());
   nlohmann::json meta = describe(in);
   const ResourceUsage use = parse_ptxas_log(out.log);
   meta["compile_ms"] = out.ms;

@@ -148,9 +148,10 @@ std::vector<int> nvrtc_supported_archs() {
 }
 
 ResourceUsage parse_ptxas_log(const std::string& full_log, const std::string& entry) {
-  // Only the entry's own section: a module holds fa4_fwd and fa4_combine.
+  // Only the entry's own section: a module holds fa4_fwd and fa4_combine. A prefix, so that
+  // "fa4_fwd" also finds the key-derived fa4_fwd_<key[0:16]>.
   std::string log = full_log;
-  const std::string head = "Compiling entry function '" + entry + "'";
+  const std::string head = "Compiling entry function '" + entry;
   if (const auto at = full_log.find(head); at != std::string::npos) {
     const auto next = full_log.find("Compiling entry function", at + head.size());
     log = full_log.substr(at, next == std::string::npos ? std::string::npos : next - at);

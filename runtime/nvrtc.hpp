@@ -21,7 +21,8 @@ CompileOutput nvrtc_compile(const std::string& source, const std::string& name,
 std::pair<int, int> nvrtc_version();
 std::vector<int> nvrtc_supported_archs();
 
-// ptxas resource usage of one entry (default: the attention kernel) parsed from a -Xptxas=-v log.
+// ptxas resource usage of one entry (default: the attention kernel) parsed from a -Xptxas=-v log;
+// `entry` is a name prefix (kernels are named fa4_fwd_<key[0:16]>).
 struct ResourceUsage {
   int registers = -1;
   int spill_stores = -1, spill_loads = -1;  // bytes

@@ -9,5 +9,8 @@ namespace jit::detail {
 cache::Store& disk_cache();                                // the process's store (from the environment)
 cache::Artifact compile_artifact(const CompileInputs& in);  // NVRTC + meta.json contents
 FA4Config with_arch(const FA4Config& config);               // fills an empty arch from the current GPU
+// The disk cache's validator (cache::Options::validate): the entry's recorded inputs must hash to
+// its key and its cubin must define the key-derived kernel names (runtime/cache_auth.cpp).
+cache::Verdict check_cache_entry(std::string_view key, const nlohmann::json& meta, std::string_view cubin);
 
 }  // namespace jit::detail

@@ -107,7 +107,7 @@ Checked check_one(const Variant& v) {
   r.name = v.name;
   try {
     const auto in = jit::detail::compile_inputs(v.config);
-    const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.options);
+    const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
     r.ms = out.ms;
     r.use = jit::detail::parse_ptxas_log(out.log);
     r.cubin = out.cubin;

@@ -16,7 +16,7 @@ using jit::detail::CompileOutput;
 
 CompileOutput compile(const jit::FA4Config& c) {
   const auto in = jit::detail::compile_inputs(c);
-  return jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.options);
+  return jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
 }
 
 void expect_ptx_has(const std::string& ptx, std::initializer_list<const char*> needles, const std::string& what) {

@@ -643,7 +643,7 @@ TEST(FeatureCompile, RandomCombinationsCompileForEveryBackend) {
       const RandomCase rc = random_case(kRandomSeed0 + i, arch);
       try {
         const auto in = jit::detail::compile_inputs(rc.cfg);
-        const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.options);
+        const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
         EXPECT_NE(out.ptx.find(".entry fa4_combine"), std::string::npos) << rc.name;
         const auto use = jit::detail::parse_ptxas_log(out.log);
         EXPECT_GT(use.registers, 0) << rc.name;

@@ -4,7 +4,11 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+
+#include <atomic>
+#include <functional>
 
 #include "cache/store.hpp"
 #include "test_util.hpp"
@@ -139,6 +143,77 @@ class CacheRedis : public ::testing::Test {
 };
 
 Artifact make(const std::string& k) { return Artifact{cubin_for(k), {{"config", "r"}}, ""}; }
+
+// A loopback server that answers the first command of each connection with `reply(fd, stop)`.
+// Bounded: it stops when the test ends (destructor) and every behaviour checks `stop`.
+class FakeServer {
+ public:
+  using Reply = std::function<void(int fd, const std::atomic<bool>& stop)>;
+  explicit FakeServer(Reply reply) : reply_(std::move(reply)) {
+    lfd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(lfd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(lfd_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(lfd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(lfd_);
+  }
+  int port() const { return port_; }
+  std::string url() const { return fmt::format("redis://127.0.0.1:{}/0", port_); }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{lfd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int fd = ::accept(lfd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      char buf[4096];
+      pollfd q{fd, POLLIN, 0};
+      if (::poll(&q, 1, 2000) > 0 && ::read(fd, buf, sizeof buf) > 0) reply_(fd, stop_);
+      ::close(fd);
+    }
+  }
+  Reply reply_;
+  int lfd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// send() without SIGPIPE: the client under test may hang up mid-reply (that is the point).
+bool send_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+// Sleeps up to `ms` in small steps; false when asked to stop.
+bool nap(int ms, const std::atomic<bool>& stop) {
+  for (int i = 0; i < ms / 10; ++i) {
+    if (stop) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return !stop;
+}
+
+// The remote value format (cache/redis_tier.cpp): "FA4JITR1" | u32 LE meta length | meta | cubin.
+std::string remote_value(const std::string& meta, const std::string& cubin) {
+  std::string v = "FA4JITR1";
+  for (int i = 0; i < 4; ++i) v += static_cast<char>((meta.size() >> (8 * i)) & 0xff);
+  return v + meta + cubin;
+}
 
 }  // namespace
 
@@ -328,4 +403,120 @@ TEST(CacheRedisFake, NothingListeningAndBadUrls) {
     EXPECT_EQ(sb.stats().warnings, 1u) << bad;
     EXPECT_FALSE(sb.load(key_of(770)));
   }
+}
+
+TEST(CacheRedisFake, DrippingServerIsBoundedByOneDeadlinePerCall) {
+  if (!FA4JIT_CACHE_TESTS_REDIS) GTEST_SKIP() << "fa4jit_cache built without hiredis";
+  // One byte every 0.5 s: each read() sees data within hiredis' 1 s per-read timeout, so only a
+  // deadline for the whole command stops it (it used to hold a lookup for as long as it dripped).
+  FakeServer server([](int fd, const std::atomic<bool>& stop) {
+    const std::string reply = "$10\r\n0123456789\r\n";
+    for (char c : reply) {
+      if (!send_all(fd, &c, 1) || !nap(500, stop)) return;
+    }
+  });
+  TempDir d;
+  Options o;
+  o.roots = {d.path};
+  o.remote_url = server.url();
+  testing::internal::CaptureStderr();
+  Store s(o);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(s.load(key_of(780)));
+  const double dt = seconds_since(t0);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_GE(dt, 1.1);  // connect (200 ms) + command (1000 ms) budget, spent waiting
+  EXPECT_LT(dt, 1.5) << "a dripping server held the lookup past the ~1.2 s deadline";
+  EXPECT_NE(err.find("no complete reply within 1200 ms"), std::string::npos) << err;
+  EXPECT_EQ(s.stats().warnings, 1u) << err;
+}
+
+TEST(CacheRedisFake, OversizedReplyIsCappedNotBuffered) {
+  if (!FA4JIT_CACHE_TESTS_REDIS) GTEST_SKIP() << "fa4jit_cache built without hiredis";
+  // Claims 3 GB, sends 160 MiB as fast as it can, then keeps the reply alive a byte at a time:
+  // refused on the announced length, before the data is read.
+  FakeServer server([](int fd, const std::atomic<bool>& stop) {
+    std::string head = "$3000000000\r\n";
+    if (!send_all(fd, head.data(), head.size())) return;
+    std::string chunk(1 << 20, '\0');
+    for (int i = 0; i < 160 && !stop; ++i)
+      if (!send_all(fd, chunk.data(), chunk.size())) return;
+    for (int i = 0; i < 60 && nap(100, stop); ++i)
+      if (!send_all(fd, "x", 1)) return;
+  });
+  TempDir d;
+  Options o;
+  o.roots = {d.path};
+  o.remote_url = server.url();
+  testing::internal::CaptureStderr();
+  Store s(o);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(s.load(key_of(781)));
+  const double dt = seconds_since(t0);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_LT(dt, 1.0) << err;
+  EXPECT_NE(err.find("byte cap on a cache value"), std::string::npos) << err;
+}
+
+TEST_F(CacheRedis, ForgedValuesAreRejectedAndNeverWrittenLocally) {
+  // Another writer of the Redis server (no secret) copies B's signed value under key A, and
+  // stores an unsigned value under C. With the deployment secret neither is served, nor written
+  // to the local tier, where it would outlive a FLUSHALL.
+  const std::string secret = "0123456789abcdef-deployment-secret";
+  TempDir a, b;
+  std::string ka = key_of(790), kb = key_of(791), kc = key_of(792);
+  {
+    Options w = opts(a.path);
+    w.secret = secret;
+    Store s(w);
+    s.publish(kb, cubin_for(kb), {{"config", "b"}});
+  }
+  std::string good = resp(port_, {"GET", "fa4jit:v1:" + kb});
+  ASSERT_EQ(good[0], '$');
+  std::string value = good.substr(good.find("\r\n") + 2);
+  value.resize(value.size() - 2);
+  std::size_t meta_len = 0;  // resp() reads one 4 KiB chunk: the meta is in it, the cubin is not
+  for (int i = 0; i < 4; ++i) meta_len |= static_cast<std::size_t>(static_cast<unsigned char>(value[8 + i])) << (8 * i);
+  auto meta = nlohmann::json::parse(value.substr(12, meta_len));
+  ASSERT_TRUE(meta.contains("mac"));
+  meta["key"] = ka;  // the forger edits the key; size and digest still match B's cubin
+  resp(port_, {"SET", "fa4jit:v1:" + ka, remote_value(meta.dump(), cubin_for(kb))});
+  {
+    Options u = opts(a.path);  // no secret: an unsigned, self-consistent value
+    Store s(u);
+    s.publish(kc, cubin_for(kc), {{"config", "c"}});
+  }
+  Options o = opts(b.path);
+  o.secret = secret;
+  testing::internal::CaptureStderr();
+  Store s(o);
+  EXPECT_FALSE(s.load(ka));
+  EXPECT_FALSE(s.load(kc));
+  auto hit = s.load(kb);  // the genuine signed value is served
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->origin, "remote");
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("MAC does not match"), std::string::npos) << err;
+  EXPECT_EQ(s.stats().remote_hits, 1u);
+  resp(port_, {"FLUSHALL"});
+  Options local;
+  local.roots = {b.path};
+  Store l(local);
+  EXPECT_FALSE(l.load(ka));
+  EXPECT_FALSE(l.load(kc));
+  EXPECT_TRUE(l.load(kb));
+
+  // Without a secret the caller's validator decides (the runtime's recomputes the key): the
+  // forged value is refused before anything is written.
+  resp(port_, {"SET", "fa4jit:v1:" + ka, remote_value(meta.dump(), cubin_for(kb))});
+  TempDir c;
+  Options v = opts(c.path);
+  v.validate = [](std::string_view key, const nlohmann::json& m, std::string_view) {
+    return m.value("config", "") == (key == key_of(790) ? "a" : "b") ? jit::cache::Verdict{}
+                                                                     : jit::cache::Verdict{"config is not this key's"};
+  };
+  Store sv(v);
+  EXPECT_FALSE(sv.load(ka));
+  EXPECT_TRUE(fs::is_empty(c.path / "v1" / "tmp"));
+  EXPECT_TRUE(sv.list().empty());
 }

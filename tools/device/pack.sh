@@ -7,7 +7,7 @@ cmake --build build -j"$(nproc)" >/dev/null
 rm -rf .device && mkdir -p .device
 strip -o .device/fa4jit build/fa4jit
 strip -o .device/fa4jit_tests build/tests/fa4jit_tests
-for t in build/tests/cache/fa4jit_cache_tests build/tests/cache/fa4jit_cache_worker; do
+for t in build/tests/cache/fa4jit_cache_tests build/tests/cache/fa4jit_cache_worker build/tests/cache/fa4jit_cache_runtime_tests; do
   [ -f "$t" ] && strip -o ".device/$(basename "$t")" "$t"
 done
 # Libraries the device image lacks (hiredis for the Redis tier); scripts put .device on LD_LIBRARY_PATH.

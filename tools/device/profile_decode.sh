@@ -17,7 +17,7 @@ for shape in ${SHAPES:-"8,1,32768" "1,1,131072"}; do  # SHAPES="64,1,4096 8,1,32
   $F $args >/dev/null  # compile outside the profiler
   # Launch order: first launch, 1 warm-up, 1 timed, 1 stream: profile the timed call's fa4_fwd
   # (split launches add an fa4_combine per call, which this leaves out).
-  timeout 240 ncu --clock-control none --kernel-name fa4_fwd --launch-skip 2 --launch-count 1 $SECTIONS \
+  timeout 240 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $SECTIONS \
     $F $args > "$OUT/ncu_ours_${B}_${SQ}_${SK}.txt" 2>&1
   peers=cudnn; [ -n "${OURS_ONLY:-}" ] && peers=  # OURS_ONLY=1: skip the cuDNN profile
   for f in $peers; do

@@ -15,7 +15,7 @@ SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Lau
 args="bench --config /tmp/pp.json --arch sm_90a --batch $B --heads $H --seqlen-q $S --seqlen-k $S --warmup 1 --iters 1"
 $F $args >/dev/null  # compile outside the profiler
 # Launches: first, warm-up, timed, stream: profile the timed one (as profile_decode.sh).
-timeout 200 ncu --clock-control none --kernel-name fa4_fwd --launch-skip 2 --launch-count 1 $SECTIONS \
+timeout 200 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $SECTIONS \
   $F $args > "$OUT/ncu_prefill_ours.txt" 2>&1
 timeout 200 ncu --clock-control none --profile-from-start off $SECTIONS \
   python3 tools/device/sdpa_call.py "$B" "$H" "$H" "$S" "$S" "$D" "$MASK" > "$OUT/ncu_prefill_cudnn.txt" 2>&1

@@ -1,0 +1,221 @@
+// The runtime's authentication of cache entries (runtime/cache_auth.cpp) against forgeries in a
+// shared tier in front of a user's own: entry B copied under key A (meta.json edited to match)
+// is never served, `cache verify` reports it, kernels carry key-derived names (a swapped cubin
+// does not load on a GPU), and what only the deployment secret stops (a cubin with its names
+// patched) is shown too. NVRTC runs on the CPU; the GPU test skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "cache/store.hpp"
+#include "fa4jit/errors.hpp"
+#include "generator/key.hpp"
+#include "generator/presets.hpp"
+#include "generator/source.hpp"
+#include "runtime/compiled_kernel.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
+#include "test_util.hpp"
+
+using namespace cachetest;
+using jit::cache::Options;
+using jit::cache::Store;
+using jit::detail::CompileInputs;
+
+namespace {
+
+const std::string kSecret = "0123456789abcdef0123456789abcdef";
+
+CompileInputs inputs(int preset_index, const std::string& arch = "sm_90a") {
+  jit::FA4Config c = jit::preset("default").at(static_cast<std::size_t>(preset_index));
+  c.arch = arch;
+  return jit::detail::compile_inputs(c);
+}
+
+// Stands in for a cubin: ELF string-table style names, as NVRTC writes them.
+std::string fake_cubin(const std::string& key) {
+  std::string c = "\x7f" "ELF";
+  c += std::string(200, '\x01') + '\0' + jit::detail::entry_name(key) + '\0' + ".text." + jit::detail::entry_name(key) +
+       '\0' + jit::detail::combine_entry_name(key) + '\0';
+  return c + cubin_for(key, 4096);
+}
+
+Options validated(std::vector<fs::path> roots, const std::string& secret = {}) {
+  Options o;
+  o.roots = std::move(roots);
+  o.validate = jit::detail::check_cache_entry;
+  o.secret = secret;
+  return o;
+}
+
+fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
+
+// Writes an entry directly, as a writer of the shared tier could: any meta, any cubin, with the
+// size and digest fields made consistent (that needs no secret).
+void plant(const fs::path& root, const std::string& key, nlohmann::json meta, const std::string& cubin) {
+  Store w(Options{{root}});
+  w.publish(key, cubin, meta);
+}
+
+std::string run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, int* rc) {
+  std::vector<std::string> argv = {FA4JIT_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Proc p = spawn(argv, env, /*capture_stdout=*/true);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p.out_fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  const int st = p.wait();
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return out;
+}
+
+}  // namespace
+
+TEST(CacheRuntimeAuth, CopiedAndRelabelledEntriesAreNeverServed) {
+  const CompileInputs a = inputs(0), b = inputs(1), c = inputs(2), d = inputs(3);
+  TempDir shared, user;
+  plant(shared.path, b.key, jit::detail::describe(b), fake_cubin(b.key));  // a genuine entry
+  // 1. B's entry copied under A, meta.json's key edited.
+  auto meta_b = jit::detail::describe(b);
+  meta_b["key"] = a.key;
+  plant(shared.path, a.key, meta_b, fake_cubin(b.key));
+  // 2. A's true inputs in meta.json, B's cubin.
+  plant(shared.path, c.key, jit::detail::describe(c), fake_cubin(b.key));
+  // 3. B's cubin with its kernel names patched to D's (same length): only the secret stops this.
+  std::string patched = fake_cubin(b.key);
+  for (const auto& [from, to] : {std::pair{jit::detail::entry_name(b.key), jit::detail::entry_name(d.key)},
+                                 std::pair{jit::detail::combine_entry_name(b.key), jit::detail::combine_entry_name(d.key)}})
+    for (std::size_t at = patched.find(from); at != std::string::npos; at = patched.find(from, at + 1))
+      patched.replace(at, from.size(), to);
+  plant(shared.path, d.key, jit::detail::describe(d), patched);
+
+  EnvVar ro("FA4JIT_CACHE_FAULT", "readonly:" + shared.path.string());
+  testing::internal::CaptureStderr();
+  Store s(validated({shared.path, user.path}));
+  EXPECT_TRUE(s.load(b.key));
+  EXPECT_FALSE(s.load(a.key));
+  EXPECT_FALSE(s.load(c.key));
+  int calls = 0;
+  auto compiled = s.get_or_compile(
+      a.key, [&] { return ++calls, jit::cache::Artifact{fake_cubin(a.key), jit::detail::describe(a), ""}; }, "a");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(compiled.cubin, fake_cubin(a.key));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("its recorded inputs hash to " + b.key + ", not to its key"), std::string::npos) << err;
+  EXPECT_NE(err.find("does not define " + jit::detail::entry_name(c.key)), std::string::npos) << err;
+
+  auto rep = s.verify();
+  std::string all;
+  for (auto& p : rep.problems) all += p + "\n";
+  EXPECT_NE(all.find(a.key + ": its recorded inputs hash to"), std::string::npos) << all;
+  EXPECT_NE(all.find(c.key + ": kernel.cubin does not define"), std::string::npos) << all;
+  EXPECT_EQ(rep.problems.size(), 2u) << all;  // the patched cubin passes: it takes the secret
+
+  // With the deployment secret only signed entries count: the patched one is refused too.
+  testing::internal::CaptureStderr();
+  Store sealed(validated({shared.path, user.path}, kSecret));
+  EXPECT_FALSE(sealed.load(d.key));
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("no MAC"), std::string::npos) << err;
+}
+
+TEST(CacheRuntimeAuth, EntriesOfAnotherBuildAreForeignNotBad) {
+  const CompileInputs a = inputs(0);
+  auto meta = jit::detail::describe(a);
+  meta["generator"] = "fa4jit-generator-0";
+  auto v = jit::detail::check_cache_entry(a.key, meta, fake_cubin(a.key));
+  EXPECT_TRUE(v.foreign) << v.problem;
+  meta = jit::detail::describe(a);
+  meta["template_digest"] = std::string(32, '0');
+  v = jit::detail::check_cache_entry(a.key, meta, fake_cubin(a.key));
+  EXPECT_TRUE(v.foreign) << v.problem;
+  meta = jit::detail::describe(a);
+  meta.erase("config");
+  v = jit::detail::check_cache_entry(a.key, meta, fake_cubin(a.key));
+  EXPECT_FALSE(v.foreign);
+  EXPECT_FALSE(v.problem.empty());
+  EXPECT_TRUE(jit::detail::check_cache_entry(a.key, jit::detail::describe(a), fake_cubin(a.key)).problem.empty());
+}
+
+TEST(CacheRuntimeAuth, CliVerifySeesTheForgeryAndClearOnReadOnlyFails) {
+  if (!fs::exists(FA4JIT_CLI)) GTEST_SKIP() << FA4JIT_CLI << " is not here (a copied test binary)";
+  const CompileInputs a = inputs(0), b = inputs(1);
+  TempDir cache;
+  plant(cache.path, b.key, jit::detail::describe(b), fake_cubin(b.key));
+  auto meta_b = jit::detail::describe(b);
+  meta_b["key"] = a.key;
+  plant(cache.path, a.key, meta_b, fake_cubin(b.key));
+  const std::map<std::string, std::string> env = {
+      {"FA4JIT_CACHE_DIR", cache.path.string()}, {"FA4JIT_CACHE_PATH", ""}, {"FA4JIT_CACHE_FAULT", ""}};
+  int rc = -1;
+  std::string out = run_cli({"cache", "verify"}, env, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("bad: " + entry_dir(cache.path, a.key).string() + ": its recorded inputs hash to " + b.key),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("removed 1"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(entry_dir(cache.path, a.key)));
+  EXPECT_TRUE(fs::exists(entry_dir(cache.path, b.key)));
+
+  auto ro = env;
+  ro["FA4JIT_CACHE_FAULT"] = "readonly";
+  out = run_cli({"cache", "clear"}, ro, &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(out.find("removed 0"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(entry_dir(cache.path, b.key)));
+}
+
+TEST(CacheRuntimeAuth, RealKernelsExportKeyDerivedNamesAndOtherwiseTheSamePtx) {
+  // NVRTC on the CPU (a few s per compile): the names come from the key, nothing else changes.
+  const CompileInputs a = inputs(0, "sm_80"), b = inputs(1, "sm_80");
+  const auto named = jit::detail::nvrtc_compile(a.source, jit::detail::kSourceName, *a.headers, a.compile_options());
+  // The same source with the plain names, as c9e8894 named every kernel.
+  auto plain_options = a.options;
+  plain_options.push_back("-DFA4JIT_FWD_NAME=fa4_fwd");
+  plain_options.push_back("-DFA4JIT_COMBINE_NAME=fa4_combine");
+  const auto plain = jit::detail::nvrtc_compile(a.source, jit::detail::kSourceName, *a.headers, plain_options);
+  const std::string fwd = jit::detail::entry_name(a.key), combine = jit::detail::combine_entry_name(a.key);
+  EXPECT_EQ(fwd, "fa4_fwd_" + a.key.substr(0, 16));
+  EXPECT_NE(named.ptx.find(".entry " + fwd + "("), std::string::npos);
+  EXPECT_NE(named.ptx.find(".entry " + combine + "("), std::string::npos);
+  EXPECT_EQ(named.ptx.find(".entry fa4_fwd("), std::string::npos);
+  // Names normalised: the kernels', and the internal-linkage prefix NVRTC derives from the first
+  // kernel's name (_INTERNAL_<n>_9_fa4jit_cu_fa4_fwd, or a hash of a longer name).
+  auto normalize = [&](std::string ptx) {
+    ptx = std::regex_replace(ptx, std::regex(fwd), "fa4_fwd");
+    ptx = std::regex_replace(ptx, std::regex(combine), "fa4_combine");
+    return std::regex_replace(ptx, std::regex("_ZN[0-9]+_INTERNAL_00000000_9_fa4jit_cu_(fa4_fwd|[0-9a-f]{8})"), "_ZN_INTERNAL_");
+  };
+  EXPECT_TRUE(normalize(named.ptx) == normalize(plain.ptx)) << "the PTX differs in more than symbol names";
+  EXPECT_EQ(jit::detail::parse_ptxas_log(named.log).registers, jit::detail::parse_ptxas_log(plain.log).registers);
+  EXPECT_GT(jit::detail::parse_ptxas_log(named.log).registers, 0);
+  // Without the -D options the macro names themselves become the kernel names: such a cubin
+  // loads under no key.
+  const auto bare = jit::detail::nvrtc_compile(a.source, jit::detail::kSourceName, *a.headers, a.options);
+  EXPECT_NE(bare.ptx.find(".entry FA4JIT_FWD_NAME("), std::string::npos);
+  EXPECT_FALSE(jit::detail::check_cache_entry(a.key, jit::detail::describe(a), bare.cubin).problem.empty());
+
+  auto meta = jit::detail::describe(a);
+  EXPECT_TRUE(jit::detail::check_cache_entry(a.key, meta, named.cubin).problem.empty());
+  // The real cubin of A under B's inputs and key: refused for the names it lacks.
+  auto v = jit::detail::check_cache_entry(b.key, jit::detail::describe(b), named.cubin);
+  EXPECT_NE(v.problem.find("does not define " + jit::detail::entry_name(b.key)), std::string::npos) << v.problem;
+}
+
+TEST(CacheRuntimeAuth, GpuSwappedCubinFailsToLoad) {
+  if (const std::string why = jit::detail::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string arch = jit::detail::device_arch(jit::detail::ensure_context());
+  const CompileInputs a = inputs(0, arch), b = inputs(1, arch);
+  const auto art_a = jit::detail::compile_artifact(a);
+  const auto art_b = jit::detail::compile_artifact(b);
+  EXPECT_NO_THROW(jit::detail::LoadedModule(art_a.cubin, a.config.smem_bytes, a.key));
+  // B's cubin served under A: cuModuleGetFunction finds no fa4_fwd_<A>, so nothing runs.
+  try {
+    jit::detail::LoadedModule m(art_b.cubin, a.config.smem_bytes, a.key);
+    ADD_FAILURE() << "B's cubin loaded under A's key";
+  } catch (const jit::DriverError& e) {
+    EXPECT_NE(std::string(e.what()).find(jit::detail::entry_name(a.key)), std::string::npos) << e.what();
+  }
+}
