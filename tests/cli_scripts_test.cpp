@@ -87,6 +87,16 @@ TEST_F(CliScripts, ErrorsNameTheFlagNotTheStructField) {
   }
 }
 
+TEST_F(CliScripts, ArchOfAnotherGpuIsRefusedNamingTheFlag) {
+  const std::string why = jit::testing::gpu_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string other = jit::current_device_arch() == "sm_90a" ? "sm_100a" : "sm_90a";
+  const auto r = run("check --arch " + other + " --batch 1 --seqlen 128 --heads 2 --kv-heads 2");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "--arch " + other + ": its kernels do not run on this GPU")) << r.out;
+  EXPECT_FALSE(has(r.out, "FA4Config::")) << r.out;
+}
+
 TEST_F(CliScripts, PrewarmWithNeitherConfigNorPresetTakesTheDefaultPreset) {
   const auto r = run("prewarm --arch sm_80", "FA4JIT_SEALED=1");
   EXPECT_EQ(r.rc, 1) << r.out;

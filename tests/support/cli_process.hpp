@@ -1,10 +1,12 @@
-// Runs the real fa4jit binary (FA4JIT_CLI) as a child process on a private cache directory and
-// returns its exit status and output, for tests of what scripts see.
+// Runs the real fa4jit binary (FA4JIT_CLI, or $FA4JIT_CLI_PATH where the GPU machine runs a
+// carried copy) as a child process on a private cache directory and returns its exit status and
+// output, for tests of what scripts see.
 #pragma once
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -29,8 +31,9 @@ class CliProcessTest : public ::testing::Test {
 
   // `env` is prepended to the command line (e.g. "FA4JIT_SEALED=1 ").
   CliResult run(const std::string& args, const std::string& env = "") const {
+    const char* carried = std::getenv("FA4JIT_CLI_PATH");
     const std::string cmd = "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= FA4JIT_LOG= " +
-                            env + " " + std::string(FA4JIT_CLI) + " " + args + " 2>&1";
+                            env + " " + (carried ? carried : FA4JIT_CLI) + " " + args + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     std::string out;
     std::array<char, 4096> buf;

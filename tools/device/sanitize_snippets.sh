@@ -14,7 +14,7 @@
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib
 export FA4JIT_CACHE_DIR=${FA4JIT_CACHE_DIR:-/tmp/fa4jit-cache}
-T=.device/fa4jit_tests
+T=${FA4JIT_TESTS:-.device/fa4jit_tests}  # another test binary, e.g. one built at c9e8894 (reads past the arrays)
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 tests=("$@")
 [[ ${#tests[@]} -gt 0 ]] || tests=(IssueReproducerReadsOnlyTheAuxArrays PrefillSnippetsSeeOnlyTheSequence
