@@ -13,7 +13,8 @@ bash tools/setup.sh
 # dependency (the driver is dlopen'd; CI has none).
 flags="-fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_CXX_FLAGS="$flags" \
-      -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined -Wl,--as-needed" >/dev/null
+      -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined -Wl,--as-needed" \
+      -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 cmake --build build-asan -j"$(nproc)"
 
 compile_matrix='^(Archs/PresetCompile\.|BlackwellCompile\.|FeatureCompile\.|Compile\.(PortableBackendCompilesForEveryArch|HopperDeepHeadsCompileWithoutSpills|HopperWarpgroupSpansKeepTheWgmmaPipeline)$)'
