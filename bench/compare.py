@@ -26,7 +26,7 @@ FA4JIT = os.environ.get("FA4JIT", "./build/fa4jit")
 PREFILL = [(16, 16, 2048, 128), (4, 16, 8192, 128), (2, 16, 16384, 128), (8, 16, 4096, 64)]
 
 
-def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None):
+def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None, binary=None):
     cfg = {"depth": D, "mask": "causal" if causal else "none"}
     for k, v in (extra or {}).items():
         if v.get("depth", D) == D:
@@ -34,7 +34,7 @@ def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None):
     path = f"/tmp/fa4jit_bench_{D}_{int(causal)}.json"
     with open(path, "w") as f:
         json.dump(cfg, f)
-    cmd = [FA4JIT, "bench", "--json", "--config", path, "--batch", str(B), "--heads", str(H), "--kv-heads", str(Hkv),
+    cmd = [binary or FA4JIT, "bench", "--json", "--config", path, "--batch", str(B), "--heads", str(H), "--kv-heads", str(Hkv),
            "--seqlen-q", str(Sq), "--seqlen-k", str(Sk), "--iters", str(iters)]
     if arch:
         cmd += ["--arch", arch]
@@ -49,11 +49,11 @@ def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None):
 
 def all_ours(variants, B, H, S, D, causal):
     res = {}
-    for name, (arch, tune, cfg) in variants.items():
+    for name, (arch, tune, cfg, binary) in variants.items():
         if cfg and cfg.get("depth", D) != D:
             res[name] = {"error": "n/a for this depth"}
             continue
-        res[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune, extra={"cfg": cfg} if cfg else None)
+        res[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune, extra={"cfg": cfg} if cfg else None, binary=binary)
     return res
 
 
@@ -81,8 +81,9 @@ def summarize(rounds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--variants", default="sm90a=sm_90a,sm80=sm_90",
-                    help="fa4jit variants: name=arch[:FA4JIT_TUNE[:config JSON for one depth]], comma-separated; "
-                         "';' separates tune items, e.g. bn176=sm_90a::{\"depth\":128;\"BN\":176}")
+                    help="fa4jit variants: name=arch[@binary][:FA4JIT_TUNE[:config JSON for one depth]], comma-separated; "
+                         "';' separates tune items, e.g. bn176=sm_90a::{\"depth\":128;\"BN\":176}; @binary times another "
+                         "fa4jit build in the same rounds (A/B of two commits), e.g. base=sm_90a@.device/fa4jit_base")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "compare.json"))
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row (medians reported)")
@@ -93,8 +94,9 @@ def main():
     for item in filter(None, a.variants.split(",")):
         name, spec = item.split("=", 1)
         arch, _, rest = spec.partition(":")
+        arch, _, binary = arch.partition("@")
         tune, _, cfg = rest.partition(":")
-        variants[name] = (arch, tune.replace(";", ","), json.loads(cfg.replace(";", ",")) if cfg else None)
+        variants[name] = (arch, tune.replace(";", ","), json.loads(cfg.replace(";", ",")) if cfg else None, binary or None)
     archs = list(variants)
     rows = []
     for (B, H, S, D) in rows_spec:
