@@ -14,47 +14,22 @@
 #include <random>
 
 #include "runtime/safetensors.hpp"
+#include "tests/support/cli_process.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  bool exited;  // false: ended by a signal
-  int rc;
-  std::string out;  // stdout + stderr
-};
+using Result = jit::testing::CliResult;
 
-class CliInput : public ::testing::Test {
+class CliInput : public jit::testing::CliProcessTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("fa4jit_cli_input_" + std::to_string(std::random_device{}()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result run(const std::string& args) const { return run_raw(std::string(FA4JIT_CLI) + " " + args); }
-  Result run_raw(const std::string& command) const {
-    const std::string cmd =
-        "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= " + command + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-    const int status = pclose(p);
-    return {WIFEXITED(status), WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-  }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return dir_ / name;
-  }
   int cached_cubins() const {
     int n = 0;
     if (fs::exists(dir_ / "cache"))
       for (const auto& e : fs::recursive_directory_iterator(dir_ / "cache")) n += e.path().filename() == "kernel.cubin";
     return n;
   }
-  fs::path dir_;
 };
 
 // Issue 17: "depth": 128.5 and true were accepted, "128" gave a raw nlohmann message without the file.
@@ -176,19 +151,19 @@ TEST_F(CliInput, FileSizeLimitIsAnErrorNotASignal) {
   const Result control = run_raw("bash -c 'ulimit -f 1; head -c 100000 /dev/zero > " + (dir_ / "zeros").string() + "'");
   ASSERT_EQ(control.rc, 153) << "the harness does not deliver SIGXFSZ, so this test would prove nothing: " << control.out;
 
-  const Result gen = run_raw("bash -c 'ulimit -f 1; exec " + std::string(FA4JIT_CLI) + " gen --preset default --arch sm_90a > " +
+  const Result gen = run_raw("bash -c 'ulimit -f 1; exec " + cli() + " gen --preset default --arch sm_90a > " +
                              (dir_ / "source.cu").string() + "'");
   EXPECT_TRUE(gen.exited && gen.rc == 1) << "rc " << gen.rc << "\n" << gen.out;
   EXPECT_NE(gen.out.find("File too large"), std::string::npos) << gen.out;
 
   const fs::path cubin = dir_ / "k.cubin";
-  const Result c = run_raw("bash -c 'ulimit -f 16; exec " + std::string(FA4JIT_CLI) + " gen --preset default --arch sm_80 --cubin " +
+  const Result c = run_raw("bash -c 'ulimit -f 16; exec " + cli() + " gen --preset default --arch sm_80 --cubin " +
                            cubin.string() + "'");
   EXPECT_TRUE(c.exited && c.rc == 1) << "rc " << c.rc << "\n" << c.out;
   EXPECT_NE(c.out.find("--cubin " + cubin.string() + ": write failed: File too large"), std::string::npos) << c.out;
 
   // The cache's writes fail the same way: warned about, never a signal.
-  const Result p = run_raw("bash -c 'ulimit -f 16; exec " + std::string(FA4JIT_CLI) + " prewarm --preset llama3-8b --arch sm_80'");
+  const Result p = run_raw("bash -c 'ulimit -f 16; exec " + cli() + " prewarm --preset llama3-8b --arch sm_80'");
   EXPECT_TRUE(p.exited && p.rc != 153) << "rc " << p.rc << "\n" << p.out;
   EXPECT_NE(p.out.find("File too large"), std::string::npos) << p.out;
 }

@@ -12,41 +12,14 @@
 
 #include "fa4jit/errors.hpp"
 #include "runtime/safetensors.hpp"
+#include "tests/support/cli_process.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out;  // stdout + stderr
-};
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("fa4jit_cli_" + std::to_string(std::random_device{}()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result run(const std::string& args) const { return run_raw(std::string(FA4JIT_CLI) + " " + args); }
-  Result run_raw(const std::string& command) const {
-    const std::string cmd =
-        "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= " + command + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-    const int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-  }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(dir_ / name) << text;
-    return dir_ / name;
-  }
-  fs::path dir_;
-};
+using Result = jit::testing::CliResult;
+using Cli = jit::testing::CliProcessTest;
 
 TEST_F(Cli, InfoWorksWithoutAGpu) {
   const Result r = run("info");
@@ -156,7 +129,7 @@ TEST_F(Cli, CheckRefusesSnippetsItHasNoReferenceFor) {
 }
 
 TEST_F(Cli, SealedModeRefusesToCompileAndNamesTheConfig) {
-  const std::string cmd = "FA4JIT_SEALED=1 " + std::string(FA4JIT_CLI) + " prewarm --preset llama3-8b --arch sm_90a";
+  const std::string cmd = "FA4JIT_SEALED=1 " + cli() + " prewarm --preset llama3-8b --arch sm_90a";
   const Result r = run_raw(cmd);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("\"num_q_heads\":32"), std::string::npos) << r.out;
@@ -168,7 +141,7 @@ namespace {
 
 // Several prewarm processes on one cache directory compile each key once between them.
 TEST_F(Cli, ConcurrentPrewarmsCompileEachKeyOnce) {
-  const std::string one = "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' " + std::string(FA4JIT_CLI) +
+  const std::string one = "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' " + cli() +
                           " prewarm --preset default --arch sm_80 --jobs 1";
   const std::string cmd = "(" + one + " > " + (dir_ / "a.log").string() + " 2>&1 & " + one + " > " +
                           (dir_ / "b.log").string() + " 2>&1 & " + one + " > " + (dir_ / "c.log").string() +

@@ -17,8 +17,9 @@
 namespace jit::testing {
 
 struct CliResult {
-  int rc = -1;      // exit status, -1 when killed by a signal
-  std::string out;  // stdout + stderr
+  bool exited = false;  // false: ended by a signal
+  int rc = -1;          // exit status, -1 when killed by a signal
+  std::string out;      // stdout + stderr
 };
 
 class CliProcessTest : public ::testing::Test {
@@ -29,20 +30,26 @@ class CliProcessTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // `env` is prepended to the command line (e.g. "FA4JIT_SEALED=1 ").
-  CliResult run(const std::string& args, const std::string& env = "") const {
+  // The binary under test: FA4JIT_CLI, or $FA4JIT_CLI_PATH where the GPU machine runs a copy.
+  static std::string cli() {
     const char* carried = std::getenv("FA4JIT_CLI_PATH");
-    const std::string cmd = "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= FA4JIT_LOG= " +
-                            env + " " + (carried ? carried : FA4JIT_CLI) + " " + args + " 2>&1";
+    return carried ? carried : FA4JIT_CLI;
+  }
+  // `env` is prepended to the command line (e.g. "FA4JIT_SEALED=1 ").
+  CliResult run(const std::string& args, const std::string& env = "") const { return run_raw(env + " " + cli() + " " + args); }
+  // Any shell command line (e.g. a `bash -c 'ulimit ...; exec fa4jit ...'`), on the private cache.
+  CliResult run_raw(const std::string& command) const {
+    const std::string cmd =
+        "FA4JIT_CACHE_DIR='" + (dir_ / "cache").string() + "' FA4JIT_CACHE_PATH= FA4JIT_LOG= " + command + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     std::string out;
     std::array<char, 4096> buf;
     while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
     const int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+    return {WIFEXITED(status), WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
   }
   std::filesystem::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(dir_ / name) << text;
+    std::ofstream(dir_ / name, std::ios::binary) << text;
     return dir_ / name;
   }
   std::filesystem::path dir_;
