@@ -7,15 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${FA4JIT_FUZZ_SECONDS:-45}"
 
-pkgs=(clang-14 libclang-rt-14-dev llvm-14)
-missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash tools/setup.sh clang-14 libclang-rt-14-dev llvm-14
 
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
       -DFA4JIT_FUZZ=ON -DFA4JIT_BUILD_TESTS=OFF >/dev/null

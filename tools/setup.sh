@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what fa4jit builds against (Debian packages). The CUDA 13 toolkit (NVRTC, headers)
 # is expected at /usr/local/cuda; no GPU or driver is needed to build, compile kernels or test.
+# Arguments: further Debian packages a caller needs (tools/fuzz.sh: clang).
 set -euo pipefail
 pkgs=(python3-pip cmake ninja-build g++ pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev
-      libhiredis-dev redis-server python3-jsonschema)
+      libhiredis-dev redis-server python3-jsonschema "$@")
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
