@@ -94,11 +94,12 @@ def cpu_main(calls):
     run("fa4jit.attention (same, automatic splits: workspace)", lambda: fa4jit.attention(q, k, v, causal=True))
     run("fa4jit.attention (same, out=, return_lse)",
         lambda: fa4jit.attention(q, k, v, causal=True, num_splits=1, out=out, return_lse=True))
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     run("fa4jit.attention (same, layout='bhsd')",
-        lambda: fa4jit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, num_splits=1,
-                                 layout="bhsd"))
+        lambda: fa4jit.attention(qt, kt, vt, causal=True, num_splits=1, layout="bhsd"))
+    q3, k3, v3 = q[0], k[0], v[0]
     run("fa4jit.attention_varlen (same problem, packed)",
-        lambda: fa4jit.attention_varlen(q[0], k[0], v[0], cu, cuk, 1, causal=True, num_splits=1))
+        lambda: fa4jit.attention_varlen(q3, k3, v3, cu, cuk, 1, causal=True, num_splits=1))
     run("fa4jit.attention_paged (8 pages of 64)",
         lambda: fa4jit.attention_paged(q, kc, kc, table, used, causal=True, num_splits=1))
     common = dict(aux=[], scalars=[], aux_names="", causal=True, window_left=-2, window_right=-2, chunk_size=0,
