@@ -264,7 +264,7 @@ def _new_out(q: Tensor, out_bhsd: bool) -> Tensor:
     if out_bhsd:  # (B, H, S, D) memory, returned as its (B, S, H, D) view
         B, S, H, D = q.shape
         return torch.empty((B, H, S, D), dtype=q.dtype, device=q.device).transpose(1, 2)
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return torch.empty_like(q, memory_format=torch.contiguous_format)  # torch.empty(q.shape, ...), a few us cheaper
 
 
 # ---- the launch -------------------------------------------------------------------------------------
@@ -318,7 +318,10 @@ def _remember(key: tuple, plan):
 
 
 class _Plan:
-    __slots__ = ("kernel", "handle", "dev", "device", "args", "optional", "nbytes")
+    """A launch of one signature. The ops' plans get out and lse from their caller; the user functions'
+    plans (_plan_call) also say how to allocate them (o_*, lse_*) and what the call returns."""
+    __slots__ = ("kernel", "handle", "dev", "device", "args", "optional", "nbytes", "like_q", "o_shape", "o_stride",
+                 "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
 
 
 def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
@@ -374,19 +377,29 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
     plan.args = _lib.PointerPatch(values, ["q.data", "k.data", "v.data", "o.data"] + optional +
                                   (["workspace"] if nbytes else []))
     plan.optional, plan.nbytes = bool(optional), nbytes
+    plan.like_q = plan.o_shape = plan.o_stride = plan.lse_shape = plan.lse_stride = None
+    plan.dtype, plan.cast, plan.return_lse = q.dtype, False, lse is not None
     return plan
 
 
 def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table):
-    """Launches a plan with this call's tensors (views of the ones it was made with are fine: only
-    their data pointers are read)."""
+    """Launches a plan with this call's tensors: q, k, v, out as the caller passed them (views of the
+    ones the plan was made with; only their data pointers are read); out None and lse None are
+    allocated as the plan says. Returns out, or (out, lse) when the plan's call returns the LSE."""
+    if out is None:
+        out = torch.empty_like(q) if plan.like_q else torch.empty_strided(plan.o_shape, plan.o_stride,
+                                                                          dtype=plan.dtype, device=plan.device)
+    if plan.lse_shape is not None:
+        lse = torch.empty_strided(plan.lse_shape, plan.lse_stride, dtype=torch.float32, device=plan.device)
     qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
     if (qp | kp | vp | op) & 15:
         _check_aligned(q=q, k=k, v=v, out=out)
     ptrs = [qp, kp, vp, op]
     if plan.optional:
-        ptrs += [t.data_ptr() for t in (lse, alibi_slopes, *aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks,
-                                        page_table) if t is not None]
+        if plan.cast:
+            sinks, alibi_slopes = _vector32(sinks), _vector32(alibi_slopes)
+        ptrs += [t.data_ptr() for t in (lse, alibi_slopes, *_aux_tensors(aux), cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                        sinks, page_table) if t is not None]
     workspace = None
     if plan.nbytes:
         workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
@@ -394,6 +407,7 @@ def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seq
     code = _lib.fa4jit_launch(plan.handle, plan.args.pack(ptrs), _stream(plan.dev))
     if code:
         _lib.raise_last(code)
+    return (out, lse) if plan.return_lse else out
 
 
 def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
@@ -604,15 +618,10 @@ def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seq
 
 # ---- the eager fast path: a plan per user-call signature ---------------------------------------------
 # An eager call (_eager) whose signature (the user's tensors' metadata and every other argument, as
-# passed) was seen before skips _prepare, the layout views, _check_qkv and the packing: _call_plan
+# passed) was seen before skips _prepare, the layout views, _check_qkv and the packing: _run
 # allocates the outputs as the first call did, reads the pointers and launches. The first call of a
 # signature goes through _plan_call, which runs the same normalization and checks as _call, so every
 # argument error is raised as before; unhashable arguments (a list as window) take the general path.
-
-class _CallPlan:
-    __slots__ = ("launch", "like_q", "o_shape", "o_stride", "dtype", "device", "lse_shape", "lse_stride", "cast",
-                 "return_lse")
-
 
 def _aux_key(aux):
     if isinstance(aux, dict):
@@ -632,48 +641,29 @@ def _aux_tensors(aux):
 
 def _plan_call(q_user, squeeze, q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal,
                window, softcap, softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes,
-               num_splits, pack_gqa, return_lse, out, chunk_size, bhsd) -> _CallPlan:
+               num_splits, pack_gqa, return_lse, out, chunk_size, bhsd) -> _Plan:
     """_call's work that depends only on the signature, done once: q_user is the tensor the user passed
     as q, and squeeze whether the returned output drops the leading dimension of q (packed varlen)."""
     common, sinks32, alibi32 = _prepare(
         aux=aux, scalars=scalars, causal=causal, window=window, softcap=softcap, score_mod=score_mod,
         alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, block_mask_mod=block_mask_mod, chunk_size=chunk_size,
         softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa)
-    p = _CallPlan()
-    p.dtype, p.device, p.return_lse = q.dtype, q.device, bool(return_lse)
-    p.cast = sinks32 is not sinks or alibi32 is not alibi_slopes
     if out is None:
         o = _new_out(q, bhsd)
         shown = o.transpose(1, 2) if bhsd else (o.squeeze(0) if squeeze else o)  # what the user gets
-        p.o_shape, p.o_stride = tuple(shown.shape), shown.stride()
-        p.like_q = p.o_shape == tuple(q_user.shape) and torch.empty_like(q_user).stride() == p.o_stride
     else:
         o = out.transpose(1, 2) if bhsd else out
-        p.o_shape = p.o_stride = p.like_q = None
     lse = None
-    p.lse_shape = p.lse_stride = None
     if return_lse:
         lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32, device=q.device)
-        p.lse_shape, p.lse_stride = tuple(lse.shape), lse.stride()
-    p.launch = _make_plan(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks32, alibi32,
-                          **common)
-    return p
-
-
-def _call_plan(p: _CallPlan, q, k, v, out, sinks, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k,
-               page_table):
-    """A call of a known signature: q, k, v, out as the user passed them (only their pointers are read)."""
+    p = _make_plan(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks32, alibi32, **common)
     if out is None:
-        out = torch.empty_like(q) if p.like_q else torch.empty_strided(p.o_shape, p.o_stride, dtype=p.dtype,
-                                                                       device=p.device)
-    lse = None
-    if p.lse_shape is not None:
-        lse = torch.empty_strided(p.lse_shape, p.lse_stride, dtype=torch.float32, device=p.device)
-    if p.cast:
-        sinks, alibi_slopes = _vector32(sinks), _vector32(alibi_slopes)
-    _run(p.launch, q, k, v, out, lse, alibi_slopes, _aux_tensors(aux), cu_seqlens_q, cu_seqlens_k, seqused_k, sinks,
-         page_table)
-    return (out, lse) if p.return_lse else out
+        p.o_shape, p.o_stride = tuple(shown.shape), shown.stride()
+        p.like_q = p.o_shape == tuple(q_user.shape) and torch.empty_like(q_user).stride() == p.o_stride
+    if lse is not None:
+        p.lse_shape, p.lse_stride = tuple(lse.shape), lse.stride()
+    p.cast = sinks32 is not sinks or alibi32 is not alibi_slopes
+    return p
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None, softcap: float = 0.0,
@@ -718,7 +708,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
         except (TypeError, AttributeError):  # unhashable or not a tensor: the general path reports it
             key = plan = None
         if plan is not None:
-            return _call_plan(plan, q, k, v, out, sinks, alibi_slopes, aux, None, None, None, None)
+            return _run(plan, q, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None)
     q_user = q
     bhsd = _layout(layout)
     if bhsd:
@@ -730,7 +720,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
               bhsd=bhsd)
     if key is not None:
         plan = _remember(key, _plan_call(q_user, False, q, k, v, **kw))
-        return _call_plan(plan, q_user, k, v, out, sinks, alibi_slopes, aux, None, None, None, None)
+        return _run(plan, q_user, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None)
     o, lse = _split(_call(q, k, v, **kw), out)
     if bhsd and out is None:
         o = o.transpose(1, 2)
@@ -777,8 +767,8 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
         except (TypeError, AttributeError):
             key = plan = None
         if plan is not None:
-            return _call_plan(plan, q, k, v, out, sinks, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                              None)
+            return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks,
+                        None)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, Tensor) and t.dim() != 3:
             raise LaunchError(f"{name} has shape {tuple(t.shape)}; varlen tensors are (total, heads, head_dim)")
@@ -795,7 +785,7 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if key is not None:
         plan = _remember(key, _plan_call(q, out is None, q4, k4, v4, **kw))
-        return _call_plan(plan, q, k, v, out, sinks, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, None)
+        return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, None)
     o, lse = _split(_call(q4, k4, v4, **kw), out4)
     o = out if out is not None else o.squeeze(0)
     return (o, lse) if return_lse else o
@@ -832,8 +822,8 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
         except (TypeError, AttributeError):
             key = plan = None
         if plan is not None:
-            return _call_plan(plan, q, k_cache, v_cache, out, sinks, alibi_slopes, aux, cu_seqlens_q, None, seqused_k,
-                              page_table)
+            return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,
+                        page_table)
     varlen = cu_seqlens_q is not None
     if varlen:
         if max_seqlen_q is None:
@@ -852,8 +842,8 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
               bhsd=False)
     if key is not None:
         plan = _remember(key, _plan_call(q, varlen and out is None, q4, k_cache, v_cache, **kw))
-        return _call_plan(plan, q, k_cache, v_cache, out, sinks, alibi_slopes, aux, cu_seqlens_q, None, seqused_k,
-                          page_table)
+        return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,
+                    page_table)
     o, lse = _split(_call(q4, k_cache, v_cache, **kw), out4)
     if out is not None:
         o = out
