@@ -111,6 +111,12 @@ def cpu_main(calls):
         lambda: ops._launch(q, k, v, out, None, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
                             "", 0.0, 0.0, 0, 1, -1))
     run("fa4jit.attention (prefill 1x128x32x128, causal)", lambda: fa4jit.attention(qp, kp, kp, causal=True))
+    # A new signature every call (a decode loop over a KV cache that grows by one row a step): no
+    # plan is reused, so this is the general path's cost.
+    kbuf = torch.randn(1, Sk + 200 + 5 * calls, Hkv, D).to(dt)
+    grown = iter([kbuf[:, :n] for n in range(Sk, Sk + 200 + 5 * calls)])
+    run("fa4jit.attention (decode, Sk + 1 every call: no plan reuse)",
+        lambda: fa4jit.attention(q, *(2 * (next(grown),)), causal=True, num_splits=1))
     run("torch.empty_like(q) (for scale)", lambda: torch.empty_like(q))
 
 

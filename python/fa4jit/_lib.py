@@ -6,6 +6,7 @@ module preloads it from $FA4JIT_NVRTC, the nvidia-cuda-nvrtc wheel that PyTorch 
 toolkit ($CUDA_HOME, /usr/local/cuda).
 """
 import ctypes
+import functools
 import json
 import os
 import re
@@ -180,6 +181,11 @@ FIELD_OFFSETS = {n: struct.calcsize("@" + "".join(_CODES[:i]) + "0" + _CODES[i])
 assert len(_CODES) == len(FIELD_INDEX) and all(_CODES[FIELD_INDEX[n]] == "P" for n in FIELD_OFFSETS if n.endswith(".data"))
 
 
+@functools.lru_cache(maxsize=256)
+def _struct(fmt: str) -> struct.Struct:
+    return struct.Struct(fmt)
+
+
 class PointerPatch:
     """fa4jit_launch_args whose fields are fixed except some pointers: the fixed bytes are packed once
     and a call packs only the pointers between them (one struct.pack of a few arguments instead of
@@ -199,7 +205,7 @@ class PointerPatch:
             pos = off + 8
         chunks.append(raw[pos:])
         fmt += f"{len(raw) - pos}s"
-        self.struct = struct.Struct(fmt)
+        self.struct = _struct(fmt)
         self.template = [0] * (2 * len(chunks) - 1)
         self.template[0::2] = chunks
 

@@ -102,6 +102,7 @@ def clear_kernel_cache():
     with _kernels_lock:
         _kernels.clear()
         _plans.clear()
+        _seen.clear()
 
 
 # ---- argument checks (shared by the real and the fake implementation) ----------------------------
@@ -297,7 +298,11 @@ _stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream)
 # and devices and of the scalar arguments. A _Plan holds it, keyed by exactly those; a repeated call
 # with the same signature only reads the pointers, checks their 16-byte alignment and launches. A
 # signature is cached only after its checks passed, so every argument error is still raised before
-# anything is launched.
+# anything is launched. A plan is made on the second call of a signature: the first only records
+# its hash (_seen_before), so calls whose signatures never repeat (a decode loop whose KV length
+# grows every step) do not pay for plans they would not reuse. The hashes are ints, which the
+# garbage collector does not track: keeping the key tuples instead made Python's full collections
+# (over torch's ~250k objects) run every few thousand calls, at ~100 ms each.
 
 _plans: Dict[tuple, object] = {}
 _PLANS_MAX = 4096  # distinct signatures kept (scalar values such as softmax_scale are part of a key)
@@ -310,6 +315,22 @@ def _meta(t: Optional[Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
+_seen = set()  # hashes of the signatures called once, with no plan yet
+_SEEN_MAX = 1 << 16
+
+
+def _seen_before(key: tuple) -> bool:
+    """Whether a call of this signature came before (records it). A hash collision only makes a plan
+    one call early: plans are kept under their full keys."""
+    h = hash(key)
+    if h in _seen:
+        return True
+    if len(_seen) >= _SEEN_MAX:
+        _seen.clear()
+    _seen.add(h)
+    return False
+
+
 def _remember(key: tuple, plan):
     if len(_plans) >= _PLANS_MAX:
         _plans.clear()
@@ -320,14 +341,16 @@ def _remember(key: tuple, plan):
 class _Plan:
     """A launch of one signature. The ops' plans get out and lse from their caller; the user functions'
     plans (_plan_call) also say how to allocate them (o_*, lse_*) and what the call returns."""
-    __slots__ = ("kernel", "handle", "dev", "device", "args", "optional", "nbytes", "like_q", "o_shape", "o_stride",
-                 "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
+    __slots__ = ("kernel", "handle", "dev", "device", "args", "values", "optional", "nbytes", "like_q", "o_shape",
+                 "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
 
 
 def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
                aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
-               softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa) -> _Plan:
-    """Checks the arguments, gets the kernel and packs the launch arguments of this signature."""
+               softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, patch=True) -> _Plan:
+    """Checks the arguments, gets the kernel and packs the launch arguments of this signature. Without
+    patch, the plan is for this call only: plan.values are the struct's values with this call's pointers
+    (the workspace's excepted) and plan.args is None."""
     batch = _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                        max_seqlen_q, lse is not None, False)
     tensors = _packed_tensors(q=q, k=k, v=v, out=out)
@@ -374,8 +397,9 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
                 if t is not None]
     plan = _Plan()
     plan.kernel, plan.handle, plan.dev, plan.device = kernel, kernel.handle, dev, q.device
+    plan.values = None if patch else values
     plan.args = _lib.PointerPatch(values, ["q.data", "k.data", "v.data", "o.data"] + optional +
-                                  (["workspace"] if nbytes else []))
+                                  (["workspace"] if nbytes else [])) if patch else None
     plan.optional, plan.nbytes = bool(optional), nbytes
     plan.like_q = plan.o_shape = plan.o_stride = plan.lse_shape = plan.lse_stride = None
     plan.dtype, plan.cast, plan.return_lse = q.dtype, False, lse is not None
@@ -412,14 +436,33 @@ def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seq
 
 def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
             aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
-            softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa):
-    """The ops' launch (normalized arguments, as in the op schema)."""
+            softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached=True):
+    """The ops' launch (normalized arguments, as in the op schema). cached=False: a one-off launch
+    (the user functions' first call of a signature), without a plan kept for later calls."""
+    if not cached:
+        plan = _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                          aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
+                          block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
+                          patch=False)
+        values, workspace = plan.values, None
+        if plan.nbytes:
+            workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
+            values[_lib.FIELD_INDEX["workspace"]] = workspace.data_ptr()
+        code = _lib.fa4jit_launch(plan.handle, _lib.LAUNCH_ARGS.pack(*values), _stream(plan.dev))
+        if code:
+            _lib.raise_last(code)
+        return
     key = ("launch", _meta(q), _meta(k), _meta(v), _meta(out), _meta(lse), _meta(cu_seqlens_q), _meta(cu_seqlens_k),
            _meta(seqused_k), _meta(page_table), _meta(sinks), _meta(alibi_slopes), tuple(_meta(t) for t in aux),
            tuple(scalars), aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod,
            score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa)
     plan = _plans.get(key)
     if plan is None:
+        if not _seen_before(key):
+            return _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                           aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
+                           block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
+                           cached=False)
         plan = _remember(key, _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
                                          alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right,
                                          chunk_size, mask_mod, block_mask_mod, score_mod, softcap, softmax_scale,
@@ -444,13 +487,13 @@ def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
 
 def _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
-              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd):
+              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, cached=True):
     out = _new_out(q, out_bhsd)
     lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None) if return_lse else (0,), dtype=torch.float32,
                       device=q.device)
     _launch(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
             alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
-            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa)
+            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached)
     return out, lse
 
 
@@ -607,12 +650,19 @@ def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seq
         lse = None
         if return_lse:
             lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32, device=q.device)
-        (_launch if direct else torch.ops.fa4jit.fwd_out)(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                                                          page_table, sinks, alibi_slopes, **common)
+        if direct:  # the user functions cache their own plans (_plan_call): this launch is a one-off
+            _launch(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, **common,
+                    cached=False)
+        else:
+            torch.ops.fa4jit.fwd_out(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
+                                     alibi_slopes, **common)
         return (out, lse) if return_lse else out
-    o, lse = (_fwd_impl if direct else torch.ops.fa4jit.fwd)(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, return_lse=bool(return_lse),
-        out_bhsd=bhsd, **common)
+    if direct:
+        o, lse = _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                           return_lse=bool(return_lse), out_bhsd=bhsd, **common, cached=False)
+    else:
+        o, lse = torch.ops.fa4jit.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                                      return_lse=bool(return_lse), out_bhsd=bhsd, **common)
     return o, lse
 
 
@@ -718,7 +768,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
               mask_mod=mask_mod, block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, chunk_size=chunk_size,
               bhsd=bhsd)
-    if key is not None:
+    if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q_user, False, q, k, v, **kw))
         return _run(plan, q_user, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None)
     o, lse = _split(_call(q, k, v, **kw), out)
@@ -783,7 +833,7 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
               bhsd=False)
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    if key is not None:
+    if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q, out is None, q4, k4, v4, **kw))
         return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, None)
     o, lse = _split(_call(q4, k4, v4, **kw), out4)
@@ -840,7 +890,7 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
               block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
               bhsd=False)
-    if key is not None:
+    if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q, varlen and out is None, q4, k_cache, v_cache, **kw))
         return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,
                     page_table)
