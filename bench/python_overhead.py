@@ -9,8 +9,12 @@ torch.ops.fa4jit.fwd, and fa4jit.attention (argument handling + the op). Peers: 
 flash_attn.cute.flash_attn_func (FA4) when importable.
 
     python3 bench/python_overhead.py [--calls 2000] [--json out.json]
+    python3 bench/python_overhead.py --cpu     # no GPU: the Python path only (see cpu_main)
 """
 import argparse
+import ctypes
+import ctypes.util
+import inspect
 import json
 import time
 
@@ -41,11 +45,89 @@ def timed(fn, calls, warmup=50):
     return best_host, gpu
 
 
+def cpu_main(calls):
+    """The Python host path on a machine without a GPU: CPU tensors stand in for CUDA ones, the
+    kernel compiles for sm_90a (or comes from the disk cache), and the final fa4jit_launch ctypes call
+    is replaced by a ctypes call of the same signature that does nothing (libc memcmp with length 0,
+    the stream being 0), so everything up to the C launch is timed, including ctypes' argument
+    conversion, but not the library's launch or the driver. Not comparable with GPU numbers: the
+    host CPU differs, and CPU torch.empty is not the CUDA caching allocator."""
+    # The checks as written, except that q's device type may be "cpu" (the only rule a CPU tensor breaks).
+    src = inspect.getsource(ops._check_qkv)
+    assert 'device.type != "cuda"' in src
+    exec(src.replace('device.type != "cuda"', 'device.type != "cpu"'), ops.__dict__)
+    ops._arch = lambda dev: "sm_90a"
+    ops._stream = lambda dev: 0
+    torch.cuda.current_device = lambda: 0
+    memcmp = ctypes.CDLL(ctypes.util.find_library("c")).memcmp
+    memcmp.restype, memcmp.argtypes = ctypes.c_int32, _lib.fa4jit_launch.argtypes
+    _lib.fa4jit_launch = memcmp
+
+    def workspace_bytes(handle, args, n):  # the real query needs the device's SM count
+        n._obj.value = 1 << 20
+        return 0
+    _lib.fa4jit_workspace_bytes = workspace_bytes
+    B, Sq, Sk, Hq, Hkv, D = 1, 1, 512, 32, 8, 128
+    dt = torch.bfloat16
+    q, k, v = torch.randn(B, Sq, Hq, D).to(dt), torch.randn(B, Sk, Hkv, D).to(dt), torch.randn(B, Sk, Hkv, D).to(dt)
+    qp, kp = torch.randn(B, 128, Hq, D).to(dt), torch.randn(B, 128, Hq, D).to(dt)
+    out = torch.empty_like(q)
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    cuk = torch.tensor([0, Sk], dtype=torch.int32)
+    kc = torch.randn(8, 64, Hkv, D).to(dt)
+    table = torch.arange(8, dtype=torch.int32).reshape(1, 8)
+    used = torch.tensor([Sk], dtype=torch.int32)
+
+    def run(name, fn):
+        for _ in range(200):
+            fn()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter_ns() - t0) / calls / 1e3)
+        print(f"{name:62s} host {best:7.2f} us/call (CPU, no launch)", flush=True)
+
+    run("fa4jit.attention (decode 1x1x32/8x128, Sk 512, num_splits=1)",
+        lambda: fa4jit.attention(q, k, v, causal=True, num_splits=1))
+    run("fa4jit.attention (same, automatic splits: workspace)", lambda: fa4jit.attention(q, k, v, causal=True))
+    run("fa4jit.attention (same, out=, return_lse)",
+        lambda: fa4jit.attention(q, k, v, causal=True, num_splits=1, out=out, return_lse=True))
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    run("fa4jit.attention (same, layout='bhsd')",
+        lambda: fa4jit.attention(qt, kt, vt, causal=True, num_splits=1, layout="bhsd"))
+    q3, k3, v3 = q[0], k[0], v[0]
+    run("fa4jit.attention_varlen (same problem, packed)",
+        lambda: fa4jit.attention_varlen(q3, k3, v3, cu, cuk, 1, causal=True, num_splits=1))
+    run("fa4jit.attention_paged (8 pages of 64)",
+        lambda: fa4jit.attention_paged(q, kc, kc, table, used, causal=True, num_splits=1))
+    common = dict(aux=[], scalars=[], aux_names="", causal=True, window_left=-2, window_right=-2, chunk_size=0,
+                  mask_mod="", block_mask_mod="", score_mod="", softcap=0.0, softmax_scale=0.0, max_seqlen_q=0,
+                  num_splits=1, pack_gqa=-1, return_lse=False, out_bhsd=False)
+    run("torch.ops.fa4jit.fwd (the custom op, num_splits=1)",
+        lambda: torch.ops.fa4jit.fwd(q, k, v, None, None, None, None, None, None, **common))
+    run("ops._launch (fa4jit's Python launch path, no op dispatch)",
+        lambda: ops._launch(q, k, v, out, None, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
+                            "", 0.0, 0.0, 0, 1, -1))
+    run("fa4jit.attention (prefill 1x128x32x128, causal)", lambda: fa4jit.attention(qp, kp, kp, causal=True))
+    # A new signature every call (a decode loop over a KV cache that grows by one row a step): no
+    # plan is reused, so this is the general path's cost.
+    kbuf = torch.randn(1, Sk + 200 + 5 * calls, Hkv, D).to(dt)
+    grown = iter([kbuf[:, :n] for n in range(Sk, Sk + 200 + 5 * calls)])
+    run("fa4jit.attention (decode, Sk + 1 every call: no plan reuse)",
+        lambda: fa4jit.attention(q, *(2 * (next(grown),)), causal=True, num_splits=1))
+    run("torch.empty_like(q) (for scale)", lambda: torch.empty_like(q))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--json")
+    ap.add_argument("--cpu", action="store_true", help="no GPU: time the Python path up to the C launch")
     args = ap.parse_args()
+    if args.cpu:
+        return cpu_main(args.calls)
     B, Sq, Sk, Hq, Hkv, D = 1, 1, 512, 32, 8, 128
     dt = torch.bfloat16
     q = torch.randn(B, Sq, Hq, D, device="cuda", dtype=dt)

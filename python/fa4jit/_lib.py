@@ -6,6 +6,7 @@ module preloads it from $FA4JIT_NVRTC, the nvidia-cuda-nvrtc wheel that PyTorch 
 toolkit ($CUDA_HOME, /usr/local/cuda).
 """
 import ctypes
+import functools
 import json
 import os
 import re
@@ -163,6 +164,57 @@ def field_names():
 
 
 _check_layout()
+
+
+def _flat_codes():
+    codes = []
+    for _, fmt in LAUNCH_FIELDS:
+        for part in fmt.split():
+            codes += [part[-1]] * (int(part[:-1]) if len(part) > 1 else 1)
+    return codes
+
+
+_CODES = _flat_codes()
+FIELD_INDEX = {n: i for i, n in enumerate(field_names())}
+# Byte offset of each flat value in LAUNCH_ARGS (native alignment: "0<code>" pads to the field's alignment).
+FIELD_OFFSETS = {n: struct.calcsize("@" + "".join(_CODES[:i]) + "0" + _CODES[i]) for n, i in FIELD_INDEX.items()}
+assert len(_CODES) == len(FIELD_INDEX) and all(_CODES[FIELD_INDEX[n]] == "P" for n in FIELD_OFFSETS if n.endswith(".data"))
+
+
+@functools.lru_cache(maxsize=256)
+def _struct(fmt: str) -> struct.Struct:
+    return struct.Struct(fmt)
+
+
+class PointerPatch:
+    """fa4jit_launch_args whose fields are fixed except some pointers: the fixed bytes are packed once
+    and a call packs only the pointers between them (one struct.pack of a few arguments instead of
+    the 78 values of LAUNCH_ARGS; about 10x cheaper)."""
+
+    __slots__ = ("struct", "template")
+
+    def __init__(self, values, pointer_fields):
+        raw = LAUNCH_ARGS.pack(*values)
+        fmt, chunks, pos = "=", [], 0
+        for name in pointer_fields:  # in field order
+            off = FIELD_OFFSETS[name]
+            if _CODES[FIELD_INDEX[name]] != "P" or off < pos:
+                raise ValueError(f"PointerPatch: {name} is not a pointer field in order")
+            chunks.append(raw[pos:off])
+            fmt += f"{off - pos}sQ"  # "=Q": 8 bytes in native byte order, as a 64-bit "P"
+            pos = off + 8
+        chunks.append(raw[pos:])
+        fmt += f"{len(raw) - pos}s"
+        self.struct = _struct(fmt)
+        self.template = [0] * (2 * len(chunks) - 1)
+        self.template[0::2] = chunks
+
+    def pack(self, pointers) -> bytes:
+        """The struct with these pointer values (in the order of pointer_fields)."""
+        a = self.template[:]
+        a[1::2] = pointers
+        return self.struct.pack(*a)
+
 
 def last_error() -> str:
     return fa4jit_last_error().decode("utf-8", "replace")

@@ -101,6 +101,8 @@ def clear_kernel_cache():
     """Drops the cached kernel handles (the library's memory and disk caches stay)."""
     with _kernels_lock:
         _kernels.clear()
+        _plans.clear()
+        _seen.clear()
 
 
 # ---- argument checks (shared by the real and the fake implementation) ----------------------------
@@ -241,14 +243,19 @@ def _lse_shape(q: Tensor, varlen_q: bool):
     return (q.shape[2], q.shape[1]) if varlen_q else (q.shape[0], q.shape[2], q.shape[1])
 
 
+def _check_aligned(**tensors):
+    for name, t in tensors.items():
+        if t.data_ptr() % 16 != 0:
+            raise LaunchError(f"{name}.data_ptr() is not 16-byte aligned (storage offset {t.storage_offset()}); "
+                              f"fa4jit's TMA loads need 16-byte aligned tensors")
+
+
 def _packed_tensors(**tensors):
     """The fa4jit_tensor fields of each tensor, in order, after the alignment check (names the argument)."""
+    _check_aligned(**tensors)
     fields = []
     for name, t in tensors.items():
         ptr = t.data_ptr()
-        if ptr % 16 != 0:
-            raise LaunchError(f"{name}.data_ptr() is not 16-byte aligned (storage offset {t.storage_offset()}); "
-                              f"fa4jit's TMA loads need 16-byte aligned tensors")
         s, st = t.shape, t.stride()
         fields += (ptr, _DTYPE_CODE[t.dtype], 0, s[0], s[1], s[2], s[3], st[0], st[1], st[2], st[3])
     return fields
@@ -258,7 +265,7 @@ def _new_out(q: Tensor, out_bhsd: bool) -> Tensor:
     if out_bhsd:  # (B, H, S, D) memory, returned as its (B, S, H, D) view
         B, S, H, D = q.shape
         return torch.empty((B, H, S, D), dtype=q.dtype, device=q.device).transpose(1, 2)
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return torch.empty_like(q, memory_format=torch.contiguous_format)  # torch.empty(q.shape, ...), a few us cheaper
 
 
 # ---- the launch -------------------------------------------------------------------------------------
@@ -281,18 +288,69 @@ def _stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-try:  # the raw-stream getter torch's own generated code uses: no Stream object per call
-    _raw_stream = torch._C._cuda_getCurrentRawStream
-
-    def _stream(device_index: int) -> int:  # noqa: F811
-        return _raw_stream(device_index)
-except AttributeError:
-    pass
+# The raw-stream getter torch's own generated code uses: no Stream object per call.
+_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream)
 
 
-def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
-            aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
-            softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa):
+# ---- the launch: a plan per call signature ----------------------------------------------------------
+# Everything a launch derives from its arguments except the data pointers (the checks, the kernel, the
+# packed fa4jit_launch_args, the workspace size) is a function of the tensors' shapes, strides, dtypes
+# and devices and of the scalar arguments. A _Plan holds it, keyed by exactly those; a repeated call
+# with the same signature only reads the pointers, checks their 16-byte alignment and launches. A
+# signature is cached only after its checks passed, so every argument error is still raised before
+# anything is launched. A plan is made on the second call of a signature: the first only records
+# its hash (_seen_before), so calls whose signatures never repeat (a decode loop whose KV length
+# grows every step) do not pay for plans they would not reuse. The hashes are ints, which the
+# garbage collector does not track: keeping the key tuples instead made Python's full collections
+# (over torch's ~250k objects) run every few thousand calls, at ~100 ms each.
+
+_plans: Dict[tuple, object] = {}
+_PLANS_MAX = 4096  # distinct signatures kept (scalar values such as softmax_scale are part of a key)
+_OPTIONAL_POINTERS = ("lse", "alibi_slopes", "aux_ptr[0]", "aux_ptr[1]", "aux_ptr[2]", "aux_ptr[3]", "cu_seqlens_q",
+                      "cu_seqlens_k", "seqused_k", "sinks", "page_table")
+
+
+def _meta(t: Optional[Tensor]):
+    """The part of a tensor the checks and the packed arguments depend on (all but its data pointer)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+_seen = set()  # hashes of the signatures called once, with no plan yet
+_SEEN_MAX = 1 << 16
+
+
+def _seen_before(key: tuple) -> bool:
+    """Whether a call of this signature came before (records it). A hash collision only makes a plan
+    one call early: plans are kept under their full keys."""
+    h = hash(key)
+    if h in _seen:
+        return True
+    if len(_seen) >= _SEEN_MAX:
+        _seen.clear()
+    _seen.add(h)
+    return False
+
+
+def _remember(key: tuple, plan):
+    if len(_plans) >= _PLANS_MAX:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+class _Plan:
+    """A launch of one signature. The ops' plans get out and lse from their caller; the user functions'
+    plans (_plan_call) also say how to allocate them (o_*, lse_*) and what the call returns."""
+    __slots__ = ("kernel", "handle", "dev", "device", "args", "values", "optional", "nbytes", "like_q", "o_shape",
+                 "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
+
+
+def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
+               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
+               softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, patch=True) -> _Plan:
+    """Checks the arguments, gets the kernel and packs the launch arguments of this signature. Without
+    patch, the plan is for this call only: plan.values are the struct's values with this call's pointers
+    (the workspace's excepted) and plan.args is None."""
     batch = _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                        max_seqlen_q, lse is not None, False)
     tensors = _packed_tensors(q=q, k=k, v=v, out=out)
@@ -321,38 +379,103 @@ def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table
     sc = list(scalars) + [0.0] * (4 - len(scalars))
     max_pages = page_table.shape[1] if page_table is not None else 0
     varlen = cu_seqlens_q is not None
-
-    def pack_args(workspace: int, workspace_bytes: int) -> bytes:
-        return _lib.LAUNCH_ARGS.pack(
-            _lib.LAUNCH_ARGS_SIZE, dev, *tensors,
-            _ptr(lse), softmax_scale, window_left, window_right, chunk_size, softcap, _ptr(alibi_slopes), *ptrs, *sc,
-            _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), batch if varlen else 0,
-            max_seqlen_q if varlen else 0, _ptr(sinks), _ptr(page_table), max_pages, num_splits,
-            0, 128, 128, 0, 0, 0, workspace, workspace_bytes)
-
-    args = pack_args(0, 0)
-    workspace = None
+    values = [_lib.LAUNCH_ARGS_SIZE, dev, *tensors, _ptr(lse), softmax_scale, window_left, window_right, chunk_size,
+              softcap, _ptr(alibi_slopes), *ptrs, *sc, _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k),
+              batch if varlen else 0, max_seqlen_q if varlen else 0, _ptr(sinks), _ptr(page_table), max_pages,
+              num_splits, 0, 128, 128, 0, 0, 0, 0, 0]
+    nbytes = 0
     if num_splits != 1:
-        # Split-KV scratch comes from torch's allocator (stream-ordered, CUDA-graph safe), sized by
-        # the library once per shape.
+        # Split-KV scratch comes from torch's allocator (stream-ordered, CUDA-graph safe) on every
+        # launch, sized by the library once per shape.
         wkey = (dev, tuple(q.shape), tuple(k.shape), num_splits, batch, max_seqlen_q, max_pages, varlen,
                 cu_seqlens_k is not None, seqused_k is not None)
         nbytes = kernel.workspace.get(wkey)
         if nbytes is None:
             n = ctypes.c_uint64()
-            code = _lib.fa4jit_workspace_bytes(kernel.handle, args, ctypes.byref(n))
+            code = _lib.fa4jit_workspace_bytes(kernel.handle, _lib.LAUNCH_ARGS.pack(*values), ctypes.byref(n))
             if code:
                 _lib.raise_last(code)
             nbytes = n.value
             if len(kernel.workspace) > 4096:
                 kernel.workspace.clear()
             kernel.workspace[wkey] = nbytes
-        if nbytes:
-            workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
-            args = pack_args(workspace.data_ptr(), nbytes)
-    code = _lib.fa4jit_launch(kernel.handle, args, _stream(dev))
+        values[_lib.FIELD_INDEX["workspace_bytes"]] = nbytes
+    optional = [name for name, t in zip(_OPTIONAL_POINTERS, (lse, alibi_slopes, *aux, *(None,) * (4 - len(aux)),
+                                                             cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table))
+                if t is not None]
+    plan = _Plan()
+    plan.kernel, plan.handle, plan.dev, plan.device = kernel, kernel.handle, dev, q.device
+    plan.values = None if patch else values
+    plan.args = _lib.PointerPatch(values, ["q.data", "k.data", "v.data", "o.data"] + optional +
+                                  (["workspace"] if nbytes else [])) if patch else None
+    plan.optional, plan.nbytes = bool(optional), nbytes
+    plan.like_q = plan.o_shape = plan.o_stride = plan.lse_shape = plan.lse_stride = None
+    plan.dtype, plan.cast, plan.return_lse = q.dtype, False, lse is not None
+    return plan
+
+
+def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table):
+    """Launches a plan with this call's tensors: q, k, v, out as the caller passed them (views of the
+    ones the plan was made with; only their data pointers are read); out None and lse None are
+    allocated as the plan says. Returns out, or (out, lse) when the plan's call returns the LSE."""
+    if out is None:
+        out = torch.empty_like(q) if plan.like_q else torch.empty_strided(plan.o_shape, plan.o_stride,
+                                                                          dtype=plan.dtype, device=plan.device)
+    if plan.lse_shape is not None:
+        lse = torch.empty_strided(plan.lse_shape, plan.lse_stride, dtype=torch.float32, device=plan.device)
+    qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+    if (qp | kp | vp | op) & 15:
+        _check_aligned(q=q, k=k, v=v, out=out)
+    ptrs = [qp, kp, vp, op]
+    if plan.optional:
+        if plan.cast:
+            sinks, alibi_slopes = _vector32(sinks), _vector32(alibi_slopes)
+        ptrs += [t.data_ptr() for t in (lse, alibi_slopes, *_aux_tensors(aux), cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                        sinks, page_table) if t is not None]
+    workspace = None
+    if plan.nbytes:
+        workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
+        ptrs.append(workspace.data_ptr())
+    code = _lib.fa4jit_launch(plan.handle, plan.args.pack(ptrs), _stream(plan.dev))
     if code:
         _lib.raise_last(code)
+    return (out, lse) if plan.return_lse else out
+
+
+def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
+            aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
+            softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached=True):
+    """The ops' launch (normalized arguments, as in the op schema). cached=False: a one-off launch
+    (the user functions' first call of a signature), without a plan kept for later calls."""
+    if not cached:
+        plan = _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                          aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
+                          block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
+                          patch=False)
+        values, workspace = plan.values, None
+        if plan.nbytes:
+            workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
+            values[_lib.FIELD_INDEX["workspace"]] = workspace.data_ptr()
+        code = _lib.fa4jit_launch(plan.handle, _lib.LAUNCH_ARGS.pack(*values), _stream(plan.dev))
+        if code:
+            _lib.raise_last(code)
+        return
+    key = ("launch", _meta(q), _meta(k), _meta(v), _meta(out), _meta(lse), _meta(cu_seqlens_q), _meta(cu_seqlens_k),
+           _meta(seqused_k), _meta(page_table), _meta(sinks), _meta(alibi_slopes), tuple(_meta(t) for t in aux),
+           tuple(scalars), aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod,
+           score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa)
+    plan = _plans.get(key)
+    if plan is None:
+        if not _seen_before(key):
+            return _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                           aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
+                           block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
+                           cached=False)
+        plan = _remember(key, _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
+                                         alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right,
+                                         chunk_size, mask_mod, block_mask_mod, score_mod, softcap, softmax_scale,
+                                         max_seqlen_q, num_splits, pack_gqa))
+    _run(plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table)
 
 
 # ---- the custom ops ---------------------------------------------------------------------------------
@@ -372,13 +495,13 @@ def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
 
 def _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
-              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd):
+              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, cached=True):
     out = _new_out(q, out_bhsd)
     lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None) if return_lse else (0,), dtype=torch.float32,
                       device=q.device)
     _launch(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
             alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
-            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa)
+            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached)
     return out, lse
 
 
@@ -491,10 +614,11 @@ def _eager(q, k, v, out) -> bool:
     no autograd to record. Otherwise the call goes through torch.ops.fa4jit.*, with the same result."""
     if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None or _functorch_active():
         return False
-    grad = torch.is_grad_enabled()
-    for t in (q, k, v, out):
-        if t is not None and (type(t) is not Tensor or (grad and t.requires_grad)):
-            return False
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor or (
+            out is not None and type(out) is not Tensor):
+        return False
+    if torch.is_grad_enabled():
+        return not (q.requires_grad or k.requires_grad or v.requires_grad or (out is not None and out.requires_grad))
     return True
 
 
@@ -502,9 +626,9 @@ def _vector32(t: Optional[Tensor]) -> Optional[Tensor]:
     return None if t is None else t.to(torch.float32).contiguous()
 
 
-def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal, window, softcap,
-          softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes, num_splits, pack_gqa,
-          return_lse, out, chunk_size, bhsd):
+def _prepare(*, aux, scalars, causal, window, softcap, score_mod, alibi_slopes, sinks, mask_mod, block_mask_mod,
+             chunk_size, softmax_scale, max_seqlen_q, num_splits, pack_gqa):
+    """The user arguments in the ops' schema (raises on bad ones, naming them); sinks and ALiBi slopes as float32."""
     aux_list, aux_names = _aux(aux)
     scalars = [float(s) for s in (scalars or ())]
     if len(scalars) > 4:
@@ -516,7 +640,16 @@ def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seq
                   block_mask_mod=block_mask_mod or "", score_mod=score_mod, softcap=float(softcap or 0.0),
                   softmax_scale=float(softmax_scale or 0.0), max_seqlen_q=max_seqlen_q, num_splits=int(num_splits),
                   pack_gqa=-1 if pack_gqa is None else int(bool(pack_gqa)))
-    sinks, alibi_slopes = _vector32(sinks), _vector32(alibi_slopes)
+    return common, _vector32(sinks), _vector32(alibi_slopes)
+
+
+def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal, window, softcap,
+          softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes, num_splits, pack_gqa,
+          return_lse, out, chunk_size, bhsd):
+    common, sinks, alibi_slopes = _prepare(
+        aux=aux, scalars=scalars, causal=causal, window=window, softcap=softcap, score_mod=score_mod,
+        alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, block_mask_mod=block_mask_mod, chunk_size=chunk_size,
+        softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa)
     direct = _eager(q, k, v, out)
     if out is not None:
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, out)):
@@ -525,13 +658,70 @@ def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seq
         lse = None
         if return_lse:
             lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32, device=q.device)
-        (_launch if direct else torch.ops.fa4jit.fwd_out)(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                                                          page_table, sinks, alibi_slopes, **common)
+        if direct:  # the user functions cache their own plans (_plan_call): this launch is a one-off
+            _launch(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, **common,
+                    cached=False)
+        else:
+            torch.ops.fa4jit.fwd_out(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
+                                     alibi_slopes, **common)
         return (out, lse) if return_lse else out
-    o, lse = (_fwd_impl if direct else torch.ops.fa4jit.fwd)(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, return_lse=bool(return_lse),
-        out_bhsd=bhsd, **common)
+    if direct:
+        o, lse = _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                           return_lse=bool(return_lse), out_bhsd=bhsd, **common, cached=False)
+    else:
+        o, lse = torch.ops.fa4jit.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
+                                      return_lse=bool(return_lse), out_bhsd=bhsd, **common)
     return o, lse
+
+
+# ---- the eager fast path: a plan per user-call signature ---------------------------------------------
+# An eager call (_eager) whose signature (the user's tensors' metadata and every other argument, as
+# passed) was seen before skips _prepare, the layout views, _check_qkv and the packing: _run
+# allocates the outputs as the first call did, reads the pointers and launches. The first call of a
+# signature goes through _plan_call, which runs the same normalization and checks as _call, so every
+# argument error is raised as before; unhashable arguments (a list as window) take the general path.
+
+def _aux_key(aux):
+    if isinstance(aux, dict):
+        return ("dict",) + tuple((n, _meta(t)) for n, t in aux.items())
+    if isinstance(aux, Tensor):
+        return ("tensor", _meta(aux))
+    return tuple(_meta(t) for t in aux)
+
+
+def _aux_tensors(aux):
+    if aux is None:
+        return ()
+    if isinstance(aux, dict):
+        return list(aux.values())
+    return [aux] if isinstance(aux, Tensor) else aux
+
+
+def _plan_call(q_user, squeeze, q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal,
+               window, softcap, softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes,
+               num_splits, pack_gqa, return_lse, out, chunk_size, bhsd) -> _Plan:
+    """_call's work that depends only on the signature, done once: q_user is the tensor the user passed
+    as q, and squeeze whether the returned output drops the leading dimension of q (packed varlen)."""
+    common, sinks32, alibi32 = _prepare(
+        aux=aux, scalars=scalars, causal=causal, window=window, softcap=softcap, score_mod=score_mod,
+        alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, block_mask_mod=block_mask_mod, chunk_size=chunk_size,
+        softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa)
+    if out is None:
+        o = _new_out(q, bhsd)
+        shown = o.transpose(1, 2) if bhsd else (o.squeeze(0) if squeeze else o)  # what the user gets
+    else:
+        o = out.transpose(1, 2) if bhsd else out
+    lse = None
+    if return_lse:
+        lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32, device=q.device)
+    p = _make_plan(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks32, alibi32, **common)
+    if out is None:
+        p.o_shape, p.o_stride = tuple(shown.shape), shown.stride()
+        p.like_q = p.o_shape == tuple(q_user.shape) and torch.empty_like(q_user).stride() == p.o_stride
+    if lse is not None:
+        p.lse_shape, p.lse_stride = tuple(lse.shape), lse.stride()
+    p.cast = sinks32 is not sinks or alibi32 is not alibi_slopes
+    return p
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None, softcap: float = 0.0,
@@ -563,14 +753,33 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
     one tile (None: automatic for short query lengths). out: write into this tensor (q's shape and
     layout). Returns out, or (out, lse) with lse float32 (B, Hq, Sq) when return_lse.
     """
+    key = None
+    direct = _eager(q, k, v, out)
+    if direct:
+        try:
+            key = ("attention", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                   v.shape, v.stride(), v.dtype, v.device, causal, window, softcap, softmax_scale, score_mod, mask_mod,
+                   block_mask_mod, num_splits, pack_gqa, return_lse, layout, chunk_size, _meta(out), _meta(sinks),
+                   _meta(alibi_slopes), None if aux is None else _aux_key(aux),
+                   None if scalars is None else tuple(scalars))
+            plan = _plans.get(key)
+        except (TypeError, AttributeError):  # unhashable or not a tensor: the general path reports it
+            key = plan = None
+        if plan is not None:
+            return _run(plan, q, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None)
+    q_user = q
     bhsd = _layout(layout)
     if bhsd:
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    o, lse = _split(_call(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, page_table=None,
-                          max_seqlen_q=0, causal=causal, window=window, softcap=softcap, softmax_scale=softmax_scale,
-                          sinks=sinks, score_mod=score_mod, mask_mod=mask_mod, block_mask_mod=block_mask_mod, aux=aux,
-                          scalars=scalars, alibi_slopes=alibi_slopes, num_splits=num_splits, pack_gqa=pack_gqa,
-                          return_lse=return_lse, out=out, chunk_size=chunk_size, bhsd=bhsd), out)
+    kw = dict(cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, page_table=None, max_seqlen_q=0, causal=causal,
+              window=window, softcap=softcap, softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod,
+              mask_mod=mask_mod, block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
+              num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, chunk_size=chunk_size,
+              bhsd=bhsd)
+    if key is not None and _seen_before(key):
+        plan = _remember(key, _plan_call(q_user, False, q, k, v, **kw))
+        return _run(plan, q_user, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None)
+    o, lse = _split(_call(q, k, v, **kw), out)
     if bhsd and out is None:
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o
@@ -603,6 +812,21 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
     accepted for compatibility and not needed. seqused_k: int32 (B,) keys used per sequence.
     Other arguments as attention(). Returns out (total_q, Hq, D), or (out, lse) with lse (Hq, total_q).
     """
+    key = None
+    direct = _eager(q, k, v, out)
+    if direct:
+        try:
+            key = ("varlen", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                   v.shape, v.stride(), v.dtype, v.device, _meta(cu_seqlens_q), _meta(cu_seqlens_k), _meta(seqused_k),
+                   max_seqlen_q, causal, window, softcap, softmax_scale, score_mod, mask_mod, block_mask_mod,
+                   num_splits, pack_gqa, return_lse, chunk_size, _meta(out), _meta(sinks), _meta(alibi_slopes),
+                   None if aux is None else _aux_key(aux), None if scalars is None else tuple(scalars))
+            plan = _plans.get(key)
+        except (TypeError, AttributeError):
+            key = plan = None
+        if plan is not None:
+            return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks,
+                        None)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, Tensor) and t.dim() != 3:
             raise LaunchError(f"{name} has shape {tuple(t.shape)}; varlen tensors are (total, heads, head_dim)")
@@ -610,13 +834,17 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
         out4 = out.unsqueeze(0)
     else:
         out4 = out
-    o, lse = _split(_call(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), cu_seqlens_q=cu_seqlens_q,
-                          cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, page_table=None,
-                          max_seqlen_q=int(max_seqlen_q), causal=causal, window=window, softcap=softcap,
-                          softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
-                          block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
-                          num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4,
-                          chunk_size=chunk_size, bhsd=False), out4)
+    kw = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, page_table=None,
+              max_seqlen_q=int(max_seqlen_q), causal=causal, window=window, softcap=softcap,
+              softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
+              block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
+              num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
+              bhsd=False)
+    q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    if key is not None and _seen_before(key):
+        plan = _remember(key, _plan_call(q, out is None, q4, k4, v4, **kw))
+        return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, None)
+    o, lse = _split(_call(q4, k4, v4, **kw), out4)
     o = out if out is not None else o.squeeze(0)
     return (o, lse) if return_lse else o
 
@@ -638,6 +866,22 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
     On TMA backends page_size must be a multiple of 8 (gcd with the tile's 128 rows). Other arguments
     as attention().
     """
+    key = None
+    direct = _eager(q, k_cache, v_cache, out)
+    if direct:
+        try:
+            key = ("paged", q.shape, q.stride(), q.dtype, q.device, k_cache.shape, k_cache.stride(), k_cache.dtype,
+                   k_cache.device, v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device, _meta(page_table),
+                   _meta(seqused_k), _meta(cu_seqlens_q), max_seqlen_q, causal, window, softcap, softmax_scale,
+                   score_mod, mask_mod, block_mask_mod, num_splits, pack_gqa, return_lse, chunk_size, _meta(out),
+                   _meta(sinks), _meta(alibi_slopes), None if aux is None else _aux_key(aux),
+                   None if scalars is None else tuple(scalars))
+            plan = _plans.get(key)
+        except (TypeError, AttributeError):
+            key = plan = None
+        if plan is not None:
+            return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,
+                        page_table)
     varlen = cu_seqlens_q is not None
     if varlen:
         if max_seqlen_q is None:
@@ -648,12 +892,17 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
         out4 = out.unsqueeze(0) if out is not None else None
     else:
         q4, out4 = q, out
-    o, lse = _split(_call(q4, k_cache, v_cache, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=None, seqused_k=seqused_k,
-                          page_table=page_table, max_seqlen_q=int(max_seqlen_q or 0), causal=causal, window=window,
-                          softcap=softcap, softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod,
-                          mask_mod=mask_mod, block_mask_mod=block_mask_mod, aux=aux, scalars=scalars,
-                          alibi_slopes=alibi_slopes, num_splits=num_splits, pack_gqa=pack_gqa,
-                          return_lse=return_lse, out=out4, chunk_size=chunk_size, bhsd=False), out4)
+    kw = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=None, seqused_k=seqused_k, page_table=page_table,
+              max_seqlen_q=int(max_seqlen_q or 0), causal=causal, window=window, softcap=softcap,
+              softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
+              block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
+              num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
+              bhsd=False)
+    if key is not None and _seen_before(key):
+        plan = _remember(key, _plan_call(q, varlen and out is None, q4, k_cache, v_cache, **kw))
+        return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,
+                    page_table)
+    o, lse = _split(_call(q4, k_cache, v_cache, **kw), out4)
     if out is not None:
         o = out
     elif varlen:

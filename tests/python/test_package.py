@@ -41,6 +41,24 @@ def test_launch_args_layout_matches_the_c_struct():
     assert len(_lib.field_names()) == len(values)
 
 
+def test_pointer_patch_packs_what_the_full_struct_packs():
+    # The per-call packer: fixed bytes packed once, pointers between them, must give the same bytes as
+    # LAUNCH_ARGS with those pointers, at each pointer field's offset.
+    names = _lib.field_names()
+    values = [0.5 if code == "f" else 3 * i + 1 for i, code in enumerate(_lib._CODES)]  # distinct, nonzero
+    pointers = ["q.data", "k.data", "o.data", "lse", "aux_ptr[1]", "cu_seqlens_k", "page_table", "workspace"]
+    patch = _lib.PointerPatch(values, pointers)
+    new = [0x7f0000001000 + 16 * i for i in range(len(pointers))]
+    for name, p in zip(pointers, new):
+        values[names.index(name)] = p
+    assert patch.pack(new) == _lib.LAUNCH_ARGS.pack(*values)
+    assert len(patch.pack(new)) == _lib.LAUNCH_ARGS_SIZE
+    with pytest.raises(ValueError, match="softcap is not a pointer"):
+        _lib.PointerPatch(values, ["softcap"])
+    with pytest.raises(ValueError, match="q.data is not a pointer field in order"):
+        _lib.PointerPatch(values, ["k.data", "q.data"])
+
+
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__

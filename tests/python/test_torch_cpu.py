@@ -238,6 +238,8 @@ def no_gpu_launch(monkeypatch):
 
     monkeypatch.setattr(ops, "_check_qkv", check_on_cpu)
     monkeypatch.setattr(ops, "_kernels", {})
+    monkeypatch.setattr(ops, "_plans", {})
+    monkeypatch.setattr(ops, "_seen", set())
     monkeypatch.setattr(ops, "_arch", lambda dev: "sm_90a")
     monkeypatch.setattr(ops, "_stream", lambda dev: 0)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -273,3 +275,94 @@ def test_launch_path_reaches_the_driver(no_gpu_launch):
     keys = list(no_gpu_launch._kernels)
     assert len(keys) == 5, keys
     assert sum(1 for k in keys if k[10]) == 2  # packed
+
+
+def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, monkeypatch):
+    """A second eager call with the same signature skips the checks and the packing (the plan of the
+    first call) but launches with its own tensors' pointers and its own outputs."""
+    from fa4jit import _lib
+    ops = no_gpu_launch
+    launched, made = [], []
+    monkeypatch.setattr(_lib, "fa4jit_launch", lambda handle, args, stream: launched.append(args) or 0)
+    make = ops._make_plan
+    monkeypatch.setattr(ops, "_make_plan", lambda *a, **kw: made.append(1) or make(*a, **kw))
+    names = _lib.field_names()
+    unpack = lambda args: dict(zip(names, _lib.LAUNCH_ARGS.unpack(args)))  # noqa: E731
+    pointers = ("q.data", "k.data", "v.data", "o.data", "lse")
+
+    def calls(fn, make_args, check):
+        # The first call of a signature runs the general path, the second makes its plan, the later
+        # ones reuse it.
+        made.clear()
+        launched.clear()
+        results = []
+        for i in range(4):
+            args = make_args()
+            results.append((args, fn(*args)))
+            if i == 1:
+                n = len(made)
+        assert len(made) == n and len(launched) == 4
+        packed = [unpack(a) for a in launched]
+        assert all({n for n in names if p[n] != packed[0][n]} <= set(pointers) for p in packed)
+        for (args, result), p in zip(results, packed):
+            check(args, result, p)
+
+    q0 = torch.randn(2, 64, 8, 64).to(bf16)
+    k0 = torch.randn(2, 96, 2, 64).to(bf16)
+
+    def dense(args, result, packed):
+        q, k, v = args
+        o, lse = result
+        assert o.shape == q.shape and o.is_contiguous() and lse.shape == (2, 8, 64) and lse.is_contiguous()
+        assert (packed["q.data"], packed["k.data"], packed["v.data"], packed["o.data"], packed["lse"]) == (
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+    calls(lambda q, k, v: fa4jit.attention(q, k, v, causal=True, num_splits=1, return_lse=True),
+          lambda: (q0.clone(), k0.clone(), k0.clone()), dense)
+
+    def bhsd(args, result, packed):  # SDPA's layout in and out; the struct holds the (B, S, H, D) views
+        q, k, v = args
+        assert result.shape == q.shape and result.is_contiguous()
+        assert packed["o.data"] == result.data_ptr() and packed["q.data"] == q.data_ptr()
+        assert (packed["q.shape[1]"], packed["q.stride[1]"], packed["o.stride[2]"]) == (64, 64, 64 * 64)
+    calls(lambda q, k, v: fa4jit.attention(q, k, v, layout="bhsd", num_splits=1),
+          lambda: (q0.transpose(1, 2).contiguous(), k0.transpose(1, 2).contiguous(), k0.transpose(1, 2).contiguous()),
+          bhsd)
+
+    cu = torch.tensor([0, 30, 128], dtype=torch.int32)
+    cuk = torch.tensor([0, 100, 192], dtype=torch.int32)
+
+    def varlen(args, result, packed):
+        q = args[0]
+        assert result.shape == q.shape and result.is_contiguous() and packed["o.data"] == result.data_ptr()
+        assert (packed["cu_seqlens_q"], packed["batch"], packed["max_seqlen_q"]) == (cu.data_ptr(), 2, 98)
+    calls(lambda q, k, v: fa4jit.attention_varlen(q, k, v, cu, cuk, 98, causal=True, num_splits=1),
+          lambda: (q0.reshape(128, 8, 64).clone(), k0.reshape(192, 2, 64).clone(), k0.reshape(192, 2, 64).clone()),
+          varlen)
+
+    kc = torch.randn(6, 64, 2, 64).to(bf16)
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+    used = torch.tensor([100, 192], dtype=torch.int32)
+
+    def paged(args, result, packed):
+        assert result.shape == args[0].shape and packed["o.data"] == result.data_ptr()
+        assert (packed["page_table"], packed["seqused_k"], packed["max_pages"]) == (table.data_ptr(), used.data_ptr(), 3)
+    calls(lambda q, k, v: fa4jit.attention_paged(q, k, v, table, used, causal=True, num_splits=1),
+          lambda: (q0[:, :1].clone(), kc.clone(), kc.clone()), paged)
+
+    # Still checked per call once a signature is cached: the alignment of the pointers, before a launch ...
+    q, k = q0.clone(), k0.clone()
+    fa4jit.attention(q, k, k, causal=True, num_splits=1)
+    fa4jit.attention(q, k, k, causal=True, num_splits=1)
+    assert isinstance(ops._plans[next(key for key in ops._plans if key[0] == "attention" and key[1] == q.shape)],
+                      ops._Plan)
+    n = len(launched)
+    buf = torch.empty(q.numel() + 8, dtype=bf16)
+    q_odd = buf[1:1 + q.numel()].view(q.shape)  # q's shape and strides, 2 bytes off
+    with pytest.raises(fa4jit.LaunchError, match=r"q.data_ptr\(\) is not 16-byte aligned"):
+        fa4jit.attention(q_odd, k, k, causal=True, num_splits=1)
+    # ... and any other change of signature goes through the checks again.
+    with pytest.raises(fa4jit.LaunchError, match="v has dtype torch.float16 but q has torch.bfloat16"):
+        fa4jit.attention(q, k, k.half(), causal=True, num_splits=1)
+    with pytest.raises(fa4jit.LaunchError, match="out has shape"):
+        fa4jit.attention(q, k, k, causal=True, num_splits=1, out=q[:, :32])
+    assert len(launched) == n
