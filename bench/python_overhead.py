@@ -16,6 +16,8 @@ import ctypes
 import ctypes.util
 import inspect
 import json
+import os
+import site
 import time
 
 import torch
@@ -168,6 +170,8 @@ def main():
     qt, kt, vt = q.transpose(1, 2), k.repeat_interleave(Hq // Hkv, 2).transpose(1, 2), v.repeat_interleave(Hq // Hkv, 2).transpose(1, 2)
     run("torch SDPA (same decode problem, K/V heads repeated)",
         lambda: F.scaled_dot_product_attention(qt, kt, vt))
+    if os.environ.get("FA4_SITE"):  # ../shared/bench/fa4_peer.sh: its .pth files must run
+        site.addsitedir(os.environ["FA4_SITE"])
     try:
         from flash_attn.cute import flash_attn_func
     except Exception as e:  # not installed, or no Blackwell/Hopper build
