@@ -204,10 +204,8 @@ jit::LaunchArgs to_launch_args(const fa4jit_launch_args& a) {
 constexpr int kMaxDevices = 256;
 std::array<std::atomic<CUcontext>, kMaxDevices> g_primary{};
 
-CUcontext primary_context(int device) {
-  if (device >= kMaxDevices) throw jit::LaunchError(fmt::format("launch: device {} is out of range", device));
-  CUcontext ctx = g_primary[device].load(std::memory_order_acquire);
-  if (ctx) return ctx;
+// The driver's handle of device ordinal `device`; DriverError when there is no such device.
+CUdevice device_handle(int device) {
   const jit::detail::DriverApi& d = jit::detail::driver();
   int count = 0;
   jit::detail::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
@@ -215,6 +213,15 @@ CUcontext primary_context(int device) {
     throw jit::DriverError(fmt::format("device {}: the driver reports {} CUDA device(s)", device, count));
   CUdevice dev = 0;
   jit::detail::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  return dev;
+}
+
+CUcontext primary_context(int device) {
+  if (device >= kMaxDevices) throw jit::LaunchError(fmt::format("launch: device {} is out of range", device));
+  CUcontext ctx = g_primary[device].load(std::memory_order_acquire);
+  if (ctx) return ctx;
+  const jit::detail::DriverApi& d = jit::detail::driver();
+  const CUdevice dev = device_handle(device);
   jit::detail::check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   CUcontext expected = nullptr;
   if (!g_primary[device].compare_exchange_strong(expected, ctx)) {
@@ -482,14 +489,7 @@ int32_t fa4jit_device_arch(int32_t device, char** out) {
   *out = nullptr;
   if (device < 0) return invalid("fa4jit_device_arch: device must be >= 0");
   return guarded([&] {
-    const jit::detail::DriverApi& d = jit::detail::driver();
-    int count = 0;
-    jit::detail::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
-    if (device >= count)
-      throw jit::DriverError(fmt::format("device {}: the driver reports {} CUDA device(s)", device, count));
-    CUdevice dev = 0;
-    jit::detail::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-    *out = dup_string(jit::detail::device_arch(dev));
+    *out = dup_string(jit::detail::device_arch(device_handle(device)));
   });
 }
 
