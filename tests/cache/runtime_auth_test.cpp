@@ -49,8 +49,6 @@ Options validated(std::vector<fs::path> roots, const std::string& secret = {}) {
   return o;
 }
 
-fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
-
 // Writes an entry directly, as a writer of the shared tier could: any meta, any cubin, with the
 // size and digest fields made consistent (that needs no secret).
 void plant(const fs::path& root, const std::string& key, nlohmann::json meta, const std::string& cubin) {

@@ -26,8 +26,6 @@ Options opts(std::vector<fs::path> roots, const std::string& secret = {}) {
   return o;
 }
 
-fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
-
 // What a writer of the shared tier can do without the secret: copy entry `from` under key `to`
 // and edit meta.json so that everything it can check (key, size, digest) matches.
 void copy_under(const fs::path& root, const std::string& from, const std::string& to) {

@@ -16,14 +16,6 @@ using jit::cache::Store;
 
 namespace {
 
-Options opts(const fs::path& root) {
-  Options o;
-  o.roots = {root};
-  return o;
-}
-
-fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
-
 // A symlink whose own mtime is two hours old: staging leftovers that old are swept.
 void old_symlink(const fs::path& target, const fs::path& link) {
   fs::create_symlink(target, link);
@@ -52,7 +44,7 @@ struct Victim {
   TempDir dir;
   std::string key = key_of(900);
   Victim() {
-    Store v(opts(cache()));
+    Store v(one_root(cache()));
     v.publish(key, cubin_for(key), {{"owner", "victim"}});
     fs::create_directories(home());
     write_all(home() / "precious.txt", "keep me");
@@ -79,7 +71,7 @@ TEST(CacheFsSafety, PlantedSymlinksAreRemovedAsLinksNeverFollowed) {
   std::string ka = key_of(901), kb = key_of(902);
   ASSERT_NE(ka.substr(0, 2), victim.key.substr(0, 2));
   ASSERT_NE(kb.substr(0, 2), victim.key.substr(0, 2));
-  { Store init(opts(shared.path)); }
+  { Store init(one_root(shared.path)); }
   const fs::path v1 = shared.path / "v1";
   old_symlink(victim.home(), v1 / "tmp" / "evil-home");
   old_symlink(entry_dir(victim.cache(), victim.key), v1 / "tmp" / "evil-entry");
@@ -95,7 +87,7 @@ TEST(CacheFsSafety, PlantedSymlinksAreRemovedAsLinksNeverFollowed) {
   write_all(v1 / "tmp" / "stale-staging" / "x" / "f", "old");
   age(v1 / "tmp" / "stale-staging");
 
-  Store s(opts(shared.path));  // construction sweeps v1/tmp
+  Store s(one_root(shared.path));  // construction sweeps v1/tmp
   victim.expect_intact("Store construction (sweep_tmp)");
   EXPECT_FALSE(fs::exists(v1 / "tmp" / "stale-staging"));
   EXPECT_FALSE(fs::is_symlink(v1 / "tmp" / "evil-home"));  // removed as a link
@@ -119,7 +111,7 @@ TEST(CacheFsSafety, PlantedSymlinksAreRemovedAsLinksNeverFollowed) {
   EXPECT_TRUE(s.list().empty());
 
   // The victim's own cache is untouched and clean.
-  Store v(opts(victim.cache()));
+  Store v(one_root(victim.cache()));
   auto a = v.load(victim.key);
   ASSERT_TRUE(a);
   EXPECT_EQ(a->cubin, cubin_for(victim.key));
@@ -132,7 +124,7 @@ TEST(CacheFsSafety, LayoutDirReplacedByASymlinkIsRefusedNotSwept) {
   fs::create_directories(shared.path / "v1");
   fs::create_symlink(victim.home(), shared.path / "v1" / "tmp");  // v1/tmp -> the victim's home
   testing::internal::CaptureStderr();
-  Store s(opts(shared.path));
+  Store s(one_root(shared.path));
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_TRUE(s.writable_root().empty());
   EXPECT_NE(err.find("not a directory"), std::string::npos) << err;
@@ -147,7 +139,7 @@ TEST(CacheFsSafety, FifosDevicesAndHugeFilesNeverBlockOrAllocate) {
   TempDir d;
   std::vector<std::string> keys = {key_of(910), key_of(911), key_of(912), key_of(913)};
   {
-    Store w(opts(d.path));
+    Store w(one_root(d.path));
     for (auto& k : keys) w.publish(k, cubin_for(k), {});
   }
   fs::remove(entry_dir(d.path, keys[0]) / "meta.json");
@@ -164,7 +156,7 @@ TEST(CacheFsSafety, FifosDevicesAndHugeFilesNeverBlockOrAllocate) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     std::string out;
-    Store s(opts(d.path));
+    Store s(one_root(d.path));
     for (auto& p : s.verify().problems) out += p + "\n";
     bool rebuilt = true;
     for (auto& k : keys)
@@ -210,7 +202,7 @@ TEST(CacheFsSafety, ModesAreExplicitNotTheUmask) {
   std::string k = key_of(920);
   {
     Umask u(0);  // used to make a world-writable cache
-    Store s(opts(d.path / "private"));
+    Store s(one_root(d.path / "private"));
     s.get_or_compile(k, [&] { return jit::cache::Artifact{cubin_for(k), {}, ""}; }, "cfg");
   }
   const fs::path p = d.path / "private";
@@ -221,7 +213,7 @@ TEST(CacheFsSafety, ModesAreExplicitNotTheUmask) {
 
   {
     Umask u(022);  // used to lock the group out of a shared cache
-    Options o = opts(d.path / "shared");
+    Options o = one_root(d.path / "shared");
     o.shared = true;
     Store s(o);
     s.get_or_compile(k, [&] { return jit::cache::Artifact{cubin_for(k), {}, ""}; }, "cfg");
@@ -239,13 +231,13 @@ TEST(CacheFsSafety, WorldWritableRootWithoutStickyBitWarnsOnce) {
   fs::create_directories(d.path / "open");
   ::chmod((d.path / "open").c_str(), 0777);
   testing::internal::CaptureStderr();
-  Store s(opts(d.path / "open"));
+  Store s(one_root(d.path / "open"));
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(s.stats().warnings, 1u) << err;
   EXPECT_NE(err.find("writable by every user and has no sticky bit"), std::string::npos) << err;
   fs::create_directories(d.path / "sticky");
   ::chmod((d.path / "sticky").c_str(), 01777);  // like /tmp: fine
-  Store t(opts(d.path / "sticky"));
+  Store t(one_root(d.path / "sticky"));
   EXPECT_EQ(t.stats().warnings, 0u);
 }
 
@@ -253,11 +245,11 @@ TEST(CacheFsSafety, ClearAndPruneOnAReadOnlyTierAreErrors) {
   TempDir d;
   std::string k = key_of(930);
   {
-    Store w(opts(d.path));
+    Store w(one_root(d.path));
     w.publish(k, cubin_for(k), {});
   }
   EnvVar f("FA4JIT_CACHE_FAULT", "readonly");
-  Store s(opts(d.path));
+  Store s(one_root(d.path));
   EXPECT_THROW(s.clear(), jit::CacheError);
   EXPECT_THROW(s.prune(0), jit::CacheError);
   EXPECT_TRUE(s.load(k));  // nothing was removed

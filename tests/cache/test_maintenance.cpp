@@ -12,12 +12,6 @@ using jit::cache::Options;
 using jit::cache::Store;
 
 namespace {
-Options opts(const fs::path& root) {
-  Options o;
-  o.roots = {root};
-  return o;
-}
-fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
 void set_mtime(const fs::path& p, std::int64_t unix_s) {
   timespec ts[2] = {{unix_s, 0}, {unix_s, 0}};
   ::utimensat(AT_FDCWD, p.c_str(), ts, 0);
@@ -27,7 +21,7 @@ std::int64_t now_s() { return static_cast<std::int64_t>(::time(nullptr)); }
 
 TEST(CacheMaintenance, PruneRemovesLeastRecentlyUsed) {
   TempDir d;
-  Store s(opts(d.path));
+  Store s(one_root(d.path));
   std::vector<std::string> keys;
   for (int i = 0; i < 6; ++i) {
     keys.push_back(key_of(200 + static_cast<std::uint64_t>(i)));
@@ -47,7 +41,7 @@ TEST(CacheMaintenance, PruneRemovesLeastRecentlyUsed) {
 TEST(CacheMaintenance, AutomaticPruneKeepsTheCapAndTheNewest) {
   TempDir d;
   EnvVar iv("FA4JIT_CACHE_PRUNE_INTERVAL_S", "0");  // every publish may prune (default: once a minute)
-  Options o = opts(d.path);
+  Options o = one_root(d.path);
   o.max_bytes = 3 * 11000;
   Store s(o);
   std::string last;
@@ -67,7 +61,7 @@ TEST(CacheMaintenance, VerifyReportsAndRemovesBadEntries) {
   TempDir d;
   std::vector<std::string> keys;
   {
-    Store s(opts(d.path));
+    Store s(one_root(d.path));
     for (int i = 0; i < 5; ++i) {
       keys.push_back(key_of(400 + static_cast<std::uint64_t>(i)));
       s.publish(keys.back(), cubin_for(keys.back()), {});
@@ -78,7 +72,7 @@ TEST(CacheMaintenance, VerifyReportsAndRemovesBadEntries) {
   fs::create_directories(d.path / "v1" / "ab" / "not-a-key");
   fs::create_directories(d.path / "v1" / "zz");
   fs::copy(entry_dir(d.path, keys[0]), d.path / "v1" / "zz" / keys[0]);  // a good entry in the wrong shard
-  Store s(opts(d.path));
+  Store s(one_root(d.path));
   auto rep = s.verify();
   EXPECT_EQ(rep.checked, 7u);
   EXPECT_EQ(rep.removed, 4u);
@@ -97,7 +91,7 @@ TEST(CacheMaintenance, VerifyReportsAndRemovesBadEntries) {
 
 TEST(CacheMaintenance, ClearRemovesEntriesKeepsLocks) {
   TempDir d;
-  Store s(opts(d.path));
+  Store s(one_root(d.path));
   for (int i = 0; i < 4; ++i) {
     std::string k = key_of(500 + static_cast<std::uint64_t>(i));
     s.get_or_compile(k, [k] { return Artifact{cubin_for(k), {}, ""}; }, "cfg");
@@ -111,7 +105,7 @@ TEST(CacheMaintenance, ClearRemovesEntriesKeepsLocks) {
 TEST(CacheMaintenance, ExportImportRoundTrip) {
   TempDir a, b;
   std::vector<std::string> keys;
-  Store src(opts(a.path));
+  Store src(one_root(a.path));
   for (int i = 0; i < 5; ++i) {
     keys.push_back(key_of(600 + static_cast<std::uint64_t>(i)));
     src.publish(keys.back(), cubin_for(keys.back()), {{"config", fmt::format("c{}", i)}});
@@ -121,7 +115,7 @@ TEST(CacheMaintenance, ExportImportRoundTrip) {
   EXPECT_EQ(src.export_archive(a.path / "two.fa4jit", {keys[0], keys[4]}), 2u);
   EXPECT_THROW(src.export_archive(a.path / "x", {key_of(999)}), jit::CacheError);
 
-  Store dst(opts(b.path));
+  Store dst(one_root(b.path));
   auto r = dst.import_archive(ar);
   EXPECT_EQ(r.imported, 5u);
   EXPECT_EQ(r.rejected, 0u);
@@ -141,7 +135,7 @@ TEST(CacheMaintenance, ExportImportRoundTrip) {
   bytes[pos + 10] ^= 0x40;
   write_all(a.path / "flipped.fa4jit", bytes);
   TempDir c;
-  Store dst2(opts(c.path));
+  Store dst2(one_root(c.path));
   auto r2 = dst2.import_archive(a.path / "flipped.fa4jit");
   EXPECT_EQ(r2.imported, 4u);
   EXPECT_EQ(r2.rejected, 1u);
@@ -150,7 +144,7 @@ TEST(CacheMaintenance, ExportImportRoundTrip) {
   // Truncated archive: what is complete imports, the truncation is reported.
   write_all(a.path / "short.fa4jit", read_all(ar).substr(0, read_all(ar).size() / 2));
   TempDir e;
-  Store dst3(opts(e.path));
+  Store dst3(one_root(e.path));
   auto r3 = dst3.import_archive(a.path / "short.fa4jit");
   EXPECT_GE(r3.imported, 1u);
   EXPECT_LT(r3.imported, 5u);

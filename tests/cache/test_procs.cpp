@@ -24,11 +24,6 @@ std::map<std::string, int> count_lines(const fs::path& countfile) {
   return n;
 }
 
-Options opts(const fs::path& root) {
-  Options o;
-  o.roots = {root};
-  return o;
-}
 }  // namespace
 
 TEST(CacheProcesses, EightProcessesSameKeysCompileEachOnce) {
@@ -48,7 +43,7 @@ TEST(CacheProcesses, EightProcessesSameKeysCompileEachOnce) {
   EXPECT_EQ(n.size(), static_cast<std::size_t>(kKeys));
   for (int i = 0; i < kKeys; ++i) EXPECT_EQ(n[key_of(static_cast<std::uint64_t>(i))], 1) << "key " << i;
   EXPECT_EQ(count_entries(root / "v1" / "tmp"), 0u);
-  Store s(opts(root));
+  Store s(one_root(root));
   auto rep = s.verify();
   EXPECT_EQ(rep.checked, static_cast<std::size_t>(kKeys));
   EXPECT_EQ(rep.removed, 0u);
@@ -73,13 +68,13 @@ TEST_P(KillDuringPublish, LeavesNothingLoadableAndRecovers) {
   EXPECT_EQ(count_entries(d.path / "v1" / "tmp"), 1u);  // the dead writer's staging dir
   {
     // Never loadable, even before anybody cleans up.
-    Options ro = opts(d.path);
+    Options ro = one_root(d.path);
     EnvVar f("FA4JIT_CACHE_FAULT", "readonly");  // read-only: no sweep at construction
     Store r(ro);
     EXPECT_FALSE(r.load(key));
     EXPECT_EQ(r.stats().warnings, 1u);  // only "no writable tier"
   }
-  Store s(opts(d.path));
+  Store s(one_root(d.path));
   EXPECT_EQ(count_entries(d.path / "v1" / "tmp"), 0u);  // swept: its pid is dead
   EXPECT_FALSE(s.load(key));
   EXPECT_EQ(s.stats().warnings, 0u);  // nothing half-visible, so nothing even looked corrupt
@@ -119,7 +114,7 @@ TEST(CacheProcesses, RandomSigkillsNeverExposeBadEntries) {
   int kills = 0, survivors = 0;
   for (int round = 0; round < kRounds; ++round) {
     {
-      Store c(opts(root));
+      Store c(one_root(root));
       c.clear();  // every round starts cold so kills land in publishes
     }
     std::vector<Proc> ps;
@@ -143,7 +138,7 @@ TEST(CacheProcesses, RandomSigkillsNeverExposeBadEntries) {
       ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "a surviving worker saw wrong bytes (1) or a bad entry (3): " << st;
       ++survivors;
     }
-    Store s(opts(root));
+    Store s(one_root(root));
     auto rep = s.verify();
     EXPECT_EQ(rep.removed, 0u) << "a committed entry was bad";
     for (auto& pr : rep.problems) EXPECT_NE(pr.find("staging"), std::string::npos) << pr;
@@ -165,7 +160,7 @@ TEST(CacheProcesses, HeldLockTimesOutThenCompilesAlone) {
   std::string key = key_of(60);
   auto holder = spawn({kWorker, "hold", d.path.string(), key, "5000"}, {}, /*capture_stdout=*/true);
   ASSERT_TRUE(holder.wait_for_output("locked", std::chrono::seconds(5)));
-  Options o = opts(d.path);
+  Options o = one_root(d.path);
   o.lock_timeout = std::chrono::milliseconds(300);
   Store s(o);
   int calls = 0;
@@ -196,7 +191,7 @@ TEST(CacheProcesses, WaiterPicksUpTheHoldersEntry) {
   while (count_lines(countfile).empty() && seconds_since(t0) < 5)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_FALSE(count_lines(countfile).empty());
-  Store s(opts(d.path));
+  Store s(one_root(d.path));
   int calls = 0;
   std::string key = key_of(0);
   auto art = s.get_or_compile(

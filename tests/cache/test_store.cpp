@@ -23,8 +23,6 @@ Options opts(const fs::path& root) {
   return o;
 }
 
-fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
-
 std::function<Artifact()> compiler(const std::string& key, int& calls) {
   return [key, &calls] {
     ++calls;

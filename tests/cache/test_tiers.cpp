@@ -14,7 +14,6 @@ using jit::cache::Store;
 
 namespace {
 Artifact make(const std::string& key) { return Artifact{cubin_for(key), {{"config", "t"}}, ""}; }
-fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
 }  // namespace
 
 TEST(CacheTiers, ReadOnlyPrebuiltThenWritableUserTier) {

@@ -21,6 +21,8 @@
 
 #include <fmt/format.h>
 
+#include "cache/store.hpp"
+
 extern char** environ;
 
 namespace cachetest {
@@ -166,5 +168,15 @@ inline Proc spawn(const std::vector<std::string>& args, const std::map<std::stri
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// Options of a store with the one tier `root`.
+inline jit::cache::Options one_root(const fs::path& root) {
+  jit::cache::Options o;
+  o.roots = {root};
+  return o;
+}
+
+// Where the disk tier keeps `key`'s entry (docs/CACHE.md: v1/<first two hex>/<key>/).
+inline fs::path entry_dir(const fs::path& root, const std::string& key) { return root / "v1" / key.substr(0, 2) / key; }
 
 }  // namespace cachetest
