@@ -268,7 +268,13 @@ ResolvedConfig resolve(const FA4Config& input) {
   const int own_o_bytes = 2 * c.BM * c.padded_depth;
   if (arch.backend == Backend::hopper && tuning.persistent != 0 && b.smem + own_o_bytes <= arch.max_smem)
     b.smem += own_o_bytes;
-  return ResolvedConfig{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
+  ResolvedConfig rc{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
+  rc.walk = tuning.persistent == 1 ? TileWalk::persistent : tuning.persistent == 2 ? TileWalk::stream_k : TileWalk::grid;
+  rc.uses_tma = arch.backend != Backend::portable;
+  // sm80 decodes its tile from fresh special-register reads to stay within 255 registers
+  // (templates/sm80/kernel.cuh cta_tile), so it keeps grid order.
+  rc.lpt_order = arch.backend != Backend::portable;
+  return rc;
 }
 
 bool supported(const FA4Config& cfg, std::string* why) {

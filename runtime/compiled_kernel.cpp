@@ -137,11 +137,10 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   LaunchShape shape;
   fa4::FwdParams& p = plan.params;
   p = pack_params(config_, args, &shape);  // throws before anything runs
-  plan.uses_tma = config_.backend != Backend::portable;
+  plan.uses_tma = config_.uses_tma;
   if (plan.uses_tma) plan.tma = tma_.get(config_, args, p.kv_box_rows);
-  const bool hopper = config_.backend == Backend::hopper;
-  const bool persistent = hopper && config_.tuning.persistent == 1;
-  const bool stream_k = hopper && config_.tuning.persistent == 2;
+  const bool persistent = config_.walk == TileWalk::persistent;
+  const bool stream_k = config_.walk == TileWalk::stream_k;
   plan.grid[0] = static_cast<unsigned>(p.num_m_blocks);
   plan.grid[1] = static_cast<unsigned>(shape.grid_heads);
   plan.grid[2] = static_cast<unsigned>(shape.batch);
@@ -190,9 +189,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     if (args.workspace && reinterpret_cast<std::uintptr_t>(args.workspace) % 16 != 0)
       throw LaunchError("launch: workspace is not 16-byte aligned");
   }
-  // sm80 keeps grid order: it decodes its tile from fresh special-register reads to stay within
-  // 255 registers (templates/sm80/kernel.cuh cta_tile).
-  if (splits == 1 && !stream_k && config_.backend != Backend::portable && config_.config.mask.kind != Mask::Kind::none)
+  if (splits == 1 && !stream_k && config_.lpt_order && config_.config.mask.kind != Mask::Kind::none)
     p.lpt_heads = lpt_section_heads(shape, args, config_.config);
   if (persistent) {
     // One CTA per SM walks every unit: a whole tile or one KV split of a tile (PersistentTiles).

@@ -115,6 +115,10 @@ struct Tuning {
   bool operator!=(const Tuning& o) const { return !(*this == o); }
 };
 
+// How a launch walks the (Q tile, KV split) work: one CTA per unit, one CTA per SM walking the
+// units (longest first when masked), or stream-K shares of all KV tiles (sm90a's walkers).
+enum class TileWalk { grid, persistent, stream_k };
+
 // A config with every field decided, plus the numbers the launch needs.
 struct ResolvedConfig {
   FA4Config config;  // all fields set
@@ -124,6 +128,9 @@ struct ResolvedConfig {
   int num_threads = 0;
   int smem_bytes = 0;
   int ctas_per_sm = 1;  // __launch_bounds__ minimum blocks: 2 lets two decode CTAs share an SM
+  TileWalk walk = TileWalk::grid;
+  bool uses_tma = false;   // Q, K, V tiles come through TMA descriptors built at launch
+  bool lpt_order = false;  // masked launches may reorder CTAs longest-first (sm80 keeps grid order)
 };
 
 // Fills defaults for cfg.arch (which must be set) and validates; throws ConfigError naming
