@@ -56,6 +56,9 @@ TUNED = {
 }
 
 ENTRY = re.compile(r"fa4_(fwd|combine)_[0-9a-f]{16}")
+# NVRTC names internal-linkage symbols after a hash of the source text, so any template edit
+# (a comment too) renames them; the hash is not code.
+INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]{8}_\d+_fa4jit_cu_[0-9a-f]{8}")
 
 
 def snapshot_one(binary, name, cfg, arch, out_dir, tmp, tune=""):
@@ -71,8 +74,10 @@ def snapshot_one(binary, name, cfg, arch, out_dir, tmp, tune=""):
         # A config an arch refuses is part of the snapshot too: the refusal must stay the same.
         text = "REFUSED\n" + r.stderr
     else:
-        text = "".join(l for l in r.stdout.splitlines(True) if not l.startswith("//"))
+        # .file lines hold the working directory; // lines NVRTC's version.
+        text = "".join(l for l in r.stdout.splitlines(True) if not l.startswith("//") and not l.lstrip().startswith(".file"))
         text = ENTRY.sub(lambda m: f"fa4_{m.group(1)}_ENTRY", text)
+        text = INTERNAL.sub("_INTERNAL_SRC", text)
     with open(target, "w") as f:
         f.write(text)
     return target, r.returncode
