@@ -1,4 +1,4 @@
-#include "runtime/safetensors.hpp"
+#include "check/safetensors.hpp"
 
 #include <algorithm>
 #include <climits>
