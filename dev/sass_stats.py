@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""SASS statistics of the sm90a kernel (the output of `cuobjdump -sass -fun fa4_fwd`).
+"""SASS statistics of an sm90a kernel: the output of `cuobjdump -sass` on a cubin that
+`fa4jit gen --config C --arch sm_90a --cubin K.cubin` wrote (ctest dev.SassStatsFindsTheKvLoop).
 
   sass_stats.py A.sass            key instruction counts of the whole kernel and of its KV loop
   sass_stats.py A.sass B.sass     the same for both, then the KV loop's opcode differences
