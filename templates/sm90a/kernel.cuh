@@ -4,7 +4,7 @@
 //   O += P V (RS, P from registers), online softmax on the accumulator fragments, epilogue.
 // Grid (ceil(max_seqlen_q / kBM), q heads, batch); 128 * (1 + kBM/64) threads (384 for kBM 128,
 // 512 for kBM 192); dynamic smem per the ABI formula.
-// Layout, TMA maps and protocol: docs/HOPPER.md.
+// Layout, TMA maps and protocol: templates/sm90a/dev/README.md.
 #pragma once
 #include "common/prelude.cuh"
 #include "common/mbarrier.cuh"
@@ -24,7 +24,7 @@ namespace fa4 {
 namespace sm90a {
 
 // Persistent mode (Config::kPersistent = 1): grid (min(#SMs, total tiles), 1, 1); every role walks
-// PersistentTiles (common/tile_scheduler.cuh); protocol in docs/HOPPER.md "Persistent mode".
+// PersistentTiles (common/tile_scheduler.cuh); protocol in dev/README.md "Persistent mode".
 // With the own O region and two consumer warpgroups the consumers overlap tile boundaries
 // (SmemLayout::kCrossTile, consumer_loop_cross_tile).
 template <class Config, class Mask, class ScoreMod>

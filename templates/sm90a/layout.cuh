@@ -17,7 +17,7 @@
 #endif
 // Dev check only: 0 compiles out the run-time paged-KV and split-KV branches (kernels then serve
 // only unpaged, unsplit launches), so the default path's SASS can be compared instruction for
-// instruction with a build that predates them (dev/sass_stats.py on the two SASS dumps).
+// instruction with a build that predates them (dev/compile_matrix.sh REF_SASS).
 #ifndef FA4_SM90A_RUNTIME_VARIANTS
 #define FA4_SM90A_RUNTIME_VARIANTS 1
 #endif
