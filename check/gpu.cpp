@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "check/host_numeric.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/host_numeric.hpp"
 
 namespace jit::testing {
 

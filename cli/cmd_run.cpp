@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "check/gpu.hpp"
+#include "check/host_numeric.hpp"
+#include "check/safetensors.hpp"
 #include "cli/commands.hpp"
 #include "cli/run_inputs.hpp"
 #include "fa4jit/jit.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/host_numeric.hpp"
-#include "runtime/safetensors.hpp"
 
 namespace jit::cli {
 

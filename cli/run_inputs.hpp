@@ -4,8 +4,8 @@
 #include <map>
 #include <string>
 
+#include "check/safetensors.hpp"
 #include "fa4jit/config.hpp"
-#include "runtime/safetensors.hpp"
 
 namespace jit::cli {
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "check/safetensors.hpp"
 #include "fa4jit/errors.hpp"
-#include "runtime/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

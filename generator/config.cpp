@@ -80,7 +80,7 @@ Budget derive_portable(FA4Config& c, const ArchInfo& a) {
   return {128, smem};
 }
 
-// sm90a BN candidates: the wgmma N values generated for S = Q K^T (templates/sm90a/dev/gen_mma.py
+// sm90a BN candidates: the wgmma N values generated for S = Q K^T (dev/gen_mma.py
 // NS, minus 256, whose S fragment alone is 128 registers). Multiples of 16 (one k16 step of P V).
 constexpr int kHopperBN[] = {64, 80, 96, 112, 128, 176, 192};
 

@@ -25,7 +25,7 @@ void byte_strides(const cuuint64_t (&dims)[N], const long long (&elem_strides)[N
 // L2 fetch size on a TMA miss: one 128-byte swizzle box. 256B made each box's miss also fetch the
 // neighbouring box, so decode read K/V at 4.05 TB/s; 128B reads 4.45 (B 64 x 4096 keys, H200;
 // docs/PERF.md run 12), prefill unchanged within 1%. Overridable at build time for experiments
-// (tools/device/l2_promotion_exp.sh).
+// (the A/B of docs/PERF.md run 12).
 #ifndef FA4JIT_L2_PROMOTION
 #define FA4JIT_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_128B
 #endif

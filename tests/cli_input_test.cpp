@@ -13,7 +13,7 @@
 #include <map>
 #include <random>
 
-#include "runtime/safetensors.hpp"
+#include "check/safetensors.hpp"
 #include "tests/support/cli_process.hpp"
 
 namespace fs = std::filesystem;

@@ -10,8 +10,8 @@
 #include <map>
 #include <random>
 
+#include "check/safetensors.hpp"
 #include "fa4jit/errors.hpp"
-#include "runtime/safetensors.hpp"
 #include "tests/support/cli_process.hpp"
 
 namespace fs = std::filesystem;

@@ -8,11 +8,11 @@
 #include <fstream>
 #include <random>
 
-#include "runtime/host_numeric.hpp"
-#include "runtime/safetensors.hpp"
-#include "tests/support/expect.hpp"
 #include "check/gpu.hpp"
+#include "check/host_numeric.hpp"
 #include "check/reference.hpp"
+#include "check/safetensors.hpp"
+#include "tests/support/expect.hpp"
 
 namespace fs = std::filesystem;
 

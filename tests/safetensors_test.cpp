@@ -8,8 +8,8 @@
 #include <random>
 #include <string>
 
+#include "check/safetensors.hpp"
 #include "fa4jit/errors.hpp"
-#include "runtime/safetensors.hpp"
 
 namespace fs = std::filesystem;
 

@@ -7,7 +7,7 @@
 // The GPU tests run snippets that count every call outside their sequence into aux[1] and then do
 // the real lookups (document ids, per-query and per-key biases) in exactly-sized aux arrays; the
 // counter must stay 0 and the output must match the float64 reference, on every backend that runs
-// here (tools/device/sanitize_snippets.sh runs them under compute-sanitizer memcheck). The compile
+// here (`tools/gpu.sh sanitize snippets` runs them under compute-sanitizer memcheck). The compile
 // tests build the same kernels for sm_80, sm_90a and sm_100a without a GPU (no spills, no
 // serialized wgmma).
 #include <gtest/gtest.h>
@@ -288,7 +288,7 @@ TEST(GpuSnippetBounds, PackedGqaSnippetsSeeOnlyTheSequence) {
 }
 
 // The issue's reproducer with plain snippets (no counter): the output is right either way; under
-// compute-sanitizer memcheck (tools/device/sanitize_snippets.sh) the reads must stay in the arrays.
+// compute-sanitizer memcheck (`tools/gpu.sh sanitize snippets`) the reads must stay in the arrays.
 TEST(GpuSnippetBounds, IssueReproducerReadsOnlyTheAuxArrays) {
   SKIP_WITHOUT_GPU();
   constexpr int S = 1000;

@@ -4,7 +4,7 @@
 # The torch-layer tests need PyTorch: installed from PyPI (the CUDA build, about 2.5 minutes and 4.6 GB;
 # there is no CPU-only torch on PyPI) with transformers; FA4JIT_PY_TORCH=0 skips both and those tests
 # skip with the reason.
-# GPU tests skip here; tools/device/python_gpu.sh runs them on a GPU machine.
+# GPU tests skip here; `tools/gpu.sh python` runs them on a GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${FA4JIT_PY_VENV:-build-py/venv}

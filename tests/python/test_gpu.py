@@ -1,6 +1,6 @@
 """fa4jit from PyTorch on a GPU: every variant against the float64 reference (tests/python/reference.py)
 and against torch's scaled_dot_product_attention; torch.compile, CUDA graphs, recompiles, errors.
-Skips without a CUDA GPU (tools/device/python_gpu.sh runs it on the lent machine)."""
+Skips without a CUDA GPU (`tools/gpu.sh python` runs it on the lent machine)."""
 import itertools
 
 import pytest
@@ -12,7 +12,7 @@ import fa4jit  # noqa: E402
 from reference import REL_L2, assert_close, attention_ref, rel_l2  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA GPU visible to torch (run tools/device/python_gpu.sh on a GPU machine)")
+                                reason="no CUDA GPU visible to torch (run tools/gpu.sh python on a GPU machine)")
 
 DTYPES = [torch.bfloat16, torch.float16]
 

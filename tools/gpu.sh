@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# One driver for the lent GPU machine (`tools/gpu.sh --help`). `pack` runs here; every other verb
+# runs there, from the repository root, on the binaries `pack` put in .device/ (carried with the
+# call: the device image has the CUDA driver and toolkit, not fmt/CLI11/GTest). Logs and JSON go
+# to $OUT (the device tool brings back what is written there; at most 8 files, so each verb writes
+# few). Each step runs under its own time limit, so a hang costs one step, not the call.
+set -uo pipefail
+set -f  # gtest filters' '*' are gtest's, not the shell's
+cd "$(dirname "$0")/.."
+
+usage() {
+  cat <<'EOF'
+Usage: tools/gpu.sh VERB [ARGS]
+
+Here (the development machine):
+  pack [--base DIR]     build build/, strip fa4jit, fa4jit_tests and the cache test binaries into
+                        .device/ (+ hiredis, redis-server); carry ".device" in the device call.
+                        --base DIR also packs DIR/fa4jit as .device/fa4jit_base (a build of the
+                        commit to compare against, for `bench` A/B and `ab`).
+On the GPU machine (repository root, .device carried):
+  info                  GPU, driver, commit, `fa4jit info`, one `fa4jit check` (the build runs here)
+  tests [FILTER ...]    fa4jit_tests, the filters side by side, each under TEST_LIMIT s (240);
+                        default: 'GpuFeatures*' and 'Gpu*:ApiExample*-GpuFeatures*'
+  sanitize [SET ...]    compute-sanitizer; SET: prefill (memcheck/racecheck/synccheck on small cases
+                        of every sm90a tile walk: grid, persistent + splits, split tail, cross-tile,
+                        3 warpgroups, varlen, per-warpgroup spans), decode (stream-K and a paged +
+                        packed + varlen + split case on sm_90a and sm_90), snippets (memcheck on the
+                        GpuSnippetBounds tests); default: prefill decode
+  bench [VARIANTS]      prefill against cuDNN, FA2 and Flex in the same interleaved rounds
+                        (bench/compare.py); VARIANTS name=arch[@binary][:FA4JIT_TUNE], comma-separated
+                        (default sm90a=sm_90a, plus base=sm_90a@.device/fa4jit_base when that
+                        exists: the A/B of two builds). ROWS='B,H,S,D;...', FLEX=0, ROUNDS=3
+  ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
+                        binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
+                        fa4jit). ROWS='B,H,S,D,mask;...', PASSES=2
+  decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES); `sweep`: fa4jit bench over
+                        CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
+  python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
+                        bench/python_overhead.py
+  profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA);
+                        prefill: SHAPE=B,H,S,D MASK=causal|none; decode: SHAPES="B,Sq,Sk ..."
+  sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
+  all                   info, tests, sanitize, bench in one call, each stage timed; keep the call
+                        under the device tool's 600 s: TEST_LIMIT 220, SAN_LIMIT 150 (all sets
+                        together; default 400; a case past it is reported NOT RUN and fails the
+                        call), BENCH_LIMIT 170
+
+Full verification in one device call (timeout_s 600, carry .device):
+  here:  tools/gpu.sh pack --base /tmp/base/build
+  there: OUT=$OUT tools/gpu.sh all
+EOF
+}
+
+export LD_LIBRARY_PATH=$PWD/.device:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export FA4JIT_CACHE_DIR=${FA4JIT_CACHE_DIR:-/tmp/fa4jit-cache} FA4JIT=$PWD/.device/fa4jit
+export FA4JIT_CLI_PATH=$PWD/.device/fa4jit PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+F=.device/fa4jit
+
+need() { [[ -x $F && -x .device/fa4jit_tests ]] || { echo "gpu.sh: no .device/ binaries: run 'tools/gpu.sh pack' here and carry .device"; exit 2; }; }
+
+pack() {
+  local base=""
+  [[ ${1:-} == --base ]] && { base=${2:?--base DIR}; [[ -x $base/fa4jit ]] || { echo "pack: $base/fa4jit missing"; exit 2; }; }
+  cmake --build build -j"$(nproc)" >/dev/null || { echo "pack: build failed"; exit 1; }
+  rm -rf .device && mkdir -p .device
+  strip -o .device/fa4jit build/fa4jit
+  strip -o .device/fa4jit_tests build/tests/fa4jit_tests
+  local t
+  for t in build/tests/cache/fa4jit_cache_tests build/tests/cache/fa4jit_cache_worker build/tests/cache/fa4jit_cache_runtime_tests; do
+    [[ -f $t ]] && strip -o ".device/$(basename "$t")" "$t"
+  done
+  [[ -n $base ]] && strip -o .device/fa4jit_base "$base/fa4jit"
+  # Libraries the device image lacks (hiredis for the Redis tier); LD_LIBRARY_PATH has .device.
+  for t in $(ldd build/fa4jit | awk '/hiredis/ {print $3}'); do cp -L "$t" .device/; done
+  cp "$(command -v redis-server 2>/dev/null || echo /dev/null)" .device/ 2>/dev/null || true
+  du -sh .device
+}
+
+info() {
+  need
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  date -u
+  git log -1 --format='commit %h %s' 2>/dev/null
+  $F info
+  timeout 120 $F check --require-gpu --batch 2 --seqlen 1024 --heads 16 --kv-heads 4
+}
+
+tests() {  # the filters run side by side (kernel compiles use the 16 cores; one GPU is enough)
+  need
+  local filters=("$@") f i name rc pids=() names=() start=$SECONDS
+  [[ ${#filters[@]} -gt 0 ]] || filters=('GpuFeatures*' 'Gpu*:ApiExample*-GpuFeatures*')
+  for i in "${!filters[@]}"; do
+    name=$(echo "${filters[$i]}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-40)
+    names+=("$name")
+    timeout "${TEST_LIMIT:-240}" .device/fa4jit_tests --gtest_filter="${filters[$i]}" --gtest_brief=1 >"$OUT/tests_$name.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!filters[@]}"; do
+    wait "${pids[$i]}"; rc=$?
+    f=$OUT/tests_${names[$i]}.log
+    echo "== tests ${filters[$i]}: rc=$rc ($((SECONDS - start)) s since start), $(grep -c 'Failure' "$f") failures; $(tail -1 "$f")"
+    grep -E "^\[  (FAILED|PASSED)|Failure|rel_l2=" "$f" | grep -v "^\[  PASSED" | cut -c1-260 | head -12
+    (( rc == 0 )) || fail=1
+  done
+}
+
+# One sanitized `fa4jit check` within the set's time (san_deadline): TUNE TOOL ARCH CONFIG-JSON CHECK-ARGS...
+san_check() {
+  local tune=$1 tool=$2 arch=$3 cfg=$4 rc left=$((san_deadline - SECONDS))
+  shift 4
+  if (( left < 10 )); then echo "NOT RUN (SAN_LIMIT): ${tune:-default} $arch $cfg $* | $tool"; fail=1; return; fi
+  echo "$cfg" > /tmp/gpu_san.json
+  FA4JIT_TUNE=$tune timeout $((left < 120 ? left : 120)) compute-sanitizer --tool "$tool" --error-exitcode 9 $F check \
+    --require-gpu --config /tmp/gpu_san.json --arch "$arch" "$@" > /tmp/gpu_san.log 2>&1
+  rc=$?
+  echo "${tune:-default} $arch $cfg $* | $tool rc=$rc: $(tail -3 /tmp/gpu_san.log | tr '\n' ' ' | tail -c 200)"
+  cat /tmp/gpu_san.log >> "$OUT/sanitize.log"
+  (( rc == 0 )) || fail=1
+}
+
+sanitize() {
+  need
+  local sets=("$@") s c tune d m tool t rc gtest
+  [[ ${#sets[@]} -gt 0 ]] || sets=(prefill decode)
+  san_deadline=$((SECONDS + ${SAN_LIMIT:-400}))  # for the whole verb
+  for s in "${sets[@]}"; do
+    local start=$SECONDS
+    echo "== sanitize $s"
+    case $s in
+      prefill)  # "FA4JIT_TUNE depth mask check-args" ('-': the default tuning)
+        local cases=(
+          '- 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+          'persistent=1 128 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
+          '- 64 causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900'
+          '- 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          'persistent=1 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
+          '- 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
+          '- 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
+          'wg_spans=1 128 causal --batch 2 --heads 4 --seqlen-q 515 --seqlen-k 579'
+          'persistent=0 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700')
+        for c in "${cases[@]}"; do
+          read -r tune d m rest <<<"$c"
+          [[ $tune == - ]] && tune=""
+          for tool in memcheck racecheck synccheck; do
+            san_check "$tune" $tool sm_90a "{\"depth\":$d,\"mask\":\"$m\"}" $rest
+          done
+        done ;;
+      decode)
+        for tool in memcheck racecheck synccheck; do
+          san_check persistent=2 $tool sm_90a '{"depth":128,"mask":"causal","group":4,"pack_gqa":true}' \
+            --batch 5 --seqlen-q 1 --seqlen-k 4100 --heads 8 --kv-heads 2 --pack-gqa --splits 0
+          for arch in sm_90a sm_90; do
+            san_check "" $tool $arch '{"depth":128,"mask":"causal"}' --seqlens-q 5,0,40 --seqlens-k 300,17,130 \
+              --page-size 64 --heads 8 --kv-heads 2 --pack-gqa --splits 3 --sinks
+          done
+        done ;;
+      snippets)  # reads past an aux array must be seen: pad every allocation where supported
+        local pad=()
+        compute-sanitizer --help 2>/dev/null | grep -q -- '--padding' && pad=(--padding 4096)
+        for t in IssueReproducerReadsOnlyTheAuxArrays PrefillSnippetsSeeOnlyTheSequence PackedGqaSnippetsSeeOnlyTheSequence; do
+          timeout $((san_deadline - SECONDS > 10 ? san_deadline - SECONDS : 10)) compute-sanitizer --tool memcheck "${pad[@]}" --error-exitcode 9 --print-limit 20 \
+            .device/fa4jit_tests --gtest_filter="GpuSnippetBounds.$t" > /tmp/gpu_snip.log 2>&1
+          rc=$?
+          gtest=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' /tmp/gpu_snip.log | tr '\n' ' ')
+          echo "$t | memcheck ${pad[*]} rc=$rc invalid global reads: $(grep -c 'Invalid __global__' /tmp/gpu_snip.log)" \
+            "| $(grep -E 'ERROR SUMMARY' /tmp/gpu_snip.log | tail -1) | $gtest"
+          cat /tmp/gpu_snip.log >> "$OUT/sanitize.log"
+          if [[ $rc -ne 0 || $gtest != *PASSED* ]]; then fail=1; grep -E -A4 'Invalid __global__|Failure' /tmp/gpu_snip.log | head -40; fi
+        done ;;
+      *) echo "sanitize: unknown set '$s' (prefill, decode, snippets)"; exit 2 ;;
+    esac
+    echo "(sanitize $s: $((SECONDS - start)) s)"
+  done
+}
+
+bench() {
+  need
+  local variants=${1:-sm90a=sm_90a}
+  [[ -z ${1:-} && -x .device/fa4jit_base ]] && variants+=",base=sm_90a@.device/fa4jit_base"
+  local flex=(); [[ ${FLEX:-1} == 0 ]] && flex=(--no-flex)
+  timeout "${BENCH_LIMIT:-180}" python3 bench/compare.py "${flex[@]}" --rounds "${ROUNDS:-3}" --variants "$variants" \
+    ${ROWS:+--rows "$ROWS"} --out "$OUT/compare.json" > "$OUT/compare.log" 2>&1 || fail=1
+  grep "^|" "$OUT/compare.log"; tail -3 "$OUT/compare.log" | grep -v "^|"
+}
+
+ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a change's own effect)
+  need
+  local A=${1:-fa4jit_base} B=${2:-fa4jit} rows pass row b h s d m ta sa tb sb
+  local ROWS=${ROWS:-16,16,2048,128,none;16,16,2048,128,causal;4,16,8192,128,none;4,16,8192,128,causal}
+  tflops() {  # arm B H S D mask -> "per-call stream" TFLOP/s
+    local bin tune args flops
+    IFS=: read -r bin tune args <<<"$1"
+    echo "{\"depth\":$5,\"mask\":\"$6\"}" > /tmp/gpu_ab.json
+    flops=$(python3 -c "print(4*$2*$3*$4*$4*$5*(0.5 if '$6'=='causal' else 1.0))")
+    FA4JIT_TUNE=$tune timeout 60 ".device/$bin" bench --json --config /tmp/gpu_ab.json --arch sm_90a --batch "$2" \
+      --heads "$3" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } 2>/dev/null | tail -1 |
+      python3 -c "import json,sys; j=json.load(sys.stdin); print(f\"{$flops/(j['ms']*1e9):.0f} {$flops/(j['ms_stream']*1e9):.0f}\")" \
+      2>/dev/null || echo "0 0"
+  }
+  echo "| row | pass | A: $A (call stream) | B: $B (call stream) | B / A call | B / A stream |"
+  echo "|---|---|---|---|---|---|"
+  IFS=';' read -ra rows <<<"$ROWS"
+  for pass in $(seq 1 "${PASSES:-2}"); do
+    for row in "${rows[@]}"; do
+      IFS=, read -r b h s d m <<<"$row"
+      if (( pass % 2 )); then  # odd passes A then B, even B then A: drift falls on both arms
+        read -r ta sa <<<"$(tflops "$A" "$b" "$h" "$s" "$d" "$m")"; read -r tb sb <<<"$(tflops "$B" "$b" "$h" "$s" "$d" "$m")"
+      else
+        read -r tb sb <<<"$(tflops "$B" "$b" "$h" "$s" "$d" "$m")"; read -r ta sa <<<"$(tflops "$A" "$b" "$h" "$s" "$d" "$m")"
+      fi
+      echo "| $b,$h,$s,$d $m | $pass | $ta $sa | $tb $sb | $(python3 -c "print(f'{$tb / max($ta, 1):.3f} | {$sb / max($sa, 1):.3f}')") |"
+    done
+  done
+}
+
+decode() {
+  need
+  if [[ ${1:-} != sweep ]]; then
+    timeout "${BENCH_LIMIT:-200}" python3 bench/decode.py --archs "${ARCHS:-sm90a=sm_90a,sm80=sm_90}" \
+      ${SHAPES:+--shapes "$SHAPES"} --out "$OUT/decode.json" > "$OUT/decode.log" 2>&1 || fail=1
+    grep "^|" "$OUT/decode.log"; tail -3 "$OUT/decode.log" | grep -v "^|"
+    return
+  fi
+  local cfg cases shape sp case_ B SQ SK splits lay out
+  IFS='|' read -ra cfgs <<<"${CFGS:-{\"depth\":128,\"mask\":\"none\"\}}"
+  for cfg in "${cfgs[@]}"; do
+    echo "$cfg" > /tmp/gpu_dc.json
+    cases=""  # every shape x SPLITS (0: automatic); K/V layout bhsd (the peers') or bshd
+    for shape in "8,1,32768" "64,1,4096" "1,1,131072" "8,16,32768"; do
+      for sp in ${SPLITS:-0}; do cases="$cases $shape,$sp"; done
+    done
+    for case_ in $cases; do
+      IFS=, read -r B SQ SK splits <<<"$case_"
+      for lay in ${LAYOUTS:-bhsd}; do
+        out=$($F bench --json --config /tmp/gpu_dc.json --arch "${ARCH:-sm_90a}" --batch "$B" --heads 32 --kv-heads 8 \
+              --seqlen-q "$SQ" --seqlen-k "$SK" --iters 50 --splits "$splits" --pack-gqa ${PAGE:+--page-size $PAGE} \
+              $([[ $lay == bhsd ]] && echo --kv-bhsd) 2>&1 | tail -1)
+        python3 -c '
+import json, sys
+cfg, shape, t = sys.argv[1:]
+try:
+    j = json.loads(t)
+    print(cfg, shape, j.get("kv_bhsd"), "splits", j["num_splits"], "%.0f us" % (j["ms"] * 1e3), "%.2f TB/s" % j["kv_TBps"],
+          "stream %.0f us" % (j["ms_stream"] * 1e3), "%.2f TB/s" % j["kv_TBps_stream"])
+except Exception:
+    print(cfg, shape, t[:200])' "$cfg" "$B $SQ $SK" "$out"
+      done
+    done
+  done
+}
+
+python_() {
+  local site=/tmp/site whl cmd
+  set +f; whl=(.whl/fa4jit-*.whl); set -f
+  [[ -f ${whl[0]} ]] || { echo "python: no .whl/fa4jit-*.whl (here: python3 -m pip wheel . -w .whl --no-deps; carry .whl)"; exit 2; }
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+  rm -rf "$site"
+  python3 -m pip install --no-deps --no-index --target "$site" "${whl[0]}" 2>&1 | tail -2
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} PATH=$site/bin:$PATH
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import sys, torch, fa4jit; print("python", sys.version.split()[0], "torch", torch.__version__, "fa4jit", fa4jit.__version__, fa4jit.library_path); print(fa4jit.runtime_info())' 2>&1 | tee "$OUT/python_info.log"
+  cmd=(python3 -m pytest -q -rs -p no:cacheprovider -W ignore::UserWarning --rootdir tests/python tests/python -s)
+  [[ ${1:-} == -k ]] && cmd+=(-k "${2:?-k EXPR}")
+  timeout 480 "${cmd[@]}" 2>&1 | tee "$OUT/python_tests.log" |
+    grep -E "passed|failed|error|max \|logit|agreement|frames compiled|graph\(s\)|FAILED|SKIPPED" | tail -60
+  echo "pytest rc=${PIPESTATUS[0]}"; (( PIPESTATUS[0] == 0 )) || fail=1
+  timeout 120 python3 bench/python_overhead.py --json "$OUT/python_overhead.json" 2>&1 | tee "$OUT/python_overhead.log"
+}
+
+# ncu on our timed fa4_fwd (launches: first, warm-up, timed, stream) and on cuDNN through SDPA.
+sdpa_call() {  # B H HKV SQ SK D [causal]: warm-up, then one call inside cudaProfilerStart/Stop
+  cat > /tmp/gpu_sdpa_call.py <<'EOF'
+import sys
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+B, H, Hkv, Sq, Sk, D = (int(x) for x in sys.argv[1:7])
+causal = len(sys.argv) > 7 and sys.argv[7] == "causal"
+q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
+v = torch.randn_like(k)
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    for _ in range(3):
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=H != Hkv)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=H != Hkv)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+EOF
+  echo /tmp/gpu_sdpa_call.py
+}
+
+profile() {
+  need
+  local what=${1:-} py args B H S D SQ SK shape
+  py=$(sdpa_call)
+  local sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+    --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats"
+  local keys="^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per|Grid Size|Block Size|Dynamic Shared|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit Rate|Waves Per SM"
+  case $what in
+    prefill)
+      IFS=, read -r B H S D <<<"${SHAPE:-16,16,2048,128}"
+      echo "{\"depth\":$D,\"mask\":\"${MASK:-causal}\"}" > /tmp/gpu_pp.json
+      args="bench --config /tmp/gpu_pp.json --arch sm_90a --batch $B --heads $H --seqlen-q $S --seqlen-k $S --warmup 1 --iters 1"
+      $F $args >/dev/null  # compile outside the profiler
+      timeout 200 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $sections \
+        $F $args > "$OUT/ncu_prefill_ours.txt" 2>&1
+      timeout 200 ncu --clock-control none --profile-from-start off $sections \
+        python3 "$py" "$B" "$H" "$H" "$S" "$S" "$D" "${MASK:-causal}" > "$OUT/ncu_prefill_cudnn.txt" 2>&1
+      for f in ours cudnn; do echo "== $f $B,$H,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_prefill_$f.txt" | head -40; done ;;
+    decode)
+      echo "${CFG:-{\"depth\":128,\"mask\":\"none\"\}}" > /tmp/gpu_pd.json
+      for shape in ${SHAPES:-8,1,32768 1,1,131072}; do
+        IFS=, read -r B SQ SK <<<"$shape"
+        args="bench --config /tmp/gpu_pd.json --arch sm_90a --batch $B --heads 32 --kv-heads 8 --seqlen-q $SQ --seqlen-k $SK
+              --pack-gqa --kv-bhsd --warmup 1 --iters 1"
+        $F $args >/dev/null
+        timeout 240 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $sections \
+          $F $args > "$OUT/ncu_ours_${B}_${SQ}_${SK}.txt" 2>&1
+        timeout 240 ncu --clock-control none --profile-from-start off $sections \
+          python3 "$py" "$B" 32 8 "$SQ" "$SK" 128 > "$OUT/ncu_cudnn_${B}_${SQ}_${SK}.txt" 2>&1
+        for f in ours cudnn; do echo "== $f $shape"; grep -E "$keys" "$OUT/ncu_${f}_${B}_${SQ}_${SK}.txt" | head -40; done
+      done ;;
+    *) echo "profile: prefill or decode"; exit 2 ;;
+  esac
+}
+
+sweep() {  # each line of FILE: <FA4JIT_TUNE or -> <config json> <bench flags...>
+  need
+  local tune cfg flags
+  while read -r tune cfg flags; do
+    [[ -z $tune || ${tune:0:1} == "#" ]] && continue
+    echo "$cfg" > /tmp/gpu_sweep.json
+    [[ $tune == - ]] && tune=""
+    printf '%-40s %-50s ' "$tune" "$cfg"
+    FA4JIT_TUNE=$tune $F bench --config /tmp/gpu_sweep.json $flags 2>&1 | tail -1
+  done < "${1:-bench/sweep.txt}"
+}
+
+stage() {  # NAME COMMAND...: runs it and says how long it took
+  local name=$1 start=$SECONDS
+  shift
+  echo "######## $name"
+  "$@"
+  echo "######## $name took $((SECONDS - start)) s"
+}
+
+fail=0
+verb=${1:-}
+shift || true
+case $verb in
+  pack) pack "$@"; exit $? ;;
+  -h|--help|help|"") usage; [[ -n $verb ]]; exit $? ;;
+esac
+mkdir -p "$OUT"
+case $verb in
+  info) info ;;
+  tests) tests "$@" ;;
+  sanitize) sanitize "$@" ;;
+  bench) bench "$@" ;;
+  ab) ab "$@" ;;
+  decode) decode "$@" ;;
+  python) python_ "$@" ;;
+  profile) profile "$@" ;;
+  sweep) sweep "$@" ;;
+  all)  # stage limits that keep the call under 600 s: about 20 + 220 + 150 + 170
+    stage info info
+    TEST_LIMIT=${TEST_LIMIT:-220} stage tests tests
+    SAN_LIMIT=${SAN_LIMIT:-150} stage sanitize sanitize prefill decode
+    BENCH_LIMIT=${BENCH_LIMIT:-170} stage bench bench
+    echo "all: total $SECONDS s, $([[ $fail == 0 ]] && echo ok || echo FAILED)" ;;
+  *) echo "gpu.sh: unknown verb '$verb'"; usage; exit 2 ;;
+esac
+exit $fail
