@@ -74,8 +74,16 @@ def snapshot_one(binary, name, cfg, arch, out_dir, tmp, tune=""):
         # A config an arch refuses is part of the snapshot too: the refusal must stay the same.
         text = "REFUSED\n" + r.stderr
     else:
-        # .file lines hold the working directory; // lines NVRTC's version.
-        text = "".join(l for l in r.stdout.splitlines(True) if not l.startswith("//") and not l.lstrip().startswith(".file"))
+        # Debug line info is not code: .file lines hold the working directory, .loc lines template
+        # line numbers (they move when a template gains a line) and the .debug sections the names
+        # of inlined functions; // lines NVRTC's version.
+        lines = []
+        for l in r.stdout.splitlines(True):
+            if l.lstrip().startswith(".section") and ".debug" in l:
+                break
+            if not l.startswith("//") and not l.lstrip().startswith((".file", ".loc")):
+                lines.append(l)
+        text = "".join(lines)
         text = ENTRY.sub(lambda m: f"fa4_{m.group(1)}_ENTRY", text)
         text = INTERNAL.sub("_INTERNAL_SRC", text)
     with open(target, "w") as f:
