@@ -14,6 +14,7 @@
 #pragma once
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
+#include "common/smem.cuh"
 #include "sm90a/layout.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"

@@ -25,8 +25,6 @@
 namespace fa4 {
 namespace sm90a {
 
-template <bool B, class T, class F> struct Cond { using type = T; };
-template <class T, class F> struct Cond<false, T, F> { using type = F; };
 template <class...> struct VoidT { using type = void; };
 
 // Optional Config members, detected so the generated layer needs no change to use them.
