@@ -190,7 +190,7 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
 }
 
 // Persistent unmasked launches split their last, partial round of tiles (PersistentTiles' split
-// tail, plan_split_tail): tiles before split_from write O, the tail's KV splits write partials
+// tail, PersistentWalk::split_tail): tiles before split_from write O, the tail's KV splits write partials
 // that fa4_combine merges. Shapes put split_from at a head's first tile and inside a head (m
 // blocks 5 do not divide the SM count of an H100/H200), with a clipped last Q tile, GQA, and sinks
 // (counted once: by the whole tiles and by split 0).
@@ -214,7 +214,7 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
       c.num_splits = 0;
       c.with_sinks = m_blocks == 5;
       const long long tiles = 2LL * m_blocks * c.batch;
-      const int expected = jit::detail::plan_split_tail(tiles, 5, sms).splits;
+      const int expected = fa4::PersistentWalk::split_tail(tiles, 5, sms).splits;
       ASSERT_GT(expected, 1) << "shape without a split tail: tiles " << tiles << " sms " << sms;
       EXPECT_EQ(kernel->num_splits(shapes_only(c.batch, c.seqlen_q, 2, c.seqlen_k, 1, depth)), expected);
       expect_matches(jit::testing::run_and_check(*kernel, c),
@@ -319,7 +319,7 @@ TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   a = shapes_only(16, 2048, 16, 2048, 16);  // prefill fills the GPU: 4096 Q tiles
   if (kernel->config().tuning.persistent == 1) {  // sm90a default: only the last, partial round splits
     const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
-    const jit::detail::SplitTail tail = jit::detail::plan_split_tail(4096, 2048 / kernel->config().config.BN, sms);
+    const fa4::PersistentWalk::SplitTail tail = fa4::PersistentWalk::split_tail(4096, 2048 / kernel->config().config.BN, sms);
     EXPECT_EQ(kernel->num_splits(a), tail.splits);
     const std::size_t tail_rows = tail.splits > 1 ? (4096 - tail.from) * kernel->config().config.BM : 0;
     EXPECT_EQ(kernel->workspace_bytes(a), tail_rows * tail.splits * (128 + 1) * sizeof(float));
