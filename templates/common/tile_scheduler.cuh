@@ -147,6 +147,21 @@ struct TileWork {
   }
 };
 
+// The grid walk's device iteration (GridWalk, common/tile_walk.h): the CTA's one unit, whose work
+// the kernel builds before its roles split (TileWork::make(p), so a CTA without Q rows returns
+// before any barrier exists). The same interface as PersistentTiles, so one role loop serves both:
+// valid() holds for iter 0 only, which the compiler folds (the loop runs exactly once).
+template <class Work>
+struct GridTiles {
+  static constexpr bool kPersistent = false;
+  const Work& w;
+  int iter;
+  __device__ __forceinline__ bool valid(const FwdParams&, int = 0) const { return iter == 0; }
+  __device__ __forceinline__ void advance() { ++iter; }
+  template <int kBM, int kBN, int kPack = 1>
+  __device__ __forceinline__ const Work& work(const FwdParams&) const { return w; }
+};
+
 // The persistent walk's device iteration (PersistentWalk, common/tile_walk.h): CTA x visits
 // units PersistentWalk::unit(i, x, gridDim.x) for i = 0, 1, ... Only the iteration count i is
 // carried (one register): the unit is recomputed from it, and so are the per-tile barrier phases.
@@ -154,6 +169,7 @@ struct TileWork {
 // TileWork::valid is false; every role must treat it identically.
 template <class Mask>
 struct PersistentTiles : PersistentWalk {
+  static constexpr bool kPersistent = true;
   int iter;  // units of this CTA before the current one
 
   __device__ __forceinline__ static PersistentTiles make() { return PersistentTiles{{}, 0}; }
@@ -189,6 +205,7 @@ struct PersistentTiles : PersistentWalk {
 // carried: the state is recomputed from it (UnitSplit::segment_start), as in PersistentTiles.
 template <class Mask>
 struct SegmentTiles : StreamKWalk {
+  static constexpr bool kPersistent = true;
   int iter;  // segments of this CTA before the current one
 
   __device__ __forceinline__ static SegmentTiles make() { return SegmentTiles{{}, 0}; }

@@ -81,12 +81,13 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     }
   } else {
     setmaxnreg_inc<Sh::kConsumerRegs>();
-    if constexpr (L::kCrossTile)
+    if constexpr (L::kCrossTile) {
       consumer_loop_cross_tile<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
-    else if constexpr (Sh::kPersistent)
-      consumer_loop_persistent<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
-    else
-      consumer_loop<Config, Mask, ScoreMod>(p, w, smem, bars, wg - 1);
+    } else if constexpr (Sh::kPersistent) {
+      consumer_loop<Config, Mask, ScoreMod>(p, TileWalker<Config, Mask>::make(), smem, bars, wg - 1);
+    } else {
+      consumer_loop<Config, Mask, ScoreMod>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars, wg - 1);
+    }
   }
 }
 
