@@ -71,48 +71,6 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
   return m;
 }
 
-int choose_num_splits(long long tiles, int kv_blocks, int slots) {
-  if (tiles <= 0 || slots <= 0 || tiles >= slots * 8LL / 10 || kv_blocks < 4) return 1;
-  const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
-  auto fill = [&](int s) {
-    const double waves = static_cast<double>(tiles * s) / slots;
-    return waves / std::ceil(waves);
-  };
-  double best = 0;
-  for (int s = 1; s <= max_splits; ++s) best = std::max(best, fill(s));
-  for (int s = 1; s <= max_splits; ++s)
-    if (fill(s) >= 0.95 * best) return s;
-  return 1;
-}
-
-StreamKPlan plan_stream_k(long long tiles, int kv_blocks, int m_blocks, int requested, int sms) {
-  if (tiles <= 0 || tiles > INT32_MAX) throw LaunchError(fmt::format("launch: {} Q tiles for a stream-K kernel", tiles));
-  int units = requested > 0 ? requested : (m_blocks == 1 && kv_blocks >= 2 ? kv_blocks : 1);
-  if (tiles * units > INT32_MAX) {
-    if (requested > 0)
-      throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", requested, tiles));
-    units = 1;
-  }
-  StreamKPlan sk;
-  sk.ctas = static_cast<int>(std::min<long long>({tiles * units, std::max(1, sms), fa4::kMaxSplits}));
-  sk.units = fa4::UnitSplit::make(static_cast<int>(tiles), units, sk.ctas);
-  sk.slots = units == 1 ? 1 : sk.units.max_segments(sk.ctas);
-  return sk;
-}
-
-SplitTail plan_split_tail(long long tiles, int kv_blocks, int sms) {
-  SplitTail tail;
-  if (sms <= 0 || tiles < sms || kv_blocks < 2) return tail;
-  const long long last_round = tiles % sms;
-  if (last_round == 0) return tail;
-  int splits = static_cast<int>(std::min<long long>({sms / last_round, kv_blocks, fa4::kMaxSplits}));
-  if (splits < 2) return tail;
-  const int per_split = (kv_blocks + splits - 1) / splits;
-  tail.splits = (kv_blocks + per_split - 1) / per_split;  // TileWork::keep_share leaves none empty
-  tail.from = tiles - last_round;
-  return tail;
-}
-
 namespace {
 
 int sm_count() { return device_limits(ensure_context()).sms; }
@@ -139,66 +97,48 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   p = pack_params(config_, args, &shape);  // throws before anything runs
   plan.uses_tma = config_.uses_tma;
   if (plan.uses_tma) plan.tma = tma_.get(config_, args, p.kv_box_rows);
-  const bool persistent = config_.walk == TileWalk::persistent;
-  const bool stream_k = config_.walk == TileWalk::stream_k;
-  plan.grid[0] = static_cast<unsigned>(p.num_m_blocks);
-  plan.grid[1] = static_cast<unsigned>(shape.grid_heads);
-  plan.grid[2] = static_cast<unsigned>(shape.batch);
-  const long long tiles = 1LL * plan.grid[0] * plan.grid[1] * plan.grid[2];
-
   if (args.num_splits < 0 || args.num_splits > fa4::kMaxSplits)
     throw LaunchError(fmt::format("launch: num_splits is {}: use 0 (automatic) or 1..{}", args.num_splits, fa4::kMaxSplits));
-  const int kv_blocks = (shape.max_seqlen_k + config_.config.BN - 1) / config_.config.BN;
-  int splits = args.num_splits;
-  if (stream_k) {
-    const StreamKPlan sk = plan_stream_k(tiles, kv_blocks, p.num_m_blocks, args.num_splits, sm_count());
-    p.tile_units = sk.units.units_per_tile;
-    p.units_per_cta = sk.units.per_cta;
-    p.units_extra = sk.units.extra;
-    plan.grid[0] = static_cast<unsigned>(sk.ctas);
-    plan.grid[1] = plan.grid[2] = 1;
-    splits = sk.slots;
-  } else if (splits == 0) {
-    splits = shape.max_seqlen_k == 0 ? 1 : choose_num_splits(tiles, kv_blocks, sm_count());
-    // Unmasked persistent tiles are equal, so a partial last round idles SMs: split it. Tiles map
-    // to LSE rows in order only without varlen or packing, and the tail's rows are the slices'.
-    const bool equal_tiles = config_.config.mask.kind == Mask::Kind::none && !config_.config.pack_gqa;
-    if (persistent && splits == 1 && equal_tiles && !args.cu_seqlens_q) {
-      const SplitTail tail = plan_split_tail(tiles, kv_blocks, sm_count());
-      if (tail.splits > 1) {
-        splits = tail.splits;
-        p.split_from = static_cast<int>(tail.from);
-        p.partial_row0 = static_cast<int>(tail.from / p.num_m_blocks * shape.max_seqlen_q +
-                                          tail.from % p.num_m_blocks * config_.config.BM);
-        p.partial_rows -= p.partial_row0;
-      }
-    }
+
+  const FA4Config& c = config_.config;
+  const bool masked = c.mask.kind != Mask::Kind::none;
+  fa4::WalkInput in;
+  in.m_blocks = p.num_m_blocks;
+  in.heads = shape.grid_heads;
+  in.batch = shape.batch;
+  in.kv_blocks = (shape.max_seqlen_k + c.BN - 1) / c.BN;
+  in.keys_known = shape.max_seqlen_k != 0;
+  in.requested_splits = args.num_splits;
+  in.sms = sm_count();
+  in.equal_tiles = !masked && !c.pack_gqa && !args.cu_seqlens_q;
+  in.max_seqlen_q = shape.max_seqlen_q;
+  in.bm = c.BM;
+  if (config_.lpt_order && masked) in.lpt_heads = lpt_section_heads(shape, args, c);
+  in.causal_equal_lengths = c.mask.kind == Mask::Kind::causal && !args.cu_seqlens_q && !args.cu_seqlens_k;
+  in.balance = [&](int ctas, int max_heads) { return balanced_lpt_heads(shape, ctas, max_heads); };
+  const long long tiles = in.tiles();
+
+  fa4::WalkPlan walk;
+  switch (config_.walk) {
+    case TileWalk::grid: walk = fa4::GridWalk::plan(in, p); break;
+    case TileWalk::persistent: walk = fa4::PersistentWalk::plan(in, p); break;
+    case TileWalk::stream_k: walk = fa4::StreamKWalk::plan(in, p); break;
   }
-  const long long rows = p.partial_rows;
-  const long long units = p.split_from + (tiles - p.split_from) * splits;  // CTAs' work items
+  std::copy(std::begin(walk.grid), std::end(walk.grid), plan.grid);
+
+  const int splits = walk.splits;
   if (splits > 1) {
-    if (units > INT32_MAX || rows * splits * (config_.config.depth + 1) > (1LL << 40))
+    const long long rows = p.partial_rows;
+    const long long units = p.split_from + (tiles - p.split_from) * splits;  // CTAs' work items
+    if (units > INT32_MAX || rows * splits * (c.depth + 1) > (1LL << 40))
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));
-    p.num_splits = splits;
-    if (!stream_k) plan.grid[0] *= static_cast<unsigned>(splits);
     plan.combine_grid = static_cast<unsigned>((rows + fa4::kCombineRowsPerCta - 1) / fa4::kCombineRowsPerCta);
-    plan.split = SplitLayout{rows, splits, config_.config.depth, stream_k};
+    plan.split = SplitLayout{rows, splits, c.depth, config_.walk == TileWalk::stream_k};
     if (args.workspace && args.workspace_bytes < plan.split.bytes())
       throw LaunchError(fmt::format("launch: workspace_bytes is {}, {} splits need {} (Kernel::workspace_bytes)",
                                     args.workspace_bytes, splits, plan.split.bytes()));
     if (args.workspace && reinterpret_cast<std::uintptr_t>(args.workspace) % 16 != 0)
       throw LaunchError("launch: workspace is not 16-byte aligned");
-  }
-  if (splits == 1 && !stream_k && config_.lpt_order && config_.config.mask.kind != Mask::Kind::none)
-    p.lpt_heads = lpt_section_heads(shape, args, config_.config);
-  if (persistent) {
-    // One CTA per SM walks every unit: a whole tile or one KV split of a tile (PersistentTiles).
-    plan.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(sm_count(), units)));
-    plan.grid[1] = plan.grid[2] = 1;
-    // Equal-length causal batches: the section size whose static walk balances (runtime/lpt_order.hpp).
-    // Varlen keeps the L2 rule: its tiles' weights are not known on the host.
-    if (p.lpt_heads > 0 && config_.config.mask.kind == Mask::Kind::causal && !args.cu_seqlens_q && !args.cu_seqlens_k)
-      p.lpt_heads = balanced_lpt_heads(shape, static_cast<int>(plan.grid[0]), p.lpt_heads);
   }
   plan.block = static_cast<unsigned>(config_.num_threads);
   plan.smem_bytes = static_cast<unsigned>(config_.smem_bytes);

@@ -5,7 +5,7 @@
 #include <memory>
 #include <mutex>
 
-#include "common/segments.h"
+#include "common/tile_walk.h"
 #include "fa4jit/kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/tma.hpp"
@@ -50,36 +50,6 @@ struct LaunchPlan {
   unsigned combine_grid = 0;
   SplitLayout split;  // split.bytes() of workspace (0 rows when not split)
 };
-
-// Split count for a launch of `tiles` CTAs over `kv_blocks` KV tiles each, on `slots` CTA slots:
-// 1 when the grid already fills 80% of them, else the fewest splits whose slot fill is within 95%
-// of the best (FlashAttention's wave rule), each split keeping at least two KV tiles. The caller
-// passes the SM count even for 2-CTA-per-SM decode kernels: on an H200, 128 CTAs (one per SM)
-// read K/V at 4.27 TB/s and 256 at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16
-// splits 3.99 TB/s, 32 splits 3.64).
-int choose_num_splits(long long tiles, int kv_blocks, int slots);
-
-// Split tail of a persistent unmasked launch (PersistentTiles) of `tiles` equal Q tiles with
-// `kv_blocks` KV tiles each on `sms` CTAs: the whole rounds run whole tiles, and the last round's
-// r = tiles % sms tiles, which would keep sms - r SMs idle for a whole tile's time (3% of a
-// 31-round launch), run as `splits` KV splits each, as many as one round holds (splits * r <= sms)
-// with no split left empty. splits 1: no tail (no partial last round, or it is nearly full).
-struct SplitTail {
-  long long from = 0;  // first split tile
-  int splits = 1;
-};
-SplitTail plan_split_tail(long long tiles, int kv_blocks, int sms);
-
-// Stream-K geometry (Tuning::persistent = 2, common/segments.h) for `tiles` Q tiles of `kv_blocks`
-// KV tiles on `sms` SMs. `requested` is LaunchArgs::num_splits: 0 picks one unit per KV tile when
-// each (batch, head) has a single Q tile (decode: K/V bytes balanced over the SMs), else whole tiles;
-// n > 0 cuts each tile into n units. `slots` is the partial slots per row (1: no partials, no combine).
-struct StreamKPlan {
-  fa4::UnitSplit units;
-  int ctas = 1;
-  int slots = 1;
-};
-StreamKPlan plan_stream_k(long long tiles, int kv_blocks, int m_blocks, int requested, int sms);
 
 class CompiledKernel final : public Kernel {
  public:

@@ -1,26 +1,37 @@
 #include "runtime/lpt_order.hpp"
 
 #include <algorithm>
+#include <cstdint>
+
+#include "common/tile_walk.h"
 
 namespace jit::detail {
 
 double strided_balance(const std::vector<double>& weights, int pairs, int ctas, int heads) {
   const long long m_blocks = static_cast<long long>(weights.size());
   const long long tiles = m_blocks * pairs;
-  if (tiles == 0 || ctas <= 0 || heads <= 0) return 1.0;
+  if (tiles == 0 || ctas <= 0 || heads <= 0 || tiles > INT32_MAX) return 1.0;
+  // The walk's own parameters: pairs as heads of one batch, unsplit, sections of `heads`.
+  fa4::FwdParams p{};
+  p.num_m_blocks = static_cast<int>(m_blocks);
+  p.num_q_heads = pairs;
+  p.batch = 1;
+  p.num_splits = 1;
+  p.lpt_heads = heads;
+  const int units = fa4::PersistentWalk::units(p, static_cast<int>(tiles));
   std::vector<double> load(static_cast<std::size_t>(ctas), 0.0);
   double total = 0;
-  for (long long t = 0; t < tiles; ++t) {
-    // PersistentTiles::decode (masked): sections of `heads` pairs, the x-th heaviest tile of every
-    // pair of a section before the (x+1)-th.
-    const long long section = t / (heads * m_blocks), in_section = t - section * heads * m_blocks;
-    const long long section_heads = std::min<long long>(heads, pairs - section * heads);
-    const double w = weights[static_cast<std::size_t>(in_section / section_heads)];
-    // PersistentTiles::unit: round t / ctas, odd rounds reversed.
-    const long long round = t / ctas, pos = t % ctas;
-    load[static_cast<std::size_t>(round & 1 ? ctas - 1 - pos : pos)] += w;
-    total += w;
-  }
+  // Each CTA's units exactly as PersistentTiles walks them, decoded as the kernel decodes them.
+  for (int x = 0; x < ctas; ++x)
+    for (int i = 0;; ++i) {
+      const int t = fa4::PersistentWalk::unit(i, x, ctas, true);
+      if (t >= units) break;  // units grow with i: later rounds are past the end too
+      int m, split, head, batch;
+      fa4::PersistentWalk::decode(p, t, true, m, split, head, batch);
+      const double w = weights[static_cast<std::size_t>(m)];  // m: 0 = the heaviest tile
+      load[static_cast<std::size_t>(x)] += w;
+      total += w;
+    }
   const long long used = std::min<long long>(ctas, tiles);
   return total / used / *std::max_element(load.begin(), load.end());
 }

@@ -11,8 +11,9 @@
 namespace jit::detail {
 
 // Balance of the static walk: weights[x] is the cost of a pair's x-th heaviest Q tile; `pairs`
-// (batch, head) pairs in sections of `heads`, walked by `ctas` CTAs exactly as PersistentTiles
-// decodes units (no KV splits). Mean CTA load over the largest (1: perfect).
+// (batch, head) pairs in sections of `heads`, walked by `ctas` CTAs through the persistent walk's own
+// unit and decode rules (fa4::PersistentWalk, templates/common/tile_walk.h; no KV splits). Mean
+// CTA load over the largest (1: perfect).
 double strided_balance(const std::vector<double>& weights, int pairs, int ctas, int heads);
 
 // The section size in [1, max_heads] (max_heads: the most pairs whose K/V fit the L2 budget) with

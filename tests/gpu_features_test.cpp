@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -78,10 +79,16 @@ TEST(GpuFeatures, VarlenAndSequsedK) {
       }
 }
 
+// sm90a: the default (persistent) walk loads paged K/V with a branch per tile, the grid walk
+// (persistent=0) with its own copy of the producer (producer_unit<kPaged>): both run here.
 TEST(GpuFeatures, PagedKvMatchesContiguous) {
   SKIP_WITHOUT_GPU();
   for (const std::string& arch : runnable_archs())
-    for (int depth : {64, 128}) {
+    for (int depth : {64, 128})
+    for (const char* tune : {"", "persistent=0"}) {
+      if (*tune && arch != "sm_90a") continue;
+      std::optional<jit::testing::ScopedTune> scoped;
+      if (*tune) scoped.emplace(tune);
       const auto kernel = jit::get_kernel(config(arch, depth, Mask::causal()));
       for (int page : {16, 48, 64, 256}) {
         CheckCase c = heads(8, 2);
@@ -89,13 +96,13 @@ TEST(GpuFeatures, PagedKvMatchesContiguous) {
         c.seqlen_q = 33;
         c.seqlens_k = {1000, 64, 517};
         c.page_size = page;
-        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} paged {}", arch, depth, page));
+        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} {} paged {}", arch, depth, tune, page));
       }
       CheckCase v = heads(4, 4);  // varlen queries over paged keys
       v.seqlens_q = {5, 0, 130};
       v.seqlens_k = {300, 17, 130};
       v.page_size = 64;
-      expect_matches(jit::testing::run_and_check(*kernel, v), fmt::format("{} d{} paged varlen", arch, depth));
+      expect_matches(jit::testing::run_and_check(*kernel, v), fmt::format("{} d{} {} paged varlen", arch, depth, tune));
     }
 }
 
@@ -190,7 +197,7 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
 }
 
 // Persistent unmasked launches split their last, partial round of tiles (PersistentTiles' split
-// tail, plan_split_tail): tiles before split_from write O, the tail's KV splits write partials
+// tail, PersistentWalk::split_tail): tiles before split_from write O, the tail's KV splits write partials
 // that fa4_combine merges. Shapes put split_from at a head's first tile and inside a head (m
 // blocks 5 do not divide the SM count of an H100/H200), with a clipped last Q tile, GQA, and sinks
 // (counted once: by the whole tiles and by split 0).
@@ -214,7 +221,7 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
       c.num_splits = 0;
       c.with_sinks = m_blocks == 5;
       const long long tiles = 2LL * m_blocks * c.batch;
-      const int expected = jit::detail::plan_split_tail(tiles, 5, sms).splits;
+      const int expected = fa4::PersistentWalk::split_tail(tiles, 5, sms).splits;
       ASSERT_GT(expected, 1) << "shape without a split tail: tiles " << tiles << " sms " << sms;
       EXPECT_EQ(kernel->num_splits(shapes_only(c.batch, c.seqlen_q, 2, c.seqlen_k, 1, depth)), expected);
       expect_matches(jit::testing::run_and_check(*kernel, c),
@@ -229,17 +236,23 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
 // way a pending tile ends: overlapped with the next tile's first Q K^T, alone before a tile whose
 // rows see no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile without Q rows (varlen,
 // empty sequences), and alone at the end of the walk; with split-tail partials, GQA and sinks.
+// cross_tile=0: the same shapes through sm90a's one consumer_loop with the own O region (Q handed
+// back before the epilogue), which the default d96/d128 kernels otherwise never run.
 TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
   if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "the persistent walker is sm90a's";
   const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
+  for (const char* tune : {"", "cross_tile=0"})
   for (int depth : {96, 128})
     for (const Mask& mask : {Mask::none(), Mask::causal()}) {
+      std::optional<jit::testing::ScopedTune> scoped;
+      if (*tune) scoped.emplace(tune);
       const auto kernel = jit::get_kernel(config("sm_90a", depth, mask));
       ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
       const int bm = kernel->config().config.BM;
-      const std::string what = fmt::format("d{} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none");
+      const std::string what =
+          fmt::format("d{} {} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none", tune);
 
       CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
       equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
@@ -319,7 +332,7 @@ TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   a = shapes_only(16, 2048, 16, 2048, 16);  // prefill fills the GPU: 4096 Q tiles
   if (kernel->config().tuning.persistent == 1) {  // sm90a default: only the last, partial round splits
     const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
-    const jit::detail::SplitTail tail = jit::detail::plan_split_tail(4096, 2048 / kernel->config().config.BN, sms);
+    const fa4::PersistentWalk::SplitTail tail = fa4::PersistentWalk::split_tail(4096, 2048 / kernel->config().config.BN, sms);
     EXPECT_EQ(kernel->num_splits(a), tail.splits);
     const std::size_t tail_rows = tail.splits > 1 ? (4096 - tail.from) * kernel->config().config.BM : 0;
     EXPECT_EQ(kernel->workspace_bytes(a), tail_rows * tail.splits * (128 + 1) * sizeof(float));

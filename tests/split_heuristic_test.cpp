@@ -1,4 +1,5 @@
-// The automatic split count (runtime/compiled_kernel.cpp), on the shapes it was tuned on: an
+// The tile walks' host plans and decode rules (templates/common/tile_walk.h, runtime/tile_walk.cpp).
+// The automatic split count (GridWalk::choose_splits), on the shapes it was tuned on: an
 // H200's 132 SMs (one CTA slot per SM, see choose_num_splits).
 #include <gtest/gtest.h>
 
@@ -10,7 +11,10 @@
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/lpt_order.hpp"
 
-using jit::detail::choose_num_splits;
+using fa4::GridWalk;
+using fa4::PersistentWalk;
+using fa4::StreamKWalk;
+constexpr auto choose_num_splits = &GridWalk::choose_splits;
 
 TEST(SplitHeuristic, FillsTheSlotsForDecode) {
   // B 8 x 8 KV heads, 32768 keys in 64-key tiles: 2 splits = 128 CTAs on 132 SMs.
@@ -28,15 +32,15 @@ TEST(SplitHeuristic, LeavesFullGridsAndShortKeysAlone) {
   EXPECT_EQ(choose_num_splits(8, 10, 132), 5);     // at least two KV tiles per split
 }
 
-// Stream-K (common/segments.h, runtime plan_stream_k): walking every CTA's segments the way
-// SegmentTiles does covers each unit exactly once, gives each CTA q or q + 1 units, numbers a
+// Stream-K (common/segments.h, StreamKWalk::geometry): walking every CTA's segments with
+// StreamKWalk::segment, as SegmentTiles does, covers each unit exactly once, gives each CTA q or q + 1 units, numbers a
 // tile's segments 0 .. segments(t) - 1 in CTA order, and never needs more than the planned slots.
 namespace {
 
 void expect_partition(long long tiles, int kv_blocks, int m_blocks, int requested, int sms) {
   SCOPED_TRACE(testing::Message() << "tiles " << tiles << " kv_blocks " << kv_blocks << " m_blocks " << m_blocks
                                   << " requested " << requested << " sms " << sms);
-  const jit::detail::StreamKPlan sk = jit::detail::plan_stream_k(tiles, kv_blocks, m_blocks, requested, sms);
+  const StreamKWalk::Geometry sk = StreamKWalk::geometry(tiles, kv_blocks, m_blocks, requested, sms);
   const fa4::UnitSplit& u = sk.units;
   const int total = static_cast<int>(tiles) * u.units_per_tile;
   ASSERT_LE(sk.ctas, sms);
@@ -46,9 +50,11 @@ void expect_partition(long long tiles, int kv_blocks, int m_blocks, int requeste
     const int end = u.begin(x + 1);
     EXPECT_TRUE(end - u.begin(x) == u.per_cta || end - u.begin(x) == u.per_cta + 1);
     for (int k = 0; u.segment_start(x, k) < end; ++k) {
-      const int s = u.segment_start(x, k), t = s / u.units_per_tile;
-      const int stop = std::min(end, (t + 1) * u.units_per_tile);
-      const int slot = x - u.first_cta(t);
+      const StreamKWalk::Segment g = StreamKWalk::segment(u, x, k);
+      const int t = g.tile, s = t * u.units_per_tile + g.u0, stop = t * u.units_per_tile + g.u1;
+      EXPECT_EQ(s, u.segment_start(x, k));
+      EXPECT_LT(g.u0, g.u1);
+      const int slot = StreamKWalk::slot(u, x, t);
       EXPECT_EQ(slot, seen_slots[t]) << "tile " << t;  // slots in CTA order, none skipped
       ++seen_slots[t];
       EXPECT_LT(slot, u.segments(t));
@@ -83,20 +89,20 @@ TEST(StreamK, SegmentsPartitionTheUnits) {
 }
 
 TEST(StreamK, PlanBalancesDecodeAndKeepsWholeTilesForPrefill) {
-  const auto sk = jit::detail::plan_stream_k(512, 64, 1, 0, 132);
+  const auto sk = StreamKWalk::geometry(512, 64, 1, 0, 132);
   EXPECT_EQ(sk.ctas, 132);
   EXPECT_EQ(sk.units.units_per_tile, 64);
   EXPECT_EQ(sk.units.per_cta, 248);  // 32768 units / 132 CTAs
   EXPECT_EQ(sk.units.extra, 32768 - 248 * 132);
   EXPECT_EQ(sk.slots, 2);
-  const auto prefill = jit::detail::plan_stream_k(512, 64, 16, 0, 132);  // 16 Q tiles per head
+  const auto prefill = StreamKWalk::geometry(512, 64, 16, 0, 132);  // 16 Q tiles per head
   EXPECT_EQ(prefill.units.units_per_tile, 1);
   EXPECT_EQ(prefill.slots, 1);
-  const auto explicit_splits = jit::detail::plan_stream_k(4, 64, 1, 5, 132);
+  const auto explicit_splits = StreamKWalk::geometry(4, 64, 1, 5, 132);
   EXPECT_EQ(explicit_splits.units.units_per_tile, 5);
   EXPECT_EQ(explicit_splits.ctas, 20);  // one unit (= one split) per CTA, like a split grid
   EXPECT_EQ(explicit_splits.slots, 5);
-  EXPECT_THROW(jit::detail::plan_stream_k(1LL << 31, 2, 1, 0, 132), jit::LaunchError);
+  EXPECT_THROW(StreamKWalk::geometry(1LL << 31, 2, 1, 0, 132), jit::LaunchError);
 }
 
 // The split workspace: o_partial, lse_partial and (stream-K) split_count back to back, inside the
@@ -120,11 +126,11 @@ TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
   }
 }
 
-// Split tail (PersistentTiles, runtime plan_split_tail): the last, partial round of equal tiles
+// Split tail (PersistentWalk::split_tail): the last, partial round of equal tiles
 // is cut into KV splits that fit in one round, none empty; full rounds and nearly full last
 // rounds stay whole.
 TEST(SplitTail, SplitsOnlyAPartialLastRound) {
-  using jit::detail::plan_split_tail;
+  constexpr auto plan_split_tail = &PersistentWalk::split_tail;
   // The D128 rows: 4096 tiles on 132 SMs = 31 rounds + 4 tiles. 64 KV tiles: 33 splits
   // would leave one empty (2 KV tiles each), so 32; 16 KV tiles: one each.
   EXPECT_EQ(plan_split_tail(4096, 64, 132).from, 4092);
@@ -141,7 +147,7 @@ TEST(SplitTail, SplitsOnlyAPartialLastRound) {
   for (long long tiles : {133LL, 200LL, 1000LL, 4097LL})
     for (int kv : {2, 3, 5, 64, 1000})
       for (int sms : {78, 114, 132}) {
-        const jit::detail::SplitTail t = plan_split_tail(tiles, kv, sms);
+        const PersistentWalk::SplitTail t = plan_split_tail(tiles, kv, sms);
         if (t.splits == 1) continue;
         SCOPED_TRACE(testing::Message() << "tiles " << tiles << " kv " << kv << " sms " << sms);
         EXPECT_EQ(t.from % sms, 0);                     // whole rounds first
@@ -186,4 +192,184 @@ TEST(LptSections, AvoidsSectionSizesThatUnbalanceTheStaticWalk) {
   // lands on the CTAs of the first round.
   EXPECT_DOUBLE_EQ(strided_balance({1.0}, 264, 132, 1), 1.0);
   EXPECT_DOUBLE_EQ(strided_balance({3.0, 1.0}, 132, 132, 132), 1.0);  // round 0 heavy, round 1 light, reversed
+}
+
+// ---- The walks' plan() and decode rules ----------------------------------------------------------
+namespace {
+
+fa4::WalkInput walk_input(int m_blocks, int heads, int batch, int kv_blocks, int sms) {
+  fa4::WalkInput in;
+  in.m_blocks = m_blocks;
+  in.heads = heads;
+  in.batch = batch;
+  in.kv_blocks = kv_blocks;
+  in.sms = sms;
+  in.max_seqlen_q = m_blocks * 128;
+  in.bm = 128;
+  return in;
+}
+
+fa4::FwdParams fresh_params(const fa4::WalkInput& in, int rows) {
+  fa4::FwdParams p{};
+  p.num_m_blocks = in.m_blocks;
+  p.num_q_heads = in.heads;
+  p.batch = in.batch;
+  p.num_splits = 1;
+  p.partial_rows = rows;
+  return p;
+}
+
+}  // namespace
+
+TEST(GridWalkPlan, GridIsTilesTimesSplitsAndLptOnlyUnsplit) {
+  fa4::WalkInput in = walk_input(16, 8, 2, 64, 132);  // 256 tiles: fills the GPU, no split
+  in.lpt_heads = 5;
+  fa4::FwdParams p = fresh_params(in, 0);
+  fa4::WalkPlan w = GridWalk::plan(in, p);
+  EXPECT_EQ(w.grid[0], 16u);
+  EXPECT_EQ(w.grid[1], 8u);
+  EXPECT_EQ(w.grid[2], 2u);
+  EXPECT_EQ(w.splits, 1);
+  EXPECT_EQ(p.num_splits, 1);
+  EXPECT_EQ(p.lpt_heads, 5);
+  // Decode: B 8 x 8 KV heads over 512 KV tiles, one Q tile each: 2 automatic splits, x = m * 2 + s.
+  in = walk_input(1, 8, 8, 512, 132);
+  in.lpt_heads = 5;
+  p = fresh_params(in, 0);
+  w = GridWalk::plan(in, p);
+  EXPECT_EQ(w.splits, 2);
+  EXPECT_EQ(w.grid[0], 2u);
+  EXPECT_EQ(p.num_splits, 2);
+  EXPECT_EQ(p.lpt_heads, 0);  // lpt_cta assumes gridDim.x = the m blocks
+  in.requested_splits = 3;
+  in.keys_known = false;
+  p = fresh_params(in, 0);
+  EXPECT_EQ(GridWalk::plan(in, p).grid[0], 3u);  // an explicit count wins
+  in.requested_splits = 0;
+  p = fresh_params(in, 0);
+  EXPECT_EQ(GridWalk::plan(in, p).splits, 1);  // unknown keys (varlen): no automatic split
+}
+
+// The longest-first order is a permutation of the grid and puts every pair's heaviest position of a
+// section before any of its pairs' next one.
+TEST(GridWalkPlan, LongestFirstIsASectionedPermutation) {
+  for (int xs : {1, 3, 16})
+    for (int pairs : {1, 7, 32})
+      for (int heads : {1, 2, 5, 32, 64}) {
+        SCOPED_TRACE(testing::Message() << "xs " << xs << " pairs " << pairs << " heads " << heads);
+        std::vector<int> seen(static_cast<std::size_t>(xs * pairs), 0);
+        int last_section = 0, last_x = 0;
+        for (int i = 0; i < xs * pairs; ++i) {
+          int x, pair;
+          GridWalk::longest_first(i, xs, pairs, heads, x, pair);
+          ASSERT_GE(x, 0);
+          ASSERT_LT(x, xs);
+          ASSERT_GE(pair, 0);
+          ASSERT_LT(pair, pairs);
+          ++seen[static_cast<std::size_t>(pair * xs + x)];
+          const int section = pair / heads;
+          if (section == last_section) EXPECT_GE(x, last_x);  // heaviest first within a section
+          EXPECT_GE(section, last_section);                   // sections in order
+          last_section = section;
+          last_x = x;
+        }
+        for (int c : seen) EXPECT_EQ(c, 1);
+      }
+}
+
+TEST(PersistentWalkPlan, GridUnitsAndSplitTail) {
+  // 4096 equal tiles (B 16 x 16 heads x 16 Q tiles) of 64 KV tiles on 132 SMs: 31 rounds + 4 tiles,
+  // the 4 split 32 ways (SplitTail above).
+  fa4::WalkInput in = walk_input(16, 16, 16, 64, 132);
+  in.equal_tiles = true;
+  const int rows = 16 * 16 * 16 * 128;
+  fa4::FwdParams p = fresh_params(in, rows);
+  fa4::WalkPlan w = PersistentWalk::plan(in, p);
+  EXPECT_EQ(w.grid[0], 132u);
+  EXPECT_EQ(w.grid[1], 1u);
+  EXPECT_EQ(w.splits, 32);
+  EXPECT_EQ(p.num_splits, 32);
+  EXPECT_EQ(p.split_from, 4092);
+  EXPECT_EQ(p.partial_row0, 4092 / 16 * (16 * 128) + 4092 % 16 * 128);
+  EXPECT_EQ(p.partial_rows, rows - p.partial_row0);
+  // Every (tile, split) unit is decoded exactly once: whole tiles before split_from, split units after.
+  const int tiles = 4096, units = PersistentWalk::units(p, tiles);
+  EXPECT_EQ(units, 4092 + 4 * 32);
+  std::vector<int> whole(tiles, 0), split(static_cast<std::size_t>(tiles) * 32, 0);
+  for (int x = 0; x < 132; ++x)
+    for (int i = 0;; ++i) {
+      const int t = PersistentWalk::unit(i, x, 132, false);
+      if (t >= units) break;
+      int m, s, h, b;
+      PersistentWalk::decode(p, t, false, m, s, h, b);
+      const int tile = (b * 16 + h) * 16 + m;
+      if (s < 0) {
+        EXPECT_LT(tile, p.split_from);
+        ++whole[static_cast<std::size_t>(tile)];
+      } else {
+        EXPECT_GE(tile, p.split_from);
+        ++split[static_cast<std::size_t>(tile) * 32 + s];
+      }
+    }
+  for (int t = 0; t < tiles; ++t)
+    for (int s = 0; s < (t < p.split_from ? 1 : 32); ++s)
+      EXPECT_EQ(t < p.split_from ? whole[t] : split[static_cast<std::size_t>(t) * 32 + s], 1) << t << " " << s;
+  // Not equal tiles (masked, packed or varlen): no tail. Few tiles: fewer CTAs than SMs.
+  in.equal_tiles = false;
+  p = fresh_params(in, rows);
+  EXPECT_EQ(PersistentWalk::plan(in, p).splits, 1);
+  EXPECT_EQ(p.split_from, 0);
+  in = walk_input(1, 4, 1, 8, 132);
+  p = fresh_params(in, 4 * 128);
+  w = PersistentWalk::plan(in, p);
+  EXPECT_EQ(w.grid[0], static_cast<unsigned>(4 * w.splits));  // one unit per CTA
+}
+
+// Masked persistent walks: section size from the L2 bound, or (causal, equal lengths) from the
+// balance hook with the CTA count; the masked decode of unit t is the plain grid's longest-first
+// decode of linear CTA t (the same function).
+TEST(PersistentWalkPlan, MaskedSectionsAndDecodeMatchTheGrid) {
+  fa4::WalkInput in = walk_input(16, 16, 4, 16, 132);
+  in.lpt_heads = 25;
+  fa4::FwdParams p = fresh_params(in, 0);
+  PersistentWalk::plan(in, p);
+  EXPECT_EQ(p.lpt_heads, 25);
+  in.causal_equal_lengths = true;
+  int asked_ctas = 0;
+  in.balance = [&](int ctas, int max_heads) {
+    asked_ctas = ctas;
+    return max_heads / 2;
+  };
+  p = fresh_params(in, 0);
+  PersistentWalk::plan(in, p);
+  EXPECT_EQ(asked_ctas, 132);
+  EXPECT_EQ(p.lpt_heads, 12);
+  for (int t = 0; t < 16 * 64; ++t) {
+    int m, s, h, b, x, pair;
+    PersistentWalk::decode(p, t, true, m, s, h, b);
+    GridWalk::longest_first(t, 16, 64, 12, x, pair);
+    EXPECT_EQ(m, x);
+    EXPECT_EQ(s, 0);
+    EXPECT_EQ(b * 16 + h, pair);
+  }
+  // Odd rounds run backwards.
+  EXPECT_EQ(PersistentWalk::unit(1, 0, 132, true), 132 + 131);
+  EXPECT_EQ(PersistentWalk::unit(1, 0, 132, false), 132);
+  EXPECT_EQ(PersistentWalk::unit(2, 5, 132, true), 264 + 5);
+}
+
+TEST(StreamKWalkPlan, FillsUnitFieldsAndOneRowOfCtas) {
+  fa4::WalkInput in = walk_input(1, 8, 64, 64, 132);  // the decode row of StreamK above
+  fa4::FwdParams p = fresh_params(in, 512);
+  const fa4::WalkPlan w = StreamKWalk::plan(in, p);
+  EXPECT_EQ(w.grid[0], 132u);
+  EXPECT_EQ(w.grid[1], 1u);
+  EXPECT_EQ(w.grid[2], 1u);
+  EXPECT_EQ(w.splits, 2);
+  EXPECT_EQ(p.num_splits, 2);
+  EXPECT_EQ(p.tile_units, 64);
+  EXPECT_EQ(p.units_per_cta, 248);
+  EXPECT_EQ(p.units_extra, 32768 - 248 * 132);
+  const fa4::UnitSplit u = StreamKWalk::units(p);
+  EXPECT_EQ(u.begin(132), 512 * 64);
 }

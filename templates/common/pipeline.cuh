@@ -109,8 +109,6 @@ class Consumer {
     mbar_wait(&bars_->full[state_.index], state_.phase);
     return Stage(*this, state_.index);
   }
-  // Non-blocking probe of the next stage (lets a consumer overlap other work).
-  __device__ __forceinline__ bool ready() const { return mbar_try_wait(&bars_->full[state_.index], state_.phase); }
 
  private:
   Barriers<kStages>* bars_;

@@ -3,8 +3,8 @@
 // a sequence's rows sit in the 4-D (depth, rows, heads, batch) TMA maps.
 #pragma once
 #include "common/mask.cuh"
-#include "common/segments.h"
 #include "common/sequence.cuh"
+#include "common/tile_walk.h"
 
 namespace fa4 {
 
@@ -55,14 +55,14 @@ struct TileWork {
   int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
   bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
 
-  // Non-persistent grid (num_m_blocks * num_splits, heads (KV heads if packed), batch).
-  // (Written out rather than forwarding to the overload below: that reorders the special-register
+  // The unit of a plain grid's CTA (GridWalk): grid (num_m_blocks * num_splits, heads (KV heads if
+  // packed), batch), longest-first CTA order for masked launches with p.lpt_heads. (Written out rather than forwarding to the overload below: that reorders the special-register
   // reads and changes the PTX of the GPU-verified kernels.)
   __device__ __forceinline__ static TileWork make(const FwdParams& p) {
     TileWork w;
     int x = static_cast<int>(blockIdx.x), m_blocks = static_cast<int>(gridDim.x);
     int hy = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-    if (!Mask::kIsNone && p.lpt_heads > 0) longest_first(p.lpt_heads, x, hy, b);
+    if (!Mask::kIsNone && p.lpt_heads > 0) GridWalk::lpt_cta(p.lpt_heads, x, hy, b);
     const int h = hy * kPack;
     w.seq = SeqInfo::make(p, b, h);
     w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p, kPack};
@@ -77,23 +77,6 @@ struct TileWork {
     w.finish(p);
     if (p.num_splits > 1) w.keep_share(w.split, w.split + 1, p.num_splits);
     return w;
-  }
-  // Masked plain grids (host sets lpt_heads only without splits): the hardware starts
-  // CTAs in linear order, x fastest, so grid order runs one head's Q tiles, heavy to light, before
-  // the next head's, and the last heads' heavy tiles start late and finish alone (the causal tail).
-  // Remap linear CTA i so that, within each section of `heads` (batch, head) pairs, all of the
-  // section's heaviest tiles start first, then the next heaviest, ...: longest-first over the
-  // section while its K/V stay in L2 for the section's other tiles (the host sizes it from L2).
-  __device__ __forceinline__ static void longest_first(int heads, int& x, int& hy, int& b) {
-    const int m_blocks = static_cast<int>(gridDim.x), num_hy = static_cast<int>(gridDim.y);
-    const int pairs = num_hy * static_cast<int>(gridDim.z);
-    const int i = x + m_blocks * (hy + num_hy * b);
-    const int section = i / (heads * m_blocks), in_section = i - section * heads * m_blocks;
-    const int section_heads = min(heads, pairs - section * heads);
-    const int pair = section * heads + in_section % section_heads;
-    x = in_section / section_heads;  // 0 = heaviest (make reverses x into the m block)
-    hy = pair % num_hy;
-    b = pair / num_hy;
   }
   // Any (m_block, q head, batch), e.g. from a persistent walker: every visible KV tile (the walker
   // then keeps its split's share).
@@ -164,69 +147,45 @@ struct TileWork {
   }
 };
 
-// Persistent static scheduler: grid = (min(#SMs, units), 1, 1); CTA x visits linear units
-// t = x + i * gridDim.x (i = 0, 1, ...; t < units), and every warp role of the CTA walks the same
-// sequence. A unit is a whole tile or one KV split of a tile: no split, every tile in num_splits,
-// or the split tail below (valid() counts the units). Tiles decode as a plain grid's CTA would (TileWork::make):
-// m block, then head, then batch:
-//   Mask::kIsNone:  m block fastest (the CTAs running at the same time share one head's K/V in L2);
-//   masked:         longest-processing-time first within sections of p.lpt_heads (head, batch)
-//                   pairs, as TileWork::longest_first orders a plain grid (0: one section): the
-//                   section's last Q tiles, which see the most keys, before any earlier one, while
-//                   the section's K/V stay in L2. Odd rounds run backwards (t = i * G + G-1-x):
-//                   a CTA that took a heavy tile in one round takes a light one in the next, so
-//                   static striding over decreasing tile weights stays balanced.
-// Split tail (unmasked; host: plan_split_tail): tiles [0, p.split_from) run whole (split -1: they
-// write O, not partials) and each tile from split_from on runs as num_splits units, split fastest.
-// The whole tiles fill complete rounds, and the last partial round, which would leave most SMs
-// idle, becomes num_splits-way KV splits that fa4_combine merges. split_from = 0: every tile split.
-// Only the iteration count i is carried (one register): t is recomputed from it, and so are the
-// per-tile barrier phases. A decoded tile may have no Q rows (varlen: m_block * kBM >=
-// seqlen_q of its batch): TileWork::valid is false; every role must treat it identically.
+// The grid walk's device iteration (GridWalk, common/tile_walk.h): the CTA's one unit, whose work
+// the kernel builds before its roles split (TileWork::make(p), so a CTA without Q rows returns
+// before any barrier exists). The same interface as PersistentTiles, so one role loop serves both:
+// valid() holds for iter 0 only, which the compiler folds (the loop runs exactly once).
+template <class Work>
+struct GridTiles {
+  static constexpr bool kPersistent = false;
+  const Work& w;
+  int iter;
+  __device__ __forceinline__ bool valid(const FwdParams&, int = 0) const { return iter == 0; }
+  __device__ __forceinline__ void advance() { ++iter; }
+  template <int kBM, int kBN, int kPack = 1>
+  __device__ __forceinline__ const Work& work(const FwdParams&) const { return w; }
+};
+
+// The persistent walk's device iteration (PersistentWalk, common/tile_walk.h): CTA x visits
+// units PersistentWalk::unit(i, x, gridDim.x) for i = 0, 1, ... Only the iteration count i is
+// carried (one register): the unit is recomputed from it, and so are the per-tile barrier phases.
+// A decoded tile may have no Q rows (varlen: m_block * kBM >= seqlen_q of its batch):
+// TileWork::valid is false; every role must treat it identically.
 template <class Mask>
-struct PersistentTiles {
+struct PersistentTiles : PersistentWalk {
+  static constexpr bool kPersistent = true;
   int iter;  // units of this CTA before the current one
 
-  __device__ __forceinline__ static PersistentTiles make() { return PersistentTiles{0}; }
+  __device__ __forceinline__ static PersistentTiles make() { return PersistentTiles{{}, 0}; }
   __device__ __forceinline__ int unit() const {
-    const int x = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
-    return iter * g + (!Mask::kIsNone && (iter & 1) ? g - 1 - x : x);
+    return PersistentWalk::unit(iter, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), !Mask::kIsNone);
   }
   __device__ __forceinline__ bool valid(const FwdParams& p) const { return valid(p, 0); }
   // zero: an opaque 0 produced inside the loop, so the compiler recomputes the unit count from the
   // parameters instead of hoisting it into a register that stays live across the loop.
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
     const int tiles = (p.num_m_blocks + zero) * p.num_q_heads * p.batch;
-    return unit() < p.split_from + (tiles - p.split_from) * p.num_splits;
+    return unit() < units(p, tiles);
   }
   __device__ __forceinline__ void advance() { ++iter; }
-  // The unit's tile as (m, head, batch), m in grid order (masked: 0 = heaviest), and its split:
-  // 0 .. num_splits-1, or -1 for a whole tile of a split-tail launch.
   __device__ __forceinline__ void decode(const FwdParams& p, int& m, int& split, int& head, int& batch) const {
-    const int t = unit();
-    int hb;
-    if (Mask::kIsNone) {
-      int tile = t;
-      split = p.num_splits > 1 ? -1 : 0;
-      if (p.num_splits > 1 && t >= p.split_from) {
-        const int j = t - p.split_from;
-        tile = p.split_from + j / p.num_splits;
-        split = j % p.num_splits;
-      }
-      m = tile % p.num_m_blocks;
-      hb = tile / p.num_m_blocks;
-    } else {  // every tile split alike (split_from 0), so t decodes as a plain grid's blockIdx.x
-      const int xs = p.num_m_blocks * p.num_splits, nhb = p.num_q_heads * p.batch;
-      const int heads = p.lpt_heads > 0 ? p.lpt_heads : nhb;
-      const int section = t / (heads * xs), in_section = t - section * heads * xs;
-      const int section_heads = min(heads, nhb - section * heads);
-      const int x = in_section / section_heads;
-      hb = section * heads + in_section % section_heads;
-      split = x % p.num_splits;
-      m = x / p.num_splits;
-    }
-    head = hb % p.num_q_heads;
-    batch = hb / p.num_q_heads;
+    PersistentWalk::decode(p, unit(), !Mask::kIsNone, m, split, head, batch);
   }
   template <int kBM, int kBN, int kPack = 1>
   __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
@@ -240,21 +199,16 @@ struct PersistentTiles {
   }
 };
 
-// Stream-K persistent scheduler (Tuning::persistent = 2, packed-GQA decode): grid = (G, 1, 1),
-// G <= #SMs; CTA x walks the segments of its unit range (common/segments.h), in order, and every
-// warp role of the CTA walks the same sequence. Tiles decode as the plain grid does (m block
-// fastest, then head (KV head when packed), then batch). A segment's TileWork keeps its units'
-// share of the tile's visible KV tiles, split = its slot and splits = the tile's segment count.
-// Only the segment count i is carried: the state is recomputed from it (UnitSplit::segment_start),
-// as in PersistentTiles.
+// The stream-K walk's device iteration (StreamKWalk, common/tile_walk.h): CTA x walks its
+// segments k = 0, 1, ... A segment's TileWork keeps its units' share of the tile's visible KV
+// tiles, split = its slot and splits = the tile's segment count. Only the segment count k is
+// carried: the state is recomputed from it (UnitSplit::segment_start), as in PersistentTiles.
 template <class Mask>
-struct SegmentTiles {
+struct SegmentTiles : StreamKWalk {
+  static constexpr bool kPersistent = true;
   int iter;  // segments of this CTA before the current one
 
-  __device__ __forceinline__ static SegmentTiles make() { return SegmentTiles{0}; }
-  __device__ __forceinline__ static UnitSplit units(const FwdParams& p) {
-    return UnitSplit{p.tile_units, p.units_per_cta, p.units_extra};
-  }
+  __device__ __forceinline__ static SegmentTiles make() { return SegmentTiles{{}, 0}; }
   __device__ __forceinline__ bool valid(const FwdParams& p) const { return valid(p, 0); }
   // zero: as PersistentTiles::valid.
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
@@ -266,15 +220,13 @@ struct SegmentTiles {
   __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
     const UnitSplit u = units(p);
     const int x = static_cast<int>(blockIdx.x);
-    const int s = u.segment_start(x, iter), end = u.begin(x + 1);
-    const int t = s / u.units_per_tile, u0 = s - t * u.units_per_tile;
-    const int u1 = min(u.units_per_tile, end - t * u.units_per_tile);
+    const Segment g = segment(u, x, iter);
     const int heads = kPack > 1 ? p.num_kv_heads : p.num_q_heads;
-    const int m = t % p.num_m_blocks, hb = t / p.num_m_blocks;
+    const int m = g.tile % p.num_m_blocks, hb = g.tile / p.num_m_blocks;
     TileWork<kBM, kBN, Mask, kPack> w = TileWork<kBM, kBN, Mask, kPack>::make(p, m, (hb % heads) * kPack, hb / heads);
-    w.keep_share(u0, u1, u.units_per_tile);
-    w.split = x - u.first_cta(t);
-    w.splits = u.segments(t);
+    w.keep_share(g.u0, g.u1, u.units_per_tile);
+    w.split = slot(u, x, g.tile);
+    w.splits = u.segments(g.tile);
     return w;
   }
 };

@@ -10,9 +10,6 @@
 namespace fa4 {
 namespace sm100a {
 
-template <class A, class B> struct is_same { static constexpr bool value = false; };
-template <class A> struct is_same<A, A> { static constexpr bool value = true; };
-
 template <class Config>
 struct Traits {
   using Element = typename Config::Element;

@@ -14,6 +14,7 @@
 #pragma once
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
+#include "common/smem.cuh"
 #include "sm90a/layout.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"
@@ -236,43 +237,6 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   }
 }
 
-// One CTA, one tile (kPersistent = 0): the same KV loop as the persistent mode, with rings and
-// scheduler that live for this tile only.
-template <class Config, class Mask, class ScoreMod>
-__device__ __forceinline__ void consumer_loop(const FwdParams& p, const CtaWork<Config, Mask>& w, unsigned char* smem,
-                                              typename SmemLayout<Config>::Barriers* bars, int wg) {
-  using Sh = Shape<Config>;
-  using L = SmemLayout<Config>;
-  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
-  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
-  using Release = pipe::ArriveOnePerWarp;
-
-  const u32 base = smem_u32(smem);
-  const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
-  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
-
-  float o[kDp / 2];
-  float s[kBN / 2];
-  u32 pr[kBN / 4];
-  zero(o);
-  zero(s);
-  zero(pr);
-
-  Softmax sm;
-  sm.init(p, w.q_lo, wg);
-  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
-
-  int n = w.first_tile();
-  if (w.has(n)) {  // else: no visible key for the whole CTA, O = 0 and LSE = -inf below
-    pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k), v_ring(&bars->v);
-    sched.start();
-    mbar_wait(&bars->q_full[0][wg], 0);
-    kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
-  }
-
-  epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
-}
-
 // Persistent mode: per-warp word in shared memory, word = (word & keep) + add, by every lane of
 // the warp (all lanes hold the same value; the syncwarps order the reads before any write).
 __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
@@ -282,23 +246,28 @@ __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
   __syncwarp();
 }
 
-// Persistent mode: the same tile sequence as the producer (TileWalker). Per tile i: wait
-// q_full[wg] (parity i & 1; the producer signals it for every tile, by TMA bytes or, for a tile
-// without KV tiles or Q rows, a plain arrival); if the tile has Q rows: KV loop, epilogue. Every
-// thread arrives on q_empty[wg] (count 128) once its Q reads are done: right after the KV loop
-// when O is staged in its own region (SmemLayout::kOwnO) or not staged at all (split partials);
-// else after the epilogue's O staging in the Q region and a fence.proxy.async that orders those
-// generic-proxy smem accesses before the next TMA write. The K/V
-// consumer rings and the ping-pong turn chain run on across tiles: Scheduler::start() once, so
+// The consumer loop over the CTA's tile walk (TileWalker: GridTiles, PersistentTiles or
+// SegmentTiles), the same sequence the producer walks.
+// Grid (one unit, Tiles::kPersistent false): if the tile has a visible KV tile, wait for Q
+// (q_full, parity 0), KV loop; epilogue (O = 0 and LSE = -inf when no key is visible: the
+// producer then loads nothing, not even Q). Rings and scheduler live for this tile only.
+// Persistent: per tile i: wait q_full[wg] (parity i & 1; the producer signals it for every tile,
+// by TMA bytes or, for a tile without KV tiles or Q rows, a plain arrival); if the tile has Q rows:
+// KV loop, epilogue. Every thread arrives on q_empty[wg] (count 128) once its Q reads are done:
+// right after the KV loop when O is staged in its own region (SmemLayout::kOwnO) or not staged at
+// all (split partials); else after the epilogue's O staging in the Q region and a
+// fence.proxy.async that orders those generic-proxy smem accesses before the next TMA write. The
+// K/V consumer rings and the ping-pong turn chain run on across tiles: Scheduler::start() once, so
 // warpgroup W-1's last pass_turn of a tile is warpgroup 0's first turn of the next (every
 // warpgroup takes the same number of turns per tile).
-template <class Config, class Mask, class ScoreMod>
-__device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, unsigned char* smem,
-                                                         typename SmemLayout<Config>::Barriers* bars, int wg) {
+template <class Config, class Mask, class ScoreMod, class Tiles>
+__device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, unsigned char* smem,
+                                              typename SmemLayout<Config>::Barriers* bars, int wg) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
+  constexpr bool kPersistent = Tiles::kPersistent;
   using Release = pipe::ArriveOnePerWarp;
 
   const u32 base = smem_u32(smem);
@@ -313,24 +282,30 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
   zero(pr);  // S and P: written before read in every tile
 
   Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
-  sched.start();
-  // Tile state carried from one tile to the next, packed in one word: bits 0-1 ring index, bit 2
-  // ring phase (the K and V consumer rings are in the same state at a tile boundary: each tile
-  // acquires as many K as V stages), bits 3.. the tile iteration. At 160 registers (kBM 192) every
-  // register live across the KV loop counts, so the word lives in shared memory, one per warp
-  // (every lane reads it at the top of a tile and writes the same value, update_carry). The loop
-  // bound is recomputed from the parameters every tile (opaque zero) rather than held.
-  const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
-  st_shared_u32(carry_addr, 0u);
-  __syncwarp();
-  for (auto tiles = TileWalker<Config, Mask>::make();; tiles.advance()) {
-    const u32 carry = warp_uniform(ld_shared_u32(opaque_u32(carry_addr)));
-    tiles.iter = static_cast<int>(carry >> 3);
-    if (!tiles.valid(p, static_cast<int>(opaque_u32(0u)))) break;
-    const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
+  // Persistent: tile state carried from one tile to the next, packed in one word: bits 0-1 ring
+  // index, bit 2 ring phase (the K and V consumer rings are in the same state at a tile boundary:
+  // each tile acquires as many K as V stages), bits 3.. the tile iteration. At 160 registers (kBM
+  // 192) every register live across the KV loop counts, so the word lives in shared memory, one
+  // per warp (every lane reads it at the top of a tile and writes the same value, update_carry).
+  // The loop bound is recomputed from the parameters every tile (opaque zero) rather than held.
+  u32 carry_addr = 0;
+  if constexpr (kPersistent) {
+    sched.start();
+    carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
+    st_shared_u32(carry_addr, 0u);
+    __syncwarp();
+  }
+  for (;; tiles.advance()) {
+    u32 carry = 0;
+    if constexpr (kPersistent) {
+      carry = warp_uniform(ld_shared_u32(opaque_u32(carry_addr)));
+      tiles.iter = static_cast<int>(carry >> 3);
+    }
+    if (!tiles.valid(p, kPersistent ? static_cast<int>(opaque_u32(0u)) : 0)) break;
+    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
     // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
-    const bool early_q_release = L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w));
-    mbar_wait(&bars->q_full[0][wg], static_cast<u32>(tiles.iter) & 1u);
+    const bool early_q_release = kPersistent && (L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w)));
+    if constexpr (kPersistent) mbar_wait(&bars->q_full[0][wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
       zero(o);
       Softmax sm;
@@ -339,13 +314,19 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
         pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(&bars->v, st);
+        if constexpr (!kPersistent) {
+          sched.start();
+          mbar_wait(&bars->q_full[0][wg], 0);
+        }
         kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
-        const pipe::PipelineState e = k_ring.state();
-        update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
+        if constexpr (kPersistent) {
+          const pipe::PipelineState e = k_ring.state();
+          update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
+        }
       }
       // Hand Q's region back before the epilogue, so the next tile's Q load overlaps it.
       if (early_q_release) mbar_arrive(&bars->q_empty[0][wg]);
-      if constexpr (!Mask::kIsNone) {
+      if constexpr (kPersistent && !Mask::kIsNone) {
         // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
         // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
         // 64 B otherwise (nvcc). Without a mask this choice spills instead, so it is not taken.
@@ -355,10 +336,12 @@ __device__ __forceinline__ void consumer_loop_persistent(const FwdParams& p, uns
       } else {
         epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, o_addr);
       }
-      if constexpr (!L::kOwnO) fence_proxy_async();  // O staged in Q's region, which TMA writes next
+      if constexpr (kPersistent && !L::kOwnO) fence_proxy_async();  // O staged in Q's region, which TMA writes next
     }
-    if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[0][wg]);
-    update_carry(carry_addr, ~0u, 8u);  // next iteration
+    if constexpr (kPersistent) {
+      if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[0][wg]);
+      update_carry(carry_addr, ~0u, 8u);  // next iteration
+    }
   }
 }
 
@@ -382,14 +365,14 @@ __device__ __forceinline__ void finish_pending_tile(const FwdParams& p, int iter
 }
 
 // Persistent mode with cross-tile overlap (SmemLayout::kCrossTile). The walk and the per-tile
-// handshake are those of consumer_loop_persistent, with tile i's Q in buffer i & 1 (q_full[i & 1],
+// handshake are those of consumer_loop's persistent walk, with tile i's Q in buffer i & 1 (q_full[i & 1],
 // parity (i >> 1) & 1). A tile's KV loop stops before its last P V: the tile stays pending, with O,
 // P and its softmax state in registers. The next tile's first step issues its Q K^T together with
 // that P V (overlapped_step), runs its softmax while the P V is on the tensor cores, and then the
 // pending tile's epilogue (finish_pending_tile); so neither the tile boundary's P V nor its Q K^T
 // waits on the tensor cores alone. A pending tile followed by a tile without KV tiles or Q rows, or
 // by the end of the walk, runs its P V alone (pv_step) before its epilogue.
-// Loop-carried state per warp in shared memory, as in consumer_loop_persistent: bits 0-2 K ring
+// Loop-carried state per warp in shared memory, as in consumer_loop: bits 0-2 K ring
 // (index, phase << 2), bits 3-5 V ring (V trails K by one while a tile is pending), bit 6 pending,
 // bits 7.. the tile iteration.
 template <class Config, class Mask, class ScoreMod>

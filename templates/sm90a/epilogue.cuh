@@ -9,20 +9,13 @@
 #pragma once
 #include "common/combine.cuh"
 #include "common/mbarrier.cuh"
+#include "common/smem.cuh"
 #include "sm90a/layout.cuh"
 #include "sm90a/softmax.cuh"
 
 namespace fa4 {
 namespace sm90a {
 
-__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
-  u32 v;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
 __device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])

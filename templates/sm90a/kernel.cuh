@@ -23,8 +23,10 @@
 namespace fa4 {
 namespace sm90a {
 
-// Persistent mode (Config::kPersistent = 1): grid (min(#SMs, total tiles), 1, 1); every role walks
-// PersistentTiles (common/tile_scheduler.cuh); protocol in dev/README.md "Persistent mode".
+// Every role walks the CTA's tile walk (TileWalker, layout.cuh): GridTiles (one CTA per unit),
+// PersistentTiles (Config::kPersistent = 1: grid (min(#SMs, units), 1, 1)) or SegmentTiles
+// (stream-K, 2); the walks are common/tile_walk.h. Persistent protocol: dev/README.md
+// "Persistent mode".
 // With the own O region and two consumer warpgroups the consumers overlap tile boundaries
 // (SmemLayout::kCrossTile, consumer_loop_cross_tile).
 template <class Config, class Mask, class ScoreMod>
@@ -69,24 +71,25 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       tma_prefetch(&tma.k);
       tma_prefetch(&tma.v);
       if constexpr (Sh::kPersistent) {
-        producer_loop_persistent<Config, Mask>(p, tma, smem, bars);  // paged: a branch per tile
+        producer_loop<Config, Mask, false>(p, tma, TileWalker<Config, Mask>::make(), smem, bars);  // paged: a branch per tile
       } else {
         // Paged KV: a separate copy of the loop, chosen once (uniform), so the unpaged one is
         // exactly the loop that unpaged launches always ran.
         if (Sh::kRuntimeVariants && p.page_table)
-          producer_loop<Config, Mask, true>(p, tma, w, smem, bars);
+          producer_loop<Config, Mask, true>(p, tma, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars);
         else
-          producer_loop<Config, Mask, false>(p, tma, w, smem, bars);
+          producer_loop<Config, Mask, false>(p, tma, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars);
       }
     }
   } else {
     setmaxnreg_inc<Sh::kConsumerRegs>();
-    if constexpr (L::kCrossTile)
+    if constexpr (L::kCrossTile) {
       consumer_loop_cross_tile<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
-    else if constexpr (Sh::kPersistent)
-      consumer_loop_persistent<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
-    else
-      consumer_loop<Config, Mask, ScoreMod>(p, w, smem, bars, wg - 1);
+    } else if constexpr (Sh::kPersistent) {
+      consumer_loop<Config, Mask, ScoreMod>(p, TileWalker<Config, Mask>::make(), smem, bars, wg - 1);
+    } else {
+      consumer_loop<Config, Mask, ScoreMod>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars, wg - 1);
+    }
   }
 }
 

@@ -25,8 +25,6 @@
 namespace fa4 {
 namespace sm90a {
 
-template <bool B, class T, class F> struct Cond { using type = T; };
-template <class T, class F> struct Cond<false, T, F> { using type = F; };
 template <class...> struct VoidT { using type = void; };
 
 // Optional Config members, detected so the generated layer needs no change to use them.
@@ -194,7 +192,7 @@ struct SmemLayout {
     // "Q region g free again" (all 128 threads arrive after their last Q read: the KV loop with kOwnO
     // or split partials, else the epilogue's O staging reads).
     u64 q_empty[kQBuffers][Sh::kNumConsumerWGs];
-    // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop_persistent).
+    // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop).
     u32 carry[4 * Sh::kNumConsumerWGs];
   };
   static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
@@ -223,11 +221,13 @@ __device__ __forceinline__ u32 warp_uniform(u32 x) { return __reduce_max_sync(0x
 template <class Config, class Mask>
 using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack>;
 
-// The persistent modes' tile walker: PersistentTiles (kPersistent 1) or SegmentTiles (2).
-template <bool kSegments, class Mask> struct TileWalkerOf { using type = PersistentTiles<Mask>; };
-template <class Mask> struct TileWalkerOf<true, Mask> { using type = SegmentTiles<Mask>; };
+// The CTA's tile walk: GridTiles (kPersistent 0; it holds the CtaWork built before the role
+// split), PersistentTiles (1) or SegmentTiles (2).
+template <int kPersistent, class Work, class Mask> struct TileWalkerOf { using type = GridTiles<Work>; };
+template <class Work, class Mask> struct TileWalkerOf<1, Work, Mask> { using type = PersistentTiles<Mask>; };
+template <class Work, class Mask> struct TileWalkerOf<2, Work, Mask> { using type = SegmentTiles<Mask>; };
 template <class Config, class Mask>
-using TileWalker = typename TileWalkerOf<Shape<Config>::kStreamK, Mask>::type;
+using TileWalker = typename TileWalkerOf<PersistentOf<Config>::value, CtaWork<Config, Mask>, Mask>::type;
 
 // The CTA's KV split (w.split), re-derived for the epilogue exactly as TileWork::make decodes it
 // from blockIdx.x, instead of being held across the KV loop: one more live register there spills

@@ -53,11 +53,46 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
   }
 }
 
-// Called by exactly one thread. Loads nothing when the CTA has no KV tile (the consumers then
-// skip Q as well), so no barrier is left waiting for bytes that never come (this includes a
-// KV split whose share of the tiles is empty).
+// One TMA stage (K or V ring) of KV tile n.
+template <class Config, bool kPaged>
+__device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer<Shape<Config>::kStages>& ring,
+                                              const TmaDesc* map, unsigned char* ring_base, int n, const TmaCoords& c) {
+  using L = SmemLayout<Config>;
+  auto st = ring.acquire();
+  st.expect_bytes(L::kKVStageBytes);
+  load_kv_tile<Config, kPaged>(p, map, c, ring_base + st.index() * L::kKVStageBytes, st.full_barrier(), n);
+}
+
+// Q of every consumer warpgroup for one tile into Q buffer `buffer`, each after its q_empty (the
+// warpgroup's earlier epilogue is done with the buffer). load == false (tile without KV tiles or
+// without Q rows): plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase
+// per use of the buffer on both sides.
+template <class Config, class Mask>
+__device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
+                                                  const TmaCoords& c, unsigned char* smem,
+                                                  typename SmemLayout<Config>::Barriers* bars, u32 buffer,
+                                                  u32 q_empty_phase, bool load) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+#pragma unroll
+  for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
+    mbar_wait(&bars->q_empty[buffer][g], q_empty_phase);
+    u64* bar = &bars->q_full[buffer][g];
+    if (load) {
+      mbar_expect_tx(bar, L::kQWgBytes);
+      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g, buffer);
+    } else {
+      mbar_arrive(bar);
+    }
+  }
+}
+
+// The grid walk's one unit: loads nothing when the CTA has no KV tile (the consumers then skip Q
+// as well), so no barrier is left waiting for bytes that never come (this includes a KV split
+// whose share of the tiles is empty); else Q of every consumer warpgroup, then K(n), V(n) per KV
+// tile. Rings live for this unit only.
 template <class Config, class Mask, bool kPaged>
-__device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, const CtaWork<Config, Mask>& w,
+__device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                               unsigned char* smem, typename SmemLayout<Config>::Barriers* bars) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
@@ -94,77 +129,53 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   }
 }
 
-// ---- Persistent mode (Shape::kPersistent) ----
-// One TMA stage (K or V ring) of KV tile n.
-template <class Config>
-__device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer<Shape<Config>::kStages>& ring,
-                                              const TmaDesc* map, unsigned char* ring_base, int n, const TmaCoords& c) {
-  using L = SmemLayout<Config>;
-  auto st = ring.acquire();
-  st.expect_bytes(L::kKVStageBytes);
-  load_kv_tile<Config, false>(p, map, c, ring_base + st.index() * L::kKVStageBytes, st.full_barrier(), n);
-}
-
-// Q of every consumer warpgroup for one tile into Q buffer `buffer`, each after its q_empty (the
-// warpgroup's earlier epilogue is done with the buffer). load == false (tile without KV tiles or
-// without Q rows): plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase
-// per use of the buffer on both sides.
-template <class Config, class Mask>
-__device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
-                                                  const TmaCoords& c, unsigned char* smem,
-                                                  typename SmemLayout<Config>::Barriers* bars, u32 buffer,
-                                                  u32 q_empty_phase, bool load) {
-  using Sh = Shape<Config>;
-  using L = SmemLayout<Config>;
-#pragma unroll
-  for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-    mbar_wait(&bars->q_empty[buffer][g], q_empty_phase);
-    u64* bar = &bars->q_full[buffer][g];
-    if (load) {
-      mbar_expect_tx(bar, L::kQWgBytes);
-      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g, buffer);
-    } else {
-      mbar_arrive(bar);
-    }
-  }
-}
-
-// Called by exactly one thread. Tiles t = blockIdx.x + i * gridDim.x (PersistentTiles), or the
-// CTA's stream-K segments (SegmentTiles; a "tile" below is then a segment); the K/V rings keep
-// their index/phase across tiles. Per tile i of the sequence:
+// Called by exactly one thread; walks the consumers' tile walk (TileWalker), so both sides see
+// the same tiles in the same order.
+// Grid (GridTiles): its one unit, producer_unit; kPaged: paged K/V (a separate copy, chosen once
+// per CTA). Persistent: tiles t = blockIdx.x + i * gridDim.x (PersistentTiles), or the CTA's stream-K
+// segments (SegmentTiles; a "tile" below is then a segment); the K/V rings keep their index/phase
+// across tiles. Per tile i of the sequence:
 //   valid tile with KV tiles: K(first) [its ring slot only depends on earlier tiles' releases, so it
 //   is issued before the wait on the previous epilogue], then per warpgroup g: wait q_empty[g]
 //   (parity (i & 1) ^ 1; i = 0 passes at once on the fresh barrier), Q(g) on q_full[g]; then
 //   V(first), K(n), V(n), ... in the consumers' order;
 //   any other tile (no KV tile, or no Q rows): the q_empty waits + plain q_full arrivals only.
-// So q_full[g] / q_empty[g] complete exactly one phase per tile i on both sides.
+// So q_full[g] / q_empty[g] complete exactly one phase per tile i on both sides (paged K/V: a
+// uniform branch per tile in load_kv_tile).
 // Cross-tile overlap (SmemLayout::kCrossTile): tile i's Q goes into buffer i & 1, and its q_empty
 // wait (parity ((i >> 1) & 1) ^ 1) is for the epilogue of tile i - 2, which the consumers finish
 // early in tile i - 1: the producer reaches tile i about kStages KV tiles before tile i - 1 ends,
 // so Q(i) lands while tile i - 1 still runs instead of after it.
-template <class Config, class Mask>
-__device__ __forceinline__ void producer_loop_persistent(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
-                                                         typename SmemLayout<Config>::Barriers* bars) {
+template <class Config, class Mask, bool kPaged, class Tiles>
+__device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, Tiles tiles, unsigned char* smem,
+                                              typename SmemLayout<Config>::Barriers* bars) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
-  pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
-  for (auto tiles = TileWalker<Config, Mask>::make(); tiles.valid(p); tiles.advance()) {
-    const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
-    // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
-    const u32 i = static_cast<u32>(tiles.iter), q_buffer = L::kQBuffers == 2 ? i & 1u : 0u;
-    const u32 q_empty_phase = ((L::kQBuffers == 2 ? i >> 1 : i) & 1u) ^ 1u;
-    const TmaCoords c = TmaCoords::make(p, w.seq);
-    int n = w.first_tile();  // none when !w.valid (empty KV range)
-    if (w.has(n)) {
-      load_kv_stage<Config>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
-      load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, true);
-      load_kv_stage<Config>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
-      for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-        load_kv_stage<Config>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
-        load_kv_stage<Config>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
+  static_assert(!(Tiles::kPersistent && kPaged), "persistent walks branch per tile on c.pages (load_kv_tile)");
+  if constexpr (!Tiles::kPersistent) {
+    // The grid walk's one unit, without the loop: a one-trip loop here changed the SASS of the
+    // unmasked grid kernels (d128, d256, softcap: the prologue scheduled differently).
+    producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p), smem, bars);
+  } else {
+    pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
+    for (; tiles.valid(p); tiles.advance()) {
+      const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
+      // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
+      const u32 i = static_cast<u32>(tiles.iter), q_buffer = L::kQBuffers == 2 ? i & 1u : 0u;
+      const u32 q_empty_phase = ((L::kQBuffers == 2 ? i >> 1 : i) & 1u) ^ 1u;
+      const TmaCoords c = TmaCoords::make(p, w.seq);
+      int n = w.first_tile();  // none when !w.valid (empty KV range)
+      if (w.has(n)) {
+        load_kv_stage<Config, false>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
+        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, true);
+        load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
+        for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
+          load_kv_stage<Config, false>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
+          load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
+        }
+      } else {
+        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, false);
       }
-    } else {
-      load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, false);
     }
   }
 }

@@ -1,0 +1,17 @@
+// 32-bit shared-memory accesses by address (PTX ld/st.shared), for code that addresses shared
+// memory as the 32-bit values smem_u32 gives (swizzled staging, per-warp state words).
+#pragma once
+#include "common/prelude.cuh"
+
+namespace fa4 {
+
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+}  // namespace fa4
