@@ -57,7 +57,7 @@ struct KVBuffer {
   // empty branch) shifted ptxas's allocation of the whole loop and added spills to unpaged
   // configs. As a call (whole-program ptxas: nothing saved around it; the callee reads the
   // parameters through a generic pointer, a few cached loads per tile) the unpaged loop keeps
-  // its allocation within a register (dev/compile_matrix.sh). K and V go one after the other:
+  // its allocation within a register (ptxas: fa4jit gen --log). K and V go one after the other:
   // fewer registers live in the callee means fewer the caller must keep clear at the call.
   __device__ __noinline__ static void load_paged(const FwdParams& p, int kv_head, int seqlen_k, u32 k_smem, u32 v_smem,
                                                  int n, int stage, int tid) {

@@ -4,7 +4,7 @@
 //   O += P V (RS, P from registers), online softmax on the accumulator fragments, epilogue.
 // Grid (ceil(max_seqlen_q / kBM), q heads, batch); 128 * (1 + kBM/64) threads (384 for kBM 128,
 // 512 for kBM 192); dynamic smem per the ABI formula.
-// Layout, TMA maps and protocol: templates/sm90a/dev/README.md.
+// Layout, TMA maps and protocol: docs/HOPPER.md.
 #pragma once
 #include "common/prelude.cuh"
 #include "common/mbarrier.cuh"
@@ -25,7 +25,7 @@ namespace sm90a {
 
 // Every role walks the CTA's tile walk (TileWalker, layout.cuh): GridTiles (one CTA per unit),
 // PersistentTiles (Config::kPersistent = 1: grid (min(#SMs, units), 1, 1)) or SegmentTiles
-// (stream-K, 2); the walks are common/tile_walk.h. Persistent protocol: dev/README.md
+// (stream-K, 2); the walks are common/tile_walk.h. Persistent protocol: docs/HOPPER.md
 // "Persistent mode".
 // With the own O region and two consumer warpgroups the consumers overlap tile boundaries
 // (SmemLayout::kCrossTile, consumer_loop_cross_tile).
