@@ -3,7 +3,11 @@
 two builds can be compared file by file: `diff -r BEFORE AFTER` empty means the kernels are
 PTX-identical. Used to show that a refactor left the generated code alone (issue 20's rule).
 
-Usage: tools/ptx_snapshot.py FA4JIT_BINARY OUT_DIR [--jobs N] [--archs sm_90a,sm_80,sm_100a]
+Usage: tools/ptx_snapshot.py FA4JIT_BINARY OUT_DIR [--jobs N] [--archs sm_90a,sm_80,sm_100a] [--sass]
+
+--sass also writes NAME.ARCH.sass (cuobjdump -sass of the cubin: instructions with their control
+bits, entry names normalized): where a change moves PTX around, identical SASS still proves the
+kernels unchanged. cuobjdump comes from the CUDA toolkit or PyPI's nvidia-cuda-cuobjdump.
 
 Entry names carry the cache key (fa4_fwd_<key16>), which changes whenever any generated text
 does, so they are replaced by fixed names; the comment lines NVRTC writes (its version) go too.
@@ -13,6 +17,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +66,29 @@ ENTRY = re.compile(r"fa4_(fwd|combine)_[0-9a-f]{16}")
 INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]{8}_\d+_fa4jit_cu_[0-9a-f]{8}")
 
 
-def snapshot_one(binary, name, cfg, arch, out_dir, tmp, tune=""):
+def cuobjdump():
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import nvidia  # PyPI nvidia-cuda-cuobjdump (tools/setup.sh installs it)
+        path = os.path.join(list(nvidia.__path__)[0], "cu13", "bin", "cuobjdump")
+        return path if os.path.exists(path) else None
+    except ImportError:
+        return None
+
+
+def sass_of(binary, path, arch, env, tmp, name):
+    cubin = os.path.join(tmp, f"{name}_{arch}.cubin")
+    r = subprocess.run([binary, "gen", "--config", path, "--arch", arch, "--cubin", cubin],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        return "REFUSED\n"
+    out = subprocess.run([cuobjdump(), "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    return ENTRY.sub(lambda m: f"fa4_{m.group(1)}_ENTRY", "".join(l for l in out.splitlines(True) if "/*" in l))
+
+
+def snapshot_one(binary, name, cfg, arch, out_dir, tmp, tune="", sass=False):
     cfg = dict(cfg, arch=arch)
     path = os.path.join(tmp, f"{name}_{arch}.json")
     with open(path, "w") as f:
@@ -88,6 +115,9 @@ def snapshot_one(binary, name, cfg, arch, out_dir, tmp, tune=""):
         text = INTERNAL.sub("_INTERNAL_SRC", text)
     with open(target, "w") as f:
         f.write(text)
+    if sass:
+        with open(os.path.join(out_dir, f"{name}.{arch}.sass"), "w") as f:
+            f.write(sass_of(binary, path, arch, env, tmp, name))
     return target, r.returncode
 
 
@@ -97,14 +127,17 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--archs", default="sm_90a,sm_80,sm_100a")
+    ap.add_argument("--sass", action="store_true", help="also write the SASS of each kernel")
     a = ap.parse_args()
+    if a.sass and not cuobjdump():
+        sys.exit("ptx_snapshot: --sass needs cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump)")
     os.makedirs(a.out_dir, exist_ok=True)
     env_cache = tempfile.mkdtemp()
     os.environ["FA4JIT_CACHE_DIR"] = env_cache  # compile every time: the PTX path never reads the cache
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        jobs = [pool.submit(snapshot_one, a.binary, n, c, arch, a.out_dir, tmp)
+        jobs = [pool.submit(snapshot_one, a.binary, n, c, arch, a.out_dir, tmp, "", a.sass)
                 for n, c in CONFIGS.items() for arch in a.archs.split(",")]
-        jobs += [pool.submit(snapshot_one, a.binary, n, c, "sm_90a", a.out_dir, tmp, tune)
+        jobs += [pool.submit(snapshot_one, a.binary, n, c, "sm_90a", a.out_dir, tmp, tune, a.sass)
                  for n, (c, tune) in TUNED.items() if "sm_90a" in a.archs.split(",")]
         refused = 0
         for j in jobs:
