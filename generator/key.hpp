@@ -25,9 +25,10 @@ struct CompileInputs {
   std::vector<std::string> compile_options() const;
 };
 
-// Resolves, renders and hashes. Never looks at paths, hosts or time: the same inputs give
-// the same key on every machine.
-CompileInputs compile_inputs(const FA4Config& config);
+// Renders and hashes a resolved config for the NVRTC of `nvrtc_version` ("13.0"; the runtime's
+// compile_inputs(FA4Config) asks the loaded NVRTC). Never looks at paths, hosts or time: the same
+// inputs give the same key on every machine.
+CompileInputs compile_inputs(ResolvedConfig config, std::string nvrtc_version);
 
 // Hashes the inputs' fields (used by compile_inputs; exposed so tests can vary one input).
 std::string compute_template_digest(const Headers& headers);

@@ -22,6 +22,12 @@ namespace jit {
 
 namespace detail {
 
+CompileInputs compile_inputs(const FA4Config& config) {
+  ResolvedConfig rc = resolve(config);
+  const auto [major, minor] = nvrtc_version();
+  return compile_inputs(std::move(rc), fmt::format("{}.{}", major, minor));
+}
+
 cache::Store& disk_cache() {
   static cache::Store store([] {
     cache::Options o = cache::Store::options_from_env();

@@ -8,6 +8,7 @@
 #include "generator/key.hpp"
 #include "generator/presets.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
 #include "tests/support/scoped_tune.hpp"
 
 namespace {

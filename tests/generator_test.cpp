@@ -9,6 +9,7 @@
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "generator/source.hpp"
+#include "runtime/runtime_internal.hpp"
 
 namespace {
 

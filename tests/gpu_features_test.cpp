@@ -11,14 +11,15 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "check/gpu.hpp"
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
 #include "tests/support/expect.hpp"
-#include "check/gpu.hpp"
 #include "tests/support/scoped_tune.hpp"
 
 namespace {

@@ -19,11 +19,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "check/gpu.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
 #include "tests/support/expect.hpp"
-#include "check/gpu.hpp"
 #include "tests/support/scoped_tune.hpp"
 
 namespace {
