@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "fa4jit/config.hpp"
+#include "fa4jit/advanced.hpp"
 
 namespace jit {
 

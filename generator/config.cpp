@@ -1,12 +1,13 @@
 // FA4Config: factories, per-arch derivation from the hardware budgets, validation.
 #include <algorithm>
-#include <cstdlib>
+#include <iterator>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "fa4jit/config.hpp"
+#include "fa4jit/advanced.hpp"
 #include "fa4jit/errors.hpp"
 #include "generator/arch.hpp"
 #include "generator/backends/backend.hpp"
@@ -46,36 +47,59 @@ ScoreMod ScoreMod::custom(std::string body) { return ScoreMod{Kind::custom, std:
 
 namespace {
 
-// FA4JIT_TUNE="exp2_emulate_every=4,pingpong=0": tuning sweeps without a rebuild. The values
-// land in the generated source, so the cache keys them like any other input.
-void apply_tune_env(Tuning& t) {
-  const char* env = std::getenv("FA4JIT_TUNE");
-  if (!env || !*env) return;
-  std::stringstream ss(env);
+// The override names, in Tuning's order (parse_tune, to_string).
+struct TuneField {
+  const char* name;
+  std::optional<int> TuningOverrides::*override;
+  int Tuning::*value;
+};
+constexpr TuneField kTuneFields[] = {
+    {"exp2_emulate_every", &TuningOverrides::exp2_emulate_every, &Tuning::exp2_emulate_every},
+    {"intra_wg_overlap", &TuningOverrides::intra_wg_overlap, &Tuning::intra_wg_overlap},
+    {"pingpong", &TuningOverrides::pingpong, &Tuning::pingpong},
+    {"cross_tile", &TuningOverrides::cross_tile, &Tuning::cross_tile},
+    {"wg_spans", &TuningOverrides::wg_spans, &Tuning::wg_spans},
+    {"persistent", &TuningOverrides::persistent, &Tuning::persistent},
+};
+
+}  // namespace
+
+// "exp2_emulate_every=4,pingpong=0": tuning sweeps without a rebuild. The values land in the
+// generated source, so the cache keys them like any other input.
+TuningOverrides parse_tune(const std::string& text, const std::string& origin) {
+  TuningOverrides t;
+  if (text.empty()) return t;
+  std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
-    if (eq == std::string::npos) throw ConfigError(fmt::format("FA4JIT_TUNE: '{}' is not name=value", item));
+    if (eq == std::string::npos) throw ConfigError(fmt::format("{}: '{}' is not name=value", origin, item));
     const std::string name = item.substr(0, eq);
     int value = 0;
     try {
       value = std::stoi(item.substr(eq + 1));
     } catch (const std::exception&) {
-      throw ConfigError(fmt::format("FA4JIT_TUNE: '{}' needs an integer value", item));
+      throw ConfigError(fmt::format("{}: '{}' needs an integer value", origin, item));
     }
-    if (name == "exp2_emulate_every") t.exp2_emulate_every = value;
-    else if (name == "intra_wg_overlap") t.intra_wg_overlap = value;
-    else if (name == "pingpong") t.pingpong = value;
-    else if (name == "cross_tile") t.cross_tile = value;
-    else if (name == "wg_spans") t.wg_spans = value;
-    else if (name == "persistent") t.persistent = value;
-    else throw ConfigError(fmt::format("FA4JIT_TUNE: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent", name));
+    const auto f = std::find_if(std::begin(kTuneFields), std::end(kTuneFields),
+                                [&](const TuneField& x) { return name == x.name; });
+    if (f == std::end(kTuneFields))
+      throw ConfigError(fmt::format("{}: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, "
+                                    "cross_tile, wg_spans, persistent",
+                                    origin, name));
+    t.*f->override = value;
   }
+  return t;
 }
 
-}  // namespace
+std::string to_string(const TuningOverrides& t) {
+  std::string out;
+  for (const TuneField& f : kTuneFields)
+    if (const std::optional<int>& v = t.*f.override) out += fmt::format("{}{}={}", out.empty() ? "" : ",", f.name, *v);
+  return out;
+}
 
-ResolvedConfig resolve(const FA4Config& input) {
+ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   using detail::pick;
   using detail::refuse;
   detail::check_structure(input);  // before the copy: bounds the mask tree every later walk recurses over
@@ -103,9 +127,10 @@ ResolvedConfig resolve(const FA4Config& input) {
     refuse("pack_gqa", fmt::format("true with group = {}", c.group),
            fmt::format("the {} backend packs groups that divide {} rows", to_string(arch.backend), box_rows));
   Tuning tuning = backend.default_tuning(c, c.padded_depth);
-  apply_tune_env(tuning);
+  for (const TuneField& f : kTuneFields)
+    if (const std::optional<int>& v = options.tune.*f.override) tuning.*f.value = *v;
   if (tuning.persistent < 0 || tuning.persistent > 2)
-    throw ConfigError(fmt::format("FA4JIT_TUNE: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
+    throw ConfigError(fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
   backend.settle(tuning, b, c, c.padded_depth, arch);
   ResolvedConfig rc{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
   rc.walk = tuning.persistent == 1 ? TileWalk::persistent : tuning.persistent == 2 ? TileWalk::stream_k : TileWalk::grid;

@@ -36,9 +36,10 @@ class Hasher {
 
 }  // namespace
 
-CompileInputs compile_inputs(ResolvedConfig config, std::string nvrtc_version) {
+CompileInputs compile_inputs(ResolvedConfig config, std::string nvrtc_version, TuningOverrides tune) {
   CompileInputs in;
   in.config = std::move(config);
+  in.tune = std::move(tune);
   in.source = render_source(in.config);
   in.headers = template_headers(in.config.backend);
   in.options = nvrtc_options(in.config);
@@ -77,6 +78,7 @@ nlohmann::json describe(const CompileInputs& in) {
           {"schema", kCacheSchema},
           {"generator", kGeneratorVersion},
           {"config", to_json(in.config.config)},
+          {"tune", to_string(in.tune)},
           {"backend", to_string(in.config.backend)},
           {"arch", in.config.config.arch},
           {"template_digest", in.template_digest},
