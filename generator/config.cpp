@@ -113,26 +113,25 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   if (std::find(depths.begin(), depths.end(), c.depth) == depths.end())
     refuse("depth", std::to_string(c.depth),
            fmt::format("the {} backend supports {}", to_string(arch.backend), fmt::join(depths, ", ")));
-  const int dp_default = (c.depth + 63) / 64 * 64;
-  c.padded_depth = pick("padded_depth", c.padded_depth, dp_default, {dp_default});
-  c.swizzle_bytes = pick("swizzle_bytes", c.swizzle_bytes, 128, {128});
+  // Rows padded to whole 128-byte swizzle atoms (64 bf16/fp16 elements).
+  const int dp = (c.depth + 63) / 64 * 64;
   if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)
     refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));
   if (c.pack_gqa && c.group <= 0)
     refuse("pack_gqa", "true with group = 0", "packing GQA heads needs the group (num_q_heads / num_kv_heads) set");
 
-  detail::Budget b = backend.derive(c, c.padded_depth, arch);
+  detail::Budget b = backend.derive(c, dp, arch);
   // TMA backends load a consumer's Q rows as one box of whole (query, group) row sets.
   if (const int box_rows = backend.q_box_rows(c); c.pack_gqa && box_rows > 0 && box_rows % c.group != 0)
     refuse("pack_gqa", fmt::format("true with group = {}", c.group),
            fmt::format("the {} backend packs groups that divide {} rows", to_string(arch.backend), box_rows));
-  Tuning tuning = backend.default_tuning(c, c.padded_depth);
+  Tuning tuning = backend.default_tuning(c, dp);
   for (const TuneField& f : kTuneFields)
     if (const std::optional<int>& v = options.tune.*f.override) tuning.*f.value = *v;
   if (tuning.persistent < 0 || tuning.persistent > 2)
     throw ConfigError(fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
-  backend.settle(tuning, b, c, c.padded_depth, arch);
-  ResolvedConfig rc{c, tuning, arch.backend, arch.sm, b.threads, b.smem, b.ctas_per_sm};
+  backend.settle(tuning, b, c, dp, arch);
+  ResolvedConfig rc{c, tuning, arch.backend, arch.sm, dp, b.threads, b.smem, b.ctas_per_sm};
   rc.walk = tuning.persistent == 1 ? TileWalk::persistent : tuning.persistent == 2 ? TileWalk::stream_k : TileWalk::grid;
   rc.uses_tma = backend.uses_tma();
   rc.lpt_order = backend.lpt_order();

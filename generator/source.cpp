@@ -130,17 +130,17 @@ std::string render_source(const ResolvedConfig& rc) {
   w.line(fmt::format("  using OutElement = {};", element_type(*c.output_dtype)));
   const std::pair<const char*, int> constants[] = {
       {"kDepth", c.depth},
-      {"kPaddedDepth", c.padded_depth},
+      {"kPaddedDepth", rc.padded_depth},
       {"kBM", c.BM},
       {"kBN", c.BN},
       {"kBK0", c.BK0},
-      {"kBK1", c.BK1},
+      {"kBK1", c.BN},
       {"kNumQHeads", c.num_q_heads},
       {"kGroup", c.group},
       {"kNumKVStages", c.num_kv_stages},
       {"kNumQKStages", c.num_qk_stages},
-      {"kNumMMAStages", c.num_mma_stages},
-      {"kSwizzleBytes", c.swizzle_bytes},
+      {"kNumMMAStages", 1},
+      {"kSwizzleBytes", 128},  // the TMA maps' and smem tiles' CU_TENSOR_MAP_SWIZZLE_128B
       {"kNumThreads", rc.num_threads},
       {"kSmemBytes", rc.smem_bytes},
       {"kArch", rc.sm},

@@ -34,7 +34,7 @@ TEST(Config, DerivesPortableDefaults) {
   EXPECT_EQ(r.backend, jit::Backend::portable);
   EXPECT_EQ(r.config.BM, 128);
   EXPECT_EQ(r.config.BN, 64);
-  EXPECT_EQ(r.config.padded_depth, 128);
+  EXPECT_EQ(r.padded_depth, 128);
   EXPECT_EQ(r.config.num_kv_stages, 2);
   EXPECT_EQ(*r.config.output_dtype, jit::DType::bf16);
   EXPECT_EQ(r.num_threads, 128);
@@ -66,7 +66,7 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
                         Want{192, 192, 112, 96, 2 * (128 * 192 + 4 * 112 * 192) + 1024},
                         Want{256, 256, 80, 64, 2 * (128 * 256 + 4 * 80 * 256) + 1024}}) {
     const auto r = jit::resolve(cfg_for("sm_90a", w.depth));
-    EXPECT_EQ(r.config.padded_depth, w.padded) << w.depth;
+    EXPECT_EQ(r.padded_depth, w.padded) << w.depth;
     EXPECT_EQ(r.config.BM, 128) << w.depth;
     EXPECT_EQ(r.config.BN, w.bn) << w.depth;
     EXPECT_EQ(r.config.num_kv_stages, 2) << w.depth;
@@ -168,9 +168,8 @@ TEST(Config, HopperDeepHeadRefusalsNameTheField) {
                       {"num_kv_stages", "3", "232448"});
   // BM 192 (three consumer warpgroups at 160 registers) stays a depth-64 tile.
   expect_config_error([] { auto c = cfg_for("sm_90a", 192); c.BM = 192; jit::resolve(c); }, {"BM", "192", "128"});
-  // Padded depth is derived, never narrower than the depth; other backends keep 64 and 128.
-  expect_config_error([] { auto c = cfg_for("sm_90a", 96); c.padded_depth = 96; jit::resolve(c); },
-                      {"padded_depth", "96", "128"});
+  // Padded depth is derived (depth 96 runs at 128); other backends keep 64 and 128.
+  EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 96)).padded_depth, 128);
   expect_config_error([] { jit::resolve(cfg_for("sm_90a", 160)); }, {"depth", "160", "64, 96, 128, 192, 256"});
   expect_config_error([] { jit::resolve(cfg_for("sm_80", 96)); }, {"depth", "96", "sm80"});
   expect_config_error([] { jit::resolve(cfg_for("sm_100a", 256)); }, {"depth", "256", "sm100a"});
@@ -210,7 +209,10 @@ TEST(Config, RefusalsNameFieldValueAndAllowed) {
   expect_config_error([] { auto c = cfg_for("sm_86"); c.BN = 128; jit::resolve(c); }, {"BN", "shared memory", "sm_86"});
   expect_config_error([] { auto c = cfg_for("sm_90a"); c.num_q_heads = 30; c.group = 4; jit::resolve(c); },
                       {"group", "4", "num_q_heads"});
-  expect_config_error([] { auto c = cfg_for("sm_90a"); c.swizzle_bytes = 64; jit::resolve(c); }, {"swizzle_bytes", "64"});
+  // The fields that took one value only are gone; a file that still sets one is told why.
+  for (const char* field : {"padded_depth", "BK1", "num_mma_stages", "swizzle_bytes"})
+    expect_config_error([&] { jit::config_from_json({{"depth", 128}, {field, 0}}); }, {field, "removed", "one value"});
+  expect_config_error([] { jit::config_from_json({{"configs", 1}}); }, {"unknown field 'configs'"});
   expect_config_error([] { auto c = cfg_for("sm_90a"); c.score_mod = jit::ScoreMod::custom("  "); jit::resolve(c); },
                       {"score_mod.snippet"});
   expect_config_error([] { auto c = cfg_for("sm_90a"); c.mask = jit::Mask::all_of({}); jit::resolve(c); },

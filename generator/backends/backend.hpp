@@ -25,7 +25,7 @@ class BackendPolicy {
   virtual Backend backend() const = 0;
   // Head dims (FA4Config::depth) this backend's templates serve.
   virtual std::vector<int> depths() const = 0;
-  // Fills the tile fields left at 0 (BM, BN, BK0, BK1, stages) from the arch's budgets and
+  // Fills the tile fields left at 0 (BM, BN, BK0, stages) from the arch's budgets and
   // validates the explicit ones (ConfigError naming the field). `dp`: the padded depth.
   virtual Budget derive(FA4Config& c, int dp, const ArchInfo& arch) const = 0;
   // Rows of one TMA box of a consumer's Q (and O) tile; 0 when Q does not come through TMA.

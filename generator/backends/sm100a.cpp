@@ -28,8 +28,6 @@ class Sm100a final : public BackendPolicy {
     c.BN = c.BN ? c.BN : bn_max;
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, dp >= 128 ? 2 : 1, {1, 2});
     c.BK0 = pick("BK0", c.BK0, dp / c.num_qk_stages, {dp / c.num_qk_stages});
-    c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
-    c.num_mma_stages = pick("num_mma_stages", c.num_mma_stages, 1, {1});
     const int fixed = 2 * c.BM * dp + c.BM * 4 + 1024;
     const int per_stage = 2 * 2 * c.BN * dp;
     const int fit = (a.max_smem - fixed) / per_stage;

@@ -18,9 +18,7 @@ class Sm80 final : public BackendPolicy {
     c.BM = pick("BM", c.BM, 128, {64, 128});
     c.BN = pick("BN", c.BN, dp <= 64 ? 128 : 64, {32, 64, 128});
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
-    c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
-    c.num_mma_stages = pick("num_mma_stages", c.num_mma_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {1, 2});
     const int smem = 2 * (c.BM * dp + 2 * c.num_kv_stages * c.BN * dp);
     if (smem > a.max_smem)

@@ -62,9 +62,7 @@ class Sm90a final : public BackendPolicy {
                          c.depth, dp, c.BM, c.arch, fmt::join(bn_allowed, ", "), a.max_smem));
     c.BN = c.BN ? c.BN : bn_default;
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
-    c.BK1 = pick("BK1", c.BK1, c.BN, {c.BN});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
-    c.num_mma_stages = pick("num_mma_stages", c.num_mma_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
     const int smem = smem_for(c.BN, c.num_kv_stages);
     if (smem > a.max_smem)

@@ -66,12 +66,10 @@ struct FA4Config {
   DType dtype = DType::bf16;                // Q, K, V
   std::optional<DType> output_dtype;        // O; unset: dtype
   int depth = 128;                          // head dim
-  int padded_depth = 0;                     // 0: depth rounded up to the swizzle width
-  int BM = 0, BN = 0, BK0 = 0, BK1 = 0;     // Q rows per CTA, K/V rows per tile, K chunks
+  int BM = 0, BN = 0, BK0 = 0;              // Q rows per CTA, K/V rows per tile, Q.K^T depth chunk
   int num_q_heads = 0;                      // 0: any (checked at launch when set)
   int group = 0;                            // num_q_heads / num_kv_heads; 0: any
-  int num_kv_stages = 0, num_qk_stages = 0, num_mma_stages = 0;
-  int swizzle_bytes = 0;                    // 0: 128
+  int num_kv_stages = 0, num_qk_stages = 0;
   std::string arch;                         // "sm_90a", "sm_100a", "sm_80", ...; empty: current GPU
   Mask mask;
   ScoreMod score_mod;
@@ -82,11 +80,10 @@ struct FA4Config {
 
   // Every field (a new field must be added here; tests/public_api_test.cpp checks each one).
   bool operator==(const FA4Config& o) const {
-    return dtype == o.dtype && output_dtype == o.output_dtype && depth == o.depth && padded_depth == o.padded_depth &&
-           BM == o.BM && BN == o.BN && BK0 == o.BK0 && BK1 == o.BK1 && num_q_heads == o.num_q_heads &&
-           group == o.group && num_kv_stages == o.num_kv_stages && num_qk_stages == o.num_qk_stages &&
-           num_mma_stages == o.num_mma_stages && swizzle_bytes == o.swizzle_bytes && arch == o.arch &&
-           mask == o.mask && score_mod == o.score_mod && pack_gqa == o.pack_gqa;
+    return dtype == o.dtype && output_dtype == o.output_dtype && depth == o.depth && BM == o.BM && BN == o.BN &&
+           BK0 == o.BK0 && num_q_heads == o.num_q_heads && group == o.group && num_kv_stages == o.num_kv_stages &&
+           num_qk_stages == o.num_qk_stages && arch == o.arch && mask == o.mask && score_mod == o.score_mod &&
+           pack_gqa == o.pack_gqa;
   }
   bool operator!=(const FA4Config& o) const { return !(*this == o); }
 };
