@@ -134,12 +134,8 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kBM", c.BM},
       {"kBN", c.BN},
       {"kBK0", c.BK0},
-      {"kBK1", c.BN},
-      {"kNumQHeads", c.num_q_heads},
-      {"kGroup", c.group},
       {"kNumKVStages", c.num_kv_stages},
       {"kNumQKStages", c.num_qk_stages},
-      {"kNumMMAStages", 1},
       {"kSwizzleBytes", 128},  // the TMA maps' and smem tiles' CU_TENSOR_MAP_SWIZZLE_128B
       {"kNumThreads", rc.num_threads},
       {"kSmemBytes", rc.smem_bytes},
