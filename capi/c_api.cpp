@@ -129,6 +129,7 @@ json resolved_json(const jit::ResolvedConfig& rc) {
   return json{{"config", jit::to_json(rc.config)},
               {"backend", jit::to_string(rc.backend)},
               {"sm", rc.sm},
+              {"padded_depth", rc.padded_depth},
               {"num_threads", rc.num_threads},
               {"smem_bytes", rc.smem_bytes},
               {"ctas_per_sm", rc.ctas_per_sm},

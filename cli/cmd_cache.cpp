@@ -102,7 +102,8 @@ void add_cache(CLI::App& app) {
         const auto r = detail::disk_cache().verify([&](const cache::Artifact& a) -> std::string {
           if (!gpu) return {};
           try {
-            const ResolvedConfig rc = resolve(config_from_json(a.meta.at("config")));
+            const ResolvedConfig rc = resolve(config_from_json(a.meta.at("config")),
+                                              ResolveOptions{parse_tune(a.meta.value("tune", ""), "meta.json tune")});
             if (!detail::runs_on(rc, sm)) return {};  // built for another GPU: nothing to load here
             detail::LoadedModule m(a.cubin, rc.smem_bytes, a.meta.at("key").get<std::string>());
             ++loaded;

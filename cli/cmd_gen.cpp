@@ -43,7 +43,7 @@ void add_gen(CLI::App& app) {
   cmd->callback([o] {
     FA4Config c = load_configs(o->config, o->presets).front();
     if (!o->arch.empty()) c.arch = o->arch;
-    const auto in = detail::compile_inputs(with_cli_arch(c));
+    const auto in = detail::compile_inputs(with_cli_arch(c), cli_resolve_options());
     if (o->key) {
       fmt::print("{}\n", in.key);
     } else if (o->ptx || o->log || !o->cubin.empty()) {

@@ -1,3 +1,5 @@
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -21,7 +23,8 @@ void add_info(CLI::App& app) {
     fmt::print("cache max bytes: {}\n", i.cache_max_bytes ? fmt::format("{}", i.cache_max_bytes) : "no cap");
     fmt::print("remote cache: {} (Redis tier {})\n", i.remote_cache.empty() ? "none" : i.remote_cache,
                i.redis_built ? "built in" : "not built in");
-    fmt::print("tune: {}\n", i.tune.empty() ? "none" : "FA4JIT_TUNE=" + i.tune);
+    const char* tune = std::getenv("FA4JIT_TUNE");  // read by the CLI's commands, never by the library
+    fmt::print("tune: {}\n", tune && *tune ? fmt::format("FA4JIT_TUNE={}", tune) : "none");
     fmt::print("log level: {}\n", to_string(i.log_level));
     fmt::print("this process: {} compiled ({:.0f} ms), {} memory hits, {} disk hits, {} remote hits, {} failed\n",
                i.stats.compiles, i.stats.compile_ms, i.stats.memory_hits, i.stats.disk_hits, i.stats.remote_hits,

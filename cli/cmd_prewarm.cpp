@@ -63,7 +63,8 @@ void add_prewarm(CLI::App& app) {
         jobs.push_back({x, "", 0, "", false});
       }
     }
-    for (Job& j : jobs) resolve(j.config);  // refuse bad configs before compiling anything
+    const ResolveOptions options = cli_resolve_options();
+    for (Job& j : jobs) resolve(j.config, options);  // refuse bad configs before compiling anything
 
     cache::Store& store = detail::disk_cache();
     const std::uint64_t publish_failures_before = store.stats().publish_failures;
@@ -77,7 +78,7 @@ void add_prewarm(CLI::App& app) {
         Job& job = jobs[i];
         const auto s = std::chrono::steady_clock::now();
         try {
-          const KernelPtr k = get_kernel(job.config);
+          const KernelPtr k = get_kernel(job.config, options);
           job.status = k->origin() == "compiled" ? "compiled" : "hit";
           job.in_memory_only = k->origin() == "memory";
         } catch (const CacheMissError& e) {

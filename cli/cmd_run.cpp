@@ -108,7 +108,7 @@ void add_run(CLI::App& app) {
     const auto& k = in.at("k");
     const auto& v = in.at("v");
     if (c.depth != q.shape[3]) c.depth = static_cast<int>(q.shape[3]);
-    const KernelPtr kernel = get_kernel(with_cli_arch(c));
+    const KernelPtr kernel = get_kernel(with_cli_arch(c), cli_resolve_options());
     require_runs_here(*kernel);
     const DType out_t = *kernel->config().config.output_dtype;
     testing::DeviceBuffer dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(q.bytes.size());
@@ -167,7 +167,7 @@ void add_check(CLI::App& app) {
       fmt::print("check: skipped, no GPU here ({})\n", why);
       return;
     }
-    const KernelPtr kernel = get_kernel(c);
+    const KernelPtr kernel = get_kernel(c, cli_resolve_options());
     require_runs_here(*kernel);
     const ShapeOpts& s = o->shape;
     testing::CheckCase cc;
@@ -220,7 +220,7 @@ void add_bench(CLI::App& app) {
     using clock = std::chrono::steady_clock;
     const auto t_start = clock::now();
     const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
-    const KernelPtr kernel = get_kernel(with_cli_arch(c));
+    const KernelPtr kernel = get_kernel(with_cli_arch(c), cli_resolve_options());
     const double get_kernel_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
     require_runs_here(*kernel);  // creates the context, as the buffers below would before any timing
     const FA4Config& rc = kernel->config().config;

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fa4jit/advanced.hpp"
 #include "fa4jit/config.hpp"
 
 namespace jit::cli {
@@ -31,6 +32,10 @@ CLI::Validator size_validator();
 // c with its arch filled from the current GPU when empty; without a GPU, a ConfigError that
 // tells the CLI user to pass --arch.
 FA4Config with_cli_arch(FA4Config c);
+
+// FA4JIT_TUNE="name=value,..." (tuning sweeps; fa4jit/advanced.hpp TuningOverrides) as resolve
+// options: the CLI reads the environment, the library never does. ConfigError naming the item.
+ResolveOptions cli_resolve_options();
 
 // Refuses (ConfigError) a config its arch does not accept or, with no arch set and no GPU to take
 // one from, that no supported arch accepts: the same answer with or without a GPU.

@@ -1,5 +1,6 @@
 // What the verbs share: config files and presets, --arch and size values, the arch to build for.
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -93,15 +94,21 @@ FA4Config with_cli_arch(FA4Config c) {
   return c;
 }
 
+ResolveOptions cli_resolve_options() {
+  const char* env = std::getenv("FA4JIT_TUNE");
+  return ResolveOptions{parse_tune(env ? env : "", "FA4JIT_TUNE")};
+}
+
 void validate_config(const FA4Config& c) {
+  const ResolveOptions options = cli_resolve_options();
   if (!c.arch.empty()) {
-    resolve(c);
+    resolve(c, options);
     return;
   }
   try {
     FA4Config x = c;
     x.arch = current_device_arch();
-    resolve(x);
+    resolve(x, options);
     return;
   } catch (const DriverError&) {
   }
@@ -111,7 +118,12 @@ void validate_config(const FA4Config& c) {
     FA4Config x = c;
     x.arch = a;
     std::string why;
-    if (supported(x, &why)) return;
+    try {
+      resolve(x, options);
+      return;
+    } catch (const ConfigError& e) {
+      why = e.what();
+    }
     auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == why; });
     if (it == reasons.end()) reasons.push_back({why, {a}});
     else it->second.push_back(a);

@@ -26,7 +26,8 @@ if(leaks)
   list(JOIN leaks "\n  " leaks)
   message(FATAL_ERROR "${LIB} exports internals:\n  ${leaks}")
 endif()
-foreach(api IN ITEMS "jit::get_kernel(jit::FA4Config const&)" "jit::resolve(jit::FA4Config const&)"
+foreach(api IN ITEMS "jit::get_kernel(jit::FA4Config const&, jit::ResolveOptions const&)"
+                     "jit::resolve(jit::FA4Config const&, jit::ResolveOptions const&)" "jit::parse_tune("
                      "jit::Mask::causal(bool)" "jit::runtime_info()" "jit::stats()" "jit::set_log_sink("
                      "typeinfo for jit::ConfigError" "typeinfo for jit::Kernel")
   string(FIND "${syms}" "${api}" at)

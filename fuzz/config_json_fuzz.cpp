@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fa4jit/config.hpp"
+#include "fa4jit/advanced.hpp"
 #include "fa4jit/errors.hpp"
 #include "generator/bounded_json.hpp"
 #include "generator/limits.hpp"

@@ -42,13 +42,4 @@ std::vector<std::string> supported_archs() {
   return names;
 }
 
-std::vector<int> supported_depths(Backend b) {
-  switch (b) {
-    case Backend::portable: return {64, 128};
-    case Backend::hopper: return {64, 96, 128, 192, 256};  // 96 runs padded to 128
-    case Backend::blackwell: return {64, 128};
-  }
-  return {};
-}
-
 }  // namespace jit

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "fa4jit/config.hpp"
+#include "fa4jit/advanced.hpp"
 
 namespace jit {
 
@@ -15,6 +15,5 @@ struct ArchInfo {
 };
 
 ArchInfo parse_arch(const std::string& arch);  // ConfigError for archs we do not target
-std::vector<int> supported_depths(Backend b);
 
 }  // namespace jit

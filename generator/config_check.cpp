@@ -12,17 +12,13 @@ namespace {
 
 constexpr IntField kIntFields[] = {
     {"depth", 1, 1024, &FA4Config::depth},
-    {"padded_depth", 0, 1024, &FA4Config::padded_depth},
     {"BM", 0, 1024, &FA4Config::BM},
     {"BN", 0, 1024, &FA4Config::BN},
     {"BK0", 0, 1024, &FA4Config::BK0},
-    {"BK1", 0, 1024, &FA4Config::BK1},
     {"num_q_heads", 0, 65535, &FA4Config::num_q_heads},
     {"group", 0, 65535, &FA4Config::group},
     {"num_kv_stages", 0, 64, &FA4Config::num_kv_stages},
     {"num_qk_stages", 0, 64, &FA4Config::num_qk_stages},
-    {"num_mma_stages", 0, 64, &FA4Config::num_mma_stages},
-    {"swizzle_bytes", 0, 1024, &FA4Config::swizzle_bytes},
 };
 
 [[noreturn]] void refuse(const std::string& field, const std::string& value, const std::string& allowed) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -167,17 +168,13 @@ Mask mask_from_json(const json& j, const std::string& path, int level) {
 json to_json(const FA4Config& c) {
   json j = {{"dtype", to_string(c.dtype)},
             {"depth", c.depth},
-            {"padded_depth", c.padded_depth},
             {"BM", c.BM},
             {"BN", c.BN},
             {"BK0", c.BK0},
-            {"BK1", c.BK1},
             {"num_q_heads", c.num_q_heads},
             {"group", c.group},
             {"num_kv_stages", c.num_kv_stages},
             {"num_qk_stages", c.num_qk_stages},
-            {"num_mma_stages", c.num_mma_stages},
-            {"swizzle_bytes", c.swizzle_bytes},
             {"arch", c.arch},
             {"mask", mask_to_json(c.mask, 1)},
             {"pack_gqa", c.pack_gqa}};
@@ -193,10 +190,20 @@ namespace detail {
 FA4Config config_from_json_at(const json& j, const std::string& prefix) {
   const std::string where = prefix.empty() ? "config" : prefix;
   if (!j.is_object()) wrong_type(where, "a JSON object", j);
+  // Fields that took one value only: a file that still sets them is told why they went.
+  static constexpr std::pair<const char*, const char*> kRemoved[] = {
+      {"padded_depth", "it is always depth rounded up to 64 (the resolved config reports it)"},
+      {"BK1", "the P.V chunk is always BN"},
+      {"num_mma_stages", "every backend runs one MMA stage"},
+      {"swizzle_bytes", "every backend uses the 128-byte swizzle"},
+  };
+  for (const auto& [field, why] : kRemoved)
+    if (j.contains(field))
+      throw ConfigError(fmt::format("{}: removed, it accepted one value only ({}); delete the field",
+                                    json_path(prefix, field), why));
   reject_unknown(j, where,
-                 {"dtype", "output_dtype", "depth", "padded_depth", "BM", "BN", "BK0", "BK1", "num_q_heads", "group",
-                  "num_kv_stages", "num_qk_stages", "num_mma_stages", "swizzle_bytes", "arch", "mask", "score_mod",
-                  "pack_gqa"});
+                 {"dtype", "output_dtype", "depth", "BM", "BN", "BK0", "num_q_heads", "group", "num_kv_stages",
+                  "num_qk_stages", "arch", "mask", "score_mod", "pack_gqa"});
   auto path = [&](const std::string& field) { return json_path(prefix, field); };
   FA4Config c;
   if (j.contains("dtype")) c.dtype = get_dtype(j.at("dtype"), path("dtype"));

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "generator/source.hpp"
-#include "runtime/nvrtc.hpp"
 
 namespace jit::detail {
 
@@ -37,14 +36,14 @@ class Hasher {
 
 }  // namespace
 
-CompileInputs compile_inputs(const FA4Config& config) {
+CompileInputs compile_inputs(ResolvedConfig config, std::string nvrtc_version, TuningOverrides tune) {
   CompileInputs in;
-  in.config = resolve(config);
+  in.config = std::move(config);
+  in.tune = std::move(tune);
   in.source = render_source(in.config);
   in.headers = template_headers(in.config.backend);
   in.options = nvrtc_options(in.config);
-  const auto [major, minor] = nvrtc_version();
-  in.nvrtc_version = fmt::format("{}.{}", major, minor);
+  in.nvrtc_version = std::move(nvrtc_version);
 
   static const std::string digests[] = {compute_template_digest(*template_headers(Backend::portable)),
                                         compute_template_digest(*template_headers(Backend::hopper)),
@@ -79,6 +78,7 @@ nlohmann::json describe(const CompileInputs& in) {
           {"schema", kCacheSchema},
           {"generator", kGeneratorVersion},
           {"config", to_json(in.config.config)},
+          {"tune", to_string(in.tune)},
           {"backend", to_string(in.config.backend)},
           {"arch", in.config.config.arch},
           {"template_digest", in.template_digest},

@@ -6,13 +6,15 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "fa4jit/config.hpp"
+#include "fa4jit/advanced.hpp"
 #include "generator/source.hpp"
 
 namespace jit::detail {
 
 struct CompileInputs {
   ResolvedConfig config;
+  TuningOverrides tune;                                       // resolve()'s overrides (recorded, not hashed:
+                                                              // their values are in the source)
   std::string source;                                         // the generated layer
   std::shared_ptr<const Headers> headers;                     // embedded templates it may include
   std::vector<std::string> options;                           // NVRTC options (hashed)
@@ -25,9 +27,12 @@ struct CompileInputs {
   std::vector<std::string> compile_options() const;
 };
 
-// Resolves, renders and hashes. Never looks at paths, hosts or time: the same inputs give
-// the same key on every machine.
-CompileInputs compile_inputs(const FA4Config& config);
+// Renders and hashes a resolved config for the NVRTC of `nvrtc_version` ("13.0"; the runtime's
+// compile_inputs(FA4Config) asks the loaded NVRTC). Never looks at paths, hosts or time: the same
+// inputs give the same key on every machine.
+// `tune`: the overrides `config` was resolved with, recorded in meta.json so the cache can resolve
+// the entry again.
+CompileInputs compile_inputs(ResolvedConfig config, std::string nvrtc_version, TuningOverrides tune = {});
 
 // Hashes the inputs' fields (used by compile_inputs; exposed so tests can vary one input).
 std::string compute_template_digest(const Headers& headers);

@@ -130,17 +130,13 @@ std::string render_source(const ResolvedConfig& rc) {
   w.line(fmt::format("  using OutElement = {};", element_type(*c.output_dtype)));
   const std::pair<const char*, int> constants[] = {
       {"kDepth", c.depth},
-      {"kPaddedDepth", c.padded_depth},
+      {"kPaddedDepth", rc.padded_depth},
       {"kBM", c.BM},
       {"kBN", c.BN},
       {"kBK0", c.BK0},
-      {"kBK1", c.BK1},
-      {"kNumQHeads", c.num_q_heads},
-      {"kGroup", c.group},
       {"kNumKVStages", c.num_kv_stages},
       {"kNumQKStages", c.num_qk_stages},
-      {"kNumMMAStages", c.num_mma_stages},
-      {"kSwizzleBytes", c.swizzle_bytes},
+      {"kSwizzleBytes", 128},  // the TMA maps' and smem tiles' CU_TENSOR_MAP_SWIZZLE_128B
       {"kNumThreads", rc.num_threads},
       {"kSmemBytes", rc.smem_bytes},
       {"kArch", rc.sm},
@@ -185,8 +181,7 @@ std::shared_ptr<const Headers> collect_headers(Backend backend) {
   const std::string own = std::string(backend_dir(backend)) + "/";
   auto out = std::make_shared<Headers>();
   for (const EmbeddedFile& f : embedded_templates()) {
-    const bool dev = f.path.find("/dev/") != std::string_view::npos;
-    if (!dev && (f.path.starts_with("common/") || f.path.starts_with(own)))
+    if (f.path.starts_with("common/") || f.path.starts_with(own))
       out->emplace_back(std::string(f.path), std::string(f.bytes));
   }
   return out;  // embedded_templates() is sorted

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "fa4jit/config.hpp"
+#include "fa4jit/advanced.hpp"
 
 namespace jit::detail {
 

@@ -45,7 +45,8 @@ cache::Verdict check_cache_entry(std::string_view key, const nlohmann::json& met
             /*foreign=*/true};
   CompileInputs in;
   try {
-    in = compile_inputs(config_from_json(meta.at("config")));
+    // Entries made with tuning overrides record them ("tune"); older ones had none.
+    in = compile_inputs(config_from_json(meta.at("config")), ResolveOptions{parse_tune(text(meta, "tune"), "meta.json tune")});
   } catch (const std::exception& e) {
     return {fmt::format("meta.json config is not a valid config here: {}", e.what())};
   }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "fa4jit/errors.hpp"
+#include "generator/backends/backend.hpp"
 #include "generator/source.hpp"
 #include "runtime/launch_args.hpp"
 #include "runtime/lpt_order.hpp"
@@ -15,15 +16,7 @@
 
 namespace jit::detail {
 
-// SASS runs on the same major with an equal or newer minor; 'a'/'f' targets need their own family.
-bool runs_on(const ResolvedConfig& rc, int sm) {
-  switch (rc.backend) {
-    case Backend::hopper: return sm == 90;
-    case Backend::blackwell: return rc.config.arch == "sm_100f" ? sm / 10 == 10 : sm == rc.sm;
-    case Backend::portable: return sm / 10 == rc.sm / 10 && sm % 10 >= rc.sm % 10;
-  }
-  return false;
-}
+bool runs_on(const ResolvedConfig& rc, int sm) { return policy(rc).runs_on(rc, sm); }
 
 LoadedModule::LoadedModule(const std::string& cubin, int smem_bytes, const std::string& key) {
   const DriverApi& d = driver();

@@ -22,6 +22,12 @@ namespace jit {
 
 namespace detail {
 
+CompileInputs compile_inputs(const FA4Config& config, const ResolveOptions& options) {
+  ResolvedConfig rc = resolve(config, options);
+  const auto [major, minor] = nvrtc_version();
+  return compile_inputs(std::move(rc), fmt::format("{}.{}", major, minor), options.tune);
+}
+
 cache::Store& disk_cache() {
   static cache::Store store([] {
     cache::Options o = cache::Store::options_from_env();
@@ -116,9 +122,13 @@ void record(const detail::CompileInputs& in, const cache::Artifact& art, double 
 
 std::string current_device_arch() { return detail::device_arch(detail::ensure_context()); }
 
-std::string generate_source(const FA4Config& config) { return detail::compile_inputs(detail::with_arch(config)).source; }
+std::string generate_source(const FA4Config& config, const ResolveOptions& options) {
+  return detail::compile_inputs(detail::with_arch(config), options).source;
+}
 
-std::string cache_key(const FA4Config& config) { return detail::compile_inputs(detail::with_arch(config)).key; }
+std::string cache_key(const FA4Config& config, const ResolveOptions& options) {
+  return detail::compile_inputs(detail::with_arch(config), options).key;
+}
 
 Stats stats() {
   const Counters& n = counters();
@@ -132,10 +142,10 @@ Stats stats() {
   return s;
 }
 
-KernelPtr get_kernel(const FA4Config& config) {
+KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options) {
   detail::CompileInputs in;
   try {
-    in = detail::compile_inputs(detail::with_arch(config));  // ConfigError first
+    in = detail::compile_inputs(detail::with_arch(config), options);  // ConfigError first
   } catch (...) {
     counters().failures++;
     throw;

@@ -1,5 +1,3 @@
-#include <cstdlib>
-
 #include <fmt/format.h>
 
 #include "fa4jit/jit.hpp"
@@ -43,7 +41,6 @@ RuntimeInfo runtime_info() {
 #ifdef FA4JIT_HAVE_HIREDIS
   info.redis_built = true;
 #endif
-  if (const char* t = std::getenv("FA4JIT_TUNE")) info.tune = t;
   info.log_level = log_level();
   info.stats = stats();
   return info;

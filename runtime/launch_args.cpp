@@ -1,12 +1,12 @@
 #include "runtime/launch_args.hpp"
 
 #include <cmath>
-#include <numeric>
 #include <cstdint>
 
 #include <fmt/format.h>
 
 #include "fa4jit/errors.hpp"
+#include "generator/backends/backend.hpp"
 #include "generator/source.hpp"
 
 namespace jit::detail {
@@ -107,14 +107,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     if (bm.batch_stride < 0 || bm.head_stride < 0 || bm.row_stride < 0)
       bad("block_mask strides must be non-negative");
   }
-  int kv_box_rows = c.BN;
-  if (paged && rc.backend != Backend::portable) {
-    kv_box_rows = std::gcd(static_cast<int>(page_size), c.BN);
-    if (kv_box_rows % 8 != 0)
-      bad(fmt::format("k.shape[1] (page_size) is {}: with BN = {} the {} backend loads pages by TMA boxes of "
-                      "gcd(page_size, BN) rows, which must be a multiple of 8 (use page sizes that are multiples of 8)",
-                      page_size, c.BN, to_string(rc.backend)));
-  }
+  const int kv_box_rows = paged ? policy(rc).paged_kv_box_rows(rc, page_size) : c.BN;
 
   fa4::FwdParams p{};
   p.q = a.q.data;

@@ -6,6 +6,8 @@
 
 namespace jit::detail {
 
+// Resolves `config` and renders and hashes it for this process's NVRTC (generator/key.hpp).
+CompileInputs compile_inputs(const FA4Config& config, const ResolveOptions& options = {});
 cache::Store& disk_cache();                                // the process's store (from the environment)
 cache::Artifact compile_artifact(const CompileInputs& in);  // NVRTC + meta.json contents
 FA4Config with_arch(const FA4Config& config);               // fills an empty arch from the current GPU

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "generator/backends/backend.hpp"
 #include "runtime/driver.hpp"
 
 namespace jit::detail {
@@ -84,8 +85,8 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (valid_ && sig == last_) return descs_;
-  // One consumer's Q tile: a 64-row warpgroup tile on Hopper, a 128-row MMA tile on Blackwell.
-  const int q_rows = rc.backend == Backend::hopper ? 64 : rc.config.BM / 2;
+  // One consumer's Q tile (a 64-row warpgroup tile on sm90a, a 128-row MMA tile on sm100a).
+  const int q_rows = policy(rc).q_box_rows(rc.config);
   if (rc.config.pack_gqa) {
     descs_.q = encode_packed(a.q, rc.config.group, q_rows);
     descs_.o = encode_packed(a.o, rc.config.group, q_rows);

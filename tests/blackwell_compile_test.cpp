@@ -24,6 +24,7 @@
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
 
 namespace fs = std::filesystem;
 

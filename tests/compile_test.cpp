@@ -8,14 +8,15 @@
 #include "generator/key.hpp"
 #include "generator/presets.hpp"
 #include "runtime/nvrtc.hpp"
-#include "tests/support/scoped_tune.hpp"
+#include "runtime/runtime_internal.hpp"
+#include "tests/support/tune.hpp"
 
 namespace {
 
 using jit::detail::CompileOutput;
 
-CompileOutput compile(const jit::FA4Config& c) {
-  const auto in = jit::detail::compile_inputs(c);
+CompileOutput compile(const jit::FA4Config& c, const jit::ResolveOptions& options = {}) {
+  const auto in = jit::detail::compile_inputs(c, options);
   return jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
 }
 
@@ -77,7 +78,7 @@ TEST(Compile, HopperDeepHeadsCompileWithoutSpills) {
     EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
     const char* ty = k.dtype == jit::DType::bf16 ? "bf16" : "f16";
     const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.BN, ty);
-    const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.padded_depth, ty);
+    const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.padded_depth, ty);
     expect_ptx_has(out.ptx, {qk.c_str(), pv.c_str(), "cp.async.bulk.tensor", "setmaxnreg"}, what);
   }
 }
@@ -103,7 +104,7 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
   window.mask = jit::Mask::sliding_window();
   EXPECT_EQ(jit::resolve(window).tuning.wg_spans, 0);
 
-  jit::testing::ScopedTune on("wg_spans=1");
+  const jit::ResolveOptions on = jit::testing::tuned("wg_spans=1");
   struct Case {
     int depth;
     jit::DType dtype;
@@ -116,11 +117,11 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
     c.dtype = k.dtype;
     c.group = k.packed ? 8 : 0;
     c.pack_gqa = k.packed;
-    const jit::ResolvedConfig r = jit::resolve(c);
+    const jit::ResolvedConfig r = jit::resolve(c, on);
     const std::string what = fmt::format("causal d{} {} BM {} BN {}{}", k.depth, jit::to_string(k.dtype), r.config.BM,
                                          r.config.BN, k.packed ? " packed" : "");
     ASSERT_EQ(r.tuning.wg_spans, 1) << what;
-    const CompileOutput out = compile(c);
+    const CompileOutput out = compile(c, on);
     const auto use = jit::detail::parse_ptxas_log(out.log);
     EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
     EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;

@@ -4,11 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/jit.hpp"
-#include "tests/support/scoped_tune.hpp"
+#include "tests/support/tune.hpp"
 
 namespace {
 
-using jit::testing::ScopedTune;
+using jit::testing::tuned;
 
 jit::FA4Config cfg_for(const std::string& arch, int depth = 128) {
   jit::FA4Config c;
@@ -34,7 +34,7 @@ TEST(Config, DerivesPortableDefaults) {
   EXPECT_EQ(r.backend, jit::Backend::portable);
   EXPECT_EQ(r.config.BM, 128);
   EXPECT_EQ(r.config.BN, 64);
-  EXPECT_EQ(r.config.padded_depth, 128);
+  EXPECT_EQ(r.padded_depth, 128);
   EXPECT_EQ(r.config.num_kv_stages, 2);
   EXPECT_EQ(*r.config.output_dtype, jit::DType::bf16);
   EXPECT_EQ(r.num_threads, 128);
@@ -66,7 +66,7 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
                         Want{192, 192, 112, 96, 2 * (128 * 192 + 4 * 112 * 192) + 1024},
                         Want{256, 256, 80, 64, 2 * (128 * 256 + 4 * 80 * 256) + 1024}}) {
     const auto r = jit::resolve(cfg_for("sm_90a", w.depth));
-    EXPECT_EQ(r.config.padded_depth, w.padded) << w.depth;
+    EXPECT_EQ(r.padded_depth, w.padded) << w.depth;
     EXPECT_EQ(r.config.BM, 128) << w.depth;
     EXPECT_EQ(r.config.BN, w.bn) << w.depth;
     EXPECT_EQ(r.config.num_kv_stages, 2) << w.depth;
@@ -95,24 +95,23 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     EXPECT_EQ(d.ctas_per_sm, w.padded <= 128 ? 2 : 1) << w.depth;
     EXPECT_LE(d.ctas_per_sm * (d.smem_bytes + 1024), 232448 + 1024) << w.depth;
     {  // stream-K (opt-in): one CTA per SM by construction
-      ScopedTune stream_k("persistent=2");
-      const auto sk = jit::resolve(decode);
+      const auto sk = jit::resolve(decode, tuned("persistent=2"));
       EXPECT_EQ(sk.tuning.persistent, 2) << w.depth;
       EXPECT_EQ(sk.ctas_per_sm, 1) << w.depth;
       EXPECT_EQ(sk.smem_bytes, d.smem_bytes + 2 * 64 * w.padded) << w.depth;  // + its own O region
     }
   }
   {
-    ScopedTune lpt("persistent=1");  // the LPT walker visits q heads: packed kernels take stream-K
+    const jit::ResolveOptions lpt = tuned("persistent=1");  // the LPT walker visits q heads: packed kernels take stream-K
     auto decode = cfg_for("sm_90a", 128);
     decode.group = 4;
     decode.pack_gqa = true;
-    EXPECT_EQ(jit::resolve(decode).tuning.persistent, 2);
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).tuning.persistent, 1);
+    EXPECT_EQ(jit::resolve(decode, lpt).tuning.persistent, 2);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128), lpt).tuning.persistent, 1);
     // Persistent CTAs stage O in a region of their own (SmemLayout::kOwnO) where it fits in 227 KB.
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128)).smem_bytes, 2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 1024);
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64)).smem_bytes, 2 * (2 * 192 * 64 + 2 * 2 * 128 * 64) + 1024);
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 256)).smem_bytes, 2 * (128 * 256 + 4 * 80 * 256) + 1024);  // no room
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128), lpt).smem_bytes, 2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 1024);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64), lpt).smem_bytes, 2 * (2 * 192 * 64 + 2 * 2 * 128 * 64) + 1024);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 256), lpt).smem_bytes, 2 * (128 * 256 + 4 * 80 * 256) + 1024);  // no room
   }
   {
     // Defaults: sm90a unmasked and causal kernels without a score-mod at depth <= 128 are
@@ -141,12 +140,10 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       other.arch = arch;
       EXPECT_EQ(jit::resolve(other).tuning.persistent, 0) << arch;
     }
-    ScopedTune grid("persistent=0");
-    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::causal())).tuning.persistent, 0);
+    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::causal()), tuned("persistent=0")).tuning.persistent, 0);
   }
   {
-    ScopedTune bad("persistent=3");
-    EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128)), jit::ConfigError);
+    EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=3")), jit::ConfigError);
   }
 
   // Depths 64 and 128 keep their tiles.
@@ -171,9 +168,8 @@ TEST(Config, HopperDeepHeadRefusalsNameTheField) {
                       {"num_kv_stages", "3", "232448"});
   // BM 192 (three consumer warpgroups at 160 registers) stays a depth-64 tile.
   expect_config_error([] { auto c = cfg_for("sm_90a", 192); c.BM = 192; jit::resolve(c); }, {"BM", "192", "128"});
-  // Padded depth is derived, never narrower than the depth; other backends keep 64 and 128.
-  expect_config_error([] { auto c = cfg_for("sm_90a", 96); c.padded_depth = 96; jit::resolve(c); },
-                      {"padded_depth", "96", "128"});
+  // Padded depth is derived (depth 96 runs at 128); other backends keep 64 and 128.
+  EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 96)).padded_depth, 128);
   expect_config_error([] { jit::resolve(cfg_for("sm_90a", 160)); }, {"depth", "160", "64, 96, 128, 192, 256"});
   expect_config_error([] { jit::resolve(cfg_for("sm_80", 96)); }, {"depth", "96", "sm80"});
   expect_config_error([] { jit::resolve(cfg_for("sm_100a", 256)); }, {"depth", "256", "sm100a"});
@@ -213,12 +209,63 @@ TEST(Config, RefusalsNameFieldValueAndAllowed) {
   expect_config_error([] { auto c = cfg_for("sm_86"); c.BN = 128; jit::resolve(c); }, {"BN", "shared memory", "sm_86"});
   expect_config_error([] { auto c = cfg_for("sm_90a"); c.num_q_heads = 30; c.group = 4; jit::resolve(c); },
                       {"group", "4", "num_q_heads"});
-  expect_config_error([] { auto c = cfg_for("sm_90a"); c.swizzle_bytes = 64; jit::resolve(c); }, {"swizzle_bytes", "64"});
+  // The fields that took one value only are gone; a file that still sets one is told why.
+  for (const char* field : {"padded_depth", "BK1", "num_mma_stages", "swizzle_bytes"})
+    expect_config_error([&] { jit::config_from_json({{"depth", 128}, {field, 0}}); }, {field, "removed", "one value"});
+  expect_config_error([] { jit::config_from_json({{"configs", 1}}); }, {"unknown field 'configs'"});
   expect_config_error([] { auto c = cfg_for("sm_90a"); c.score_mod = jit::ScoreMod::custom("  "); jit::resolve(c); },
                       {"score_mod.snippet"});
   expect_config_error([] { auto c = cfg_for("sm_90a"); c.mask = jit::Mask::all_of({}); jit::resolve(c); },
                       {"mask.masks"});
   expect_config_error([] { jit::dtype_from_string("fp8"); }, {"dtype", "fp8", "bf16"});
+}
+
+// Tuning overrides are an input of resolve() (ResolveOptions); parse_tune reads the FA4JIT_TUNE
+// syntax the CLI and the bench pass, and its errors name the item.
+TEST(Config, TuningOverridesAreAnInputAndTheirErrorsNameTheItem) {
+  const jit::TuningOverrides t = jit::parse_tune("pingpong=0,persistent=2");
+  EXPECT_EQ(t.pingpong, 0);
+  EXPECT_EQ(t.persistent, 2);
+  EXPECT_FALSE(t.wg_spans.has_value());
+  EXPECT_EQ(jit::to_string(t), "pingpong=0,persistent=2");
+  EXPECT_EQ(jit::parse_tune(jit::to_string(t)), t);
+  EXPECT_TRUE(jit::parse_tune("").empty());
+  EXPECT_EQ(jit::to_string(jit::TuningOverrides{}), "");
+  auto error = [](const std::string& text) {
+    try {
+      jit::parse_tune(text, "FA4JIT_TUNE");
+    } catch (const jit::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("pingpong"), "FA4JIT_TUNE: 'pingpong' is not name=value");
+  EXPECT_EQ(error("pingpong=off"), "FA4JIT_TUNE: 'pingpong=off' needs an integer value");
+  EXPECT_NE(error("ping=0").find("FA4JIT_TUNE: unknown name 'ping'; allowed: exp2_emulate_every"), std::string::npos);
+
+  const jit::FA4Config c = cfg_for("sm_90a", 128);
+  const jit::ResolvedConfig plain = jit::resolve(c);
+  const jit::ResolvedConfig tuned_rc = jit::resolve(c, tuned("pingpong=0,persistent=2,exp2_emulate_every=8"));
+  EXPECT_EQ(plain.tuning.pingpong, 1);
+  EXPECT_EQ(tuned_rc.tuning.pingpong, 0);
+  EXPECT_EQ(tuned_rc.tuning.exp2_emulate_every, 8);
+  EXPECT_EQ(tuned_rc.walk, jit::TileWalk::stream_k);
+  EXPECT_EQ(plain.walk, jit::TileWalk::persistent);
+  // The values land in the generated source, so they change the cache key.
+  EXPECT_NE(jit::cache_key(c), jit::cache_key(c, tuned("pingpong=0")));
+  EXPECT_EQ(jit::cache_key(c), jit::cache_key(c, tuned("pingpong=1")));  // the default, spelled out
+}
+
+// resolve() is pure: the environment variable the CLI reads does not reach the library.
+TEST(Config, ResolveNeverReadsTheEnvironment) {
+  const jit::FA4Config c = cfg_for("sm_90a", 128);
+  const jit::ResolvedConfig before = jit::resolve(c);
+  ASSERT_EQ(setenv("FA4JIT_TUNE", "persistent=0,pingpong=0", 1), 0);
+  const jit::ResolvedConfig during = jit::resolve(c);
+  const std::string key = jit::cache_key(c);
+  unsetenv("FA4JIT_TUNE");
+  EXPECT_EQ(during.tuning, before.tuning);
+  EXPECT_EQ(key, jit::cache_key(c));
 }
 
 TEST(Config, SupportedExplainsARefusal) {

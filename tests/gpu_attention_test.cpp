@@ -6,6 +6,7 @@
 
 #include "fa4jit/jit.hpp"
 #include "tests/support/expect.hpp"
+#include "tests/support/tune.hpp"
 #include "check/gpu.hpp"
 
 namespace {
@@ -34,7 +35,7 @@ void run_matrix(const std::string& arch) {
         cfg.depth = depth;
         cfg.group = group;
         cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
-        const auto kernel = jit::get_kernel(cfg);
+        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
         for (const Shape& s : shapes) {
           CheckCase c;
           const bool big = s.sq >= 1000 || s.sk >= 1000;
@@ -71,7 +72,7 @@ TEST(GpuAttention, Fp16AndCustomScoreModMatchReference) {
   cfg.depth = 128;
   cfg.mask = jit::Mask::causal();
   cfg.score_mod = jit::ScoreMod::custom("return score - 0.01f * (float)(q_idx - kv_idx);");
-  const auto kernel = jit::get_kernel(cfg);
+  const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
   CheckCase c;
   c.seqlen_q = 333;
   c.seqlen_k = 517;
@@ -85,7 +86,7 @@ TEST(GpuAttention, ArchMismatchIsAClearError) {
   SKIP_WITHOUT_GPU();
   jit::FA4Config cfg;
   cfg.arch = jit::current_device_arch() == "sm_100a" ? "sm_90a" : "sm_100a";
-  const auto kernel = jit::get_kernel(cfg);
+  const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
   CheckCase c;
   try {
     run_and_check(*kernel, c);
@@ -100,7 +101,7 @@ TEST(GpuAttention, LaunchRejectsMismatchedArgumentsBeforeRunning) {
   jit::FA4Config cfg;
   cfg.depth = 128;
   cfg.group = 4;
-  const auto kernel = jit::get_kernel(cfg);
+  const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
   jit::testing::DeviceBuffer q(2 * 128 * 8 * 128 * 2), k(2 * 128 * 2 * 128 * 2), o(2 * 128 * 8 * 128 * 2);
   o.fill_byte(0x5a);
   jit::LaunchArgs a;
@@ -135,7 +136,7 @@ void run_hopper_tile(int depth, int bm, int bn, std::initializer_list<Shape> sha
     cfg.BM = bm;
     cfg.BN = bn;
     cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
-    const auto kernel = jit::get_kernel(cfg);
+    const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
     for (const Shape& s : shapes) {
       CheckCase c;
       c.batch = 2;
@@ -170,7 +171,7 @@ TEST(GpuAttention, HopperDeepHeadsMatchReference) {
         cfg.depth = depth;
         cfg.dtype = dtype;
         cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
-        const auto kernel = jit::get_kernel(cfg);
+        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
         int i = 0;
         for (const Shape& s : shapes) {
           CheckCase c;

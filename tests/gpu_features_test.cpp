@@ -12,15 +12,16 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "check/gpu.hpp"
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
 #include "tests/support/expect.hpp"
-#include "check/gpu.hpp"
-#include "tests/support/scoped_tune.hpp"
+#include "tests/support/tune.hpp"
 
 namespace {
 
@@ -161,10 +162,7 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
     FA4Config cfg = config(arch, 128, Mask::causal());
     cfg.group = 4;
     cfg.pack_gqa = true;
-    const auto kernel = [&] {
-      jit::testing::ScopedTune stream_k("persistent=2");
-      return jit::get_kernel(cfg);
-    }();
+    const auto kernel = jit::get_kernel(cfg, jit::testing::tuned("persistent=2"));
     const bool stream_k = kernel->config().backend == jit::Backend::hopper;
     EXPECT_EQ(kernel->config().tuning.persistent, stream_k ? 2 : 0) << arch;
     struct Shape {
@@ -207,10 +205,7 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
   if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "the persistent walker is sm90a's";
   const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
   for (int depth : {64, 128}) {
-    const auto kernel = [&] {
-      jit::testing::ScopedTune persistent("persistent=1");
-      return jit::get_kernel(config("sm_90a", depth));
-    }();
+    const auto kernel = jit::get_kernel(config("sm_90a", depth), jit::testing::tuned("persistent=1"));
     ASSERT_EQ(kernel->config().tuning.persistent, 1);
     const int bm = kernel->config().config.BM, bn = kernel->config().config.BN;
     for (int m_blocks : {1, 5}) {
@@ -290,8 +285,9 @@ TEST(GpuFeatures, WarpgroupKeySpansMatchReference) {
     int seqlen_q, seqlen_k;
   };
   const std::vector<Shape> causal_shapes = {{515, 515}, {515, 547}, {515, 579}, {515, 611}, {515, 715}, {700, 250}};
-  auto check = [](const FA4Config& cfg, CheckCase c, const std::vector<Shape>& shapes, const std::string& what) {
-    const auto kernel = jit::get_kernel(cfg);
+  auto check = [](const FA4Config& cfg, const jit::ResolveOptions& tune, CheckCase c, const std::vector<Shape>& shapes,
+                  const std::string& what) {
+    const auto kernel = jit::get_kernel(cfg, tune);
     for (const Shape& sh : shapes) {
       c.seqlen_q = sh.seqlen_q;
       c.seqlen_k = sh.seqlen_k;
@@ -300,25 +296,25 @@ TEST(GpuFeatures, WarpgroupKeySpansMatchReference) {
     }
   };
   for (const char* tune : {"wg_spans=1", "wg_spans=1,persistent=0", "wg_spans=1,intra_wg_overlap=0"}) {
-    jit::testing::ScopedTune scoped(tune);
+    const jit::ResolveOptions scoped = jit::testing::tuned(tune);
     for (int depth : {64, 128}) {
       const std::string what = fmt::format("tune '{}' d{}", tune, depth);
       CheckCase c = heads(4, 2);
       c.batch = 2;
-      check(config("sm_90a", depth, Mask::causal()), c, causal_shapes, what + " causal");
+      check(config("sm_90a", depth, Mask::causal()), scoped, c, causal_shapes, what + " causal");
       if (std::string(tune) != "wg_spans=1") continue;  // the other loops: causal only
       FA4Config fp16 = config("sm_90a", depth, Mask::causal(), ScoreMod::softcap());
       fp16.dtype = jit::DType::fp16;
       CheckCase capped = c;
       capped.softcap = 4.0f;
-      check(fp16, capped, {{515, 579}, {700, 250}}, what + " fp16 causal softcap");
+      check(fp16, scoped, capped, {{515, 579}, {700, 250}}, what + " fp16 causal softcap");
       CheckCase window = c;
       window.window_left = 100;
       window.window_right = 0;
-      check(config("sm_90a", depth, Mask::sliding_window()), window, {{515, 515}, {515, 579}}, what + " window");
+      check(config("sm_90a", depth, Mask::sliding_window()), scoped, window, {{515, 515}, {515, 579}}, what + " window");
       CheckCase chunks = c;
       chunks.chunk_size = 100;
-      check(config("sm_90a", depth, Mask::chunked()), chunks, {{515, 515}, {515, 611}}, what + " chunked");
+      check(config("sm_90a", depth, Mask::chunked()), scoped, chunks, {{515, 515}, {515, 611}}, what + " chunked");
     }
   }
 }

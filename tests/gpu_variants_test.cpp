@@ -8,6 +8,7 @@
 
 #include "fa4jit/jit.hpp"
 #include "tests/support/expect.hpp"
+#include "tests/support/tune.hpp"
 #include "check/gpu.hpp"
 
 namespace {
@@ -109,7 +110,7 @@ TEST(GpuVariants, MasksScoreModsSnippetsAndSinksMatchReference) {
         cfg.depth = depth;
         cfg.mask = v.mask;
         cfg.score_mod = v.mod;
-        const auto kernel = jit::get_kernel(cfg);
+        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
         jit::testing::expect_matches(jit::testing::run_and_check(*kernel, v.c),
                                      fmt::format("{} d{} {}", arch, depth, v.name));
       }

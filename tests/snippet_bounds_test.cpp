@@ -19,12 +19,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "check/gpu.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
 #include "tests/support/expect.hpp"
-#include "check/gpu.hpp"
-#include "tests/support/scoped_tune.hpp"
+#include "tests/support/tune.hpp"
 
 namespace {
 
@@ -90,7 +91,7 @@ struct SnippetKernel {
   const char* name;
   Mask mask;
   ScoreMod mod;
-  const char* tune;  // FA4JIT_TUNE while compiling (sm90a only), or null
+  const char* tune;  // tuning overrides (sm90a only), or null
 };
 std::vector<SnippetKernel> snippet_kernels() {
   return {{"doc mask + bias", Mask::custom(kDocMask), ScoreMod::custom(kBiasMod), nullptr},
@@ -245,11 +246,7 @@ TEST(GpuSnippetBounds, PrefillSnippetsSeeOnlyTheSequence) {
     for (int depth : {64, 128})
       for (const SnippetKernel& k : snippet_kernels()) {
         if (k.tune && arch != "sm_90a") continue;
-        const auto kernel = [&] {
-          std::optional<jit::testing::ScopedTune> tune;
-          if (k.tune) tune.emplace(k.tune);
-          return jit::get_kernel(config(arch, depth, k.mask, k.mod));
-        }();
+        const auto kernel = jit::get_kernel(config(arch, depth, k.mask, k.mod), jit::testing::tuned(k.tune ? k.tune : ""));
         if (k.tune) EXPECT_EQ(kernel->config().tuning.persistent, 1) << k.name;
         const auto& rc = kernel->config().config;
         std::uint64_t seed = 0x19;

@@ -17,7 +17,9 @@
  *   thread's fa4jit_last_error() holds the message and fa4jit_last_error_code() the status; both
  *   stay until the thread's next failing call. Nothing throws across this interface.
  * - Strings returned through `char** out` are allocated by fa4jit: release them with fa4jit_free().
- * - Compatibility: FA4JIT_C_API_VERSION grows when functions or struct fields are added. Structs
+ * - Compatibility: FA4JIT_C_API_VERSION grows when functions or struct fields are added, or the
+ *   JSON exchanged changes (2: configs lost padded_depth, BK1, num_mma_stages and swizzle_bytes,
+ *   which took one value only; resolved configs report "padded_depth" beside "config"). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
@@ -37,7 +39,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 1
+#define FA4JIT_C_API_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,8 @@
 // FA4Config: everything that shapes one attention kernel binary.
 // Fields left at 0 / unset are derived per target arch from the hardware budgets
 // (shared memory, TMEM, registers); explicit values are validated (jit::ConfigError).
+// The resolved form (every field decided, per-arch tuning, launch numbers) and the tuning
+// overrides are in fa4jit/advanced.hpp.
 #pragma once
 #include <optional>
 #include <string>
@@ -64,12 +66,10 @@ struct FA4Config {
   DType dtype = DType::bf16;                // Q, K, V
   std::optional<DType> output_dtype;        // O; unset: dtype
   int depth = 128;                          // head dim
-  int padded_depth = 0;                     // 0: depth rounded up to the swizzle width
-  int BM = 0, BN = 0, BK0 = 0, BK1 = 0;     // Q rows per CTA, K/V rows per tile, K chunks
+  int BM = 0, BN = 0, BK0 = 0;              // Q rows per CTA, K/V rows per tile, Q.K^T depth chunk
   int num_q_heads = 0;                      // 0: any (checked at launch when set)
   int group = 0;                            // num_q_heads / num_kv_heads; 0: any
-  int num_kv_stages = 0, num_qk_stages = 0, num_mma_stages = 0;
-  int swizzle_bytes = 0;                    // 0: 128
+  int num_kv_stages = 0, num_qk_stages = 0;
   std::string arch;                         // "sm_90a", "sm_100a", "sm_80", ...; empty: current GPU
   Mask mask;
   ScoreMod score_mod;
@@ -80,64 +80,16 @@ struct FA4Config {
 
   // Every field (a new field must be added here; tests/public_api_test.cpp checks each one).
   bool operator==(const FA4Config& o) const {
-    return dtype == o.dtype && output_dtype == o.output_dtype && depth == o.depth && padded_depth == o.padded_depth &&
-           BM == o.BM && BN == o.BN && BK0 == o.BK0 && BK1 == o.BK1 && num_q_heads == o.num_q_heads &&
-           group == o.group && num_kv_stages == o.num_kv_stages && num_qk_stages == o.num_qk_stages &&
-           num_mma_stages == o.num_mma_stages && swizzle_bytes == o.swizzle_bytes && arch == o.arch &&
-           mask == o.mask && score_mod == o.score_mod && pack_gqa == o.pack_gqa;
+    return dtype == o.dtype && output_dtype == o.output_dtype && depth == o.depth && BM == o.BM && BN == o.BN &&
+           BK0 == o.BK0 && num_q_heads == o.num_q_heads && group == o.group && num_kv_stages == o.num_kv_stages &&
+           num_qk_stages == o.num_qk_stages && arch == o.arch && mask == o.mask && score_mod == o.score_mod &&
+           pack_gqa == o.pack_gqa;
   }
   bool operator!=(const FA4Config& o) const { return !(*this == o); }
 };
 
-// Which kernel family serves an arch: sm_90a -> hopper, sm_100a/sm_100f/sm_103a -> blackwell,
-// every other arch (sm_80 ... sm_120, plain sm_90) -> portable.
-enum class Backend { portable, hopper, blackwell };
-FA4JIT_API const char* to_string(Backend b);
-
-// Per-arch scheduling choices derived with the config. They are emitted into the generated
-// source, so they are part of the cache key. FA4JIT_TUNE="name=value,..." overrides them for
-// tuning sweeps (bench/); the names are the fields below.
-struct Tuning {
-  int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
-  int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
-  int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
-  int cross_tile = 1;          // sm90a persistent, own O region: finish a tile inside the next one's first step
-  int wg_spans = 0;            // sm90a: a consumer warpgroup's P V skips the keys its rows cannot see (default: causal at BM 192)
-  // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
-  // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
-  // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked unmasked or causal
-  // attention without a score-mod at padded depth <= 128, else 0 (generator/config.cpp); 2 is opt-in.
-  int persistent = 0;
-  bool operator==(const Tuning& o) const {
-    return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
-           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans && persistent == o.persistent;
-  }
-  bool operator!=(const Tuning& o) const { return !(*this == o); }
-};
-
-// How a launch walks the (Q tile, KV split) work: one CTA per unit, one CTA per SM walking the
-// units (longest first when masked), or stream-K shares of all KV tiles (sm90a's walkers).
-enum class TileWalk { grid, persistent, stream_k };
-
-// A config with every field decided, plus the numbers the launch needs.
-struct ResolvedConfig {
-  FA4Config config;  // all fields set
-  Tuning tuning;
-  Backend backend;
-  int sm = 0;        // 80, 86, 89, 90, 100, 103, 120, ...
-  int num_threads = 0;
-  int smem_bytes = 0;
-  int ctas_per_sm = 1;  // __launch_bounds__ minimum blocks: 2 lets two decode CTAs share an SM
-  TileWalk walk = TileWalk::grid;
-  bool uses_tma = false;   // Q, K, V tiles come through TMA descriptors built at launch
-  bool lpt_order = false;  // masked launches may reorder CTAs longest-first (sm80 keeps grid order)
-};
-
-// Fills defaults for cfg.arch (which must be set) and validates; throws ConfigError naming
-// the field, the value and what is allowed.
-FA4JIT_API ResolvedConfig resolve(const FA4Config& cfg);
-
-// Whether resolve() accepts cfg; when not and `why` is set, the ConfigError's explanation.
+// Whether cfg resolves for its arch (jit::resolve in fa4jit/advanced.hpp); when not and `why` is set,
+// the ConfigError's explanation.
 FA4JIT_API bool supported(const FA4Config& cfg, std::string* why = nullptr);
 
 // Archs NVRTC can target here, as accepted in FA4Config::arch.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fa4jit/advanced.hpp"
 #include "fa4jit/config.hpp"
 #include "fa4jit/errors.hpp"
 #include "fa4jit/export.hpp"
@@ -21,14 +22,15 @@ namespace jit {
 
 // Generates, compiles (NVRTC) and caches (memory, then disk) the kernel for `config`.
 // An empty config.arch means the current CUDA device's arch. Many threads asking for one
-// config share one compile. Works without a GPU when config.arch is set.
-FA4JIT_API KernelPtr get_kernel(const FA4Config& config);
+// config share one compile. Works without a GPU when config.arch is set. `options`: tuning
+// overrides (fa4jit/advanced.hpp; the environment is never read).
+FA4JIT_API KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options = {});
 
-// The CUDA source get_kernel compiles for `config` (deterministic: same config, same bytes).
-FA4JIT_API std::string generate_source(const FA4Config& config);
+// The CUDA source get_kernel compiles for `config` (deterministic: same inputs, same bytes).
+FA4JIT_API std::string generate_source(const FA4Config& config, const ResolveOptions& options = {});
 
 // The cache key get_kernel uses for `config`.
-FA4JIT_API std::string cache_key(const FA4Config& config);
+FA4JIT_API std::string cache_key(const FA4Config& config, const ResolveOptions& options = {});
 
 // The arch string of the current device ("sm_90a" for Hopper, "sm_100a" for Blackwell,
 // "sm_80" ...). Throws DriverError without a driver or GPU.
@@ -58,7 +60,6 @@ struct RuntimeInfo {
   std::string remote_cache;    // FA4JIT_REMOTE_CACHE, empty: none
   bool redis_built = false;    // whether this build has the Redis tier
   std::uint64_t cache_max_bytes = 0;  // FA4JIT_CACHE_MAX_BYTES, 0: no cap
-  std::string tune;            // FA4JIT_TUNE overrides of every kernel's Tuning, empty: none
   LogLevel log_level = LogLevel::warn;
   Stats stats;
 };

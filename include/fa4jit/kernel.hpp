@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "fa4jit/config.hpp"
+#include "fa4jit/advanced.hpp"
 #include "fa4jit/export.hpp"
 
 namespace jit {

@@ -14,7 +14,7 @@ import struct
 
 from . import _paths, errors
 
-C_API_VERSION = 1  # FA4JIT_C_API_VERSION this module was written against
+C_API_VERSION = 2  # FA4JIT_C_API_VERSION this module was written against
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates

@@ -12,6 +12,15 @@ MaskSpec = Union[str, Dict[str, Any]]
 ScoreModSpec = Union[str, Dict[str, Any]]
 
 
+# Fields that took one value only, removed (the library's reader names them the same way).
+_REMOVED = {
+    "padded_depth": "it is always depth rounded up to 64 (the resolved config reports it)",
+    "BK1": "the P.V chunk is always BN",
+    "num_mma_stages": "every backend runs one MMA stage",
+    "swizzle_bytes": "every backend uses the 128-byte swizzle",
+}
+
+
 @dataclass
 class Config:
     """One kernel's compile-time choices; fields as in docs/CONFIG.md (0 / "" / None: derived per arch).
@@ -24,17 +33,13 @@ class Config:
     dtype: str = "bf16"
     output_dtype: Optional[str] = None
     depth: int = 128
-    padded_depth: int = 0
     BM: int = 0
     BN: int = 0
     BK0: int = 0
-    BK1: int = 0
     num_q_heads: int = 0
     group: int = 0
     num_kv_stages: int = 0
     num_qk_stages: int = 0
-    num_mma_stages: int = 0
-    swizzle_bytes: int = 0
     arch: str = ""
     mask: MaskSpec = "none"
     score_mod: ScoreModSpec = "identity"
@@ -55,6 +60,10 @@ class Config:
         if not isinstance(d, dict):
             raise ConfigError(f"config: expected a dict or a Config, got {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
+        removed = sorted(set(d) & set(_REMOVED))
+        if removed:
+            raise ConfigError(f"{removed[0]}: removed, it accepted one value only "
+                              f"({_REMOVED[removed[0]]}); delete the field")
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(f"config: unknown field '{unknown[0]}'; fields: {', '.join(sorted(names))}")

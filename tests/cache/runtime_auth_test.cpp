@@ -217,3 +217,23 @@ TEST(CacheRuntimeAuth, GpuSwappedCubinFailsToLoad) {
     EXPECT_NE(std::string(e.what()).find(jit::detail::entry_name(a.key)), std::string::npos) << e.what();
   }
 }
+
+// A kernel made with tuning overrides records them in meta.json ("tune"), so the validator
+// resolves the entry as it was made: its inputs hash to its key. Without the record they would
+// not (the overrides change the generated source), and the entry is refused.
+TEST(CacheRuntimeAuth, EntriesMadeWithTuningOverridesValidate) {
+  jit::FA4Config c = jit::preset("default").at(0);
+  c.arch = "sm_90a";
+  const CompileInputs in = jit::detail::compile_inputs(c, jit::ResolveOptions{jit::parse_tune("persistent=0,pingpong=0")});
+  ASSERT_NE(in.key, inputs(0).key);
+  const nlohmann::json meta = jit::detail::describe(in);
+  EXPECT_EQ(meta.at("tune"), "pingpong=0,persistent=0");
+  EXPECT_EQ(jit::detail::check_cache_entry(in.key, meta, fake_cubin(in.key)).problem, "");
+  nlohmann::json bare = meta;
+  bare.erase("tune");
+  EXPECT_NE(jit::detail::check_cache_entry(in.key, bare, fake_cubin(in.key)).problem.find("hash to"), std::string::npos);
+  nlohmann::json bad = meta;
+  bad["tune"] = "pingpong";
+  EXPECT_NE(jit::detail::check_cache_entry(in.key, bad, fake_cubin(in.key)).problem.find("meta.json tune: 'pingpong'"),
+            std::string::npos);
+}

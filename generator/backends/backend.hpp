@@ -1,0 +1,65 @@
+// One host-side home per backend: every choice that differs between the sm80, sm90a and sm100a
+// kernel families (supported depths, derived tiles and budgets, default tuning, tile walk, TMA
+// boxes, which GPUs run the cubin). generator/config.cpp resolves what is common and asks the
+// backend's policy for the rest; the runtime asks it too, so it tests no Backend value itself.
+#pragma once
+#include <vector>
+
+#include "fa4jit/config.hpp"
+#include "generator/arch.hpp"
+
+namespace jit::detail {
+
+// What a kernel needs from the SM: threads per CTA, dynamic shared memory, and the CTAs per SM
+// its __launch_bounds__ promise.
+struct Budget {
+  int threads = 0;
+  int smem = 0;
+  int ctas_per_sm = 1;
+};
+
+class BackendPolicy {
+ public:
+  virtual ~BackendPolicy() = default;
+
+  virtual Backend backend() const = 0;
+  // Head dims (FA4Config::depth) this backend's templates serve.
+  virtual std::vector<int> depths() const = 0;
+  // Fills the tile fields left at 0 (BM, BN, BK0, stages) from the arch's budgets and
+  // validates the explicit ones (ConfigError naming the field). `dp`: the padded depth.
+  virtual Budget derive(FA4Config& c, int dp, const ArchInfo& arch) const = 0;
+  // Rows of one TMA box of a consumer's Q (and O) tile; 0 when Q does not come through TMA.
+  // Packed GQA needs the group to divide it (whole (query, group) row sets per box).
+  virtual int q_box_rows(const FA4Config& c) const = 0;
+  // The measured per-arch scheduling defaults before any override (Tuning's comments).
+  virtual Tuning default_tuning(const FA4Config& c, int dp) const = 0;
+  // After the overrides: the tuning this backend can run, and the budget that tuning takes
+  // (tile walks that change the shared memory or CTAs per SM).
+  virtual void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& arch) const = 0;
+  // Whether Q, K, V come through TMA descriptors built at launch.
+  virtual bool uses_tma() const = 0;
+  // Whether masked launches may reorder CTAs longest-first.
+  virtual bool lpt_order() const = 0;
+  // Whether a cubin built for `rc` runs on a device of compute capability `sm` (major*10 + minor).
+  virtual bool runs_on(const ResolvedConfig& rc, int sm) const = 0;
+  // Rows of one K/V load box for a paged launch with `page_size` rows per page (LaunchError when
+  // this backend cannot load such pages); unpaged launches load BN rows.
+  virtual int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const = 0;
+};
+
+// The policy of a backend (one static instance each).
+const BackendPolicy& policy(Backend b);
+inline const BackendPolicy& policy(const ResolvedConfig& rc) { return policy(rc.backend); }
+
+// Shared by the policies: an explicit value validated against `allowed`, or the derived default.
+int pick(const char* field, int explicit_value, int derived, const std::vector<int>& allowed);
+[[noreturn]] void refuse(const char* field, const std::string& value, const std::string& allowed);
+
+// The TMA backends' paged rule: pages load by boxes of gcd(page_size, BN) rows, a multiple of 8.
+int tma_paged_kv_box_rows(const ResolvedConfig& rc, long long page_size);
+
+const BackendPolicy& sm80_policy();
+const BackendPolicy& sm90a_policy();
+const BackendPolicy& sm100a_policy();
+
+}  // namespace jit::detail

@@ -1,0 +1,57 @@
+// sm80 (templates/sm80): the portable mma.sync kernel every arch without its own backend runs
+// (sm_80 ... sm_120, plain sm_90 and sm_100). Plain loads (no TMA), one CTA per tile, grid order.
+#include <fmt/format.h>
+
+#include "fa4jit/errors.hpp"
+#include "generator/backends/backend.hpp"
+
+namespace jit::detail {
+
+namespace {
+
+class Sm80 final : public BackendPolicy {
+ public:
+  Backend backend() const override { return Backend::portable; }
+  std::vector<int> depths() const override { return {64, 128}; }
+
+  Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
+    c.BM = pick("BM", c.BM, 128, {64, 128});
+    c.BN = pick("BN", c.BN, dp <= 64 ? 128 : 64, {32, 64, 128});
+    c.BK0 = pick("BK0", c.BK0, dp, {dp});
+    c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
+    c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {1, 2});
+    const int smem = 2 * (c.BM * dp + 2 * c.num_kv_stages * c.BN * dp);
+    if (smem > a.max_smem)
+      throw ConfigError(fmt::format(
+          "BN/BM/num_kv_stages: BM={} BN={} num_kv_stages={} at depth {} need {} bytes of shared memory; {} allows {}",
+          c.BM, c.BN, c.num_kv_stages, c.depth, smem, c.arch, a.max_smem));
+    return {128, smem};
+  }
+
+  int q_box_rows(const FA4Config&) const override { return 0; }  // Q comes through plain loads
+
+  Tuning default_tuning(const FA4Config&, int) const override { return Tuning{}; }
+
+  // The tile walks are sm90a's schedulers; sm80 runs the grid.
+  void settle(Tuning& t, Budget&, const FA4Config&, int, const ArchInfo&) const override { t.persistent = 0; }
+
+  bool uses_tma() const override { return false; }
+  // sm80 decodes its tile from fresh special-register reads to stay within 255 registers
+  // (templates/sm80/kernel.cuh cta_tile), so it keeps grid order.
+  bool lpt_order() const override { return false; }
+
+  // SASS runs on the same major with an equal or newer minor.
+  bool runs_on(const ResolvedConfig& rc, int sm) const override { return sm / 10 == rc.sm / 10 && sm % 10 >= rc.sm % 10; }
+
+  // Plain loads read each key row through the page table: any page size.
+  int paged_kv_box_rows(const ResolvedConfig& rc, long long) const override { return rc.config.BN; }
+};
+
+}  // namespace
+
+const BackendPolicy& sm80_policy() {
+  static const Sm80 p;
+  return p;
+}
+
+}  // namespace jit::detail

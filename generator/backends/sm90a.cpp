@@ -1,0 +1,132 @@
+// sm90a (templates/sm90a): FA3-style warp-specialized wgmma kernel, TMA loads, and the tile walks
+// (grid, persistent with LPT order, stream-K).
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "fa4jit/errors.hpp"
+#include "generator/backends/backend.hpp"
+
+namespace jit::detail {
+
+namespace {
+
+// sm90a BN candidates: the wgmma N values generated for S = Q K^T (dev/gen_mma.py
+// NS, minus 256, whose S fragment alone is 128 registers). Multiples of 16 (one k16 step of P V).
+constexpr int kHopperBN[] = {64, 80, 96, 112, 128, 176, 192};
+
+// Per consumer thread the overlapped schedule keeps O (Dp/2 floats), S (BN/2) and packed P (BN/4)
+// live at once. Largest totals ptxas fits with 0 spills: 196 at 240 registers (d128 BN 176) and 128 at
+// 160 (BM 192: d64 BN 128; BN 192 there needs 176 and spills 400 B). Indices, row state, addresses
+// and the mask take the rest. Per-element masks (all but none and causal) and position-dependent
+// score-mods (ALiBi, snippets) keep ~20 more registers live in the softmax: 176 for their defaults
+// (d192 BN 112 and d256 BN 80 spill 8-180 B with them; FA3 too lowers BN for local masks there).
+int fragment_regs(int dp, int bn) { return dp / 2 + bn / 2 + bn / 4; }
+int fragment_budget(int bm, bool heavy_softmax = false) { return bm == 192 ? 128 : heavy_softmax ? 176 : 196; }
+
+class Sm90a final : public BackendPolicy {
+ public:
+  Backend backend() const override { return Backend::hopper; }
+  std::vector<int> depths() const override { return {64, 96, 128, 192, 256}; }  // 96 runs padded to 128
+
+  Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
+    // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
+    // 160 registers per consumer thread still hold the S and O fragments.
+    // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
+    // warpgroup would mostly compute padding (Sq of 1..16), so BM 64 halves the tensor work.
+    const int bm_default = c.pack_gqa ? 64 : dp <= 64 ? 192 : 128;
+    std::vector<int> bm_allowed = dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128};
+    if (c.pack_gqa) bm_allowed.insert(bm_allowed.begin(), 64);
+    c.BM = pick("BM", c.BM, bm_default, bm_allowed);
+    auto smem_for = [&](int bn, int stages) { return 2 * (c.BM * dp + 2 * stages * bn * dp) + 1024; };
+    // BN: every candidate whose fragments fit the consumers' registers and whose tiles fit shared
+    // memory with the minimum 2 stages (d192: up to 112, d256: up to 80, FA3's tiles there).
+    std::vector<int> bn_allowed;
+    for (int bn : kHopperBN)
+      if (fragment_regs(dp, bn) <= fragment_budget(c.BM) && smem_for(bn, 2) <= a.max_smem) bn_allowed.push_back(bn);
+    // Default: 128 (BN 176 at d128, FA3's non-causal tile, and 192 at d64 are opt-in), the largest
+    // allowed below it at d192 / d256 (112 / 80; 96 / 64 with a heavier softmax); decode (BM 64)
+    // streams K/V with BN 64: two CTAs per SM where both fit in shared memory keep twice the loads in flight.
+    const bool heavy_softmax = (c.mask.kind != Mask::Kind::none && c.mask.kind != Mask::Kind::causal) ||
+                               c.score_mod.kind == ScoreMod::Kind::alibi || c.score_mod.kind == ScoreMod::Kind::custom;
+    const int default_budget = fragment_budget(c.BM, heavy_softmax);
+    int bn_default = 64;
+    if (c.BM != 64)
+      for (int bn : bn_allowed)
+        if (bn <= 128 && fragment_regs(dp, bn) <= default_budget) bn_default = bn;
+    if (c.BN != 0 && std::find(bn_allowed.begin(), bn_allowed.end(), c.BN) == bn_allowed.end())
+      refuse("BN", std::to_string(c.BN),
+             fmt::format("at depth {} (padded {}) with BM {} on {} allowed: {} (S, P and O registers of a consumer "
+                         "thread, and shared memory for Q + 2 K/V stages, {} bytes)",
+                         c.depth, dp, c.BM, c.arch, fmt::join(bn_allowed, ", "), a.max_smem));
+    c.BN = c.BN ? c.BN : bn_default;
+    c.BK0 = pick("BK0", c.BK0, dp, {dp});
+    c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
+    c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
+    const int smem = smem_for(c.BN, c.num_kv_stages);
+    if (smem > a.max_smem)
+      throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
+                                    c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
+    // Two CTAs per SM when both fit (each also takes 1 KiB of reserved shared memory per block):
+    // decode (BM 64) at padded depth <= 128; deeper heads run one CTA per SM.
+    const int ctas = c.BM == 64 && 2 * (smem + 1024) <= a.max_smem + 1024 ? 2 : 1;
+    return {128 * (1 + c.BM / 64), smem, ctas};
+  }
+
+  // One consumer warpgroup's 64 rows.
+  int q_box_rows(const FA4Config&) const override { return 64; }
+
+  Tuning default_tuning(const FA4Config& c, int dp) const override {
+    Tuning t;
+    // Persistent CTAs (one per SM walking the tiles; masked: heaviest first) for unmasked and
+    // causal attention without a score-mod at padded depth <= 128. docs/PERF.md run 15, per call:
+    // unmasked +1-4% over the grid with the split tail (d64 +4%), causal d64 +6%, causal d128 S2048
+    // +2%, longer causal d128 rows within the noise. Elsewhere the grid: packed-GQA decode runs two
+    // CTAs per SM, and deep heads, other masks and score-mods were not measured (some spill
+    // persistent: d256 causal, d64 softcap).
+    const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
+                       c.score_mod.kind == ScoreMod::Kind::identity;
+    t.persistent = !c.pack_gqa && dp <= 128 && plain ? 1 : 0;
+    // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
+    // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
+    // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
+    // warpgroup's half tile to gain) -5% at S2048, so off there. With a window ptxas serializes every
+    // wgmma (C7515) and causal+softcap d128 spills 12 B.
+    t.wg_spans = c.BM == 192 && c.mask.kind == Mask::Kind::causal && c.score_mod.kind == ScoreMod::Kind::identity ? 1 : 0;
+    // MUFU keeps up with the tensor cores here: FA4's exp2 split (sm100a) measured 8-13% slower
+    // (docs/PERF.md), so every exp2 stays on MUFU.
+    t.exp2_emulate_every = 0;
+    return t;
+  }
+
+  void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& a) const override {
+    if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
+    // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
+    if (t.persistent == 2) b.ctas_per_sm = 1;
+    // Persistent CTAs stage O in a region of their own where it fits, so the next tile's Q load
+    // overlaps the epilogue (templates/sm90a/layout.cuh SmemLayout::kOwnO takes it when the bytes
+    // are there).
+    const int own_o_bytes = 2 * c.BM * dp;
+    if (t.persistent != 0 && b.smem + own_o_bytes <= a.max_smem) b.smem += own_o_bytes;
+  }
+
+  bool uses_tma() const override { return true; }
+  bool lpt_order() const override { return true; }
+
+  // 'a' targets run on their own family only.
+  bool runs_on(const ResolvedConfig&, int sm) const override { return sm == 90; }
+
+  int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const override {
+    return tma_paged_kv_box_rows(rc, page_size);
+  }
+};
+
+}  // namespace
+
+const BackendPolicy& sm90a_policy() {
+  static const Sm90a p;
+  return p;
+}
+
+}  // namespace jit::detail

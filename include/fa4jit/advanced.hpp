@@ -1,0 +1,92 @@
+// Advanced: the resolved form of an FA4Config and the per-arch tuning behind it.
+//
+// Most users need only fa4jit/config.hpp and fa4jit/jit.hpp: a config goes in, a kernel comes out.
+// This header is for tools and experiments that look inside: which backend serves an arch, the
+// tiles and budgets resolve() derived (Kernel::config() returns them), and the scheduling choices
+// (Tuning) with the overrides a tuning sweep passes to resolve() and get_kernel(). These are the
+// generator's internals made visible: they change with the kernels, more freely than FA4Config.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "fa4jit/config.hpp"
+#include "fa4jit/export.hpp"
+
+namespace jit {
+
+// Which kernel family serves an arch: sm_90a -> hopper, sm_100a/sm_100f/sm_103a -> blackwell,
+// every other arch (sm_80 ... sm_120, plain sm_90) -> portable.
+enum class Backend { portable, hopper, blackwell };
+FA4JIT_API const char* to_string(Backend b);
+
+// Per-arch scheduling choices derived with the config. They are emitted into the generated
+// source, so they are part of the cache key. TuningOverrides replace them for tuning sweeps
+// (bench/, the CLI's FA4JIT_TUNE); the names are the fields below.
+struct Tuning {
+  int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
+  int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
+  int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
+  int cross_tile = 1;          // sm90a persistent, own O region: finish a tile inside the next one's first step
+  int wg_spans = 0;            // sm90a: a consumer warpgroup's P V skips the keys its rows cannot see (default: causal at BM 192)
+  // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
+  // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
+  // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked unmasked or causal
+  // attention without a score-mod at padded depth <= 128, else 0 (generator/backends/sm90a.cpp);
+  // 2 is opt-in.
+  int persistent = 0;
+  bool operator==(const Tuning& o) const {
+    return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
+           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans && persistent == o.persistent;
+  }
+  bool operator!=(const Tuning& o) const { return !(*this == o); }
+};
+
+// Tuning fields to set instead of the derived defaults (unset: derived).
+struct TuningOverrides {
+  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent;
+  bool empty() const {
+    return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !cross_tile && !wg_spans && !persistent;
+  }
+  bool operator==(const TuningOverrides& o) const {
+    return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
+           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans && persistent == o.persistent;
+  }
+  bool operator!=(const TuningOverrides& o) const { return !(*this == o); }
+};
+
+// "exp2_emulate_every=4,pingpong=0" (the FA4JIT_TUNE syntax; empty: none) -> overrides. Throws
+// ConfigError naming the item; `origin` starts the message (e.g. "FA4JIT_TUNE").
+FA4JIT_API TuningOverrides parse_tune(const std::string& text, const std::string& origin = "tune");
+// The overrides in parse_tune's syntax, fields in declaration order ("" when none).
+FA4JIT_API std::string to_string(const TuningOverrides& t);
+
+// Inputs of resolve() beyond the config. Nothing is read from the environment.
+struct ResolveOptions {
+  TuningOverrides tune;
+};
+
+// How a launch walks the (Q tile, KV split) work: one CTA per unit, one CTA per SM walking the
+// units (longest first when masked), or stream-K shares of all KV tiles (sm90a's walkers).
+enum class TileWalk { grid, persistent, stream_k };
+
+// A config with every field decided, plus the numbers the launch needs.
+struct ResolvedConfig {
+  FA4Config config;  // all fields set
+  Tuning tuning;
+  Backend backend;
+  int sm = 0;        // 80, 86, 89, 90, 100, 103, 120, ...
+  int padded_depth = 0;  // depth rounded up to 64, the 128-byte swizzle width of bf16/fp16 rows
+  int num_threads = 0;
+  int smem_bytes = 0;
+  int ctas_per_sm = 1;  // __launch_bounds__ minimum blocks: 2 lets two decode CTAs share an SM
+  TileWalk walk = TileWalk::grid;
+  bool uses_tma = false;   // Q, K, V tiles come through TMA descriptors built at launch
+  bool lpt_order = false;  // masked launches may reorder CTAs longest-first (sm80 keeps grid order)
+};
+
+// Fills defaults for cfg.arch (which must be set), applies options.tune, and validates; throws
+// ConfigError naming the field, the value and what is allowed. Pure: the same inputs give the
+// same result in every process.
+FA4JIT_API ResolvedConfig resolve(const FA4Config& cfg, const ResolveOptions& options = {});
+
+}  // namespace jit
