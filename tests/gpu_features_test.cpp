@@ -88,9 +88,7 @@ TEST(GpuFeatures, PagedKvMatchesContiguous) {
     for (int depth : {64, 128})
     for (const char* tune : {"", "persistent=0"}) {
       if (*tune && arch != "sm_90a") continue;
-      std::optional<jit::testing::ScopedTune> scoped;
-      if (*tune) scoped.emplace(tune);
-      const auto kernel = jit::get_kernel(config(arch, depth, Mask::causal()));
+      const auto kernel = jit::get_kernel(config(arch, depth, Mask::causal()), jit::testing::tuned(tune));
       for (int page : {16, 48, 64, 256}) {
         CheckCase c = heads(8, 2);
         c.batch = 3;
@@ -241,9 +239,7 @@ TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
   for (const char* tune : {"", "cross_tile=0"})
   for (int depth : {96, 128})
     for (const Mask& mask : {Mask::none(), Mask::causal()}) {
-      std::optional<jit::testing::ScopedTune> scoped;
-      if (*tune) scoped.emplace(tune);
-      const auto kernel = jit::get_kernel(config("sm_90a", depth, mask));
+      const auto kernel = jit::get_kernel(config("sm_90a", depth, mask), jit::testing::tuned(tune));
       ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
       const int bm = kernel->config().config.BM;
       const std::string what =
