@@ -9,9 +9,12 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
+#include "generator/model.hpp"
 #include "runtime/runtime_internal.hpp"
 
 namespace jit::cli {
@@ -20,6 +23,7 @@ namespace {
 
 struct Job {
   FA4Config config;
+  std::string use;     // --model: which layers and phase need it
   std::string status;  // "compiled", "hit", "missing" (sealed mode), "failed"
   double seconds = 0;
   std::string error;
@@ -27,9 +31,22 @@ struct Job {
 };
 
 std::string describe(const FA4Config& c) {
-  return fmt::format("{} d{} {} mask={} score_mod={}{}", c.arch, c.depth, to_string(c.dtype),
+  return fmt::format("{} d{} {} mask={} score_mod={}{}{}", c.arch, c.depth, to_string(c.dtype),
                      to_json(c)["mask"]["kind"].get<std::string>(), to_json(c)["score_mod"]["kind"].get<std::string>(),
-                     c.group ? fmt::format(" group={}", c.group) : "");
+                     c.group ? fmt::format(" group={}", c.group) : "", c.pack_gqa ? " packed" : "");
+}
+
+std::string describe(const Job& j) { return j.use.empty() ? describe(j.config) : describe(j.config) + "  (" + j.use + ")"; }
+
+// --model: the kernels of a Hugging Face config.json, refusals named with the file.
+std::vector<ModelKernel> kernels_of_model(const std::string& file, const std::string& dtype) {
+  ModelOptions o;
+  if (!dtype.empty()) o.dtype = dtype_from_string(dtype);
+  try {
+    return model_kernels(read_json_file(file), o);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("--model {}: {}", file, e.what()));
+  }
 }
 
 }  // namespace
@@ -37,33 +54,59 @@ std::string describe(const FA4Config& c) {
 void add_prewarm(CLI::App& app) {
   auto* cmd = app.add_subcommand("prewarm", "Compile configs for archs into the cache (no GPU needed)");
   struct Opts {
-    std::string config, archs;
+    std::string config, archs, model, dtype;
     std::vector<std::string> presets;
     int jobs = 0;
+    bool print = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON file of configs");
   cmd->add_option("--preset", o->presets, "preset names (repeatable; with neither --config nor --preset: default)");
   cmd->add_option("--arch", o->archs, "comma-separated archs, e.g. sm_90a,sm_100a (default: each config's, else the GPU's)")
       ->transform(arch_validator(true));
+  cmd->add_option("--model", o->model,
+                  "a Hugging Face config.json: the prefill and decode kernels of its attention layers");
+  cmd->add_option("--dtype", o->dtype, "with --model: bf16 or fp16 instead of the model's torch_dtype")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
+  cmd->add_flag("--print", o->print, "list the kernels as JSON ([{\"use\", \"config\"}]) and compile nothing");
   cmd->add_option("--jobs,-j", o->jobs, "parallel compiles (0: core count)")->check(CLI::NonNegativeNumber);
   cmd->callback([o] {
+    if (!o->dtype.empty() && o->model.empty()) throw CLI::ValidationError("--dtype", "only with --model");
     std::vector<Job> jobs;
     const std::vector<std::string> archs = split_list(o->archs);
-    std::vector<std::string> presets = o->presets;
-    if (o->config.empty() && presets.empty()) presets.push_back("default");
-    for (const FA4Config& c : load_configs(o->config, presets)) {
+    auto add = [&](const FA4Config& c, const std::string& use) {
       if (archs.empty()) {
-        jobs.push_back({with_cli_arch(c), "", 0, "", false});
-        continue;
+        jobs.push_back({o->print && c.arch.empty() ? c : with_cli_arch(c), use, "", 0, "", false});
+        return;
       }
       for (const std::string& a : archs) {
         FA4Config x = c;
         x.arch = a;
-        jobs.push_back({x, "", 0, "", false});
+        jobs.push_back({x, use, "", 0, "", false});
+      }
+    };
+    std::vector<std::string> presets = o->presets;
+    if (o->config.empty() && presets.empty() && o->model.empty()) presets.push_back("default");
+    if (!o->config.empty() || !presets.empty())
+      for (const FA4Config& c : load_configs(o->config, presets)) add(c, "");
+    if (!o->model.empty())
+      for (const ModelKernel& k : kernels_of_model(o->model, o->dtype)) add(k.config, k.use);
+    // Refuse bad configs before compiling anything; a model's refusal says which layers need it.
+    for (Job& j : jobs) {
+      if (j.config.arch.empty()) continue;  // --print without an arch: arch-independent configs
+      try {
+        resolve(j.config);
+      } catch (const ConfigError& e) {
+        if (j.use.empty()) throw;
+        throw ConfigError(fmt::format("--model {}: {} on {}: {}", o->model, j.use, j.config.arch, e.what()));
       }
     }
-    for (Job& j : jobs) resolve(j.config);  // refuse bad configs before compiling anything
+    if (o->print) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const Job& j : jobs) list.push_back({{"use", j.use}, {"config", to_json(j.config)}});
+      fmt::print("{}\n", list.dump(2));
+      return;
+    }
 
     cache::Store& store = detail::disk_cache();
     const std::uint64_t publish_failures_before = store.stats().publish_failures;
@@ -94,7 +137,7 @@ void add_prewarm(CLI::App& app) {
         const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
         if (tty) std::fprintf(stderr, "\r\033[K");
         std::fprintf(stderr, "[%s] %zu/%zu %-8s %6.2fs  %s%s", bar.c_str(), n, jobs.size(), job.status.c_str(),
-                     job.seconds, describe(job.config).c_str(), tty && n < jobs.size() ? "" : "\n");
+                     job.seconds, describe(job).c_str(), tty && n < jobs.size() ? "" : "\n");
         if (!job.error.empty()) std::fprintf(stderr, "%s  %s\n", tty ? "\n" : "", job.error.c_str());
       }
     };
@@ -111,8 +154,8 @@ void add_prewarm(CLI::App& app) {
     fmt::print("prewarm: {} kernels: {} compiled, {} hit, {} failed{} in {:.2f}s with {} jobs\n", jobs.size(), compiled,
                hit, failed, store.options().sealed ? fmt::format(", {} missing (sealed)", missing) : "", wall, workers);
     for (const Job& j : jobs) {
-      if (j.status == "failed") fmt::print(stderr, "failed: {}\n", describe(j.config));
-      if (j.status == "missing") fmt::print(stderr, "missing: {}: not in cache (sealed)\n", describe(j.config));
+      if (j.status == "failed") fmt::print(stderr, "failed: {}\n", describe(j));
+      if (j.status == "missing") fmt::print(stderr, "missing: {}: not in cache (sealed)\n", describe(j));
     }
     if (failed) throw Error(fmt::format("{} of {} kernels failed to compile", failed, jobs.size()));
     if (missing)

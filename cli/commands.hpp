@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "fa4jit/config.hpp"
 
@@ -17,6 +18,9 @@ constexpr int kExitUsage = 2;  // unknown subcommand or option, missing or malfo
 // Configs named on the command line: a JSON file (an object, an array of objects, or
 // {"configs": [...], "presets": [...]}) and/or preset names.
 std::vector<FA4Config> load_configs(const std::string& config_file, const std::vector<std::string>& presets);
+
+// A JSON file read with the config files' caps (size, nesting); ConfigError naming the file.
+nlohmann::json read_json_file(const std::string& file);
 
 std::vector<std::string> split_list(const std::string& csv);  // "a, b" -> {"a", "b"} (trimmed, no empties)
 
