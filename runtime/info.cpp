@@ -38,6 +38,11 @@ RuntimeInfo runtime_info() {
   for (const auto& root : opt.roots) info.cache_roots.push_back(root.string());
   info.cache_writable = store.writable_root().string();
   info.sealed = opt.sealed;
+  try {
+    info.compile_policy = to_string(compile_policy());
+  } catch (const ConfigError& e) {
+    info.compile_policy = e.what();
+  }
   info.remote_cache = opt.remote_url;
   info.cache_max_bytes = opt.max_bytes;
 #ifdef FA4JIT_HAVE_HIREDIS

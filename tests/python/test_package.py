@@ -345,3 +345,34 @@ def test_valid_launch_args_get_as_far_as_the_driver():
             assert _lib.fa4jit_last_error_code() == 6
     finally:
         _lib.fa4jit_kernel_release(h)
+
+
+def test_model_configs_and_their_refusals():
+    llama = os.path.join(REPO, "tests", "models", "llama3_8b.json")
+    ks = fa4jit.model_configs(llama)
+    assert [k["config"].get("pack_gqa", False) for k in ks] == [False, True]
+    assert ks[1]["config"]["group"] == 4 and ks[0]["config"]["mask"]["kind"] == "causal"
+    assert "decode" in ks[1]["use"]
+    assert fa4jit.model_configs(json.load(open(llama)), dtype="fp16")[0]["config"]["dtype"] == "fp16"
+    with pytest.raises(fa4jit.ConfigError, match="torch_dtype: 'float32'"):
+        fa4jit.model_configs(os.path.join(REPO, "tests", "models", "gemma2_9b.json"))
+    with pytest.raises(fa4jit.ConfigError, match="kv_lora_rank"):
+        fa4jit.model_configs(os.path.join(REPO, "tests", "models", "deepseek_v3.json"))
+
+
+def test_compile_policy_forbid_raises_before_compiling_and_stats_count():
+    cfg = {"depth": 64, "score_mod": {"kind": "custom", "snippet": "return score * %d.0f;" % (os.getpid() % 9973 + 2)}}
+    before = fa4jit.stats()
+    fa4jit.set_compile_policy("forbid")
+    try:
+        with pytest.raises(fa4jit.CacheMissError, match="compile policy forbid"):
+            fa4jit.prewarm([cfg], archs=["sm_90a"])
+        assert fa4jit.runtime_info()["compile_policy"] == "forbid"
+        after = fa4jit.stats()
+        assert after["compiles"] == before["compiles"] and after["forbidden"] == before["forbidden"] + 1
+    finally:
+        fa4jit.set_compile_policy("allow")
+    assert fa4jit.prewarm([cfg], archs=["sm_90a"])[0]["status"] == "compiled"
+    assert fa4jit.stats()["compiles"] == before["compiles"] + 1
+    with pytest.raises(fa4jit.ConfigError, match="'sometimes' is not allowed"):
+        fa4jit.set_compile_policy("sometimes")
