@@ -483,6 +483,7 @@ int32_t fa4jit_runtime_info(char** out_json) {
                     {"driver", info.driver},
                     {"gpus", info.gpus},
                     {"cache_roots", info.cache_roots},
+                    {"bundles", info.bundles},
                     {"compile_policy", info.compile_policy},
                     {"stats",
                      {{"compiles", info.stats.compiles},

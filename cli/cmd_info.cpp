@@ -16,6 +16,7 @@ void add_info(CLI::App& app) {
     fmt::print("driver: {}\n", i.driver);
     fmt::print("gpus: {}\n", i.gpus.empty() ? "none" : fmt::format("{}", fmt::join(i.gpus, "; ")));
     fmt::print("cache: {}\n", i.cache_roots.empty() ? "memory only" : fmt::format("{}", fmt::join(i.cache_roots, " : ")));
+    fmt::print("kernel bundles: {}\n", i.bundles.empty() ? "none" : fmt::format("{}", fmt::join(i.bundles, " : ")));
     fmt::print("cache writable: {}\n", i.cache_writable.empty() ? "none (kernels are kept in memory only)" : i.cache_writable);
     fmt::print("cache sealed: {}\n", i.sealed ? "yes (FA4JIT_SEALED: a miss is an error)" : "no");
     fmt::print("compile policy: {}\n", i.compile_policy);

@@ -43,6 +43,7 @@ void validate_config(const FA4Config& c);
 void add_info(CLI::App& app);
 void add_gen(CLI::App& app);
 void add_prewarm(CLI::App& app);
+void add_bundle(CLI::App& app);
 void add_run(CLI::App& app);
 void add_check(CLI::App& app);
 void add_bench(CLI::App& app);

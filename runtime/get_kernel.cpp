@@ -25,6 +25,7 @@ namespace detail {
 cache::Store& disk_cache() {
   static cache::Store store([] {
     cache::Options o = cache::Store::options_from_env();
+    if (!o.bundles_from_env) o.bundles = installed_bundles();
     o.validate = check_cache_entry;
     return o;
   }());

@@ -1,4 +1,5 @@
 #include <cstdlib>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -36,6 +37,8 @@ RuntimeInfo runtime_info() {
   cache::Store& store = detail::disk_cache();
   const cache::Options& opt = store.options();
   for (const auto& root : opt.roots) info.cache_roots.push_back(root.string());
+  for (const auto& b : opt.bundles)
+    if (std::error_code ec; std::filesystem::is_directory(b, ec)) info.bundles.push_back(b.string());
   info.cache_writable = store.writable_root().string();
   info.sealed = opt.sealed;
   try {

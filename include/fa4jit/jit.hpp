@@ -65,6 +65,7 @@ struct RuntimeInfo {
   std::string driver;          // "13.0", or why there is none
   std::vector<std::string> gpus;
   std::vector<std::string> cache_roots;  // tiers searched, in order
+  std::vector<std::string> bundles;      // read-only kernel bundles searched after them
   std::string cache_writable;  // the tier that receives new kernels; empty: memory only
   bool sealed = false;         // FA4JIT_SEALED: a miss is an error, never a compile
   std::string compile_policy;  // allow / warn / forbid, or why FA4JIT_COMPILE is refused
