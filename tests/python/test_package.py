@@ -376,3 +376,20 @@ def test_compile_policy_forbid_raises_before_compiling_and_stats_count():
     assert fa4jit.stats()["compiles"] == before["compiles"] + 1
     with pytest.raises(fa4jit.ConfigError, match="'sometimes' is not allowed"):
         fa4jit.set_compile_policy("sometimes")
+
+
+def test_the_wheel_ships_a_bundle_that_serves_the_presets_with_no_compile(tmp_path):
+    if "FA4JIT_LIBRARY" in os.environ:
+        pytest.skip("FA4JIT_LIBRARY points at a build tree, which has no bundle")
+    bundles = fa4jit.runtime_info()["bundles"]
+    assert bundles and bundles[0].endswith(os.path.join("share", "fa4jit", "kernels")), bundles
+    manifest = json.load(open(os.path.join(bundles[0], "manifest.json")))
+    assert {"sm_80", "sm_90a", "sm_100a"} <= {k["arch"] for k in manifest["kernels"]}
+    # A fresh process with an empty cache and compiles forbidden: every preset kernel is a hit.
+    code = ("import fa4jit, json\n"
+            "print(json.dumps(fa4jit.prewarm([{'depth': d, 'mask': m} for d in (64, 128) for m in ('none', 'causal')],"
+            " archs=['sm_90a', 'sm_100a'])))\n")
+    env = dict(os.environ, FA4JIT_CACHE_DIR=str(tmp_path), FA4JIT_COMPILE="forbid")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert [r["status"] for r in json.loads(out.stdout.strip().splitlines()[-1])] == ["hit"] * 8
