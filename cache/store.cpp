@@ -20,7 +20,7 @@ void require_key(std::string_view key) {
     throw CacheError(fmt::format("cache key '{}' is not 32 lowercase hex characters (an XXH3-128 digest)", key));
 }
 
-Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate) {
+Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate), bundle_auth("", opt.validate) {
   if (!opt.secret.empty()) {
     // A short secret can be guessed offline from any one signed entry.
     if (opt.secret.size() < 16)
@@ -44,6 +44,13 @@ Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate)
     if (std::string e = t->exposure(); !e.empty()) warner.warn("exposed:" + root.string(), e);
     names.push_back(root.string());
     tiers.push_back(std::move(t));
+  }
+  // Bundles after the writable roots: a kernel compiled into the user's cache (a newer build of the
+  // same key cannot differ: the key covers every input) is found first either way.
+  for (const auto& root : opt.bundles) {
+    std::error_code ec;
+    if (root.empty() || !fs::is_directory(root, ec)) continue;
+    tiers.push_back(std::make_unique<DiskTier>(root, warner, bundle_auth, modes));  // never probed: read-only
   }
   if (!wtier && !names.empty())
     warner.warn("no-writable-tier",
@@ -238,6 +245,24 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
   return art;
 }
 
+namespace {
+
+// "a:b::c" -> {a, b, c}: PATH-style lists, empty parts skipped.
+std::vector<fs::path> path_list(const std::string& p) {
+  std::vector<fs::path> out;
+  std::size_t start = 0;
+  while (start <= p.size()) {
+    const std::size_t colon = p.find(':', start);
+    std::string part = p.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (!part.empty()) out.emplace_back(std::move(part));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 Options Store::options_from_env() {
   Options o;
   auto env = [](const char* n) -> std::string {
@@ -245,20 +270,17 @@ Options Store::options_from_env() {
     return v ? std::string(v) : std::string();
   };
   if (std::string p = env("FA4JIT_CACHE_PATH"); !p.empty()) {
-    std::size_t start = 0;
-    while (start <= p.size()) {
-      std::size_t colon = p.find(':', start);
-      std::string part = p.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-      if (!part.empty()) o.roots.emplace_back(part);
-      if (colon == std::string::npos) break;
-      start = colon + 1;
-    }
+    o.roots = path_list(p);
   } else if (std::string d = env("FA4JIT_CACHE_DIR"); !d.empty()) {
     o.roots.emplace_back(d);
   } else if (std::string x = env("XDG_CACHE_HOME"); !x.empty() && x[0] == '/') {  // XDG: relative = ignore
     o.roots.emplace_back(fs::path(x) / "fa4jit");
   } else if (std::string h = env("HOME"); !h.empty()) {
     o.roots.emplace_back(fs::path(h) / ".cache" / "fa4jit");
+  }
+  if (const char* b = std::getenv("FA4JIT_BUNDLE_PATH")) {
+    o.bundles = path_list(b);
+    o.bundles_from_env = true;
   }
   o.warn_if_memory_only = true;
   o.sealed = detail::env_bool("FA4JIT_SEALED", false);

@@ -41,6 +41,11 @@ using Validator = std::function<Verdict(std::string_view key, const nlohmann::js
 struct Options {
   // Tiers searched in order; the first writable one receives new entries. Empty: memory only.
   std::vector<std::filesystem::path> roots;
+  // Read-only tiers shipped with an install (`fa4jit bundle`; FA4JIT_BUNDLE_PATH), searched after
+  // `roots`: never written, evicted or pruned. Their entries pass the same digest and validator
+  // checks as any tier's, but need no MAC under `secret`: whoever can write an install's bundle can
+  // replace the library itself (docs/CACHE.md). Paths that do not exist are skipped.
+  std::vector<std::filesystem::path> bundles;
   bool sealed = false;                                 // a miss is a CacheMissError, never a compile
   std::string remote_url;                              // redis://host:port/db, empty: no remote tier
   std::chrono::milliseconds lock_timeout{120000};      // then compile without the lock
@@ -56,6 +61,7 @@ struct Options {
   // Set by options_from_env(): roots that resolve to nothing are then worth a warning (an
   // explicitly empty `roots` is a deliberate memory-only store).
   bool warn_if_memory_only = false;
+  bool bundles_from_env = false;  // FA4JIT_BUNDLE_PATH was set (even empty: no bundles)
 };
 
 struct EntryInfo {

@@ -14,7 +14,8 @@ struct Store::Impl {
 
   Options opt;
   detail::Warner warner;
-  detail::Auth auth;                  // the secret's MAC and opt.validate, for every tier
+  detail::Auth auth;                  // the secret's MAC and opt.validate, for every tier but bundles
+  detail::Auth bundle_auth;           // opt.validate only: for the read-only bundle tiers
   std::vector<std::unique_ptr<detail::DiskTier>> tiers;
   detail::DiskTier* wtier = nullptr;  // first writable tier, receives new entries
   std::unique_ptr<detail::RemoteTier> remote;

@@ -19,6 +19,9 @@
 
 #include "fa4jit/jit.hpp"
 #include "fa4jit/version.hpp"
+#include "generator/bounded_json.hpp"
+#include "generator/limits.hpp"
+#include "generator/model.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime_internal.hpp"
 
@@ -480,9 +483,42 @@ int32_t fa4jit_runtime_info(char** out_json) {
                     {"supported_archs", jit::supported_archs()},
                     {"driver", info.driver},
                     {"gpus", info.gpus},
-                    {"cache_roots", info.cache_roots}};
+                    {"cache_roots", info.cache_roots},
+                    {"bundles", info.bundles},
+                    {"compile_policy", info.compile_policy},
+                    {"stats",
+                     {{"compiles", info.stats.compiles},
+                      {"memory_hits", info.stats.memory_hits},
+                      {"disk_hits", info.stats.disk_hits},
+                      {"remote_hits", info.stats.remote_hits},
+                      {"failures", info.stats.failures},
+                      {"forbidden", info.stats.forbidden},
+                      {"compile_ms", info.stats.compile_ms}}}};
     *out_json = dup_string(j.dump());
   });
+}
+
+int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json) {
+  if (!hf_config_json || !out_json) return invalid("fa4jit_model_configs: hf_config_json or out_json is NULL");
+  *out_json = nullptr;
+  return guarded([&] {
+    nlohmann::json j;
+    try {
+      j = jit::detail::parse_bounded_json(hf_config_json, jit::detail::kMaxConfigBytes, jit::detail::kMaxJsonDepth);
+    } catch (const std::exception& e) {
+      throw jit::ConfigError(fmt::format("config.json: {}", e.what()));
+    }
+    jit::ModelOptions o;
+    if (dtype && *dtype) o.dtype = jit::dtype_from_string(dtype);
+    json out = json::array();
+    for (const jit::ModelKernel& k : jit::model_kernels(j, o)) out.push_back({{"use", k.use}, {"config", jit::to_json(k.config)}});
+    *out_json = dup_string(out.dump());
+  });
+}
+
+int32_t fa4jit_set_compile_policy(const char* policy) {
+  if (!policy) return invalid("fa4jit_set_compile_policy: policy is NULL");
+  return guarded([&] { jit::set_compile_policy(jit::compile_policy_from_string(policy)); });
 }
 
 int32_t fa4jit_device_arch(int32_t device, char** out) {

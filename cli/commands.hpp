@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "fa4jit/advanced.hpp"
 #include "fa4jit/config.hpp"
@@ -18,6 +19,9 @@ constexpr int kExitUsage = 2;  // unknown subcommand or option, missing or malfo
 // Configs named on the command line: a JSON file (an object, an array of objects, or
 // {"configs": [...], "presets": [...]}) and/or preset names.
 std::vector<FA4Config> load_configs(const std::string& config_file, const std::vector<std::string>& presets);
+
+// A JSON file read with the config files' caps (size, nesting); ConfigError naming the file.
+nlohmann::json read_json_file(const std::string& file);
 
 std::vector<std::string> split_list(const std::string& csv);  // "a, b" -> {"a", "b"} (trimmed, no empties)
 
@@ -44,6 +48,7 @@ void validate_config(const FA4Config& c);
 void add_info(CLI::App& app);
 void add_gen(CLI::App& app);
 void add_prewarm(CLI::App& app);
+void add_bundle(CLI::App& app);
 void add_run(CLI::App& app);
 void add_check(CLI::App& app);
 void add_bench(CLI::App& app);

@@ -133,19 +133,22 @@ void validate_config(const FA4Config& c) {
   throw ConfigError(fmt::format("no arch accepts this config: {}", fmt::join(parts, "; ")));
 }
 
+nlohmann::json read_json_file(const std::string& file) {
+  const std::string text = read_config_text(file);
+  try {
+    return detail::parse_bounded_json(text, detail::kMaxConfigBytes, detail::kMaxJsonDepth);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(fmt::format("{}: not valid JSON: {}", file, e.what()));
+  } catch (const std::length_error& e) {
+    throw ConfigError(fmt::format("{}: {}", file, e.what()));
+  }
+}
+
 std::vector<FA4Config> load_configs(const std::string& config_file, const std::vector<std::string>& presets) {
   std::vector<FA4Config> out;
   std::vector<std::string> preset_list = presets;
   if (!config_file.empty()) {
-    const std::string text = read_config_text(config_file);
-    nlohmann::json j;
-    try {
-      j = detail::parse_bounded_json(text, detail::kMaxConfigBytes, detail::kMaxJsonDepth);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw ConfigError(fmt::format("{}: not valid JSON: {}", config_file, e.what()));
-    } catch (const std::length_error& e) {
-      throw ConfigError(fmt::format("{}: {}", config_file, e.what()));
-    }
+    const nlohmann::json j = read_json_file(config_file);
     auto add = [&](const nlohmann::json& c, const std::string& where) {
       try {
         out.push_back(detail::config_from_json_at(c, where));

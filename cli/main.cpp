@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add_info(app);
   add_gen(app);
   add_prewarm(app);
+  add_bundle(app);
   add_run(app);
   add_check(app);
   add_bench(app);

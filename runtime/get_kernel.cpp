@@ -31,6 +31,7 @@ CompileInputs compile_inputs(const FA4Config& config, const ResolveOptions& opti
 cache::Store& disk_cache() {
   static cache::Store store([] {
     cache::Options o = cache::Store::options_from_env();
+    if (!o.bundles_from_env) o.bundles = installed_bundles();
     o.validate = check_cache_entry;
     return o;
   }());
@@ -82,7 +83,7 @@ MemoryCache& memory_cache() {
 
 // jit::stats(): relaxed atomics, read as a snapshot (each counter exact, not a consistent cut).
 struct Counters {
-  std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0}, remote_hits{0}, failures{0};
+  std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0}, remote_hits{0}, failures{0}, forbidden{0};
   std::atomic<std::uint64_t> compile_us{0};
 };
 
@@ -118,6 +119,25 @@ void record(const detail::CompileInputs& in, const cache::Artifact& art, double 
     detail::log(level, fmt::format("kernel {}: compiled in {:.0f} ms", config, compile_ms));
 }
 
+// Called by the store on a miss in every tier, before NVRTC runs.
+cache::Artifact compile_under_policy(const detail::CompileInputs& in, const std::string& config_json) {
+  switch (compile_policy()) {
+    case CompilePolicy::allow: break;
+    case CompilePolicy::warn:
+      detail::log(LogLevel::warn, fmt::format("compiling kernel {} (key {}) under compile policy warn: add it to the "
+                                              "prewarm list",
+                                              config_json, in.key));
+      break;
+    case CompilePolicy::forbid:
+      counters().forbidden++;
+      throw CacheMissError(fmt::format("compile policy forbid (jit::set_compile_policy or FA4JIT_COMPILE): kernel {} "
+                                       "(key {}) is in none of the cache tiers; prewarm it (fa4jit prewarm) or allow "
+                                       "compiles",
+                                       config_json, in.key));
+  }
+  return detail::compile_artifact(in);
+}
+
 }  // namespace
 
 std::string current_device_arch() { return detail::device_arch(detail::ensure_context()); }
@@ -138,6 +158,7 @@ Stats stats() {
   s.disk_hits = n.disk_hits.load();
   s.remote_hits = n.remote_hits.load();
   s.failures = n.failures.load();
+  s.forbidden = n.forbidden.load();
   s.compile_ms = static_cast<double>(n.compile_us.load()) / 1000.0;
   return s;
 }
@@ -169,8 +190,9 @@ KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options) {
   mem.entries.emplace(in.key, promise.get_future().share());
   lock.unlock();
   try {
+    const std::string what = to_json(in.config.config).dump();
     cache::Artifact art = detail::disk_cache().get_or_compile(
-        in.key, [&] { return detail::compile_artifact(in); }, to_json(in.config.config).dump());
+        in.key, [&] { return compile_under_policy(in, what); }, what);
     const double ms = art.origin == "compiled" ? art.meta.value("compile_ms", 0.0) : 0.0;
     record(in, art, ms);
     KernelPtr k = std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms);

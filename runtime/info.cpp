@@ -1,3 +1,6 @@
+#include <cstdlib>
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "fa4jit/jit.hpp"
@@ -34,8 +37,15 @@ RuntimeInfo runtime_info() {
   cache::Store& store = detail::disk_cache();
   const cache::Options& opt = store.options();
   for (const auto& root : opt.roots) info.cache_roots.push_back(root.string());
+  for (const auto& b : opt.bundles)
+    if (std::error_code ec; std::filesystem::is_directory(b, ec)) info.bundles.push_back(b.string());
   info.cache_writable = store.writable_root().string();
   info.sealed = opt.sealed;
+  try {
+    info.compile_policy = to_string(compile_policy());
+  } catch (const ConfigError& e) {
+    info.compile_policy = e.what();
+  }
   info.remote_cache = opt.remote_url;
   info.cache_max_bytes = opt.max_bytes;
 #ifdef FA4JIT_HAVE_HIREDIS

@@ -77,6 +77,19 @@ run() {
   export FA4JIT_CACHE_DIR="${FA4JIT_CACHE_DIR:-$(mktemp -d)}"
   echo "== installed CLI"
   LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" --version
+  # The install's kernel bundle (share/fa4jit/kernels): every preset, for every bundled arch, with
+  # an empty cache and compiles forbidden; with a GPU, the main job's check the same way.
+  echo "== a fresh install serves the presets with 0 compiles"
+  local presets archs
+  presets=$(LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" info | sed -n 's/^presets: //p')
+  archs=$(python3 -c "import json,sys; print(','.join(sorted({k['arch'] for k in json.load(open(sys.argv[1]))['kernels']})))" \
+          "$dir/prefix/share/fa4jit/kernels/manifest.json")
+  # shellcheck disable=SC2046  # one --preset per name
+  FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" prewarm \
+      $(printf -- '--preset %s ' $presets) --arch "$archs" | tee /dev/stderr | grep -q ' 0 compiled, .* 0 failed'
+  if [ "$require" = 1 ]; then
+    FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" check
+  fi
   for ex in find_package add_subdirectory pkg-config; do
     local libdir="$dir/prefix/lib"
     [ "$ex" = add_subdirectory ] && libdir="$dir/add_subdirectory"

@@ -52,7 +52,7 @@ typedef enum fa4jit_status {
   FA4JIT_CONFIG_ERROR = 2,       /* jit::ConfigError: names the field, value and what is allowed */
   FA4JIT_COMPILE_ERROR = 3,      /* jit::CompileError: the message carries the NVRTC log */
   FA4JIT_CACHE_ERROR = 4,        /* jit::CacheError */
-  FA4JIT_CACHE_MISS_ERROR = 5,   /* jit::CacheMissError (FA4JIT_SEALED=1) */
+  FA4JIT_CACHE_MISS_ERROR = 5,   /* jit::CacheMissError (FA4JIT_SEALED=1, or compile policy forbid) */
   FA4JIT_DRIVER_ERROR = 6,       /* jit::DriverError: no driver/GPU, arch mismatch, out of memory */
   FA4JIT_LAUNCH_ERROR = 7,       /* jit::LaunchError: shapes, strides, dtypes, alignment */
   FA4JIT_INVALID_ARGUMENT = 8    /* misuse of this C API: a null pointer, a struct size too small */
@@ -161,9 +161,19 @@ FA4JIT_C_EXPORT int32_t fa4jit_resolve_config(const char* config_json, const cha
  * kind of the first failure) when any kernel failed; the report is filled in either case. */
 FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs, char** out_report);
 
+/* The kernels a Hugging Face model's attention layers launch (`fa4jit prewarm --model`): from the
+ * text of its config.json, a JSON array of {"use", "config"} (configs without an arch). `dtype`:
+ * NULL or "" for the model's torch_dtype, else "bf16" / "fp16". FA4JIT_CONFIG_ERROR names the key
+ * of a feature fa4jit has no kernel for. Since C API version 2. */
+FA4JIT_C_EXPORT int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json);
+
 /* jit::runtime_info() as JSON: {"version", "c_api_version", "nvrtc", "nvrtc_archs", "driver",
- * "gpus", "cache_roots"}. Works without a driver or GPU. */
+ * "gpus", "cache_roots", "compile_policy", "stats": {"compiles", "memory_hits", "disk_hits",
+ * "remote_hits", "failures", "forbidden", "compile_ms"}}. Works without a driver or GPU. */
 FA4JIT_C_EXPORT int32_t fa4jit_runtime_info(char** out_json);
+/* jit::set_compile_policy: "allow", "warn" (compile and log the config) or "forbid" (a kernel in no
+ * cache tier fails with FA4JIT_CACHE_MISS_ERROR before compiling). Since C API version 2. */
+FA4JIT_C_EXPORT int32_t fa4jit_set_compile_policy(const char* policy);
 /* The arch string of CUDA device `device` ("sm_90a" on Hopper, "sm_100a" on B200, "sm_86" ...),
  * the arch kernels for it are built for. */
 FA4JIT_C_EXPORT int32_t fa4jit_device_arch(int32_t device, char** out);

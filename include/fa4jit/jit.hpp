@@ -36,6 +36,17 @@ FA4JIT_API std::string cache_key(const FA4Config& config, const ResolveOptions& 
 // "sm_80" ...). Throws DriverError without a driver or GPU.
 FA4JIT_API std::string current_device_arch();
 
+// Whether get_kernel may compile on a cache miss. A serving process prewarms (fa4jit prewarm
+// --model, or get_kernel on each config), then switches to forbid: a kernel missing from every
+// cache tier then throws CacheMissError before NVRTC runs, instead of stalling a request for
+// seconds. warn compiles and logs the config (at warn level) so it can join the prewarm list.
+// Default: FA4JIT_COMPILE=allow|warn|forbid, else allow; set_compile_policy overrides it.
+enum class CompilePolicy { allow, warn, forbid };
+FA4JIT_API void set_compile_policy(CompilePolicy policy);
+FA4JIT_API CompilePolicy compile_policy();  // ConfigError naming FA4JIT_COMPILE for a bad value
+FA4JIT_API const char* to_string(CompilePolicy policy);
+FA4JIT_API CompilePolicy compile_policy_from_string(const std::string& s);  // ConfigError otherwise
+
 // What get_kernel did in this process (all threads) since it started.
 struct Stats {
   std::uint64_t compiles = 0;        // NVRTC compiles (cache misses)
@@ -43,6 +54,7 @@ struct Stats {
   std::uint64_t disk_hits = 0;       // loaded from a disk cache tier
   std::uint64_t remote_hits = 0;     // loaded from the remote (Redis) tier
   std::uint64_t failures = 0;        // calls that threw (bad config, compile error, sealed miss ...)
+  std::uint64_t forbidden = 0;       // misses refused by CompilePolicy::forbid (counted in failures too)
   double compile_ms = 0;             // NVRTC time of the compiles
 };
 FA4JIT_API Stats stats();
@@ -55,8 +67,10 @@ struct RuntimeInfo {
   std::string driver;          // "13.0", or why there is none
   std::vector<std::string> gpus;
   std::vector<std::string> cache_roots;  // tiers searched, in order
+  std::vector<std::string> bundles;      // read-only kernel bundles searched after them
   std::string cache_writable;  // the tier that receives new kernels; empty: memory only
   bool sealed = false;         // FA4JIT_SEALED: a miss is an error, never a compile
+  std::string compile_policy;  // allow / warn / forbid, or why FA4JIT_COMPILE is refused
   std::string remote_cache;    // FA4JIT_REMOTE_CACHE, empty: none
   bool redis_built = false;    // whether this build has the Redis tier
   std::uint64_t cache_max_bytes = 0;  // FA4JIT_CACHE_MAX_BYTES, 0: no cap

@@ -10,7 +10,8 @@ through its C API with ctypes: no compiled Python extension, so one wheel serves
 every torch version; torch is needed only for the attention functions. See docs/PYTHON.md.
 """
 from . import _lib
-from .config import Config, cache_key, generate_source, prewarm, resolve, runtime_info
+from .config import (Config, cache_key, generate_source, model_configs, prewarm, resolve, runtime_info,
+                     set_compile_policy, stats)
 from .errors import (CacheError, CacheMissError, CompileError, ConfigError, DriverError, Error,
                      LaunchError)
 
@@ -39,6 +40,6 @@ else:
 
 __all__ = [
     "__version__", "attention", "attention_varlen", "attention_paged", "prewarm", "Config", "generate_source",
-    "cache_key", "resolve", "runtime_info", "Error", "ConfigError", "CompileError", "CacheError",
+    "cache_key", "resolve", "runtime_info", "set_compile_policy", "stats", "model_configs", "Error", "ConfigError", "CompileError", "CacheError",
     "CacheMissError", "DriverError", "LaunchError",
 ]

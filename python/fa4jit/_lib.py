@@ -82,6 +82,8 @@ fa4jit_resolve_config = _sig("fa4jit_resolve_config", c_int32, c_char_p, c_char_
 fa4jit_prewarm = _sig("fa4jit_prewarm", c_int32, c_char_p, c_char_p, c_int32, _out_str)
 fa4jit_runtime_info = _sig("fa4jit_runtime_info", c_int32, _out_str)
 fa4jit_device_arch = _sig("fa4jit_device_arch", c_int32, c_int32, _out_str)
+fa4jit_set_compile_policy = _sig("fa4jit_set_compile_policy", c_int32, c_char_p)
+fa4jit_model_configs = _sig("fa4jit_model_configs", c_int32, c_char_p, c_char_p, _out_str)
 
 if fa4jit_c_api_version() < C_API_VERSION:
     raise ImportError(f"fa4jit: {library_path()} has C API version {fa4jit_c_api_version()}, "
@@ -226,6 +228,12 @@ def version() -> str:
 
 def runtime_info() -> dict:
     return json.loads(call_str(fa4jit_runtime_info))
+
+
+def set_compile_policy(policy: str) -> None:
+    code = fa4jit_set_compile_policy(str(policy).encode())
+    if code:
+        raise_last(code)
 
 
 def device_arch(device: int) -> str:

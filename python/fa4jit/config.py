@@ -2,6 +2,7 @@
 prewarm, generate_source, cache_key, resolve, runtime_info."""
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -108,6 +109,20 @@ def resolve(config: Union[Config, Dict[str, Any], str], arch: Optional[str] = No
     return json.loads(_lib.call_str(_lib.fa4jit_resolve_config, _lib.enc(_config_json(config)), _lib.enc(arch)))
 
 
+def model_configs(model: Union[str, "os.PathLike[str]", Dict[str, Any]], dtype: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The kernels a Hugging Face model's attention layers launch through this package (prefill, and
+    decode with the group's heads packed), as ``[{"use": ..., "config": {...}}]``: ``model`` is a
+    config.json path or its dict (e.g. ``AutoConfig.from_pretrained(...).to_dict()``). ``dtype``
+    ("bf16" / "fp16") overrides the model's torch_dtype. A feature fa4jit has no kernel for raises
+    ConfigError naming its key. Feed ``[k["config"] for k in ...]`` to ``prewarm``."""
+    if isinstance(model, dict):
+        text = json.dumps(model)
+    else:
+        with open(model, encoding="utf-8") as f:
+            text = f.read()
+    return json.loads(_lib.call_str(_lib.fa4jit_model_configs, text.encode(), _lib.enc(dtype)))
+
+
 def prewarm(configs: Iterable[Union[Config, Dict[str, Any]]], archs: Optional[Sequence[str]] = None,
             jobs: Optional[int] = None) -> List[Dict[str, Any]]:
     """Compiles ``configs`` for each of ``archs`` into the kernel cache; no GPU needed.
@@ -138,5 +153,19 @@ def prewarm(configs: Iterable[Union[Config, Dict[str, Any]]], archs: Optional[Se
 
 
 def runtime_info() -> Dict[str, Any]:
-    """Library version, NVRTC version and archs, driver, GPUs and cache directories (no GPU needed)."""
+    """Library version, NVRTC version and archs, driver, GPUs, cache directories, the compile policy
+    and this process's kernel counters (no GPU needed)."""
     return _lib.runtime_info()
+
+
+def set_compile_policy(policy: str) -> None:
+    """"allow", "warn" (compile, and log the config at warn level) or "forbid": after warm-up, a
+    kernel missing from every cache tier raises CacheMissError instead of compiling (seconds of
+    NVRTC inside a request). Overrides FA4JIT_COMPILE."""
+    _lib.set_compile_policy(policy)
+
+
+def stats() -> Dict[str, Any]:
+    """This process's kernel counters: compiles, memory_hits, disk_hits, remote_hits, failures,
+    forbidden, compile_ms."""
+    return _lib.runtime_info()["stats"]

@@ -2,6 +2,7 @@
 and against torch's scaled_dot_product_attention; torch.compile, CUDA graphs, recompiles, errors.
 Skips without a CUDA GPU (`tools/gpu.sh python` runs it on the lent machine)."""
 import itertools
+import json
 
 import pytest
 
@@ -347,3 +348,48 @@ def test_readme_snippet_runs_as_written():
     fa4jit.prewarm([{"depth": 128, "mask": "causal"}], archs=["sm_90a", "sm_100a"])
     torch.cuda.synchronize()
     assert o.shape == (2, 1, Hq, D) and torch.isfinite(o.float()).all()
+
+
+# ---- model prewarm, then no compiles in serving ---------------------------------------------------
+
+_SERVE_AFTER_PREWARM = r"""
+import json, sys, fa4jit, torch
+path = sys.argv[1]
+hf = json.load(open(path)); t = hf.get("text_config", hf)
+Hq, Hkv = t["num_attention_heads"], t.get("num_key_value_heads", t["num_attention_heads"])
+D = t.get("head_dim") or t["hidden_size"] // Hq
+window = t.get("sliding_window") if t.get("use_sliding_window", True) else None
+softcap = t.get("attn_logit_softcapping") or 0.0
+arch = fa4jit._lib.device_arch(torch.cuda.current_device())
+fa4jit.prewarm([k["config"] for k in fa4jit.model_configs(path, dtype="bf16")], archs=[arch])
+fa4jit.set_compile_policy("forbid")  # from here a kernel the prewarm missed raises CacheMissError
+before = fa4jit.stats()
+sinks = torch.randn(Hq, device="cuda") if t["model_type"] == "gpt_oss" else None
+runs = 0
+for w in [None] + ([window] if window else []):
+    for Sq, Sk in ((300, 300), (1, 700), (16, 700), (3, 700)):  # prefill, decode, speculative decode
+        q = torch.randn(2, Sq, Hq, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, Sk, Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        fa4jit.attention(q, k, v, causal=True, window=(w - 1, 0) if w else None, softcap=softcap, sinks=sinks)
+        runs += 1
+torch.cuda.synchronize()
+after = fa4jit.stats()
+print(json.dumps({"runs": runs, "compiles": after["compiles"] - before["compiles"],
+                  "disk_hits": after["disk_hits"] - before["disk_hits"]}))
+"""
+
+
+@pytest.mark.parametrize("model", ["llama3_8b", "qwen2_7b", "gemma2_9b", "gpt_oss_20b"])
+def test_model_prewarm_leaves_nothing_to_compile_in_serving(model, tmp_path):
+    # A fresh process and cache: nothing compiled by earlier tests can stand in for the prewarm.
+    import os
+    import subprocess
+    import sys
+    from conftest import REPO
+    env = dict(os.environ, FA4JIT_CACHE_DIR=str(tmp_path))
+    env.pop("FA4JIT_COMPILE", None)
+    r = subprocess.run([sys.executable, "-c", _SERVE_AFTER_PREWARM, os.path.join(REPO, "tests", "models", model + ".json")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["compiles"] == 0 and out["runs"] >= 4, out

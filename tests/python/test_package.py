@@ -345,3 +345,51 @@ def test_valid_launch_args_get_as_far_as_the_driver():
             assert _lib.fa4jit_last_error_code() == 6
     finally:
         _lib.fa4jit_kernel_release(h)
+
+
+def test_model_configs_and_their_refusals():
+    llama = os.path.join(REPO, "tests", "models", "llama3_8b.json")
+    ks = fa4jit.model_configs(llama)
+    assert [k["config"].get("pack_gqa", False) for k in ks] == [False, True]
+    assert ks[1]["config"]["group"] == 4 and ks[0]["config"]["mask"]["kind"] == "causal"
+    assert "decode" in ks[1]["use"]
+    assert fa4jit.model_configs(json.load(open(llama)), dtype="fp16")[0]["config"]["dtype"] == "fp16"
+    with pytest.raises(fa4jit.ConfigError, match="torch_dtype: 'float32'"):
+        fa4jit.model_configs(os.path.join(REPO, "tests", "models", "gemma2_9b.json"))
+    with pytest.raises(fa4jit.ConfigError, match="kv_lora_rank"):
+        fa4jit.model_configs(os.path.join(REPO, "tests", "models", "deepseek_v3.json"))
+
+
+def test_compile_policy_forbid_raises_before_compiling_and_stats_count():
+    cfg = {"depth": 64, "score_mod": {"kind": "custom", "snippet": "return score * %d.0f;" % (os.getpid() % 9973 + 2)}}
+    before = fa4jit.stats()
+    fa4jit.set_compile_policy("forbid")
+    try:
+        with pytest.raises(fa4jit.CacheMissError, match="compile policy forbid"):
+            fa4jit.prewarm([cfg], archs=["sm_90a"])
+        assert fa4jit.runtime_info()["compile_policy"] == "forbid"
+        after = fa4jit.stats()
+        assert after["compiles"] == before["compiles"] and after["forbidden"] == before["forbidden"] + 1
+    finally:
+        fa4jit.set_compile_policy("allow")
+    assert fa4jit.prewarm([cfg], archs=["sm_90a"])[0]["status"] == "compiled"
+    assert fa4jit.stats()["compiles"] == before["compiles"] + 1
+    with pytest.raises(fa4jit.ConfigError, match="'sometimes' is not allowed"):
+        fa4jit.set_compile_policy("sometimes")
+
+
+def test_the_wheel_ships_a_bundle_that_serves_the_presets_with_no_compile(tmp_path):
+    if "FA4JIT_LIBRARY" in os.environ:
+        pytest.skip("FA4JIT_LIBRARY points at a build tree, which has no bundle")
+    bundles = fa4jit.runtime_info()["bundles"]
+    assert bundles and bundles[0].endswith(os.path.join("share", "fa4jit", "kernels")), bundles
+    manifest = json.load(open(os.path.join(bundles[0], "manifest.json")))
+    assert {"sm_80", "sm_90a", "sm_100a"} <= {k["arch"] for k in manifest["kernels"]}
+    # A fresh process with an empty cache and compiles forbidden: every preset kernel is a hit.
+    code = ("import fa4jit, json\n"
+            "print(json.dumps(fa4jit.prewarm([{'depth': d, 'mask': m} for d in (64, 128) for m in ('none', 'causal')],"
+            " archs=['sm_90a', 'sm_100a'])))\n")
+    env = dict(os.environ, FA4JIT_CACHE_DIR=str(tmp_path), FA4JIT_COMPILE="forbid")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert [r["status"] for r in json.loads(out.stdout.strip().splitlines()[-1])] == ["hit"] * 8

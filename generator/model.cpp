@@ -1,0 +1,203 @@
+// model_kernels(): a Hugging Face config.json -> the kernels its attention layers launch.
+#include "generator/model.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "fa4jit/errors.hpp"
+
+namespace jit {
+
+namespace {
+
+using nlohmann::json;
+
+// How each known family lays out its sliding-window layers when config.json has no
+// `layer_types` (transformers' own defaults for that family).
+enum class WindowLayout { all, every_other, every_nth_full, from_max_window_layers };
+
+struct Family {
+  const char* model_type;
+  WindowLayout layout;
+  bool sinks;  // learned per-head attention sinks (a launch argument, not a kernel)
+};
+
+constexpr Family kFamilies[] = {
+    {"llama", WindowLayout::all, false},      {"mistral", WindowLayout::all, false},
+    {"mixtral", WindowLayout::all, false},    {"phi3", WindowLayout::all, false},
+    {"qwen2", WindowLayout::from_max_window_layers, false}, {"qwen2_moe", WindowLayout::from_max_window_layers, false},
+    {"qwen3", WindowLayout::from_max_window_layers, false}, {"qwen3_moe", WindowLayout::from_max_window_layers, false},
+    {"gemma", WindowLayout::all, false},      {"gemma2", WindowLayout::every_other, false},
+    {"gemma3", WindowLayout::every_nth_full, false},        {"gemma3_text", WindowLayout::every_nth_full, false},
+    {"gpt_oss", WindowLayout::all, true},
+};
+
+// Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
+// (checked before model_type, so the answer names the feature, not just the family).
+constexpr std::pair<const char*, const char*> kUnsupportedKeys[] = {
+    {"kv_lora_rank", "multi-head latent attention (compressed K/V, DeepSeek-style) has no fa4jit kernel"},
+    {"q_lora_rank", "multi-head latent attention (DeepSeek-style) has no fa4jit kernel"},
+    {"v_head_dim", "a V head dim apart from Q/K's has no fa4jit kernel (one head dim serves Q, K and V)"},
+    {"attention_chunk_size", "chunked local-attention layers (Llama 4) are not derived by the model prewarm yet"},
+};
+
+[[noreturn]] void refuse(const std::string& key, const std::string& why) {
+  throw ConfigError(fmt::format("config.json: {}: {}", key, why));
+}
+
+bool set(const json& c, const char* key) { return c.contains(key) && !c.at(key).is_null(); }
+
+int positive_int(const json& c, const char* key) {
+  if (!c.contains(key)) refuse(key, "missing; fa4jit needs it to size the kernels");
+  const json& v = c.at(key);
+  if (!v.is_number_integer() || v.get<long long>() <= 0 || v.get<long long>() > (1 << 20))
+    refuse(key, fmt::format("expected a positive integer, got {}", v.dump().substr(0, 64)));
+  return v.get<int>();
+}
+
+DType model_dtype(const json& root, const json& text, const ModelOptions& o) {
+  if (o.dtype) return *o.dtype;
+  // transformers writes `torch_dtype`, newer versions `dtype`; the text config's wins.
+  for (const json* c : {&text, &root})
+    for (const char* key : {"dtype", "torch_dtype"}) {
+      if (!set(*c, key)) continue;
+      const json& v = c->at(key);
+      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+      if (s == "bfloat16") return DType::bf16;
+      if (s == "float16") return DType::fp16;
+      refuse(key, fmt::format("'{}': fa4jit runs bf16 and fp16; choose the dtype you serve in (CLI: --dtype bf16)",
+                              s.substr(0, 64)));
+    }
+  refuse("torch_dtype", "missing; choose the dtype you serve in (CLI: --dtype bf16)");
+}
+
+// Per layer: true where the layer attends within a sliding window.
+std::vector<bool> sliding_layers(const json& c, const Family& f, int layers, bool has_window) {
+  std::vector<bool> sliding(static_cast<std::size_t>(layers), false);
+  if (set(c, "layer_types")) {
+    const json& t = c.at("layer_types");
+    if (!t.is_array() || static_cast<int>(t.size()) != layers)
+      refuse("layer_types", fmt::format("expected one entry per layer ({})", layers));
+    for (int i = 0; i < layers; ++i) {
+      const json& v = t[static_cast<std::size_t>(i)];
+      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+      if (s == "sliding_attention") sliding[static_cast<std::size_t>(i)] = true;
+      else if (s != "full_attention")
+        refuse(fmt::format("layer_types[{}]", i),
+               fmt::format("'{}' has no fa4jit kernel (full_attention and sliding_attention do)", s.substr(0, 64)));
+    }
+    if (std::find(sliding.begin(), sliding.end(), true) != sliding.end() && !has_window)
+      refuse("sliding_window", "layer_types has sliding_attention layers but no window size is set");
+    return sliding;
+  }
+  if (!has_window) return sliding;
+  for (int i = 0; i < layers; ++i) {
+    bool s = true;
+    switch (f.layout) {
+      case WindowLayout::all: break;
+      case WindowLayout::every_other: s = i % 2 == 0; break;
+      case WindowLayout::every_nth_full: {
+        const int n = set(c, "sliding_window_pattern") ? positive_int(c, "sliding_window_pattern") : 6;
+        s = (i + 1) % n != 0;
+        break;
+      }
+      case WindowLayout::from_max_window_layers:
+        s = i >= (set(c, "max_window_layers") ? positive_int(c, "max_window_layers") : 0);
+        break;
+    }
+    sliding[static_cast<std::size_t>(i)] = s;
+  }
+  return sliding;
+}
+
+std::string layer_list(const std::vector<bool>& sliding, bool want) {
+  std::vector<int> ids;
+  for (std::size_t i = 0; i < sliding.size(); ++i)
+    if (sliding[i] == want) ids.push_back(static_cast<int>(i));
+  if (ids.size() == sliding.size()) return "all layers";
+  const std::size_t shown = std::min<std::size_t>(ids.size(), 6);
+  std::string s = fmt::format("layers {}", fmt::join(ids.begin(), ids.begin() + static_cast<long>(shown), ", "));
+  if (ids.size() > shown) s += fmt::format(" (+{} more)", ids.size() - shown);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> known_model_types() {
+  std::vector<std::string> out;
+  for (const Family& f : kFamilies) out.push_back(f.model_type);
+  return out;
+}
+
+std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& options) {
+  if (!root.is_object()) throw ConfigError(fmt::format("config.json: expected an object, got {}", root.type_name()));
+  // Multimodal models (Gemma 3, ...) keep the language model's attention in text_config.
+  const json& c = root.contains("text_config") && root.at("text_config").is_object() ? root.at("text_config") : root;
+  std::string model_type;
+  for (const json* j : {&c, &root})
+    if (model_type.empty() && set(*j, "model_type") && j->at("model_type").is_string())
+      model_type = j->at("model_type").get<std::string>();
+  for (const auto& [key, why] : kUnsupportedKeys)
+    if (set(c, key)) refuse(key, why);
+  const auto family = std::find_if(std::begin(kFamilies), std::end(kFamilies),
+                                   [&](const Family& f) { return model_type == f.model_type; });
+  if (family == std::end(kFamilies))
+    refuse("model_type", fmt::format("'{}' is not a model fa4jit knows the attention of; known: {}",
+                                     model_type.substr(0, 64), fmt::join(known_model_types(), ", ")));
+
+  const int heads = positive_int(c, "num_attention_heads");
+  const int kv_heads = set(c, "num_key_value_heads") ? positive_int(c, "num_key_value_heads") : heads;
+  if (heads % kv_heads != 0)
+    refuse("num_key_value_heads", fmt::format("{} does not divide num_attention_heads ({})", kv_heads, heads));
+  const int group = heads / kv_heads;
+  int depth = 0;
+  if (set(c, "head_dim")) {
+    depth = positive_int(c, "head_dim");
+  } else {
+    const int hidden = positive_int(c, "hidden_size");
+    if (hidden % heads != 0) refuse("hidden_size", fmt::format("{} is not a multiple of num_attention_heads", hidden));
+    depth = hidden / heads;
+  }
+  const int layers = positive_int(c, "num_hidden_layers");
+  const bool use_window = !c.contains("use_sliding_window") || !c.at("use_sliding_window").is_boolean() ||
+                          c.at("use_sliding_window").get<bool>();
+  const bool has_window = use_window && set(c, "sliding_window") && positive_int(c, "sliding_window") > 0;
+  const std::vector<bool> sliding = sliding_layers(c, *family, layers, has_window);
+
+  ScoreMod score = ScoreMod::identity();
+  if (set(c, "attn_logit_softcapping")) {
+    const json& v = c.at("attn_logit_softcapping");
+    if (!v.is_number() || v.get<double>() < 0)
+      refuse("attn_logit_softcapping", fmt::format("expected a non-negative number, got {}", v.dump().substr(0, 64)));
+    if (v.get<double>() > 0) score = ScoreMod::softcap();
+  }
+  const DType dtype = model_dtype(root, c, options);
+  const std::string sinks = family->sinks ? "; attention sinks: a launch argument" : "";
+
+  std::vector<ModelKernel> out;
+  for (bool window : {false, true}) {
+    if (std::find(sliding.begin(), sliding.end(), window) == sliding.end()) continue;
+    FA4Config k;
+    k.dtype = dtype;
+    k.depth = depth;
+    k.mask = window ? Mask::sliding_window() : Mask::causal();
+    k.score_mod = score;
+    const std::string layers_text = fmt::format("{} {}", window ? "sliding-window" : "full-attention",
+                                                layer_list(sliding, window));
+    // Python's automatic packing (ops.py): group > 1 dividing 64, taken when Sq * group <= 128.
+    const bool packs = group > 1 && 64 % group == 0;
+    out.push_back({fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k});
+    if (packs) {
+      k.pack_gqa = true;
+      k.group = group;
+      out.push_back({fmt::format("decode (Sq x {} <= 128, packed GQA): {}{}", group, layers_text, sinks), k});
+    }
+  }
+  return out;
+}
+
+}  // namespace jit

@@ -1,0 +1,33 @@
+// The kernels one Hugging Face model needs, read from its config.json: `fa4jit prewarm --model`.
+// The configs are exactly those the Python ops and the transformers backend request for that
+// model (python/fa4jit/ops.py: prefill unpacked without a group; decode with the group's query
+// heads packed where the group divides 64), so a serving process warmed with them compiles nothing.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "fa4jit/config.hpp"
+
+namespace jit {
+
+struct ModelKernel {
+  std::string use;  // e.g. "prefill: sliding-window layers 0, 2, 4 (+18)"
+  FA4Config config;  // arch empty: the caller picks archs
+};
+
+struct ModelOptions {
+  std::optional<DType> dtype;  // overrides the model's torch_dtype (needed when that is float32)
+};
+
+// Throws ConfigError naming the key (as `config.json: <key>`) for a feature fa4jit cannot serve
+// (multi-head latent attention, head dims that differ for K and V, float32, an unknown
+// model_type, ...) instead of leaving it out: a missing kernel would compile in serving.
+std::vector<ModelKernel> model_kernels(const nlohmann::json& hf_config, const ModelOptions& options = {});
+
+// The model types model_kernels() knows the attention of.
+std::vector<std::string> known_model_types();
+
+}  // namespace jit

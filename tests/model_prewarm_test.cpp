@@ -1,0 +1,200 @@
+// model_kernels() on config.json files of real models (tests/models, copied from the Hub; no
+// downloads) and `fa4jit prewarm --model` end to end.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fa4jit/errors.hpp"
+#include "generator/model.hpp"
+#include "tests/support/cli_process.hpp"
+
+namespace {
+
+using jit::DType;
+using jit::FA4Config;
+using jit::Mask;
+using jit::ModelKernel;
+using jit::ScoreMod;
+
+nlohmann::json model(const std::string& name) {
+  std::ifstream f(std::string(FA4JIT_TEST_MODELS) + "/" + name + ".json");
+  EXPECT_TRUE(f.good()) << name;
+  return nlohmann::json::parse(f);
+}
+
+// The config the Python ops request (python/fa4jit/ops.py _get_kernel): group only when packed.
+FA4Config expected(DType dtype, int depth, Mask mask, ScoreMod score = ScoreMod::identity(), int packed_group = 0) {
+  FA4Config c;
+  c.dtype = dtype;
+  c.depth = depth;
+  c.mask = std::move(mask);
+  c.score_mod = std::move(score);
+  c.pack_gqa = packed_group > 0;
+  c.group = packed_group;
+  return c;
+}
+
+std::vector<FA4Config> configs(const std::vector<ModelKernel>& ks) {
+  std::vector<FA4Config> out;
+  for (const ModelKernel& k : ks) out.push_back(k.config);
+  return out;
+}
+
+std::string refusal(const nlohmann::json& j, jit::ModelOptions o = {}) {
+  try {
+    jit::model_kernels(j, o);
+  } catch (const jit::ConfigError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(ModelKernels, Llama3PrefillAndPackedDecode) {
+  const auto ks = jit::model_kernels(model("llama3_8b"));
+  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
+                                                  expected(DType::bf16, 128, Mask::causal(), {}, 4)}));
+  EXPECT_EQ(ks[0].use, "prefill: full-attention all layers");
+  EXPECT_EQ(ks[1].use, "decode (Sq x 4 <= 128, packed GQA): full-attention all layers");
+}
+
+TEST(ModelKernels, Qwen2GroupOfSevenDecodesWithThePrefillKernelAndIgnoresAnUnusedWindow) {
+  // 28 / 4 heads: a group of 7 does not divide 64 rows, so Python never packs it; use_sliding_window
+  // false leaves sliding_window unused.
+  const auto ks = jit::model_kernels(model("qwen2_7b"));
+  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal())}));
+  EXPECT_EQ(ks[0].use, "prefill and decode: full-attention all layers");
+}
+
+TEST(ModelKernels, Qwen3) {
+  EXPECT_EQ(configs(jit::model_kernels(model("qwen3_8b"))),
+            (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
+                                    expected(DType::bf16, 128, Mask::causal(), {}, 4)}));
+}
+
+TEST(ModelKernels, MistralSlidesEveryLayer) {
+  EXPECT_EQ(configs(jit::model_kernels(model("mistral_7b_v01"))),
+            (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::sliding_window()),
+                                    expected(DType::bf16, 128, Mask::sliding_window(), {}, 4)}));
+}
+
+TEST(ModelKernels, Gemma2AlternatesLayersWithSoftcapAndNeedsADtypeForItsFloat32Checkpoint) {
+  const std::string why = refusal(model("gemma2_9b"));
+  EXPECT_NE(why.find("config.json: torch_dtype: 'float32'"), std::string::npos) << why;
+  jit::ModelOptions o;
+  o.dtype = DType::bf16;
+  const auto ks = jit::model_kernels(model("gemma2_9b"), o);
+  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{
+                             expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap()),
+                             expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
+                             expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap()),
+                             expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
+  EXPECT_EQ(ks[0].use, "prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more)");
+  EXPECT_EQ(ks[2].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
+}
+
+TEST(ModelKernels, Gemma3ReadsTheTextConfigAndItsFiveToOnePattern) {
+  const auto ks = jit::model_kernels(model("gemma3_4b"));
+  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal()),
+                                                  expected(DType::bf16, 256, Mask::causal(), {}, 2),
+                                                  expected(DType::bf16, 256, Mask::sliding_window()),
+                                                  expected(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
+  EXPECT_EQ(ks[0].use, "prefill: full-attention layers 5, 11, 17, 23, 29");
+}
+
+TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
+  // Its config.json states no torch_dtype (transformers would load float32): the caller says.
+  EXPECT_NE(refusal(model("gpt_oss_20b")).find("torch_dtype: missing"), std::string::npos);
+  jit::ModelOptions o;
+  o.dtype = DType::bf16;
+  const auto ks = jit::model_kernels(model("gpt_oss_20b"), o);
+  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 64, Mask::causal()),
+                                                  expected(DType::bf16, 64, Mask::causal(), {}, 8),
+                                                  expected(DType::bf16, 64, Mask::sliding_window()),
+                                                  expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
+  for (const auto& k : ks) EXPECT_NE(k.use.find("attention sinks: a launch argument"), std::string::npos) << k.use;
+}
+
+TEST(ModelKernels, UnsupportedFeaturesAreNamed) {
+  EXPECT_NE(refusal(model("deepseek_v3")).find("config.json: kv_lora_rank: multi-head latent attention"),
+            std::string::npos);
+  nlohmann::json j = model("llama3_8b");
+  j["model_type"] = "bert";
+  EXPECT_NE(refusal(j).find("config.json: model_type: 'bert' is not a model fa4jit knows"), std::string::npos);
+  j = model("llama3_8b");
+  j["num_key_value_heads"] = 5;
+  EXPECT_NE(refusal(j).find("num_key_value_heads: 5 does not divide num_attention_heads (32)"), std::string::npos);
+  j = model("gpt_oss_20b");
+  j["torch_dtype"] = "bfloat16";
+  j["layer_types"][3] = "linear_attention";
+  EXPECT_NE(refusal(j).find("layer_types[3]: 'linear_attention' has no fa4jit kernel"), std::string::npos);
+  j = model("gpt_oss_20b");
+  j["torch_dtype"] = "bfloat16";
+  j.erase("sliding_window");
+  EXPECT_NE(refusal(j).find("sliding_window: layer_types has sliding_attention layers but no window"),
+            std::string::npos);
+  j = model("llama3_8b");
+  j.erase("torch_dtype");
+  EXPECT_NE(refusal(j).find("torch_dtype: missing"), std::string::npos);
+  j = model("llama3_8b");
+  j["head_dim"] = "128";
+  EXPECT_NE(refusal(j).find("head_dim: expected a positive integer"), std::string::npos);
+  EXPECT_NE(refusal(nlohmann::json::array()).find("expected an object"), std::string::npos);
+}
+
+// Every kernel a listed model needs resolves on sm_90a (d256 included); sm_80 refuses d256.
+TEST(ModelKernels, EveryModelKernelResolvesOnHopper) {
+  jit::ModelOptions o;
+  o.dtype = DType::bf16;
+  for (const char* name : {"llama3_8b", "qwen2_7b", "qwen3_8b", "mistral_7b_v01", "gemma2_9b", "gemma3_4b", "gpt_oss_20b"})
+    for (const ModelKernel& k : jit::model_kernels(model(name), o)) {
+      FA4Config c = k.config;
+      c.arch = "sm_90a";
+      EXPECT_TRUE(jit::supported(c)) << name << ": " << k.use;
+    }
+}
+
+using Cli = jit::testing::CliProcessTest;
+
+TEST_F(Cli, PrewarmModelPrintsTheKernelsAsJson) {
+  const std::string file = std::string(FA4JIT_TEST_MODELS) + "/gpt_oss_20b.json";
+  const auto r = run("prewarm --model " + file + " --dtype bf16 --arch sm_90a,sm_100a --print");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
+  ASSERT_EQ(j.size(), 8u) << r.out;  // 4 kernels x 2 archs
+  EXPECT_EQ(j[0]["config"]["arch"], "sm_90a");
+  EXPECT_EQ(j[1]["config"]["arch"], "sm_100a");
+  EXPECT_EQ(j[2]["config"]["pack_gqa"], true);
+  EXPECT_EQ(j[2]["config"]["group"], 8);
+  EXPECT_NE(j[2]["use"].get<std::string>().find("decode"), std::string::npos);
+  EXPECT_EQ(run("cache ls").out, "") << "--print compiles nothing";
+}
+
+TEST_F(Cli, PrewarmModelCompilesThenHits) {
+  const std::string file = std::string(FA4JIT_TEST_MODELS) + "/llama3_8b.json";
+  const auto first = run("prewarm --model " + file + " --arch sm_90a --jobs 2");
+  EXPECT_EQ(first.rc, 0) << first.out;
+  EXPECT_NE(first.out.find("2 kernels: 2 compiled, 0 hit, 0 failed"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("(decode (Sq x 4 <= 128, packed GQA): full-attention all layers)"), std::string::npos)
+      << first.out;
+  const auto second = run("prewarm --model " + file + " --arch sm_90a");
+  EXPECT_NE(second.out.find("2 kernels: 0 compiled, 2 hit, 0 failed"), std::string::npos) << second.out;
+}
+
+TEST_F(Cli, PrewarmModelRefusalsNameTheFileKeyAndArch) {
+  const std::string dir = std::string(FA4JIT_TEST_MODELS) + "/";
+  auto r = run("prewarm --model " + dir + "gemma2_9b.json --arch sm_90a --print");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("--model " + dir + "gemma2_9b.json: config.json: torch_dtype: 'float32'"), std::string::npos)
+      << r.out;
+  r = run("prewarm --model " + dir + "gemma2_9b.json --dtype bf16 --arch sm_80 --print");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more) on sm_80: depth: 256"),
+            std::string::npos)
+      << r.out;
+  r = run("prewarm --dtype bf16 --arch sm_90a --print");
+  EXPECT_EQ(r.rc, 2) << r.out;  // --dtype without --model: a usage error
+}
+
+}  // namespace
