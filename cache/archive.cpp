@@ -119,7 +119,8 @@ std::size_t Store::export_archive(const fs::path& path, const std::vector<std::s
     }
   } cleanup{tmp};
   auto put = [&](std::string_view data) {
-    if (detail::fault("enospc")) throw CacheError(fmt::format("export: write {}: {}", tmp.string(), std::strerror(ENOSPC)));
+    if (detail::fault("enospc"))
+      throw CacheError(fmt::format("export: write {}: {}", tmp.string(), std::strerror(ENOSPC)));
     while (!data.empty()) {
       ssize_t n = ::write(fd.get(), data.data(), data.size());
       if (n < 0 && errno == EINTR) continue;
@@ -173,10 +174,12 @@ ImportReport Store::import_archive(const fs::path& path) {
   const detail::ArchiveScan scan = detail::read_archive(in, [&](std::string&& meta_text, std::string&& cubin) {
     const std::size_t at = index++;
     auto meta = nlohmann::json::parse(meta_text, nullptr, false);
-    std::string key = meta.is_object() && meta.contains("key") && meta["key"].is_string() ? meta["key"].get<std::string>() : "";
+    std::string key =
+        meta.is_object() && meta.contains("key") && meta["key"].is_string() ? meta["key"].get<std::string>() : "";
     if (!detail::valid_key(key)) {
       rep.rejected++;
-      rep.problems.push_back(fmt::format("entry {} (?): {}", at, meta.is_discarded() ? "meta does not parse" : "meta has no valid key"));
+      rep.problems.push_back(
+          fmt::format("entry {} (?): {}", at, meta.is_discarded() ? "meta does not parse" : "meta has no valid key"));
       return;
     }
     detail::EntryCheck c = detail::check_entry_bytes(key, meta_text, std::move(cubin), &im.auth);

@@ -56,9 +56,10 @@ const LibCrypto& libcrypto() {
 const LibCrypto& need() {
   const LibCrypto& l = libcrypto();
   if (!l.error.empty())
-    throw CacheError(fmt::format("FA4JIT_CACHE_SECRET is set, but OpenSSL's libcrypto (needed for HMAC-SHA256) "
-                                 "cannot be loaded: {}; install libssl3 (or OpenSSL 1.1) or unset the secret",
-                                 l.error));
+    throw CacheError(
+        fmt::format("FA4JIT_CACHE_SECRET is set, but OpenSSL's libcrypto (needed for HMAC-SHA256) "
+                    "cannot be loaded: {}; install libssl3 (or OpenSSL 1.1) or unset the secret",
+                    l.error));
   return l;
 }
 

@@ -50,7 +50,8 @@ std::vector<std::string> list_names(int dirfd) {
 }
 
 std::string not_a_dir(const fs::path& p, int err) {
-  if (err == ENOTDIR || err == ELOOP) return fmt::format("{} is not a directory (a file or a symbolic link)", p.string());
+  if (err == ENOTDIR || err == ELOOP)
+    return fmt::format("{} is not a directory (a file or a symbolic link)", p.string());
   return fmt::format("{}: {}", p.string(), std::strerror(err));
 }
 }  // namespace
@@ -111,13 +112,16 @@ std::string DiskTier::exposure() const {
   auto open_to_all = [](const struct stat& st) { return (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX); };
   struct stat st {};
   fs::path bad;
-  if (::stat(root_.c_str(), &st) == 0 && open_to_all(st)) bad = root_;
-  else if (::lstat(base().c_str(), &st) == 0 && S_ISDIR(st.st_mode) && open_to_all(st)) bad = base();
+  if (::stat(root_.c_str(), &st) == 0 && open_to_all(st))
+    bad = root_;
+  else if (::lstat(base().c_str(), &st) == 0 && S_ISDIR(st.st_mode) && open_to_all(st))
+    bad = base();
   if (bad.empty()) return {};
-  return fmt::format("cache directory {} is writable by every user and has no sticky bit (mode {:04o}): any user "
-                     "can replace or delete its entries. Use a private directory, or share it within a group with "
-                     "FA4JIT_CACHE_SHARED=1 (docs/CACHE.md)",
-                     bad.string(), st.st_mode & 07777);
+  return fmt::format(
+      "cache directory {} is writable by every user and has no sticky bit (mode {:04o}): any user "
+      "can replace or delete its entries. Use a private directory, or share it within a group with "
+      "FA4JIT_CACHE_SHARED=1 (docs/CACHE.md)",
+      bad.string(), st.st_mode & 07777);
 }
 
 void DiskTier::touch(const Listed& l) {
@@ -185,8 +189,8 @@ std::optional<Artifact> DiskTier::load(std::string_view key, bool do_touch) {
                                                             key, root_.string(), c.problem));
     evict(l);
   } else {
-    warner_.warn("corrupt:" + std::string(key),
-                 fmt::format("cache entry {} in read-only tier {} is bad ({}); ignored", key, root_.string(), c.problem));
+    warner_.warn("corrupt:" + std::string(key), fmt::format("cache entry {} in read-only tier {} is bad ({}); ignored",
+                                                            key, root_.string(), c.problem));
   }
   return std::nullopt;
 }
@@ -241,7 +245,8 @@ std::string DiskTier::publish(std::string_view key, std::string_view cubin, cons
     }
   } guard{tmp.get(), name};
 
-  if (auto r = write_file_at(stage.get(), "kernel.cubin", cubin, modes_.file(), modes_.shared, shown / "kernel.cubin"); !r)
+  if (auto r = write_file_at(stage.get(), "kernel.cubin", cubin, modes_.file(), modes_.shared, shown / "kernel.cubin");
+      !r)
     return r.what;
   if (fault("kill_after_cubin")) ::raise(SIGKILL);
   // meta.json last: it is the commit marker that carries the digest of what precedes it.
@@ -276,7 +281,8 @@ std::string DiskTier::publish(std::string_view key, std::string_view cubin, cons
     if (!c.absent) {
       int e = evict(target);
       if (e != 0 && e != ENOENT && e != EEXIST)
-        return fmt::format("cannot replace the bad entry {} ({}): {}", target.dir.string(), c.problem, std::strerror(e));
+        return fmt::format("cannot replace the bad entry {} ({}): {}", target.dir.string(), c.problem,
+                           std::strerror(e));
     }
   }
   return {};
@@ -291,7 +297,8 @@ std::vector<DiskTier::Listed> DiskTier::scan() const {
     struct stat st {};
     if (::fstatat(b.get(), sname.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!S_ISDIR(st.st_mode)) {  // a stray file or symlink where a shard belongs: verify/clear remove it
-      out.push_back(Listed{sname, "", base() / sname, false, static_cast<std::uint64_t>(st.st_size), st.st_mtim.tv_sec});
+      out.push_back(
+          Listed{sname, "", base() / sname, false, static_cast<std::uint64_t>(st.st_size), st.st_mtim.tv_sec});
       continue;
     }
     Fd sh = open_dir_at(b.get(), sname.c_str());
@@ -306,7 +313,8 @@ std::vector<DiskTier::Listed> DiskTier::scan() const {
       } else if (Fd ed = open_dir_at(sh.get(), ename.c_str())) {
         for (const std::string& f : list_names(ed.get())) {
           struct stat fst {};
-          if (::fstatat(ed.get(), f.c_str(), &fst, AT_SYMLINK_NOFOLLOW) == 0) l.bytes += static_cast<std::uint64_t>(fst.st_size);
+          if (::fstatat(ed.get(), f.c_str(), &fst, AT_SYMLINK_NOFOLLOW) == 0)
+            l.bytes += static_cast<std::uint64_t>(fst.st_size);
         }
       }
       out.push_back(std::move(l));
@@ -336,7 +344,8 @@ std::size_t DiskTier::sweep_tmp(std::chrono::seconds max_age) {
     }
     if (!stale) {
       struct stat st {};
-      if (::fstatat(tmp.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && now_unix() - st.st_mtim.tv_sec > max_age.count())
+      if (::fstatat(tmp.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          now_unix() - st.st_mtim.tv_sec > max_age.count())
         stale = true;
     }
     if (stale && remove_at(tmp.get(), name.c_str())) ++removed;

@@ -33,7 +33,8 @@ void Auth::sign(std::string_view key, std::string_view cubin, nlohmann::json& me
 Verdict Auth::check(std::string_view key, const nlohmann::json& meta, std::string_view cubin) const {
   if (has_secret()) {
     auto m = meta.find("mac");
-    if (m == meta.end() || !m->is_string()) return {"no MAC (FA4JIT_CACHE_SECRET is set: unsigned entries are not used)"};
+    if (m == meta.end() || !m->is_string())
+      return {"no MAC (FA4JIT_CACHE_SECRET is set: unsigned entries are not used)"};
     const std::string expected = std::string(kMacPrefix) + hmac_sha256_hex(secret_, mac_message(key, cubin));
     if (!equal_constant_time(m->get_ref<const std::string&>(), expected))
       return {"MAC does not match (written without this FA4JIT_CACHE_SECRET, or forged)"};
@@ -115,8 +116,10 @@ EntryCheck check_once(int parent_fd, const std::string& name, std::string_view k
   Fd dfd = open_dir_at(parent_fd, name.c_str());
   if (!dfd) {
     int e = errno;
-    if (e == ENOENT) r.absent = true;
-    else if (e == ENOTDIR || e == ELOOP) r.problem = "entry is not a directory (a file or a symbolic link)";
+    if (e == ENOENT)
+      r.absent = true;
+    else if (e == ENOTDIR || e == ELOOP)
+      r.problem = "entry is not a directory (a file or a symbolic link)";
     else {
       r.io_error = true;
       r.problem = fmt::format("opening entry dir: {}", std::strerror(e));
@@ -126,7 +129,8 @@ EntryCheck check_once(int parent_fd, const std::string& name, std::string_view k
   // Anything wrong below is real only if `name` still names the inode we read: otherwise the
   // entry was evicted or replaced under us (a race, not corruption) and the caller looks again.
   auto still_here = [&] {
-    struct stat a {}, b {};
+    struct stat a {
+    }, b{};
     return ::fstat(dfd.get(), &a) == 0 && ::fstatat(parent_fd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
            a.st_ino == b.st_ino && a.st_dev == b.st_dev;
   };

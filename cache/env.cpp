@@ -15,9 +15,10 @@ namespace jit::cache {
 
 std::uint64_t parse_size(std::string_view text, std::string_view what) {
   auto bad = [&](std::string_view why) {
-    return CacheError(fmt::format("{}='{}' is not a size: {} (bytes as digits, optionally with a fraction and a "
-                                  "K/M/G/T suffix in powers of 1024, e.g. 4096, 512M, 1.5G)",
-                                  what, text, why));
+    return CacheError(
+        fmt::format("{}='{}' is not a size: {} (bytes as digits, optionally with a fraction and a "
+                    "K/M/G/T suffix in powers of 1024, e.g. 4096, 512M, 1.5G)",
+                    what, text, why));
   };
   std::size_t i = 0;
   unsigned __int128 whole = 0, frac = 0, frac_scale = 1;

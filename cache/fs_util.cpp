@@ -212,7 +212,8 @@ bool remove_at(int dirfd, const char* name, int depth) {
 std::string random_suffix() {
   // Seeded per thread from random_device + pid + thread id: a forked child re-seeds because its
   // thread_local is re-created lazily only if it was never used; mix the pid in at each call.
-  thread_local std::mt19937_64 rng{std::random_device{}() ^ (std::hash<std::thread::id>{}(std::this_thread::get_id()) << 1)};
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   (std::hash<std::thread::id>{}(std::this_thread::get_id()) << 1)};
   std::uint64_t v = rng() ^ (static_cast<std::uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull) ^
                     static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   return fmt::format("{:016x}", v);

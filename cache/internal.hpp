@@ -117,7 +117,7 @@ bool fault(std::string_view name, const fs::path& root = {});
 // ---- environment (env.cpp) -------------------------------------------------------------------
 // Strict readers of FA4JIT_* variables: unset or empty gives `dflt`; anything that does not
 // parse is a CacheError naming the variable and what it accepts.
-bool env_bool(const char* name, bool dflt);                      // 1/0, true/false, yes/no, on/off (any case)
+bool env_bool(const char* name, bool dflt);  // 1/0, true/false, yes/no, on/off (any case)
 std::int64_t env_int(const char* name, std::int64_t dflt, std::int64_t lo, std::int64_t hi);  // decimal integer
 
 // ---- authentication (crypto.cpp, entry.cpp) ------------------------------------------------
@@ -176,7 +176,8 @@ struct ArchiveScan {
   std::size_t entries = 0;            // complete entries handed out
   std::vector<std::string> problems;  // truncation, bad header, trailer count mismatch
 };
-ArchiveScan read_archive(std::istream& in, const std::function<void(std::string&& meta_text, std::string&& cubin)>& on_entry);
+ArchiveScan read_archive(std::istream& in,
+                         const std::function<void(std::string&& meta_text, std::string&& cubin)>& on_entry);
 std::string archive_magic();
 
 // ---- file lock (file_lock.cpp) -------------------------------------------------------------
@@ -278,7 +279,7 @@ class DiskTier {
     std::string key;    // the entry's file name (a key, when it is a real entry)
     std::string shard;  // "ab"; empty for a stray name directly in v1/
     fs::path dir;
-    bool is_dir = false;        // a real directory (never a symlink)
+    bool is_dir = false;  // a real directory (never a symlink)
     std::uint64_t bytes = 0;
     std::int64_t last_use = 0;  // entry dir mtime, refreshed on hits (rate-limited)
   };

@@ -40,7 +40,9 @@ VerifyReport Store::verify(const std::function<std::string(const Artifact&)>& ex
   VerifyReport rep;
   for (auto& t : impl_->tiers) {
     std::size_t swept = t->sweep_tmp(kStaleTmp);
-    if (swept) rep.problems.push_back(fmt::format("{}/v1/tmp: removed {} staging dir(s) of dead writers", t->root().string(), swept));
+    if (swept)
+      rep.problems.push_back(
+          fmt::format("{}/v1/tmp: removed {} staging dir(s) of dead writers", t->root().string(), swept));
     for (auto& l : t->scan()) {
       rep.checked++;
       std::string problem;
@@ -71,9 +73,10 @@ VerifyReport Store::verify(const std::function<std::string(const Artifact&)>& ex
         const int err = t->evict(l, /*bad_entry=*/!misplaced);
         if (err == 0) rep.removed++;
         rep.problems.push_back(fmt::format("{}: {} ({})", l.dir.string(), problem,
-                                           err == 0                       ? "removed"
-                                           : err == EEXIST || err == ENOENT ? "replaced concurrently"
-                                                                            : fmt::format("not removed: {}", std::strerror(err))));
+                                           err == 0 ? "removed"
+                                           : err == EEXIST || err == ENOENT
+                                               ? "replaced concurrently"
+                                               : fmt::format("not removed: {}", std::strerror(err))));
       } else {
         rep.problems.push_back(fmt::format("{}: {} (read-only tier {}, kept)", l.key, problem, t->root().string()));
       }
@@ -87,7 +90,9 @@ std::size_t Store::Impl::prune_locked(std::uint64_t max_bytes, std::chrono::mill
   // One pruner at a time per tier; entries stay correct without it (eviction is rename-aside),
   // the lock only avoids two processes deleting twice as much as needed.
   FileLock lk;
-  if (!lock_dir.empty() && lk.acquire(lock_dir / "prune.lock", lock_wait, detail::Modes{opt.shared}.lock_file()) == FileLock::Result::timed_out) return 0;
+  if (!lock_dir.empty() && lk.acquire(lock_dir / "prune.lock", lock_wait, detail::Modes{opt.shared}.lock_file()) ==
+                               FileLock::Result::timed_out)
+    return 0;
   wtier->sweep_tmp(kStaleTmp);
   auto entries = wtier->scan();
   std::uint64_t total = 0;
@@ -149,15 +154,17 @@ std::size_t Store::clear() {
   std::string first;
   for (auto& e : t->scan()) {
     const int err = t->evict(e, /*bad_entry=*/false);
-    if (err == 0) ++removed;
+    if (err == 0)
+      ++removed;
     else if (err != ENOENT) {  // ENOENT: removed by somebody else meanwhile
       if (failed++ == 0) first = fmt::format("{}: {}", e.dir.string(), std::strerror(err));
     }
   }
   if (failed)
-    throw CacheError(fmt::format("clear: removed {} entries of {}, but {} could not be removed (first: {}); in a "
-                                 "shared cache only an entry's owner may remove it",
-                                 removed, t->root().string(), failed, first));
+    throw CacheError(
+        fmt::format("clear: removed {} entries of {}, but {} could not be removed (first: {}); in a "
+                    "shared cache only an entry's owner may remove it",
+                    removed, t->root().string(), failed, first));
   return removed;
 }
 

@@ -42,7 +42,8 @@ bool decode_remote(std::string_view v, std::string& meta_text, std::string& cubi
   if (v.size() > kMaxRemoteValueBytes) return false;
   if (v.size() < kMagic.size() + 4 || v.substr(0, kMagic.size()) != kMagic) return false;
   std::uint32_t n = 0;
-  for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(static_cast<unsigned char>(v[kMagic.size() + i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    n |= static_cast<std::uint32_t>(static_cast<unsigned char>(v[kMagic.size() + i])) << (8 * i);
   std::size_t off = kMagic.size() + 4;
   if (n > v.size() - off || n > kMaxMetaBytes || v.size() - off - n > kMaxCubinBytes) return false;
   meta_text.assign(v.substr(off, n));
@@ -191,8 +192,11 @@ class RedisTier final : public RemoteTier {
     with_connection([&](redisContext* c, Clock::time_point deadline) {
       Reply r = command(c, deadline, {"GET", rkey});
       if (!r) return;
-      if (r->type == REDIS_REPLY_STRING) out = std::string(r->str, r->len);
-      else if (r->type == REDIS_REPLY_ERROR) warner_.warn("remote-reply", fmt::format("remote cache {}: GET answered '{}'", url_, std::string(r->str, r->len)));
+      if (r->type == REDIS_REPLY_STRING)
+        out = std::string(r->str, r->len);
+      else if (r->type == REDIS_REPLY_ERROR)
+        warner_.warn("remote-reply",
+                     fmt::format("remote cache {}: GET answered '{}'", url_, std::string(r->str, r->len)));
       ok();
     });
     return out;
@@ -206,7 +210,9 @@ class RedisTier final : public RemoteTier {
       Reply r = ttl_s_ > 0 ? command(c, deadline, {"SET", rkey, value, "NX", "EX", ttl})
                            : command(c, deadline, {"SET", rkey, value, "NX"});
       if (!r) return;
-      if (r->type == REDIS_REPLY_ERROR) warner_.warn("remote-reply", fmt::format("remote cache {}: SET answered '{}'", url_, std::string(r->str, r->len)));
+      if (r->type == REDIS_REPLY_ERROR)
+        warner_.warn("remote-reply",
+                     fmt::format("remote cache {}: SET answered '{}'", url_, std::string(r->str, r->len)));
       ok();
     });
   }
@@ -275,7 +281,8 @@ class RedisTier final : public RemoteTier {
     // From here on hiredis runs non-blocking (its documented mode without REDIS_BLOCK) and
     // command() does the waiting, so no single read() can outlive the deadline.
     const int fl = ::fcntl(c->fd, F_GETFL);
-    if (fl < 0 || ::fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) != 0) return fail("cannot make the socket non-blocking"), false;
+    if (fl < 0 || ::fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) != 0)
+      return fail("cannot make the socket non-blocking"), false;
     c->flags &= ~REDIS_BLOCK;
     auto simple = [&](Reply r, const char* what) {
       if (!r) return false;  // command() has reported it

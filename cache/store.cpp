@@ -24,9 +24,10 @@ Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate)
   if (!opt.secret.empty()) {
     // A short secret can be guessed offline from any one signed entry.
     if (opt.secret.size() < 16)
-      throw CacheError(fmt::format("FA4JIT_CACHE_SECRET is {} bytes long; use at least 16 random bytes (e.g. "
-                                   "`openssl rand -hex 32`)",
-                                   opt.secret.size()));
+      throw CacheError(
+          fmt::format("FA4JIT_CACHE_SECRET is {} bytes long; use at least 16 random bytes (e.g. "
+                      "`openssl rand -hex 32`)",
+                      opt.secret.size()));
     detail::sha256_hex("");  // loads libcrypto now: a CacheError here, not at the first entry
   }
   const detail::Modes modes{opt.shared};
@@ -59,13 +60,16 @@ Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate)
                             "FA4JIT_CACHE_SHARED=1, docs/CACHE.md)",
                             fmt::join(names, ", "), fmt::join(why_not, "; ")));
   if (names.empty() && opt.warn_if_memory_only)
-    warner.warn("no-root", "no cache directory: FA4JIT_CACHE_PATH, FA4JIT_CACHE_DIR, XDG_CACHE_HOME (absolute) and "
-                           "HOME name none; compiled kernels are kept in memory only (set FA4JIT_CACHE_DIR)");
+    warner.warn("no-root",
+                "no cache directory: FA4JIT_CACHE_PATH, FA4JIT_CACHE_DIR, XDG_CACHE_HOME (absolute) and "
+                "HOME name none; compiled kernels are kept in memory only (set FA4JIT_CACHE_DIR)");
   // Leftovers of writers killed mid-publish: cheap (tmp/ is normally empty), and only dead pids of
   // this host's pid namespace or hour-old dirs are touched.
   if (wtier) wtier->sweep_tmp(std::chrono::hours(1));
-  if (const char* ld = std::getenv("FA4JIT_CACHE_LOCK_DIR"); ld && *ld) lock_dir = ld;
-  else if (wtier) lock_dir = wtier->base() / "locks";
+  if (const char* ld = std::getenv("FA4JIT_CACHE_LOCK_DIR"); ld && *ld)
+    lock_dir = ld;
+  else if (wtier)
+    lock_dir = wtier->base() / "locks";
   prune_interval_s = detail::env_int("FA4JIT_CACHE_PRUNE_INTERVAL_S", 60, 0, std::int64_t{1} << 40);
   remote = detail::make_remote(opt.remote_url, warner);
 }
@@ -102,7 +106,8 @@ std::optional<Artifact> Store::Impl::load_local(std::string_view key) {
   return std::nullopt;
 }
 
-void Store::Impl::publish_full(std::string_view key, std::string_view cubin, const nlohmann::json& full, bool to_remote) {
+void Store::Impl::publish_full(std::string_view key, std::string_view cubin, const nlohmann::json& full,
+                               bool to_remote) {
   bool on_disk = false;
   if (wtier) {
     std::string err = wtier->publish(key, cubin, full);
@@ -111,8 +116,8 @@ void Store::Impl::publish_full(std::string_view key, std::string_view cubin, con
       n.publishes++;
     } else {
       n.publish_failures++;
-      warner.warn("write", fmt::format("cannot write cache entry {} to {} ({}); keeping the kernel in memory only",
-                                       key, wtier->root().string(), err));
+      warner.warn("write", fmt::format("cannot write cache entry {} to {} ({}); keeping the kernel in memory only", key,
+                                       wtier->root().string(), err));
     }
   }
   if (!on_disk) {
@@ -132,8 +137,8 @@ Stats Store::stats() const {
   const auto& n = impl_->n;
   std::uint64_t evicted = n.evictions;
   for (auto& t : impl_->tiers) evicted += t->evicted();
-  return Stats{n.hits, n.misses, n.remote_hits, n.compiles, n.lock_timeouts, n.publishes, n.publish_failures,
-               evicted, impl_->warner.count()};
+  return Stats{n.hits,      n.misses,           n.remote_hits, n.compiles,           n.lock_timeouts,
+               n.publishes, n.publish_failures, evicted,       impl_->warner.count()};
 }
 
 std::optional<Artifact> Store::load(std::string_view key) {
@@ -202,8 +207,7 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
   if (!timed_out && !im.lock_dir.empty()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     timed_out = flock.acquire(im.lock_path(key), std::max(left, std::chrono::milliseconds(0)),
-                              detail::Modes{im.opt.shared}.lock_file()) ==
-                FileLock::Result::timed_out;
+                              detail::Modes{im.opt.shared}.lock_file()) == FileLock::Result::timed_out;
     waited = true;  // another process may have published between our load() and the lock
   }
   if (timed_out) {

@@ -46,10 +46,10 @@ struct Options {
   // checks as any tier's, but need no MAC under `secret`: whoever can write an install's bundle can
   // replace the library itself (docs/CACHE.md). Paths that do not exist are skipped.
   std::vector<std::filesystem::path> bundles;
-  bool sealed = false;                                 // a miss is a CacheMissError, never a compile
-  std::string remote_url;                              // redis://host:port/db, empty: no remote tier
-  std::chrono::milliseconds lock_timeout{120000};      // then compile without the lock
-  std::uint64_t max_bytes = 0;                         // 0: no size cap
+  bool sealed = false;                             // a miss is a CacheMissError, never a compile
+  std::string remote_url;                          // redis://host:port/db, empty: no remote tier
+  std::chrono::milliseconds lock_timeout{120000};  // then compile without the lock
+  std::uint64_t max_bytes = 0;                     // 0: no size cap
   // Deployment secret (FA4JIT_CACHE_SECRET, at least 16 bytes): every entry carries an
   // HMAC-SHA256 of (key, cubin) under it, and entries without a valid one are never served,
   // from any tier. Needs libcrypto (OpenSSL 3 or 1.1), loaded at run time only when set.
@@ -57,7 +57,7 @@ struct Options {
   // Several users share the cache (FA4JIT_CACHE_SHARED=1): layout dirs are created
   // group-writable, setgid and sticky whatever the umask; entries and files stay owner-only writable.
   bool shared = false;
-  Validator validate;                                  // empty: integrity checks only
+  Validator validate;  // empty: integrity checks only
   // Set by options_from_env(): roots that resolve to nothing are then worth a warning (an
   // explicitly empty `roots` is a deliberate memory-only store).
   bool warn_if_memory_only = false;
@@ -80,15 +80,15 @@ struct VerifyReport {
 
 // Counters for diagnostics and tests (since this Store was constructed).
 struct Stats {
-  std::uint64_t hits = 0;             // load() found a verified entry (any tier, incl. remote)
+  std::uint64_t hits = 0;  // load() found a verified entry (any tier, incl. remote)
   std::uint64_t misses = 0;
-  std::uint64_t remote_hits = 0;      // subset of hits: materialised from the remote tier
-  std::uint64_t compiles = 0;         // compile() callbacks run by get_or_compile
-  std::uint64_t lock_timeouts = 0;    // gave up waiting for the per-key lock, compiled anyway
-  std::uint64_t publishes = 0;        // entries written to the writable tier
-  std::uint64_t publish_failures = 0; // disk errors (the caller kept its kernel)
-  std::uint64_t evictions = 0;        // bad entries removed (load, verify, import)
-  std::uint64_t warnings = 0;         // lines written to stderr
+  std::uint64_t remote_hits = 0;       // subset of hits: materialised from the remote tier
+  std::uint64_t compiles = 0;          // compile() callbacks run by get_or_compile
+  std::uint64_t lock_timeouts = 0;     // gave up waiting for the per-key lock, compiled anyway
+  std::uint64_t publishes = 0;         // entries written to the writable tier
+  std::uint64_t publish_failures = 0;  // disk errors (the caller kept its kernel)
+  std::uint64_t evictions = 0;         // bad entries removed (load, verify, import)
+  std::uint64_t warnings = 0;          // lines written to stderr
 };
 
 // Result of import_archive().

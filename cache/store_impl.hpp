@@ -14,12 +14,12 @@ struct Store::Impl {
 
   Options opt;
   detail::Warner warner;
-  detail::Auth auth;                  // the secret's MAC and opt.validate, for every tier but bundles
-  detail::Auth bundle_auth;           // opt.validate only: for the read-only bundle tiers
+  detail::Auth auth;         // the secret's MAC and opt.validate, for every tier but bundles
+  detail::Auth bundle_auth;  // opt.validate only: for the read-only bundle tiers
   std::vector<std::unique_ptr<detail::DiskTier>> tiers;
   detail::DiskTier* wtier = nullptr;  // first writable tier, receives new entries
   std::unique_ptr<detail::RemoteTier> remote;
-  std::filesystem::path lock_dir;     // FA4JIT_CACHE_LOCK_DIR (node-local) or <wtier>/v1/locks
+  std::filesystem::path lock_dir;  // FA4JIT_CACHE_LOCK_DIR (node-local) or <wtier>/v1/locks
 
   // Memory tier: used only when an entry could not be written to disk (no writable tier, disk
   // full), so load() stays consistent with publish() within this process.

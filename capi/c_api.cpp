@@ -147,7 +147,8 @@ json resolved_json(const jit::ResolvedConfig& rc) {
 
 jit::Tensor to_tensor(const fa4jit_tensor& t, const char* name) {
   if (t.dtype != FA4JIT_BF16 && t.dtype != FA4JIT_FP16)
-    throw jit::LaunchError(fmt::format("launch: {}.dtype is {}: use FA4JIT_BF16 (0) or FA4JIT_FP16 (1)", name, t.dtype));
+    throw jit::LaunchError(
+        fmt::format("launch: {}.dtype is {}: use FA4JIT_BF16 (0) or FA4JIT_FP16 (1)", name, t.dtype));
   jit::Tensor r;
   r.data = t.data;
   r.dtype = t.dtype == FA4JIT_BF16 ? jit::DType::bf16 : jit::DType::fp16;
@@ -269,8 +270,10 @@ std::vector<std::string> split_archs(const char* archs) {
     cur.clear();
   };
   for (const char* p = archs; *p; ++p) {
-    if (*p == ',') flush();
-    else cur += *p;
+    if (*p == ',')
+      flush();
+    else
+      cur += *p;
   }
   flush();
   return out;
@@ -329,7 +332,8 @@ void fa4jit_launch_args_init(fa4jit_launch_args* args) {
 int32_t fa4jit_launch(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, void* stream) {
   fa4jit_launch_args a;
   if (!kernel) return invalid("fa4jit_launch: kernel is NULL");
-  if (!read_args(args, &a)) return invalid("fa4jit_launch: args is NULL or args->size is too small (use fa4jit_launch_args_init)");
+  if (!read_args(args, &a))
+    return invalid("fa4jit_launch: args is NULL or args->size is too small (use fa4jit_launch_args_init)");
   return guarded([&] {
     const jit::LaunchArgs la = to_launch_args(a);  // LaunchError for bad dtypes before the device switch
     DeviceScope scope(a.device);
@@ -394,8 +398,10 @@ int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs
   int32_t rc = guarded([&] {
     const json parsed = json::parse(configs_json);
     std::vector<json> items;
-    if (parsed.is_array()) items.assign(parsed.begin(), parsed.end());
-    else items.push_back(parsed);
+    if (parsed.is_array())
+      items.assign(parsed.begin(), parsed.end());
+    else
+      items.push_back(parsed);
     const std::vector<std::string> arch_list = split_archs(archs);
     for (std::size_t i = 0; i < items.size(); ++i) {
       jit::FA4Config c;
@@ -422,8 +428,9 @@ int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs
   });
   if (rc != FA4JIT_OK) return rc;
 
-  const int workers = std::max(1, std::min<int>(jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
-                                                static_cast<int>(work.size())));
+  const int workers =
+      std::max(1, std::min<int>(jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                                static_cast<int>(work.size())));
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (std::size_t i = next++; i < work.size(); i = next++) {
@@ -459,8 +466,8 @@ int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs
     if (!out_report) return;
     json report = json::array();
     for (const Job& j : work)
-      report.push_back({{"arch", j.config.arch}, {"key", j.key}, {"status", j.status}, {"seconds", j.seconds},
-                        {"error", j.error}});
+      report.push_back(
+          {{"arch", j.config.arch}, {"key", j.key}, {"status", j.status}, {"seconds", j.seconds}, {"error", j.error}});
     *out_report = dup_string(report.dump());
   });
   if (rc != FA4JIT_OK) return rc;
@@ -511,7 +518,8 @@ int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char
     jit::ModelOptions o;
     if (dtype && *dtype) o.dtype = jit::dtype_from_string(dtype);
     json out = json::array();
-    for (const jit::ModelKernel& k : jit::model_kernels(j, o)) out.push_back({{"use", k.use}, {"config", jit::to_json(k.config)}});
+    for (const jit::ModelKernel& k : jit::model_kernels(j, o))
+      out.push_back({{"use", k.use}, {"config", jit::to_json(k.config)}});
     *out_json = dup_string(out.dump());
   });
 }
@@ -525,9 +533,7 @@ int32_t fa4jit_device_arch(int32_t device, char** out) {
   if (!out) return invalid("fa4jit_device_arch: out is NULL");
   *out = nullptr;
   if (device < 0) return invalid("fa4jit_device_arch: device must be >= 0");
-  return guarded([&] {
-    *out = dup_string(jit::detail::device_arch(device_handle(device)));
-  });
+  return guarded([&] { *out = dup_string(jit::detail::device_arch(device_handle(device))); });
 }
 
 }  // extern "C"

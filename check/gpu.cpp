@@ -39,8 +39,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   std::swap(bytes_, o.bytes_);
   return *this;
 }
-void DeviceBuffer::upload(const void* src, std::size_t n) { check(driver().cuMemcpyHtoD(ptr_, src, n), "cuMemcpyHtoD"); }
-void DeviceBuffer::download(void* dst, std::size_t n) const { check(driver().cuMemcpyDtoH(dst, ptr_, n), "cuMemcpyDtoH"); }
+void DeviceBuffer::upload(const void* src, std::size_t n) {
+  check(driver().cuMemcpyHtoD(ptr_, src, n), "cuMemcpyHtoD");
+}
+void DeviceBuffer::download(void* dst, std::size_t n) const {
+  check(driver().cuMemcpyDtoH(dst, ptr_, n), "cuMemcpyDtoH");
+}
 void DeviceBuffer::fill_byte(unsigned char b) { check(driver().cuMemsetD8(ptr_, b, bytes_), "cuMemsetD8"); }
 
 double rel_l2_tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 5e-3; }
@@ -51,8 +55,9 @@ bool CheckResult::passes() const {
 }
 
 std::string CheckResult::describe() const {
-  return fmt::format("rel_l2={:.3e} max_abs={:.3e} lse_max_abs={:.3e} unwritten={} clobbered={} lse_inf_mismatch={} seed={}",
-                     rel_l2, max_abs, lse_max_abs, unwritten, clobbered, lse_inf_mismatch, seed);
+  return fmt::format(
+      "rel_l2={:.3e} max_abs={:.3e} lse_max_abs={:.3e} unwritten={} clobbered={} lse_inf_mismatch={} seed={}", rel_l2,
+      max_abs, lse_max_abs, unwritten, clobbered, lse_inf_mismatch, seed);
 }
 
 namespace {
@@ -74,7 +79,7 @@ std::vector<float> random_tensor(std::mt19937_64& rng, std::size_t n, DType t, s
 std::vector<std::string> runnable_archs() {
   const std::string dev = current_device_arch();
   std::vector<std::string> archs = {dev.back() == 'a' ? dev.substr(0, dev.size() - 1) : dev};  // portable
-  if (dev == "sm_90a") archs.push_back(dev);                                                  // Hopper
+  if (dev == "sm_90a") archs.push_back(dev);                                                   // Hopper
   return archs;
 }
 
@@ -230,7 +235,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     k_dev = pack_rows(kb, L.k, Sk, k_row);
     v_dev = pack_rows(vb, L.k, Sk, k_row);
   }
-  if (c.o_head_pad < 0 || c.o_head_pad % 8 != 0) throw std::invalid_argument("CheckCase: o_head_pad must be a multiple of 8");
+  if (c.o_head_pad < 0 || c.o_head_pad % 8 != 0)
+    throw std::invalid_argument("CheckCase: o_head_pad must be a multiple of 8");
   const int DO = D + c.o_head_pad;  // O head stride
   const std::size_t o_row = static_cast<std::size_t>(Hq) * DO;
   const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * o_row;

@@ -53,7 +53,7 @@ struct CheckCase {
   int num_splits = 1;  // LaunchArgs::num_splits (0: automatic)
   // > 0: pass a run-time block mask of these block sizes, computed exactly from the reference mask.
   int block_mask_q = 0, block_mask_k = 0;
-  std::array<float, 4> aux_scalar{};  // LaunchArgs::aux_scalar (custom snippets' scalars[i])
+  std::array<float, 4> aux_scalar{};     // LaunchArgs::aux_scalar (custom snippets' scalars[i])
   std::array<const void*, 4> aux_ptr{};  // LaunchArgs::aux_ptr (snippets' aux[i]; the test owns the memory)
   // > 0: O rows carry this many poisoned elements after each head's D (head stride D + o_head_pad,
   // a multiple of 8); they must stay poisoned (CheckResult::clobbered). Catches stores past head_dim.
@@ -69,11 +69,11 @@ constexpr double kLseTolerance = 2e-2;
 
 struct CheckResult {
   DType dtype = DType::bf16;  // the kernel's input dtype: it sets the rel L2 tolerance
-  double rel_l2 = 0;         // ||o - ref|| / ||ref||
-  double max_abs = 0;        // max |o - ref|
-  double lse_max_abs = 0;    // over rows with a finite reference LSE
-  std::size_t unwritten = 0; // poisoned (NaN) elements left in O or LSE
-  std::size_t clobbered = 0; // O padding elements (CheckCase::o_head_pad) that were written
+  double rel_l2 = 0;          // ||o - ref|| / ||ref||
+  double max_abs = 0;         // max |o - ref|
+  double lse_max_abs = 0;     // over rows with a finite reference LSE
+  std::size_t unwritten = 0;  // poisoned (NaN) elements left in O or LSE
+  std::size_t clobbered = 0;  // O padding elements (CheckCase::o_head_pad) that were written
   std::size_t lse_inf_mismatch = 0;
   std::uint64_t seed = 0;
   std::string describe() const;

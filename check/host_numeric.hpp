@@ -23,7 +23,9 @@ inline float bf16_to_float(std::uint16_t h) {
   return f;
 }
 
-inline std::uint16_t float_to_fp16(float f) { return static_cast<std::uint16_t>(std::bit_cast<std::uint16_t>(static_cast<_Float16>(f))); }
+inline std::uint16_t float_to_fp16(float f) {
+  return static_cast<std::uint16_t>(std::bit_cast<std::uint16_t>(static_cast<_Float16>(f)));
+}
 inline float fp16_to_float(std::uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
 
 inline std::uint16_t to_bits(DType t, float f) { return t == DType::bf16 ? float_to_bf16(f) : float_to_fp16(f); }

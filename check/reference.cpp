@@ -91,7 +91,8 @@ Reference reference_attention(const Problem& p) {
     pool.emplace_back([&, t] {
       std::vector<double> s(Sk);
       for (long long idx = t; idx < rows; idx += threads) {
-        const int i = static_cast<int>(idx % Sq), h = static_cast<int>(idx / Sq % Hq), b = static_cast<int>(idx / Sq / Hq);
+        const int i = static_cast<int>(idx % Sq), h = static_cast<int>(idx / Sq % Hq),
+                  b = static_cast<int>(idx / Sq / Hq);
         row(b, h, i, s);
       }
     });

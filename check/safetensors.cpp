@@ -46,7 +46,9 @@ struct Span {
 
 std::map<std::string, TensorData> parse(std::string_view data, const std::string& name) {
   using json = nlohmann::json;
-  auto bad = [&](const std::string& why) { return Error(fmt::format("{}: not a valid safetensors file: {}", name, why)); };
+  auto bad = [&](const std::string& why) {
+    return Error(fmt::format("{}: not a valid safetensors file: {}", name, why));
+  };
   if (data.size() < 8) throw bad("shorter than its 8-byte header length");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(data[i]);
@@ -73,7 +75,8 @@ std::map<std::string, TensorData> parse(std::string_view data, const std::string
     auto tbad = [&](const std::string& why) { return bad(fmt::format("tensor {}: {}", tname, why)); };
     if (!t.is_object()) throw tbad("not an object");
     for (const auto& [k, v] : t.items())
-      if (k != "dtype" && k != "shape" && k != "data_offsets") throw tbad(fmt::format("unknown field {}", shown_name(k)));
+      if (k != "dtype" && k != "shape" && k != "data_offsets")
+        throw tbad(fmt::format("unknown field {}", shown_name(k)));
     if (!t.contains("dtype") || !t.at("dtype").is_string()) throw tbad("dtype is missing or not a string");
     if (!t.contains("shape") || !t.at("shape").is_array()) throw tbad("shape is missing or not an array");
     if (!t.contains("data_offsets") || !t.at("data_offsets").is_array() || t.at("data_offsets").size() != 2)
@@ -99,7 +102,8 @@ std::map<std::string, TensorData> parse(std::string_view data, const std::string
     std::uint64_t off[2];
     for (int i = 0; i < 2; ++i) {
       const json& o = t.at("data_offsets")[static_cast<std::size_t>(i)];
-      if (!o.is_number_unsigned()) throw tbad(fmt::format("data_offsets[{}] is {}; offsets are non-negative integers", i, o.dump()));
+      if (!o.is_number_unsigned())
+        throw tbad(fmt::format("data_offsets[{}] is {}; offsets are non-negative integers", i, o.dump()));
       off[i] = o.get<std::uint64_t>();
     }
     if (off[0] > off[1] || off[1] > body.size())

@@ -57,8 +57,9 @@ EntryRow row(const cache::EntryInfo& e) {
 void add_cache(CLI::App& app) {
   auto* cmd = app.add_subcommand("cache", "Inspect and maintain the kernel cache");
   cmd->require_subcommand(1);
-  auto* ls = cmd->add_subcommand("ls", "List entries: key, size, arch, dtype, head dim, mask, score-mod, GQA group, "
-                                       "packed GQA, snippet hash");
+  auto* ls = cmd->add_subcommand("ls",
+                                 "List entries: key, size, arch, dtype, head dim, mask, score-mod, GQA group, "
+                                 "packed GQA, snippet hash");
   auto ls_json = std::make_shared<bool>(false);
   ls->add_flag("--json", *ls_json, "print one JSON array (each entry's full config and meta.json)");
   ls->callback([ls_json] {
@@ -67,9 +68,16 @@ void add_cache(CLI::App& app) {
       nlohmann::json out = nlohmann::json::array();
       for (const auto& e : entries) {
         const EntryRow r = row(e);
-        out.push_back({{"key", r.key}, {"bytes", r.bytes}, {"dir", e.dir.string()}, {"arch", r.arch},
-                       {"dtype", r.dtype}, {"depth", r.depth}, {"mask", r.mask}, {"score_mod", r.score_mod},
-                       {"group", r.group}, {"pack_gqa", r.pack_gqa},
+        out.push_back({{"key", r.key},
+                       {"bytes", r.bytes},
+                       {"dir", e.dir.string()},
+                       {"arch", r.arch},
+                       {"dtype", r.dtype},
+                       {"depth", r.depth},
+                       {"mask", r.mask},
+                       {"score_mod", r.score_mod},
+                       {"group", r.group},
+                       {"pack_gqa", r.pack_gqa},
                        {"snippet_hash", r.snippets.empty() ? nlohmann::json() : nlohmann::json(r.snippets)},
                        {"meta", e.meta}});
       }
@@ -93,7 +101,8 @@ void add_cache(CLI::App& app) {
   cmd->add_subcommand("clear", "Remove every entry of the writable tier")->callback([] {
     fmt::print("removed {} entries\n", detail::disk_cache().clear());
   });
-  cmd->add_subcommand("verify", "Check every entry (digest, meta.json; loads it where a GPU can run it); remove bad ones")
+  cmd->add_subcommand("verify",
+                      "Check every entry (digest, meta.json; loads it where a GPU can run it); remove bad ones")
       ->callback([] {
         const bool gpu = detail::driver_unavailable_reason().empty();
         int sm = 0;

@@ -35,7 +35,8 @@ void add_gen(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON file with one config (the first one is used)");
   cmd->add_option("--preset", o->presets, "a preset name (its first config is used)");
-  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")
+      ->transform(arch_validator(false));
   cmd->add_flag("--ptx", o->ptx, "compile with NVRTC and print the PTX instead");
   cmd->add_flag("--key", o->key, "print the cache key instead");
   cmd->add_flag("--log", o->log, "compile and print the NVRTC log (ptxas registers, spills)");

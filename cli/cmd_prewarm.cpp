@@ -40,7 +40,9 @@ std::string describe(const FA4Config& c) {
                      c.group ? fmt::format(" group={}", c.group) : "", c.pack_gqa ? " packed" : "");
 }
 
-std::string describe(const Job& j) { return j.use.empty() ? describe(j.config) : describe(j.config) + "  (" + j.use + ")"; }
+std::string describe(const Job& j) {
+  return j.use.empty() ? describe(j.config) : describe(j.config) + "  (" + j.use + ")";
+}
 
 // --model: the kernels of a Hugging Face config.json, refusals named with the file.
 std::vector<ModelKernel> kernels_of_model(const std::string& file, const std::string& dtype) {
@@ -63,7 +65,8 @@ struct Selection {
 void add_selection_options(CLI::App* cmd, Selection& o) {
   cmd->add_option("--config", o.config, "JSON file of configs");
   cmd->add_option("--preset", o.presets, "preset names (repeatable; with no --config, --preset or --model: default)");
-  cmd->add_option("--model", o.model, "a Hugging Face config.json: the prefill and decode kernels of its attention layers");
+  cmd->add_option("--model", o.model,
+                  "a Hugging Face config.json: the prefill and decode kernels of its attention layers");
   cmd->add_option("--dtype", o.dtype, "with --model: bf16 or fp16 instead of the model's torch_dtype")
       ->check(CLI::IsMember({"bf16", "fp16"}));
   cmd->add_option("--jobs,-j", o.jobs, "parallel compiles (0: core count)")->check(CLI::NonNegativeNumber);
@@ -191,18 +194,20 @@ void add_prewarm(CLI::App& app) {
     }
     if (failed) throw Error(fmt::format("{} of {} kernels failed to compile", failed, jobs.size()));
     if (missing)
-      throw CacheMissError(fmt::format("{} of {} kernels are not in the cache, and this process compiles nothing "
-                                       "(FA4JIT_SEALED=1 or FA4JIT_COMPILE=forbid); prewarm them where compiles are "
-                                       "allowed",
-                                       missing, jobs.size()));
+      throw CacheMissError(
+          fmt::format("{} of {} kernels are not in the cache, and this process compiles nothing "
+                      "(FA4JIT_SEALED=1 or FA4JIT_COMPILE=forbid); prewarm them where compiles are "
+                      "allowed",
+                      missing, jobs.size()));
     // A prewarm exists to leave kernels on disk: kernels kept in memory only are a failure.
     const std::string root = store.writable_root().string();
     if (root.empty() && (compiled > 0 || memory_only > 0)) {
       std::vector<std::string> roots;
       for (const auto& r : store.options().roots) roots.push_back(r.string());
-      throw CacheError(fmt::format("nothing was persisted: no writable cache directory among [{}]; set "
-                                   "FA4JIT_CACHE_DIR to a writable directory",
-                                   fmt::join(roots, ", ")));
+      throw CacheError(
+          fmt::format("nothing was persisted: no writable cache directory among [{}]; set "
+                      "FA4JIT_CACHE_DIR to a writable directory",
+                      fmt::join(roots, ", ")));
     }
     if (const std::uint64_t lost = store.stats().publish_failures - publish_failures_before; lost > 0)
       throw CacheError(fmt::format("{} of {} kernels could not be written to the cache in {} (see the warning above)",
@@ -234,14 +239,13 @@ void add_bundle(CLI::App& app) {
     bo.roots = {o->out};
     bo.validate = detail::check_cache_entry;
     cache::Store bundle(bo);
-    if (bundle.writable_root().empty())
-      throw CacheError(fmt::format("--out {}: not a writable directory", o->out));
+    if (bundle.writable_root().empty()) throw CacheError(fmt::format("--out {}: not a writable directory", o->out));
     std::vector<std::string> keys(jobs.size());
     run_jobs(jobs, worker_count(sel), [&](Job& job) {
       const detail::CompileInputs in = detail::compile_inputs(job.config, cli_resolve_options());
       const std::string what = to_json(in.config.config).dump();
-      cache::Artifact art =
-          detail::disk_cache().get_or_compile(in.key, [&] { return detail::compile_artifact(in); }, what);
+      cache::Artifact art = detail::disk_cache().get_or_compile(
+          in.key, [&] { return detail::compile_artifact(in); }, what);
       job.status = art.origin == "compiled" ? "compiled" : "hit";
       art.meta.erase("mac");  // the user's deployment secret means nothing to the bundle's readers
       bundle.publish(in.key, art.cubin, art.meta);
@@ -250,7 +254,8 @@ void add_bundle(CLI::App& app) {
     int failed = 0;
     for (const Job& j : jobs) failed += j.status != "compiled" && j.status != "hit";
     if (failed) throw Error(fmt::format("{} of {} kernels failed", failed, jobs.size()));
-    if (bundle.stats().publish_failures > 0) throw CacheError(fmt::format("--out {}: some kernels could not be written", o->out));
+    if (bundle.stats().publish_failures > 0)
+      throw CacheError(fmt::format("--out {}: some kernels could not be written", o->out));
 
     // Read back through a bundle tier, as an install reads it: every entry must verify.
     cache::Options ro;

@@ -50,11 +50,17 @@ void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
   cmd->add_option("--page-size", s.page_size, "paged KV: rows per page (pages placed at random)");
   cmd->add_option("--splits", s.splits, "split-KV CTAs per Q tile (0: automatic, 1: none)");
   cmd->add_flag("--pack-gqa", s.pack_gqa, "pack the query heads of a KV head into one tile (sets pack_gqa, group)");
-  cmd->add_option("--window", [&s](const std::vector<std::string>& v) {
-        s.window_left = std::stoi(v.at(0));
-        s.window_right = std::stoi(v.at(1));
-        return true;
-      }, "sliding-window extents LEFT,RIGHT (-1: unbounded)")->expected(2)->delimiter(',')->default_str("-1,-1");
+  cmd->add_option(
+         "--window",
+         [&s](const std::vector<std::string>& v) {
+           s.window_left = std::stoi(v.at(0));
+           s.window_right = std::stoi(v.at(1));
+           return true;
+         },
+         "sliding-window extents LEFT,RIGHT (-1: unbounded)")
+      ->expected(2)
+      ->delimiter(',')
+      ->default_str("-1,-1");
   cmd->add_option("--chunk", s.chunk, "chunk size of chunked masks");
   cmd->add_option("--softcap", s.softcap, "cap of the softcap score-mod");
   cmd->add_flag("--sinks", s.sinks, "random per-head attention sinks");
@@ -80,10 +86,10 @@ FA4Config one_config(const std::string& file, const std::vector<std::string>& pr
 void require_runs_here(const Kernel& kernel) {
   const CUdevice dev = detail::ensure_context();
   if (!detail::runs_on(kernel.config(), detail::device_sm(dev)))
-    throw ConfigError(fmt::format("--arch {}: its kernels do not run on this GPU ({}, {}); pass --arch {} or leave "
-                                  "--arch out",
-                                  kernel.config().config.arch, detail::device_name(dev), detail::device_arch(dev),
-                                  detail::device_arch(dev)));
+    throw ConfigError(fmt::format(
+        "--arch {}: its kernels do not run on this GPU ({}, {}); pass --arch {} or leave "
+        "--arch out",
+        kernel.config().config.arch, detail::device_name(dev), detail::device_arch(dev), detail::device_arch(dev)));
 }
 
 }  // namespace
@@ -98,7 +104,8 @@ void add_run(CLI::App& app) {
   cmd->add_option("--config", o->config, "JSON config file")->required();
   cmd->add_option("--inputs", o->inputs, "safetensors with q, k, v in (batch, seqlen, heads, head_dim)")->required();
   cmd->add_option("--output", o->output, "safetensors to write o and lse to")->required();
-  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")
+      ->transform(arch_validator(false));
   cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(head_dim))");
   cmd->callback([o] {
     FA4Config c = one_config(o->config, {}, o->arch);
@@ -138,7 +145,8 @@ void add_run(CLI::App& app) {
 }
 
 void add_check(CLI::App& app) {
-  auto* cmd = app.add_subcommand("check", "Run one attention on random inputs and check it against a float64 reference");
+  auto* cmd =
+      app.add_subcommand("check", "Run one attention on random inputs and check it against a float64 reference");
   struct Opts {
     std::string config, arch;
     std::vector<std::string> presets;
@@ -148,7 +156,8 @@ void add_check(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file (default: bf16 d128 causal)");
   cmd->add_option("--preset", o->presets, "preset name");
-  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")
+      ->transform(arch_validator(false));
   cmd->add_flag("--require-gpu", o->require_gpu, "fail instead of skipping when there is no GPU");
   add_shape_options(cmd, o->shape);
   cmd->callback([o] {
@@ -158,8 +167,9 @@ void add_check(CLI::App& app) {
       return m.kind == Mask::Kind::custom || std::any_of(m.children.begin(), m.children.end(), has_custom);
     };
     if (has_custom(c.mask) || c.score_mod.kind == ScoreMod::Kind::custom)
-      throw ConfigError("check: custom mask / score-mod snippets have no reference semantics here; "
-                        "tests/gpu_variants_test.cpp and tests/gpu_features_test.cpp check snippets");
+      throw ConfigError(
+          "check: custom mask / score-mod snippets have no reference semantics here; "
+          "tests/gpu_variants_test.cpp and tests/gpu_features_test.cpp check snippets");
     validate_config(c);  // before the GPU check: the same answer with or without a GPU
     const std::string why = testing::gpu_unavailable_reason();
     if (!why.empty()) {
@@ -210,7 +220,8 @@ void add_bench(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file");
   cmd->add_option("--preset", o->presets, "preset name");
-  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")->transform(arch_validator(false));
+  cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")
+      ->transform(arch_validator(false));
   cmd->add_option("--iters", o->iters, "timed launches");
   cmd->add_option("--warmup", o->warmup, "untimed launches first");
   cmd->add_flag("--json", o->json, "print one JSON object");
@@ -230,8 +241,10 @@ void add_bench(CLI::App& app) {
     const int page = o->shape.page_size;
     const int pages_per_seq = page ? (Sk + page - 1) / page : 0, num_pages = B * pages_per_seq;
     const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D;
-    const std::size_t nk = page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : static_cast<std::size_t>(B) * Sk * Hkv * D;
-    testing::DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nk * 2), dout(nq * 2), dlse(static_cast<std::size_t>(B) * H * Sq * 4);
+    const std::size_t nk =
+        page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : static_cast<std::size_t>(B) * Sk * Hkv * D;
+    testing::DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nk * 2), dout(nq * 2),
+        dlse(static_cast<std::size_t>(B) * H * Sq * 4);
     testing::DeviceBuffer dtable(std::max(num_pages, 1) * 4);
     std::mt19937 rng(std::random_device{}());
     if (page) {  // pages in random order, as a serving cache leaves them
@@ -257,7 +270,8 @@ void add_bench(CLI::App& app) {
       a.k = Tensor::contiguous(dk.get(), rc.dtype, B, Sk, Hkv, D);
       a.v = Tensor::contiguous(dv.get(), rc.dtype, B, Sk, Hkv, D);
       if (o->kv_heads_major)  // each head's rows contiguous: (B, H, S, D) memory seen as (B, S, H, D)
-        for (Tensor* t : {&a.k, &a.v}) t->stride = {static_cast<std::int64_t>(Hkv) * Sk * D, D, static_cast<std::int64_t>(Sk) * D, 1};
+        for (Tensor* t : {&a.k, &a.v})
+          t->stride = {static_cast<std::int64_t>(Hkv) * Sk * D, D, static_cast<std::int64_t>(Sk) * D, 1};
     }
     testing::DeviceBuffer dused(B * 4);
     if (page && pages_per_seq * page != Sk) {
@@ -280,21 +294,40 @@ void add_bench(CLI::App& app) {
     const double tflops = flops / (ms * 1e-3) / 1e12;
     const double kv_bytes = 2.0 * B * Sk * Hkv * D * 2;  // K and V read once: the decode roofline
     const double kv_tbps = kv_bytes / (ms * 1e-3) / 1e12;
-    nlohmann::json j = {{"arch", rc.arch},   {"backend", to_string(kernel->config().backend)},
-                        {"dtype", to_string(rc.dtype)}, {"B", B}, {"H", H}, {"Hkv", Hkv}, {"Sq", Sq}, {"Sk", Sk},
-                        {"D", D},            {"causal", causal}, {"mask", to_json(rc)["mask"]["kind"]},
-                        {"ms", ms},          {"tflops", tflops}, {"iters", o->iters}, {"BN", rc.BN},
-                        {"num_kv_stages", rc.num_kv_stages}, {"BM", rc.BM},
-                        {"origin", kernel->origin()}, {"get_kernel_ms", get_kernel_ms},
-                        {"first_launch_ms", first_launch_ms}, {"compile_ms", kernel->compile_ms()},
-                        {"kv_TBps", kv_tbps}, {"page_size", page}, {"pack_gqa", rc.pack_gqa},
-                        {"num_splits", kernel->num_splits(a)}, {"kv_bhsd", o->kv_heads_major},
-                        {"ms_stream", ms_stream}, {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12}};
+    nlohmann::json j = {{"arch", rc.arch},
+                        {"backend", to_string(kernel->config().backend)},
+                        {"dtype", to_string(rc.dtype)},
+                        {"B", B},
+                        {"H", H},
+                        {"Hkv", Hkv},
+                        {"Sq", Sq},
+                        {"Sk", Sk},
+                        {"D", D},
+                        {"causal", causal},
+                        {"mask", to_json(rc)["mask"]["kind"]},
+                        {"ms", ms},
+                        {"tflops", tflops},
+                        {"iters", o->iters},
+                        {"BN", rc.BN},
+                        {"num_kv_stages", rc.num_kv_stages},
+                        {"BM", rc.BM},
+                        {"origin", kernel->origin()},
+                        {"get_kernel_ms", get_kernel_ms},
+                        {"first_launch_ms", first_launch_ms},
+                        {"compile_ms", kernel->compile_ms()},
+                        {"kv_TBps", kv_tbps},
+                        {"page_size", page},
+                        {"pack_gqa", rc.pack_gqa},
+                        {"num_splits", kernel->num_splits(a)},
+                        {"kv_bhsd", o->kv_heads_major},
+                        {"ms_stream", ms_stream},
+                        {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12}};
     if (o->json)
       fmt::print("{}\n", j.dump());
     else
       fmt::print("bench: {} {} B={} H={}/{} Sq={} Sk={} D={} {}: {:.3f} ms, {:.1f} TFLOP/s, K+V {:.2f} TB/s\n", rc.arch,
-                 to_string(kernel->config().backend), B, H, Hkv, Sq, Sk, D, causal ? "causal" : "", ms, tflops, kv_tbps);
+                 to_string(kernel->config().backend), B, H, Hkv, Sq, Sk, D, causal ? "causal" : "", ms, tflops,
+                 kv_tbps);
   });
 }
 

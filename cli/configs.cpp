@@ -37,7 +37,8 @@ std::string read_config_text(const std::string& file) {
   if (f.bad()) throw ConfigError(fmt::format("{}: cannot read", file));
   text.resize(static_cast<std::size_t>(f.gcount()));
   if (text.size() > detail::kMaxConfigBytes)
-    throw ConfigError(fmt::format("{}: larger than {} bytes; config files are at most that", file, detail::kMaxConfigBytes));
+    throw ConfigError(
+        fmt::format("{}: larger than {} bytes; config files are at most that", file, detail::kMaxConfigBytes));
   return text;
 }
 
@@ -76,7 +77,8 @@ CLI::Validator size_validator() {
           value = std::to_string(cache::parse_size(value, "size"));
           return {};
         } catch (const Error&) {
-          return fmt::format("'{}' is not a size: bytes, or a number with a K, M or G suffix (KB/KiB ...: 1024s)", value);
+          return fmt::format("'{}' is not a size: bytes, or a number with a K, M or G suffix (KB/KiB ...: 1024s)",
+                             value);
         }
       },
       "SIZE", "size");
@@ -87,9 +89,10 @@ FA4Config with_cli_arch(FA4Config c) {
   try {
     c.arch = current_device_arch();
   } catch (const DriverError& e) {
-    throw ConfigError(fmt::format("--arch: not given (and the config sets none), and there is no GPU to take it from "
-                                  "({}); pass --arch, e.g. --arch sm_90a; allowed: {}",
-                                  e.what(), fmt::join(supported_archs(), ", ")));
+    throw ConfigError(
+        fmt::format("--arch: not given (and the config sets none), and there is no GPU to take it from "
+                    "({}); pass --arch, e.g. --arch sm_90a; allowed: {}",
+                    e.what(), fmt::join(supported_archs(), ", ")));
   }
   return c;
 }
@@ -110,8 +113,7 @@ void validate_config(const FA4Config& c) {
     x.arch = current_device_arch();
     resolve(x, options);
     return;
-  } catch (const DriverError&) {
-  }
+  } catch (const DriverError&) {}
   // No GPU: fine if some arch takes it; otherwise each distinct reason, with the archs giving it.
   std::vector<std::pair<std::string, std::vector<std::string>>> reasons;
   for (const std::string& a : supported_archs()) {
@@ -125,8 +127,10 @@ void validate_config(const FA4Config& c) {
       why = e.what();
     }
     auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == why; });
-    if (it == reasons.end()) reasons.push_back({why, {a}});
-    else it->second.push_back(a);
+    if (it == reasons.end())
+      reasons.push_back({why, {a}});
+    else
+      it->second.push_back(a);
   }
   std::vector<std::string> parts;
   for (const auto& [why, archs] : reasons) parts.push_back(fmt::format("{} [{}]", why, fmt::join(archs, " ")));
@@ -164,14 +168,17 @@ std::vector<FA4Config> load_configs(const std::string& config_file, const std::v
         if (k != "configs" && k != "presets") fail(fmt::format("unknown field '{}'", k.substr(0, 64)));
       if (j.contains("configs")) {
         const auto& configs = j.at("configs");
-        if (!configs.is_array()) fail(fmt::format("configs: expected an array of configs, got {}", configs.type_name()));
+        if (!configs.is_array())
+          fail(fmt::format("configs: expected an array of configs, got {}", configs.type_name()));
         for (std::size_t i = 0; i < configs.size(); ++i) add(configs[i], fmt::format("configs[{}]", i));
       }
       if (j.contains("presets")) {
         const auto& names = j.at("presets");
-        if (!names.is_array()) fail(fmt::format("presets: expected an array of preset names, got {}", names.type_name()));
+        if (!names.is_array())
+          fail(fmt::format("presets: expected an array of preset names, got {}", names.type_name()));
         for (std::size_t i = 0; i < names.size(); ++i) {
-          if (!names[i].is_string()) fail(fmt::format("presets[{}]: expected a preset name, got {}", i, names[i].type_name()));
+          if (!names[i].is_string())
+            fail(fmt::format("presets[{}]: expected a preset name, got {}", i, names[i].type_name()));
           preset_list.push_back(names[i].get<std::string>());
         }
       }

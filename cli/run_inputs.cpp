@@ -24,22 +24,24 @@ void check_run_inputs(const std::string& file, const std::map<std::string, safet
       if (t.shape[d] < 1 || t.shape[d] > INT32_MAX)
         throw bad(fmt::format("'{}' shape[{}] is {}; dims are 1 .. 2^31-1", name, d, t.shape[d]));
     if (t.dtype != want_dtype)
-      throw bad(fmt::format("'{}' is {}, the config's dtype is {} ({})", name, t.dtype, to_string(c.dtype), want_dtype));
+      throw bad(
+          fmt::format("'{}' is {}, the config's dtype is {} ({})", name, t.dtype, to_string(c.dtype), want_dtype));
   }
   const auto& q = in.at("q").shape;
   const auto& k = in.at("k").shape;
   const auto& v = in.at("v").shape;
-  if (v != k) throw bad(fmt::format("'v' has shape [{}] and 'k' [{}]; they must match", fmt::join(v, ", "), fmt::join(k, ", ")));
+  if (v != k)
+    throw bad(fmt::format("'v' has shape [{}] and 'k' [{}]; they must match", fmt::join(v, ", "), fmt::join(k, ", ")));
   if (q[0] != k[0]) throw bad(fmt::format("'k' has batch {} and 'q' {}; they must match", k[0], q[0]));
   if (q[3] != k[3]) throw bad(fmt::format("'k' has head_dim {} and 'q' {}; they must match", k[3], q[3]));
-  if (q[2] % k[2] != 0)
-    throw bad(fmt::format("'q' has {} heads, not a multiple of the {} heads of 'k'", q[2], k[2]));
+  if (q[2] % k[2] != 0) throw bad(fmt::format("'q' has {} heads, not a multiple of the {} heads of 'k'", q[2], k[2]));
   if (q[0] > 65535 || q[2] > 65535)
     throw bad(fmt::format("'q' has batch {} and {} heads; each must be at most 65535", q[0], q[2]));
   if (c.num_q_heads > 0 && q[2] != c.num_q_heads)
     throw bad(fmt::format("'q' has {} heads, the config's num_q_heads is {}", q[2], c.num_q_heads));
   if (c.group > 0 && q[2] / k[2] != c.group)
-    throw bad(fmt::format("'q' / 'k' heads are {} / {} = group {}, the config's group is {}", q[2], k[2], q[2] / k[2], c.group));
+    throw bad(fmt::format("'q' / 'k' heads are {} / {} = group {}, the config's group is {}", q[2], k[2], q[2] / k[2],
+                          c.group));
 }
 
 }  // namespace jit::cli

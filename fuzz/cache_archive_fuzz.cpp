@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto meta = nlohmann::json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
     std::string key = "0123456789abcdef0123456789abcdef";
     if (meta.is_object())
-      if (auto k = meta.find("key"); k != meta.end() && k->is_string() && d::valid_key(k->get_ref<const std::string&>()))
+      if (auto k = meta.find("key");
+          k != meta.end() && k->is_string() && d::valid_key(k->get_ref<const std::string&>()))
         key = k->get<std::string>();
     d::check_entry_bytes(key, meta_text, std::move(cubin), nullptr);
   });

@@ -24,7 +24,8 @@ std::string claimed_key(std::string_view meta_text) {
   auto meta = nlohmann::json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
   if (!meta.is_object()) return std::string(kSomeKey);
   auto k = meta.find("key");
-  if (k == meta.end() || !k->is_string() || !d::valid_key(k->get_ref<const std::string&>())) return std::string(kSomeKey);
+  if (k == meta.end() || !k->is_string() || !d::valid_key(k->get_ref<const std::string&>()))
+    return std::string(kSomeKey);
   return k->get<std::string>();
 }
 
@@ -34,12 +35,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   // With and without a deployment secret (the MAC check), and a validator that reads the meta.
   static const d::Auth plain;
-  static const d::Auth with_secret("fuzzing-secret-0123456789", [](std::string_view key, const nlohmann::json& meta,
-                                                                   std::string_view cubin) {
-    jit::cache::Verdict v;
-    if (meta.value("config", nlohmann::json()).is_null() || cubin.size() < key.size()) v.problem = "no config";
-    return v;
-  });
+  static const d::Auth with_secret("fuzzing-secret-0123456789",
+                                   [](std::string_view key, const nlohmann::json& meta, std::string_view cubin) {
+                                     jit::cache::Verdict v;
+                                     if (meta.value("config", nlohmann::json()).is_null() || cubin.size() < key.size())
+                                       v.problem = "no config";
+                                     return v;
+                                   });
   const d::Auth* auth = size > 0 && (data[0] & 1) ? &with_secret : &plain;
 
   std::string meta_text, cubin;

@@ -34,8 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       const jit::ResolvedConfig rc = jit::resolve(a);
       if (jit::detail::render_source(rc).empty()) __builtin_trap();
-    } catch (const jit::ConfigError&) {
-    }
+    } catch (const jit::ConfigError&) {}
   }
   return 0;
 }

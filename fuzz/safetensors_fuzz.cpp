@@ -18,7 +18,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       if (n != t.bytes.size() || n > size) __builtin_trap();
     }
-  } catch (const jit::Error&) {
-  }
+  } catch (const jit::Error&) {}
   return 0;
 }

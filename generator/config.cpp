@@ -84,9 +84,10 @@ TuningOverrides parse_tune(const std::string& text, const std::string& origin) {
     const auto f = std::find_if(std::begin(kTuneFields), std::end(kTuneFields),
                                 [&](const TuneField& x) { return name == x.name; });
     if (f == std::end(kTuneFields))
-      throw ConfigError(fmt::format("{}: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, "
-                                    "cross_tile, wg_spans, persistent",
-                                    origin, name));
+      throw ConfigError(
+          fmt::format("{}: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, "
+                      "cross_tile, wg_spans, persistent",
+                      origin, name));
     t.*f->override = value;
   }
   return t;
@@ -129,10 +130,13 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   for (const TuneField& f : kTuneFields)
     if (const std::optional<int>& v = options.tune.*f.override) tuning.*f.value = *v;
   if (tuning.persistent < 0 || tuning.persistent > 2)
-    throw ConfigError(fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
+    throw ConfigError(
+        fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
   backend.settle(tuning, b, c, dp, arch);
   ResolvedConfig rc{c, tuning, arch.backend, arch.sm, dp, b.threads, b.smem, b.ctas_per_sm};
-  rc.walk = tuning.persistent == 1 ? TileWalk::persistent : tuning.persistent == 2 ? TileWalk::stream_k : TileWalk::grid;
+  rc.walk = tuning.persistent == 1   ? TileWalk::persistent
+            : tuning.persistent == 2 ? TileWalk::stream_k
+                                     : TileWalk::grid;
   rc.uses_tma = backend.uses_tma();
   rc.lpt_order = backend.lpt_order();
   return rc;

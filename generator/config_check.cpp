@@ -56,14 +56,16 @@ class MaskWalk {
     const std::string kind = kind_name(m.kind);
     if (m.kind == Mask::Kind::custom) {
       if (blank(m.snippet))
-        refuse(path + ".snippet", "an empty body", "a custom mask needs a body returning bool over (b, h, q_idx, kv_idx)");
+        refuse(path + ".snippet", "an empty body",
+               "a custom mask needs a body returning bool over (b, h, q_idx, kv_idx)");
       check_snippet(m.snippet, path + " snippet");
       if (!m.block_snippet.empty()) check_snippet(m.block_snippet, path + " block_snippet");
     } else {
       if (!m.snippet.empty())
         refuse(path + ".snippet", "a body", fmt::format("only custom masks take a snippet (this one is {})", kind));
       if (!m.block_snippet.empty())
-        refuse(path + ".block_snippet", "a body", fmt::format("only custom masks take a block snippet (this one is {})", kind));
+        refuse(path + ".block_snippet", "a body",
+               fmt::format("only custom masks take a block snippet (this one is {})", kind));
     }
     if (m.top_left && !aligned(m.kind))
       refuse(path + ".top_left", "true",
@@ -111,7 +113,8 @@ void check_structure(const FA4Config& c, const std::string& prefix) {
   MaskWalk().visit(c.mask, json_path(prefix, "mask"), 1);
   const std::string sm = json_path(prefix, "score_mod");
   if (c.score_mod.kind == ScoreMod::Kind::custom) {
-    if (blank(c.score_mod.snippet)) refuse(sm + ".snippet", "an empty body", "a custom score-mod needs a body returning float");
+    if (blank(c.score_mod.snippet))
+      refuse(sm + ".snippet", "an empty body", "a custom score-mod needs a body returning float");
     check_snippet(c.score_mod.snippet, sm + " snippet");
   } else if (!c.score_mod.snippet.empty()) {
     refuse(sm + ".snippet", "a body", "only custom score-mods take a snippet");

@@ -17,22 +17,22 @@
 
 namespace jit {
 
-using nlohmann::json;
-using detail::IntField;
-using detail::json_path;
 using detail::check_structure;
 using detail::int_fields;
+using detail::IntField;
+using detail::json_path;
+using nlohmann::json;
 
 namespace {
 
 constexpr std::pair<Mask::Kind, const char*> kMaskKinds[] = {
-    {Mask::Kind::none, "none"},     {Mask::Kind::causal, "causal"}, {Mask::Kind::sliding_window, "sliding_window"},
+    {Mask::Kind::none, "none"},       {Mask::Kind::causal, "causal"}, {Mask::Kind::sliding_window, "sliding_window"},
     {Mask::Kind::chunked, "chunked"}, {Mask::Kind::custom, "custom"}, {Mask::Kind::all_of, "all_of"},
     {Mask::Kind::any_of, "any_of"}};
 constexpr std::pair<ScoreMod::Kind, const char*> kScoreModKinds[] = {{ScoreMod::Kind::identity, "identity"},
-                                                                       {ScoreMod::Kind::softcap, "softcap"},
-                                                                       {ScoreMod::Kind::alibi, "alibi"},
-                                                                       {ScoreMod::Kind::custom, "custom"}};
+                                                                     {ScoreMod::Kind::softcap, "softcap"},
+                                                                     {ScoreMod::Kind::alibi, "alibi"},
+                                                                     {ScoreMod::Kind::custom, "custom"}};
 
 template <class Kind, std::size_t N>
 const char* kind_name(const std::pair<Kind, const char*> (&table)[N], Kind k) {
@@ -47,7 +47,9 @@ std::string shown(const json& v) {
   switch (v.type()) {
     case json::value_t::string: {
       const std::string& s = v.get_ref<const std::string&>();
-      const auto quoted = [](const std::string& t) { return json(t).dump(-1, ' ', false, json::error_handler_t::replace); };
+      const auto quoted = [](const std::string& t) {
+        return json(t).dump(-1, ' ', false, json::error_handler_t::replace);
+      };
       return s.size() <= 40 ? quoted(s) : quoted(s.substr(0, 40)) + "...";
     }
     case json::value_t::boolean:
@@ -148,7 +150,8 @@ Mask mask_from_json(const json& j, const std::string& path, int level) {
   const bool combinator = m.kind == Mask::Kind::all_of || m.kind == Mask::Kind::any_of;
   // A field the kind does not use is a mistake in the file (check_structure refuses the
   // non-empty ones in C++ configs too; here even an empty one is named).
-  for (const auto& [field, used] : {std::pair<const char*, bool>{"snippet", custom}, {"block_snippet", custom}, {"masks", combinator}})
+  for (const auto& [field, used] :
+       {std::pair<const char*, bool>{"snippet", custom}, {"block_snippet", custom}, {"masks", combinator}})
     if (j.contains(field) && !used)
       throw ConfigError(fmt::format("{}.{}: a {} mask does not take '{}'", path, field, kind, field));
   if (j.contains("top_left")) m.top_left = get_bool(j.at("top_left"), path + ".top_left");
@@ -199,8 +202,8 @@ FA4Config config_from_json_at(const json& j, const std::string& prefix) {
   };
   for (const auto& [field, why] : kRemoved)
     if (j.contains(field))
-      throw ConfigError(fmt::format("{}: removed, it accepted one value only ({}); delete the field",
-                                    json_path(prefix, field), why));
+      throw ConfigError(
+          fmt::format("{}: removed, it accepted one value only ({}); delete the field", json_path(prefix, field), why));
   reject_unknown(j, where,
                  {"dtype", "output_dtype", "depth", "BM", "BN", "BK0", "num_q_heads", "group", "num_kv_stages",
                   "num_qk_stages", "arch", "mask", "score_mod", "pack_gqa"});
@@ -229,7 +232,8 @@ FA4Config config_from_json_at(const json& j, const std::string& prefix) {
     } else {
       if (!s.is_object()) wrong_type(sp, "a score-mod kind or an object", s);
       reject_unknown(s, sp, {"kind", "snippet"});
-      if (!s.contains("kind")) throw ConfigError(fmt::format("{}.kind: missing (a score_mod object needs its kind)", sp));
+      if (!s.contains("kind"))
+        throw ConfigError(fmt::format("{}.kind: missing (a score_mod object needs its kind)", sp));
       c.score_mod.kind = kind_from(kScoreModKinds, sp + ".kind", get_string(s.at("kind"), sp + ".kind"));
       if (s.contains("snippet")) {
         if (c.score_mod.kind != ScoreMod::Kind::custom)

@@ -13,14 +13,14 @@ namespace jit::detail {
 
 struct CompileInputs {
   ResolvedConfig config;
-  TuningOverrides tune;                                       // resolve()'s overrides (recorded, not hashed:
-                                                              // their values are in the source)
-  std::string source;                                         // the generated layer
-  std::shared_ptr<const Headers> headers;                     // embedded templates it may include
-  std::vector<std::string> options;                           // NVRTC options (hashed)
-  std::string nvrtc_version;                                  // "13.0"
-  std::string template_digest;                                // XXH3-128 of the headers
-  std::string key;                                            // XXH3-128 of all of the above
+  TuningOverrides tune;                    // resolve()'s overrides (recorded, not hashed:
+                                           // their values are in the source)
+  std::string source;                      // the generated layer
+  std::shared_ptr<const Headers> headers;  // embedded templates it may include
+  std::vector<std::string> options;        // NVRTC options (hashed)
+  std::string nvrtc_version;               // "13.0"
+  std::string template_digest;             // XXH3-128 of the headers
+  std::string key;                         // XXH3-128 of all of the above
 
   // What NVRTC is given: `options` plus the key-derived kernel names (entry_name_options), which
   // cannot be hashed into the key they derive from.

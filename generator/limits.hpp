@@ -6,11 +6,11 @@
 
 namespace jit::detail {
 
-inline constexpr int kMaxMaskDepth = 16;           // levels of mask.masks (the top mask is level 1)
-inline constexpr int kMaxMasks = 64;               // masks in one tree, combinators included
+inline constexpr int kMaxMaskDepth = 16;  // levels of mask.masks (the top mask is level 1)
+inline constexpr int kMaxMasks = 64;      // masks in one tree, combinators included
 inline constexpr std::size_t kMaxSnippetBytes = 64 * 1024;
-inline constexpr int kMaxSnippetNesting = 256;     // ( [ { open at once inside one snippet
+inline constexpr int kMaxSnippetNesting = 256;               // ( [ { open at once inside one snippet
 inline constexpr std::size_t kMaxConfigBytes = 1024 * 1024;  // a config file or JSON text
-inline constexpr int kMaxJsonDepth = 64;           // arrays / objects open at once in config JSON
+inline constexpr int kMaxJsonDepth = 64;                     // arrays / objects open at once in config JSON
 
 }  // namespace jit::detail

@@ -27,12 +27,18 @@ struct Family {
 };
 
 constexpr Family kFamilies[] = {
-    {"llama", WindowLayout::all, false},      {"mistral", WindowLayout::all, false},
-    {"mixtral", WindowLayout::all, false},    {"phi3", WindowLayout::all, false},
-    {"qwen2", WindowLayout::from_max_window_layers, false}, {"qwen2_moe", WindowLayout::from_max_window_layers, false},
-    {"qwen3", WindowLayout::from_max_window_layers, false}, {"qwen3_moe", WindowLayout::from_max_window_layers, false},
-    {"gemma", WindowLayout::all, false},      {"gemma2", WindowLayout::every_other, false},
-    {"gemma3", WindowLayout::every_nth_full, false},        {"gemma3_text", WindowLayout::every_nth_full, false},
+    {"llama", WindowLayout::all, false},
+    {"mistral", WindowLayout::all, false},
+    {"mixtral", WindowLayout::all, false},
+    {"phi3", WindowLayout::all, false},
+    {"qwen2", WindowLayout::from_max_window_layers, false},
+    {"qwen2_moe", WindowLayout::from_max_window_layers, false},
+    {"qwen3", WindowLayout::from_max_window_layers, false},
+    {"qwen3_moe", WindowLayout::from_max_window_layers, false},
+    {"gemma", WindowLayout::all, false},
+    {"gemma2", WindowLayout::every_other, false},
+    {"gemma3", WindowLayout::every_nth_full, false},
+    {"gemma3_text", WindowLayout::every_nth_full, false},
     {"gpt_oss", WindowLayout::all, true},
 };
 
@@ -85,7 +91,8 @@ std::vector<bool> sliding_layers(const json& c, const Family& f, int layers, boo
     for (int i = 0; i < layers; ++i) {
       const json& v = t[static_cast<std::size_t>(i)];
       const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
-      if (s == "sliding_attention") sliding[static_cast<std::size_t>(i)] = true;
+      if (s == "sliding_attention")
+        sliding[static_cast<std::size_t>(i)] = true;
       else if (s != "full_attention")
         refuse(fmt::format("layer_types[{}]", i),
                fmt::format("'{}' has no fa4jit kernel (full_attention and sliding_attention do)", s.substr(0, 64)));
@@ -186,8 +193,8 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     k.depth = depth;
     k.mask = window ? Mask::sliding_window() : Mask::causal();
     k.score_mod = score;
-    const std::string layers_text = fmt::format("{} {}", window ? "sliding-window" : "full-attention",
-                                                layer_list(sliding, window));
+    const std::string layers_text =
+        fmt::format("{} {}", window ? "sliding-window" : "full-attention", layer_list(sliding, window));
     // Python's automatic packing (ops.py): group > 1 dividing 64, taken when Sq * group <= 128.
     const bool packs = group > 1 && 64 % group == 0;
     out.push_back({fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k});

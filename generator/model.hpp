@@ -14,7 +14,7 @@
 namespace jit {
 
 struct ModelKernel {
-  std::string use;  // e.g. "prefill: sliding-window layers 0, 2, 4 (+18)"
+  std::string use;   // e.g. "prefill: sliding-window layers 0, 2, 4 (+18)"
   FA4Config config;  // arch empty: the caller picks archs
 };
 

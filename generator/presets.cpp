@@ -36,8 +36,7 @@ std::vector<FA4Config> preset(const std::string& name) {
     c.pack_gqa = true;
     return {c};
   }
-  if (name == "fp16")
-    return {make(64, Mask::none(), 0, 0, DType::fp16), make(128, Mask::causal(), 0, 0, DType::fp16)};
+  if (name == "fp16") return {make(64, Mask::none(), 0, 0, DType::fp16), make(128, Mask::causal(), 0, 0, DType::fp16)};
   throw ConfigError(fmt::format("preset: '{}' is not known; allowed: {}", name, fmt::join(preset_names(), ", ")));
 }
 

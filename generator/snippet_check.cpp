@@ -70,14 +70,16 @@ class Checker {
       }
       if (c == '/' && n == '*') {
         const std::size_t end = t.find("*/", i + 2);
-        if (end == std::string::npos) fail(i, "a /* comment is not closed (it would swallow the generated code after the snippet)");
+        if (end == std::string::npos)
+          fail(i, "a /* comment is not closed (it would swallow the generated code after the snippet)");
         i = end + 2;
         continue;
       }
       const bool directive = c == '#' || (c == '%' && n == ':');  // %: is the digraph of #
       if (directive && line_start)
-        fail(i, "preprocessor directives are not allowed in snippets (a #define or #if would apply to the "
-                "generated code after the snippet; for `#pragma unroll` write `_Pragma(\"unroll\")`)");
+        fail(i,
+             "preprocessor directives are not allowed in snippets (a #define or #if would apply to the "
+             "generated code after the snippet; for `#pragma unroll` write `_Pragma(\"unroll\")`)");
       line_start = false;
       if (ident_start(c)) {
         const std::size_t b = i;
@@ -100,20 +102,35 @@ class Checker {
         continue;
       }
       // Digraphs: <% %> <: :> are { } [ ]. "<::" not followed by ':' or '>' is '<' then "::".
-      if (c == '<' && n == '%') { open('{', i); i += 2; continue; }
-      if (c == '%' && n == '>') { close('}', i); i += 2; continue; }
+      if (c == '<' && n == '%') {
+        open('{', i);
+        i += 2;
+        continue;
+      }
+      if (c == '%' && n == '>') {
+        close('}', i);
+        i += 2;
+        continue;
+      }
       if (c == '<' && n == ':') {
         const char n2 = i + 2 < t.size() ? t[i + 2] : '\0';
         const char n3 = i + 3 < t.size() ? t[i + 3] : '\0';
-        if (!(n2 == ':' && n3 != ':' && n3 != '>')) { open('[', i); i += 2; continue; }
+        if (!(n2 == ':' && n3 != ':' && n3 != '>')) {
+          open('[', i);
+          i += 2;
+          continue;
+        }
       }
-      if (c == ':' && n == '>') { close(']', i); i += 2; continue; }
+      if (c == ':' && n == '>') {
+        close(']', i);
+        i += 2;
+        continue;
+      }
       if (c == '(' || c == '[' || c == '{') open(c, i);
       if (c == ')' || c == ']' || c == '}') close(c, i);
       ++i;
     }
-    if (!stack_.empty())
-      fail(stack_.back().pos, fmt::format("'{}' is never closed", stack_.back().c));
+    if (!stack_.empty()) fail(stack_.back().pos, fmt::format("'{}' is never closed", stack_.back().c));
   }
 
  private:
@@ -137,7 +154,8 @@ class Checker {
     const char want = c == ')' ? '(' : c == ']' ? '[' : '{';
     if (stack_.empty())
       fail(pos, fmt::format("unbalanced '{}': nothing in the snippet is open (it would close the generated code "
-                            "around the snippet)", c));
+                            "around the snippet)",
+                            c));
     if (stack_.back().c != want)
       fail(pos, fmt::format("'{}' does not match the '{}' opened on line {}", c, stack_.back().c,
                             s_.line[stack_.back().pos]));
@@ -171,7 +189,8 @@ class Checker {
       i += t[i] == '\\' ? 2 : 1;
     }
     if (i >= t.size() || t[i] != q)
-      fail(start, q == '"' ? "a string literal is not closed on its line" : "a character literal is not closed on its line");
+      fail(start,
+           q == '"' ? "a string literal is not closed on its line" : "a character literal is not closed on its line");
     ++i;
   }
 
@@ -180,7 +199,8 @@ class Checker {
     const std::string& t = s_.text;
     const std::size_t start = i;
     const std::size_t paren = t.find('(', i + 1);
-    if (paren == std::string::npos || paren - i - 1 > 16) fail(start, "a raw string literal has no '(' after its delimiter");
+    if (paren == std::string::npos || paren - i - 1 > 16)
+      fail(start, "a raw string literal has no '(' after its delimiter");
     const std::string end = ")" + t.substr(i + 1, paren - i - 1) + "\"";
     const std::size_t at = t.find(end, paren + 1);
     if (at == std::string::npos) fail(start, "a raw string literal is not closed");
@@ -200,15 +220,24 @@ std::size_t invalid_utf8(const std::string& s) {
     const auto b = static_cast<unsigned char>(s[i]);
     int len = 0;
     unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b < 0x80) len = 1;
-    else if (b >= 0xC2 && b <= 0xDF) len = 2;
-    else if (b == 0xE0) len = 3, lo = 0xA0;
-    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) len = 3;
-    else if (b == 0xED) len = 3, hi = 0x9F;
-    else if (b == 0xF0) len = 4, lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) len = 4;
-    else if (b == 0xF4) len = 4, hi = 0x8F;
-    else return i;
+    if (b < 0x80)
+      len = 1;
+    else if (b >= 0xC2 && b <= 0xDF)
+      len = 2;
+    else if (b == 0xE0)
+      len = 3, lo = 0xA0;
+    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+      len = 3;
+    else if (b == 0xED)
+      len = 3, hi = 0x9F;
+    else if (b == 0xF0)
+      len = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      len = 4;
+    else if (b == 0xF4)
+      len = 4, hi = 0x8F;
+    else
+      return i;
     if (i + static_cast<std::size_t>(len) > s.size()) return i;
     for (int k = 1; k < len; ++k) {
       const auto c = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
@@ -229,13 +258,15 @@ void check_snippet(const std::string& body, const std::string& what) {
   if (body.size() > kMaxSnippetBytes)
     throw ConfigError(fmt::format("{}: {} bytes; a snippet may hold at most {}", what, body.size(), kMaxSnippetBytes));
   if (const auto nul = body.find('\0'); nul != std::string::npos)
-    throw ConfigError(fmt::format("{} line {}: a NUL byte (the compiler would stop reading there)", what, line_at(body, nul)));
+    throw ConfigError(
+        fmt::format("{} line {}: a NUL byte (the compiler would stop reading there)", what, line_at(body, nul)));
   if (const auto bad = invalid_utf8(body); bad != std::string::npos)
     throw ConfigError(fmt::format("{} line {}: not valid UTF-8", what, line_at(body, bad)));
   const auto last = body.find_last_not_of(" \t\r\n\v\f");
   if (last != std::string::npos && body[last] == '\\')
-    throw ConfigError(fmt::format("{} line {}: a backslash ends the snippet (it would join the generated line after it)",
-                                  what, line_at(body, last)));
+    throw ConfigError(
+        fmt::format("{} line {}: a backslash ends the snippet (it would join the generated line after it)", what,
+                    line_at(body, last)));
   Checker(what, splice(body)).run();
 }
 

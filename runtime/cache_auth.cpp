@@ -41,12 +41,14 @@ cache::Verdict check_cache_entry(std::string_view key, const nlohmann::json& met
     return {"meta.json does not record the key inputs (generator, schema, NVRTC, config)"};
   // Another build's entry: its key was computed from inputs this build cannot reproduce.
   if (generator != kGeneratorVersion || *schema != kCacheSchema || nvrtc != fmt::format("{}.{}", major, minor))
-    return {fmt::format("made by another fa4jit build (generator {}, schema {}, NVRTC {})", generator, schema->dump(), nvrtc),
+    return {fmt::format("made by another fa4jit build (generator {}, schema {}, NVRTC {})", generator, schema->dump(),
+                        nvrtc),
             /*foreign=*/true};
   CompileInputs in;
   try {
     // Entries made with tuning overrides record them ("tune"); older ones had none.
-    in = compile_inputs(config_from_json(meta.at("config")), ResolveOptions{parse_tune(text(meta, "tune"), "meta.json tune")});
+    in = compile_inputs(config_from_json(meta.at("config")),
+                        ResolveOptions{parse_tune(text(meta, "tune"), "meta.json tune")});
   } catch (const std::exception& e) {
     return {fmt::format("meta.json config is not a valid config here: {}", e.what())};
   }
@@ -54,7 +56,8 @@ cache::Verdict check_cache_entry(std::string_view key, const nlohmann::json& met
     return {fmt::format("made with other templates ({})", text(meta, "template_digest")), /*foreign=*/true};
   if (in.key != key) return {fmt::format("its recorded inputs hash to {}, not to its key", in.key)};
   for (const std::string& name : {entry_name(key), combine_entry_name(key)})
-    if (!defines(cubin, name)) return {fmt::format("kernel.cubin does not define {} (the cubin of another key?)", name)};
+    if (!defines(cubin, name))
+      return {fmt::format("kernel.cubin does not define {} (the cubin of another key?)", name)};
   return {};
 }
 

@@ -24,7 +24,8 @@ LoadedModule::LoadedModule(const std::string& cubin, int smem_bytes, const std::
   try {
     const std::string fwd = entry_name(key), combine = combine_entry_name(key);
     check(d.cuModuleGetFunction(&fn_, module_, fwd.c_str()), ("cuModuleGetFunction(" + fwd + ")").c_str());
-    check(d.cuModuleGetFunction(&combine_fn_, module_, combine.c_str()), ("cuModuleGetFunction(" + combine + ")").c_str());
+    check(d.cuModuleGetFunction(&combine_fn_, module_, combine.c_str()),
+          ("cuModuleGetFunction(" + combine + ")").c_str());
     check(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   } catch (...) {
@@ -91,7 +92,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   plan.uses_tma = config_.uses_tma;
   if (plan.uses_tma) plan.tma = tma_.get(config_, args, p.kv_box_rows);
   if (args.num_splits < 0 || args.num_splits > fa4::kMaxSplits)
-    throw LaunchError(fmt::format("launch: num_splits is {}: use 0 (automatic) or 1..{}", args.num_splits, fa4::kMaxSplits));
+    throw LaunchError(
+        fmt::format("launch: num_splits is {}: use 0 (automatic) or 1..{}", args.num_splits, fa4::kMaxSplits));
 
   const FA4Config& c = config_.config;
   const bool masked = c.mask.kind != Mask::Kind::none;
@@ -140,7 +142,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
 
 namespace {
 
-void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigned smem, CUstream stream, void** params) {
+void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigned smem, CUstream stream,
+               void** params) {
   CUlaunchConfig cfg{};
   cfg.gridDimX = grid[0];
   cfg.gridDimY = grid[1];

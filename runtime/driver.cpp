@@ -32,12 +32,12 @@ Loaded load() {
     return l;
   }
   CUdriverProcAddressQueryResult q;
-#define FA4JIT_LOAD(name)                                                                                \
-  if (get_proc(#name, reinterpret_cast<void**>(&l.api.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) !=    \
-          CUDA_SUCCESS ||                                                                                \
-      q != CU_GET_PROC_ADDRESS_SUCCESS) {                                                                \
-    l.error = "no usable CUDA driver: cannot resolve " #name;                                            \
-    return l;                                                                                            \
+#define FA4JIT_LOAD(name)                                                                               \
+  if (get_proc(#name, reinterpret_cast<void**>(&l.api.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) != \
+          CUDA_SUCCESS ||                                                                               \
+      q != CU_GET_PROC_ADDRESS_SUCCESS) {                                                               \
+    l.error = "no usable CUDA driver: cannot resolve " #name;                                           \
+    return l;                                                                                           \
   }
   FA4JIT_DRIVER_FUNCTIONS(FA4JIT_LOAD)
 #undef FA4JIT_LOAD

@@ -130,10 +130,11 @@ cache::Artifact compile_under_policy(const detail::CompileInputs& in, const std:
       break;
     case CompilePolicy::forbid:
       counters().forbidden++;
-      throw CacheMissError(fmt::format("compile policy forbid (jit::set_compile_policy or FA4JIT_COMPILE): kernel {} "
-                                       "(key {}) is in none of the cache tiers; prewarm it (fa4jit prewarm) or allow "
-                                       "compiles",
-                                       config_json, in.key));
+      throw CacheMissError(
+          fmt::format("compile policy forbid (jit::set_compile_policy or FA4JIT_COMPILE): kernel {} "
+                      "(key {}) is in none of the cache tiers; prewarm it (fa4jit prewarm) or allow "
+                      "compiles",
+                      config_json, in.key));
   }
   return detail::compile_artifact(in);
 }
@@ -177,7 +178,7 @@ KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options) {
   std::unique_lock<std::mutex> lock(mem.mu);
   if (auto it = mem.entries.find(in.key); it != mem.entries.end()) {
     std::shared_future<KernelPtr> pending = it->second;
-    lock.unlock();           // wait without holding the map
+    lock.unlock();  // wait without holding the map
     try {
       KernelPtr k = pending.get();  // rethrows the owner's error
       counters().memory_hits++;

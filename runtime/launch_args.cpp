@@ -26,14 +26,17 @@ void check_tensor(const char* name, const Tensor& t, DType dtype, int depth) {
   if (!t.data) bad(fmt::format("{}.data is null", name));
   if (t.dtype != dtype)
     bad(fmt::format("{}.dtype is {}, the kernel was built for {}", name, to_string(t.dtype), to_string(dtype)));
-  if (t.shape[3] != depth) bad(fmt::format("{}.shape[3] (head_dim) is {}, the kernel was built for {}", name, t.shape[3], depth));
-  if (t.stride[3] != 1) bad(fmt::format("{}.stride[3] is {}: head_dim must be contiguous (stride 1)", name, t.stride[3]));
+  if (t.shape[3] != depth)
+    bad(fmt::format("{}.shape[3] (head_dim) is {}, the kernel was built for {}", name, t.shape[3], depth));
+  if (t.stride[3] != 1)
+    bad(fmt::format("{}.stride[3] is {}: head_dim must be contiguous (stride 1)", name, t.stride[3]));
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) bad(fmt::format("{}.data is not 16-byte aligned", name));
   for (int i = 0; i < 3; ++i) {
     if (t.shape[i] < 0) bad(fmt::format("{}.shape[{}] is negative ({})", name, i, t.shape[i]));
     if (t.shape[i] > INT32_MAX) bad(fmt::format("{}.shape[{}] = {} exceeds 2^31-1", name, i, t.shape[i]));
     if (t.stride[i] < 0 || t.stride[i] % 8 != 0)
-      bad(fmt::format("{}.stride[{}] = {} must be a non-negative multiple of 8 elements (16 bytes)", name, i, t.stride[i]));
+      bad(fmt::format("{}.stride[{}] = {} must be a non-negative multiple of 8 elements (16 bytes)", name, i,
+                      t.stride[i]));
   }
 }
 
@@ -48,12 +51,14 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
 
   const bool paged = a.page_table != nullptr;
   const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;
-  if (paged && a.cu_seqlens_k) bad("cu_seqlens_k with page_table: paged keys are located by the page table (pass seqused_k)");
+  if (paged && a.cu_seqlens_k)
+    bad("cu_seqlens_k with page_table: paged keys are located by the page table (pass seqused_k)");
   if (varlen && !paged && !(a.cu_seqlens_q && a.cu_seqlens_k)) bad("cu_seqlens_q and cu_seqlens_k go together");
   const std::int64_t B = varlen ? a.batch : a.q.shape[0];
   if (varlen) {
     if (a.batch <= 0) bad(fmt::format("batch is {}: varlen launches need the number of sequences", a.batch));
-    if (a.max_seqlen_q <= 0) bad(fmt::format("max_seqlen_q is {}: varlen launches need the longest query length", a.max_seqlen_q));
+    if (a.max_seqlen_q <= 0)
+      bad(fmt::format("max_seqlen_q is {}: varlen launches need the longest query length", a.max_seqlen_q));
     for (const auto* t : {&a.q, &a.o})
       if (t->shape[0] != 1) bad("varlen q and o are packed as (1, total, heads, head_dim)");
     if (!paged)
@@ -67,9 +72,11 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   if (paged) {
     if (a.max_pages <= 0) bad(fmt::format("max_pages is {}: a page table needs its row length", a.max_pages));
     if (a.k.shape[0] < 1) bad(fmt::format("k.shape[0] (num_pages) is {}", a.k.shape[0]));
-    if (a.v.shape[0] != a.k.shape[0]) bad(fmt::format("v.shape[0] ({}) must equal k.shape[0] (num_pages, {})", a.v.shape[0], a.k.shape[0]));
+    if (a.v.shape[0] != a.k.shape[0])
+      bad(fmt::format("v.shape[0] ({}) must equal k.shape[0] (num_pages, {})", a.v.shape[0], a.k.shape[0]));
     if (static_cast<std::int64_t>(a.max_pages) * a.k.shape[1] > INT32_MAX)
-      bad(fmt::format("max_pages * page_size = {} exceeds 2^31-1 keys", static_cast<std::int64_t>(a.max_pages) * a.k.shape[1]));
+      bad(fmt::format("max_pages * page_size = {} exceeds 2^31-1 keys",
+                      static_cast<std::int64_t>(a.max_pages) * a.k.shape[1]));
   } else if (a.max_pages != 0) {
     bad(fmt::format("max_pages is {} without a page_table", a.max_pages));
   }
@@ -81,7 +88,8 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   if (a.o.shape[1] != Sq || a.o.shape[2] != Hq)
     bad(fmt::format("o.shape ({}, {}) must match q's (seqlen {}, heads {})", a.o.shape[1], a.o.shape[2], Sq, Hq));
   if (a.v.shape[1] != a.k.shape[1] || a.v.shape[2] != Hkv)
-    bad(fmt::format("v.shape ({}, {}) must match k's (seqlen {}, heads {})", a.v.shape[1], a.v.shape[2], a.k.shape[1], Hkv));
+    bad(fmt::format("v.shape ({}, {}) must match k's (seqlen {}, heads {})", a.v.shape[1], a.v.shape[2], a.k.shape[1],
+                    Hkv));
   if (Hq < 1 || Hkv < 1 || Hq % Hkv != 0)
     bad(fmt::format("q heads ({}) must be a positive multiple of k/v heads ({})", Hq, Hkv));
   if (c.num_q_heads > 0 && Hq != c.num_q_heads)
@@ -91,7 +99,8 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   if (B > 65535 || Hq > 65535) bad(fmt::format("batch ({}) and heads ({}) must be at most 65535", B, Hq));
 
   const float scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(c.depth)) : a.softmax_scale;
-  if (!(scale > 0.0f) || !std::isfinite(scale)) bad(fmt::format("softmax_scale is {}: it must be positive and finite", scale));
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    bad(fmt::format("softmax_scale is {}: it must be positive and finite", scale));
   if (uses(c.mask, Mask::Kind::chunked) && a.chunk_size <= 0)
     bad(fmt::format("chunk_size is {}: the chunked mask needs a positive chunk size", a.chunk_size));
   if (uses(c.mask, Mask::Kind::sliding_window) && (a.window_left < -1 || a.window_right < -1))
@@ -104,8 +113,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
       bad("block_mask is set but the kernel's mask has no custom part: built-in masks classify their own tiles");
     if (bm.block_q <= 0 || bm.block_k <= 0)
       bad(fmt::format("block_mask block sizes ({}, {}) must be positive", bm.block_q, bm.block_k));
-    if (bm.batch_stride < 0 || bm.head_stride < 0 || bm.row_stride < 0)
-      bad("block_mask strides must be non-negative");
+    if (bm.batch_stride < 0 || bm.head_stride < 0 || bm.row_stride < 0) bad("block_mask strides must be non-negative");
   }
   const int kv_box_rows = paged ? policy(rc).paged_kv_box_rows(rc, page_size) : c.BN;
 

@@ -10,7 +10,7 @@ namespace jit::detail {
 
 // Resolves `config` and renders and hashes it for this process's NVRTC (generator/key.hpp).
 CompileInputs compile_inputs(const FA4Config& config, const ResolveOptions& options = {});
-cache::Store& disk_cache();                                // the process's store (from the environment)
+cache::Store& disk_cache();  // the process's store (from the environment)
 // The kernel bundles of this install (share/fa4jit/kernels beside the library or the CLI), used
 // as read-only tiers unless FA4JIT_BUNDLE_PATH says otherwise; empty in a build tree.
 std::vector<std::filesystem::path> installed_bundles();

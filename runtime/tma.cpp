@@ -39,8 +39,8 @@ fa4::TmaDesc encode_map(const Tensor& t, const cuuint64_t (&dims)[N], const long
   for (int i = 0; i < N; ++i) elem_strides_box[i] = 1;
   CUtensorMap map;
   check(driver().cuTensorMapEncodeTiled(
-            &map, t.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, N, t.data,
-            dims, strides, box, elem_strides_box, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            &map, t.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, N,
+            t.data, dims, strides, box, elem_strides_box, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
             FA4JIT_L2_PROMOTION, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");
   fa4::TmaDesc out;

@@ -48,10 +48,11 @@ std::vector<Variant> matrix() {
       {"causal_and_chunked", Mask::all_of({Mask::causal(), Mask::chunked()})},
       // Block-diagonal plus per-head sink keys, with a block snippet that skips the tiles off
       // the diagonal blocks and past the sinks (the run-time block mask is in every custom kernel).
-      {"custom_block", Mask::custom("return (q_idx / 64) == (kv_idx / 64) || kv_idx < 4 + h;",
-                                    "if (kv_lo >= 4 + h && ((kv_hi - 1) / 64 < q_lo / 64 || kv_lo / 64 > (q_hi - 1) / 64))"
-                                    " return SKIP;\n"
-                                    "return PARTIAL;")},
+      {"custom_block",
+       Mask::custom("return (q_idx / 64) == (kv_idx / 64) || kv_idx < 4 + h;",
+                    "if (kv_lo >= 4 + h && ((kv_hi - 1) / 64 < q_lo / 64 || kv_lo / 64 > (q_hi - 1) / 64))"
+                    " return SKIP;\n"
+                    "return PARTIAL;")},
   };
   const std::vector<std::pair<std::string, ScoreMod>> mods = {
       {"identity", ScoreMod::identity()},
@@ -118,21 +119,24 @@ Checked check_one(const Variant& v) {
                                "setmaxnreg.dec.sync.aligned.u32 80", "setmaxnreg.dec.sync.aligned.u32 48"})
       if (out.ptx.find(needle) == std::string::npos) missing.push_back(needle);
     // The run-time variant paths: paged KV (page-table boxes), split-KV (float32 partials).
-    const std::pair<const char*, size_t> fields[] = {
-        {"page_table", offsetof(fa4::FwdParams, page_table)}, {"kv_box_rows", offsetof(fa4::FwdParams, kv_box_rows)},
-        {"o_partial", offsetof(fa4::FwdParams, o_partial)},   {"lse_partial", offsetof(fa4::FwdParams, lse_partial)},
-        {"num_splits", offsetof(fa4::FwdParams, num_splits)}};
+    const std::pair<const char*, size_t> fields[] = {{"page_table", offsetof(fa4::FwdParams, page_table)},
+                                                     {"kv_box_rows", offsetof(fa4::FwdParams, kv_box_rows)},
+                                                     {"o_partial", offsetof(fa4::FwdParams, o_partial)},
+                                                     {"lse_partial", offsetof(fa4::FwdParams, lse_partial)},
+                                                     {"num_splits", offsetof(fa4::FwdParams, num_splits)}};
     for (const auto& [field, offset] : fields)
       if (!reads_param(out.ptx, offset)) missing.push_back(fmt::format("a read of params.{}", field));
     if (v.config.pack_gqa)
-      for (const char* needle : {"cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.5d.global.shared::cta"})
+      for (const char* needle :
+           {"cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.5d.global.shared::cta"})
         if (out.ptx.find(needle) == std::string::npos) missing.push_back(needle);
     if (!missing.empty()) r.failure += fmt::format("PTX lacks {}; ", fmt::join(missing, ", "));
     if (r.use.spill_stores != 0 || r.use.spill_loads != 0)
       r.failure += fmt::format("spills {}/{} bytes; ", r.use.spill_stores, r.use.spill_loads);
     // setmaxnreg needs a fixed budget at entry: 512 threads x 128 = the whole 64K register file,
     // which the plan splits as 2 softmax WGs x 192 + correction 80 + MMA/load/idle 48 (x 128 threads).
-    if (r.use.registers != 128) r.failure += fmt::format("{} registers at entry, the plan needs 128; ", r.use.registers);
+    if (r.use.registers != 128)
+      r.failure += fmt::format("{} registers at entry, the plan needs 128; ", r.use.registers);
     if (128 * (192 * 2 + 80 + 48) > 65536) r.failure += "setmaxnreg plan exceeds the register file; ";
     if (in.config.smem_bytes > 232448 || r.use.smem_static > 0)
       r.failure += fmt::format("shared memory {} dynamic + {} static exceeds 227 KiB; ", in.config.smem_bytes,
@@ -145,7 +149,9 @@ Checked check_one(const Variant& v) {
 
 std::string find_cuobjdump() {
   if (const char* env = std::getenv("FA4JIT_CUOBJDUMP")) return env;
-  FILE* p = popen("python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\", \"bin\"))' 2>/dev/null", "r");
+  FILE* p = popen(
+      "python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\", \"bin\"))' 2>/dev/null",
+      "r");
   char buf[512] = {};
   const bool got = p && fgets(buf, sizeof(buf), p);
   if (p) pclose(p);
@@ -191,8 +197,8 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
                    index_of("d128 fp16 custom_block custom group8 packed")}) {
     const fs::path cubin = fs::temp_directory_path() / fmt::format("fa4jit_sm100a_{}.cubin", i);
     std::ofstream(cubin, std::ios::binary) << results[i].cubin;
-    const std::string cmd = fmt::format("PATH=\"{}:$PATH\" '{}' -sass '{}' 2>&1", fs::path(cuobjdump).parent_path().string(),
-                                        cuobjdump, cubin.string());
+    const std::string cmd = fmt::format("PATH=\"{}:$PATH\" '{}' -sass '{}' 2>&1",
+                                        fs::path(cuobjdump).parent_path().string(), cuobjdump, cubin.string());
     FILE* p = popen(cmd.c_str(), "r");
     std::string sass;
     char buf[4096];
@@ -204,7 +210,8 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
     if (variants[i].config.pack_gqa)
       for (const char* op : {"UTMALDG.5D", "UTMASTG.5D"})
         EXPECT_NE(sass.find(op), std::string::npos) << results[i].name << ": SASS lacks " << op;
-    EXPECT_FALSE(std::regex_search(sass, std::regex(R"(\b(STL|LDL)\b)"))) << results[i].name << ": local memory in SASS";
+    EXPECT_FALSE(std::regex_search(sass, std::regex(R"(\b(STL|LDL)\b)")))
+        << results[i].name << ": local memory in SASS";
   }
 }
 

@@ -35,8 +35,8 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   const auto before = tree(bundle);
 
   // A fresh cache, compiles forbidden, a deployment secret the bundle was never signed with.
-  const std::string env = "FA4JIT_BUNDLE_PATH=" + bundle.string() + " FA4JIT_CACHE_DIR=" +
-                          (bundle.parent_path() / "fresh").string() +
+  const std::string env = "FA4JIT_BUNDLE_PATH=" + bundle.string() +
+                          " FA4JIT_CACHE_DIR=" + (bundle.parent_path() / "fresh").string() +
                           " FA4JIT_COMPILE=forbid FA4JIT_CACHE_SECRET=0123456789abcdef0123456789abcdef";
   auto r = run("prewarm --preset llama3-8b --preset llama3-8b-decode --arch sm_90a,sm_100a", env);
   EXPECT_EQ(r.rc, 0) << r.out;

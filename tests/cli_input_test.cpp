@@ -34,8 +34,11 @@ class CliInput : public jit::testing::CliProcessTest {
 
 // Issue 17: "depth": 128.5 and true were accepted, "128" gave a raw nlohmann message without the file.
 TEST_F(CliInput, ConfigFileTypesAreStrictAndErrorsNameTheFileAndPath) {
-  const std::pair<const char*, const char*> values[] = {
-      {"128.5", "128.5"}, {"true", "true"}, {"\"128\"", "\"128\""}, {"4294967424", "4294967424"}, {"1e10", "10000000000.0"}};
+  const std::pair<const char*, const char*> values[] = {{"128.5", "128.5"},
+                                                        {"true", "true"},
+                                                        {"\"128\"", "\"128\""},
+                                                        {"4294967424", "4294967424"},
+                                                        {"1e10", "10000000000.0"}};
   for (const auto& [value, shown] : values) {
     const auto cfg = write("c.json", std::string(R"({"depth": )") + value + "}");
     const Result r = run("gen --config " + cfg.string() + " --arch sm_90a");
@@ -43,10 +46,13 @@ TEST_F(CliInput, ConfigFileTypesAreStrictAndErrorsNameTheFileAndPath) {
     EXPECT_NE(r.out.find(cfg.string() + ": depth: expected an integer in 1 .. 1024, got " + shown), std::string::npos)
         << r.out;
   }
-  const auto nested = write("n.json", R"({"configs": [{"depth": 64}, {"mask": {"kind": "all_of", "masks": ["causal", {"kind": 3}]}}]})");
+  const auto nested = write(
+      "n.json", R"({"configs": [{"depth": 64}, {"mask": {"kind": "all_of", "masks": ["causal", {"kind": 3}]}}]})");
   const Result r = run("prewarm --config " + nested.string() + " --arch sm_80");
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.out.find(nested.string() + ": configs[1].mask.masks[1].kind: expected a string, got 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(nested.string() + ": configs[1].mask.masks[1].kind: expected a string, got 3"),
+            std::string::npos)
+      << r.out;
   const auto snippet = write("s.json", R"([{"mask": {"kind": "custom", "snippet": "return true;\n}\nstruct X {"}}])");
   const Result s = run("gen --config " + snippet.string() + " --arch sm_80");
   EXPECT_EQ(s.rc, 1) << s.out;
@@ -81,7 +87,8 @@ TEST_F(CliInput, DeepAndHugeConfigFilesAreRefusedBeforeParsingDeeply) {
   const Result r = run("gen --config " + cfg.string() + " --arch sm_90a");
   EXPECT_TRUE(r.exited) << "ended by a signal\n" << r.out.substr(0, 2000);
   EXPECT_EQ(r.rc, 1) << r.out.substr(0, 2000);
-  EXPECT_NE(r.out.find(cfg.string() + ": JSON nested deeper than 64 levels"), std::string::npos) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find(cfg.string() + ": JSON nested deeper than 64 levels"), std::string::npos)
+      << r.out.substr(0, 2000);
 
   const auto big = write("big.json", R"({"depth": 64, "arch": ")" + std::string(2 << 20, 'x') + "\"}");
   const Result b = run("gen --config " + big.string());
@@ -149,7 +156,8 @@ class ScopedSignal {
 TEST_F(CliInput, FileSizeLimitIsAnErrorNotASignal) {
   const ScopedSignal dfl(SIGXFSZ, SIG_DFL);
   const Result control = run_raw("bash -c 'ulimit -f 1; head -c 100000 /dev/zero > " + (dir_ / "zeros").string() + "'");
-  ASSERT_EQ(control.rc, 153) << "the harness does not deliver SIGXFSZ, so this test would prove nothing: " << control.out;
+  ASSERT_EQ(control.rc, 153) << "the harness does not deliver SIGXFSZ, so this test would prove nothing: "
+                             << control.out;
 
   const Result gen = run_raw("bash -c 'ulimit -f 1; exec " + cli() + " gen --preset default --arch sm_90a > " +
                              (dir_ / "source.cu").string() + "'");

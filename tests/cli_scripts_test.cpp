@@ -48,12 +48,12 @@ TEST_F(CliScripts, HelpShowsTheDefaultOfEveryValueOption) {
 }
 
 TEST_F(CliScripts, UsageErrorsExitTwoAndJobErrorsExitOne) {
-  EXPECT_EQ(run("").rc, 2);                          // no subcommand
-  EXPECT_EQ(run("frobnicate").rc, 2);                // unknown subcommand
-  EXPECT_EQ(run("gen --no-such-flag").rc, 2);        // unknown option
-  EXPECT_EQ(run("prewarm --jobs -1").rc, 2);         // malformed value
+  EXPECT_EQ(run("").rc, 2);                    // no subcommand
+  EXPECT_EQ(run("frobnicate").rc, 2);          // unknown subcommand
+  EXPECT_EQ(run("gen --no-such-flag").rc, 2);  // unknown option
+  EXPECT_EQ(run("prewarm --jobs -1").rc, 2);   // malformed value
   EXPECT_EQ(run("check --batch two").rc, 2);
-  EXPECT_EQ(run("run --config x.json").rc, 2);       // missing required options
+  EXPECT_EQ(run("run --config x.json").rc, 2);  // missing required options
   const auto bad = write("bad.json", R"({"depht": 64})");
   EXPECT_EQ(run("gen --arch sm_90a --config " + bad.string()).rc, 1);  // the job (config) fails
 }
@@ -108,7 +108,8 @@ TEST_F(CliScripts, SealedMissIsReportedAsAMissNotACompileFailure) {
   const auto r = run("prewarm --preset llama3-8b --arch sm_80", "FA4JIT_SEALED=1");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_TRUE(has(r.out, "not in cache (sealed)")) << r.out;
-  EXPECT_TRUE(has(r.out, "1 of 1 kernels are not in the cache, and this process compiles nothing (FA4JIT_SEALED=1")) << r.out;
+  EXPECT_TRUE(has(r.out, "1 of 1 kernels are not in the cache, and this process compiles nothing (FA4JIT_SEALED=1"))
+      << r.out;
   EXPECT_FALSE(has(r.out, "failed to compile")) << r.out;
   EXPECT_FALSE(has(r.out, "failed: ")) << r.out;
 }
@@ -201,8 +202,9 @@ TEST_F(CliScripts, CacheLsShowsWhatTellsEntriesApart) {
 }
 
 TEST_F(CliScripts, InfoShowsTheEnvironment) {
-  const auto r = run("info", "FA4JIT_TUNE=pingpong=0 FA4JIT_SEALED=1 FA4JIT_CACHE_MAX_BYTES=2G "
-                             "FA4JIT_REMOTE_CACHE=redis://127.0.0.1:1/0 FA4JIT_LOG=debug");
+  const auto r = run("info",
+                     "FA4JIT_TUNE=pingpong=0 FA4JIT_SEALED=1 FA4JIT_CACHE_MAX_BYTES=2G "
+                     "FA4JIT_REMOTE_CACHE=redis://127.0.0.1:1/0 FA4JIT_LOG=debug");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(has(r.out, "cache writable: " + (dir_ / "cache").string())) << r.out;
   EXPECT_TRUE(has(r.out, "cache sealed: yes")) << r.out;

@@ -89,7 +89,8 @@ TEST(CompilePolicy, NamesRoundTripAndBadNamesAreRefused) {
 using Cli = jit::testing::CliProcessTest;
 
 TEST_F(Cli, CompileEnvironmentForbidsAndBadValuesAreNamed) {
-  const auto cfg = write("c.json", R"({"depth": 64, "score_mod": {"kind": "custom", "snippet": "return score * 0.5f;"}})");
+  const auto cfg =
+      write("c.json", R"({"depth": 64, "score_mod": {"kind": "custom", "snippet": "return score * 0.5f;"}})");
   auto r = run("prewarm --config " + cfg.string() + " --arch sm_90a", "FA4JIT_COMPILE=forbid");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("compile policy forbid"), std::string::npos) << r.out;

@@ -44,8 +44,8 @@ TEST_P(PresetCompile, EveryPresetCompiles) {
         EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
       }
       if (arch == "sm_100a")
-        expect_ptx_has(out.ptx,
-                       {"tcgen05.mma", "tcgen05.ld", "tcgen05.st", "tcgen05.commit", "cp.async.bulk.tensor"}, what);
+        expect_ptx_has(out.ptx, {"tcgen05.mma", "tcgen05.ld", "tcgen05.st", "tcgen05.commit", "cp.async.bulk.tensor"},
+                       what);
     }
 }
 
@@ -110,9 +110,9 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
     jit::DType dtype;
     bool packed;
   };
-  for (const Case& k : {Case{64, jit::DType::fp16, false}, Case{96, jit::DType::bf16, false},
-                        Case{128, jit::DType::bf16, false}, Case{192, jit::DType::bf16, false},
-                        Case{256, jit::DType::bf16, false}, Case{128, jit::DType::bf16, true}}) {
+  for (const Case& k :
+       {Case{64, jit::DType::fp16, false}, Case{96, jit::DType::bf16, false}, Case{128, jit::DType::bf16, false},
+        Case{192, jit::DType::bf16, false}, Case{256, jit::DType::bf16, false}, Case{128, jit::DType::bf16, true}}) {
     jit::FA4Config c = causal(k.depth);
     c.dtype = k.dtype;
     c.group = k.packed ? 8 : 0;

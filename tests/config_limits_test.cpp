@@ -22,7 +22,8 @@ std::string config_error(F&& f, std::initializer_list<std::string> words) {
     f();
   } catch (const jit::ConfigError& e) {
     const std::string msg = e.what();
-    for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+    for (const std::string& w : words)
+      EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
     return msg;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not a ConfigError: " << e.what();
@@ -131,7 +132,8 @@ TEST(ConfigJsonStrict, WrongTypesAndRangesNameTheJsonPath) {
       {R"({"mask": 3})", {"mask:", "expected a mask kind or an object"}},
       {R"({"mask": {"kind": "causal", "top_left": 1}})", {"mask.top_left:", "expected true or false"}},
       {R"({"mask": {"top_left": true}})", {"mask.kind:", "missing"}},
-      {R"({"mask": {"kind": "all_of", "masks": ["causal", "none", {"kind": 7}]}})", {"mask.masks[2].kind:", "expected a string"}},
+      {R"({"mask": {"kind": "all_of", "masks": ["causal", "none", {"kind": 7}]}})",
+       {"mask.masks[2].kind:", "expected a string"}},
       {R"({"mask": {"kind": "all_of", "masks": {"kind": "causal"}}})", {"mask.masks:", "expected an array"}},
       {R"({"mask": {"kind": "custom", "snippet": ["return true;"]}})", {"mask.snippet:", "expected a string"}},
       {R"({"score_mod": {"kind": "custom", "snippet": 3}})", {"score_mod.snippet:", "expected a string"}},
@@ -142,7 +144,8 @@ TEST(ConfigJsonStrict, WrongTypesAndRangesNameTheJsonPath) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
     const std::string msg = config_error([&] { from_text(c.text); }, {});
-    for (const std::string& w : c.words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+    for (const std::string& w : c.words)
+      EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
   }
   // Integral values are integers however they are written (JSON Schema's "integer" too).
   EXPECT_EQ(from_text(R"({"depth": 128.0})").depth, 128);
@@ -183,22 +186,30 @@ TEST(ConfigConflicts, FieldsTheKindDoesNotUseAreRefused) {
   sm.score_mod.snippet = "return score;";
   config_error([&] { jit::resolve(sm); }, {"score_mod.snippet", "only custom score-mods"});
   // One kernel has one causal alignment: masks that disagree cannot both hold.
-  config_error([] { jit::resolve(sm90a(Mask::all_of({Mask::causal(true), Mask::sliding_window(false)}))); },
-               {"mask.masks[1].top_left", "mask.masks[0] has top_left true"});
-  EXPECT_NO_THROW(jit::resolve(sm90a(Mask::all_of({Mask::causal(true), Mask::sliding_window(true), Mask::custom("return true;")}))));
+  config_error(
+      [] {
+        jit::resolve(sm90a(Mask::all_of({Mask::causal(true), Mask::sliding_window(false)})));
+      },
+      {"mask.masks[1].top_left", "mask.masks[0] has top_left true"});
+  EXPECT_NO_THROW(jit::resolve(
+      sm90a(Mask::all_of({Mask::causal(true), Mask::sliding_window(true), Mask::custom("return true;")}))));
   for (const Mask& m : {Mask::causal(true), Mask::sliding_window(true), Mask{Mask::Kind::chunked, true, {}, {}, {}}})
     EXPECT_NO_THROW(jit::resolve(sm90a(m)));
 
   // From JSON: the same refusals, and even an empty field the kind does not take.
-  config_error([] { from_text(R"({"mask": {"kind": "causal", "snippet": "return false;"}})"); }, {"mask.snippet", "causal"});
-  config_error([] { from_text(R"({"mask": {"kind": "none", "snippet": ""}})"); }, {"mask.snippet", "a none mask does not take"});
+  config_error([] { from_text(R"({"mask": {"kind": "causal", "snippet": "return false;"}})"); },
+               {"mask.snippet", "causal"});
+  config_error([] { from_text(R"({"mask": {"kind": "none", "snippet": ""}})"); },
+               {"mask.snippet", "a none mask does not take"});
   config_error([] { from_text(R"({"mask": {"kind": "none", "top_left": true}})"); }, {"mask.top_left", "none"});
-  config_error([] { from_text(R"({"mask": {"kind": "causal", "block_snippet": ""}})"); }, {"mask.block_snippet", "causal"});
+  config_error([] { from_text(R"({"mask": {"kind": "causal", "block_snippet": ""}})"); },
+               {"mask.block_snippet", "causal"});
   config_error([] { from_text(R"({"mask": {"kind": "chunked", "masks": []}})"); }, {"mask.masks", "chunked"});
   config_error([] { from_text(R"({"score_mod": {"kind": "alibi", "snippet": "return score;"}})"); },
                {"score_mod.snippet", "alibi"});
-  config_error([] { from_text(R"({"mask": {"kind": "any_of", "masks": ["causal", {"kind": "causal", "top_left": true}]}})"); },
-               {"mask.masks[1].top_left", "mask.masks[0] has top_left false"});
+  config_error(
+      [] { from_text(R"({"mask": {"kind": "any_of", "masks": ["causal", {"kind": "causal", "top_left": true}]}})"); },
+      {"mask.masks[1].top_left", "mask.masks[0] has top_left false"});
   config_error([] { from_text(R"({"mask": {"kind": "custom"}})"); }, {"mask.snippet", "an empty body"});
 }
 
@@ -224,18 +235,24 @@ TEST(SnippetChecks, SnippetsCannotBreakTheGeneratedFile) {
       {"return true; // \\", {"mask snippet line 1", "backslash ends the snippet"}},
       {"return true;\n\xff\xfe", {"mask snippet line 2", "not valid UTF-8"}},
       {"return true;\nauto s = R\"x(never closed", {"mask snippet line 2", "raw string"}},
-      {"return " + std::string(1000, '(') + "true" + std::string(1000, ')') + ";", {"mask snippet line 1", "deeper than 256"}},
+      {"return " + std::string(1000, '(') + "true" + std::string(1000, ')') + ";",
+       {"mask snippet line 1", "deeper than 256"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body.substr(0, 60));
     const std::string msg = config_error([&] { jit::resolve(sm90a(Mask::custom(c.body))); }, {});
-    for (const std::string& w : c.words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+    for (const std::string& w : c.words)
+      EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
   }
   // A line splice joins lines the way the compiler does: the error is on the line the user wrote.
-  config_error([] { jit::resolve(sm90a(Mask::custom("int x = 1; \\\n\n}"))); }, {"mask snippet line 3", "unbalanced '}'"});
+  config_error([] { jit::resolve(sm90a(Mask::custom("int x = 1; \\\n\n}"))); },
+               {"mask snippet line 3", "unbalanced '}'"});
   // Each snippet is named by its field's JSON path.
-  config_error([] { jit::resolve(sm90a(Mask::all_of({Mask::causal(), Mask::custom("return true;", "return SKIP; }")}))); },
-               {"mask.masks[1] block_snippet line 1", "unbalanced '}'"});
+  config_error(
+      [] {
+        jit::resolve(sm90a(Mask::all_of({Mask::causal(), Mask::custom("return true;", "return SKIP; }")})));
+      },
+      {"mask.masks[1] block_snippet line 1", "unbalanced '}'"});
   FA4Config sm = sm90a(Mask::none());
   sm.score_mod = ScoreMod::custom("float s = score;\n#undef max\nreturn s;");
   config_error([&] { jit::resolve(sm); }, {"score_mod snippet line 2", "preprocessor directive"});
@@ -257,7 +274,7 @@ TEST(SnippetChecks, OrdinaryCodeIsAccepted) {
       "int x = 1; \\\nreturn x == 1;",
       "return " + std::string(256, '(') + "true" + std::string(256, ')') + ";",
       "std::vector<::fa4::bf16_t>* p = nullptr; return p == nullptr;",  // <:: is < then ::
-      "int a<:2:> = <%0, 1%>; return a<:0:> == 0;",                      // digraphs, balanced
+      "int a<:2:> = <%0, 1%>; return a<:0:> == 0;",                     // digraphs, balanced
   };
   for (const std::string& body : ok) {
     SCOPED_TRACE(body);

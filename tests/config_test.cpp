@@ -102,7 +102,8 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     }
   }
   {
-    const jit::ResolveOptions lpt = tuned("persistent=1");  // the LPT walker visits q heads: packed kernels take stream-K
+    const jit::ResolveOptions lpt =
+        tuned("persistent=1");  // the LPT walker visits q heads: packed kernels take stream-K
     auto decode = cfg_for("sm_90a", 128);
     decode.group = 4;
     decode.pack_gqa = true;
@@ -142,9 +143,7 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     }
     EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::causal()), tuned("persistent=0")).tuning.persistent, 0);
   }
-  {
-    EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=3")), jit::ConfigError);
-  }
+  { EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=3")), jit::ConfigError); }
 
   // Depths 64 and 128 keep their tiles.
   EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64)).config.BN, 128);
@@ -157,17 +156,43 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
 
 TEST(Config, HopperDeepHeadRefusalsNameTheField) {
   // BN 96 at depth 256: neither the registers nor 2 stages of shared memory allow it.
-  expect_config_error([] { auto c = cfg_for("sm_90a", 256); c.BN = 96; jit::resolve(c); },
-                      {"BN", "96", "depth 256", "allowed: 64, 80"});
-  expect_config_error([] { auto c = cfg_for("sm_90a", 192); c.BN = 128; jit::resolve(c); },
-                      {"BN", "128", "depth 192", "allowed: 64, 80, 96, 112"});
-  expect_config_error([] { auto c = cfg_for("sm_90a", 96); c.BN = 192; jit::resolve(c); },
-                      {"BN", "192", "depth 96 (padded 128)"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a", 256);
+        c.BN = 96;
+        jit::resolve(c);
+      },
+      {"BN", "96", "depth 256", "allowed: 64, 80"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a", 192);
+        c.BN = 128;
+        jit::resolve(c);
+      },
+      {"BN", "128", "depth 192", "allowed: 64, 80, 96, 112"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a", 96);
+        c.BN = 192;
+        jit::resolve(c);
+      },
+      {"BN", "192", "depth 96 (padded 128)"});
   // 3 stages of BN 80 at depth 256 do not fit 227 KiB.
-  expect_config_error([] { auto c = cfg_for("sm_90a", 256); c.num_kv_stages = 3; jit::resolve(c); },
-                      {"num_kv_stages", "3", "232448"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a", 256);
+        c.num_kv_stages = 3;
+        jit::resolve(c);
+      },
+      {"num_kv_stages", "3", "232448"});
   // BM 192 (three consumer warpgroups at 160 registers) stays a depth-64 tile.
-  expect_config_error([] { auto c = cfg_for("sm_90a", 192); c.BM = 192; jit::resolve(c); }, {"BM", "192", "128"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a", 192);
+        c.BM = 192;
+        jit::resolve(c);
+      },
+      {"BM", "192", "128"});
   // Padded depth is derived (depth 96 runs at 128); other backends keep 64 and 128.
   EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 96)).padded_depth, 128);
   expect_config_error([] { jit::resolve(cfg_for("sm_90a", 160)); }, {"depth", "160", "64, 96, 128, 192, 256"});
@@ -203,20 +228,60 @@ TEST(Config, RefusalsNameFieldValueAndAllowed) {
   expect_config_error([] { jit::resolve(cfg_for("sm_70")); }, {"arch", "sm_70", "sm_90a"});
   expect_config_error([] { jit::resolve(cfg_for("")); }, {"arch"});
   expect_config_error([] { jit::resolve(cfg_for("sm_90a", 80)); }, {"depth", "80", "64"});
-  expect_config_error([] { auto c = cfg_for("sm_90a"); c.BN = 100; jit::resolve(c); }, {"BN", "100", "allowed"});
-  expect_config_error([] { auto c = cfg_for("sm_100a"); c.BN = 256; jit::resolve(c); }, {"BN", "256", "TMEM"});
-  expect_config_error([] { auto c = cfg_for("sm_100a"); c.num_kv_stages = 9; jit::resolve(c); }, {"num_kv_stages", "9"});
-  expect_config_error([] { auto c = cfg_for("sm_86"); c.BN = 128; jit::resolve(c); }, {"BN", "shared memory", "sm_86"});
-  expect_config_error([] { auto c = cfg_for("sm_90a"); c.num_q_heads = 30; c.group = 4; jit::resolve(c); },
-                      {"group", "4", "num_q_heads"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a");
+        c.BN = 100;
+        jit::resolve(c);
+      },
+      {"BN", "100", "allowed"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a");
+        c.BN = 256;
+        jit::resolve(c);
+      },
+      {"BN", "256", "TMEM"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a");
+        c.num_kv_stages = 9;
+        jit::resolve(c);
+      },
+      {"num_kv_stages", "9"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_86");
+        c.BN = 128;
+        jit::resolve(c);
+      },
+      {"BN", "shared memory", "sm_86"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a");
+        c.num_q_heads = 30;
+        c.group = 4;
+        jit::resolve(c);
+      },
+      {"group", "4", "num_q_heads"});
   // The fields that took one value only are gone; a file that still sets one is told why.
   for (const char* field : {"padded_depth", "BK1", "num_mma_stages", "swizzle_bytes"})
     expect_config_error([&] { jit::config_from_json({{"depth", 128}, {field, 0}}); }, {field, "removed", "one value"});
   expect_config_error([] { jit::config_from_json({{"configs", 1}}); }, {"unknown field 'configs'"});
-  expect_config_error([] { auto c = cfg_for("sm_90a"); c.score_mod = jit::ScoreMod::custom("  "); jit::resolve(c); },
-                      {"score_mod.snippet"});
-  expect_config_error([] { auto c = cfg_for("sm_90a"); c.mask = jit::Mask::all_of({}); jit::resolve(c); },
-                      {"mask.masks"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a");
+        c.score_mod = jit::ScoreMod::custom("  ");
+        jit::resolve(c);
+      },
+      {"score_mod.snippet"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90a");
+        c.mask = jit::Mask::all_of({});
+        jit::resolve(c);
+      },
+      {"mask.masks"});
   expect_config_error([] { jit::dtype_from_string("fp8"); }, {"dtype", "fp8", "bf16"});
 }
 
@@ -321,11 +386,13 @@ TEST(Config, PackGqaAndBlockSnippetsAreValidated) {
 }
 
 TEST(ConfigJson, AcceptsShorthandsAndRejectsUnknownFields) {
-  const auto c = jit::config_from_json(nlohmann::json::parse(R"({"depth": 64, "mask": "causal", "score_mod": "softcap"})"));
+  const auto c =
+      jit::config_from_json(nlohmann::json::parse(R"({"depth": 64, "mask": "causal", "score_mod": "softcap"})"));
   EXPECT_EQ(c.depth, 64);
   EXPECT_EQ(c.mask, jit::Mask::causal());
   EXPECT_EQ(c.score_mod, jit::ScoreMod::softcap());
-  expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"dpeth": 64})")); }, {"unknown field", "dpeth"});
+  expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"dpeth": 64})")); },
+                      {"unknown field", "dpeth"});
   expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"depth": "64"})")); }, {"depth"});
   expect_config_error([] { jit::config_from_json(nlohmann::json::parse(R"({"mask": {"kind": "diagonal"}})")); },
                       {"mask.kind", "diagonal", "causal"});

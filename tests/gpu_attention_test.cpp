@@ -144,8 +144,9 @@ void run_hopper_tile(int depth, int bm, int bn, std::initializer_list<Shape> sha
       c.num_kv_heads = 2;
       c.seqlen_q = s.sq;
       c.seqlen_k = s.sk;
-      expect_matches(*kernel, c, fmt::format("BM{} BN{} d{} {} Sq {} Sk {}", bm, bn, depth,
-                                             causal ? "causal" : "none", s.sq, s.sk));
+      expect_matches(
+          *kernel, c,
+          fmt::format("BM{} BN{} d{} {} Sq {} Sk {}", bm, bn, depth, causal ? "causal" : "none", s.sq, s.sk));
     }
   }
 }
@@ -182,10 +183,10 @@ TEST(GpuAttention, HopperDeepHeadsMatchReference) {
           c.seqlen_q = s.sq;
           c.seqlen_k = s.sk;
           c.o_head_pad = 32;
-          expect_matches(*kernel, c,
-                         fmt::format("sm_90a d{} {} {} BN {} {} Sq {} Sk {}", depth, jit::to_string(dtype),
-                                     causal ? "causal" : "none", kernel->config().config.BN, gqa ? "GQA 4:1" : "MHA",
-                                     s.sq, s.sk));
+          expect_matches(
+              *kernel, c,
+              fmt::format("sm_90a d{} {} {} BN {} {} Sq {} Sk {}", depth, jit::to_string(dtype),
+                          causal ? "causal" : "none", kernel->config().config.BN, gqa ? "GQA 4:1" : "MHA", s.sq, s.sk));
         }
       }
 }

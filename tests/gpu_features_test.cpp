@@ -86,23 +86,25 @@ TEST(GpuFeatures, PagedKvMatchesContiguous) {
   SKIP_WITHOUT_GPU();
   for (const std::string& arch : runnable_archs())
     for (int depth : {64, 128})
-    for (const char* tune : {"", "persistent=0"}) {
-      if (*tune && arch != "sm_90a") continue;
-      const auto kernel = jit::get_kernel(config(arch, depth, Mask::causal()), jit::testing::tuned(tune));
-      for (int page : {16, 48, 64, 256}) {
-        CheckCase c = heads(8, 2);
-        c.batch = 3;
-        c.seqlen_q = 33;
-        c.seqlens_k = {1000, 64, 517};
-        c.page_size = page;
-        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} {} paged {}", arch, depth, tune, page));
+      for (const char* tune : {"", "persistent=0"}) {
+        if (*tune && arch != "sm_90a") continue;
+        const auto kernel = jit::get_kernel(config(arch, depth, Mask::causal()), jit::testing::tuned(tune));
+        for (int page : {16, 48, 64, 256}) {
+          CheckCase c = heads(8, 2);
+          c.batch = 3;
+          c.seqlen_q = 33;
+          c.seqlens_k = {1000, 64, 517};
+          c.page_size = page;
+          expect_matches(jit::testing::run_and_check(*kernel, c),
+                         fmt::format("{} d{} {} paged {}", arch, depth, tune, page));
+        }
+        CheckCase v = heads(4, 4);  // varlen queries over paged keys
+        v.seqlens_q = {5, 0, 130};
+        v.seqlens_k = {300, 17, 130};
+        v.page_size = 64;
+        expect_matches(jit::testing::run_and_check(*kernel, v),
+                       fmt::format("{} d{} {} paged varlen", arch, depth, tune));
       }
-      CheckCase v = heads(4, 4);  // varlen queries over paged keys
-      v.seqlens_q = {5, 0, 130};
-      v.seqlens_k = {300, 17, 130};
-      v.page_size = 64;
-      expect_matches(jit::testing::run_and_check(*kernel, v), fmt::format("{} d{} {} paged varlen", arch, depth, tune));
-    }
 }
 
 TEST(GpuFeatures, SplitKvMatchesReference) {
@@ -118,8 +120,7 @@ TEST(GpuFeatures, SplitKvMatchesReference) {
           c.seqlen_k = 3000;
           c.num_splits = splits;
           c.with_sinks = splits == 3;
-          expect_matches(jit::testing::run_and_check(*kernel, c),
-                         fmt::format("{} d{} splits {}", arch, depth, splits));
+          expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} splits {}", arch, depth, splits));
         }
         CheckCase e = heads(2, 2);  // more splits than KV tiles: empty splits must combine to the right answer
         e.seqlen_q = 130;
@@ -169,8 +170,10 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
       int page_size;
       bool sinks;
     };
-    const Shape shapes[] = {{5, 1, 4100, {}, 0, true},        {37, 1, 777, {}, 0, false},
-                            {4, 1, 3000, {1000, 64, 517, 3000}, 64, true}, {3, 16, 2000, {}, 0, true},
+    const Shape shapes[] = {{5, 1, 4100, {}, 0, true},
+                            {37, 1, 777, {}, 0, false},
+                            {4, 1, 3000, {1000, 64, 517, 3000}, 64, true},
+                            {3, 16, 2000, {}, 0, true},
                             {2, 40, 900, {}, 0, false}};
     for (const Shape& sh : shapes) {
       CheckCase c = heads(8, 2);
@@ -181,8 +184,8 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
       c.page_size = sh.page_size;
       c.with_sinks = sh.sinks;
       c.num_splits = 0;  // automatic: one unit per KV tile on sm90a
-      expect_matches(jit::testing::run_and_check(*kernel, c),
-                     fmt::format("{} B {} Sq {} Sk {} page {}", arch, sh.batch, sh.seqlen_q, sh.seqlen_k, sh.page_size));
+      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} B {} Sq {} Sk {} page {}", arch, sh.batch,
+                                                                          sh.seqlen_q, sh.seqlen_k, sh.page_size));
     }
     if (stream_k) {  // decode shapes are cut into partials; Sq 40 packs 160 rows into 3 whole tiles
       EXPECT_GT(kernel->num_splits(shapes_only(5, 1, 8, 4100, 2)), 1);
@@ -200,7 +203,8 @@ TEST(GpuFeatures, StreamKDecodeMatchesReference) {
 TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
-  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "the persistent walker is sm90a's";
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end())
+    GTEST_SKIP() << "the persistent walker is sm90a's";
   const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
   for (int depth : {64, 128}) {
     const auto kernel = jit::get_kernel(config("sm_90a", depth), jit::testing::tuned("persistent=1"));
@@ -234,36 +238,37 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
 TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
-  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "the persistent walker is sm90a's";
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end())
+    GTEST_SKIP() << "the persistent walker is sm90a's";
   const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
   for (const char* tune : {"", "cross_tile=0"})
-  for (int depth : {96, 128})
-    for (const Mask& mask : {Mask::none(), Mask::causal()}) {
-      const auto kernel = jit::get_kernel(config("sm_90a", depth, mask), jit::testing::tuned(tune));
-      ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
-      const int bm = kernel->config().config.BM;
-      const std::string what =
-          fmt::format("d{} {} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none", tune);
+    for (int depth : {96, 128})
+      for (const Mask& mask : {Mask::none(), Mask::causal()}) {
+        const auto kernel = jit::get_kernel(config("sm_90a", depth, mask), jit::testing::tuned(tune));
+        ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
+        const int bm = kernel->config().config.BM;
+        const std::string what =
+            fmt::format("d{} {} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none", tune);
 
-      CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
-      equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
-      equal.batch = 3 * sms / (4 * 5) + 1;
-      equal.num_splits = 0;
-      equal.with_sinks = true;
-      expect_matches(jit::testing::run_and_check(*kernel, equal), what + " equal lengths");
+        CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
+        equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
+        equal.batch = 3 * sms / (4 * 5) + 1;
+        equal.num_splits = 0;
+        equal.with_sinks = true;
+        expect_matches(jit::testing::run_and_check(*kernel, equal), what + " equal lengths");
 
-      CheckCase keyless = heads(4, 4);  // causal: the first 450 rows see no key (3 whole tiles)
-      keyless.seqlen_q = 700;
-      keyless.seqlen_k = 250;
-      keyless.batch = 3 * sms / (4 * 6) + 1;
-      expect_matches(jit::testing::run_and_check(*kernel, keyless), what + " seqlen_q > seqlen_k");
+        CheckCase keyless = heads(4, 4);  // causal: the first 450 rows see no key (3 whole tiles)
+        keyless.seqlen_q = 700;
+        keyless.seqlen_k = 250;
+        keyless.batch = 3 * sms / (4 * 6) + 1;
+        expect_matches(jit::testing::run_and_check(*kernel, keyless), what + " seqlen_q > seqlen_k");
 
-      CheckCase varlen = heads(8, 2);  // tiles past a sequence's rows have no Q rows
-      varlen.seqlens_q = {0, 900, 5, 0, 640, 128, 1, 300, 0, 77};
-      varlen.seqlens_k = {3, 900, 700, 0, 640, 129, 1000, 260, 9, 77};
-      ASSERT_GE(8LL * 10 * ((900 + bm - 1) / bm), 3LL * sms);
-      expect_matches(jit::testing::run_and_check(*kernel, varlen), what + " varlen");
-    }
+        CheckCase varlen = heads(8, 2);  // tiles past a sequence's rows have no Q rows
+        varlen.seqlens_q = {0, 900, 5, 0, 640, 128, 1, 300, 0, 77};
+        varlen.seqlens_k = {3, 900, 700, 0, 640, 129, 1000, 260, 9, 77};
+        ASSERT_GE(8LL * 10 * ((900 + bm - 1) / bm), 3LL * sms);
+        expect_matches(jit::testing::run_and_check(*kernel, varlen), what + " varlen");
+      }
 }
 
 // A consumer warpgroup's P V skips the keys of a KV tile that its own 64 rows cannot see (sm90a
@@ -307,7 +312,8 @@ TEST(GpuFeatures, WarpgroupKeySpansMatchReference) {
       CheckCase window = c;
       window.window_left = 100;
       window.window_right = 0;
-      check(config("sm_90a", depth, Mask::sliding_window()), scoped, window, {{515, 515}, {515, 579}}, what + " window");
+      check(config("sm_90a", depth, Mask::sliding_window()), scoped, window, {{515, 515}, {515, 579}},
+            what + " window");
       CheckCase chunks = c;
       chunks.chunk_size = 100;
       check(config("sm_90a", depth, Mask::chunked()), scoped, chunks, {{515, 515}, {515, 611}}, what + " chunked");
@@ -321,10 +327,11 @@ TEST(GpuFeatures, AutomaticSplitsFillTheGpuForDecode) {
   jit::LaunchArgs a = shapes_only(1, 1, 32, 131072, 8);  // num_splits() needs no data
   EXPECT_GT(kernel->num_splits(a), 1);
   EXPECT_GT(kernel->workspace_bytes(a), 0u);
-  a = shapes_only(16, 2048, 16, 2048, 16);  // prefill fills the GPU: 4096 Q tiles
+  a = shapes_only(16, 2048, 16, 2048, 16);        // prefill fills the GPU: 4096 Q tiles
   if (kernel->config().tuning.persistent == 1) {  // sm90a default: only the last, partial round splits
     const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
-    const fa4::PersistentWalk::SplitTail tail = fa4::PersistentWalk::split_tail(4096, 2048 / kernel->config().config.BN, sms);
+    const fa4::PersistentWalk::SplitTail tail =
+        fa4::PersistentWalk::split_tail(4096, 2048 / kernel->config().config.BN, sms);
     EXPECT_EQ(kernel->num_splits(a), tail.splits);
     const std::size_t tail_rows = tail.splits > 1 ? (4096 - tail.from) * kernel->config().config.BM : 0;
     EXPECT_EQ(kernel->workspace_bytes(a), tail_rows * tail.splits * (128 + 1) * sizeof(float));
@@ -342,9 +349,9 @@ TEST(GpuFeatures, PackedGqaMatchesReference) {
     for (int depth : {64, 128})
       for (int group : {4, 8}) {
         // A custom mask and score-mod that depend on the head catch a wrong row -> head mapping.
-        FA4Config cfg = config(arch, depth,
-                               Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}),
-                               ScoreMod::custom("return score - 0.05f * h;"));
+        FA4Config cfg =
+            config(arch, depth, Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}),
+                   ScoreMod::custom("return score - 0.05f * h;"));
         cfg.group = group;
         cfg.pack_gqa = true;
         const auto kernel = jit::get_kernel(cfg);
@@ -470,7 +477,8 @@ TEST(GpuFeatures, BlockSnippetAndRunTimeBlockMask) {
         c.seqlen_q = 300;
         c.seqlen_k = 500;
         c.custom_visible = visible;
-        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} block snippet '{}'", arch, depth, b));
+        expect_matches(jit::testing::run_and_check(*kernel, c),
+                       fmt::format("{} d{} block snippet '{}'", arch, depth, b));
         c.block_mask_q = 64;
         c.block_mask_k = 64;
         expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} run-time block mask", arch, depth));
@@ -580,12 +588,11 @@ RandomCase random_case(std::uint64_t seed, const std::string& arch) {
       c.window_left = pick(200);
       c.window_right = pick(20);
       break;
-    case 5:
-      cfg.mask = Mask::any_of({Mask::causal(), Mask::custom("return kv_idx % 7 == h % 7;")});
-      break;
+    case 5: cfg.mask = Mask::any_of({Mask::causal(), Mask::custom("return kv_idx % 7 == h % 7;")}); break;
     default: cfg.mask = Mask::custom("return (q_idx + kv_idx + h) % 3 != 1;"); break;
   }
-  if (cfg.mask.kind == Mask::Kind::custom) c.custom_visible = [](int, int h, int q, int k) { return (q + k + h) % 3 != 1; };
+  if (cfg.mask.kind == Mask::Kind::custom)
+    c.custom_visible = [](int, int h, int q, int k) { return (q + k + h) % 3 != 1; };
   if (cfg.mask.kind == Mask::Kind::any_of) {
     // Causal alignment is per sequence: the reference gets the lengths through the closure.
     const std::vector<int> lq = c.seqlens_q, lk = c.seqlens_k;
@@ -607,7 +614,8 @@ RandomCase random_case(std::uint64_t seed, const std::string& arch) {
       c.custom_score_mod = [](double s, int, int h, int, int k) { return s + 0.01 * (h - k % 3); };
   }
   r.name = fmt::format(
-      "seed {} {} d{} {} group {}{} B {} Sq {} Sk {} seqlens_q [{}] seqlens_k [{}] page {} splits {} sinks {} window ({}, {}) "
+      "seed {} {} d{} {} group {}{} B {} Sq {} Sk {} seqlens_q [{}] seqlens_k [{}] page {} splits {} sinks {} window "
+      "({}, {}) "
       "chunk {} softcap {} mask {} mod {}",
       seed, arch, cfg.depth, jit::to_string(cfg.dtype), group, cfg.pack_gqa ? " packed" : "", c.batch, c.seqlen_q,
       c.seqlen_k, fmt::join(c.seqlens_q, ","), fmt::join(c.seqlens_k, ","), c.page_size, c.num_splits, c.with_sinks,

@@ -32,8 +32,9 @@ TEST(GpuMath, Exp2PolynomialMatchesItsErrorModel) {
   SKIP_WITHOUT_GPU();
   const CUdevice dev = jit::detail::ensure_context();
   const std::string arch = "sm_" + std::to_string(jit::detail::device_sm(dev));
-  const auto out = jit::detail::nvrtc_compile(kProbe, "probe.cu", *jit::detail::template_headers(jit::Backend::portable),
-                                              {"--gpu-architecture=" + arch, "-std=c++17", "-default-device"});
+  const auto out =
+      jit::detail::nvrtc_compile(kProbe, "probe.cu", *jit::detail::template_headers(jit::Backend::portable),
+                                 {"--gpu-architecture=" + arch, "-std=c++17", "-default-device"});
   CUmodule mod;
   CUfunction fn;
   check(driver().cuModuleLoadData(&mod, out.cubin.data()), "cuModuleLoadData");

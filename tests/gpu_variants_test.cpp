@@ -83,7 +83,9 @@ std::vector<Variant> variants() {
   {
     Variant x{"custom score-mod", Mask::none(),
               ScoreMod::custom("return score * 0.5f + (kv_idx % 7 == 0 ? 1.0f : 0.0f) - 0.001f * h;"), base(129, 257)};
-    x.c.custom_score_mod = [](double s, int, int h, int, int k) { return s * 0.5 + (k % 7 == 0 ? 1.0 : 0.0) - 0.001 * h; };
+    x.c.custom_score_mod = [](double s, int, int h, int, int k) {
+      return s * 0.5 + (k % 7 == 0 ? 1.0 : 0.0) - 0.001 * h;
+    };
     v.push_back(x);
   }
   {

@@ -54,7 +54,7 @@ std::string refusal(const nlohmann::json& j, jit::ModelOptions o = {}) {
 TEST(ModelKernels, Llama3PrefillAndPackedDecode) {
   const auto ks = jit::model_kernels(model("llama3_8b"));
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
-                                                  expected(DType::bf16, 128, Mask::causal(), {}, 4)}));
+                                                 expected(DType::bf16, 128, Mask::causal(), {}, 4)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention all layers");
   EXPECT_EQ(ks[1].use, "decode (Sq x 4 <= 128, packed GQA): full-attention all layers");
 }
@@ -85,11 +85,11 @@ TEST(ModelKernels, Gemma2AlternatesLayersWithSoftcapAndNeedsADtypeForItsFloat32C
   jit::ModelOptions o;
   o.dtype = DType::bf16;
   const auto ks = jit::model_kernels(model("gemma2_9b"), o);
-  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{
-                             expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap()),
-                             expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
-                             expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap()),
-                             expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
+  EXPECT_EQ(configs(ks),
+            (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap()),
+                                    expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
+                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap()),
+                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more)");
   EXPECT_EQ(ks[2].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
 }
@@ -97,9 +97,9 @@ TEST(ModelKernels, Gemma2AlternatesLayersWithSoftcapAndNeedsADtypeForItsFloat32C
 TEST(ModelKernels, Gemma3ReadsTheTextConfigAndItsFiveToOnePattern) {
   const auto ks = jit::model_kernels(model("gemma3_4b"));
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal()),
-                                                  expected(DType::bf16, 256, Mask::causal(), {}, 2),
-                                                  expected(DType::bf16, 256, Mask::sliding_window()),
-                                                  expected(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
+                                                 expected(DType::bf16, 256, Mask::causal(), {}, 2),
+                                                 expected(DType::bf16, 256, Mask::sliding_window()),
+                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 5, 11, 17, 23, 29");
 }
 
@@ -110,9 +110,9 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
   o.dtype = DType::bf16;
   const auto ks = jit::model_kernels(model("gpt_oss_20b"), o);
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 64, Mask::causal()),
-                                                  expected(DType::bf16, 64, Mask::causal(), {}, 8),
-                                                  expected(DType::bf16, 64, Mask::sliding_window()),
-                                                  expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
+                                                 expected(DType::bf16, 64, Mask::causal(), {}, 8),
+                                                 expected(DType::bf16, 64, Mask::sliding_window()),
+                                                 expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
   for (const auto& k : ks) EXPECT_NE(k.use.find("attention sinks: a launch argument"), std::string::npos) << k.use;
 }
 
@@ -147,7 +147,8 @@ TEST(ModelKernels, UnsupportedFeaturesAreNamed) {
 TEST(ModelKernels, EveryModelKernelResolvesOnHopper) {
   jit::ModelOptions o;
   o.dtype = DType::bf16;
-  for (const char* name : {"llama3_8b", "qwen2_7b", "qwen3_8b", "mistral_7b_v01", "gemma2_9b", "gemma3_4b", "gpt_oss_20b"})
+  for (const char* name :
+       {"llama3_8b", "qwen2_7b", "qwen3_8b", "mistral_7b_v01", "gemma2_9b", "gemma3_4b", "gpt_oss_20b"})
     for (const ModelKernel& k : jit::model_kernels(model(name), o)) {
       FA4Config c = k.config;
       c.arch = "sm_90a";

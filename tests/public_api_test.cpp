@@ -61,7 +61,8 @@ TEST(PublicApi, ConfigEqualityComparesEveryField) {
   const Tuning t;
   for (int i = 0; i < 6; ++i) {
     Tuning u = t;
-    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong, &u.cross_tile, &u.wg_spans, &u.persistent};
+    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong,
+                     &u.cross_tile,         &u.wg_spans,         &u.persistent};
     *fields[i] += 1;
     EXPECT_NE(t, u) << "Tuning field " << i;
   }

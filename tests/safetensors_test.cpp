@@ -63,7 +63,8 @@ TEST_F(SafetensorsReader, OffsetsThatWrapAroundAreRefused) {
             std::to_string(begin + 48) + "]}}",
         std::string(48, 'x'));
   expect_refused({"tensor \"q\"", "data_offsets"});
-  write(R"({"q": {"dtype": "BF16", "shape": [1, 1, 1, 24], "data_offsets": [18446744073709551600, 32]}})", std::string(48, 'x'));
+  write(R"({"q": {"dtype": "BF16", "shape": [1, 1, 1, 24], "data_offsets": [18446744073709551600, 32]}})",
+        std::string(48, 'x'));
   expect_refused({"data_offsets"});
 }
 

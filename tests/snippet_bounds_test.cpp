@@ -246,7 +246,8 @@ TEST(GpuSnippetBounds, PrefillSnippetsSeeOnlyTheSequence) {
     for (int depth : {64, 128})
       for (const SnippetKernel& k : snippet_kernels()) {
         if (k.tune && arch != "sm_90a") continue;
-        const auto kernel = jit::get_kernel(config(arch, depth, k.mask, k.mod), jit::testing::tuned(k.tune ? k.tune : ""));
+        const auto kernel =
+            jit::get_kernel(config(arch, depth, k.mask, k.mod), jit::testing::tuned(k.tune ? k.tune : ""));
         if (k.tune) EXPECT_EQ(kernel->config().tuning.persistent, 1) << k.name;
         const auto& rc = kernel->config().config;
         std::uint64_t seed = 0x19;
@@ -359,7 +360,7 @@ TEST(SnippetBoundsCompile, IssueSnippetsCompileWithoutSpills) {
           const auto use = jit::detail::parse_ptxas_log(out.log);
           EXPECT_GT(use.registers, 0) << what << "\n" << out.log;
           if (arch == "sm_90a") EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
-          const bool may_spill = arch == "sm_90a" ? (depth == 64 ? k.spills_sm90a_d64 : k.spills_sm90a_d128)
+          const bool may_spill = arch == "sm_90a"  ? (depth == 64 ? k.spills_sm90a_d64 : k.spills_sm90a_d128)
                                  : arch == "sm_80" ? (depth == 64 ? k.spills_sm80_d64 : k.spills_sm80_d128)
                                                    : false;
           if (!may_spill) EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;

@@ -47,7 +47,8 @@ TEST(NvrtcStack, DeeplyNestedSourceCompilesFromAnOrdinaryThread) {
       {
         int rc = 1;
         on_8mib_thread([&] {
-          const std::string src = "extern \"C\" __global__ void k(int* p) { int x = p[0]; p[1] = " + parens(20000, "x") + "; }\n";
+          const std::string src =
+              "extern \"C\" __global__ void k(int* p) { int x = p[0]; p[1] = " + parens(20000, "x") + "; }\n";
           try {
             rc = jit::detail::nvrtc_compile(src, "deep.cu", {}, {"--gpu-architecture=sm_80"}).cubin.empty() ? 2 : 0;
           } catch (...) {
@@ -67,7 +68,8 @@ TEST(SnippetLimits, HundredThousandParenthesesAreAConfigErrorAndTheProcessSurviv
     jit::detail::compile_inputs(custom_mask("return " + parens(30000, "true") + ";"));
     FAIL() << "no ConfigError";
   } catch (const jit::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("mask snippet line 1: brackets nested deeper than 256"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mask snippet line 1: brackets nested deeper than 256"), std::string::npos)
+        << e.what();
   }
 }
 

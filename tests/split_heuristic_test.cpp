@@ -26,7 +26,7 @@ TEST(SplitHeuristic, FillsTheSlotsForDecode) {
 }
 
 TEST(SplitHeuristic, LeavesFullGridsAndShortKeysAlone) {
-  EXPECT_EQ(choose_num_splits(512, 64, 132), 1);  // B 64 x 8 heads already fills the GPU
+  EXPECT_EQ(choose_num_splits(512, 64, 132), 1);   // B 64 x 8 heads already fills the GPU
   EXPECT_EQ(choose_num_splits(106, 512, 132), 1);  // >= 80% of the slots
   EXPECT_EQ(choose_num_splits(8, 3, 132), 1);      // fewer than 4 KV tiles
   EXPECT_EQ(choose_num_splits(8, 10, 132), 5);     // at least two KV tiles per split
@@ -75,14 +75,14 @@ void expect_partition(long long tiles, int kv_blocks, int m_blocks, int requeste
 }  // namespace
 
 TEST(StreamK, SegmentsPartitionTheUnits) {
-  expect_partition(512, 64, 1, 0, 132);    // B 64 x 8 KV heads, 4096 keys: q = 248, tiles cut in 2
-  expect_partition(64, 512, 1, 0, 132);    // B 8, 32768 keys: each tile over 2-3 CTAs
-  expect_partition(8, 2048, 1, 0, 132);    // B 1, 131072 keys: each tile over ~17 CTAs
-  expect_partition(3, 5, 1, 0, 132);       // fewer units than SMs: one unit per CTA
-  expect_partition(37, 13, 1, 0, 100);     // runs that straddle tile boundaries unevenly
-  expect_partition(10, 700, 2, 0, 132);    // several Q tiles per head: whole tiles
-  expect_partition(10, 700, 2, 3, 132);    // explicit: 3 units per tile
-  expect_partition(1000, 1, 1, 0, 132);    // one KV tile: whole tiles
+  expect_partition(512, 64, 1, 0, 132);  // B 64 x 8 KV heads, 4096 keys: q = 248, tiles cut in 2
+  expect_partition(64, 512, 1, 0, 132);  // B 8, 32768 keys: each tile over 2-3 CTAs
+  expect_partition(8, 2048, 1, 0, 132);  // B 1, 131072 keys: each tile over ~17 CTAs
+  expect_partition(3, 5, 1, 0, 132);     // fewer units than SMs: one unit per CTA
+  expect_partition(37, 13, 1, 0, 100);   // runs that straddle tile boundaries unevenly
+  expect_partition(10, 700, 2, 0, 132);  // several Q tiles per head: whole tiles
+  expect_partition(10, 700, 2, 3, 132);  // explicit: 3 units per tile
+  expect_partition(1000, 1, 1, 0, 132);  // one KV tile: whole tiles
   for (int tiles : {1, 2, 7, 131, 133, 264})
     for (int kv : {2, 3, 64, 65})
       for (int sms : {1, 16, 132}) expect_partition(tiles, kv, 1, 0, sms);
@@ -116,7 +116,8 @@ TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
     const auto at = [&](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) - base; };
     EXPECT_EQ(at(p.o_partial), 0u);
     EXPECT_EQ(at(p.lse_partial), 37u * 5 * 96 * sizeof(float));
-    const std::uintptr_t end = counts ? at(p.split_count) + 37 * sizeof(int) : at(p.lse_partial) + 37 * 5 * sizeof(float);
+    const std::uintptr_t end =
+        counts ? at(p.split_count) + 37 * sizeof(int) : at(p.lse_partial) + 37 * 5 * sizeof(float);
     EXPECT_EQ(end, layout.bytes()) << counts;
     if (counts) {
       EXPECT_EQ(at(p.split_count), at(p.lse_partial) + 37u * 5 * sizeof(float));
@@ -139,22 +140,22 @@ TEST(SplitTail, SplitsOnlyAPartialLastRound) {
   EXPECT_EQ(plan_split_tail(4096, 132, 132).splits, 33);  // 33 x 4 = 132: the round is full
   EXPECT_EQ(plan_split_tail(4096, 128, 132).splits, 32);  // 33 would leave the last split empty
   EXPECT_EQ(plan_split_tail(140, 16, 132).from, 132);
-  EXPECT_EQ(plan_split_tail(140, 16, 132).splits, 16);  // 8 tiles x 16 splits = 128 CTAs
-  EXPECT_EQ(plan_split_tail(264, 64, 132).splits, 1);   // whole rounds
-  EXPECT_EQ(plan_split_tail(131, 64, 132).splits, 1);   // one partial round: choose_num_splits' case
+  EXPECT_EQ(plan_split_tail(140, 16, 132).splits, 16);      // 8 tiles x 16 splits = 128 CTAs
+  EXPECT_EQ(plan_split_tail(264, 64, 132).splits, 1);       // whole rounds
+  EXPECT_EQ(plan_split_tail(131, 64, 132).splits, 1);       // one partial round: choose_num_splits' case
   EXPECT_EQ(plan_split_tail(132 + 70, 64, 132).splits, 1);  // 70 of 132: two splits would not fit
-  EXPECT_EQ(plan_split_tail(4096, 1, 132).splits, 1);   // one KV tile: nothing to split
+  EXPECT_EQ(plan_split_tail(4096, 1, 132).splits, 1);       // one KV tile: nothing to split
   for (long long tiles : {133LL, 200LL, 1000LL, 4097LL})
     for (int kv : {2, 3, 5, 64, 1000})
       for (int sms : {78, 114, 132}) {
         const PersistentWalk::SplitTail t = plan_split_tail(tiles, kv, sms);
         if (t.splits == 1) continue;
         SCOPED_TRACE(testing::Message() << "tiles " << tiles << " kv " << kv << " sms " << sms);
-        EXPECT_EQ(t.from % sms, 0);                     // whole rounds first
-        EXPECT_LE((tiles - t.from) * t.splits, sms);    // the tail is one round
+        EXPECT_EQ(t.from % sms, 0);                   // whole rounds first
+        EXPECT_LE((tiles - t.from) * t.splits, sms);  // the tail is one round
         EXPECT_LE(t.splits, std::min(kv, fa4::kMaxSplits));
         const int per = (kv + t.splits - 1) / t.splits;
-        EXPECT_LT(per * (t.splits - 1), kv);            // the last split has a KV tile
+        EXPECT_LT(per * (t.splits - 1), kv);  // the last split has a KV tile
       }
 }
 
@@ -176,7 +177,9 @@ TEST(LptSections, AvoidsSectionSizesThatUnbalanceTheStaticWalk) {
   using jit::detail::balanced_section_heads;
   using jit::detail::causal_tile_weights;
   using jit::detail::strided_balance;
-  struct Row { int seqlen, batch, l2_heads; };
+  struct Row {
+    int seqlen, batch, l2_heads;
+  };
   for (const Row& r : {Row{2048, 16, 25}, Row{8192, 4, 5}, Row{16384, 2, 2}}) {
     SCOPED_TRACE(testing::Message() << "S " << r.seqlen << " L2 bound " << r.l2_heads);
     const std::vector<double> w = causal_tile_weights(r.seqlen, r.seqlen, 128, 128, false);

@@ -24,9 +24,12 @@ namespace {
 
 // The README's config.
 jit::FA4Config readme_config() {
-  jit::FA4Config cfg;                  // 0 / unset fields are derived per arch
-  cfg.dtype = jit::DType::bf16; cfg.depth = 128; cfg.num_q_heads = 32; cfg.group = 4;
-  cfg.mask = jit::Mask::causal();      // bottom-right aligned when Sq != Sk
+  jit::FA4Config cfg;  // 0 / unset fields are derived per arch
+  cfg.dtype = jit::DType::bf16;
+  cfg.depth = 128;
+  cfg.num_q_heads = 32;
+  cfg.group = 4;
+  cfg.mask = jit::Mask::causal();  // bottom-right aligned when Sq != Sk
   return cfg;
 }
 
@@ -124,14 +127,14 @@ bool run_and_check(const jit::Kernel& kernel) {
   cuda_check(cudaMemset(lse.ptr, 0xFF, static_cast<std::size_t>(B) * Hq * Sq * 4), "poison lse");
 
   // The README's launch.
-  jit::LaunchArgs args;                // (batch, seqlen, heads, head_dim), strides in elements
+  jit::LaunchArgs args;  // (batch, seqlen, heads, head_dim), strides in elements
   args.q = jit::Tensor::contiguous(q.ptr, jit::DType::bf16, B, Sq, Hq, D);
   args.k = jit::Tensor::contiguous(k.ptr, jit::DType::bf16, B, Sk, Hkv, D);
   args.v = jit::Tensor::contiguous(v.ptr, jit::DType::bf16, B, Sk, Hkv, D);
   args.o = jit::Tensor::contiguous(o.ptr, jit::DType::bf16, B, Sq, Hq, D);
   args.lse = static_cast<float*>(lse.ptr);  // optional float32 [B][Hq][Sq], natural log
-  cudaStream_t stream = nullptr;       // the legacy default stream
-  kernel.launch(args, stream);         // checks every argument first: jit::LaunchError
+  cudaStream_t stream = nullptr;            // the legacy default stream
+  kernel.launch(args, stream);              // checks every argument first: jit::LaunchError
   cuda_check(cudaDeviceSynchronize(), "kernel");
 
   std::vector<std::uint16_t> ho(nq);
@@ -150,8 +153,10 @@ bool run_and_check(const jit::Kernel& kernel) {
     ref2 += ref_o[i] * ref_o[i];
   }
   for (std::size_t i = 0; i < hlse.size(); ++i) {
-    if (std::isnan(hlse[i])) ++unwritten;
-    else lse_err = std::max(lse_err, std::abs(hlse[i] - ref_lse[i]));
+    if (std::isnan(hlse[i]))
+      ++unwritten;
+    else
+      lse_err = std::max(lse_err, std::abs(hlse[i] - ref_lse[i]));
   }
   const double rel_l2 = std::sqrt(err2 / ref2);
   const bool ok = unwritten == 0 && rel_l2 <= 1e-2 && lse_err <= 2e-2;
@@ -166,8 +171,8 @@ int main(int argc, char** argv) {
   const bool require_gpu = argc > 1 && std::string(argv[1]) == "--require-gpu";
   try {
     const jit::RuntimeInfo info = jit::runtime_info();
-    std::printf("fa4jit %s (headers %s), NVRTC %d.%d\n", info.version.c_str(), FA4JIT_VERSION_STRING,
-                info.nvrtc_major, info.nvrtc_minor);
+    std::printf("fa4jit %s (headers %s), NVRTC %d.%d\n", info.version.c_str(), FA4JIT_VERSION_STRING, info.nvrtc_major,
+                info.nvrtc_minor);
     if (info.version != FA4JIT_VERSION_STRING) {
       std::fprintf(stderr, "error: the library (%s) is not the version of its headers (%s)\n", info.version.c_str(),
                    FA4JIT_VERSION_STRING);
@@ -192,9 +197,8 @@ int main(int argc, char** argv) {
                 jit::to_string(kernel->config().backend), kernel->key().c_str(), kernel->origin().c_str());
     const bool ok = run_and_check(*kernel);
     const jit::Stats s = jit::stats();
-    std::printf("stats: %llu compiled, %llu disk hits, %llu memory hits\n",
-                static_cast<unsigned long long>(s.compiles), static_cast<unsigned long long>(s.disk_hits),
-                static_cast<unsigned long long>(s.memory_hits));
+    std::printf("stats: %llu compiled, %llu disk hits, %llu memory hits\n", static_cast<unsigned long long>(s.compiles),
+                static_cast<unsigned long long>(s.disk_hits), static_cast<unsigned long long>(s.memory_hits));
     return ok ? 0 : 1;
   } catch (const jit::Error& e) {  // typed errors from fa4jit (include/fa4jit/errors.hpp)
     std::fprintf(stderr, "fa4jit error: %s\n", e.what());

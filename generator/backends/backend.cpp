@@ -35,10 +35,11 @@ int tma_paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) {
   const int bn = rc.config.BN;
   const int rows = static_cast<int>(std::gcd(page_size, static_cast<long long>(bn)));
   if (rows % 8 != 0)
-    throw LaunchError(fmt::format("launch: k.shape[1] (page_size) is {}: with BN = {} the {} backend loads pages by TMA "
-                                  "boxes of gcd(page_size, BN) rows, which must be a multiple of 8 (use page sizes that "
-                                  "are multiples of 8)",
-                                  page_size, bn, to_string(rc.backend)));
+    throw LaunchError(
+        fmt::format("launch: k.shape[1] (page_size) is {}: with BN = {} the {} backend loads pages by TMA "
+                    "boxes of gcd(page_size, BN) rows, which must be a multiple of 8 (use page sizes that "
+                    "are multiples of 8)",
+                    page_size, bn, to_string(rc.backend)));
   return rows;
 }
 

@@ -23,8 +23,9 @@ class Sm100a final : public BackendPolicy {
     c.BM = pick("BM", c.BM, 256, {256});
     const int bn_max = std::min(256, (kTmemColumns / 2 - dp) / 16 * 16);
     if (c.BN != 0 && (c.BN % 16 != 0 || c.BN < 64 || 2 * c.BN + 2 * dp > kTmemColumns))
-      refuse("BN", std::to_string(c.BN),
-             fmt::format("need a multiple of 16, >= 64, with 2*BN + 2*padded_depth <= 512 TMEM columns (max {})", bn_max));
+      refuse(
+          "BN", std::to_string(c.BN),
+          fmt::format("need a multiple of 16, >= 64, with 2*BN + 2*padded_depth <= 512 TMEM columns (max {})", bn_max));
     c.BN = c.BN ? c.BN : bn_max;
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, dp >= 128 ? 2 : 1, {1, 2});
     c.BK0 = pick("BK0", c.BK0, dp / c.num_qk_stages, {dp / c.num_qk_stages});

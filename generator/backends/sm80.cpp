@@ -41,7 +41,9 @@ class Sm80 final : public BackendPolicy {
   bool lpt_order() const override { return false; }
 
   // SASS runs on the same major with an equal or newer minor.
-  bool runs_on(const ResolvedConfig& rc, int sm) const override { return sm / 10 == rc.sm / 10 && sm % 10 >= rc.sm % 10; }
+  bool runs_on(const ResolvedConfig& rc, int sm) const override {
+    return sm / 10 == rc.sm / 10 && sm % 10 >= rc.sm % 10;
+  }
 
   // Plain loads read each key row through the page table: any page size.
   int paged_kv_box_rows(const ResolvedConfig& rc, long long) const override { return rc.config.BN; }

@@ -93,7 +93,8 @@ class Sm90a final : public BackendPolicy {
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
     // warpgroup's half tile to gain) -5% at S2048, so off there. With a window ptxas serializes every
     // wgmma (C7515) and causal+softcap d128 spills 12 B.
-    t.wg_spans = c.BM == 192 && c.mask.kind == Mask::Kind::causal && c.score_mod.kind == ScoreMod::Kind::identity ? 1 : 0;
+    t.wg_spans =
+        c.BM == 192 && c.mask.kind == Mask::Kind::causal && c.score_mod.kind == ScoreMod::Kind::identity ? 1 : 0;
     // MUFU keeps up with the tensor cores here: FA4's exp2 split (sm100a) measured 8-13% slower
     // (docs/PERF.md), so every exp2 stays on MUFU.
     t.exp2_emulate_every = 0;

@@ -27,7 +27,7 @@ struct Tuning {
   int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
   int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
   int cross_tile = 1;          // sm90a persistent, own O region: finish a tile inside the next one's first step
-  int wg_spans = 0;            // sm90a: a consumer warpgroup's P V skips the keys its rows cannot see (default: causal at BM 192)
+  int wg_spans = 0;  // sm90a: a consumer warpgroup's P V skips the keys its rows cannot see (default: causal at BM 192)
   // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
   // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
   // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked unmasked or causal
@@ -74,7 +74,7 @@ struct ResolvedConfig {
   FA4Config config;  // all fields set
   Tuning tuning;
   Backend backend;
-  int sm = 0;        // 80, 86, 89, 90, 100, 103, 120, ...
+  int sm = 0;            // 80, 86, 89, 90, 100, 103, 120, ...
   int padded_depth = 0;  // depth rounded up to 64, the 128-byte swizzle width of bf16/fp16 rows
   int num_threads = 0;
   int smem_bytes = 0;

@@ -48,14 +48,14 @@ extern "C" {
 /* Status codes; the error kinds mirror the C++ exceptions of fa4jit/errors.hpp. */
 typedef enum fa4jit_status {
   FA4JIT_OK = 0,
-  FA4JIT_ERROR = 1,              /* jit::Error or another failure not listed below */
-  FA4JIT_CONFIG_ERROR = 2,       /* jit::ConfigError: names the field, value and what is allowed */
-  FA4JIT_COMPILE_ERROR = 3,      /* jit::CompileError: the message carries the NVRTC log */
-  FA4JIT_CACHE_ERROR = 4,        /* jit::CacheError */
-  FA4JIT_CACHE_MISS_ERROR = 5,   /* jit::CacheMissError (FA4JIT_SEALED=1, or compile policy forbid) */
-  FA4JIT_DRIVER_ERROR = 6,       /* jit::DriverError: no driver/GPU, arch mismatch, out of memory */
-  FA4JIT_LAUNCH_ERROR = 7,       /* jit::LaunchError: shapes, strides, dtypes, alignment */
-  FA4JIT_INVALID_ARGUMENT = 8    /* misuse of this C API: a null pointer, a struct size too small */
+  FA4JIT_ERROR = 1,            /* jit::Error or another failure not listed below */
+  FA4JIT_CONFIG_ERROR = 2,     /* jit::ConfigError: names the field, value and what is allowed */
+  FA4JIT_COMPILE_ERROR = 3,    /* jit::CompileError: the message carries the NVRTC log */
+  FA4JIT_CACHE_ERROR = 4,      /* jit::CacheError */
+  FA4JIT_CACHE_MISS_ERROR = 5, /* jit::CacheMissError (FA4JIT_SEALED=1, or compile policy forbid) */
+  FA4JIT_DRIVER_ERROR = 6,     /* jit::DriverError: no driver/GPU, arch mismatch, out of memory */
+  FA4JIT_LAUNCH_ERROR = 7,     /* jit::LaunchError: shapes, strides, dtypes, alignment */
+  FA4JIT_INVALID_ARGUMENT = 8  /* misuse of this C API: a null pointer, a struct size too small */
 } fa4jit_status;
 
 typedef enum fa4jit_dtype { FA4JIT_BF16 = 0, FA4JIT_FP16 = 1 } fa4jit_dtype;
@@ -73,28 +73,28 @@ typedef struct fa4jit_tensor {
 /* The fields of jit::LaunchArgs (fa4jit/kernel.hpp), same names and meanings, plus `size` and
  * `device`. Fill it with fa4jit_launch_args_init() first. Pointers are device pointers. */
 typedef struct fa4jit_launch_args {
-  uint32_t size;   /* sizeof(fa4jit_launch_args) of the caller's header: set by fa4jit_launch_args_init */
-  int32_t device;  /* -1 (default): the calling thread's current CUDA context (else device 0's primary
-                      context); >= 0: that device's primary context (PyTorch's), made current for the
-                      call and the previous context restored after it */
-  fa4jit_tensor q, k, v, o;     /* q, o: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D) */
-  float* lse;                   /* optional float32 [B][Hq][Sq] (varlen: [Hq][total_q]), natural log */
-  float softmax_scale;          /* 0: 1/sqrt(head_dim) */
+  uint32_t size;            /* sizeof(fa4jit_launch_args) of the caller's header: set by fa4jit_launch_args_init */
+  int32_t device;           /* -1 (default): the calling thread's current CUDA context (else device 0's primary
+                               context); >= 0: that device's primary context (PyTorch's), made current for the
+                               call and the previous context restored after it */
+  fa4jit_tensor q, k, v, o; /* q, o: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D) */
+  float* lse;               /* optional float32 [B][Hq][Sq] (varlen: [Hq][total_q]), natural log */
+  float softmax_scale;      /* 0: 1/sqrt(head_dim) */
   int32_t window_left, window_right; /* sliding window extents; -1: unbounded (default) */
-  int32_t chunk_size;           /* chunked masks */
-  float softcap;                /* softcap score-mod */
-  const float* alibi_slopes;    /* [Hq] float32; NULL: the standard slopes */
-  const void* aux_ptr[4];       /* custom snippets read these as aux[i] */
-  float aux_scalar[4];          /* ... and scalars[i] */
-  const int32_t* cu_seqlens_q;  /* varlen: int32 [B + 1]; q/k/v/o packed (1, total, H, D) */
+  int32_t chunk_size;                /* chunked masks */
+  float softcap;                     /* softcap score-mod */
+  const float* alibi_slopes;         /* [Hq] float32; NULL: the standard slopes */
+  const void* aux_ptr[4];            /* custom snippets read these as aux[i] */
+  float aux_scalar[4];               /* ... and scalars[i] */
+  const int32_t* cu_seqlens_q;       /* varlen: int32 [B + 1]; q/k/v/o packed (1, total, H, D) */
   const int32_t* cu_seqlens_k;
-  const int32_t* seqused_k;     /* int32 [B]: keys used per sequence */
-  int32_t batch;                /* varlen: number of sequences */
-  int32_t max_seqlen_q;         /* varlen: longest query sequence */
-  const float* sinks;           /* float32 [Hq] attention-sink logits */
-  const int32_t* page_table;    /* paged KV: int32 [batch][max_pages]; k/v (num_pages, page_size, Hkv, D) */
+  const int32_t* seqused_k;  /* int32 [B]: keys used per sequence */
+  int32_t batch;             /* varlen: number of sequences */
+  int32_t max_seqlen_q;      /* varlen: longest query sequence */
+  const float* sinks;        /* float32 [Hq] attention-sink logits */
+  const int32_t* page_table; /* paged KV: int32 [batch][max_pages]; k/v (num_pages, page_size, Hkv, D) */
   int32_t max_pages;
-  int32_t num_splits;           /* split-KV: 0 automatic, 1 none, at most 256 */
+  int32_t num_splits; /* split-KV: 0 automatic, 1 none, at most 256 */
   /* Run-time block mask (custom masks): one byte per (batch, q head, q block, k block), strides in
    * bytes, 0 broadcasts; NULL: none. */
   const uint8_t* block_mask;

@@ -38,8 +38,8 @@ struct FA4JIT_API Mask {
   static Mask sliding_window(bool top_left = false);  // extents: LaunchArgs::window_left/right
   static Mask chunked();                              // size: LaunchArgs::chunk_size
   static Mask custom(std::string body, std::string block_body = {});
-  static Mask all_of(std::vector<Mask> masks);        // visible iff every mask sees the key
-  static Mask any_of(std::vector<Mask> masks);        // visible iff some mask sees the key
+  static Mask all_of(std::vector<Mask> masks);  // visible iff every mask sees the key
+  static Mask any_of(std::vector<Mask> masks);  // visible iff some mask sees the key
   // Written out (not defaulted) so the header stays C++17; compares every field.
   bool operator==(const Mask& o) const {
     return kind == o.kind && top_left == o.top_left && snippet == o.snippet && children == o.children &&
@@ -63,14 +63,14 @@ struct FA4JIT_API ScoreMod {
 };
 
 struct FA4Config {
-  DType dtype = DType::bf16;                // Q, K, V
-  std::optional<DType> output_dtype;        // O; unset: dtype
-  int depth = 128;                          // head dim
-  int BM = 0, BN = 0, BK0 = 0;              // Q rows per CTA, K/V rows per tile, Q.K^T depth chunk
-  int num_q_heads = 0;                      // 0: any (checked at launch when set)
-  int group = 0;                            // num_q_heads / num_kv_heads; 0: any
+  DType dtype = DType::bf16;          // Q, K, V
+  std::optional<DType> output_dtype;  // O; unset: dtype
+  int depth = 128;                    // head dim
+  int BM = 0, BN = 0, BK0 = 0;        // Q rows per CTA, K/V rows per tile, Q.K^T depth chunk
+  int num_q_heads = 0;                // 0: any (checked at launch when set)
+  int group = 0;                      // num_q_heads / num_kv_heads; 0: any
   int num_kv_stages = 0, num_qk_stages = 0;
-  std::string arch;                         // "sm_90a", "sm_100a", "sm_80", ...; empty: current GPU
+  std::string arch;  // "sm_90a", "sm_100a", "sm_80", ...; empty: current GPU
   Mask mask;
   ScoreMod score_mod;
   // Pack the `group` query heads of one KV head into one Q tile (tile row r = query r / group of

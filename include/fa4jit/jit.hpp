@@ -49,31 +49,31 @@ FA4JIT_API CompilePolicy compile_policy_from_string(const std::string& s);  // C
 
 // What get_kernel did in this process (all threads) since it started.
 struct Stats {
-  std::uint64_t compiles = 0;        // NVRTC compiles (cache misses)
-  std::uint64_t memory_hits = 0;     // served from this process's memory (or joined a compile in flight)
-  std::uint64_t disk_hits = 0;       // loaded from a disk cache tier
-  std::uint64_t remote_hits = 0;     // loaded from the remote (Redis) tier
-  std::uint64_t failures = 0;        // calls that threw (bad config, compile error, sealed miss ...)
-  std::uint64_t forbidden = 0;       // misses refused by CompilePolicy::forbid (counted in failures too)
-  double compile_ms = 0;             // NVRTC time of the compiles
+  std::uint64_t compiles = 0;     // NVRTC compiles (cache misses)
+  std::uint64_t memory_hits = 0;  // served from this process's memory (or joined a compile in flight)
+  std::uint64_t disk_hits = 0;    // loaded from a disk cache tier
+  std::uint64_t remote_hits = 0;  // loaded from the remote (Redis) tier
+  std::uint64_t failures = 0;     // calls that threw (bad config, compile error, sealed miss ...)
+  std::uint64_t forbidden = 0;    // misses refused by CompilePolicy::forbid (counted in failures too)
+  double compile_ms = 0;          // NVRTC time of the compiles
 };
 FA4JIT_API Stats stats();
 
 // The library, the toolchain and the environment this process runs with.
 struct RuntimeInfo {
-  std::string version;         // FA4JIT_VERSION_STRING of the library (may differ from the header's)
+  std::string version;  // FA4JIT_VERSION_STRING of the library (may differ from the header's)
   int nvrtc_major = 0, nvrtc_minor = 0;
   std::vector<std::string> nvrtc_archs;
-  std::string driver;          // "13.0", or why there is none
+  std::string driver;  // "13.0", or why there is none
   std::vector<std::string> gpus;
   std::vector<std::string> cache_roots;  // tiers searched, in order
   std::vector<std::string> bundles;      // read-only kernel bundles searched after them
-  std::string cache_writable;  // the tier that receives new kernels; empty: memory only
-  bool sealed = false;         // FA4JIT_SEALED: a miss is an error, never a compile
-  std::string compile_policy;  // allow / warn / forbid, or why FA4JIT_COMPILE is refused
-  std::string remote_cache;    // FA4JIT_REMOTE_CACHE, empty: none
-  bool redis_built = false;    // whether this build has the Redis tier
-  std::uint64_t cache_max_bytes = 0;  // FA4JIT_CACHE_MAX_BYTES, 0: no cap
+  std::string cache_writable;            // the tier that receives new kernels; empty: memory only
+  bool sealed = false;                   // FA4JIT_SEALED: a miss is an error, never a compile
+  std::string compile_policy;            // allow / warn / forbid, or why FA4JIT_COMPILE is refused
+  std::string remote_cache;              // FA4JIT_REMOTE_CACHE, empty: none
+  bool redis_built = false;              // whether this build has the Redis tier
+  std::uint64_t cache_max_bytes = 0;     // FA4JIT_CACHE_MAX_BYTES, 0: no cap
   LogLevel log_level = LogLevel::warn;
   Stats stats;
 };

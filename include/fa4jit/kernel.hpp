@@ -24,8 +24,8 @@ struct FA4JIT_API Tensor {
 };
 
 struct LaunchArgs {
-  Tensor q, k, v, o;     // q, o: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D)
-  float* lse = nullptr;  // optional float32 [B][Hq][Sq], natural log
+  Tensor q, k, v, o;           // q, o: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D)
+  float* lse = nullptr;        // optional float32 [B][Hq][Sq], natural log
   float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
 
   // Mask arguments (ignored by masks that do not use them).
@@ -34,9 +34,9 @@ struct LaunchArgs {
 
   // Score-mod arguments.
   float softcap = 0.0f;
-  const float* alibi_slopes = nullptr;       // [Hq] float32; null: standard slopes
-  std::array<const void*, 4> aux_ptr{};      // custom snippets read these as aux[i]
-  std::array<float, 4> aux_scalar{};         // ... and scalars[i]
+  const float* alibi_slopes = nullptr;   // [Hq] float32; null: standard slopes
+  std::array<const void*, 4> aux_ptr{};  // custom snippets read these as aux[i]
+  std::array<float, 4> aux_scalar{};     // ... and scalars[i]
 
   // Variable length: q/k/v/o are (1, total, H, D); cu_seqlens are int32 [B + 1] on the device.
   const int* cu_seqlens_q = nullptr;
@@ -45,7 +45,7 @@ struct LaunchArgs {
   int batch = 0;                   // varlen: number of sequences
   int max_seqlen_q = 0;            // varlen: longest query sequence
 
-  const float* sinks = nullptr;    // float32 [Hq] attention-sink logits
+  const float* sinks = nullptr;  // float32 [Hq] attention-sink logits
 
   // Paged KV cache: k and v are (num_pages, page_size, Hkv, D) and sequence b's key row r is row
   // r % page_size of page page_table[b * max_pages + r / page_size]. Keys per sequence: seqused_k,
@@ -86,10 +86,10 @@ class FA4JIT_API Kernel {
   virtual std::size_t workspace_bytes(const LaunchArgs& args) const = 0;
 
   virtual const ResolvedConfig& config() const = 0;
-  virtual const std::string& key() const = 0;    // the cache key (32 hex chars)
+  virtual const std::string& key() const = 0;  // the cache key (32 hex chars)
   virtual const std::string& cubin() const = 0;
-  virtual const std::string& origin() const = 0; // "compiled", a cache dir, or "memory"
-  virtual double compile_ms() const = 0;         // NVRTC time, 0 on a cache hit
+  virtual const std::string& origin() const = 0;  // "compiled", a cache dir, or "memory"
+  virtual double compile_ms() const = 0;          // NVRTC time, 0 on a cache hit
 };
 
 using KernelPtr = std::shared_ptr<const Kernel>;

@@ -73,7 +73,12 @@ int main(int argc, char** argv) {
     long calls = 0;
     while (std::chrono::steady_clock::now() < until) {
       std::string key = key_of(static_cast<std::uint64_t>(rng() % static_cast<unsigned>(nkeys)));
-      auto art = store.get_or_compile(key, [&] { return jit::cache::Artifact{cubin_for(key), {}, ""}; }, "hammer");
+      auto art = store.get_or_compile(
+          key,
+          [&] {
+            return jit::cache::Artifact{cubin_for(key), {}, ""};
+          },
+          "hammer");
       ++calls;
       if (art.cubin != cubin_for(key)) {
         std::cerr << "worker " << ::getpid() << ": WRONG BYTES for " << key << " from " << art.origin << "\n";

@@ -35,7 +35,9 @@ CompileInputs inputs(int preset_index, const std::string& arch = "sm_90a") {
 
 // Stands in for a cubin: ELF string-table style names, as NVRTC writes them.
 std::string fake_cubin(const std::string& key) {
-  std::string c = "\x7f" "ELF";
+  std::string c =
+      "\x7f"
+      "ELF";
   c += std::string(200, '\x01') + '\0' + jit::detail::entry_name(key) + '\0' + ".text." + jit::detail::entry_name(key) +
        '\0' + jit::detail::combine_entry_name(key) + '\0';
   return c + cubin_for(key, 4096);
@@ -83,8 +85,9 @@ TEST(CacheRuntimeAuth, CopiedAndRelabelledEntriesAreNeverServed) {
   plant(shared.path, c.key, jit::detail::describe(c), fake_cubin(b.key));
   // 3. B's cubin with its kernel names patched to D's (same length): only the secret stops this.
   std::string patched = fake_cubin(b.key);
-  for (const auto& [from, to] : {std::pair{jit::detail::entry_name(b.key), jit::detail::entry_name(d.key)},
-                                 std::pair{jit::detail::combine_entry_name(b.key), jit::detail::combine_entry_name(d.key)}})
+  for (const auto& [from, to] :
+       {std::pair{jit::detail::entry_name(b.key), jit::detail::entry_name(d.key)},
+        std::pair{jit::detail::combine_entry_name(b.key), jit::detail::combine_entry_name(d.key)}})
     for (std::size_t at = patched.find(from); at != std::string::npos; at = patched.find(from, at + 1))
       patched.replace(at, from.size(), to);
   plant(shared.path, d.key, jit::detail::describe(d), patched);
@@ -97,7 +100,11 @@ TEST(CacheRuntimeAuth, CopiedAndRelabelledEntriesAreNeverServed) {
   EXPECT_FALSE(s.load(c.key));
   int calls = 0;
   auto compiled = s.get_or_compile(
-      a.key, [&] { return ++calls, jit::cache::Artifact{fake_cubin(a.key), jit::detail::describe(a), ""}; }, "a");
+      a.key,
+      [&] {
+        return ++calls, jit::cache::Artifact{fake_cubin(a.key), jit::detail::describe(a), ""};
+      },
+      "a");
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(compiled.cubin, fake_cubin(a.key));
   std::string err = testing::internal::GetCapturedStderr();
@@ -184,7 +191,8 @@ TEST(CacheRuntimeAuth, RealKernelsExportKeyDerivedNamesAndOtherwiseTheSamePtx) {
   auto normalize = [&](std::string ptx) {
     ptx = std::regex_replace(ptx, std::regex(fwd), "fa4_fwd");
     ptx = std::regex_replace(ptx, std::regex(combine), "fa4_combine");
-    return std::regex_replace(ptx, std::regex("_ZN[0-9]+_INTERNAL_00000000_9_fa4jit_cu_(fa4_fwd|[0-9a-f]{8})"), "_ZN_INTERNAL_");
+    return std::regex_replace(ptx, std::regex("_ZN[0-9]+_INTERNAL_00000000_9_fa4jit_cu_(fa4_fwd|[0-9a-f]{8})"),
+                              "_ZN_INTERNAL_");
   };
   EXPECT_TRUE(normalize(named.ptx) == normalize(plain.ptx)) << "the PTX differs in more than symbol names";
   EXPECT_EQ(jit::detail::parse_ptxas_log(named.log).registers, jit::detail::parse_ptxas_log(plain.log).registers);
@@ -224,14 +232,16 @@ TEST(CacheRuntimeAuth, GpuSwappedCubinFailsToLoad) {
 TEST(CacheRuntimeAuth, EntriesMadeWithTuningOverridesValidate) {
   jit::FA4Config c = jit::preset("default").at(0);
   c.arch = "sm_90a";
-  const CompileInputs in = jit::detail::compile_inputs(c, jit::ResolveOptions{jit::parse_tune("persistent=0,pingpong=0")});
+  const CompileInputs in =
+      jit::detail::compile_inputs(c, jit::ResolveOptions{jit::parse_tune("persistent=0,pingpong=0")});
   ASSERT_NE(in.key, inputs(0).key);
   const nlohmann::json meta = jit::detail::describe(in);
   EXPECT_EQ(meta.at("tune"), "pingpong=0,persistent=0");
   EXPECT_EQ(jit::detail::check_cache_entry(in.key, meta, fake_cubin(in.key)).problem, "");
   nlohmann::json bare = meta;
   bare.erase("tune");
-  EXPECT_NE(jit::detail::check_cache_entry(in.key, bare, fake_cubin(in.key)).problem.find("hash to"), std::string::npos);
+  EXPECT_NE(jit::detail::check_cache_entry(in.key, bare, fake_cubin(in.key)).problem.find("hash to"),
+            std::string::npos);
   nlohmann::json bad = meta;
   bad["tune"] = "pingpong";
   EXPECT_NE(jit::detail::check_cache_entry(in.key, bad, fake_cubin(in.key)).problem.find("meta.json tune: 'pingpong'"),

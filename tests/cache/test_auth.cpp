@@ -75,7 +75,10 @@ TEST(CacheAuth, SecretRejectsCopiedAndUnsignedEntriesInASharedTier) {
   ASSERT_TRUE(b);
   EXPECT_EQ(b->origin, shared.path.string());
   int calls = 0;
-  EXPECT_EQ(s.get_or_compile(ka, [&] { return ++calls, make(ka); }, "a").cubin, cubin_for(ka));
+  EXPECT_EQ(s.get_or_compile(
+                 ka, [&] { return ++calls, make(ka); }, "a")
+                .cubin,
+            cubin_for(ka));
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(s.load(ka)->origin, user.path.string());
   std::string err = testing::internal::GetCapturedStderr();
@@ -158,7 +161,10 @@ TEST(CacheAuth, ValidatorDecidesWhatIsServedAndForeignEntriesSurviveVerify) {
   testing::internal::CaptureStderr();
   Store t(strict);
   std::string k = key_of(1023);
-  EXPECT_EQ(t.get_or_compile(k, [&] { return make(k); }, "cfg").cubin, cubin_for(k));
+  EXPECT_EQ(t.get_or_compile(
+                 k, [&] { return make(k); }, "cfg")
+                .cubin,
+            cubin_for(k));
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("fails its own cache check"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(entry_dir(root.path, k)));

@@ -26,8 +26,27 @@ TEST(CacheEnv, ParseSizeAcceptsWholeBytes) {
 }
 
 TEST(CacheEnv, ParseSizeRejectsWhatIsNotAByteCount) {
-  for (const char* bad : {"", "nan", "inf", "-1", "-0", "0.5", "1.3K", "1e9", "1 G", " 1", "1G ", "+1", "1.", ".5",
-                          "1X", "1GB!", "1KiBB", "18446744073709551616", "99999999999999999999T", "0x10", "1,000"}) {
+  for (const char* bad : {"",
+                          "nan",
+                          "inf",
+                          "-1",
+                          "-0",
+                          "0.5",
+                          "1.3K",
+                          "1e9",
+                          "1 G",
+                          " 1",
+                          "1G ",
+                          "+1",
+                          "1.",
+                          ".5",
+                          "1X",
+                          "1GB!",
+                          "1KiBB",
+                          "18446744073709551616",
+                          "99999999999999999999T",
+                          "0x10",
+                          "1,000"}) {
     try {
       parse_size(bad, "FA4JIT_CACHE_MAX_BYTES");
       ADD_FAILURE() << "'" << bad << "' was accepted";
@@ -78,7 +97,13 @@ TEST(CacheEnv, NoCacheRootResolvedWarnsMemoryOnlyOnce) {
   testing::internal::CaptureStderr();
   Store s(o);
   std::string k = key_of(950);
-  for (int i = 0; i < 3; ++i) s.get_or_compile(k, [&] { return jit::cache::Artifact{cubin_for(k), {}, ""}; }, "cfg");
+  for (int i = 0; i < 3; ++i)
+    s.get_or_compile(
+        k,
+        [&] {
+          return jit::cache::Artifact{cubin_for(k), {}, ""};
+        },
+        "cfg");
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(s.stats().warnings, 1u) << err;
   EXPECT_NE(err.find("memory only"), std::string::npos) << err;

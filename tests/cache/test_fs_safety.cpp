@@ -77,7 +77,7 @@ TEST(CacheFsSafety, PlantedSymlinksAreRemovedAsLinksNeverFollowed) {
   old_symlink(entry_dir(victim.cache(), victim.key), v1 / "tmp" / "evil-entry");
   old_symlink(victim.cache() / "v1" / victim.key.substr(0, 2), v1 / "tmp" / "evil-shard");
   fs::create_directories(v1 / ka.substr(0, 2));
-  fs::create_symlink(victim.home(), entry_dir(shared.path, ka));                            // an entry dir
+  fs::create_symlink(victim.home(), entry_dir(shared.path, ka));                                      // an entry dir
   fs::create_symlink(victim.cache() / "v1" / victim.key.substr(0, 2), v1 / victim.key.substr(0, 2));  // a shard
   fs::create_directories(entry_dir(shared.path, kb));  // a real entry dir whose cubin is a link
   fs::create_symlink(victim.home() / "precious.txt", entry_dir(shared.path, kb) / "kernel.cubin");
@@ -97,9 +97,19 @@ TEST(CacheFsSafety, PlantedSymlinksAreRemovedAsLinksNeverFollowed) {
   victim.expect_intact("load + evict");
   s.verify();
   victim.expect_intact("verify");
-  s.get_or_compile(ka, [&] { return jit::cache::Artifact{cubin_for(ka), {}, ""}; }, "cfg");
+  s.get_or_compile(
+      ka,
+      [&] {
+        return jit::cache::Artifact{cubin_for(ka), {}, ""};
+      },
+      "cfg");
   // Publishing into the shard that is a link replaces the link by a real shard dir.
-  s.get_or_compile(victim.key, [&] { return jit::cache::Artifact{cubin_for(victim.key), {}, ""}; }, "cfg");
+  s.get_or_compile(
+      victim.key,
+      [&] {
+        return jit::cache::Artifact{cubin_for(victim.key), {}, ""};
+      },
+      "cfg");
   EXPECT_FALSE(fs::is_symlink(v1 / victim.key.substr(0, 2)));
   EXPECT_EQ(s.load(victim.key)->origin, shared.path.string());
   victim.expect_intact("publish over a symlinked shard");
@@ -129,7 +139,14 @@ TEST(CacheFsSafety, LayoutDirReplacedByASymlinkIsRefusedNotSwept) {
   EXPECT_TRUE(s.writable_root().empty());
   EXPECT_NE(err.find("not a directory"), std::string::npos) << err;
   std::string k = key_of(905);
-  EXPECT_EQ(s.get_or_compile(k, [&] { return jit::cache::Artifact{cubin_for(k), {}, ""}; }, "cfg").cubin, cubin_for(k));
+  EXPECT_EQ(s.get_or_compile(
+                 k,
+                 [&] {
+                   return jit::cache::Artifact{cubin_for(k), {}, ""};
+                 },
+                 "cfg")
+                .cubin,
+            cubin_for(k));
   EXPECT_THROW(s.clear(), jit::CacheError);
   victim.expect_intact("a store over a symlinked v1/tmp");
   EXPECT_TRUE(fs::is_symlink(shared.path / "v1" / "tmp"));
@@ -160,8 +177,13 @@ TEST(CacheFsSafety, FifosDevicesAndHugeFilesNeverBlockOrAllocate) {
     for (auto& p : s.verify().problems) out += p + "\n";
     bool rebuilt = true;
     for (auto& k : keys)
-      rebuilt = s.get_or_compile(k, [&] { return jit::cache::Artifact{cubin_for(k), {}, ""}; }, "cfg").cubin ==
-                    cubin_for(k) &&
+      rebuilt = s.get_or_compile(
+                     k,
+                     [&] {
+                       return jit::cache::Artifact{cubin_for(k), {}, ""};
+                     },
+                     "cfg")
+                        .cubin == cubin_for(k) &&
                 rebuilt;
     out += rebuilt ? "rebuilt\n" : "wrong bytes\n";
     write_all(report, out);
@@ -203,10 +225,16 @@ TEST(CacheFsSafety, ModesAreExplicitNotTheUmask) {
   {
     Umask u(0);  // used to make a world-writable cache
     Store s(one_root(d.path / "private"));
-    s.get_or_compile(k, [&] { return jit::cache::Artifact{cubin_for(k), {}, ""}; }, "cfg");
+    s.get_or_compile(
+        k,
+        [&] {
+          return jit::cache::Artifact{cubin_for(k), {}, ""};
+        },
+        "cfg");
   }
   const fs::path p = d.path / "private";
-  for (const fs::path& dir : {p, p / "v1", p / "v1" / "tmp", p / "v1" / "locks", p / "v1" / k.substr(0, 2), entry_dir(p, k)})
+  for (const fs::path& dir :
+       {p, p / "v1", p / "v1" / "tmp", p / "v1" / "locks", p / "v1" / k.substr(0, 2), entry_dir(p, k)})
     EXPECT_EQ(mode(dir), 0755u) << dir;
   for (const char* f : {"kernel.cubin", "meta.json"}) EXPECT_EQ(mode(entry_dir(p, k) / f), 0644u) << f;
   EXPECT_EQ(mode(p / "v1" / "locks" / (k + ".lock")), 0644u);
@@ -216,11 +244,16 @@ TEST(CacheFsSafety, ModesAreExplicitNotTheUmask) {
     Options o = one_root(d.path / "shared");
     o.shared = true;
     Store s(o);
-    s.get_or_compile(k, [&] { return jit::cache::Artifact{cubin_for(k), {}, ""}; }, "cfg");
+    s.get_or_compile(
+        k,
+        [&] {
+          return jit::cache::Artifact{cubin_for(k), {}, ""};
+        },
+        "cfg");
   }
   const fs::path q = d.path / "shared";
   for (const fs::path& dir : {q, q / "v1", q / "v1" / "tmp", q / "v1" / "locks", q / "v1" / k.substr(0, 2)})
-    EXPECT_EQ(mode(dir), 03775u) << dir;  // group-writable, setgid, sticky
+    EXPECT_EQ(mode(dir), 03775u) << dir;     // group-writable, setgid, sticky
   EXPECT_EQ(mode(entry_dir(q, k)), 02755u);  // entries stay their writer's
   for (const char* f : {"kernel.cubin", "meta.json"}) EXPECT_EQ(mode(entry_dir(q, k) / f), 0644u) << f;
   EXPECT_EQ(mode(q / "v1" / "locks" / (k + ".lock")), 0664u);
@@ -252,7 +285,7 @@ TEST(CacheFsSafety, ClearAndPruneOnAReadOnlyTierAreErrors) {
   Store s(one_root(d.path));
   EXPECT_THROW(s.clear(), jit::CacheError);
   EXPECT_THROW(s.prune(0), jit::CacheError);
-  EXPECT_TRUE(s.load(k));  // nothing was removed
+  EXPECT_TRUE(s.load(k));        // nothing was removed
   Store memory_only(Options{});  // no roots by choice: clearing memory is all there is to do
   EXPECT_EQ(memory_only.clear(), 0u);
 }

@@ -94,7 +94,12 @@ TEST(CacheMaintenance, ClearRemovesEntriesKeepsLocks) {
   Store s(one_root(d.path));
   for (int i = 0; i < 4; ++i) {
     std::string k = key_of(500 + static_cast<std::uint64_t>(i));
-    s.get_or_compile(k, [k] { return Artifact{cubin_for(k), {}, ""}; }, "cfg");
+    s.get_or_compile(
+        k,
+        [k] {
+          return Artifact{cubin_for(k), {}, ""};
+        },
+        "cfg");
   }
   EXPECT_EQ(s.clear(), 4u);
   EXPECT_TRUE(s.list().empty());

@@ -33,8 +33,8 @@ TEST(CacheProcesses, EightProcessesSameKeysCompileEachOnce) {
   fs::path root = d.path / "cache";
   std::vector<Proc> ps;
   for (int p = 0; p < kProcs; ++p)
-    ps.push_back(spawn({kWorker, "race", root.string(), countfile.string(), std::to_string(kKeys), "20",
-                        std::to_string(p + 1)}));
+    ps.push_back(spawn(
+        {kWorker, "race", root.string(), countfile.string(), std::to_string(kKeys), "20", std::to_string(p + 1)}));
   for (auto& p : ps) {
     int st = p.wait();
     ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "worker failed, status " << st;
@@ -53,8 +53,8 @@ TEST(CacheProcesses, EightProcessesSameKeysCompileEachOnce) {
     ASSERT_TRUE(a);
     EXPECT_EQ(a->cubin, cubin_for(key_of(static_cast<std::uint64_t>(i))));
   }
-  std::printf("[reliability] same-key race: %d processes x %d keys, compiles per key = 1, entries lost = 0\n",
-              kProcs, kKeys);
+  std::printf("[reliability] same-key race: %d processes x %d keys, compiles per key = 1, entries lost = 0\n", kProcs,
+              kKeys);
 }
 
 class KillDuringPublish : public ::testing::TestWithParam<const char*> {};
@@ -122,7 +122,8 @@ TEST(CacheProcesses, RandomSigkillsNeverExposeBadEntries) {
       ps.push_back(spawn({kWorker, "race", root.string(), countfile.string(), std::to_string(kKeys), "8",
                           std::to_string(round * 100 + p + 1)}));
     std::vector<int> delays;
-    for (int p = 0; p < kProcs / 2; ++p) delays.push_back(std::uniform_int_distribution<int>(2, std::max(80, kKeys * 5))(rng));
+    for (int p = 0; p < kProcs / 2; ++p)
+      delays.push_back(std::uniform_int_distribution<int>(2, std::max(80, kKeys * 5))(rng));
     std::sort(delays.begin(), delays.end());
     auto t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < kProcs / 2; ++p) {
@@ -135,7 +136,8 @@ TEST(CacheProcesses, RandomSigkillsNeverExposeBadEntries) {
         ++kills;
         continue;
       }
-      ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "a surviving worker saw wrong bytes (1) or a bad entry (3): " << st;
+      ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+          << "a surviving worker saw wrong bytes (1) or a bad entry (3): " << st;
       ++survivors;
     }
     Store s(one_root(root));
@@ -150,9 +152,10 @@ TEST(CacheProcesses, RandomSigkillsNeverExposeBadEntries) {
       EXPECT_EQ(a->cubin, cubin_for(key_of(static_cast<std::uint64_t>(i))));
     }
   }
-  std::printf("[reliability] random SIGKILL: %d rounds x %d processes x %d keys, %d processes killed, %d survived, "
-              "bad entries loaded = 0, entries lost = 0\n",
-              kRounds, kProcs, kKeys, kills, survivors);
+  std::printf(
+      "[reliability] random SIGKILL: %d rounds x %d processes x %d keys, %d processes killed, %d survived, "
+      "bad entries loaded = 0, entries lost = 0\n",
+      kRounds, kProcs, kKeys, kills, survivors);
 }
 
 TEST(CacheProcesses, HeldLockTimesOutThenCompilesAlone) {
@@ -239,8 +242,10 @@ TEST(CacheProcesses, TamperingWhileReadingNeverYieldsWrongBytes) {
       }
       case 2: {
         int fd = ::open((dir / "meta.json").c_str(), O_WRONLY | O_TRUNC);
-        if (fd >= 0) ::close(fd);
-        else ec = std::error_code(errno, std::generic_category());
+        if (fd >= 0)
+          ::close(fd);
+        else
+          ec = std::error_code(errno, std::generic_category());
         break;
       }
       default: fs::remove(dir / "meta.json", ec); break;
@@ -255,11 +260,13 @@ TEST(CacheProcesses, TamperingWhileReadingNeverYieldsWrongBytes) {
     char buf[512] = {};
     ssize_t n = ::read(p.out_fd, buf, sizeof buf - 1);
     long c = 0, comp = 0, ev = 0;
-    if (n > 0 && std::sscanf(buf, "calls=%ld compiles=%ld evictions=%ld", &c, &comp, &ev) == 3) calls += c, evictions += ev;
+    if (n > 0 && std::sscanf(buf, "calls=%ld compiles=%ld evictions=%ld", &c, &comp, &ev) == 3)
+      calls += c, evictions += ev;
   }
   EXPECT_GT(damaged, 50);
   EXPECT_GT(evictions, 0);
-  std::printf("[reliability] tampering: %d processes x %d keys for %d ms, %ld get_or_compile calls, %d entries "
-              "damaged in place, %ld evictions, wrong bytes returned = 0\n",
-              kProcs, kKeys, kMillis, calls, damaged, evictions);
+  std::printf(
+      "[reliability] tampering: %d processes x %d keys for %d ms, %ld get_or_compile calls, %d entries "
+      "damaged in place, %ld evictions, wrong bytes returned = 0\n",
+      kProcs, kKeys, kMillis, calls, damaged, evictions);
 }

@@ -101,7 +101,8 @@ class CacheRedis : public ::testing::Test {
   void SetUp() override {
     if (!FA4JIT_CACHE_TESTS_REDIS) GTEST_SKIP() << "fa4jit_cache built without hiredis: Redis tier not tested";
     server_ = find_redis_server();
-    if (server_.empty()) GTEST_SKIP() << "redis-server not installed (apt-get install redis-server): Redis tier not tested";
+    if (server_.empty())
+      GTEST_SKIP() << "redis-server not installed (apt-get install redis-server): Redis tier not tested";
     port_ = free_port();
     // Redis >= 7 refuses DEBUG unless enabled; older servers do not know the option.
     if (FILE* f = ::popen((server_ + " --version").c_str(), "r")) {
@@ -114,9 +115,10 @@ class CacheRedis : public ::testing::Test {
     start();
   }
   void start() {
-    std::vector<std::string> args = {server_, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-                                     "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-                                     "--dir", dir_.path.string()};
+    std::vector<std::string> args = {
+        server_,           "--port", std::to_string(port_), "--bind", "127.0.0.1",  "--save",  "",
+        "--appendonly",    "no",     "--daemonize",         "no",     "--loglevel", "warning", "--dir",
+        dir_.path.string()};
     if (debug_option_) args.insert(args.end(), {"--enable-debug-command", "local"});
     proc_ = std::make_unique<Proc>(spawn(args));
     auto t0 = std::chrono::steady_clock::now();
@@ -222,7 +224,8 @@ TEST_F(CacheRedis, RemoteHitIsVerifiedAndMaterialisedLocally) {
   std::string k = key_of(700);
   {
     Store s(opts(a.path));
-    s.get_or_compile(k, [&] { return make(k); }, "cfg");
+    s.get_or_compile(
+        k, [&] { return make(k); }, "cfg");
   }
   EXPECT_EQ(resp(port_, {"EXISTS", "fa4jit:v1:" + k}), ":1\r\n");
   Store s(opts(b.path));
@@ -256,7 +259,8 @@ TEST_F(CacheRedis, DatabaseNumberFromUrlIsUsed) {
   o.remote_url = fmt::format("redis://127.0.0.1:{}/3", port_);
   Store s(o);
   std::string k = key_of(705);
-  s.get_or_compile(k, [&] { return make(k); }, "cfg");
+  s.get_or_compile(
+      k, [&] { return make(k); }, "cfg");
   EXPECT_EQ(resp(port_, {"EXISTS", "fa4jit:v1:" + k}), ":0\r\n");  // not in db 0
   EXPECT_EQ(resp_pipeline(port_, {{"SELECT", "3"}, {"EXISTS", "fa4jit:v1:" + k}}, 2), "+OK\r\n:1\r\n");
   EXPECT_EQ(s.stats().warnings, 0u);
@@ -302,7 +306,8 @@ TEST_F(CacheRedis, ServerKilledMidRunMeansMissesOneWarningNoHang) {
   TempDir a;
   Store s(opts(a.path));
   std::string k0 = key_of(720);
-  s.get_or_compile(k0, [&] { return make(k0); }, "cfg");
+  s.get_or_compile(
+      k0, [&] { return make(k0); }, "cfg");
   EXPECT_EQ(s.stats().warnings, 0u);
   kill_server();
   testing::internal::CaptureStderr();
@@ -310,7 +315,10 @@ TEST_F(CacheRedis, ServerKilledMidRunMeansMissesOneWarningNoHang) {
   for (int i = 1; i <= 20; ++i) {
     std::string k = key_of(720 + static_cast<std::uint64_t>(i));
     auto t1 = std::chrono::steady_clock::now();
-    EXPECT_EQ(s.get_or_compile(k, [&] { return make(k); }, "cfg").cubin, cubin_for(k));
+    EXPECT_EQ(s.get_or_compile(
+                   k, [&] { return make(k); }, "cfg")
+                  .cubin,
+              cubin_for(k));
     EXPECT_LT(seconds_since(t1), 1.5) << "call " << i;
   }
   std::string err = testing::internal::GetCapturedStderr();
@@ -327,10 +335,12 @@ TEST_F(CacheRedis, RecoversAfterBackoff) {
   Store s(opts(a.path));
   kill_server();
   std::string k1 = key_of(740), k2 = key_of(741);
-  s.get_or_compile(k1, [&] { return make(k1); }, "cfg");  // SET fails: warning, back off
+  s.get_or_compile(
+      k1, [&] { return make(k1); }, "cfg");  // SET fails: warning, back off
   start();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  s.get_or_compile(k2, [&] { return make(k2); }, "cfg");
+  s.get_or_compile(
+      k2, [&] { return make(k2); }, "cfg");
   EXPECT_EQ(resp(port_, {"EXISTS", "fa4jit:v1:" + k2}), ":1\r\n");
   EXPECT_EQ(s.stats().warnings, 1u);
 }
@@ -340,7 +350,8 @@ TEST_F(CacheRedis, BlockedServerIsBoundedByCommandTimeout) {
   TempDir a;
   Store s(opts(a.path));
   std::string k0 = key_of(750), k1 = key_of(751);
-  s.get_or_compile(k0, [&] { return make(k0); }, "cfg");  // connection established
+  s.get_or_compile(
+      k0, [&] { return make(k0); }, "cfg");  // connection established
   std::thread sleeper([&] { resp(port_, {"DEBUG", "SLEEP", "2"}); });
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   auto t0 = std::chrono::steady_clock::now();
@@ -380,7 +391,10 @@ TEST(CacheRedisFake, ServerThatNeverAnswersIsBoundedByTimeout) {
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(s.load(key_of(731 + static_cast<std::uint64_t>(i))));
   EXPECT_LT(seconds_since(t1), 0.3);  // backing off: no more waiting on the dead server
   std::string k = key_of(760);
-  EXPECT_EQ(s.get_or_compile(k, [&] { return make(k); }, "cfg").cubin, cubin_for(k));
+  EXPECT_EQ(s.get_or_compile(
+                 k, [&] { return make(k); }, "cfg")
+                .cubin,
+            cubin_for(k));
   EXPECT_EQ(s.stats().warnings, 1u);
   ::close(lfd);
 }

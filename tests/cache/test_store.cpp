@@ -65,8 +65,8 @@ TEST(CacheStore, PublishLoadRoundTrip) {
 TEST(CacheStore, RejectsMalformedKeys) {
   TempDir d;
   Store s(opts(d.path));
-  for (std::string bad : std::vector<std::string>{"", "abc", "../../../../etc/passwd000000000000", "0123456789ABCDEF0123456789abcdef",
-                          std::string(33, 'a')})
+  for (std::string bad : std::vector<std::string>{"", "abc", "../../../../etc/passwd000000000000",
+                                                  "0123456789ABCDEF0123456789abcdef", std::string(33, 'a')})
     EXPECT_THROW(s.load(bad), jit::CacheError) << bad;
 }
 
@@ -332,7 +332,13 @@ TEST(CacheStore, SlowCompileInAnotherThreadTimesOutOnce) {
   std::thread a([&] { s.get_or_compile(key, slow, "cfg"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto t0 = std::chrono::steady_clock::now();
-  auto b = s.get_or_compile(key, [&] { compiles++; return Artifact{cubin_for(key), {}, ""}; }, "cfg");
+  auto b = s.get_or_compile(
+      key,
+      [&] {
+        compiles++;
+        return Artifact{cubin_for(key), {}, ""};
+      },
+      "cfg");
   double dt = seconds_since(t0);
   a.join();
   EXPECT_EQ(b.cubin, cubin_for(key));

@@ -100,7 +100,10 @@ TEST(CacheTiers, DiskFullFaultKeepsKernelAndWarnsOnce) {
   testing::internal::CaptureStderr();
   for (int i = 0; i < 5; ++i) {
     std::string k = key_of(30 + static_cast<std::uint64_t>(i));
-    EXPECT_EQ(s.get_or_compile(k, [k] { return make(k); }, "cfg").cubin, cubin_for(k));
+    EXPECT_EQ(s.get_or_compile(
+                   k, [k] { return make(k); }, "cfg")
+                  .cubin,
+              cubin_for(k));
     EXPECT_TRUE(s.load(k));  // served from memory
   }
   std::string err = testing::internal::GetCapturedStderr();
@@ -119,26 +122,31 @@ TEST(CacheTiers, RealFileSizeLimitInChildProcess) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) try {
-    ::signal(SIGXFSZ, SIG_IGN);
-    rlimit rl{4096, 4096};
-    ::setrlimit(RLIMIT_FSIZE, &rl);
-    Options o;
-    o.roots = {d.path};
-    Store s(o);
-    auto a = s.get_or_compile(k, [&] { return Artifact{cubin_for(k, 64 * 1024), {}, ""}; }, "cfg");
-    auto st = s.stats();
-    auto again = s.load(k);
-    bool ok = a.cubin == cubin_for(k, 64 * 1024) && st.publish_failures == 1 && st.warnings == 1 && again &&
-              again->origin == "memory";
-    if (!ok)
-      std::fprintf(stderr, "child: bytes ok %d, publish_failures %llu, warnings %llu, origin %s\n",
-                   a.cubin == cubin_for(k, 64 * 1024), static_cast<unsigned long long>(st.publish_failures),
-                   static_cast<unsigned long long>(st.warnings), again ? again->origin.c_str() : "(miss)");
-    ::_exit(ok ? 0 : 1);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "child: exception %s\n", e.what());
-    ::_exit(2);
-  }
+      ::signal(SIGXFSZ, SIG_IGN);
+      rlimit rl{4096, 4096};
+      ::setrlimit(RLIMIT_FSIZE, &rl);
+      Options o;
+      o.roots = {d.path};
+      Store s(o);
+      auto a = s.get_or_compile(
+          k,
+          [&] {
+            return Artifact{cubin_for(k, 64 * 1024), {}, ""};
+          },
+          "cfg");
+      auto st = s.stats();
+      auto again = s.load(k);
+      bool ok = a.cubin == cubin_for(k, 64 * 1024) && st.publish_failures == 1 && st.warnings == 1 && again &&
+                again->origin == "memory";
+      if (!ok)
+        std::fprintf(stderr, "child: bytes ok %d, publish_failures %llu, warnings %llu, origin %s\n",
+                     a.cubin == cubin_for(k, 64 * 1024), static_cast<unsigned long long>(st.publish_failures),
+                     static_cast<unsigned long long>(st.warnings), again ? again->origin.c_str() : "(miss)");
+      ::_exit(ok ? 0 : 1);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: exception %s\n", e.what());
+      ::_exit(2);
+    }
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status)) << "child died with signal " << WTERMSIG(status);

@@ -75,8 +75,10 @@ struct EnvVar {
     ::setenv(name.c_str(), value.c_str(), 1);
   }
   ~EnvVar() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
   }
 };
 

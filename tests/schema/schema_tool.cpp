@@ -58,7 +58,8 @@ int load(const std::string& file) {
         if (k != "configs" && k != "presets") throw jit::ConfigError("unknown field '" + k + "'");
       if (j.contains("configs")) {
         if (!j["configs"].is_array()) throw jit::ConfigError("configs: expected an array");
-        for (std::size_t i = 0; i < j["configs"].size(); ++i) one(j["configs"][i], "configs[" + std::to_string(i) + "]");
+        for (std::size_t i = 0; i < j["configs"].size(); ++i)
+          one(j["configs"][i], "configs[" + std::to_string(i) + "]");
       }
       if (j.contains("presets")) {
         if (!j["presets"].is_array()) throw jit::ConfigError("presets: expected an array");

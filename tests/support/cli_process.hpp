@@ -36,7 +36,9 @@ class CliProcessTest : public ::testing::Test {
     return carried ? carried : FA4JIT_CLI;
   }
   // `env` is prepended to the command line (e.g. "FA4JIT_SEALED=1 ").
-  CliResult run(const std::string& args, const std::string& env = "") const { return run_raw(env + " " + cli() + " " + args); }
+  CliResult run(const std::string& args, const std::string& env = "") const {
+    return run_raw(env + " " + cli() + " " + args);
+  }
   // Any shell command line (e.g. a `bash -c 'ulimit ...; exec fa4jit ...'`), on the private cache.
   CliResult run_raw(const std::string& command) const {
     const std::string cmd =

@@ -7,10 +7,10 @@
 
 #include "check/gpu.hpp"
 
-#define SKIP_WITHOUT_GPU()                                                 \
-  do {                                                                     \
-    const std::string why = jit::testing::gpu_unavailable_reason();        \
-    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;         \
+#define SKIP_WITHOUT_GPU()                                          \
+  do {                                                              \
+    const std::string why = jit::testing::gpu_unavailable_reason(); \
+    if (!why.empty()) GTEST_SKIP() << "needs a CUDA GPU: " << why;  \
   } while (0)
 
 namespace jit::testing {
