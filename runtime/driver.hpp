@@ -7,16 +7,47 @@
 
 namespace jit::detail {
 
-#define FA4JIT_DRIVER_FUNCTIONS(X)                                                                                     \
-  X(cuInit)                                                                                                            \
-  X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName) X(cuDeviceGetAttribute)                  \
-      X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) \
-          X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)       \
-              X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled) X(cuGetErrorName)                    \
-                  X(cuGetErrorString) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)         \
-                      X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)  \
-                          X(cuStreamSynchronize) X(cuMemGetInfo) X(cuMemAllocAsync) X(cuMemFreeAsync)                  \
-                              X(cuMemPoolCreate) X(cuMemPoolSetAttribute) X(cuMemAllocFromPoolAsync)
+// clang-format off (an X-macro list; clang-format does not lay it out stably)
+#define FA4JIT_DRIVER_FUNCTIONS(X) \
+  X(cuInit) \
+  X(cuDriverGetVersion) \
+  X(cuDeviceGet) \
+  X(cuDeviceGetCount) \
+  X(cuDeviceGetName) \
+  X(cuDeviceGetAttribute) \
+  X(cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxRelease) \
+  X(cuCtxGetCurrent) \
+  X(cuCtxSetCurrent) \
+  X(cuCtxGetDevice) \
+  X(cuCtxSynchronize) \
+  X(cuModuleLoadData) \
+  X(cuModuleUnload) \
+  X(cuModuleGetFunction) \
+  X(cuFuncSetAttribute) \
+  X(cuFuncGetAttribute) \
+  X(cuLaunchKernelEx) \
+  X(cuTensorMapEncodeTiled) \
+  X(cuGetErrorName) \
+  X(cuGetErrorString) \
+  X(cuMemAlloc) \
+  X(cuMemFree) \
+  X(cuMemcpyHtoD) \
+  X(cuMemcpyDtoH) \
+  X(cuMemsetD8) \
+  X(cuEventCreate) \
+  X(cuEventDestroy) \
+  X(cuEventRecord) \
+  X(cuEventSynchronize) \
+  X(cuEventElapsedTime) \
+  X(cuStreamSynchronize) \
+  X(cuMemGetInfo) \
+  X(cuMemAllocAsync) \
+  X(cuMemFreeAsync) \
+  X(cuMemPoolCreate) \
+  X(cuMemPoolSetAttribute) \
+  X(cuMemAllocFromPoolAsync)
+// clang-format on
 
 // Aliases first: a member named like the function it points to may not use decltype(&name).
 #define FA4JIT_ALIAS(name) using name##_fn = decltype(&name);
