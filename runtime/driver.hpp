@@ -7,7 +7,8 @@
 
 namespace jit::detail {
 
-// clang-format off (an X-macro list; clang-format does not lay it out stably)
+// An X-macro list, one entry per line (clang-format would pack it unstably).
+// clang-format off
 #define FA4JIT_DRIVER_FUNCTIONS(X) \
   X(cuInit) \
   X(cuDriverGetVersion) \
