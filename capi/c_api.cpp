@@ -142,7 +142,8 @@ json resolved_json(const jit::ResolvedConfig& rc) {
                 {"pingpong", t.pingpong},
                 {"cross_tile", t.cross_tile},
                 {"wg_spans", t.wg_spans},
-                {"persistent", t.persistent}}}};
+                {"persistent", t.persistent},
+                {"line_info", t.line_info}}}};
 }
 
 jit::Tensor to_tensor(const fa4jit_tensor& t, const char* name) {

@@ -60,6 +60,7 @@ constexpr TuneField kTuneFields[] = {
     {"cross_tile", &TuningOverrides::cross_tile, &Tuning::cross_tile},
     {"wg_spans", &TuningOverrides::wg_spans, &Tuning::wg_spans},
     {"persistent", &TuningOverrides::persistent, &Tuning::persistent},
+    {"line_info", &TuningOverrides::line_info, &Tuning::line_info},
 };
 
 }  // namespace
@@ -86,7 +87,7 @@ TuningOverrides parse_tune(const std::string& text, const std::string& origin) {
     if (f == std::end(kTuneFields))
       throw ConfigError(
           fmt::format("{}: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, "
-                      "cross_tile, wg_spans, persistent",
+                      "cross_tile, wg_spans, persistent, line_info",
                       origin, name));
     t.*f->override = value;
   }

@@ -207,13 +207,14 @@ std::vector<std::string> entry_name_options(std::string_view key) {
 }
 
 std::vector<std::string> nvrtc_options(const ResolvedConfig& rc) {
-  return {"--gpu-architecture=" + rc.config.arch,
-          "-std=c++17",
-          "-default-device",
-          "--use_fast_math",
-          "-DNDEBUG",
-          "-Xptxas=-v",
-          "-lineinfo"};
+  std::vector<std::string> o = {"--gpu-architecture=" + rc.config.arch,
+                                "-std=c++17",
+                                "-default-device",
+                                "--use_fast_math",
+                                "-DNDEBUG",
+                                "-Xptxas=-v"};
+  if (rc.tuning.line_info) o.push_back("-lineinfo");  // Tuning::line_info: profiling builds only
+  return o;
 }
 
 }  // namespace jit::detail

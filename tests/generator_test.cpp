@@ -1,6 +1,7 @@
 // Generator: deterministic source, key stability and sensitivity, snippets under #line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
@@ -97,6 +98,21 @@ TEST(CacheKey, ToolchainTemplatesAndOptionsChangeTheKey) {
   auto o = in;
   o.options.push_back("-G");
   EXPECT_NE(jit::detail::compute_key(o), in.key);
+}
+
+// Kernels are built without -lineinfo (a smaller cubin, a faster compile) unless Tuning::line_info
+// asks for it; the option is keyed and recorded like every override.
+TEST(CacheKey, LineInfoIsAnOptInOverride) {
+  const auto plain = jit::detail::compile_inputs(base());
+  const auto lines = jit::detail::compile_inputs(base(), jit::ResolveOptions{jit::parse_tune("line_info=1")});
+  const auto has = [](const jit::detail::CompileInputs& in) {
+    return std::count(in.options.begin(), in.options.end(), "-lineinfo");
+  };
+  EXPECT_EQ(has(plain), 0);
+  EXPECT_EQ(has(lines), 1);
+  EXPECT_NE(plain.key, lines.key);
+  EXPECT_EQ(jit::to_string(lines.tune), "line_info=1");
+  EXPECT_EQ(plain.source, lines.source);  // only the options differ
 }
 
 TEST(CacheKey, EquivalentConfigsShareAKey) {

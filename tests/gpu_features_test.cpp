@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <random>
 
@@ -645,8 +647,24 @@ TEST(GpuFeatures, RandomCombinationsMatchReference) {
     }
 }
 
-TEST(FeatureCompile, DISABLED_PrintRandomCases) {
-  for (int i = 0; i < kRandomCases; ++i) std::printf("%s\n", random_case(kRandomSeed0 + i, "sm_90a").name.c_str());
+// The random configs go through JSON unchanged (same cache key), so bench/compile_time.py can time
+// exactly these kernels: with FA4JIT_WRITE_RANDOM_CASES=FILE this test also writes them there
+// ([{"name", "config"}], every case for each backend's arch).
+TEST(FeatureCompile, RandomCasesSurviveJson) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string arch : {"sm_80", "sm_90a", "sm_100a"})
+    for (int i = 0; i < kRandomCases; ++i) {
+      const RandomCase rc = random_case(kRandomSeed0 + i, arch);
+      const nlohmann::json j = jit::to_json(rc.cfg);
+      EXPECT_EQ(jit::cache_key(jit::config_from_json(nlohmann::json::parse(j.dump()))), jit::cache_key(rc.cfg))
+          << rc.name;
+      all.push_back({{"name", rc.name}, {"config", j}});
+    }
+  if (const char* path = std::getenv("FA4JIT_WRITE_RANDOM_CASES")) {
+    std::ofstream out(path);
+    out << all.dump(1) << "\n";
+    ASSERT_TRUE(out.good()) << "could not write " << path;
+  }
 }
 
 // CI has no GPU: the same random configs must at least compile (NVRTC + ptxas) for every backend.

@@ -32,7 +32,7 @@ On the GPU machine (repository root, .device carried):
                         exists: the A/B of two builds). ROWS='B,H,S,D;...', FLEX=0, ROUNDS=3
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
                         binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
-                        fa4jit). ROWS='B,H,S,D,mask;...', PASSES=2
+                        fa4jit). ROWS='B,H,S,D,mask[+score_mod];...', PASSES=2, ARCH=sm_90a
   decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES); `sweep`: fa4jit bench over
                         CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
@@ -188,12 +188,13 @@ ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a c
   need
   local A=${1:-fa4jit_base} B=${2:-fa4jit} rows pass row b h s d m ta sa tb sb
   local ROWS=${ROWS:-16,16,2048,128,none;16,16,2048,128,causal;4,16,8192,128,none;4,16,8192,128,causal}
-  tflops() {  # arm B H S D mask -> "per-call stream" TFLOP/s
-    local bin tune args flops
+  tflops() {  # arm B H S D mask[+score_mod] -> "per-call stream" TFLOP/s
+    local bin tune args flops mask=${6%%+*} mod=identity
+    [[ $6 == *+* ]] && mod=${6#*+}
     IFS=: read -r bin tune args <<<"$1"
-    echo "{\"depth\":$5,\"mask\":\"$6\"}" > /tmp/gpu_ab.json
-    flops=$(python3 -c "print(4*$2*$3*$4*$4*$5*(0.5 if '$6'=='causal' else 1.0))")
-    FA4JIT_TUNE=$tune timeout 60 ".device/$bin" bench --json --config /tmp/gpu_ab.json --arch sm_90a --batch "$2" \
+    echo "{\"depth\":$5,\"mask\":\"$mask\",\"score_mod\":\"$mod\"}" > /tmp/gpu_ab.json
+    flops=$(python3 -c "print(4*$2*$3*$4*$4*$5*(0.5 if '$mask'=='causal' else 1.0))")
+    FA4JIT_TUNE=$tune timeout 60 ".device/$bin" bench --json --config /tmp/gpu_ab.json --arch "${ARCH:-sm_90a}" --batch "$2" \
       --heads "$3" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } 2>/dev/null | tail -1 |
       python3 -c "import json,sys; j=json.load(sys.stdin); print(f\"{$flops/(j['ms']*1e9):.0f} {$flops/(j['ms_stream']*1e9):.0f}\")" \
       2>/dev/null || echo "0 0"

@@ -34,22 +34,29 @@ struct Tuning {
   // attention without a score-mod at padded depth <= 128, else 0 (generator/backends/sm90a.cpp);
   // 2 is opt-in.
   int persistent = 0;
+  // 1: compile with -lineinfo (source lines for Nsight Compute, `tools/gpu.sh profile`). Off by
+  // default: the same SASS, but the cubin carries its PTX and line tables (3-4x the bytes in the
+  // cache and the bundles) and NVRTC takes ~5% longer.
+  int line_info = 0;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
-           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans && persistent == o.persistent;
+           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans &&
+           persistent == o.persistent && line_info == o.line_info;
   }
   bool operator!=(const Tuning& o) const { return !(*this == o); }
 };
 
 // Tuning fields to set instead of the derived defaults (unset: derived).
 struct TuningOverrides {
-  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent;
+  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent, line_info;
   bool empty() const {
-    return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !cross_tile && !wg_spans && !persistent;
+    return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !cross_tile && !wg_spans && !persistent &&
+           !line_info;
   }
   bool operator==(const TuningOverrides& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
-           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans && persistent == o.persistent;
+           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans &&
+           persistent == o.persistent && line_info == o.line_info;
   }
   bool operator!=(const TuningOverrides& o) const { return !(*this == o); }
 };

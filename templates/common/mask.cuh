@@ -21,12 +21,16 @@ struct Ctx {
   int seqlen_q;
   int seqlen_k;
   const FwdParams* params;
-  int num_heads = 1;  // heads the Q tile covers: 1, or the group when GQA heads are packed
+  int num_heads;  // heads the Q tile covers: 1, or the group when GQA heads are packed
   // Causal alignment: key k is "at" query position k - offset. Bottom-right (FlashAttention >= 2.1)
-  // uses seqlen_k - seqlen_q; top-left uses 0.
-  __device__ __forceinline__ int diag_offset() const {
-    return (params->mask_flags & 1) ? 0 : seqlen_k - seqlen_q;
+  // uses seqlen_k - seqlen_q; top-left uses 0. Read from the parameters once per tile (make):
+  // visible() runs per element behind a key-bound test, where a load cannot be hoisted.
+  int diag;
+  __device__ __forceinline__ static Ctx make(const FwdParams& p, int batch, int q_head, int seqlen_q, int seqlen_k,
+                                             int num_heads) {
+    return Ctx{batch, q_head, seqlen_q, seqlen_k, &p, num_heads, (p.mask_flags & 1) ? 0 : seqlen_k - seqlen_q};
   }
+  __device__ __forceinline__ int diag_offset() const { return diag; }
 };
 
 struct KvRange {

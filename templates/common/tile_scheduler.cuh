@@ -65,7 +65,7 @@ struct TileWork {
     if (!Mask::kIsNone && p.lpt_heads > 0) GridWalk::lpt_cta(p.lpt_heads, x, hy, b);
     const int h = hy * kPack;
     w.seq = SeqInfo::make(p, b, h);
-    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p, kPack};
+    w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
     w.split = 0;
     if (p.num_splits > 1) {
       w.split = x % p.num_splits;
@@ -83,7 +83,7 @@ struct TileWork {
   __device__ __forceinline__ static TileWork make(const FwdParams& p, int m_block, int h, int b) {
     TileWork w;
     w.seq = SeqInfo::make(p, b, h);
-    w.ctx = mask::Ctx{b, h, w.seq.seqlen_q, w.seq.seqlen_k, &p, kPack};
+    w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
     w.m_block = m_block;
     w.split = 0;
     w.finish(p);

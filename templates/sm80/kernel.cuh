@@ -138,7 +138,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   const int b = blockIdx.z, head = static_cast<int>(blockIdx.y) * kPack;
   TileWork<kBM, kBN, Mask, kPack> work;
   work.seq = SeqInfo::make(p, b, head);
-  work.ctx = mask::Ctx{b, head, work.seq.seqlen_q, work.seq.seqlen_k, &p, kPack};
+  work.ctx = mask::Ctx::make(p, b, head, work.seq.seqlen_q, work.seq.seqlen_k, kPack);
   {
     const CtaTile ct = cta_tile<Mask>(p);
     work.m_block = ct.m_block;

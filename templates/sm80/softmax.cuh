@@ -69,8 +69,8 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
           const int k = k_col0 + j * 8 + (e & 1);
           bool vis = k < ctx.seqlen_k;
           if constexpr (!Mask::kIsNone) {
-            if constexpr (T::kPack == 1) vis = vis && Mask::visible(row.q, k, ctx);
-            else vis = vis && Mask::visible(row.q, k, row_ctx(ctx, row.head));
+            if constexpr (T::kPack == 1) vis = Mask::visible(row.q, k, ctx) && vis;
+            else vis = Mask::visible(row.q, k, row_ctx(ctx, row.head)) && vis;
           }
           if (!vis) s[mt][j][e] = kNegInf;
         }

@@ -345,9 +345,10 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   }
 }
 
-// Cross-tile overlap (SmemLayout::kCrossTile): the epilogue of tile `iter` (the pending tile; its
-// last P V is done), whose work is re-derived from the walker rather than held across the next
-// tile's first step. Its O is staged in its own Q buffer; the buffer then goes back to the Q loader.
+// Cross-tile overlap (SmemLayout::kCrossTile): the epilogue of tile `iter` (the pending tile, its
+// last P V done; or a tile without a visible key, O = 0), whose work is re-derived from the walker
+// rather than held across the next tile's first step. Its O is staged in its own Q buffer; the
+// buffer then goes back to the Q loader.
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void finish_pending_tile(const FwdParams& p, int iter, int wg,
                                                     float (&o)[Shape<Config>::kDp / 2],
@@ -372,6 +373,10 @@ __device__ __forceinline__ void finish_pending_tile(const FwdParams& p, int iter
 // pending tile's epilogue (finish_pending_tile); so neither the tile boundary's P V nor its Q K^T
 // waits on the tensor cores alone. A pending tile followed by a tile without KV tiles or Q rows, or
 // by the end of the walk, runs its P V alone (pv_step) before its epilogue.
+// Every epilogue of the loop is one call site (a loop over at most two tiles: the pending one, then
+// a tile with Q rows but no visible key): each inlined copy of the epilogue (staging, the split
+// partials, packed-GQA rows) is ~500 PTX instructions at d128, and four copies made this the
+// slowest kernel to compile (docs/PERF.md "Compile and start-up").
 // Loop-carried state per warp in shared memory, as in consumer_loop: bits 0-2 K ring
 // (index, phase << 2), bits 3-5 V ring (V trails K by one while a tile is pending), bit 6 pending,
 // bits 7.. the tile iteration.
@@ -408,27 +413,24 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
     const bool pending = (carry >> 6) & 1u;
     Ring k_ring(&bars->k, pipe::PipelineState{carry & 3u, (carry >> 2) & 1u});
     Ring v_ring(&bars->v, pipe::PipelineState{(carry >> 3) & 3u, (carry >> 5) & 1u});
-    auto finish_alone = [&] {  // the pending tile, with nothing to overlap its last P V with
-      pv_step<Config>(o, pr, v_ring, v_addr, Span::kFull);
-      finish_pending_tile<Config, Mask, ScoreMod>(p, tiles.iter - 1, wg, o, sm, base, bars);
-    };
-    if (!tiles.valid(p, static_cast<int>(opaque_u32(0u)))) {  // end of the walk
-      if (pending) finish_alone();
-      break;
+    const bool more = tiles.valid(p, static_cast<int>(opaque_u32(0u)));  // false: end of the walk
+    CtaWork<Config, Mask> w{};
+    int n = 0;
+    bool runs = false;  // uniform over the CTA: Q rows (w.valid) and a visible KV tile
+    if (more) {
+      w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
+      n = w.first_tile();
+      runs = w.has(n);
     }
-    const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
-    const int n = w.first_tile();
-    const bool runs = w.has(n);  // uniform over the CTA: Q rows (w.valid) and a visible KV tile
-    if (pending && !runs) finish_alone();
-
     const u32 i = static_cast<u32>(tiles.iter), buffer = i & 1u;
     const u32 q_addr = base + L::q_offset(buffer, wg);
-    mbar_wait(&bars->q_full[buffer][wg], (i >> 1) & 1u);
+    // The pending tile's last P V: alone, or with this tile's first Q K^T.
+    Softmax pending_sm = sm;
+    if (pending && !runs) pv_step<Config>(o, pr, v_ring, v_addr, Span::kFull);
+    if (more) mbar_wait(&bars->q_full[buffer][wg], (i >> 1) & 1u);
+    const QOperand<Config> q{q_addr};
     if (runs) {
-      Softmax pending_sm = sm;
       sm.init(p, w.q_lo, wg);
-      const QOperand<Config> q{q_addr};
-      const auto span = WgKeySpan<Config, Mask>::make(w, wg);
       float corr[2];  // first tile: O restarts at zero, so no correction
       if (pending) {
         // The pending tile's last P V runs at full span: that tile is not at hand (wider is correct).
@@ -436,22 +438,30 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
           sm.logits(s, n, w.needs_mask(n), p, w);
           sm.online(s, corr);
         });
-        finish_pending_tile<Config, Mask, ScoreMod>(p, tiles.iter - 1, wg, o, pending_sm, base, bars);
       } else {
         qk_step<Config>(s, k_ring, sched, q, k_addr);
         sm.logits(s, n, w.needs_mask(n), p, w);
         sm.online(s, corr);
       }
+    }
+    // Epilogues, one call site: the pending tile's, then this tile's when it has Q rows but no
+    // visible key (O = 0, LSE = -inf).
+    const int last = more && !runs && w.valid ? tiles.iter : tiles.iter - 1;
+#pragma unroll 1
+    for (int t = pending ? tiles.iter - 1 : tiles.iter; t <= last; ++t) {
+      if (t == tiles.iter) {
+        zero(o);
+        pending_sm.init(p, w.q_lo, wg);
+      }
+      finish_pending_tile<Config, Mask, ScoreMod>(p, t, wg, o, pending_sm, base, bars);
+    }
+    if (!more) break;
+    if (runs) {
       zero(o);
       Softmax::pack_p(s, pr);
+      const auto span = WgKeySpan<Config, Mask>::make(w, wg);
       kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr, span);
-    } else {
-      if (w.valid) {  // Q rows without a visible key: O = 0, LSE = -inf
-        zero(o);
-        sm.init(p, w.q_lo, wg);
-        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, q_addr);
-        fence_proxy_async();
-      }
+    } else if (!w.valid) {
       mbar_arrive(&bars->q_empty[buffer][wg]);
     }
     const pipe::PipelineState ks = k_ring.state(), vs = v_ring.state();

@@ -72,7 +72,7 @@ struct WgSoftmax {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(k < w.seq.seqlen_k && Mask::visible(q[h], k, ctx[h]))) s[i] = kNegInf;
+          if (!(Mask::visible(q[h], k, ctx[h]) && k < w.seq.seqlen_k)) s[i] = kNegInf;
         }
       }
     }
@@ -87,7 +87,7 @@ struct WgSoftmax {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(k < w.seq.seqlen_k && Mask::visible(q, k, w.ctx))) s[i] = kNegInf;
+          if (!(Mask::visible(q, k, w.ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
         }
       }
     } else {
@@ -106,7 +106,7 @@ struct WgSoftmax {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(k < w.seq.seqlen_k && Mask::visible(q, k, w.ctx))) s[i] = kNegInf;
+          if (!(Mask::visible(q, k, w.ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
         }
       }
     }
