@@ -22,8 +22,10 @@ from peers import peers  # noqa: E402
 
 FA4JIT = os.environ.get("FA4JIT", "./build/fa4jit")
 
-# The issue's prefill rows: (B, H, S, D) x causal.
+# The standard prefill rows: (B, H, S, D[, Hkv]) x causal.
 PREFILL = [(16, 16, 2048, 128), (4, 16, 8192, 128), (2, 16, 16384, 128), (8, 16, 4096, 64)]
+# --rows lead: issue 23's table against FlashAttention-4 (GQA, head dim 256, short causal).
+LEAD = PREFILL + [(2, 32, 8192, 128, 8), (1, 64, 4096, 128, 8), (2, 16, 4096, 256), (4, 32, 1024, 128)]
 
 
 def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None, binary=None):
@@ -47,14 +49,17 @@ def ours(arch, B, H, Hkv, Sq, Sk, D, causal, iters=30, tune="", extra=None, bina
     return j
 
 
-def all_ours(variants, B, H, S, D, causal):
+def all_ours(variants, B, H, Hkv, S, D, causal):
     res = {}
     for name, (arch, tune, cfg, binary) in variants.items():
         if cfg and cfg.get("depth", D) != D:
             res[name] = {"error": "n/a for this depth"}
             continue
-        res[name] = ours(arch, B, H, H, S, S, D, causal, tune=tune, extra={"cfg": cfg} if cfg else None, binary=binary)
+        res[name] = ours(arch, B, H, Hkv, S, S, D, causal, tune=tune, extra={"cfg": cfg} if cfg else None, binary=binary)
     return res
+
+
+PEERS = ("cudnn", "flash2", "flex", "fa4")
 
 
 def summarize(rounds):
@@ -70,10 +75,12 @@ def summarize(rounds):
         k = {"runs": [round(x["tflops"], 1) for x in runs]}
         for key in ("tflops", "tflops_stream"):
             k[key] = statistics.median(x[key] for x in runs)
-        if name not in ("cudnn", "flash2", "flex") and all("tflops" in rd.get("cudnn", {}) for rd in rounds):
+        for peer, suffix in (("cudnn", ""), ("fa4", "_fa4")):  # "tflops_ratio" is against cuDNN
+            if name in PEERS or not all("tflops" in rd.get(peer, {}) for rd in rounds):
+                continue
             for key in ("tflops", "tflops_stream"):
-                rs = [x[key] / rd["cudnn"][key] for x, rd in zip(runs, rounds)]
-                k[key + "_ratio"] = {"median": statistics.median(rs), "min": min(rs), "max": max(rs), "all": rs}
+                rs = [x[key] / rd[peer][key] for x, rd in zip(runs, rounds)]
+                k[key + "_ratio" + suffix] = {"median": statistics.median(rs), "min": min(rs), "max": max(rs), "all": rs}
         out[name] = k
     return out
 
@@ -86,10 +93,16 @@ def main():
                          "fa4jit build in the same rounds (A/B of two commits), e.g. base=sm_90a@.device/fa4jit_base")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "compare.json"))
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--fa4", action="store_true", help="FlashAttention-4 as a peer (flash_attn.cute; FA4_SITE: "
+                    "../shared/bench/fa4_peer.sh)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row (medians reported)")
-    ap.add_argument("--rows", default="", help="B,H,S,D;... instead of the issue's prefill rows")
+    ap.add_argument("--rows", default="", help="B,H,S,D[,Hkv];... instead of the standard prefill rows; "
+                    "'lead': those plus issue 23's GQA, head dim 256 and short causal rows")
     a = ap.parse_args()
-    rows_spec = [tuple(int(x) for x in r.split(",")) for r in a.rows.split(";") if r] or PREFILL
+    if a.rows == "lead":
+        rows_spec = LEAD
+    else:
+        rows_spec = [tuple(int(x) for x in r.split(",")) for r in a.rows.split(";") if r] or PREFILL
     variants = {}
     for item in filter(None, a.variants.split(",")):
         name, spec = item.split("=", 1)
@@ -99,17 +112,19 @@ def main():
         variants[name] = (arch, tune.replace(";", ","), json.loads(cfg.replace(";", ",")) if cfg else None, binary or None)
     archs = list(variants)
     rows = []
-    for (B, H, S, D) in rows_spec:
+    for spec in rows_spec:
+        B, H, S, D = spec[:4]
+        Hkv = spec[4] if len(spec) > 4 else H
         for causal in (False, True):
             rounds = []
             for r in range(a.rounds):
-                kernels = [lambda: all_ours(variants, B, H, S, D, causal),
-                           lambda: peers(B, H, H, S, S, D, causal, flex=not a.no_flex)]
+                kernels = [lambda: all_ours(variants, B, H, Hkv, S, D, causal),
+                           lambda: peers(B, H, Hkv, S, S, D, causal, flex=not a.no_flex, fa4=a.fa4)]
                 res = {}
                 for run in (kernels if r % 2 == 0 else kernels[::-1]):
                     res.update(run())
                 rounds.append(res)
-            row = {"B": B, "H": H, "S": S, "D": D, "causal": causal, "rounds": rounds}
+            row = {"B": B, "H": H, "Hkv": Hkv, "S": S, "D": D, "causal": causal, "rounds": rounds}
             row.update(summarize(rounds))
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "rounds"}), flush=True)
@@ -123,18 +138,23 @@ def main():
         return f"{x[key]:.0f}" if isinstance(x, dict) and key in x else "err"
 
     def ratio(r, key):
-        x = r.get("sm90a", {}).get(key + "_ratio")
+        x = r.get("sm90a", {}).get(key)
         if not x:
             return "n/a"
         return f"{x['median']:.3f} ({x['min']:.2f}-{x['max']:.2f})" if len(x["all"]) > 1 else f"{x['median']:.3f}"
 
-    cols = archs + ["cudnn", "flash2"] + ([] if a.no_flex else ["flex"])
-    print("\n| B | H | S | D | causal | " + " | ".join(cols) + " | sm90a / cuDNN | stream: sm90a, cuDNN | stream ratio |")
-    print("|" + "---|" * (9 + len(cols)))
+    cols = archs + ["cudnn", "flash2"] + ([] if a.no_flex else ["flex"]) + (["fa4"] if a.fa4 else [])
+    fa4_head = " sm90a / FA4 | stream ratio / FA4 |" if a.fa4 else ""
+    print("\n| B | H | S | D | causal | " + " | ".join(cols) + " | sm90a / cuDNN | stream: sm90a, cuDNN | stream ratio |"
+          + fa4_head)
+    print("|" + "---|" * (9 + len(cols) + (2 if a.fa4 else 0)))
     for r in rows:
-        print(f"| {r['B']} | {r['H']} | {r['S']} | {r['D']} | {'yes' if r['causal'] else 'no'} | "
-              + " | ".join(tf(r[c]) for c in cols) + f" | {ratio(r, 'tflops')} | "
-              f"{tf(r.get('sm90a'), 'tflops_stream')}, {tf(r['cudnn'], 'tflops_stream')} | {ratio(r, 'tflops_stream')} |")
+        heads = f"{r['H']}/{r['Hkv']}" if r["Hkv"] != r["H"] else f"{r['H']}"
+        fa4_cols = f" {ratio(r, 'tflops_ratio_fa4')} | {ratio(r, 'tflops_stream_ratio_fa4')} |" if a.fa4 else ""
+        print(f"| {r['B']} | {heads} | {r['S']} | {r['D']} | {'yes' if r['causal'] else 'no'} | "
+              + " | ".join(tf(r[c]) for c in cols) + f" | {ratio(r, 'tflops_ratio')} | "
+              f"{tf(r.get('sm90a'), 'tflops_stream')}, {tf(r['cudnn'], 'tflops_stream')} | {ratio(r, 'tflops_stream_ratio')} |"
+              + fa4_cols)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Same method as fa4jit's `bench` verb: random normal bf16 inputs, CUDA events, me
 calls after warm-ups, TFLOP/s = 4*B*H*Sq*Sk*D (halved for causal). Run on the GPU machine.
 """
 import json
+import os
 import sys
 
 import torch
@@ -42,7 +43,22 @@ def stream_ms(fn, iters=30, warm=5):
     return s.elapsed_time(e) / iters
 
 
-def peers(B, H, Hkv, Sq, Sk, D, causal, flex=True):
+def fa4_func():
+    """FlashAttention-4's flash_attn_func (flash-attn-4 on PyPI, CuTe DSL), or the reason it is missing.
+    On the lent GPU it is installed by ../shared/bench/fa4_peer.sh, which exports FA4_SITE: a site
+    directory whose .pth files must run (site.addsitedir) before flash_attn.cute imports."""
+    site_dir = os.environ.get("FA4_SITE")
+    if site_dir:
+        import site
+        site.addsitedir(site_dir)
+    try:
+        from flash_attn.cute import flash_attn_func
+        return flash_attn_func, None
+    except Exception as e:  # noqa: BLE001 - any import failure means "no FA4 here"
+        return None, f"{type(e).__name__}: {e}"[:120]
+
+
+def peers(B, H, Hkv, Sq, Sk, D, causal, flex=True, fa4=False):
     q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
@@ -57,6 +73,18 @@ def peers(B, H, Hkv, Sq, Sk, D, causal, flex=True):
             row[name] = {"ms": ms, "tflops": flops / ms / 1e9, "ms_stream": mss, "tflops_stream": flops / mss / 1e9}
         except Exception as e:  # a backend may not support a shape
             row[name] = {"error": str(e)[:80]}
+    if fa4:  # FA4 takes (batch, seqlen, heads, dim); its first call per shape compiles (in the warm-up)
+        fn4, why = fa4_func()
+        if fn4 is None:
+            row["fa4"] = {"error": why}
+        else:
+            try:
+                q4, k4, v4 = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+                fn = lambda: fn4(q4, k4, v4, causal=causal)  # noqa: E731
+                ms, mss = median_ms(fn), stream_ms(fn)
+                row["fa4"] = {"ms": ms, "tflops": flops / ms / 1e9, "ms_stream": mss, "tflops_stream": flops / mss / 1e9}
+            except Exception as e:
+                row["fa4"] = {"error": str(e)[:120]}
     if flex:
         try:
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention

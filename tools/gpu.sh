@@ -29,7 +29,9 @@ On the GPU machine (repository root, .device carried):
   bench [VARIANTS]      prefill against cuDNN, FA2 and Flex in the same interleaved rounds
                         (bench/compare.py); VARIANTS name=arch[@binary][:FA4JIT_TUNE], comma-separated
                         (default sm90a=sm_90a, plus base=sm_90a@.device/fa4jit_base when that
-                        exists: the A/B of two builds). ROWS='B,H,S,D;...', FLEX=0, ROUNDS=3
+                        exists: the A/B of two builds). ROWS='B,H,S,D[,Hkv];...' or ROWS=lead,
+                        FLEX=0, ROUNDS=3, FA4=1 (FlashAttention-4 as a peer: ../shared/bench/fa4_peer.sh
+                        stage A in the call before, then `source .fa4/small/stage_b.sh` in this one)
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
                         binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
                         fa4jit). ROWS='B,H,S,D,mask[+score_mod];...', PASSES=2, ARCH=sm_90a
@@ -179,6 +181,7 @@ bench() {
   local variants=${1:-sm90a=sm_90a}
   [[ -z ${1:-} && -x .device/fa4jit_base ]] && variants+=",base=sm_90a@.device/fa4jit_base"
   local flex=(); [[ ${FLEX:-1} == 0 ]] && flex=(--no-flex)
+  [[ ${FA4:-0} == 1 ]] && flex+=(--fa4)  # FlashAttention-4 too: source .fa4/small/stage_b.sh first
   timeout "${BENCH_LIMIT:-180}" python3 bench/compare.py "${flex[@]}" --rounds "${ROUNDS:-3}" --variants "$variants" \
     ${ROWS:+--rows "$ROWS"} --out "$OUT/compare.json" > "$OUT/compare.log" 2>&1 || fail=1
   grep "^|" "$OUT/compare.log"; tail -3 "$OUT/compare.log" | grep -v "^|"

@@ -82,12 +82,16 @@ struct WgSoftmax {
   __device__ __forceinline__ void logits_unpacked(float (&s)[kN], int n, bool need_mask, const FwdParams& p,
                                                   const Work& w) const {
     const int k0 = n * kBN + kc;
+    // The causal alignment through an opaque move, once per tile: hoisted and held across the KV
+    // loop it cost the d64 causal kernel (kBM 192, 128 registers) 9% (docs/PERF.md run 21).
+    mask::Ctx ctx = w.ctx;
+    ctx.diag = static_cast<int>(opaque_u32(static_cast<u32>(ctx.diag)));
     if constexpr (ScoreMod::kIsIdentity) {
       if (need_mask) {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(Mask::visible(q, k, w.ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
         }
       }
     } else {
@@ -106,7 +110,7 @@ struct WgSoftmax {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(Mask::visible(q, k, w.ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
         }
       }
     }
