@@ -23,8 +23,9 @@ struct Ctx {
   const FwdParams* params;
   int num_heads;  // heads the Q tile covers: 1, or the group when GQA heads are packed
   // Causal alignment: key k is "at" query position k - offset. Bottom-right (FlashAttention >= 2.1)
-  // uses seqlen_k - seqlen_q; top-left uses 0. Read from the parameters once per tile (make):
-  // visible() runs per element behind a key-bound test, where a load cannot be hoisted.
+  // uses seqlen_k - seqlen_q; top-left uses 0. Read from the parameters once per tile (make), not
+  // per element: the element loops test the key bound after visible(), and a load behind that
+  // test was not hoisted (docs/PERF.md "Compile time", item 2).
   int diag;
   __device__ __forceinline__ static Ctx make(const FwdParams& p, int batch, int q_head, int seqlen_q, int seqlen_k,
                                              int num_heads) {

@@ -376,7 +376,7 @@ __device__ __forceinline__ void finish_pending_tile(const FwdParams& p, int iter
 // Every epilogue of the loop is one call site (a loop over at most two tiles: the pending one, then
 // a tile with Q rows but no visible key): each inlined copy of the epilogue (staging, the split
 // partials, packed-GQA rows) is ~500 PTX instructions at d128, and four copies made this the
-// slowest kernel to compile (docs/PERF.md "Compile and start-up").
+// slowest kernel to compile (docs/PERF.md "Compile time"; run 23: one softmax copy, tried).
 // Loop-carried state per warp in shared memory, as in consumer_loop: bits 0-2 K ring
 // (index, phase << 2), bits 3-5 V ring (V trails K by one while a tile is pending), bit 6 pending,
 // bits 7.. the tile iteration.
