@@ -59,6 +59,14 @@ __device__ __forceinline__ float fast_rcp(float x) {
   return y;
 }
 
+// Hides a value from loop-invariant code motion and CSE: a value derived from it is computed where
+// it is used, not hoisted out of the KV loop and held (at 160 registers, kBM 192, ptxas otherwise
+// hoists the four Q descriptors and spills them; ALiBi's slopes, score_mod.cuh).
+__device__ __forceinline__ u32 opaque_u32(u32 x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 // __builtin_bit_cast: NVRTC has no __builtin_huge_valf (nor __builtin_inff / __FLT_MAX__).

@@ -29,25 +29,30 @@ struct Softcap {
 };
 
 // Standard ALiBi slope for head h of H: 2^(-8(h+1)/n) on the nearest power of two n <= H,
-// with the interleaved extra slopes for the remaining heads (Press et al.). (A loop-free form made
-// the compiler hoist every row's slope out of the KV loop: more live registers, 2-4x the spills.)
+// with the interleaved extra slopes for the remaining heads (Press et al.).
 __device__ __forceinline__ float alibi_standard_slope(int h, int num_heads) {
-  int n = 1;
-  while (n * 2 <= num_heads) n *= 2;
-  if (h < n) return exp2f(-8.0f * (h + 1) / n);
-  return exp2f(-4.0f * (2 * (h - n) + 1) / n);
+  const int n = 1 << (31 - __clz(max(num_heads, 1)));  // the largest power of two <= num_heads
+  return exp2f((h < n ? -8.0f * (h + 1) : -4.0f * (2 * (h - n) + 1)) / n);
+}
+__device__ __forceinline__ float alibi_slope(int h, const FwdParams& p) {
+  return p.alibi_slopes ? p.alibi_slopes[h] : alibi_standard_slope(h, p.num_q_heads);
 }
 
 // ALiBi: score - slope * |q + offset - k|, positions aligned bottom-right like causal: offset =
 // seqlen_k - seqlen_q of the sequence (for_sequence; the lengths the kernel holds anyway), not
 // re-derived from the parameters per element.
+// The sequence's head's slope is computed once per tile (for_sequence, from the head through an
+// opaque move): per element it was most of the code of ALiBi kernels (compile time), and hoisted
+// out of the KV loop the slopes spilled. Packed GQA rows of other heads compute theirs.
 struct Alibi {
   static constexpr bool kIsIdentity = false;
   int seqlen_q, seqlen_k;
+  int q_head;   // the sequence's (packed: the group's first) query head
+  float slope;  // q_head's
   __device__ __forceinline__ float operator()(float score, int, int h, int q_idx, int kv_idx,
                                               const FwdParams& p) const {
-    const float slope = p.alibi_slopes ? p.alibi_slopes[h] : alibi_standard_slope(h, p.num_q_heads);
-    return score - slope * fabsf(static_cast<float>(q_idx + (seqlen_k - seqlen_q) - kv_idx));
+    const float m = h == q_head ? slope : alibi_slope(h, p);
+    return score - m * fabsf(static_cast<float>(q_idx + (seqlen_k - seqlen_q) - kv_idx));
   }
 };
 
@@ -71,20 +76,21 @@ struct Custom {
 // and seqlen_k (SeqInfo, mask::Ctx). Other built-ins are defined everywhere and ignore it. (Overloads on
 // a pointer rather than a trait struct: a trait's constexpr member became a PTX global.)
 template <class Mod, class Seq>
-__device__ __forceinline__ Mod with_sequence(const Mod*, const Seq&) {
+__device__ __forceinline__ Mod with_sequence(const Mod*, const Seq&, const FwdParams&) {
   return Mod{};
 }
 template <class User, class Seq>
-__device__ __forceinline__ Custom<User> with_sequence(const Custom<User>*, const Seq& seq) {
+__device__ __forceinline__ Custom<User> with_sequence(const Custom<User>*, const Seq& seq, const FwdParams&) {
   return Custom<User>{seq.seqlen_q, seq.seqlen_k};
 }
 template <class Seq>
-__device__ __forceinline__ Alibi with_sequence(const Alibi*, const Seq& seq) {
-  return Alibi{seq.seqlen_q, seq.seqlen_k};
+__device__ __forceinline__ Alibi with_sequence(const Alibi*, const Seq& seq, const FwdParams& p) {
+  return Alibi{seq.seqlen_q, seq.seqlen_k, seq.q_head,
+               alibi_slope(static_cast<int>(opaque_u32(static_cast<u32>(seq.q_head))), p)};
 }
 template <class Mod, class Seq>
-__device__ __forceinline__ Mod for_sequence(const Seq& seq) {
-  return with_sequence(static_cast<const Mod*>(nullptr), seq);
+__device__ __forceinline__ Mod for_sequence(const Seq& seq, const FwdParams& p) {
+  return with_sequence(static_cast<const Mod*>(nullptr), seq, p);
 }
 
 }  // namespace score_mod

@@ -71,7 +71,7 @@ struct SoftmaxRow {
       if (cls != mask::kSkip) {
         // Keys past seqlen_k are masked below; clamping their index keeps a score-mod that
         // reads memory by kv_idx inside the sequence (the value is discarded).
-        const ScoreMod mod = score_mod::for_sequence<ScoreMod>(ctx);
+        const ScoreMod mod = score_mod::for_sequence<ScoreMod>(ctx, p);
         const int k_last = bounded ? ctx.seqlen_k - 1 : 0x7fffffff;
 #pragma unroll
         for (int j = 0; j < 32; ++j)

@@ -45,7 +45,7 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
   if constexpr (T::kPack > 1) asm volatile("" : "+r"(q_row0));
   if constexpr (!ScoreMod::kIsIdentity) {
     // Indices clamped into the sequence (those elements are masked (k) or never stored (q)).
-    const ScoreMod mod_in_seq = score_mod::for_sequence<ScoreMod>(ctx);
+    const ScoreMod mod_in_seq = score_mod::for_sequence<ScoreMod>(ctx, p);
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll

@@ -203,13 +203,6 @@ struct SmemLayout {
   static_assert(kKVStageBytes % 1024 == 0 && kQWgBytes % 1024 == 0, "blocks must stay 1024-aligned");
 };
 
-// Hides a value from loop-invariant code motion and CSE: at 160 registers (kBM 192) ptxas otherwise
-// hoists the four Q descriptors (64-bit each) out of the KV loop and spills them (softcap + ping-pong).
-__device__ __forceinline__ u32 opaque_u32(u32 x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
 // The same value, marked warp-uniform for ptxas: REDUX writes a uniform register. ptxas keeps
 // address and descriptor math on the uniform datapath only where it can prove the values (and the
 // branches around them) warp-uniform; threadIdx.x / 128 and shared-memory loads it cannot. A

@@ -60,7 +60,7 @@ struct WgSoftmax {
       ctx[0].q_head = head[0];
       ctx[1].q_head = head[1];
       if constexpr (!ScoreMod::kIsIdentity) {  // branch-free, as in logits_unpacked
-        const ScoreMod mod = score_mod::for_sequence<ScoreMod>(w.seq);
+        const ScoreMod mod = score_mod::for_sequence<ScoreMod>(w.seq, p);
         const int k_last = w.seq.seqlen_k - 1;
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
@@ -99,7 +99,7 @@ struct WgSoftmax {
       // indexed by it stays in bounds) and masked results are replaced by -inf afterwards. A
       // per-element `if (visible) s = mod(..)` turns every element into a basic block (Softcap's
       // IEEE division then has a slow-path call per element) and spills at 160 registers.
-      const ScoreMod mod = score_mod::for_sequence<ScoreMod>(w.seq);
+      const ScoreMod mod = score_mod::for_sequence<ScoreMod>(w.seq, p);
       const int k_last = w.seq.seqlen_k - 1;
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
