@@ -93,5 +93,15 @@ __device__ __forceinline__ Mod for_sequence(const Seq& seq, const FwdParams& p) 
   return with_sequence(static_cast<const Mod*>(nullptr), seq, p);
 }
 
+// The score-mod of a sequence's rows of head h (packed GQA rows, whose heads differ from the
+// sequence's): ALiBi computes h's slope here, once per row and tile, instead of per element.
+template <class Mod>
+__device__ __forceinline__ Mod for_head(const Mod& m, int, const FwdParams&) {
+  return m;
+}
+__device__ __forceinline__ Alibi for_head(const Alibi& m, int h, const FwdParams& p) {
+  return Alibi{m.seqlen_q, m.seqlen_k, h, alibi_slope(static_cast<int>(opaque_u32(static_cast<u32>(h))), p)};
+}
+
 }  // namespace score_mod
 }  // namespace fa4

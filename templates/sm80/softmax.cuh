@@ -46,6 +46,13 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
   if constexpr (!ScoreMod::kIsIdentity) {
     // Indices clamped into the sequence (those elements are masked (k) or never stored (q)).
     const ScoreMod mod_in_seq = score_mod::for_sequence<ScoreMod>(ctx, p);
+    ScoreMod row_mod[T::kMTiles][2];  // per row: packed rows of other heads (score_mod::for_head)
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        row_mod[mt][r] = T::kPack > 1 ? score_mod::for_head(mod_in_seq, ctx.q_head + Row::of(q_row0 + mt * 16 + r * 8).head, p)
+                                      : mod_in_seq;
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -53,7 +60,7 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const Row row = Row::of(q_row0 + mt * 16 + (e >> 1) * 8);
-          s[mt][j][e] = mod_in_seq(s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head + row.head,
+          s[mt][j][e] = row_mod[mt][e >> 1](s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head + row.head,
                                    min(row.q, ctx.seqlen_q - 1), min(k_col0 + j * 8 + (e & 1), ctx.seqlen_k - 1), p) *
                         kLog2e;
         }

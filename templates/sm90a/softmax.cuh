@@ -61,11 +61,12 @@ struct WgSoftmax {
       ctx[1].q_head = head[1];
       if constexpr (!ScoreMod::kIsIdentity) {  // branch-free, as in logits_unpacked
         const ScoreMod mod = score_mod::for_sequence<ScoreMod>(w.seq, p);
+        const ScoreMod row_mod[2] = {score_mod::for_head(mod, head[0], p), score_mod::for_head(mod, head[1], p)};
         const int k_last = w.seq.seqlen_k - 1;
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
-          s[i] = mod(s[i] * p.softmax_scale, w.seq.batch, head[h], q[h], min(k, k_last), p) * kLog2e;
+          s[i] = row_mod[h](s[i] * p.softmax_scale, w.seq.batch, head[h], q[h], min(k, k_last), p) * kLog2e;
         }
       }
       if (need_mask) {
