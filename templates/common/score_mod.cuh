@@ -54,6 +54,10 @@ struct Alibi {
     const float m = h == q_head ? slope : alibi_slope(h, p);
     return score - m * fabsf(static_cast<float>(q_idx + (seqlen_k - seqlen_q) - kv_idx));
   }
+  // For rows of head h: h's slope from h through an opaque move (computed where the mod is made).
+  __device__ __forceinline__ static Alibi of_head(int seqlen_q, int seqlen_k, int h, const FwdParams& p) {
+    return Alibi{seqlen_q, seqlen_k, h, alibi_slope(static_cast<int>(opaque_u32(static_cast<u32>(h))), p)};
+  }
 };
 
 // A user score-mod (generated from ScoreMod::custom): User::eval is the snippet. It only sees its
@@ -85,8 +89,7 @@ __device__ __forceinline__ Custom<User> with_sequence(const Custom<User>*, const
 }
 template <class Seq>
 __device__ __forceinline__ Alibi with_sequence(const Alibi*, const Seq& seq, const FwdParams& p) {
-  return Alibi{seq.seqlen_q, seq.seqlen_k, seq.q_head,
-               alibi_slope(static_cast<int>(opaque_u32(static_cast<u32>(seq.q_head))), p)};
+  return Alibi::of_head(seq.seqlen_q, seq.seqlen_k, seq.q_head, p);
 }
 template <class Mod, class Seq>
 __device__ __forceinline__ Mod for_sequence(const Seq& seq, const FwdParams& p) {
@@ -100,7 +103,7 @@ __device__ __forceinline__ Mod for_head(const Mod& m, int, const FwdParams&) {
   return m;
 }
 __device__ __forceinline__ Alibi for_head(const Alibi& m, int h, const FwdParams& p) {
-  return Alibi{m.seqlen_q, m.seqlen_k, h, alibi_slope(static_cast<int>(opaque_u32(static_cast<u32>(h))), p)};
+  return Alibi::of_head(m.seqlen_q, m.seqlen_k, h, p);
 }
 
 }  // namespace score_mod
