@@ -31,6 +31,20 @@ __device__ __forceinline__ u64 desc_mnmajor(u32 block_addr, u32 block_bytes) {
   return make_desc_sw128(block_addr, block_bytes, 1024);
 }
 
+// A descriptor moved through its operand by byte offsets: the start field advances by a 32-bit
+// add on the low word. No carry leaves the field (14 bits of address >> 4: shared memory ends below
+// 2^18), so this equals the descriptor of the moved address, without the per-step mask and shift
+// of make_desc_sw128 (3 uniform instructions per wgmma of the KV loop).
+struct DescAt {
+  u32 lo, hi;
+  static __device__ __forceinline__ DescAt of(u64 desc) {
+    return DescAt{static_cast<u32>(desc), static_cast<u32>(desc >> 32)};
+  }
+  __device__ __forceinline__ u64 at(u32 byte_offset) const {
+    return (static_cast<u64>(hi) << 32) | (lo + (byte_offset >> 4));
+  }
+};
+
 // ---- synchronisation ----
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -65,11 +79,12 @@ template <class Element, int N, int D>
 __device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_addr) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
   static_assert(D % 16 == 0, "gemm_qk: depth must be a multiple of 16");
+  const DescAt q = DescAt::of(desc_kmajor(q_addr)), kd = DescAt::of(desc_kmajor(k_addr));
 #pragma unroll
   for (int k = 0; k < D / 16; ++k) {
-    const u32 qa = q_addr + (k / 4) * (64 * 128);  // Q block: 64 rows x 128 bytes
-    const u32 ka = k_addr + (k / 4) * (N * 128);   // K block: N rows x 128 bytes
-    Wgmma<N, kBf16>::ss(s, desc_kmajor(qa) + 2 * (k % 4), desc_kmajor(ka) + 2 * (k % 4), k > 0 ? 1 : 0);
+    // Q block: 64 rows x 128 bytes, K block: N rows x 128 bytes; a k16 step inside one adds 32 bytes.
+    Wgmma<N, kBf16>::ss(s, q.at((k / 4) * (64 * 128) + 32 * (k % 4)), kd.at((k / 4) * (N * 128) + 32 * (k % 4)),
+                        k > 0 ? 1 : 0);
   }
 }
 
@@ -80,10 +95,11 @@ template <class Element, int Dp, int BN, int kKeys = BN>
 __device__ __forceinline__ void gemm_pv(float (&o)[Dp / 2], const u32 (&p)[BN / 4], u32 v_addr) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
   static_assert(kKeys % 16 == 0 && kKeys <= BN, "gemm_pv: whole k16 steps of the tile");
+  const DescAt v = DescAt::of(desc_mnmajor(v_addr, BN * 128));
 #pragma unroll
   for (int k = 0; k < kKeys / 16; ++k) {
     const u32 a[4] = {p[4 * k], p[4 * k + 1], p[4 * k + 2], p[4 * k + 3]};
-    Wgmma<Dp, kBf16>::template rs<1>(o, a, desc_mnmajor(v_addr + k * 2048, BN * 128), 1);
+    Wgmma<Dp, kBf16>::template rs<1>(o, a, v.at(k * 2048), 1);
   }
 }
 
