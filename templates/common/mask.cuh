@@ -7,6 +7,8 @@
 // Load, MMA and softmax roles call the same functions with the same arguments, so they agree
 // on which tiles exist without talking to each other (the seeds' iteration sets).
 // Key bounds (k < seqlen_k) are not a mask concern: kernels add them on the last tile.
+// kContiguous: every KV tile inside kv_range has a visible key for some row of the Q tile (the
+// rows' key ranges overlap: None and bands), so walks step tile by tile without classify().
 #pragma once
 #include "common/prelude.cuh"
 
@@ -44,6 +46,7 @@ __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a 
 // No mask: every key is visible.
 struct None {
   static constexpr bool kIsNone = true;
+  static constexpr bool kContiguous = true;
   __device__ __forceinline__ static bool visible(int, int, const Ctx&) { return true; }
   __device__ __forceinline__ static KvRange kv_range(int, int, const Ctx& c) { return {0, c.seqlen_k}; }
   __device__ __forceinline__ static TileClass classify(int, int, int, int, const Ctx&) { return kFull; }
@@ -78,6 +81,7 @@ struct Band {
 template <class Derived>
 struct BandMask {
   static constexpr bool kIsNone = false;
+  static constexpr bool kContiguous = true;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return Derived::band(c).visible(q, k, c); }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
     return Derived::band(c).kv_range(q_lo, q_hi, c);
@@ -100,6 +104,7 @@ struct SlidingWindow : BandMask<SlidingWindow> {
 // params.chunk_size keys. Query positions are aligned like causal (offset).
 struct Chunked {
   static constexpr bool kIsNone = false;
+  static constexpr bool kContiguous = false;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     const int C = c.params->chunk_size;
     return floor_div(q + c.diag_offset(), C) == floor_div(k, C);
@@ -124,6 +129,7 @@ struct Chunked {
 template <class A, class B>
 struct And {
   static constexpr bool kIsNone = false;
+  static constexpr bool kContiguous = false;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     return A::visible(q, k, c) && B::visible(q, k, c);
   }
@@ -142,6 +148,7 @@ struct And {
 template <class A, class B>
 struct Or {
   static constexpr bool kIsNone = false;
+  static constexpr bool kContiguous = false;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     return A::visible(q, k, c) || B::visible(q, k, c);
   }
@@ -191,6 +198,7 @@ __device__ __forceinline__ TileClass block_mask_class(int head, int q_lo, int q_
 template <class User>
 struct Custom {
   static constexpr bool kIsNone = false;
+  static constexpr bool kContiguous = false;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     return q < c.seqlen_q && k < c.seqlen_k && User::eval(c.batch, c.q_head, q, k, *c.params);
   }

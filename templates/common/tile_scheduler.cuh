@@ -128,7 +128,8 @@ struct TileWork {
   // the key-bound and diagonal tiles come first. Returns n_begin - 1 when done.
   __device__ __forceinline__ int next_tile(int n) const {
     --n;
-    while (n >= n_begin && classify(n) == mask::kSkip) --n;
+    if constexpr (!Mask::kContiguous)
+      while (n >= n_begin && classify(n) == mask::kSkip) --n;
     return n;
   }
   __device__ __forceinline__ int first_tile() const { return next_tile(n_end); }
