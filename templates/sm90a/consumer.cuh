@@ -76,7 +76,9 @@ struct WgKeySpan {
   }
   __device__ __forceinline__ Span of(int n) const {
     if constexpr (!kOn) return Span::kFull;
-    const int visible = kv_end - n * Sh::kBN;
+    // n opaque: where the walk steps by one tile (Mask::kContiguous), the compiler otherwise splits
+    // the KV loop by span and ptxas serializes its wgmma (C7515, d192 and d256).
+    const int visible = kv_end - static_cast<int>(opaque_u32(static_cast<u32>(n))) * Sh::kBN;
     if (visible <= 0) return Span::kNone;
     if (Sh::kHalfSpans && visible <= Sh::kBN / 2) return Span::kHalf;
     return Span::kFull;
