@@ -39,7 +39,7 @@ On the GPU machine (repository root, .device carried):
                         CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
                         bench/python_overhead.py
-  profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA);
+  profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
                         prefill: SHAPE=B,H,S,D MASK=causal|none; decode: SHAPES="B,Sq,Sk ..."
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
   all                   info, tests, sanitize, bench in one call, each stage timed; keep the call
@@ -273,27 +273,47 @@ python_() {
 }
 
 # ncu on our timed fa4_fwd (launches: first, warm-up, timed, stream) and on cuDNN through SDPA.
-sdpa_call() {  # B H HKV SQ SK D [causal]: warm-up, then one call inside cudaProfilerStart/Stop
+sdpa_call() {  # B H HKV SQ SK D [causal] [cudnn|fa4]: warm-up, then one call inside cudaProfilerStart/Stop
   cat > /tmp/gpu_sdpa_call.py <<'EOF'
+import os
 import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 B, H, Hkv, Sq, Sk, D = (int(x) for x in sys.argv[1:7])
 causal = len(sys.argv) > 7 and sys.argv[7] == "causal"
+peer = sys.argv[8] if len(sys.argv) > 8 else "cudnn"
 q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
 k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
-with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-    for _ in range(3):
-        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=H != Hkv)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=H != Hkv)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+if peer == "fa4":  # FlashAttention-4 (FA4_SITE: ../shared/bench/fa4_peer.sh), (B, S, H, D) layout
+    import site
+    site.addsitedir(os.environ["FA4_SITE"])
+    from flash_attn.cute import flash_attn_func
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    call = lambda: flash_attn_func(q, k, v, causal=causal)
+else:
+    def call():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=H != Hkv)
+for _ in range(3):
+    call()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+call()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()
 EOF
   echo /tmp/gpu_sdpa_call.py
+}
+
+stall_metrics() {  # warp stall reasons, cycles per issued instruction (WarpStateStats' breakdown)
+  local r m=""
+  for r in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle \
+           membar mio_throttle misc no_instruction not_selected selected short_scoreboard sleeping tex_throttle wait; do
+    m+="${m:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  echo "$m"
 }
 
 profile() {
@@ -304,16 +324,24 @@ profile() {
     --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats"
   local keys="^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per|Grid Size|Block Size|Dynamic Shared|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit Rate|Waves Per SM"
   case $what in
-    prefill)
-      IFS=, read -r B H S D <<<"${SHAPE:-16,16,2048,128}"
+    prefill)  # SHAPE=B,H,S,D[,Hkv]; FlashAttention-4 too when FA4_SITE is set (stage B of fa4_peer.sh)
+      local HKV tag peer
+      IFS=, read -r B H S D HKV <<<"${SHAPE:-16,16,2048,128}"
+      HKV=${HKV:-$H}
+      tag=${B}_${H}_${HKV}_${S}_${D}_${MASK:-causal}
+      sections="$sections --metrics $(stall_metrics)"
+      keys="$keys|issue_stalled"
       echo "{\"depth\":$D,\"mask\":\"${MASK:-causal}\"}" > /tmp/gpu_pp.json
-      args="bench --config /tmp/gpu_pp.json --arch sm_90a --batch $B --heads $H --seqlen-q $S --seqlen-k $S --warmup 1 --iters 1"
+      args="bench --config /tmp/gpu_pp.json --arch sm_90a --batch $B --heads $H --kv-heads $HKV --seqlen-q $S --seqlen-k $S
+            --warmup 1 --iters 1"
       $F $args >/dev/null  # compile outside the profiler
       timeout 200 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $sections \
-        $F $args > "$OUT/ncu_prefill_ours.txt" 2>&1
-      timeout 200 ncu --clock-control none --profile-from-start off $sections \
-        python3 "$py" "$B" "$H" "$H" "$S" "$S" "$D" "${MASK:-causal}" > "$OUT/ncu_prefill_cudnn.txt" 2>&1
-      for f in ours cudnn; do echo "== $f $B,$H,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_prefill_$f.txt" | head -40; done ;;
+        $F $args > "$OUT/ncu_${tag}_ours.txt" 2>&1
+      for peer in cudnn ${FA4_SITE:+fa4}; do
+        timeout 200 ncu --clock-control none --profile-from-start off $sections \
+          python3 "$py" "$B" "$H" "$HKV" "$S" "$S" "$D" "${MASK:-causal}" "$peer" > "$OUT/ncu_${tag}_$peer.txt" 2>&1
+      done
+      for f in ours cudnn ${FA4_SITE:+fa4}; do echo "== $f $B,$H/$HKV,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_${tag}_$f.txt" | head -60; done ;;
     decode)
       echo "${CFG:-{\"depth\":128,\"mask\":\"none\"\}}" > /tmp/gpu_pd.json
       for shape in ${SHAPES:-8,1,32768 1,1,131072}; do

@@ -120,9 +120,29 @@ struct WgSoftmax {
   // Folds tile logits into the row state and turns them into unnormalised P (fp32, in place).
   // corr[r]: factor O must be multiplied by before P of this tile is added (1 = no rescale).
   __device__ __forceinline__ void online(float (&s)[kN], float (&corr)[2]) {
-    float m[2] = {kNegInf, kNegInf};
+    // Row maxima in kMaxChains independent chains per row, combined at the end. With three
+    // consumer warpgroups (d64) one chain of kN / 2 fmaxf per row was the softmax's longest
+    // dependency (ncu "wait" stalls); four chains ran 1-3% faster there and 1% slower at d128
+    // (two warpgroups, whose ping-pong hides the chain), so d128 keeps one (docs/PERF.md run 26).
+    constexpr int kMaxChains = Sh::kNumConsumerWGs == 3 ? 4 : 1;
+    float mc[2][kMaxChains];
 #pragma unroll
-    for (int i = 0; i < kN; ++i) m[(i >> 1) & 1] = fmaxf(m[(i >> 1) & 1], s[i]);
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < kMaxChains; ++c) mc[r][c] = kNegInf;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      float& acc = mc[(i >> 1) & 1][((i & 1) | ((i >> 1) & 2)) % kMaxChains];
+      acc = fmaxf(acc, s[i]);
+    }
+    float m[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if constexpr (kMaxChains == 4)
+        m[r] = fmaxf(fmaxf(mc[r][0], mc[r][1]), fmaxf(mc[r][2], mc[r][3]));
+      else
+        m[r] = mc[r][0];
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
