@@ -40,7 +40,7 @@ On the GPU machine (repository root, .device carried):
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
                         bench/python_overhead.py
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
-                        prefill: SHAPE=B,H,S,D MASK=causal|none; decode: SHAPES="B,Sq,Sk ..."
+                        prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none; decode: SHAPES="B,Sq,Sk ..."
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
   all                   info, tests, sanitize, bench in one call, each stage timed; keep the call
                         under the device tool's 600 s: TEST_LIMIT 220, SAN_LIMIT 150 (all sets
