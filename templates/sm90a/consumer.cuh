@@ -434,17 +434,15 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
     if (runs) {
       sm.init(p, w.q_lo, wg);
       float corr[2];  // first tile: O restarts at zero, so no correction
-      if (pending) {
-        // The pending tile's last P V runs at full span: that tile is not at hand (wider is correct).
-        overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, Span::kFull, [&] {
-          sm.logits(s, n, w.needs_mask(n), p, w);
-          sm.online(s, corr);
-        });
-      } else {
-        qk_step<Config>(s, k_ring, sched, q, k_addr);
+      // The first Q K^T goes with the pending tile's last P V, at full span (that tile is not at
+      // hand; wider is correct). With no tile pending it goes with a P V on the extra V stage the
+      // producer loads for it (producer_loop), whose result the zero(o) below discards: one copy
+      // of the softmax for both cases (a second copy was ~15% of this kernel's code; a P V issued
+      // only when pending made ptxas serialize the wgmma, C7515).
+      overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, Span::kFull, [&] {
         sm.logits(s, n, w.needs_mask(n), p, w);
         sm.online(s, corr);
-      }
+      });
     }
     // Epilogues, one call site: the pending tile's, then this tile's when it has Q rows but no
     // visible key (O = 0, LSE = -inf).

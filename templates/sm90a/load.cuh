@@ -145,7 +145,11 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 // Cross-tile overlap (SmemLayout::kCrossTile): tile i's Q goes into buffer i & 1, and its q_empty
 // wait (parity ((i >> 1) & 1) ^ 1) is for the epilogue of tile i - 2, which the consumers finish
 // early in tile i - 1: the producer reaches tile i about kStages KV tiles before tile i - 1 ends,
-// so Q(i) lands while tile i - 1 still runs instead of after it.
+// so Q(i) lands while tile i - 1 still runs instead of after it. The consumers' first step of a
+// running tile takes a V stage for the previous tile's last P V; where no tile is pending (the
+// walk's first running tile, or one after a tile that did not run) the producer loads V(first)
+// once more before K(first), for a P V whose result the consumers discard, so that the first step
+// is one code path (consumer_loop_cross_tile).
 template <class Config, class Mask, bool kPaged, class Tiles>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, Tiles tiles, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars) {
@@ -158,6 +162,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p), smem, bars);
   } else {
     pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
+    bool pending = false;  // cross-tile: the consumers hold the previous tile's last P V
     for (; tiles.valid(p); tiles.advance()) {
       const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
       // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
@@ -166,6 +171,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       const TmaCoords c = TmaCoords::make(p, w.seq);
       int n = w.first_tile();  // none when !w.valid (empty KV range)
       if (w.has(n)) {
+        if (L::kCrossTile && !pending) load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
         load_kv_stage<Config, false>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, true);
         load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
@@ -176,6 +182,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       } else {
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, false);
       }
+      pending = w.has(w.first_tile());
     }
   }
 }
