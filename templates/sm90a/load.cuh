@@ -170,7 +170,8 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       const u32 q_empty_phase = ((L::kQBuffers == 2 ? i >> 1 : i) & 1u) ^ 1u;
       const TmaCoords c = TmaCoords::make(p, w.seq);
       int n = w.first_tile();  // none when !w.valid (empty KV range)
-      if (w.has(n)) {
+      const bool runs = w.has(n);
+      if (runs) {
         if (L::kCrossTile && !pending) load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
         load_kv_stage<Config, false>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, true);
@@ -182,7 +183,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       } else {
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, false);
       }
-      pending = w.has(w.first_tile());
+      pending = runs;
     }
   }
 }
