@@ -33,6 +33,17 @@ std::string snippet_hash(const nlohmann::json& cfg) {
 
 EntryRow row(const cache::EntryInfo& e) {
   const auto& m = e.meta;
+  if (const auto c = m.find("combine"); c != m.end() && c->is_object()) {  // a split-KV combine kernel
+    EntryRow r;
+    r.key = e.key;
+    r.bytes = e.bytes;
+    r.arch = m.value("arch", "?");
+    r.dtype = c->value("output_dtype", "?");
+    r.depth = c->value("depth", 0);
+    r.mask = "(combine)";
+    r.score_mod = "-";
+    return r;
+  }
   const nlohmann::json cfg = m.value("config", nlohmann::json::object());
   auto kind = [&](const char* field) {
     const auto it = cfg.find(field);
@@ -111,10 +122,17 @@ void add_cache(CLI::App& app) {
         const auto r = detail::disk_cache().verify([&](const cache::Artifact& a) -> std::string {
           if (!gpu) return {};
           try {
+            const std::string key = a.meta.at("key").get<std::string>();
+            if (a.meta.contains("combine")) {  // a combine kernel: loaded on the GPU of its own arch
+              if (a.meta.value("arch", "") != detail::device_arch(detail::ensure_context())) return {};
+              detail::LoadedModule m(a.cubin, detail::combine_entry_name(key));
+              ++loaded;
+              return {};
+            }
             const ResolvedConfig rc = resolve(config_from_json(a.meta.at("config")),
                                               ResolveOptions{parse_tune(a.meta.value("tune", ""), "meta.json tune")});
             if (!detail::runs_on(rc, sm)) return {};  // built for another GPU: nothing to load here
-            detail::LoadedModule m(a.cubin, rc.smem_bytes, a.meta.at("key").get<std::string>());
+            detail::LoadedModule m(a.cubin, detail::entry_name(key), rc.smem_bytes);
             ++loaded;
             return {};
           } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -241,15 +242,31 @@ void add_bundle(CLI::App& app) {
     cache::Store bundle(bo);
     if (bundle.writable_root().empty()) throw CacheError(fmt::format("--out {}: not a writable directory", o->out));
     std::vector<std::string> keys(jobs.size());
+    std::mutex combine_mu;
+    std::map<std::string, nlohmann::json> combines;  // key -> spec: the split-KV combine kernels, once each
+    auto ship = [&](const std::string& key, cache::Artifact art) {
+      art.meta.erase("mac");  // the user's deployment secret means nothing to the bundle's readers
+      bundle.publish(key, art.cubin, art.meta);
+      return art.origin == "compiled";
+    };
     run_jobs(jobs, worker_count(sel), [&](Job& job) {
       const detail::CompileInputs in = detail::compile_inputs(job.config, cli_resolve_options());
       const std::string what = to_json(in.config.config).dump();
-      cache::Artifact art = detail::disk_cache().get_or_compile(
-          in.key, [&] { return detail::compile_artifact(in); }, what);
-      job.status = art.origin == "compiled" ? "compiled" : "hit";
-      art.meta.erase("mac");  // the user's deployment secret means nothing to the bundle's readers
-      bundle.publish(in.key, art.cubin, art.meta);
+      const bool compiled = ship(in.key, detail::disk_cache().get_or_compile(
+                                             in.key, [&] { return detail::compile_artifact(in); }, what));
       keys[static_cast<std::size_t>(&job - jobs.data())] = in.key;
+      const detail::CombineInputs ci = detail::combine_inputs(in.config);
+      {
+        std::lock_guard<std::mutex> lock(combine_mu);
+        if (!combines.emplace(ci.key, detail::to_json(ci.spec)).second) {
+          job.status = compiled ? "compiled" : "hit";
+          return;
+        }
+      }
+      const std::string cwhat = "split-KV combine kernel " + detail::to_json(ci.spec).dump();
+      const bool combine_compiled = ship(ci.key, detail::disk_cache().get_or_compile(
+                                                     ci.key, [&] { return detail::compile_artifact(ci); }, cwhat));
+      job.status = compiled || combine_compiled ? "compiled" : "hit";
     });
     int failed = 0;
     for (const Job& j : jobs) failed += j.status != "compiled" && j.status != "hit";
@@ -262,16 +279,23 @@ void add_bundle(CLI::App& app) {
     ro.bundles = {o->out};
     ro.validate = detail::check_cache_entry;
     cache::Store check(ro);
-    nlohmann::json manifest = {{"fa4jit", FA4JIT_VERSION_STRING}, {"kernels", nlohmann::json::array()}};
+    nlohmann::json manifest = {{"fa4jit", FA4JIT_VERSION_STRING},
+                               {"kernels", nlohmann::json::array()},
+                               {"combine_kernels", nlohmann::json::array()}};
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       if (!check.load(keys[i]))
         throw CacheError(fmt::format("--out {}: kernel {} does not verify after writing", o->out, keys[i]));
       manifest["kernels"].push_back(
           {{"key", keys[i]}, {"arch", jobs[i].config.arch}, {"use", jobs[i].use}, {"config", to_json(jobs[i].config)}});
     }
+    for (const auto& [key, spec] : combines) {
+      if (!check.load(key))
+        throw CacheError(fmt::format("--out {}: combine kernel {} does not verify after writing", o->out, key));
+      manifest["combine_kernels"].push_back({{"key", key}, {"arch", spec.at("arch")}, {"combine", spec}});
+    }
     // The manifest says what the bundle holds (for people and packaging); lookups use only keys.
     std::ofstream(std::filesystem::path(o->out) / "manifest.json") << manifest.dump(2) << "\n";
-    fmt::print("bundle: {} kernels in {}\n", jobs.size(), o->out);
+    fmt::print("bundle: {} kernels and {} split-KV combine kernels in {}\n", jobs.size(), combines.size(), o->out);
   });
 }
 

@@ -65,12 +65,17 @@ std::string compute_template_digest(const Headers& headers) {
   return h.hex();
 }
 
-std::string compute_key(const CompileInputs& in) {
+std::string hash_key_inputs(std::string_view family, std::string_view template_digest, std::string_view source,
+                            std::string_view nvrtc_version, const std::vector<std::string>& options) {
   Hasher key;
-  key.add("fa4jit-cache-key").add(std::to_string(kCacheSchema)).add(kGeneratorVersion);
-  key.add(in.template_digest).add(in.source).add(in.nvrtc_version);
-  for (const std::string& o : in.options) key.add(o);
+  key.add(family).add(std::to_string(kCacheSchema)).add(kGeneratorVersion);
+  key.add(template_digest).add(source).add(nvrtc_version);
+  for (const std::string& o : options) key.add(o);
   return key.hex();
+}
+
+std::string compute_key(const CompileInputs& in) {
+  return hash_key_inputs("fa4jit-cache-key", in.template_digest, in.source, in.nvrtc_version, in.options);
 }
 
 nlohmann::json describe(const CompileInputs& in) {

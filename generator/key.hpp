@@ -1,6 +1,7 @@
 // Everything that shapes a binary, and its hash: the cache key.
 #pragma once
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,10 @@ CompileInputs compile_inputs(ResolvedConfig config, std::string nvrtc_version, T
 // Hashes the inputs' fields (used by compile_inputs; exposed so tests can vary one input).
 std::string compute_template_digest(const Headers& headers);
 std::string compute_key(const CompileInputs& in);
+// The hash both kernel families use; `family` keeps an attention kernel's and a combine
+// kernel's keys apart (generator/combine.hpp).
+std::string hash_key_inputs(std::string_view family, std::string_view template_digest, std::string_view source,
+                            std::string_view nvrtc_version, const std::vector<std::string>& options);
 
 // The key inputs as recorded in meta.json.
 nlohmann::json describe(const CompileInputs& in);

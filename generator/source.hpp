@@ -10,17 +10,19 @@
 
 namespace jit::detail {
 
-constexpr const char* kGeneratorVersion = "fa4jit-generator-1";
+// 2: the split-KV combine left the attention kernel's module (generator/combine.hpp).
+constexpr const char* kGeneratorVersion = "fa4jit-generator-2";
 constexpr int kCacheSchema = 1;
 constexpr const char* kSourceName = "fa4jit.cu";
 constexpr const char* kEntryName = "fa4_fwd";
-constexpr const char* kCombineEntryName = "fa4_combine";  // split-KV merge, in every module
+constexpr const char* kCombineEntryName = "fa4_combine";  // split-KV merge, a module of its own
 
-// Key-derived kernel names, fa4_fwd_<key[0:16]> and fa4_combine_<key[0:16]>: a cubin then exports
-// the names of the key it was compiled for, and one served under another key fails to load
-// (cuModuleGetFunction) instead of running. The key hashes the source, so the names cannot be in
-// it: the source says FA4JIT_FWD_NAME / FA4JIT_COMBINE_NAME, and entry_name_options() defines them
-// as NVRTC -D options added after hashing (CompileInputs::compile_options()).
+// Key-derived kernel names, fa4_fwd_<key[0:16]> (an attention kernel) and fa4_combine_<key[0:16]>
+// (a combine kernel, under its own key): a cubin then exports the name of the key it was compiled
+// for, and one served under another key fails to load (cuModuleGetFunction) instead of running.
+// The key hashes the source, so the name cannot be in it: the source says FA4JIT_FWD_NAME /
+// FA4JIT_COMBINE_NAME, defined by -D options added after hashing (CompileInputs::compile_options(),
+// CombineInputs::compile_options()).
 std::string entry_name(std::string_view key);
 std::string combine_entry_name(std::string_view key);
 std::vector<std::string> entry_name_options(std::string_view key);

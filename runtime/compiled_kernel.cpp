@@ -18,16 +18,14 @@ namespace jit::detail {
 
 bool runs_on(const ResolvedConfig& rc, int sm) { return policy(rc).runs_on(rc, sm); }
 
-LoadedModule::LoadedModule(const std::string& cubin, int smem_bytes, const std::string& key) {
+LoadedModule::LoadedModule(const std::string& cubin, const std::string& entry, int smem_bytes) {
   const DriverApi& d = driver();
   check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
   try {
-    const std::string fwd = entry_name(key), combine = combine_entry_name(key);
-    check(d.cuModuleGetFunction(&fn_, module_, fwd.c_str()), ("cuModuleGetFunction(" + fwd + ")").c_str());
-    check(d.cuModuleGetFunction(&combine_fn_, module_, combine.c_str()),
-          ("cuModuleGetFunction(" + combine + ")").c_str());
-    check(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
-          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    check(d.cuModuleGetFunction(&fn_, module_, entry.c_str()), ("cuModuleGetFunction(" + entry + ")").c_str());
+    if (smem_bytes > 0)
+      check(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   } catch (...) {
     d.cuModuleUnload(module_);
     throw;
@@ -38,31 +36,44 @@ LoadedModule::~LoadedModule() {
   if (module_) driver().cuModuleUnload(module_);  // may fail at process exit; nothing to do then
 }
 
-CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin,
-                               double compile_ms)
-    : config_(std::move(config)),
-      key_(std::move(key)),
-      cubin_(std::move(cubin)),
-      origin_(std::move(origin)),
-      compile_ms_(compile_ms) {}
-
-const LoadedModule& CompiledKernel::module_for_current_context() const {
+const LoadedModule& ContextModules::current(const std::function<void(CUdevice)>& check_device) const {
   const CUdevice dev = ensure_context();
   CUcontext ctx = nullptr;
   check(driver().cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(ctx);
   if (it != modules_.end()) return *it->second;
-  const int sm = device_sm(dev);
-  if (!runs_on(config_, sm))
-    throw DriverError(fmt::format(
-        "arch mismatch: kernel {} was compiled for {} but the current GPU ({}) is sm_{}; build it for {} or leave "
-        "FA4Config::arch empty to use the current GPU",
-        key_, config_.config.arch, device_name(dev), sm, device_arch(dev)));
-  auto loaded = std::make_unique<LoadedModule>(cubin_, config_.smem_bytes, key_);
+  if (check_device) check_device(dev);
+  auto loaded = std::make_unique<LoadedModule>(cubin_, entry_, smem_bytes_);
   const LoadedModule& m = *loaded;
   modules_.emplace(ctx, std::move(loaded));
   return m;
+}
+
+CombineKernel::CombineKernel(std::string key, std::string cubin, std::string origin)
+    : key_(std::move(key)), origin_(std::move(origin)), modules_(std::move(cubin), combine_entry_name(key_), 0) {}
+
+CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin,
+                               double compile_ms, CombinePtr combine)
+    : config_(std::move(config)),
+      key_(std::move(key)),
+      origin_(std::move(origin)),
+      compile_ms_(compile_ms),
+      modules_(std::move(cubin), entry_name(key_), config_.smem_bytes),
+      combine_(std::move(combine)) {}
+
+const LoadedModule& CompiledKernel::module_for_current_context() const {
+  return modules_.current([&](CUdevice dev) {
+    const int sm = device_sm(dev);
+    if (!runs_on(config_, sm))
+      throw DriverError(fmt::format(
+          "arch mismatch: kernel {} was compiled for {} but the current GPU ({}) is sm_{}; build it for {} or leave "
+          "FA4Config::arch empty to use the current GPU",
+          key_, config_.config.arch, device_name(dev), sm, device_arch(dev)));
+    // With the kernel, as when it shared its module: a split launch never loads a module first
+    // (e.g. inside a CUDA graph capture).
+    combine_->function();
+  });
 }
 
 namespace {
@@ -181,13 +192,14 @@ void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
     launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
     return;
   }
+  const CUfunction combine = combine_->function();  // loaded with the kernel's module
   SplitWorkspace ws(args, p.split.bytes(), s);
   p.split.place(ws.get(), p.params);
   void* kernel_params[] = {&p.params, &p.tma};
   launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
   void* combine_params[] = {&p.params};
   const unsigned combine_grid[3] = {p.combine_grid, 1, 1};
-  launch_on(module.combine_function(), combine_grid, fa4::kCombineThreads, 0, s, combine_params);
+  launch_on(combine, combine_grid, fa4::kCombineThreads, 0, s, combine_params);
 }
 
 }  // namespace jit::detail

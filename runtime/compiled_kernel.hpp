@@ -1,6 +1,7 @@
 // The Kernel behind get_kernel: a cubin plus, per CUDA context, its loaded module.
 #pragma once
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,23 +19,53 @@ struct LaunchShape;  // runtime/launch_args.hpp
 // Can a cubin built for `rc` run on a device of compute capability `sm` (major*10 + minor)?
 bool runs_on(const ResolvedConfig& rc, int sm);
 
-// One cuModuleLoadData result; unloaded with the kernel.
+// One cuModuleLoadData result and its one kernel; unloaded with it.
 class LoadedModule {
  public:
-  // Looks up the kernels by the names derived from `key` (entry_name): a cubin of another key
-  // does not load.
-  LoadedModule(const std::string& cubin, int smem_bytes, const std::string& key);
+  // Looks the kernel up by `entry`, a name derived from the cubin's key (entry_name,
+  // combine_entry_name): a cubin of another key does not load. smem_bytes > 0 raises the
+  // kernel's dynamic shared memory limit to it.
+  LoadedModule(const std::string& cubin, const std::string& entry, int smem_bytes = 0);
   ~LoadedModule();
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;
   CUfunction function() const { return fn_; }
-  CUfunction combine_function() const { return combine_fn_; }
 
  private:
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;
-  CUfunction combine_fn_ = nullptr;
 };
+
+// A cubin's modules, one per CUDA context, loaded on first use in each.
+class ContextModules {
+ public:
+  ContextModules(std::string cubin, std::string entry, int smem_bytes)
+      : cubin_(std::move(cubin)), entry_(std::move(entry)), smem_bytes_(smem_bytes) {}
+  // The current context's module; `check` runs (e.g. the arch test) before a first load.
+  const LoadedModule& current(const std::function<void(CUdevice)>& check = {}) const;
+  const std::string& cubin() const { return cubin_; }
+
+ private:
+  std::string cubin_, entry_;
+  int smem_bytes_;
+  mutable std::mutex mu_;
+  mutable std::map<CUcontext, std::unique_ptr<LoadedModule>> modules_;
+};
+
+// The split-KV combine kernel of one (arch, output dtype, head dim) (generator/combine.hpp),
+// shared by the attention kernels with that triple.
+class CombineKernel {
+ public:
+  CombineKernel(std::string key, std::string cubin, std::string origin);
+  const std::string& key() const { return key_; }
+  const std::string& origin() const { return origin_; }
+  CUfunction function() const { return modules_.current().function(); }  // the current context's
+
+ private:
+  std::string key_, origin_;
+  ContextModules modules_;
+};
+using CombinePtr = std::shared_ptr<const CombineKernel>;
 
 // Everything a launch passes to the driver, computed before any driver launch call.
 struct LaunchPlan {
@@ -53,7 +84,8 @@ struct LaunchPlan {
 
 class CompiledKernel final : public Kernel {
  public:
-  CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin, double compile_ms);
+  CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin, double compile_ms,
+                 CombinePtr combine);
 
   void launch(const LaunchArgs& args, Stream stream) const override;
   int num_splits(const LaunchArgs& args) const override { return static_cast<int>(plan(args).params.num_splits); }
@@ -62,7 +94,8 @@ class CompiledKernel final : public Kernel {
   LaunchPlan plan(const LaunchArgs& args) const;
   const ResolvedConfig& config() const override { return config_; }
   const std::string& key() const override { return key_; }
-  const std::string& cubin() const override { return cubin_; }
+  const std::string& cubin() const override { return modules_.cubin(); }
+  const CombinePtr& combine() const { return combine_; }
   const std::string& origin() const override { return origin_; }
   double compile_ms() const override { return compile_ms_; }
 
@@ -70,10 +103,11 @@ class CompiledKernel final : public Kernel {
   const LoadedModule& module_for_current_context() const;  // loads on first use per context
 
   ResolvedConfig config_;
-  std::string key_, cubin_, origin_;
+  std::string key_, origin_;
   double compile_ms_;
-  mutable std::mutex mu_;
-  mutable std::map<CUcontext, std::unique_ptr<LoadedModule>> modules_;
+  ContextModules modules_;
+  CombinePtr combine_;
+  mutable std::mutex mu_;  // lpt_heads_
   mutable TmaDescCache tma_;
   // Persistent causal launches: section size per (max_seqlen_q, keys, pairs, CTAs, L2 bound), chosen
   // once by simulating the walk (runtime/lpt_order.hpp); guarded by mu_.

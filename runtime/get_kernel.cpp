@@ -1,5 +1,6 @@
 // get_kernel: memory cache (one compile per key per process) over the disk cache over NVRTC.
 #include <atomic>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 #include "cache/store.hpp"
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
+#include "generator/combine.hpp"
 #include "generator/key.hpp"
 #include "generator/source.hpp"
 #include "runtime/compiled_kernel.hpp"
@@ -38,10 +40,11 @@ cache::Store& disk_cache() {
   return store;
 }
 
-cache::Artifact compile_artifact(const CompileInputs& in) {
-  const CompileOutput out = nvrtc_compile(in.source, kSourceName, *in.headers, in.compile_options());
-  nlohmann::json meta = describe(in);
-  const ResourceUsage use = parse_ptxas_log(out.log);
+namespace {
+
+// meta.json's record of one compile: the key inputs, NVRTC time, sizes and ptxas resources.
+cache::Artifact artifact_of(CompileOutput out, nlohmann::json meta, const char* entry, int smem_dynamic) {
+  const ResourceUsage use = parse_ptxas_log(out.log, entry);
   meta["compile_ms"] = out.ms;
   meta["cubin_bytes"] = out.cubin.size();
   meta["ptx_bytes"] = out.ptx.size();
@@ -49,8 +52,25 @@ cache::Artifact compile_artifact(const CompileInputs& in) {
                        {"spill_stores", use.spill_stores},
                        {"spill_loads", use.spill_loads},
                        {"stack_frame", use.stack_frame},
-                       {"smem_dynamic", in.config.smem_bytes}};
-  return cache::Artifact{out.cubin, std::move(meta), "compiled"};
+                       {"smem_dynamic", smem_dynamic}};
+  return cache::Artifact{std::move(out.cubin), std::move(meta), "compiled"};
+}
+
+}  // namespace
+
+cache::Artifact compile_artifact(const CompileInputs& in) {
+  CompileOutput out = nvrtc_compile(in.source, kSourceName, *in.headers, in.compile_options());
+  return artifact_of(std::move(out), describe(in), kEntryName, in.config.smem_bytes);
+}
+
+CombineInputs combine_inputs(const ResolvedConfig& rc) {
+  const auto [major, minor] = nvrtc_version();
+  return combine_inputs(combine_spec(rc), fmt::format("{}.{}", major, minor));
+}
+
+cache::Artifact compile_artifact(const CombineInputs& in) {
+  CompileOutput out = nvrtc_compile(in.source, kCombineSourceName, *in.headers, in.compile_options());
+  return artifact_of(std::move(out), describe(in), kCombineEntryName, 0);
 }
 
 FA4Config with_arch(const FA4Config& config) {
@@ -69,16 +89,51 @@ FA4Config with_arch(const FA4Config& config) {
 
 namespace {
 
-// Process-wide: key -> the kernel (or the compile in flight). Threads asking for one key
-// wait on the same future, so each key is compiled once per process.
-struct MemoryCache {
-  std::mutex mu;
-  std::unordered_map<std::string, std::shared_future<KernelPtr>> entries;
+// Process-wide: key -> the value (or the load in flight). Threads asking for one key wait on the
+// same future, so each key is compiled once per process; a failure is not kept (a later call may
+// succeed, e.g. after fixing the cache dir).
+template <class T>
+class OncePerKey {
+ public:
+  // `joined`: set when the value came from this map (made earlier or by another thread).
+  T get(const std::string& key, const std::function<T()>& make, bool* joined) {
+    std::promise<T> promise;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      std::shared_future<T> pending = it->second;
+      lock.unlock();  // wait without holding the map
+      *joined = true;
+      return pending.get();  // rethrows the owner's error
+    }
+    entries_.emplace(key, promise.get_future().share());
+    lock.unlock();
+    *joined = false;
+    try {
+      T value = make();
+      promise.set_value(value);
+      return value;
+    } catch (...) {
+      lock.lock();
+      entries_.erase(key);
+      lock.unlock();
+      promise.set_exception(std::current_exception());
+      throw;
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_future<T>> entries_;
 };
 
-MemoryCache& memory_cache() {
-  static MemoryCache cache;
-  return cache;
+OncePerKey<KernelPtr>& kernels() {
+  static OncePerKey<KernelPtr> map;
+  return map;
+}
+
+OncePerKey<detail::CombinePtr>& combine_kernels() {
+  static OncePerKey<detail::CombinePtr> map;
+  return map;
 }
 
 // jit::stats(): relaxed atomics, read as a snapshot (each counter exact, not a consistent cut).
@@ -119,27 +174,76 @@ void record(const detail::CompileInputs& in, const cache::Artifact& art, double 
     detail::log(level, fmt::format("kernel {}: compiled in {:.0f} ms", config, compile_ms));
 }
 
-// Called by the store on a miss in every tier, before NVRTC runs.
-cache::Artifact compile_under_policy(const detail::CompileInputs& in, const std::string& config_json) {
+// Called by the store on a miss in every tier, before NVRTC runs. `what`: "kernel <config JSON>"
+// or "split-KV combine kernel <spec JSON>".
+template <class Inputs>
+cache::Artifact compile_under_policy(const Inputs& in, const std::string& what) {
   switch (compile_policy()) {
     case CompilePolicy::allow: break;
     case CompilePolicy::warn:
-      detail::log(LogLevel::warn, fmt::format("compiling kernel {} (key {}) under compile policy warn: add it to the "
-                                              "prewarm list",
-                                              config_json, in.key));
+      detail::log(
+          LogLevel::warn,
+          fmt::format("compiling {} (key {}) under compile policy warn: add it to the prewarm list", what, in.key));
       break;
     case CompilePolicy::forbid:
       counters().forbidden++;
       throw CacheMissError(
-          fmt::format("compile policy forbid (jit::set_compile_policy or FA4JIT_COMPILE): kernel {} "
+          fmt::format("compile policy forbid (jit::set_compile_policy or FA4JIT_COMPILE): {} "
                       "(key {}) is in none of the cache tiers; prewarm it (fa4jit prewarm) or allow "
                       "compiles",
-                      config_json, in.key));
+                      what, in.key));
   }
   return detail::compile_artifact(in);
 }
 
+// A kernel not in this process's memory: its entry and its combine kernel's, looked up (and, on
+// a miss, compiled) side by side: a first kernel of its head dim waits for the longer of the two.
+KernelPtr load_kernel(const detail::CompileInputs& in) {
+  std::future<detail::CombinePtr> combine =
+      std::async(std::launch::async, [&] { return detail::get_combine(in.config); });
+  cache::Artifact art;
+  try {
+    const std::string what = to_json(in.config.config).dump();
+    art = detail::disk_cache().get_or_compile(
+        in.key, [&] { return compile_under_policy(in, "kernel " + what); }, what);
+  } catch (...) {
+    combine.wait();  // it reads `in`; the kernel's own error is the one to report
+    throw;
+  }
+  detail::CombinePtr c = combine.get();
+  const double ms = art.origin == "compiled" ? art.meta.value("compile_ms", 0.0) : 0.0;
+  record(in, art, ms);
+  return std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms,
+                                                  std::move(c));
+}
+
 }  // namespace
+
+namespace detail {
+
+// The combine kernel of `rc`'s (arch, output dtype, head dim): process memory, then the cache
+// tiers, then NVRTC. Its compiles count in Stats::compiles; its hits are part of its kernel's.
+CombinePtr get_combine(const ResolvedConfig& rc) {
+  const CombineInputs in = combine_inputs(rc);
+  bool joined = false;
+  return jit::combine_kernels().get(
+      in.key,
+      [&] {
+        const std::string what = "split-KV combine kernel " + to_json(in.spec).dump();
+        cache::Artifact art = disk_cache().get_or_compile(
+            in.key, [&] { return jit::compile_under_policy(in, what); }, what);
+        if (art.origin == "compiled") {
+          const double ms = art.meta.value("compile_ms", 0.0);
+          jit::counters().compiles++;
+          jit::counters().compile_us += static_cast<std::uint64_t>(ms * 1000);
+          log(LogLevel::info, fmt::format("{} (key {}): compiled in {:.0f} ms", what, in.key, ms));
+        }
+        return std::make_shared<const CombineKernel>(in.key, std::move(art.cubin), art.origin);
+      },
+      &joined);
+}
+
+}  // namespace detail
 
 std::string current_device_arch() { return detail::device_arch(detail::ensure_context()); }
 
@@ -173,38 +277,14 @@ KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options) {
     throw;
   }
 
-  MemoryCache& mem = memory_cache();
-  std::promise<KernelPtr> promise;
-  std::unique_lock<std::mutex> lock(mem.mu);
-  if (auto it = mem.entries.find(in.key); it != mem.entries.end()) {
-    std::shared_future<KernelPtr> pending = it->second;
-    lock.unlock();  // wait without holding the map
-    try {
-      KernelPtr k = pending.get();  // rethrows the owner's error
-      counters().memory_hits++;
-      return k;
-    } catch (...) {
-      counters().failures++;
-      throw;
-    }
-  }
-  mem.entries.emplace(in.key, promise.get_future().share());
-  lock.unlock();
+  bool joined = false;
   try {
-    const std::string what = to_json(in.config.config).dump();
-    cache::Artifact art = detail::disk_cache().get_or_compile(
-        in.key, [&] { return compile_under_policy(in, what); }, what);
-    const double ms = art.origin == "compiled" ? art.meta.value("compile_ms", 0.0) : 0.0;
-    record(in, art, ms);
-    KernelPtr k = std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms);
-    promise.set_value(k);
+    KernelPtr k = kernels().get(
+        in.key, [&] { return load_kernel(in); }, &joined);
+    if (joined) counters().memory_hits++;
     return k;
   } catch (...) {
-    lock.lock();
-    mem.entries.erase(in.key);  // a later call may succeed (e.g. after fixing the cache dir)
-    lock.unlock();
     counters().failures++;
-    promise.set_exception(std::current_exception());
     throw;
   }
 }

@@ -148,15 +148,16 @@ std::vector<int> nvrtc_supported_archs() {
 }
 
 ResourceUsage parse_ptxas_log(const std::string& full_log, const std::string& entry) {
-  // Only the entry's own section: a module holds fa4_fwd and fa4_combine. A prefix, so that
-  // "fa4_fwd" also finds the key-derived fa4_fwd_<key[0:16]>.
-  std::string log = full_log;
-  const std::string head = "Compiling entry function '" + entry;
-  if (const auto at = full_log.find(head); at != std::string::npos) {
-    const auto next = full_log.find("Compiling entry function", at + head.size());
-    log = full_log.substr(at, next == std::string::npos ? std::string::npos : next - at);
-  }
+  // Only the entry's own section (up to the next entry's): a prefix, so that "fa4_fwd" also finds
+  // the key-derived fa4_fwd_<key[0:16]>. A log without that entry (a source compiled without the
+  // name options names its kernel FA4JIT_FWD_NAME) has no usage of it: all -1, never another
+  // entry's figures (until generator 2 a module also held fa4_combine, listed first).
   ResourceUsage u;
+  const std::string head = "Compiling entry function '" + entry;
+  const auto at = full_log.find(head);
+  if (at == std::string::npos) return u;
+  const auto next = full_log.find("Compiling entry function", at + head.size());
+  const std::string log = full_log.substr(at, next == std::string::npos ? std::string::npos : next - at);
   std::smatch m;
   if (std::regex_search(log, m, std::regex(R"(Used (\d+) registers)"))) u.registers = std::stoi(m[1]);
   if (std::regex_search(log, m, std::regex(R"((\d+) bytes spill stores, (\d+) bytes spill loads)"))) {

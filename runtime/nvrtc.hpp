@@ -22,7 +22,8 @@ std::pair<int, int> nvrtc_version();
 std::vector<int> nvrtc_supported_archs();
 
 // ptxas resource usage of one entry (default: the attention kernel) parsed from a -Xptxas=-v log;
-// `entry` is a name prefix (kernels are named fa4_fwd_<key[0:16]>).
+// `entry` is a name prefix (kernels are named fa4_fwd_<key[0:16]>). All -1 when the log has no
+// such entry.
 struct ResourceUsage {
   int registers = -1;
   int spill_stores = -1, spill_loads = -1;  // bytes

@@ -4,9 +4,13 @@
 #include <vector>
 #include "cache/store.hpp"
 #include "fa4jit/config.hpp"
+#include "generator/combine.hpp"
 #include "generator/key.hpp"
 
 namespace jit::detail {
+
+class CombineKernel;  // runtime/compiled_kernel.hpp
+using CombinePtr = std::shared_ptr<const CombineKernel>;
 
 // Resolves `config` and renders and hashes it for this process's NVRTC (generator/key.hpp).
 CompileInputs compile_inputs(const FA4Config& config, const ResolveOptions& options = {});
@@ -15,9 +19,16 @@ cache::Store& disk_cache();  // the process's store (from the environment)
 // as read-only tiers unless FA4JIT_BUNDLE_PATH says otherwise; empty in a build tree.
 std::vector<std::filesystem::path> installed_bundles();
 cache::Artifact compile_artifact(const CompileInputs& in);  // NVRTC + meta.json contents
-FA4Config with_arch(const FA4Config& config);               // fills an empty arch from the current GPU
+// The combine kernel an attention kernel's split launches use, for this process's NVRTC.
+CombineInputs combine_inputs(const ResolvedConfig& rc);
+cache::Artifact compile_artifact(const CombineInputs& in);
+// The combine kernel of rc's (arch, output dtype, head dim): process memory, then the cache tiers,
+// then NVRTC under the compile policy. get_kernel fetches it beside each kernel it loads.
+CombinePtr get_combine(const ResolvedConfig& rc);
+FA4Config with_arch(const FA4Config& config);  // fills an empty arch from the current GPU
 // The disk cache's validator (cache::Options::validate): the entry's recorded inputs must hash to
-// its key and its cubin must define the key-derived kernel names (runtime/cache_auth.cpp).
+// its key and its cubin must define the key-derived kernel name (runtime/cache_auth.cpp). Serves
+// both kernel families: a meta.json with "combine" is a combine kernel's.
 cache::Verdict check_cache_entry(std::string_view key, const nlohmann::json& meta, std::string_view cubin);
 
 }  // namespace jit::detail

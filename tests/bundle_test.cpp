@@ -27,11 +27,14 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   const auto made = run("bundle --preset llama3-8b --preset llama3-8b-decode --arch sm_90a,sm_100a --out " +
                         bundle.string() + " --jobs 2");
   ASSERT_EQ(made.rc, 0) << made.out;
-  EXPECT_NE(made.out.find("bundle: 4 kernels in"), std::string::npos) << made.out;
+  // d128 bf16 on two archs: one split-KV combine kernel per arch, shared by prefill and decode.
+  EXPECT_NE(made.out.find("bundle: 4 kernels and 2 split-KV combine kernels in"), std::string::npos) << made.out;
   std::ifstream mf(bundle / "manifest.json");
   const auto manifest = nlohmann::json::parse(mf);
   ASSERT_EQ(manifest["kernels"].size(), 4u);
   EXPECT_EQ(manifest["kernels"][0]["key"].get<std::string>().size(), 32u);
+  ASSERT_EQ(manifest["combine_kernels"].size(), 2u);
+  EXPECT_EQ(manifest["combine_kernels"][0]["combine"]["depth"], 128);
   const auto before = tree(bundle);
 
   // A fresh cache, compiles forbidden, a deployment secret the bundle was never signed with.
@@ -63,6 +66,20 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   EXPECT_NE(r.out.find("compile policy forbid"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("read-only tier"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(cubin));
+
+  // So is a forged combine kernel: the kernels that need it are refused, naming it.
+  const std::string combine_key = manifest["combine_kernels"][1]["key"];
+  const std::string combine_arch = manifest["combine_kernels"][1]["arch"];
+  const fs::path combine_cubin = bundle / "v1" / combine_key.substr(0, 2) / combine_key / "kernel.cubin";
+  {
+    std::fstream f(combine_cubin, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x5a');
+  }
+  r = run("prewarm --preset llama3-8b-decode --arch " + combine_arch, env);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("split-KV combine kernel"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(combine_key), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, BundleNeedsArchAndOut) {

@@ -150,7 +150,7 @@ TEST_F(CliScripts, CachePruneTakesTheSizesOfTheEnvironmentVariable) {
   EXPECT_TRUE(has(keep.out, "removed 0 entries")) << keep.out;
   const auto drop = run("cache prune --max-size 1KiB");  // a cubin is larger than 1 KiB
   EXPECT_EQ(drop.rc, 0) << drop.out;
-  EXPECT_TRUE(has(drop.out, "removed 1 entries")) << drop.out;
+  EXPECT_TRUE(has(drop.out, "removed 2 entries")) << "the kernel and its split-KV combine kernel: " << drop.out;
   for (const char* bad : {"-1", "nan", "inf", "1X", "G", "0x10", "1e30G", ""}) {
     const auto r = run(std::string("cache prune --max-size '") + bad + "'");
     EXPECT_EQ(r.rc, 2) << bad << "\n" << r.out;
@@ -172,21 +172,29 @@ TEST_F(CliScripts, CacheLsShowsWhatTellsEntriesApart) {
   ASSERT_EQ(pre.rc, 0) << pre.out;
   EXPECT_TRUE(has(pre.out, "fa4jit: info: kernel sm_80 d64 bf16")) << pre.out;  // FA4JIT_LOG=info: compiles
 
+  // Three kernels, and the split-KV combine kernels of d64 and d128 (one each, shared).
   const auto ls = run("cache ls");
   ASSERT_EQ(ls.rc, 0) << ls.out;
-  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 3) << ls.out;
+  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 5) << ls.out;
   EXPECT_TRUE(has(ls.out, "group=4  packed")) << ls.out;
   EXPECT_TRUE(has(ls.out, "score_mod=custom")) << ls.out;
+  EXPECT_TRUE(has(ls.out, "d128  mask=(combine)")) << ls.out;
 
   const auto js = run("cache ls --json");
   ASSERT_EQ(js.rc, 0) << js.out;
   const nlohmann::json entries = nlohmann::json::parse(js.out);
-  ASSERT_EQ(entries.size(), 3u) << js.out;
+  ASSERT_EQ(entries.size(), 5u) << js.out;
   std::set<std::string> hashes;
+  std::set<int> combine_depths;
   int packed = 0;
   for (const auto& e : entries) {
     EXPECT_EQ(e.at("key").get<std::string>().size(), 32u);
     EXPECT_EQ(e.at("arch"), "sm_80");
+    if (e.at("mask") == "(combine)") {
+      combine_depths.insert(e.at("depth").get<int>());
+      EXPECT_TRUE(e.at("meta").contains("combine"));
+      continue;
+    }
     if (e.at("pack_gqa").get<bool>()) {
       ++packed;
       EXPECT_EQ(e.at("group"), 4);
@@ -198,6 +206,7 @@ TEST_F(CliScripts, CacheLsShowsWhatTellsEntriesApart) {
     EXPECT_TRUE(e.at("meta").contains("config"));
   }
   EXPECT_EQ(packed, 1);
+  EXPECT_EQ(combine_depths, (std::set<int>{64, 128})) << js.out;
   EXPECT_EQ(hashes.size(), 2u) << "the two snippets must hash apart: " << js.out;
 }
 

@@ -49,7 +49,12 @@ TEST_F(Cli, PrewarmCompilesThenHits) {
   EXPECT_NE(second.out.find("4 kernels: 0 compiled, 4 hit, 0 failed"), std::string::npos) << second.out;
   const Result ls = run("cache ls");
   EXPECT_EQ(ls.rc, 0) << ls.out;
-  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 4) << ls.out;
+  // The 4 kernels and their split-KV combine kernels: d64 and d128 on each arch.
+  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 8) << ls.out;
+  int combines = 0;
+  for (auto at = ls.out.find("mask=(combine)"); at != std::string::npos; at = ls.out.find("mask=(combine)", at + 1))
+    ++combines;
+  EXPECT_EQ(combines, 4) << ls.out;
 }
 
 TEST_F(Cli, PrewarmNamesAFailingKernelAndExitsNonZero) {
@@ -102,7 +107,7 @@ TEST_F(Cli, CacheVerifyExportImportAndPrune) {
   ASSERT_EQ(run("prewarm --preset default --arch sm_80 --jobs 2").rc, 0);
   const Result ex = run("cache export " + (dir_ / "a.fa4c").string());
   EXPECT_EQ(ex.rc, 0) << ex.out;
-  EXPECT_NE(ex.out.find("exported 4 entries"), std::string::npos) << ex.out;
+  EXPECT_NE(ex.out.find("exported 6 entries"), std::string::npos) << "4 kernels, 2 combine kernels: " << ex.out;
   // Damage one entry: verify must find it, remove it, and the rest must survive.
   fs::path victim;
   for (const auto& e : fs::recursive_directory_iterator(dir_ / "cache"))
@@ -111,11 +116,11 @@ TEST_F(Cli, CacheVerifyExportImportAndPrune) {
   fs::resize_file(victim, fs::file_size(victim) / 2);
   const Result v = run("cache verify");
   EXPECT_EQ(v.rc, 0) << v.out;
-  EXPECT_NE(v.out.find("verified 4 entries"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("verified 6 entries"), std::string::npos) << v.out;
   EXPECT_NE(v.out.find("removed 1"), std::string::npos) << v.out;
   const Result im = run("cache import " + (dir_ / "a.fa4c").string());
   EXPECT_EQ(im.rc, 0) << im.out;
-  EXPECT_NE(im.out.find("imported 1 entries (3 already present, 0 rejected)"), std::string::npos) << im.out;
+  EXPECT_NE(im.out.find("imported 1 entries (5 already present, 0 rejected)"), std::string::npos) << im.out;
   const Result pr = run("cache prune --max-size 1");
   EXPECT_EQ(pr.rc, 0) << pr.out;
   EXPECT_EQ(run("cache ls").out, "");

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fa4jit/jit.hpp"
+#include "runtime/runtime_internal.hpp"
 #include "tests/support/cli_process.hpp"
 
 namespace {
@@ -21,6 +24,9 @@ jit::FA4Config fresh_config() {
   c.arch = "sm_90a";
   c.depth = 64;
   c.score_mod = jit::ScoreMod::custom("return score + " + std::to_string((now % 1000003) * 64 + ++n) + ".0f * 1e-30f;");
+  // Its split-KV combine kernel (shared by every sm_90a d64 bf16 kernel, perhaps not yet cached)
+  // first, so that the counts below are the kernel's own.
+  jit::detail::get_combine(jit::resolve(c));
   return c;
 }
 
@@ -107,6 +113,34 @@ TEST_F(Cli, CompileEnvironmentForbidsAndBadValuesAreNamed) {
   EXPECT_NE(r.out.find("under compile policy warn"), std::string::npos) << r.out;
   r = run("prewarm --config " + cfg.string() + " --arch sm_90a", "FA4JIT_COMPILE=forbid");
   EXPECT_EQ(r.rc, 0) << "a cached kernel is served under forbid: " << r.out;
+}
+
+// A kernel's split-KV combine kernel is an entry of its own (generator/combine.hpp): prewarm
+// leaves both in the cache, and a serving process with compiles forbidden refuses a kernel whose
+// combine is missing before anything runs, naming the combine.
+TEST_F(Cli, TheCombineKernelIsCachedBesideItsKernelAndForbiddenToo) {
+  const auto cfg = write("c.json", R"({"depth": 64, "mask": {"kind": "causal"}})");
+  auto r = run("prewarm --config " + cfg.string() + " --arch sm_80");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto ls = nlohmann::json::parse(run("cache ls --json").out);
+  ASSERT_EQ(ls.size(), 2u) << ls.dump(2);
+  const auto combine = ls[0]["mask"] == "(combine)" ? ls[0] : ls[1];
+  ASSERT_EQ(combine["mask"], "(combine)") << ls.dump(2);
+  EXPECT_EQ(combine["depth"], 64);
+  EXPECT_EQ(combine["arch"], "sm_80");
+  EXPECT_EQ(combine["meta"]["combine"]["output_dtype"], "bf16");
+  EXPECT_NE(run("cache verify").out.find("verified 2 entries"), std::string::npos);
+
+  std::filesystem::remove_all(combine["dir"].get<std::string>());
+  r = run("prewarm --config " + cfg.string() + " --arch sm_80", "FA4JIT_COMPILE=forbid");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("compile policy forbid (jit::set_compile_policy or FA4JIT_COMPILE): split-KV combine kernel "
+                       "{\"arch\":\"sm_80\",\"depth\":64,\"output_dtype\":\"bf16\"}"),
+            std::string::npos)
+      << r.out;
+  r = run("prewarm --config " + cfg.string() + " --arch sm_80");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(run("cache ls --json").out).size(), 2u);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -669,15 +670,24 @@ TEST(FeatureCompile, RandomCasesSurviveJson) {
 
 // CI has no GPU: the same random configs must at least compile (NVRTC + ptxas) for every backend.
 TEST(FeatureCompile, RandomCombinationsCompileForEveryBackend) {
+  std::set<std::string> combines;  // each split-KV combine kernel the cases need, compiled once
   for (const std::string arch : {"sm_80", "sm_90a", "sm_100a"})
     for (int i = 0; i < kRandomCases; i += 3) {
       const RandomCase rc = random_case(kRandomSeed0 + i, arch);
       try {
         const auto in = jit::detail::compile_inputs(rc.cfg);
         const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
-        EXPECT_NE(out.ptx.find(".entry fa4_combine"), std::string::npos) << rc.name;
+        EXPECT_NE(out.ptx.find(".entry " + jit::detail::entry_name(in.key) + "("), std::string::npos) << rc.name;
         const auto use = jit::detail::parse_ptxas_log(out.log);
         EXPECT_GT(use.registers, 0) << rc.name;
+        const auto ci = jit::detail::combine_inputs(in.config);
+        if (combines.insert(ci.key).second) {
+          const auto co =
+              jit::detail::nvrtc_compile(ci.source, jit::detail::kCombineSourceName, *ci.headers, ci.compile_options());
+          EXPECT_NE(co.ptx.find(".entry " + jit::detail::combine_entry_name(ci.key) + "("), std::string::npos)
+              << rc.name;
+          EXPECT_EQ(jit::detail::parse_ptxas_log(co.log, jit::detail::kCombineEntryName).spill_stores, 0) << rc.name;
+        }
       } catch (const jit::Error& e) {
         ADD_FAILURE() << rc.name << ": " << e.what();
       }

@@ -11,6 +11,8 @@
 
 #include "cache/store.hpp"
 #include "fa4jit/jit.hpp"
+#include "runtime/compiled_kernel.hpp"
+#include "runtime/runtime_internal.hpp"
 
 namespace {
 
@@ -137,6 +139,29 @@ TEST(PublicApi, SinkExceptionsAreDropped) {
   std::filesystem::remove(o.roots[0].parent_path());
 }
 
+// Split-KV launches merge partials with a combine kernel compiled once per (arch, output dtype,
+// head dim) and shared by every kernel with that triple (generator/combine.hpp).
+TEST(PublicApi, KernelsShareTheirCombineKernel) {
+  FA4Config a;
+  a.arch = "sm_80";
+  a.depth = 64;
+  FA4Config b = a;
+  b.mask = Mask::causal();
+  FA4Config c = a;
+  c.output_dtype = DType::fp16;
+  auto combine_of = [](const KernelPtr& k) {
+    const auto* compiled = dynamic_cast<const detail::CompiledKernel*>(k.get());
+    EXPECT_NE(compiled, nullptr);
+    return compiled ? compiled->combine() : nullptr;
+  };
+  const auto ca = combine_of(get_kernel(a)), cb = combine_of(get_kernel(b)), cc = combine_of(get_kernel(c));
+  ASSERT_TRUE(ca && cb && cc);
+  EXPECT_EQ(ca, cb);  // one object in this process
+  EXPECT_NE(ca->key(), cc->key());
+  EXPECT_EQ(ca->key(), detail::combine_inputs(resolve(a)).key);
+  EXPECT_NE(ca->key(), get_kernel(a)->key());
+}
+
 TEST(PublicApi, StatsCountCompilesHitsAndFailures) {
   LogCapture cap;
   set_log_level(LogLevel::debug);
@@ -146,6 +171,7 @@ TEST(PublicApi, StatsCountCompilesHitsAndFailures) {
   c.dtype = DType::fp16;
   c.group = 3;
   c.mask = Mask::chunked();
+  detail::get_combine(resolve(c));  // its split-KV combine kernel (maybe not yet cached) is not what is counted
   const Stats before = stats();
   const KernelPtr k = get_kernel(c);
   const Stats mid = stats();

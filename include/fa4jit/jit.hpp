@@ -49,7 +49,10 @@ FA4JIT_API CompilePolicy compile_policy_from_string(const std::string& s);  // C
 
 // What get_kernel did in this process (all threads) since it started.
 struct Stats {
-  std::uint64_t compiles = 0;     // NVRTC compiles (cache misses)
+  // NVRTC compiles (cache misses), a kernel's split-KV combine kernel included: compiled once per
+  // (arch, output dtype, head dim) and shared, so a process's first kernel of a head dim may count 2.
+  // The hit counters count get_kernel calls.
+  std::uint64_t compiles = 0;
   std::uint64_t memory_hits = 0;  // served from this process's memory (or joined a compile in flight)
   std::uint64_t disk_hits = 0;    // loaded from a disk cache tier
   std::uint64_t remote_hits = 0;  // loaded from the remote (Redis) tier

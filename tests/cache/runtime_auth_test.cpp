@@ -39,8 +39,17 @@ std::string fake_cubin(const std::string& key) {
       "\x7f"
       "ELF";
   c += std::string(200, '\x01') + '\0' + jit::detail::entry_name(key) + '\0' + ".text." + jit::detail::entry_name(key) +
-       '\0' + jit::detail::combine_entry_name(key) + '\0';
+       '\0';
   return c + cubin_for(key, 4096);
+}
+
+// A combine kernel's cubin stand-in (generator/combine.hpp): it exports fa4_combine_<key[0:16]>.
+std::string fake_combine_cubin(const std::string& key) {
+  std::string c =
+      "\x7f"
+      "ELF";
+  c += std::string(200, '\x01') + '\0' + jit::detail::combine_entry_name(key) + '\0';
+  return c + cubin_for(key, 1024);
 }
 
 Options validated(std::vector<fs::path> roots, const std::string& secret = {}) {
@@ -85,11 +94,9 @@ TEST(CacheRuntimeAuth, CopiedAndRelabelledEntriesAreNeverServed) {
   plant(shared.path, c.key, jit::detail::describe(c), fake_cubin(b.key));
   // 3. B's cubin with its kernel names patched to D's (same length): only the secret stops this.
   std::string patched = fake_cubin(b.key);
-  for (const auto& [from, to] :
-       {std::pair{jit::detail::entry_name(b.key), jit::detail::entry_name(d.key)},
-        std::pair{jit::detail::combine_entry_name(b.key), jit::detail::combine_entry_name(d.key)}})
-    for (std::size_t at = patched.find(from); at != std::string::npos; at = patched.find(from, at + 1))
-      patched.replace(at, from.size(), to);
+  const std::string from = jit::detail::entry_name(b.key), to = jit::detail::entry_name(d.key);
+  for (std::size_t at = patched.find(from); at != std::string::npos; at = patched.find(from, at + 1))
+    patched.replace(at, from.size(), to);
   plant(shared.path, d.key, jit::detail::describe(d), patched);
 
   EnvVar ro("FA4JIT_CACHE_FAULT", "readonly:" + shared.path.string());
@@ -179,18 +186,16 @@ TEST(CacheRuntimeAuth, RealKernelsExportKeyDerivedNamesAndOtherwiseTheSamePtx) {
   // The same source with the plain names, as c9e8894 named every kernel.
   auto plain_options = a.options;
   plain_options.push_back("-DFA4JIT_FWD_NAME=fa4_fwd");
-  plain_options.push_back("-DFA4JIT_COMBINE_NAME=fa4_combine");
   const auto plain = jit::detail::nvrtc_compile(a.source, jit::detail::kSourceName, *a.headers, plain_options);
-  const std::string fwd = jit::detail::entry_name(a.key), combine = jit::detail::combine_entry_name(a.key);
+  const std::string fwd = jit::detail::entry_name(a.key);
   EXPECT_EQ(fwd, "fa4_fwd_" + a.key.substr(0, 16));
   EXPECT_NE(named.ptx.find(".entry " + fwd + "("), std::string::npos);
-  EXPECT_NE(named.ptx.find(".entry " + combine + "("), std::string::npos);
   EXPECT_EQ(named.ptx.find(".entry fa4_fwd("), std::string::npos);
-  // Names normalised: the kernels', and the internal-linkage prefix NVRTC derives from the first
+  EXPECT_EQ(named.ptx.find(".entry fa4_combine"), std::string::npos) << "the combine is a module of its own";
+  // Names normalised: the kernel's, and the internal-linkage prefix NVRTC derives from the first
   // kernel's name (_INTERNAL_<n>_9_fa4jit_cu_fa4_fwd, or a hash of a longer name).
   auto normalize = [&](std::string ptx) {
     ptx = std::regex_replace(ptx, std::regex(fwd), "fa4_fwd");
-    ptx = std::regex_replace(ptx, std::regex(combine), "fa4_combine");
     return std::regex_replace(ptx, std::regex("_ZN[0-9]+_INTERNAL_00000000_9_fa4jit_cu_(fa4_fwd|[0-9a-f]{8})"),
                               "_ZN_INTERNAL_");
   };
@@ -210,16 +215,59 @@ TEST(CacheRuntimeAuth, RealKernelsExportKeyDerivedNamesAndOtherwiseTheSamePtx) {
   EXPECT_NE(v.problem.find("does not define " + jit::detail::entry_name(b.key)), std::string::npos) << v.problem;
 }
 
+// Combine kernels (generator/combine.hpp) are entries of their own, checked the same way: their
+// recorded spec must hash to their key, and their cubin must export fa4_combine_<key[0:16]>.
+TEST(CacheRuntimeAuth, CombineEntriesAreCheckedLikeKernels) {
+  const CompileInputs a = inputs(0);
+  const jit::detail::CombineInputs ci = jit::detail::combine_inputs(a.config);
+  const int depth = a.config.config.depth;
+  EXPECT_EQ(ci.spec, (jit::detail::CombineSpec{"sm_90a", *a.config.config.output_dtype, depth}));
+  EXPECT_NE(ci.key, a.key);
+  const nlohmann::json meta = jit::detail::describe(ci);
+  EXPECT_EQ(jit::detail::check_cache_entry(ci.key, meta, fake_combine_cubin(ci.key)).problem, "");
+  // Another spec's inputs recorded under this key: refused, not foreign.
+  auto other = meta;
+  other["combine"]["depth"] = depth == 64 ? 128 : 64;
+  auto v = jit::detail::check_cache_entry(ci.key, other, fake_combine_cubin(ci.key));
+  EXPECT_NE(v.problem.find("its recorded inputs hash to"), std::string::npos) << v.problem;
+  EXPECT_FALSE(v.foreign);
+  other["combine"]["depth"] = 100;
+  v = jit::detail::check_cache_entry(ci.key, other, fake_combine_cubin(ci.key));
+  EXPECT_NE(v.problem.find("combine.depth: 100"), std::string::npos) << v.problem;
+  other = meta;
+  other["combine"].erase("output_dtype");
+  v = jit::detail::check_cache_entry(ci.key, other, fake_combine_cubin(ci.key));
+  EXPECT_NE(v.problem.find("combine.output_dtype: missing"), std::string::npos) << v.problem;
+  // A kernel's cubin under the combine's key and inputs, and the other way round.
+  v = jit::detail::check_cache_entry(ci.key, meta, fake_cubin(ci.key));
+  EXPECT_NE(v.problem.find("does not define " + jit::detail::combine_entry_name(ci.key)), std::string::npos)
+      << v.problem;
+  v = jit::detail::check_cache_entry(a.key, jit::detail::describe(a), fake_combine_cubin(a.key));
+  EXPECT_NE(v.problem.find("does not define " + jit::detail::entry_name(a.key)), std::string::npos) << v.problem;
+  // A combine's meta relabelled with a kernel's key.
+  v = jit::detail::check_cache_entry(a.key, meta, fake_combine_cubin(a.key));
+  EXPECT_NE(v.problem.find("its recorded inputs hash to " + ci.key), std::string::npos) << v.problem;
+
+  // The real thing (NVRTC on the CPU, a fraction of a second): the entry it makes validates.
+  const auto art = jit::detail::compile_artifact(ci);
+  EXPECT_EQ(jit::detail::check_cache_entry(ci.key, art.meta, art.cubin).problem, "");
+  EXPECT_GT(art.meta.at("resources").at("registers").get<int>(), 0);
+  const auto out =
+      jit::detail::nvrtc_compile(ci.source, jit::detail::kCombineSourceName, *ci.headers, ci.compile_options());
+  EXPECT_NE(out.ptx.find(".entry " + jit::detail::combine_entry_name(ci.key) + "("), std::string::npos);
+  EXPECT_EQ(out.ptx.find(".entry fa4_fwd"), std::string::npos);
+}
+
 TEST(CacheRuntimeAuth, GpuSwappedCubinFailsToLoad) {
   if (const std::string why = jit::detail::driver_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string arch = jit::detail::device_arch(jit::detail::ensure_context());
   const CompileInputs a = inputs(0, arch), b = inputs(1, arch);
   const auto art_a = jit::detail::compile_artifact(a);
   const auto art_b = jit::detail::compile_artifact(b);
-  EXPECT_NO_THROW(jit::detail::LoadedModule(art_a.cubin, a.config.smem_bytes, a.key));
+  EXPECT_NO_THROW(jit::detail::LoadedModule(art_a.cubin, jit::detail::entry_name(a.key), a.config.smem_bytes));
   // B's cubin served under A: cuModuleGetFunction finds no fa4_fwd_<A>, so nothing runs.
   try {
-    jit::detail::LoadedModule m(art_b.cubin, a.config.smem_bytes, a.key);
+    jit::detail::LoadedModule m(art_b.cubin, jit::detail::entry_name(a.key), a.config.smem_bytes);
     ADD_FAILURE() << "B's cubin loaded under A's key";
   } catch (const jit::DriverError& e) {
     EXPECT_NE(std::string(e.what()).find(jit::detail::entry_name(a.key)), std::string::npos) << e.what();
