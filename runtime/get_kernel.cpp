@@ -3,6 +3,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <system_error>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -96,18 +97,18 @@ template <class T>
 class OncePerKey {
  public:
   // `joined`: set when the value came from this map (made earlier or by another thread).
-  T get(const std::string& key, const std::function<T()>& make, bool* joined) {
+  T get(const std::string& key, const std::function<T()>& make, bool* joined = nullptr) {
     std::promise<T> promise;
     std::unique_lock<std::mutex> lock(mu_);
     if (auto it = entries_.find(key); it != entries_.end()) {
       std::shared_future<T> pending = it->second;
       lock.unlock();  // wait without holding the map
-      *joined = true;
+      if (joined) *joined = true;
       return pending.get();  // rethrows the owner's error
     }
     entries_.emplace(key, promise.get_future().share());
     lock.unlock();
-    *joined = false;
+    if (joined) *joined = false;
     try {
       T value = make();
       promise.set_value(value);
@@ -199,18 +200,21 @@ cache::Artifact compile_under_policy(const Inputs& in, const std::string& what) 
 // A kernel not in this process's memory: its entry and its combine kernel's, looked up (and, on
 // a miss, compiled) side by side: a first kernel of its head dim waits for the longer of the two.
 KernelPtr load_kernel(const detail::CompileInputs& in) {
-  std::future<detail::CombinePtr> combine =
-      std::async(std::launch::async, [&] { return detail::get_combine(in.config); });
+  std::future<detail::CombinePtr> combine;
+  try {
+    combine = std::async(std::launch::async, [&] { return detail::get_combine(in.config); });
+  } catch (const std::system_error&) {  // no thread to be had: fetched after the kernel instead
+  }
   cache::Artifact art;
   try {
     const std::string what = to_json(in.config.config).dump();
     art = detail::disk_cache().get_or_compile(
         in.key, [&] { return compile_under_policy(in, "kernel " + what); }, what);
   } catch (...) {
-    combine.wait();  // it reads `in`; the kernel's own error is the one to report
+    if (combine.valid()) combine.wait();  // it reads `in`; the kernel's own error is the one to report
     throw;
   }
-  detail::CombinePtr c = combine.get();
+  detail::CombinePtr c = combine.valid() ? combine.get() : detail::get_combine(in.config);
   const double ms = art.origin == "compiled" ? art.meta.value("compile_ms", 0.0) : 0.0;
   record(in, art, ms);
   return std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms,
@@ -225,22 +229,18 @@ namespace detail {
 // tiers, then NVRTC. Its compiles count in Stats::compiles; its hits are part of its kernel's.
 CombinePtr get_combine(const ResolvedConfig& rc) {
   const CombineInputs in = combine_inputs(rc);
-  bool joined = false;
-  return jit::combine_kernels().get(
-      in.key,
-      [&] {
-        const std::string what = "split-KV combine kernel " + to_json(in.spec).dump();
-        cache::Artifact art = disk_cache().get_or_compile(
-            in.key, [&] { return jit::compile_under_policy(in, what); }, what);
-        if (art.origin == "compiled") {
-          const double ms = art.meta.value("compile_ms", 0.0);
-          jit::counters().compiles++;
-          jit::counters().compile_us += static_cast<std::uint64_t>(ms * 1000);
-          log(LogLevel::info, fmt::format("{} (key {}): compiled in {:.0f} ms", what, in.key, ms));
-        }
-        return std::make_shared<const CombineKernel>(in.key, std::move(art.cubin), art.origin);
-      },
-      &joined);
+  return jit::combine_kernels().get(in.key, [&] {
+    const std::string what = "split-KV combine kernel " + to_json(in.spec).dump();
+    cache::Artifact art = disk_cache().get_or_compile(
+        in.key, [&] { return jit::compile_under_policy(in, what); }, what);
+    if (art.origin == "compiled") {
+      const double ms = art.meta.value("compile_ms", 0.0);
+      jit::counters().compiles++;
+      jit::counters().compile_us += static_cast<std::uint64_t>(ms * 1000);
+      log(LogLevel::info, fmt::format("{} (key {}): compiled in {:.0f} ms", what, in.key, ms));
+    }
+    return std::make_shared<const CombineKernel>(in.key, std::move(art.cubin), art.origin);
+  });
 }
 
 }  // namespace detail
