@@ -84,9 +84,17 @@ run() {
   presets=$(LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" info | sed -n 's/^presets: //p')
   archs=$(python3 -c "import json,sys; print(','.join(sorted({k['arch'] for k in json.load(open(sys.argv[1]))['kernels']})))" \
           "$dir/prefix/share/fa4jit/kernels/manifest.json")
-  # shellcheck disable=SC2046  # one --preset per name
-  FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" prewarm \
-      $(printf -- '--preset %s ' $presets) --arch "$archs" | tee /dev/stderr | grep -q ' 0 compiled, .* 0 failed'
+  local served
+  # shellcheck disable=SC2046,SC2086  # one --preset per name (the names split on purpose)
+  if ! served=$(FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid LD_LIBRARY_PATH="$dir/lib" \
+      "$dir/prefix/bin/fa4jit" prewarm $(printf -- '--preset %s ' $presets) --arch "$archs" 2>&1); then
+    echo "$served"
+    return 1
+  fi
+  # Not `tee /dev/stderr`: where stderr is a log file, reopening it truncates it (CI lost its build
+  # and ctest output that way).
+  echo "$served"
+  grep -q ' 0 compiled, .* 0 failed' <<<"$served"
   if [ "$require" = 1 ]; then
     FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" check
   fi
