@@ -15,13 +15,23 @@
 
 namespace jit {
 
-const char* to_string(DType t) { return t == DType::bf16 ? "bf16" : "fp16"; }
+const char* to_string(DType t) {
+  switch (t) {
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+    case DType::e4m3: return "e4m3";
+  }
+  return "?";
+}
 
 DType dtype_from_string(const std::string& s) {
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
   if (s == "fp16" || s == "float16" || s == "half") return DType::fp16;
-  throw ConfigError(fmt::format("dtype: '{}' is not supported; allowed: bf16, fp16", s));
+  if (s == "e4m3" || s == "float8_e4m3fn" || s == "fp8_e4m3") return DType::e4m3;
+  throw ConfigError(fmt::format("dtype: '{}' is not supported; allowed: bf16, fp16, e4m3", s));
 }
+
+int dtype_size(DType t) { return t == DType::e4m3 ? 1 : 2; }
 
 const char* to_string(Backend b) {
   switch (b) {
@@ -110,7 +120,9 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   const ArchInfo arch = parse_arch(c.arch);  // throws ConfigError for unknown archs
   const detail::BackendPolicy& backend = detail::policy(arch.backend);
 
-  if (!c.output_dtype) c.output_dtype = c.dtype;
+  if (!c.output_dtype) c.output_dtype = c.dtype == DType::e4m3 ? DType::bf16 : c.dtype;
+  if (*c.output_dtype == DType::e4m3)
+    refuse("output_dtype", "e4m3", "bf16 or fp16 (FP8 kernels write O in 16 bits)");
   const std::vector<int> depths = backend.depths();
   if (std::find(depths.begin(), depths.end(), c.depth) == depths.end())
     refuse("depth", std::to_string(c.depth),

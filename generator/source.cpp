@@ -14,7 +14,14 @@ namespace {
 
 const char* backend_dir(Backend b) { return to_string(b); }  // "sm80", "sm90a", "sm100a"
 
-const char* element_type(DType t) { return t == DType::bf16 ? "fa4::bf16_t" : "fa4::half_t"; }
+const char* element_type(DType t) {
+  switch (t) {
+    case DType::bf16: return "fa4::bf16_t";
+    case DType::fp16: return "fa4::half_t";
+    case DType::e4m3: return "fa4::e4m3_t";
+  }
+  return "?";
+}
 
 // Counts lines as it writes, so snippets can be bracketed with exact #line directives:
 // NVRTC then reports an error inside a snippet at the snippet's own line number.

@@ -15,6 +15,11 @@ class Sm80 final : public BackendPolicy {
   std::vector<int> depths() const override { return {64, 128}; }
 
   Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
+    // FP8 needs e4m3 tensor-core MMA (sm_89+ mma.sync, sm_90a wgmma); this backend's kernels are
+    // 16-bit only (an sm_89 FP8 path could come later).
+    if (c.dtype == DType::e4m3)
+      refuse("dtype", fmt::format("e4m3 on {}", c.arch),
+             "bf16 or fp16 on the portable backend; FP8 attention runs on sm_90a (and compiles for sm_100a)");
     c.BM = pick("BM", c.BM, 128, {64, 128});
     c.BN = pick("BN", c.BN, dp <= 64 ? 128 : 64, {32, 64, 128});
     c.BK0 = pick("BK0", c.BK0, dp, {dp});

@@ -14,10 +14,13 @@
 
 namespace jit {
 
-enum class DType { bf16, fp16 };
+// e4m3: float8 e4m3 ("float8_e4m3fn": no infinities, max 448) for Q, K, V, with float32 descale
+// factors per (batch, KV head) at launch (LaunchArgs::descale_q/k/v); O is then bf16 or fp16.
+enum class DType { bf16, fp16, e4m3 };
 
 FA4JIT_API const char* to_string(DType t);
-FA4JIT_API DType dtype_from_string(const std::string& s);  // "bf16" | "fp16"; ConfigError otherwise
+FA4JIT_API DType dtype_from_string(const std::string& s);  // "bf16" | "fp16" | "e4m3"; ConfigError otherwise
+FA4JIT_API int dtype_size(DType t);                         // bytes per element: 2, 2, 1
 
 // Which attention pattern a kernel computes. Window sizes and chunk sizes are launch
 // arguments (LaunchArgs), so one binary serves every value.
@@ -64,7 +67,7 @@ struct FA4JIT_API ScoreMod {
 
 struct FA4Config {
   DType dtype = DType::bf16;          // Q, K, V
-  std::optional<DType> output_dtype;  // O; unset: dtype
+  std::optional<DType> output_dtype;  // O (bf16 or fp16); unset: dtype, or bf16 when dtype is e4m3
   int depth = 128;                    // head dim
   int BM = 0, BN = 0, BK0 = 0;        // Q rows per CTA, K/V rows per tile, Q.K^T depth chunk
   int num_q_heads = 0;                // 0: any (checked at launch when set)

@@ -47,6 +47,13 @@ struct LaunchArgs {
 
   const float* sinks = nullptr;  // float32 [Hq] attention-sink logits
 
+  // FP8 kernels (dtype e4m3), FlashAttention-3's convention: q, k and v hold x / descale, so the
+  // kernel computes with descale_q[b][h_kv] * q and so on. float32 [B][Hkv] on the device,
+  // contiguous; null: 1. Only FP8 kernels take them (LaunchError otherwise).
+  const float* descale_q = nullptr;
+  const float* descale_k = nullptr;
+  const float* descale_v = nullptr;
+
   // Paged KV cache: k and v are (num_pages, page_size, Hkv, D) and sequence b's key row r is row
   // r % page_size of page page_table[b * max_pages + r / page_size]. Keys per sequence: seqused_k,
   // or max_pages * page_size. With varlen queries pass cu_seqlens_q only (no cu_seqlens_k).

@@ -91,6 +91,12 @@ struct FwdParams {
   // fa4_combine reads instead of num_splits. tile_units 0 and split_count null otherwise.
   int tile_units, units_per_cta, units_extra;
   int* split_count;  // [partial_rows]
+
+  // FP8 kernels (Element e4m3): float32 [batch][num_kv_heads] dequantisation factors of Q, K and V
+  // (FlashAttention-3's descale_q/k/v); null = 1. Other kernels ignore them.
+  const float* descale_q;
+  const float* descale_k;
+  const float* descale_v;
 };
 
 // Split-KV combine kernel geometry (fa4_combine): one warp per LSE row. Host and device share it.

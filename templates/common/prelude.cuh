@@ -10,13 +10,15 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short u16;
 
-// 16-bit storage types: bits only; all arithmetic happens in float32.
+// Storage types: bits only; all arithmetic happens in float32. e4m3_t: float8 e4m3 (e4m3fn).
 struct bf16_t { u16 bits; };
 struct half_t { u16 bits; };
+struct e4m3_t { unsigned char bits; };
 
 template <class T> struct DTypeTraits;
-template <> struct DTypeTraits<bf16_t> { static constexpr bool kIsBf16 = true; };
-template <> struct DTypeTraits<half_t> { static constexpr bool kIsBf16 = false; };
+template <> struct DTypeTraits<bf16_t> { static constexpr bool kIsBf16 = true, kIsFp8 = false; };
+template <> struct DTypeTraits<half_t> { static constexpr bool kIsBf16 = false, kIsFp8 = false; };
+template <> struct DTypeTraits<e4m3_t> { static constexpr bool kIsBf16 = false, kIsFp8 = true; };
 
 // Packs two floats into one 32-bit register of 16-bit values (lo in the low half).
 template <class T>
