@@ -147,12 +147,16 @@ json resolved_json(const jit::ResolvedConfig& rc) {
 }
 
 jit::Tensor to_tensor(const fa4jit_tensor& t, const char* name) {
-  if (t.dtype != FA4JIT_BF16 && t.dtype != FA4JIT_FP16)
-    throw jit::LaunchError(
-        fmt::format("launch: {}.dtype is {}: use FA4JIT_BF16 (0) or FA4JIT_FP16 (1)", name, t.dtype));
   jit::Tensor r;
+  switch (t.dtype) {
+    case FA4JIT_BF16: r.dtype = jit::DType::bf16; break;
+    case FA4JIT_FP16: r.dtype = jit::DType::fp16; break;
+    case FA4JIT_E4M3: r.dtype = jit::DType::e4m3; break;
+    default:
+      throw jit::LaunchError(fmt::format(
+          "launch: {}.dtype is {}: use FA4JIT_BF16 (0), FA4JIT_FP16 (1) or FA4JIT_E4M3 (2)", name, t.dtype));
+  }
   r.data = t.data;
-  r.dtype = t.dtype == FA4JIT_BF16 ? jit::DType::bf16 : jit::DType::fp16;
   for (int i = 0; i < 4; ++i) {
     r.shape[i] = t.shape[i];
     r.stride[i] = t.stride[i];
@@ -203,6 +207,9 @@ jit::LaunchArgs to_launch_args(const fa4jit_launch_args& a) {
   r.block_mask.row_stride = a.block_mask_row_stride;
   r.workspace = a.workspace;
   r.workspace_bytes = static_cast<std::size_t>(a.workspace_bytes);
+  r.descale_q = a.descale_q;  // NULL (the default) for callers of a version 2 header
+  r.descale_k = a.descale_k;
+  r.descale_v = a.descale_v;
   return r;
 }
 

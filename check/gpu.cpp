@@ -47,7 +47,14 @@ void DeviceBuffer::download(void* dst, std::size_t n) const {
 }
 void DeviceBuffer::fill_byte(unsigned char b) { check(driver().cuMemsetD8(ptr_, b, bytes_), "cuMemsetD8"); }
 
-double rel_l2_tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 5e-3; }
+double rel_l2_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return 1e-2;
+    case DType::fp16: return 5e-3;
+    case DType::e4m3: return kFp8RelL2Tolerance;
+  }
+  return 0;
+}
 
 bool CheckResult::passes() const {
   return unwritten == 0 && clobbered == 0 && rel_l2 <= rel_l2_tolerance(dtype) && lse_inf_mismatch == 0 &&
@@ -62,7 +69,8 @@ std::string CheckResult::describe() const {
 
 namespace {
 
-// Random normal values rounded to the kernel's type; returns device bits and host floats.
+// Random normal values rounded to the kernel's type; returns the bits (host::to_bits: e4m3 codes in
+// the low byte) and host floats.
 std::vector<float> random_tensor(std::mt19937_64& rng, std::size_t n, DType t, std::vector<std::uint16_t>& bits) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> f(n);
@@ -72,6 +80,20 @@ std::vector<float> random_tensor(std::mt19937_64& rng, std::size_t n, DType t, s
     f[i] = host::from_bits(t, bits[i]);
   }
   return f;
+}
+
+// A device buffer holding `bits` as elements of type t (2 bytes each, or 1 for e4m3).
+DeviceBuffer upload_elements(const std::vector<std::uint16_t>& bits, DType t) {
+  const std::size_t size = static_cast<std::size_t>(dtype_size(t));
+  DeviceBuffer buf(bits.size() * size);
+  if (size == 2) {
+    buf.upload(bits.data(), bits.size() * 2);
+  } else {
+    std::vector<std::uint8_t> bytes(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bytes[i] = static_cast<std::uint8_t>(bits[i]);
+    buf.upload(bytes.data(), bytes.size());
+  }
+  return buf;
 }
 
 }  // namespace
@@ -220,6 +242,31 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     std::normal_distribution<float> dist(0.0f, 2.0f);
     for (int h = 0; h < Hq; ++h) p.sinks.push_back(dist(rng));
   }
+  // FP8: the kernel computes with descale x stored value (FlashAttention-3's descale_q/k/v, float32
+  // [B][Hkv]); the reference gets the dequantised inputs, so the check measures the kernel alone.
+  const bool fp8 = t == DType::e4m3;
+  std::vector<float> descale[3];  // q, k, v
+  if (fp8 && c.descale) {
+    std::uniform_real_distribution<float> factor(0.5f, 2.0f);
+    for (auto& d : descale) {
+      d.resize(static_cast<std::size_t>(B) * Hkv);
+      for (float& x : d) x = factor(rng);
+    }
+    const int group = Hq / Hkv;
+    auto apply = [D](std::vector<float>& x, const std::vector<float>& d, int S, int H, int heads_per_factor, int Hk) {
+      const std::size_t B_ = d.size() / Hk;
+      for (std::size_t b = 0; b < B_; ++b)
+        for (int s = 0; s < S; ++s)
+          for (int h = 0; h < H; ++h) {
+            const float f = d[b * Hk + h / heads_per_factor];
+            float* row = x.data() + ((b * S + s) * H + h) * static_cast<std::size_t>(D);
+            for (int i = 0; i < D; ++i) row[i] *= f;
+          }
+    };
+    apply(p.q, descale[0], Sq, Hq, group, Hkv);
+    apply(p.k, descale[1], Sk, Hkv, 1, Hkv);
+    apply(p.v, descale[2], Sk, Hkv, 1, Hkv);
+  }
 
   // Device layouts.
   const std::vector<int> cu_q = L.offsets(L.q), cu_k = L.offsets(L.k);
@@ -241,13 +288,17 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const std::size_t o_row = static_cast<std::size_t>(Hq) * DO;
   const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * o_row;
   const std::size_t nl = static_cast<std::size_t>(Hq) * std::max(total_q, 1);
-  DeviceBuffer dq(q_dev.size() * 2), dk(k_dev.size() * 2), dv(v_dev.size() * 2), doo(no * 2);
+  DeviceBuffer dq = upload_elements(q_dev, t), dk = upload_elements(k_dev, t), dv = upload_elements(v_dev, t);
+  DeviceBuffer doo(no * 2);  // O is 16-bit (FP8 kernels write bf16 or fp16)
   DeviceBuffer dlse(nl * 4), dsinks(std::max<std::size_t>(p.sinks.size(), 1) * 4);
   DeviceBuffer dcu_q(cu_q.size() * 4), dcu_k(cu_k.size() * 4), dused(L.k.size() * 4);
   DeviceBuffer dtable(paged ? paged->table.size() * 4 : 4);
-  dq.upload(q_dev.data(), q_dev.size() * 2);
-  dk.upload(k_dev.data(), k_dev.size() * 2);
-  dv.upload(v_dev.data(), v_dev.size() * 2);
+  DeviceBuffer ddescale[3];
+  for (int i = 0; i < 3; ++i)
+    if (!descale[i].empty()) {
+      ddescale[i] = DeviceBuffer(descale[i].size() * 4);
+      ddescale[i].upload(descale[i].data(), descale[i].size() * 4);
+    }
   dcu_q.upload(cu_q.data(), cu_q.size() * 4);
   dcu_k.upload(cu_k.data(), cu_k.size() * 4);
   dused.upload(L.k.data(), L.k.size() * 4);
@@ -292,6 +343,11 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   a.num_splits = c.num_splits;
   a.aux_scalar = c.aux_scalar;
   a.aux_ptr = c.aux_ptr;
+  if (!descale[0].empty()) {
+    a.descale_q = static_cast<const float*>(ddescale[0].get());
+    a.descale_k = static_cast<const float*>(ddescale[1].get());
+    a.descale_v = static_cast<const float*>(ddescale[2].get());
+  }
 
   // Exact run-time block mask: per (b, h, q block, k block), over the sequence's real extent.
   std::vector<std::uint8_t> blocks;

@@ -8,7 +8,8 @@
 
 namespace jit::testing {
 
-// Inputs as float (already rounded to the kernel's 16-bit type), (B, S, H, D) contiguous.
+// Inputs as float (already rounded to the kernel's input type; FP8: dequantised, stored value x
+// descale), (B, S, H, D) contiguous.
 struct Problem {
   int batch = 1, seqlen_q = 1, seqlen_k = 1, num_q_heads = 1, num_kv_heads = 1, depth = 64;
   double softmax_scale = 0;  // 0: 1/sqrt(depth)

@@ -21,7 +21,7 @@ std::size_t element_size(const std::string& dtype) {
   if (dtype == "BF16" || dtype == "F16" || dtype == "I16") return 2;
   if (dtype == "F32" || dtype == "I32") return 4;
   if (dtype == "F64" || dtype == "I64") return 8;
-  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL") return 1;
+  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
   throw Error(fmt::format("safetensors: unsupported dtype '{}'", dtype));
 }
 

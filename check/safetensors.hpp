@@ -11,7 +11,7 @@
 namespace jit::safetensors {
 
 struct TensorData {
-  std::string dtype;  // "BF16", "F16", "F32", ...
+  std::string dtype;  // "BF16", "F16", "F8_E4M3", "F32", ...
   std::vector<std::int64_t> shape;
   std::string bytes;
 };

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -21,7 +22,17 @@ namespace jit::cli {
 
 namespace {
 
-const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : "F16"; }
+// Random normal data of type t (the bits of host::to_bits, one or two bytes an element) into buf.
+void upload_random(testing::DeviceBuffer& buf, DType t, std::mt19937& rng) {
+  std::normal_distribution<float> dist;
+  const std::size_t size = static_cast<std::size_t>(dtype_size(t));
+  std::string bytes(buf.bytes(), '\0');
+  for (std::size_t i = 0; i + size <= bytes.size(); i += size) {
+    const std::uint16_t x = host::to_bits(t, dist(rng));
+    std::memcpy(bytes.data() + i, &x, size);  // little-endian: e4m3's code is the low byte
+  }
+  buf.upload(bytes.data(), bytes.size());
+}
 
 struct ShapeOpts {
   int batch = 2, seqlen = 1024, seqlen_q = 0, seqlen_k = 0, heads = 8, kv_heads = 2;
@@ -102,7 +113,10 @@ void add_run(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file")->required();
-  cmd->add_option("--inputs", o->inputs, "safetensors with q, k, v in (batch, seqlen, heads, head_dim)")->required();
+  cmd->add_option("--inputs", o->inputs,
+                  "safetensors with q, k, v in (batch, seqlen, heads, head_dim); FP8 configs: F8_E4M3 q, k, v and "
+                  "optional F32 descale_q, descale_k, descale_v of shape (batch, kv_heads)")
+      ->required();
   cmd->add_option("--output", o->output, "safetensors to write o and lse to")->required();
   cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")
       ->transform(arch_validator(false));
@@ -118,12 +132,23 @@ void add_run(CLI::App& app) {
     const KernelPtr kernel = get_kernel(with_cli_arch(c), cli_resolve_options());
     require_runs_here(*kernel);
     const DType out_t = *kernel->config().config.output_dtype;
-    testing::DeviceBuffer dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(q.bytes.size());
+    const std::size_t o_bytes = q.bytes.size() / dtype_size(c.dtype) * dtype_size(out_t);  // FP8 in, 16-bit out
+    testing::DeviceBuffer dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(o_bytes);
     const std::size_t lse_n = static_cast<std::size_t>(q.shape[0] * q.shape[2] * q.shape[1]);
     testing::DeviceBuffer dlse(lse_n * 4);
     dq.upload(q.bytes.data(), q.bytes.size());
     dk.upload(k.bytes.data(), k.bytes.size());
     dv.upload(v.bytes.data(), v.bytes.size());
+    // FP8: optional float32 [B, Hkv] descale_q / descale_k / descale_v (check_run_inputs checked them).
+    testing::DeviceBuffer ddescale[3];
+    const float* descale[3] = {nullptr, nullptr, nullptr};
+    const char* descale_names[3] = {"descale_q", "descale_k", "descale_v"};
+    for (int i = 0; i < 3; ++i)
+      if (const auto it = in.find(descale_names[i]); it != in.end()) {
+        ddescale[i] = testing::DeviceBuffer(it->second.bytes.size());
+        ddescale[i].upload(it->second.bytes.data(), it->second.bytes.size());
+        descale[i] = static_cast<const float*>(ddescale[i].get());
+      }
     LaunchArgs a;
     a.q = Tensor::contiguous(dq.get(), c.dtype, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
     a.k = Tensor::contiguous(dk.get(), c.dtype, k.shape[0], k.shape[1], k.shape[2], k.shape[3]);
@@ -131,10 +156,13 @@ void add_run(CLI::App& app) {
     a.o = Tensor::contiguous(dout.get(), out_t, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
     a.lse = static_cast<float*>(dlse.get());
     a.softmax_scale = o->scale;
+    a.descale_q = descale[0];
+    a.descale_k = descale[1];
+    a.descale_v = descale[2];
     kernel->launch(a);
     detail::check(detail::driver().cuCtxSynchronize(), "kernel execution");
     std::map<std::string, safetensors::TensorData> out;
-    out["o"] = {st_dtype(out_t), q.shape, std::string(q.bytes.size(), '\0')};
+    out["o"] = {safetensors_dtype(out_t), q.shape, std::string(o_bytes, '\0')};
     out["lse"] = {"F32", {q.shape[0], q.shape[2], q.shape[1]}, std::string(lse_n * 4, '\0')};
     dout.download(out["o"].bytes.data(), out["o"].bytes.size());
     dlse.download(out["lse"].bytes.data(), out["lse"].bytes.size());
@@ -152,6 +180,7 @@ void add_check(CLI::App& app) {
     std::vector<std::string> presets;
     ShapeOpts shape;
     bool require_gpu = false;
+    bool no_descale = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file (default: bf16 d128 causal)");
@@ -159,6 +188,8 @@ void add_check(CLI::App& app) {
   cmd->add_option("--arch", o->arch, "target arch (default: the config's, else the GPU's)")
       ->transform(arch_validator(false));
   cmd->add_flag("--require-gpu", o->require_gpu, "fail instead of skipping when there is no GPU");
+  cmd->add_flag("--no-descale", o->no_descale,
+                "FP8 configs: launch without descale_q/k/v (factor 1) instead of random factors in [0.5, 2)");
   add_shape_options(cmd, o->shape);
   cmd->callback([o] {
     const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
@@ -196,13 +227,20 @@ void add_check(CLI::App& app) {
     cc.chunk_size = s.chunk;
     cc.softcap = s.softcap;
     cc.with_sinks = s.sinks;
+    cc.descale = !o->no_descale;
     const auto r = testing::run_and_check(*kernel, cc);
     const bool ok = r.passes();
-    fmt::print("check: {} {} B={} Sq={} Sk={} H={}/{} D={}{}{}{}: {} -> {}\n", kernel->config().config.arch,
-               to_string(kernel->config().backend), cc.batch, cc.seqlen_q, cc.seqlen_k, cc.num_q_heads, cc.num_kv_heads,
-               kernel->config().config.depth, s.seqlens_q.empty() ? "" : " varlen",
+    const FA4Config& kc = kernel->config().config;
+    // The dtypes, and for FP8 whether descale factors were passed, then the measured errors against
+    // the tolerance they are judged by.
+    const std::string dtypes = kc.dtype == DType::e4m3 ? fmt::format("e4m3->{}{}", to_string(*kc.output_dtype),
+                                                                     cc.descale ? " descale" : " no-descale")
+                                                       : std::string(to_string(kc.dtype));
+    fmt::print("check: {} {} {} B={} Sq={} Sk={} H={}/{} D={}{}{}{}: {} (rel_l2 tolerance {:.0e}) -> {}\n", kc.arch,
+               to_string(kernel->config().backend), dtypes, cc.batch, cc.seqlen_q, cc.seqlen_k, cc.num_q_heads,
+               cc.num_kv_heads, kc.depth, s.seqlens_q.empty() ? "" : " varlen",
                s.page_size ? fmt::format(" page {}", s.page_size) : "", c.pack_gqa ? " packed" : "", r.describe(),
-               ok ? "PASS" : "FAIL");
+               testing::rel_l2_tolerance(r.dtype), ok ? "PASS" : "FAIL");
     if (!ok) throw Error("check failed: the kernel does not match the float64 reference");
   });
 }
@@ -243,7 +281,9 @@ void add_bench(CLI::App& app) {
     const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D;
     const std::size_t nk =
         page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : static_cast<std::size_t>(B) * Sk * Hkv * D;
-    testing::DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nk * 2), dout(nq * 2),
+    const std::size_t in_size = static_cast<std::size_t>(dtype_size(rc.dtype));
+    const std::size_t out_size = static_cast<std::size_t>(dtype_size(*rc.output_dtype));
+    testing::DeviceBuffer dq(nq * in_size), dk(nk * in_size), dv(nk * in_size), dout(nq * out_size),
         dlse(static_cast<std::size_t>(B) * H * Sq * 4);
     testing::DeviceBuffer dtable(std::max(num_pages, 1) * 4);
     std::mt19937 rng(std::random_device{}());
@@ -253,11 +293,13 @@ void add_bench(CLI::App& app) {
       std::shuffle(table.begin(), table.end(), rng);
       dtable.upload(table.data(), table.size() * 4);
     }
-    std::normal_distribution<float> dist;
-    for (auto* buf : {&dq, &dk, &dv}) {  // random data: zeros run faster than real inputs
-      std::vector<std::uint16_t> h(buf->bytes() / 2);
-      for (auto& x : h) x = host::to_bits(rc.dtype, dist(rng));
-      buf->upload(h.data(), buf->bytes());
+    for (auto* buf : {&dq, &dk, &dv}) upload_random(*buf, rc.dtype, rng);  // zeros run faster than real inputs
+    // FP8: descale factors as a quantised model passes them (ones: the values do not change the time).
+    const bool fp8 = rc.dtype == DType::e4m3;
+    testing::DeviceBuffer ddescale(static_cast<std::size_t>(B) * Hkv * 4);
+    if (fp8) {
+      const std::vector<float> ones(static_cast<std::size_t>(B) * Hkv, 1.0f);
+      ddescale.upload(ones.data(), ones.size() * 4);
     }
     LaunchArgs a;
     a.q = Tensor::contiguous(dq.get(), rc.dtype, B, Sq, H, D);
@@ -282,6 +324,7 @@ void add_bench(CLI::App& app) {
     a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, B, Sq, H, D);
     a.lse = static_cast<float*>(dlse.get());
     a.num_splits = o->shape.splits;
+    if (fp8) a.descale_q = a.descale_k = a.descale_v = static_cast<const float*>(ddescale.get());
     // First launch includes the module load: with get_kernel it is the cost of a cold start.
     const auto t_launch = clock::now();
     kernel->launch(a);
@@ -292,11 +335,12 @@ void add_bench(CLI::App& app) {
     const bool causal = rc.mask.kind == Mask::Kind::causal;
     const double flops = 4.0 * B * H * Sq * Sk * D * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
-    const double kv_bytes = 2.0 * B * Sk * Hkv * D * 2;  // K and V read once: the decode roofline
+    const double kv_bytes = 2.0 * B * Sk * Hkv * D * in_size;  // K and V read once: the decode roofline
     const double kv_tbps = kv_bytes / (ms * 1e-3) / 1e12;
     nlohmann::json j = {{"arch", rc.arch},
                         {"backend", to_string(kernel->config().backend)},
                         {"dtype", to_string(rc.dtype)},
+                        {"output_dtype", to_string(*rc.output_dtype)},
                         {"B", B},
                         {"H", H},
                         {"Hkv", Hkv},

@@ -9,9 +9,18 @@
 
 namespace jit::cli {
 
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::bf16: return "BF16";
+    case DType::fp16: return "F16";
+    case DType::e4m3: return "F8_E4M3";
+  }
+  return "?";
+}
+
 void check_run_inputs(const std::string& file, const std::map<std::string, safetensors::TensorData>& in,
                       const FA4Config& c) {
-  const char* want_dtype = c.dtype == DType::bf16 ? "BF16" : "F16";
+  const char* want_dtype = safetensors_dtype(c.dtype);
   auto bad = [&](const std::string& why) { return Error(fmt::format("{}: {}", file, why)); };
   for (const char* name : {"q", "k", "v"}) {
     const auto it = in.find(name);
@@ -42,6 +51,18 @@ void check_run_inputs(const std::string& file, const std::map<std::string, safet
   if (c.group > 0 && q[2] / k[2] != c.group)
     throw bad(fmt::format("'q' / 'k' heads are {} / {} = group {}, the config's group is {}", q[2], k[2], q[2] / k[2],
                           c.group));
+  for (const char* name : {"descale_q", "descale_k", "descale_v"}) {
+    const auto it = in.find(name);
+    if (it == in.end()) continue;
+    const auto& t = it->second;
+    if (c.dtype != DType::e4m3)
+      throw bad(fmt::format("'{}' is given but the config's dtype is {}: descale factors are for e4m3 (FP8) inputs",
+                            name, to_string(c.dtype)));
+    if (t.dtype != "F32") throw bad(fmt::format("'{}' is {}; descale factors are F32", name, t.dtype));
+    if (t.shape != std::vector<std::int64_t>{q[0], k[2]})
+      throw bad(fmt::format("'{}' has shape [{}]; expected [{}, {}] (batch, kv_heads)", name, fmt::join(t.shape, ", "),
+                            q[0], k[2]));
+  }
 }
 
 }  // namespace jit::cli

@@ -14,6 +14,7 @@ import sys
 
 NS = [64, 80, 96, 112, 128, 176, 192, 256]
 TYPES = [("bf16", "true"), ("f16", "false")]
+NS_FP8 = [64, 128, 256]
 
 def acc_list(n):
     return ",".join("%%%d" % i for i in range(n // 2))
@@ -48,6 +49,27 @@ for n in NS:
         out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));')
         out.append("  }")
         out.append("};")
+# FP8 (e4m3 x e4m3, k32): both operands K-major (wgmma has no transpose for 8-bit types, so V is
+# transposed in shared memory first: sm90a/load.cuh). N: kBN 128 for S = Q K^T, the padded depth
+# (128, 256) for O += P V.
+for n in NS_FP8:
+    na = n // 2
+    out.append("template <> struct WgmmaFp8<%d> {" % n)
+    out.append("  __device__ __forceinline__ static void ss(float (&d)[%d], u64 desc_a, u64 desc_b, int scale_d) {" % na)
+    out.append('    asm volatile("{\\n .reg .pred p;\\n setp.ne.b32 p, %%%d, 0;\\n"' % (na + 2))
+    out.append('                 " wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3 {%s}, %%%d, %%%d, p, 1, 1;\\n}"'
+               % (n, acc_list(n), na, na + 1))
+    out.append("                 : %s" % acc_constraints(n))
+    out.append('                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
+    out.append("  }")
+    out.append("  __device__ __forceinline__ static void rs(float (&d)[%d], const u32 (&a)[4], u64 desc_b, int scale_d) {" % na)
+    out.append('    asm volatile("{\\n .reg .pred p;\\n setp.ne.b32 p, %%%d, 0;\\n"' % (na + 5))
+    out.append('                 " wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3 {%s}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1;\\n}"'
+               % (n, acc_list(n), na, na + 1, na + 2, na + 3, na + 4))
+    out.append("                 : %s" % acc_constraints(n))
+    out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));')
+    out.append("  }")
+    out.append("};")
 text = "\n".join(out) + "\n"
 if len(sys.argv) == 3 and sys.argv[1] == "--check":
     with open(sys.argv[2]) as f:

@@ -121,14 +121,14 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   const detail::BackendPolicy& backend = detail::policy(arch.backend);
 
   if (!c.output_dtype) c.output_dtype = c.dtype == DType::e4m3 ? DType::bf16 : c.dtype;
-  if (*c.output_dtype == DType::e4m3)
-    refuse("output_dtype", "e4m3", "bf16 or fp16 (FP8 kernels write O in 16 bits)");
+  if (*c.output_dtype == DType::e4m3) refuse("output_dtype", "e4m3", "bf16 or fp16 (FP8 kernels write O in 16 bits)");
   const std::vector<int> depths = backend.depths();
   if (std::find(depths.begin(), depths.end(), c.depth) == depths.end())
     refuse("depth", std::to_string(c.depth),
            fmt::format("the {} backend supports {}", to_string(arch.backend), fmt::join(depths, ", ")));
-  // Rows padded to whole 128-byte swizzle atoms (64 bf16/fp16 elements).
-  const int dp = (c.depth + 63) / 64 * 64;
+  // Rows padded to whole 128-byte swizzle atoms (64 bf16/fp16 elements, 128 e4m3 ones).
+  const int atom = 128 / dtype_size(c.dtype);
+  const int dp = (c.depth + atom - 1) / atom * atom;
   if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)
     refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));
   if (c.pack_gqa && c.group <= 0)

@@ -112,13 +112,19 @@ int get_int(const json& j, const std::string& path, int lo, int hi) {
   return static_cast<int>(v);
 }
 
-DType get_dtype(const json& j, const std::string& path) {
+// output: O's type, bf16 or fp16 (FP8 kernels write O in 16 bits; resolve() refuses e4m3 too).
+DType get_dtype(const json& j, const std::string& path, bool output = false) {
   const std::string s = get_string(j, path);
+  const char* allowed = output ? "bf16, fp16 (O is 16-bit, also for e4m3 inputs)" : "bf16, fp16, e4m3";
+  DType t;
   try {
-    return dtype_from_string(s);
+    t = dtype_from_string(s);
   } catch (const ConfigError&) {
-    throw ConfigError(fmt::format("{}: {} is not supported; allowed: bf16, fp16", path, shown(j)));
+    throw ConfigError(fmt::format("{}: {} is not supported; allowed: {}", path, shown(j), allowed));
   }
+  if (output && t == DType::e4m3)
+    throw ConfigError(fmt::format("{}: {} is not supported; allowed: {}", path, shown(j), allowed));
+  return t;
 }
 
 json mask_to_json(const Mask& m, int level) {
@@ -211,7 +217,7 @@ FA4Config config_from_json_at(const json& j, const std::string& prefix) {
   FA4Config c;
   if (j.contains("dtype")) c.dtype = get_dtype(j.at("dtype"), path("dtype"));
   if (j.contains("output_dtype") && !j.at("output_dtype").is_null())
-    c.output_dtype = get_dtype(j.at("output_dtype"), path("output_dtype"));
+    c.output_dtype = get_dtype(j.at("output_dtype"), path("output_dtype"), true);
   for (const IntField& f : int_fields())
     if (j.contains(f.name)) c.*f.member = get_int(j.at(f.name), path(f.name), f.lo, f.hi);
   if (j.contains("arch")) {

@@ -31,13 +31,26 @@ void check_tensor(const char* name, const Tensor& t, DType dtype, int depth) {
   if (t.stride[3] != 1)
     bad(fmt::format("{}.stride[3] is {}: head_dim must be contiguous (stride 1)", name, t.stride[3]));
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) bad(fmt::format("{}.data is not 16-byte aligned", name));
+  // TMA (and the 16-byte vector loads of sm80) step rows, heads and batches in 16-byte units:
+  // 8 elements of a 16-bit type, 16 of e4m3.
+  const std::int64_t align = 16 / dtype_size(dtype);
   for (int i = 0; i < 3; ++i) {
     if (t.shape[i] < 0) bad(fmt::format("{}.shape[{}] is negative ({})", name, i, t.shape[i]));
     if (t.shape[i] > INT32_MAX) bad(fmt::format("{}.shape[{}] = {} exceeds 2^31-1", name, i, t.shape[i]));
-    if (t.stride[i] < 0 || t.stride[i] % 8 != 0)
-      bad(fmt::format("{}.stride[{}] = {} must be a non-negative multiple of 8 elements (16 bytes)", name, i,
-                      t.stride[i]));
+    if (t.stride[i] < 0 || t.stride[i] % align != 0)
+      bad(fmt::format("{}.stride[{}] = {} must be a non-negative multiple of {} elements (16 bytes)", name, i,
+                      t.stride[i], align));
   }
+}
+
+// FP8 dequantisation factors: only FP8 kernels read them; float32 [B][Hkv] (4-byte aligned).
+void check_descale(const char* name, const float* p, DType dtype) {
+  if (!p) return;
+  if (dtype != DType::e4m3)
+    bad(fmt::format("{} is set but the kernel was built for {}: descale factors are for e4m3 (FP8) kernels only", name,
+                    to_string(dtype)));
+  if (reinterpret_cast<std::uintptr_t>(p) % alignof(float) != 0)
+    bad(fmt::format("{} is not 4-byte aligned (float32 [batch][kv_heads])", name));
 }
 
 }  // namespace
@@ -48,6 +61,9 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   check_tensor("k", a.k, c.dtype, c.depth);
   check_tensor("v", a.v, c.dtype, c.depth);
   check_tensor("o", a.o, *c.output_dtype, c.depth);
+  check_descale("descale_q", a.descale_q, c.dtype);
+  check_descale("descale_k", a.descale_k, c.dtype);
+  check_descale("descale_v", a.descale_v, c.dtype);
 
   const bool paged = a.page_table != nullptr;
   const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;
@@ -148,6 +164,9 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   p.cu_seqlens_k = a.cu_seqlens_k;
   p.seqused_k = a.seqused_k;
   p.sinks = a.sinks;
+  p.descale_q = a.descale_q;  // null unless an FP8 kernel (check_descale)
+  p.descale_k = a.descale_k;
+  p.descale_v = a.descale_v;
   p.page_table = a.page_table;
   p.page_size = static_cast<int>(page_size);
   p.max_pages = a.max_pages;

@@ -13,14 +13,38 @@ static_assert(sizeof(fa4::TmaDesc) == sizeof(CUtensorMap), "TmaDesc must match C
 
 // Byte strides of dims 1.. for the driver. A size-1 dimension is never stepped over, but the
 // driver still wants a valid stride: give it the span of the dimension below.
-template <int N>
-void byte_strides(const cuuint64_t (&dims)[N], const long long (&elem_strides)[N - 1], cuuint64_t (&out)[N - 1]) {
-  constexpr cuuint64_t kElem = 2;
-  cuuint64_t below = dims[0] * kElem;
-  for (int i = 0; i < N - 1; ++i) {
-    out[i] = dims[i + 1] == 1 || elem_strides[i] == 0 ? below : elem_strides[i] * kElem;
+void byte_strides(int n, const cuuint64_t* dims, const long long* elem_strides, cuuint64_t elem_bytes,
+                  cuuint64_t* out) {
+  cuuint64_t below = dims[0] * elem_bytes;
+  for (int i = 0; i < n - 1; ++i) {
+    out[i] = dims[i + 1] == 1 || elem_strides[i] == 0 ? below : elem_strides[i] * elem_bytes;
     below = out[i] * dims[i + 1];
   }
+}
+
+CUtensorMapDataType tma_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::fp16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case DType::e4m3: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // TMA copies bytes; the MMA reads them as e4m3
+  }
+  return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+}
+
+// Elements of one 128-byte swizzle span: the innermost box dimension.
+cuuint32_t inner_box(DType t) { return static_cast<cuuint32_t>(128 / dtype_size(t)); }
+
+TmaMapSpec make_spec(DType dtype, int rank, const cuuint64_t* dims, const long long* elem_strides,
+                     const cuuint32_t* box) {
+  TmaMapSpec s{};
+  s.type = tma_type(dtype);
+  s.rank = rank;
+  for (int i = 0; i < rank; ++i) {
+    s.dims[i] = dims[i];
+    s.box[i] = box[i];
+  }
+  byte_strides(rank, dims, elem_strides, static_cast<cuuint64_t>(dtype_size(dtype)), s.byte_strides);
+  return s;
 }
 
 // L2 fetch size on a TMA miss: one 128-byte swizzle box. 256B made each box's miss also fetch the
@@ -30,47 +54,52 @@ void byte_strides(const cuuint64_t (&dims)[N], const long long (&elem_strides)[N
 #ifndef FA4JIT_L2_PROMOTION
 #define FA4JIT_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_128B
 #endif
-template <int N>
-fa4::TmaDesc encode_map(const Tensor& t, const cuuint64_t (&dims)[N], const long long (&elem_strides)[N - 1],
-                        const cuuint32_t (&box)[N]) {
-  cuuint64_t strides[N - 1];
-  byte_strides<N>(dims, elem_strides, strides);
-  cuuint32_t elem_strides_box[N];
-  for (int i = 0; i < N; ++i) elem_strides_box[i] = 1;
+fa4::TmaDesc encode_map(const Tensor& t, const TmaMapSpec& s) {
+  cuuint32_t elem_strides_box[5];
+  for (int i = 0; i < s.rank; ++i) elem_strides_box[i] = 1;
   CUtensorMap map;
-  check(driver().cuTensorMapEncodeTiled(
-            &map, t.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, N,
-            t.data, dims, strides, box, elem_strides_box, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            FA4JIT_L2_PROMOTION, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+  check(driver().cuTensorMapEncodeTiled(&map, s.type, static_cast<cuuint32_t>(s.rank), t.data, s.dims, s.byte_strides,
+                                        s.box, elem_strides_box, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                        CU_TENSOR_MAP_SWIZZLE_128B, FA4JIT_L2_PROMOTION,
+                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");
   fa4::TmaDesc out;
   std::memcpy(&out, &map, sizeof(out));
   return out;
 }
 
-// 4-D map over (depth, rows, heads, batch), innermost first; box {64, box_rows, 1, 1}.
+fa4::TmaDesc encode(const Tensor& t, DType dtype, int box_rows) {
+  return encode_map(t, tma_map_spec(t, dtype, box_rows));
+}
+
+fa4::TmaDesc encode_packed(const Tensor& t, DType dtype, int group, int box_rows) {
+  return encode_map(t, tma_packed_map_spec(t, dtype, group, box_rows));
+}
+
+}  // namespace
+
+// 4-D map over (depth, rows, heads, batch), innermost first; box {128 bytes of depth, box_rows, 1, 1}.
 // Paged K/V: "rows" are a page's rows and "batch" is the page.
-fa4::TmaDesc encode(const Tensor& t, int box_rows) {
+TmaMapSpec tma_map_spec(const Tensor& t, DType dtype, int box_rows) {
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.shape[3]), static_cast<cuuint64_t>(t.shape[1]),
                               static_cast<cuuint64_t>(t.shape[2]), static_cast<cuuint64_t>(t.shape[0])};
   const long long strides[3] = {t.stride[1], t.stride[2], t.stride[0]};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-  return encode_map<4>(t, dims, strides, box);
+  const cuuint32_t box[4] = {inner_box(dtype), static_cast<cuuint32_t>(box_rows), 1, 1};
+  return make_spec(dtype, 4, dims, strides, box);
 }
 
 // Packed GQA (FA4Config::pack_gqa): 5-D map over (depth, group heads, rows, kv heads, batch), box
-// {64, group, box_rows / group, 1, 1}, so one box is box_rows tile rows r = query * group + head
-// in order. Coordinates (d, 0, first query, kv head, batch).
-fa4::TmaDesc encode_packed(const Tensor& t, int group, int box_rows) {
+// {128 bytes of depth, group, box_rows / group, 1, 1}, so one box is box_rows tile rows
+// r = query * group + head in order. Coordinates (d, 0, first query, kv head, batch).
+TmaMapSpec tma_packed_map_spec(const Tensor& t, DType dtype, int group, int box_rows) {
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(t.shape[3]), static_cast<cuuint64_t>(group),
                               static_cast<cuuint64_t>(t.shape[1]), static_cast<cuuint64_t>(t.shape[2] / group),
                               static_cast<cuuint64_t>(t.shape[0])};
   const long long strides[4] = {t.stride[2], t.stride[1], t.stride[2] * group, t.stride[0]};
-  const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(group), static_cast<cuuint32_t>(box_rows / group), 1, 1};
-  return encode_map<5>(t, dims, strides, box);
+  const cuuint32_t box[5] = {inner_box(dtype), static_cast<cuuint32_t>(group),
+                             static_cast<cuuint32_t>(box_rows / group), 1, 1};
+  return make_spec(dtype, 5, dims, strides, box);
 }
-
-}  // namespace
 
 fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, int kv_box_rows) {
   Signature sig{};
@@ -87,15 +116,17 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
   if (valid_ && sig == last_) return descs_;
   // One consumer's Q tile (a 64-row warpgroup tile on sm90a, a 128-row MMA tile on sm100a).
   const int q_rows = policy(rc).q_box_rows(rc.config);
+  // Q, K, V in the kernel's input type; O in its own (pack_params checked both).
+  const DType in = rc.config.dtype, out = a.o.dtype;
   if (rc.config.pack_gqa) {
-    descs_.q = encode_packed(a.q, rc.config.group, q_rows);
-    descs_.o = encode_packed(a.o, rc.config.group, q_rows);
+    descs_.q = encode_packed(a.q, in, rc.config.group, q_rows);
+    descs_.o = encode_packed(a.o, out, rc.config.group, q_rows);
   } else {
-    descs_.q = encode(a.q, q_rows);
-    descs_.o = encode(a.o, q_rows);
+    descs_.q = encode(a.q, in, q_rows);
+    descs_.o = encode(a.o, out, q_rows);
   }
-  descs_.k = encode(a.k, kv_box_rows);
-  descs_.v = encode(a.v, kv_box_rows);
+  descs_.k = encode(a.k, in, kv_box_rows);
+  descs_.v = encode(a.v, in, kv_box_rows);
   last_ = sig;
   valid_ = true;
   return descs_;

@@ -1,11 +1,30 @@
 // Host-built TMA descriptors for the sm90a / sm100a backends (docs/DEVICE_ABI.md, "TMA maps").
 #pragma once
+#include <cuda.h>  // CUtensorMapDataType and friends (types only)
+
 #include <mutex>
 
 #include "common/params.h"
 #include "fa4jit/kernel.hpp"
 
 namespace jit::detail {
+
+// The arguments of one cuTensorMapEncodeTiled call, innermost dimension first: a pure function of
+// the tensor, its element type and the box, so the layout rules are testable without a driver.
+// Element type: BFLOAT16 / FLOAT16 for the 16-bit types, UINT8 for e4m3 (TMA only moves bytes).
+// Strides are in bytes (dims 1..), and the innermost box is 128 bytes (one 128B swizzle span):
+// 128 / dtype_size(dtype) elements, 64 for 16-bit types and 128 for e4m3.
+struct TmaMapSpec {
+  CUtensorMapDataType type;
+  int rank;  // 4, or 5 for packed GQA
+  cuuint64_t dims[5];
+  cuuint64_t byte_strides[4];  // of dims 1 .. rank-1
+  cuuint32_t box[5];
+};
+// 4-D map over (depth, rows, heads, batch), box {128 / elem bytes, box_rows, 1, 1}.
+TmaMapSpec tma_map_spec(const Tensor& t, DType dtype, int box_rows);
+// Packed GQA: 5-D (depth, group heads, rows, kv heads, batch), box {128 / elem bytes, group, box_rows / group, 1, 1}.
+TmaMapSpec tma_packed_map_spec(const Tensor& t, DType dtype, int group, int box_rows);
 
 // Encodes q, k, v, o maps; reuses the last result when pointers, shapes and strides repeat,
 // so a steady-state launch encodes nothing.

@@ -135,6 +135,65 @@ TEST_F(CliInput, RunChecksInputsBeforeCompilingAnything) {
   EXPECT_FALSE(fs::exists(dir_ / "o.safetensors"));
 }
 
+// FP8 `run` inputs: F8_E4M3 q/k/v for an e4m3 config, optional F32 descale_q/k/v of shape (batch,
+// kv_heads), all checked before any compile; descale factors on a 16-bit config are refused.
+TEST_F(CliInput, RunChecksFp8InputsBeforeCompilingAnything) {
+  const auto fp8_cfg = write("fp8.json", R"({"depth": 64, "dtype": "e4m3"})");
+  const auto bf16_cfg = write("bf16.json", R"({"depth": 64})");
+  auto tensor = [](const char* dtype, std::vector<std::int64_t> shape) {
+    std::int64_t n = jit::safetensors::element_size(dtype);
+    for (auto d : shape) n *= d;
+    return jit::safetensors::TensorData{dtype, shape, std::string(static_cast<std::size_t>(n), '\0')};
+  };
+  auto fp8 = [&](std::vector<std::int64_t> shape) { return tensor("F8_E4M3", shape); };
+  auto bf16 = [&](std::vector<std::int64_t> shape) { return tensor("BF16", shape); };
+  struct Case {
+    std::filesystem::path config;
+    std::map<std::string, jit::safetensors::TensorData> tensors;
+    const char* words;
+  };
+  const Case cases[] = {
+      {fp8_cfg,
+       {{"q", bf16({1, 16, 4, 64})}, {"k", fp8({1, 16, 2, 64})}, {"v", fp8({1, 16, 2, 64})}},
+       "'q' is BF16, the config's dtype is e4m3 (F8_E4M3)"},
+      {bf16_cfg,
+       {{"q", fp8({1, 16, 4, 64})}, {"k", fp8({1, 16, 2, 64})}, {"v", fp8({1, 16, 2, 64})}},
+       "'q' is F8_E4M3, the config's dtype is bf16 (BF16)"},
+      {fp8_cfg,
+       {{"q", fp8({1, 16, 4, 64})}, {"k", fp8({1, 16, 2, 64})}, {"v", tensor("F8_E5M2", {1, 16, 2, 64})}},
+       "'v' is F8_E5M2, the config's dtype is e4m3 (F8_E4M3)"},
+      {fp8_cfg,
+       {{"q", fp8({1, 16, 4, 64})},
+        {"k", fp8({1, 16, 2, 64})},
+        {"v", fp8({1, 16, 2, 64})},
+        {"descale_k", tensor("F32", {1, 4})}},
+       "'descale_k' has shape [1, 4]; expected [1, 2] (batch, kv_heads)"},
+      {fp8_cfg,
+       {{"q", fp8({2, 16, 4, 64})},
+        {"k", fp8({2, 16, 2, 64})},
+        {"v", fp8({2, 16, 2, 64})},
+        {"descale_q", tensor("F32", {2, 2})},
+        {"descale_v", tensor("BF16", {2, 2})}},
+       "'descale_v' is BF16; descale factors are F32"},
+      {bf16_cfg,
+       {{"q", bf16({1, 16, 4, 64})},
+        {"k", bf16({1, 16, 2, 64})},
+        {"v", bf16({1, 16, 2, 64})},
+        {"descale_q", tensor("F32", {1, 2})}},
+       "'descale_q' is given but the config's dtype is bf16"},
+  };
+  for (const Case& c : cases) {
+    const fs::path in = dir_ / "in.safetensors";
+    jit::safetensors::write(in, c.tensors);
+    const Result r = run("run --config " + c.config.string() + " --inputs " + in.string() + " --output " +
+                         (dir_ / "o.safetensors").string() + " --arch sm_90a");
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_NE(r.out.find(in.string() + ": " + c.words), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(cached_cubins(), 0) << "a kernel was compiled and cached for inputs that cannot run";
+  EXPECT_FALSE(fs::exists(dir_ / "o.safetensors"));
+}
+
 // Restores a signal's disposition when it goes out of scope.
 class ScopedSignal {
  public:

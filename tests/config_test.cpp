@@ -368,6 +368,61 @@ TEST(ConfigJson, RoundTripsEveryField) {
   EXPECT_EQ(jit::config_from_json(nlohmann::json::parse(jit::to_json(c).dump())), c);
 }
 
+// FP8: dtype e4m3 (aliases float8_e4m3fn, fp8_e4m3) round-trips; O defaults to bf16 and is written
+// back resolved; fp16 O is kept.
+TEST(ConfigJson, RoundTripsAnFp8Config) {
+  jit::FA4Config c = cfg_for("sm_90a", 128);
+  c.dtype = jit::DType::e4m3;
+  c.group = 4;
+  c.mask = jit::Mask::causal();
+  EXPECT_EQ(jit::to_json(c)["dtype"], "e4m3");
+  EXPECT_TRUE(jit::to_json(c)["output_dtype"].is_null());
+  EXPECT_EQ(jit::config_from_json(jit::to_json(c)), c);
+  EXPECT_EQ(jit::config_from_json(nlohmann::json::parse(jit::to_json(c).dump())), c);
+  const auto r = jit::resolve(c);
+  EXPECT_EQ(r.config.dtype, jit::DType::e4m3);
+  EXPECT_EQ(*r.config.output_dtype, jit::DType::bf16);
+  EXPECT_EQ(jit::to_json(r.config)["output_dtype"], "bf16");
+  EXPECT_EQ(jit::config_from_json(jit::to_json(r.config)), r.config);
+  c.output_dtype = jit::DType::fp16;
+  EXPECT_EQ(jit::config_from_json(jit::to_json(c)), c);
+  EXPECT_EQ(*jit::resolve(c).config.output_dtype, jit::DType::fp16);
+  for (const char* name : {"e4m3", "float8_e4m3fn", "fp8_e4m3"}) {
+    EXPECT_EQ(jit::dtype_from_string(name), jit::DType::e4m3) << name;
+    EXPECT_EQ(jit::config_from_json({{"dtype", name}}).dtype, jit::DType::e4m3) << name;
+  }
+  EXPECT_EQ(jit::dtype_size(jit::DType::e4m3), 1);
+  EXPECT_EQ(jit::dtype_size(jit::DType::bf16), 2);
+  EXPECT_EQ(jit::dtype_size(jit::DType::fp16), 2);
+  EXPECT_STREQ(jit::to_string(jit::DType::e4m3), "e4m3");
+  // Every DType's name reads back as itself.
+  for (jit::DType t : {jit::DType::bf16, jit::DType::fp16, jit::DType::e4m3})
+    EXPECT_EQ(jit::dtype_from_string(jit::to_string(t)), t);
+}
+
+TEST(Config, Fp8RefusalsNameTheFieldAndArch) {
+  // The portable backend has no FP8 MMA: the error names the arch.
+  for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
+    auto c = cfg_for(arch);
+    c.dtype = jit::DType::e4m3;
+    expect_config_error([&] { jit::resolve(c); }, {"dtype", "e4m3", arch});
+    EXPECT_FALSE(jit::supported(c));
+  }
+  // O is 16-bit: e4m3 output refused by resolve() (a C++ config) and by the JSON reader.
+  auto c = cfg_for("sm_90a");
+  c.dtype = jit::DType::e4m3;
+  c.output_dtype = jit::DType::e4m3;
+  expect_config_error([&] { jit::resolve(c); }, {"output_dtype", "e4m3", "bf16"});
+  c.dtype = jit::DType::bf16;
+  expect_config_error([&] { jit::resolve(c); }, {"output_dtype", "e4m3"});
+  expect_config_error(
+      [] {
+        jit::config_from_json({{"dtype", "e4m3"}, {"output_dtype", "e4m3"}});
+      },
+      {"output_dtype", "e4m3", "bf16, fp16"});
+  expect_config_error([] { jit::dtype_from_string("e5m2"); }, {"dtype", "e5m2", "e4m3"});
+}
+
 TEST(Config, PackGqaAndBlockSnippetsAreValidated) {
   jit::FA4Config c = cfg_for("sm_90a", 128);
   c.pack_gqa = true;

@@ -59,7 +59,12 @@ TEST(Generator, SnippetsSitUnderLineDirectives) {
 TEST(CacheKey, EveryConfigFieldChangesTheKey) {
   const std::vector<std::function<void(jit::FA4Config&)>> changes = {
       [](auto& c) { c.dtype = jit::DType::fp16; },
+      [](auto& c) { c.dtype = jit::DType::e4m3; },
       [](auto& c) { c.output_dtype = jit::DType::fp16; },
+      [](auto& c) {
+        c.dtype = jit::DType::e4m3;
+        c.output_dtype = jit::DType::fp16;
+      },
       [](auto& c) { c.depth = 64; },
       [](auto& c) { c.BN = 64; },
       [](auto& c) { c.num_q_heads = 32; },

@@ -23,6 +23,7 @@ TEST(PublicApi, ConfigEqualityComparesEveryField) {
   const FA4Config a;
   const std::vector<std::function<void(FA4Config&)>> changes = {
       [](FA4Config& c) { c.dtype = DType::fp16; },
+      [](FA4Config& c) { c.dtype = DType::e4m3; },
       [](FA4Config& c) { c.output_dtype = DType::bf16; },
       [](FA4Config& c) { c.depth = 64; },
       [](FA4Config& c) { c.BM = 64; },

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "check/safetensors.hpp"
 #include "fa4jit/errors.hpp"
@@ -110,6 +111,33 @@ TEST_F(SafetensorsReader, HeaderTypesAreStrict) {
   expect_refused({"not a JSON object"});
   write(R"({"q": {"dtype": "BF16", "shape": [[[[4]]]], "data_offsets": [0, 8]}})", std::string(8, 'x'));
   expect_refused({"nested deeper"});
+}
+
+// FP8 inputs of `fa4jit run` (torch.float8_e4m3fn tensors saved by safetensors): one byte an
+// element, the bytes kept as they are; a size that assumes two bytes is refused.
+TEST_F(SafetensorsReader, Float8E4m3TensorsReadAsOneByteElements) {
+  std::string data;
+  for (int i = 0; i < 16; ++i) data += static_cast<char>(0x30 + i);
+  write(R"({"q": {"dtype": "F8_E4M3", "shape": [1, 2, 2, 4], "data_offsets": [0, 16]},)"
+        R"( "descale_q": {"dtype": "F32", "shape": [1, 2], "data_offsets": [16, 24]}})",
+        data + std::string(8, '\0'));
+  const auto t = jit::safetensors::read(path_);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.at("q").dtype, "F8_E4M3");
+  EXPECT_EQ(t.at("q").shape, (std::vector<std::int64_t>{1, 2, 2, 4}));
+  EXPECT_EQ(t.at("q").bytes, data);
+  EXPECT_EQ(jit::safetensors::element_size("F8_E4M3"), 1u);
+  EXPECT_EQ(jit::safetensors::element_size("F8_E5M2"), 1u);
+  write(R"({"q": {"dtype": "F8_E4M3", "shape": [1, 2, 2, 4], "data_offsets": [0, 32]}})", std::string(32, 'x'));
+  expect_refused({"tensor \"q\"", "hold 32 bytes", "F8_E4M3 of shape [1, 2, 2, 4] take 16"});
+
+  // Written back as it was read.
+  const fs::path copy = path_.string() + ".copy";
+  jit::safetensors::write(copy, {{"k", {"F8_E4M3", {2, 8}, data}}});
+  const auto back = jit::safetensors::read(copy);
+  fs::remove(copy);
+  EXPECT_EQ(back.at("k").dtype, "F8_E4M3");
+  EXPECT_EQ(back.at("k").bytes, data);
 }
 
 TEST_F(SafetensorsReader, HugeHeaderLengthsAreRefused) {

@@ -25,7 +25,7 @@ On the GPU machine (repository root, .device carried):
                         of every sm90a tile walk: grid, persistent + splits, split tail, cross-tile,
                         3 warpgroups, varlen, per-warpgroup spans), decode (stream-K and a paged +
                         packed + varlen + split case on sm_90a and sm_90), snippets (memcheck on the
-                        GpuSnippetBounds tests); default: prefill decode
+                        GpuSnippetBounds tests), fp8 (the e4m3 kernels); default: prefill decode
   bench [VARIANTS]      prefill against cuDNN, FA2 and Flex in the same interleaved rounds
                         (bench/compare.py); VARIANTS name=arch[@binary][:FA4JIT_TUNE], comma-separated
                         (default sm90a=sm_90a, plus base=sm_90a@.device/fa4jit_base when that
@@ -42,6 +42,9 @@ On the GPU machine (repository root, .device carried):
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
                         prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none; decode: SHAPES="B,Sq,Sk ..."
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
+  fp8 [--quick]         FP8 (e4m3) kernels: `fa4jit check` on a few configs, the GpuFp8 tests, then
+                        bench/fp8.py (accuracy against float64 and PyTorch, speed against fa4jit bf16
+                        and cuDNN's FP8 SDPA: carry .whl with the nvidia-cudnn-frontend wheel)
   all                   info, tests, sanitize, bench in one call, each stage timed; keep the call
                         under the device tool's 600 s: TEST_LIMIT 220, SAN_LIMIT 150 (all sets
                         together; default 400; a case past it is reported NOT RUN and fails the
@@ -170,10 +173,36 @@ sanitize() {
           cat /tmp/gpu_snip.log >> "$OUT/sanitize.log"
           if [[ $rc -ne 0 || $gtest != *PASSED* ]]; then fail=1; grep -E -A4 'Invalid __global__|Failure' /tmp/gpu_snip.log | head -40; fi
         done ;;
-      *) echo "sanitize: unknown set '$s' (prefill, decode, snippets)"; exit 2 ;;
+      fp8)  # the FP8 kernels: V transposers, the Vt ring, causal / GQA / varlen+paged+split+packed
+        for tool in memcheck racecheck synccheck; do
+          san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700
+          san_check "" $tool sm_90a '{"dtype":"e4m3","depth":64}' --batch 1 --heads 8 --kv-heads 2 --seqlen-q 300 --seqlen-k 1000
+          san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --seqlens-q 5,0,40 --seqlens-k 300,17,130 \
+            --page-size 64 --heads 8 --kv-heads 2 --pack-gqa --splits 3 --sinks
+        done ;;
+      *) echo "sanitize: unknown set '$s' (prefill, decode, snippets, fp8)"; exit 2 ;;
     esac
     echo "(sanitize $s: $((SECONDS - start)) s)"
   done
+}
+
+fp8() {
+  need
+  local c
+  for c in '{"dtype":"e4m3","depth":128}|--batch 2 --seqlen 1024 --heads 8 --kv-heads 8' \
+           '{"dtype":"e4m3","depth":128,"mask":"causal"}|--batch 2 --seqlen 1000 --heads 16 --kv-heads 4' \
+           '{"dtype":"e4m3","depth":64,"mask":"causal","output_dtype":"fp16"}|--batch 2 --seqlen-q 300 --seqlen-k 777 --heads 4 --kv-heads 4'; do
+    echo "${c%%|*}" > /tmp/gpu_fp8.json
+    echo "== check ${c%%|*} ${c#*|}: $(timeout 120 $F check --require-gpu --config /tmp/gpu_fp8.json --arch sm_90a ${c#*|} 2>&1 | tail -2 | tr '\n' ' ')" || fail=1
+  done
+  TEST_LIMIT=${TEST_LIMIT:-300} tests 'GpuFp8*'
+  if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl ||
+      python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall("/tmp/site") for w in sys.argv[1:]]' .whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  FA4JIT=$F timeout "${BENCH_LIMIT:-300}" python3 bench/fp8.py "$@" --out "$OUT" > "$OUT/fp8.log" 2>&1 || fail=1
+  tail -60 "$OUT/fp8.log"
 }
 
 bench() {
@@ -397,6 +426,7 @@ case $verb in
   python) python_ "$@" ;;
   profile) profile "$@" ;;
   sweep) sweep "$@" ;;
+  fp8) fp8 "$@" ;;
   all)  # stage limits that keep the call under 600 s: about 20 + 220 + 150 + 170
     stage info info
     TEST_LIMIT=${TEST_LIMIT:-220} stage tests tests

@@ -5,7 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash -n tools/gpu.sh || { echo "FAIL: tools/gpu.sh does not parse"; exit 1; }
 help=$(bash tools/gpu.sh --help) || { echo "FAIL: --help exit status $?"; exit 1; }
-verbs=$(sed -n '/^case \$verb in/,/^esac/p' tools/gpu.sh | grep -oE '^  [a-z]+\)' | tr -d ' )' | sort -u)
+verbs=$(sed -n '/^case \$verb in/,/^esac/p' tools/gpu.sh | grep -oE '^  [a-z0-9]+\)' | tr -d ' )' | sort -u)
 [[ $(wc -w <<<"$verbs") -ge 10 ]] || { echo "FAIL: found only these verbs: $verbs"; exit 1; }
 for v in $verbs; do
   grep -qE "^  $v( |$)" <<<"$help" || { echo "FAIL: --help does not describe the verb '$v'"; exit 1; }

@@ -31,6 +31,7 @@ class Sm90a final : public BackendPolicy {
   std::vector<int> depths() const override { return {64, 96, 128, 192, 256}; }  // 96 runs padded to 128
 
   Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
+    if (c.dtype == DType::e4m3) return derive_fp8(c, dp, a);
     // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
     // 160 registers per consumer thread still hold the S and O fragments.
     // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
@@ -74,6 +75,26 @@ class Sm90a final : public BackendPolicy {
     return {128 * (1 + c.BM / 64), smem, ctas};
   }
 
+  // FP8 (e4m3 Q, K, V; templates/sm90a: k32 wgmma, V transposed in shared memory by the producer
+  // warpgroup): BN 128 (Vt is one block of 128 keys per row), padded depth 128 (depths 64, 96, 128:
+  // at 256 the 16-bit O staging and three rings exceed 227 KB), one CTA per SM (the transposing
+  // producer takes 56 registers), the grid walk (settle).
+  Budget derive_fp8(FA4Config& c, int dp, const ArchInfo& a) const {
+    if (dp != 128)
+      refuse("depth", fmt::format("{} with dtype e4m3", c.depth), fmt::format("64, 96 or 128 for FP8 on {}", c.arch));
+    c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : 128, c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128});
+    c.BN = pick("BN", c.BN, 128, {128});
+    c.BK0 = pick("BK0", c.BK0, dp, {dp});
+    c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
+    c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
+    // Q regions sized for 16-bit O staging; K, V and transposed V rings of 1-byte elements.
+    const int smem = 2 * c.BM * dp + 3 * c.num_kv_stages * c.BN * dp + 1024;
+    if (smem > a.max_smem)
+      throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} (e4m3) need {} bytes; {} allows {}",
+                                    c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
+    return {128 * (1 + c.BM / 64), smem, 1};
+  }
+
   // One consumer warpgroup's 64 rows.
   int q_box_rows(const FA4Config&) const override { return 64; }
 
@@ -87,7 +108,7 @@ class Sm90a final : public BackendPolicy {
     // persistent: d256 causal, d64 softcap).
     const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
                        c.score_mod.kind == ScoreMod::Kind::identity;
-    t.persistent = !c.pack_gqa && dp <= 128 && plain ? 1 : 0;
+    t.persistent = !c.pack_gqa && dp <= 128 && plain && c.dtype != DType::e4m3 ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -102,6 +123,13 @@ class Sm90a final : public BackendPolicy {
   }
 
   void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& a) const override {
+    if (c.dtype == DType::e4m3) {  // FP8: the grid walk (its transposers walk one CTA's tiles)
+      if (t.persistent != 0)
+        throw ConfigError(
+            fmt::format("tune: persistent={}: FP8 (e4m3) kernels on {} run the grid walk (0)", t.persistent, c.arch));
+      t.wg_spans = 0;
+      return;
+    }
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
     // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
     if (t.persistent == 2) b.ctas_per_sm = 1;

@@ -19,7 +19,8 @@
  * - Strings returned through `char** out` are allocated by fa4jit: release them with fa4jit_free().
  * - Compatibility: FA4JIT_C_API_VERSION grows when functions or struct fields are added, or the
  *   JSON exchanged changes (2: configs lost padded_depth, BK1, num_mma_stages and swizzle_bytes,
- *   which took one value only; resolved configs report "padded_depth" beside "config"). Structs
+ *   which took one value only; resolved configs report "padded_depth" beside "config"; 3: FP8,
+ *   FA4JIT_E4M3 and fa4jit_launch_args' descale_q / descale_k / descale_v). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
@@ -39,7 +40,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 2
+#define FA4JIT_C_API_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,10 +59,13 @@ typedef enum fa4jit_status {
   FA4JIT_INVALID_ARGUMENT = 8  /* misuse of this C API: a null pointer, a struct size too small */
 } fa4jit_status;
 
-typedef enum fa4jit_dtype { FA4JIT_BF16 = 0, FA4JIT_FP16 = 1 } fa4jit_dtype;
+/* FA4JIT_E4M3 (since C API version 3): float8 e4m3 (e4m3fn) q, k, v of a config with "dtype": "e4m3";
+ * o is then bf16 or fp16 (the config's output_dtype). */
+typedef enum fa4jit_dtype { FA4JIT_BF16 = 0, FA4JIT_FP16 = 1, FA4JIT_E4M3 = 2 } fa4jit_dtype;
 
 /* A device tensor in (batch, seqlen, heads, head_dim) order; shape and strides in elements, and
- * stride[3] (head_dim) must be 1. PyTorch: t.data_ptr(), t.shape, t.stride(). */
+ * stride[3] (head_dim) must be 1; the other strides are multiples of 16 bytes (8 elements of a
+ * 16-bit type, 16 of e4m3). PyTorch: t.data_ptr(), t.shape, t.stride(). */
 typedef struct fa4jit_tensor {
   void* data;
   int32_t dtype; /* fa4jit_dtype */
@@ -104,6 +108,12 @@ typedef struct fa4jit_launch_args {
    * when capturing CUDA graphs. */
   void* workspace;
   uint64_t workspace_bytes;
+  /* Since C API version 3. FP8 kernels (dtype e4m3): float32 [B][Hkv] contiguous dequantisation
+   * factors, FlashAttention-3's convention (the kernel computes with descale_q[b][h_kv] * q, ...);
+   * NULL: 1. Set on a kernel of another dtype: FA4JIT_LAUNCH_ERROR. */
+  const float* descale_q;
+  const float* descale_k;
+  const float* descale_v;
 } fa4jit_launch_args;
 
 typedef struct fa4jit_kernel fa4jit_kernel; /* a compiled kernel; cheap to keep and reuse */
@@ -163,7 +173,7 @@ FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* arc
 
 /* The kernels a Hugging Face model's attention layers launch (`fa4jit prewarm --model`): from the
  * text of its config.json, a JSON array of {"use", "config"} (configs without an arch). `dtype`:
- * NULL or "" for the model's torch_dtype, else "bf16" / "fp16". FA4JIT_CONFIG_ERROR names the key
+ * NULL or "" for the model's torch_dtype, else "bf16" / "fp16" / "e4m3". FA4JIT_CONFIG_ERROR names the key
  * of a feature fa4jit has no kernel for. Since C API version 2. */
 FA4JIT_C_EXPORT int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json);
 

@@ -20,7 +20,7 @@ enum class DType { bf16, fp16, e4m3 };
 
 FA4JIT_API const char* to_string(DType t);
 FA4JIT_API DType dtype_from_string(const std::string& s);  // "bf16" | "fp16" | "e4m3"; ConfigError otherwise
-FA4JIT_API int dtype_size(DType t);                         // bytes per element: 2, 2, 1
+FA4JIT_API int dtype_size(DType t);                        // bytes per element: 2, 2, 1
 
 // Which attention pattern a kernel computes. Window sizes and chunk sizes are launch
 // arguments (LaunchArgs), so one binary serves every value.

@@ -14,7 +14,7 @@ import struct
 
 from . import _paths, errors
 
-C_API_VERSION = 2  # FA4JIT_C_API_VERSION this module was written against
+C_API_VERSION = 3  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v)
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates
@@ -132,6 +132,7 @@ LAUNCH_FIELDS = [
     ("block_mask", "P"), ("block_mask_q", "i"), ("block_mask_k", "i"),
     ("block_mask_batch_stride", "q"), ("block_mask_head_stride", "q"), ("block_mask_row_stride", "q"),
     ("workspace", "P"), ("workspace_bytes", "Q"),
+    ("descale_q", "P"), ("descale_k", "P"), ("descale_v", "P"),  # C API version 3
 ]
 LAUNCH_ARGS = struct.Struct("@" + " ".join(f for _, f in LAUNCH_FIELDS))
 LAUNCH_ARGS_SIZE = LAUNCH_ARGS.size

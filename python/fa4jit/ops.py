@@ -19,8 +19,13 @@ from .errors import ConfigError, LaunchError
 
 Tensor = torch.Tensor
 
-_DTYPE_CODE = {torch.bfloat16: 0, torch.float16: 1}
+_FP8 = getattr(torch, "float8_e4m3fn", None)  # FP8 inputs (sm_90a); older torch has none
+_DTYPE_CODE = {torch.bfloat16: 0, torch.float16: 1}  # fa4jit_dtype
 _DTYPE_NAME = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+if _FP8 is not None:
+    _DTYPE_CODE[_FP8] = 2
+    _DTYPE_NAME[_FP8] = "e4m3"
+_DESCALE = ("descale_q", "descale_k", "descale_v")
 _BUILTIN_SCORE_MODS = ("identity", "softcap", "alibi")
 _FORWARD_ONLY = ("fa4jit attention is forward only: it has no backward. Call it under torch.no_grad() / "
                  "torch.inference_mode(), or detach its inputs")
@@ -77,10 +82,13 @@ def _get_kernel(key: tuple) -> _Kernel:
     k = _kernels.get(key)
     if k is not None:
         return k
-    arch, dtype, depth, causal, window, chunked, mask_snippet, block_snippet, score_kind, score_snippet, pack, group = key
+    (arch, dtype, depth, causal, window, chunked, mask_snippet, block_snippet, score_kind, score_snippet, pack, group,
+     out_dtype) = key
     score = {"kind": score_kind, "snippet": score_snippet} if score_kind == "custom" else score_kind
     cfg = {"dtype": dtype, "depth": depth, "mask": _mask_json(causal, window, chunked, mask_snippet, block_snippet),
            "score_mod": score, "pack_gqa": pack}
+    if out_dtype != dtype:  # FP8 inputs: O in bf16 or fp16
+        cfg["output_dtype"] = out_dtype
     if pack:
         cfg["group"] = group
     handle = ctypes.c_void_p()
@@ -143,8 +151,31 @@ def _check_float_vector(name: str, t: Optional[Tensor], device: torch.device, le
         raise LaunchError(f"{name} has shape {tuple(t.shape)}; expected a contiguous ({length},) (one per query head)")
 
 
+def _out_dtype(q_dtype):
+    """O's dtype for inputs of q_dtype when the caller passes no out: q's, or bf16 for FP8 inputs."""
+    return torch.bfloat16 if _FP8 is not None and q_dtype == _FP8 else q_dtype
+
+
+def _check_descale(q, batch, Hkv, device, descale_q, descale_k, descale_v):
+    """FP8 descale factors (FlashAttention-3's): float32 (batch, Hkv) on q's device, FP8 inputs only."""
+    for name, t in zip(_DESCALE, (descale_q, descale_k, descale_v)):
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if _FP8 is None or q.dtype != _FP8:
+            raise LaunchError(f"{name} is set but q has dtype {q.dtype}: descale factors are for "
+                              f"torch.float8_e4m3fn inputs only")
+        _check_device(name, t, device)
+        if t.dtype != torch.float32:
+            raise LaunchError(f"{name} has dtype {t.dtype}; it must be torch.float32")
+        if tuple(t.shape) != (batch, Hkv) or not t.is_contiguous():
+            raise LaunchError(f"{name} has shape {tuple(t.shape)}; expected a contiguous ({batch}, {Hkv}) "
+                              f"(batch, kv heads)")
+
+
 def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-               max_seqlen_q, return_lse, out_bhsd):
+               max_seqlen_q, return_lse, out_bhsd, descale_q=None, descale_k=None, descale_v=None):
     """Metadata checks: run at trace time (fake tensors) and before every launch. Errors name the argument."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
@@ -160,12 +191,15 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         _check_device("v", v, device)
     dt = q.dtype
     if dt not in _DTYPE_CODE:
-        raise LaunchError(f"q has dtype {dt}; fa4jit takes torch.bfloat16 or torch.float16")
+        raise LaunchError(f"q has dtype {dt}; fa4jit takes torch.bfloat16, torch.float16" +
+                          (" or torch.float8_e4m3fn" if _FP8 is not None else " (or torch.float8_e4m3fn, which "
+                                                                                "this torch lacks)"))
     if k.dtype != dt or v.dtype != dt:
         name, t = ("k", k) if k.dtype != dt else ("v", v)
         raise LaunchError(f"{name} has dtype {t.dtype} but q has {dt}: q, k and v must have one dtype")
     qs, ks, vs = q.shape, k.shape, v.shape
     D = qs[3]
+    align = 16 // q.element_size()  # strides in 16-byte steps: 8 elements of a 16-bit type, 16 of FP8
     for name, t, shape in (("q", q, qs), ("k", k, ks), ("v", v, vs)):
         st = t.stride()
         if shape[3] != D:
@@ -174,8 +208,8 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
             raise LaunchError(f"{name} has head_dim stride {st[3]}: head_dim must be contiguous (stride 1); "
                               f"call .contiguous() or pass a view whose last dimension is dense")
         for i in range(3):
-            if st[i] % 8 != 0 or st[i] < 0:
-                raise LaunchError(f"{name}.stride({i}) is {st[i]}: strides must be multiples of 8 elements "
+            if st[i] % align != 0 or st[i] < 0:
+                raise LaunchError(f"{name}.stride({i}) is {st[i]}: strides must be multiples of {align} elements "
                                   f"(16 bytes) for TMA")
     if ks != vs:
         raise LaunchError(f"k {tuple(ks)} and v {tuple(vs)} must have the same shape")
@@ -213,6 +247,7 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         if page_table.stride(1) != 1 or page_table.stride(0) != page_table.shape[1]:
             raise LaunchError("page_table must be contiguous")
     _check_int32_vector("seqused_k", seqused_k, device, batch)
+    _check_descale(q, batch, Hkv, device, descale_q, descale_k, descale_v)
     _check_float_vector("sinks", sinks, device, Hq)
     _check_float_vector("alibi_slopes", alibi_slopes, device, Hq)
     if len(aux) > 4:
@@ -225,7 +260,11 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         _check_device("out", out, device)
         if tuple(out.shape) != tuple(q.shape):
             raise LaunchError(f"out has shape {tuple(out.shape)}; expected q's {tuple(q.shape)}")
-        if out.dtype != q.dtype:
+        if _FP8 is not None and q.dtype == _FP8:
+            if out.dtype not in (torch.bfloat16, torch.float16):
+                raise LaunchError(f"out has dtype {out.dtype}; float8_e4m3fn inputs write torch.bfloat16 or "
+                                  f"torch.float16")
+        elif out.dtype != q.dtype:
             raise LaunchError(f"out has dtype {out.dtype}; expected q's {q.dtype}")
         if out.stride(3) != 1 or any(out.stride(i) % 8 or out.stride(i) < 0 for i in range(3)):
             raise LaunchError(f"out has strides {out.stride()}: head_dim must be contiguous and the other strides "
@@ -264,7 +303,9 @@ def _packed_tensors(**tensors):
 def _new_out(q: Tensor, out_bhsd: bool) -> Tensor:
     if out_bhsd:  # (B, H, S, D) memory, returned as its (B, S, H, D) view
         B, S, H, D = q.shape
-        return torch.empty((B, H, S, D), dtype=q.dtype, device=q.device).transpose(1, 2)
+        return torch.empty((B, H, S, D), dtype=_out_dtype(q.dtype), device=q.device).transpose(1, 2)
+    if _FP8 is not None and q.dtype == _FP8:
+        return torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     return torch.empty_like(q, memory_format=torch.contiguous_format)  # torch.empty(q.shape, ...), a few us cheaper
 
 
@@ -342,17 +383,18 @@ class _Plan:
     """A launch of one signature. The ops' plans get out and lse from their caller; the user functions'
     plans (_plan_call) also say how to allocate them (o_*, lse_*) and what the call returns."""
     __slots__ = ("kernel", "handle", "dev", "device", "args", "values", "optional", "nbytes", "like_q", "o_shape",
-                 "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
+                 "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse", "descale")
 
 
 def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
                aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
-               softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, patch=True) -> _Plan:
+               softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, patch=True, descale_q=None, descale_k=None,
+               descale_v=None) -> _Plan:
     """Checks the arguments, gets the kernel and packs the launch arguments of this signature. Without
     patch, the plan is for this call only: plan.values are the struct's values with this call's pointers
     (the workspace's excepted) and plan.args is None."""
     batch = _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-                       max_seqlen_q, lse is not None, False)
+                       max_seqlen_q, lse is not None, False, descale_q, descale_k, descale_v)
     tensors = _packed_tensors(q=q, k=k, v=v, out=out)
     dev = q.device.index
     if dev is None:
@@ -372,7 +414,7 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
     else:
         pack = bool(pack_gqa) and group > 1
     key = (_arch(dev), _DTYPE_NAME[q.dtype], q.shape[3], causal, window, chunk_size > 0, mask_mod, block_mask_mod,
-           score_kind, score_snippet, pack, group if pack else 0)
+           score_kind, score_snippet, pack, group if pack else 0, _DTYPE_NAME[out.dtype])
     kernel = _get_kernel(key)
 
     ptrs = [_ptr(t) for t in aux] + [0] * (4 - len(aux))
@@ -382,7 +424,7 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
     values = [_lib.LAUNCH_ARGS_SIZE, dev, *tensors, _ptr(lse), softmax_scale, window_left, window_right, chunk_size,
               softcap, _ptr(alibi_slopes), *ptrs, *sc, _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k),
               batch if varlen else 0, max_seqlen_q if varlen else 0, _ptr(sinks), _ptr(page_table), max_pages,
-              num_splits, 0, 128, 128, 0, 0, 0, 0, 0]
+              num_splits, 0, 128, 128, 0, 0, 0, 0, 0, _ptr(descale_q), _ptr(descale_k), _ptr(descale_v)]
     nbytes = 0
     if num_splits != 1:
         # Split-KV scratch comes from torch's allocator (stream-ordered, CUDA-graph safe) on every
@@ -403,21 +445,24 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
     optional = [name for name, t in zip(_OPTIONAL_POINTERS, (lse, alibi_slopes, *aux, *(None,) * (4 - len(aux)),
                                                              cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table))
                 if t is not None]
+    descale = [name for name, t in zip(_DESCALE, (descale_q, descale_k, descale_v)) if t is not None]
     plan = _Plan()
     plan.kernel, plan.handle, plan.dev, plan.device = kernel, kernel.handle, dev, q.device
     plan.values = None if patch else values
     plan.args = _lib.PointerPatch(values, ["q.data", "k.data", "v.data", "o.data"] + optional +
-                                  (["workspace"] if nbytes else [])) if patch else None
-    plan.optional, plan.nbytes = bool(optional), nbytes
+                                  (["workspace"] if nbytes else []) + descale) if patch else None
+    plan.optional, plan.nbytes, plan.descale = bool(optional), nbytes, bool(descale)
     plan.like_q = plan.o_shape = plan.o_stride = plan.lse_shape = plan.lse_stride = None
-    plan.dtype, plan.cast, plan.return_lse = q.dtype, False, lse is not None
+    plan.dtype, plan.cast, plan.return_lse = out.dtype, False, lse is not None
     return plan
 
 
-def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table):
+def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table,
+         descale=(None, None, None)):
     """Launches a plan with this call's tensors: q, k, v, out as the caller passed them (views of the
     ones the plan was made with; only their data pointers are read); out None and lse None are
-    allocated as the plan says. Returns out, or (out, lse) when the plan's call returns the LSE."""
+    allocated as the plan says. descale: (descale_q, descale_k, descale_v). Returns out, or (out, lse)
+    when the plan's call returns the LSE."""
     if out is None:
         out = torch.empty_like(q) if plan.like_q else torch.empty_strided(plan.o_shape, plan.o_stride,
                                                                           dtype=plan.dtype, device=plan.device)
@@ -436,6 +481,8 @@ def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seq
     if plan.nbytes:
         workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
         ptrs.append(workspace.data_ptr())
+    if plan.descale:
+        ptrs += [t.data_ptr() for t in descale if t is not None]
     code = _lib.fa4jit_launch(plan.handle, plan.args.pack(ptrs), _stream(plan.dev))
     if code:
         _lib.raise_last(code)
@@ -444,14 +491,15 @@ def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seq
 
 def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
             aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
-            softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached=True):
+            softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached=True, descale_q=None, descale_k=None,
+            descale_v=None):
     """The ops' launch (normalized arguments, as in the op schema). cached=False: a one-off launch
     (the user functions' first call of a signature), without a plan kept for later calls."""
     if not cached:
         plan = _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
                           aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
                           block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
-                          patch=False)
+                          patch=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
         values, workspace = plan.values, None
         if plan.nbytes:
             workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
@@ -463,23 +511,27 @@ def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table
     key = ("launch", _meta(q), _meta(k), _meta(v), _meta(out), _meta(lse), _meta(cu_seqlens_q), _meta(cu_seqlens_k),
            _meta(seqused_k), _meta(page_table), _meta(sinks), _meta(alibi_slopes), tuple(_meta(t) for t in aux),
            tuple(scalars), aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod,
-           score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa)
+           score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, _meta(descale_q), _meta(descale_k),
+           _meta(descale_v))
     plan = _plans.get(key)
     if plan is None:
         if not _seen_before(key):
             return _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
                            aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
                            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
-                           cached=False)
+                           cached=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
         plan = _remember(key, _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
                                          alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right,
                                          chunk_size, mask_mod, block_mask_mod, score_mod, softcap, softmax_scale,
-                                         max_seqlen_q, num_splits, pack_gqa))
-    _run(plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table)
+                                         max_seqlen_q, num_splits, pack_gqa, descale_q=descale_q,
+                                         descale_k=descale_k, descale_v=descale_v))
+    _run(plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table,
+         (descale_q, descale_k, descale_v))
 
 
 # ---- the custom ops ---------------------------------------------------------------------------------
-# Schema: snippets and kinds are str, window None is (-2, -2), pack_gqa -1/0/1 (auto/off/on).
+# Schema: snippets and kinds are str, window None is (-2, -2), pack_gqa -1/0/1 (auto/off/on); the FP8
+# descale factors come last (appended with C API version 3).
 
 @torch.library.custom_op("fa4jit::fwd", mutates_args=())
 def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
@@ -487,30 +539,35 @@ def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
          alibi_slopes: Optional[Tensor], aux: List[Tensor], scalars: List[float], aux_names: str, causal: bool,
          window_left: int, window_right: int, chunk_size: int, mask_mod: str, block_mask_mod: str, score_mod: str,
          softcap: float, softmax_scale: float, max_seqlen_q: int, num_splits: int, pack_gqa: int, return_lse: bool,
-         out_bhsd: bool) -> Tuple[Tensor, Tensor]:
+         out_bhsd: bool, descale_q: Optional[Tensor], descale_k: Optional[Tensor],
+         descale_v: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     return _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
                      aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
-                     softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd)
+                     softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd,
+                     descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
 
 
 def _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
-              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, cached=True):
+              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, cached=True, descale_q=None,
+              descale_k=None, descale_v=None):
     out = _new_out(q, out_bhsd)
     lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None) if return_lse else (0,), dtype=torch.float32,
                       device=q.device)
     _launch(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
             alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
-            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached)
+            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached,
+            descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
     return out, lse
 
 
 @_fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
-              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd):
+              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, descale_q, descale_k,
+              descale_v):
     _check_qkv(q, k, v, None, None, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-               max_seqlen_q, return_lse, out_bhsd)
+               max_seqlen_q, return_lse, out_bhsd, descale_q, descale_k, descale_v)
     _snippet_texts(aux, aux_names, mask_mod, block_mask_mod, score_mod)  # snippet/aux errors at trace time
     lse_shape = _lse_shape(q, cu_seqlens_q is not None) if return_lse else (0,)
     return _new_out(q, out_bhsd), q.new_empty(lse_shape, dtype=torch.float32)
@@ -522,18 +579,21 @@ def _fwd_out(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor]
              sinks: Optional[Tensor], alibi_slopes: Optional[Tensor], aux: List[Tensor], scalars: List[float],
              aux_names: str, causal: bool, window_left: int, window_right: int, chunk_size: int, mask_mod: str,
              block_mask_mod: str, score_mod: str, softcap: float, softmax_scale: float, max_seqlen_q: int,
-             num_splits: int, pack_gqa: int) -> None:
+             num_splits: int, pack_gqa: int, descale_q: Optional[Tensor], descale_k: Optional[Tensor],
+             descale_v: Optional[Tensor]) -> None:
     _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
             aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
-            softmax_scale, max_seqlen_q, num_splits, pack_gqa)
+            softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q=descale_q, descale_k=descale_k,
+            descale_v=descale_v)
 
 
 @_fwd_out.register_fake
 def _fwd_out_fake(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                   scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod,
-                  score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa):
+                  score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q, descale_k,
+                  descale_v):
     _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-               max_seqlen_q, lse is not None, False)
+               max_seqlen_q, lse is not None, False, descale_q, descale_k, descale_v)
     _snippet_texts(aux, aux_names, mask_mod, block_mask_mod, score_mod)
 
 
@@ -627,9 +687,13 @@ def _vector32(t: Optional[Tensor]) -> Optional[Tensor]:
 
 
 def _prepare(*, aux, scalars, causal, window, softcap, score_mod, alibi_slopes, sinks, mask_mod, block_mask_mod,
-             chunk_size, softmax_scale, max_seqlen_q, num_splits, pack_gqa):
+             chunk_size, softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q=None, descale_k=None,
+             descale_v=None):
     """The user arguments in the ops' schema (raises on bad ones, naming them); sinks and ALiBi slopes as float32."""
     aux_list, aux_names = _aux(aux)
+    for name, t in zip(_DESCALE, (descale_q, descale_k, descale_v)):
+        if t is not None and not isinstance(t, Tensor):  # before the op schema's own, less helpful, cast error
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     scalars = [float(s) for s in (scalars or ())]
     if len(scalars) > 4:
         raise ConfigError(f"scalars: {len(scalars)} values; at most 4")
@@ -639,17 +703,19 @@ def _prepare(*, aux, scalars, causal, window, softcap, score_mod, alibi_slopes, 
                   window_right=wr, chunk_size=int(chunk_size or 0), mask_mod=mask_mod or "",
                   block_mask_mod=block_mask_mod or "", score_mod=score_mod, softcap=float(softcap or 0.0),
                   softmax_scale=float(softmax_scale or 0.0), max_seqlen_q=max_seqlen_q, num_splits=int(num_splits),
-                  pack_gqa=-1 if pack_gqa is None else int(bool(pack_gqa)))
+                  pack_gqa=-1 if pack_gqa is None else int(bool(pack_gqa)), descale_q=descale_q, descale_k=descale_k,
+                  descale_v=descale_v)
     return common, _vector32(sinks), _vector32(alibi_slopes)
 
 
 def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal, window, softcap,
           softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes, num_splits, pack_gqa,
-          return_lse, out, chunk_size, bhsd):
+          return_lse, out, chunk_size, bhsd, descale_q=None, descale_k=None, descale_v=None):
     common, sinks, alibi_slopes = _prepare(
         aux=aux, scalars=scalars, causal=causal, window=window, softcap=softcap, score_mod=score_mod,
         alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, block_mask_mod=block_mask_mod, chunk_size=chunk_size,
-        softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa)
+        softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa,
+        descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
     direct = _eager(q, k, v, out)
     if out is not None:
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, out)):
@@ -699,13 +765,15 @@ def _aux_tensors(aux):
 
 def _plan_call(q_user, squeeze, q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal,
                window, softcap, softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes,
-               num_splits, pack_gqa, return_lse, out, chunk_size, bhsd) -> _Plan:
+               num_splits, pack_gqa, return_lse, out, chunk_size, bhsd, descale_q=None, descale_k=None,
+               descale_v=None) -> _Plan:
     """_call's work that depends only on the signature, done once: q_user is the tensor the user passed
     as q, and squeeze whether the returned output drops the leading dimension of q (packed varlen)."""
     common, sinks32, alibi32 = _prepare(
         aux=aux, scalars=scalars, causal=causal, window=window, softcap=softcap, score_mod=score_mod,
         alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, block_mask_mod=block_mask_mod, chunk_size=chunk_size,
-        softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa)
+        softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa,
+        descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
     if out is None:
         o = _new_out(q, bhsd)
         shown = o.transpose(1, 2) if bhsd else (o.squeeze(0) if squeeze else o)  # what the user gets
@@ -717,7 +785,8 @@ def _plan_call(q_user, squeeze, q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_
     p = _make_plan(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks32, alibi32, **common)
     if out is None:
         p.o_shape, p.o_stride = tuple(shown.shape), shown.stride()
-        p.like_q = p.o_shape == tuple(q_user.shape) and torch.empty_like(q_user).stride() == p.o_stride
+        p.like_q = (p.o_shape == tuple(q_user.shape) and shown.dtype == q_user.dtype and
+                    torch.empty_like(q_user).stride() == p.o_stride)
     if lse is not None:
         p.lse_shape, p.lse_stride = tuple(lse.shape), lse.stride()
     p.cast = sinks32 is not sinks or alibi32 is not alibi_slopes
@@ -729,12 +798,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
               mask_mod: Optional[str] = None, aux: AuxArg = None, scalars: Optional[Sequence[float]] = None,
               alibi_slopes: Optional[Tensor] = None, num_splits: int = 0, pack_gqa: Optional[bool] = None,
               return_lse: bool = False, out: Optional[Tensor] = None, layout: str = "bshd", chunk_size: int = 0,
-              block_mask_mod: Optional[str] = None):
+              block_mask_mod: Optional[str] = None, descale_q: Optional[Tensor] = None,
+              descale_k: Optional[Tensor] = None, descale_v: Optional[Tensor] = None):
     """Attention forward (no backward) with a kernel generated for the arguments' variant.
 
     q: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D), Hq a multiple of Hkv (GQA/MQA); bf16 or fp16; D 64 or
     128 (sm_90a also 96, 192, 256). ``layout="bhsd"`` takes and returns (B, H, S, D) tensors (SDPA's
-    layout) as strided views, without copies. Any strides with head_dim contiguous are accepted.
+    layout) as strided views, without copies. Any strides with head_dim contiguous are accepted
+    (multiples of 16 bytes).
+
+    FP8 (sm_90a): q, k, v torch.float8_e4m3fn; the output is bf16 (or out's dtype, bf16 or fp16).
+    descale_q / descale_k / descale_v: optional float32 (B, Hkv) factors, FlashAttention-3's: the
+    kernel computes with descale * stored value (None: 1). Only FP8 inputs take them.
 
     causal: bottom-right aligned when Sq != Sk (decode). window: (left, right) extents, None or -1
     unbounded (with causal, right is 0). chunk_size: chunked attention (Llama 4), combined with
@@ -761,12 +836,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
                    v.shape, v.stride(), v.dtype, v.device, causal, window, softcap, softmax_scale, score_mod, mask_mod,
                    block_mask_mod, num_splits, pack_gqa, return_lse, layout, chunk_size, _meta(out), _meta(sinks),
                    _meta(alibi_slopes), None if aux is None else _aux_key(aux),
-                   None if scalars is None else tuple(scalars))
+                   None if scalars is None else tuple(scalars), _meta(descale_q), _meta(descale_k), _meta(descale_v))
             plan = _plans.get(key)
         except (TypeError, AttributeError):  # unhashable or not a tensor: the general path reports it
             key = plan = None
         if plan is not None:
-            return _run(plan, q, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None)
+            return _run(plan, q, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None,
+                        (descale_q, descale_k, descale_v))
     q_user = q
     bhsd = _layout(layout)
     if bhsd:
@@ -775,10 +851,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
               window=window, softcap=softcap, softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod,
               mask_mod=mask_mod, block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, chunk_size=chunk_size,
-              bhsd=bhsd)
+              bhsd=bhsd, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
     if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q_user, False, q, k, v, **kw))
-        return _run(plan, q_user, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None)
+        return _run(plan, q_user, k, v, out, None, alibi_slopes, aux, None, None, None, sinks, None,
+                    (descale_q, descale_k, descale_v))
     o, lse = _split(_call(q, k, v, **kw), out)
     if bhsd and out is None:
         o = o.transpose(1, 2)
@@ -804,13 +881,15 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
                      aux: AuxArg = None, scalars: Optional[Sequence[float]] = None,
                      alibi_slopes: Optional[Tensor] = None, num_splits: int = 0, pack_gqa: Optional[bool] = None,
                      return_lse: bool = False, out: Optional[Tensor] = None, chunk_size: int = 0,
-                     block_mask_mod: Optional[str] = None):
+                     block_mask_mod: Optional[str] = None, descale_q: Optional[Tensor] = None,
+                     descale_k: Optional[Tensor] = None, descale_v: Optional[Tensor] = None):
     """Variable-length attention forward (no backward), as flash_attn_varlen_func.
 
     q: (total_q, Hq, D), k/v: (total_k, Hkv, D), packed sequences; cu_seqlens_q/k: int32 (B + 1,)
     offsets on the device; max_seqlen_q: the longest query sequence (a host int). max_seqlen_k is
     accepted for compatibility and not needed. seqused_k: int32 (B,) keys used per sequence.
-    Other arguments as attention(). Returns out (total_q, Hq, D), or (out, lse) with lse (Hq, total_q).
+    Other arguments as attention() (FP8 descale factors: (B, Hkv), B the number of sequences).
+    Returns out (total_q, Hq, D), or (out, lse) with lse (Hq, total_q).
     """
     key = None
     direct = _eager(q, k, v, out)
@@ -820,13 +899,14 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
                    v.shape, v.stride(), v.dtype, v.device, _meta(cu_seqlens_q), _meta(cu_seqlens_k), _meta(seqused_k),
                    max_seqlen_q, causal, window, softcap, softmax_scale, score_mod, mask_mod, block_mask_mod,
                    num_splits, pack_gqa, return_lse, chunk_size, _meta(out), _meta(sinks), _meta(alibi_slopes),
-                   None if aux is None else _aux_key(aux), None if scalars is None else tuple(scalars))
+                   None if aux is None else _aux_key(aux), None if scalars is None else tuple(scalars),
+                   _meta(descale_q), _meta(descale_k), _meta(descale_v))
             plan = _plans.get(key)
         except (TypeError, AttributeError):
             key = plan = None
         if plan is not None:
             return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks,
-                        None)
+                        None, (descale_q, descale_k, descale_v))
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, Tensor) and t.dim() != 3:
             raise LaunchError(f"{name} has shape {tuple(t.shape)}; varlen tensors are (total, heads, head_dim)")
@@ -839,11 +919,12 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
               softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
               block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
-              bhsd=False)
+              bhsd=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q, out is None, q4, k4, v4, **kw))
-        return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, None)
+        return _run(plan, q, k, v, out, None, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, None,
+                    (descale_q, descale_k, descale_v))
     o, lse = _split(_call(q4, k4, v4, **kw), out4)
     o = out if out is not None else o.squeeze(0)
     return (o, lse) if return_lse else o
@@ -856,7 +937,8 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
                     aux: AuxArg = None, scalars: Optional[Sequence[float]] = None,
                     alibi_slopes: Optional[Tensor] = None, num_splits: int = 0, pack_gqa: Optional[bool] = None,
                     return_lse: bool = False, out: Optional[Tensor] = None, chunk_size: int = 0,
-                    block_mask_mod: Optional[str] = None):
+                    block_mask_mod: Optional[str] = None, descale_q: Optional[Tensor] = None,
+                    descale_k: Optional[Tensor] = None, descale_v: Optional[Tensor] = None):
     """Attention forward (no backward) over a paged KV cache: decode and chunked prefill.
 
     k_cache/v_cache: (num_pages, page_size, Hkv, D); page_table: int32 (B, max_pages), sequence b's key
@@ -875,13 +957,13 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
                    _meta(seqused_k), _meta(cu_seqlens_q), max_seqlen_q, causal, window, softcap, softmax_scale,
                    score_mod, mask_mod, block_mask_mod, num_splits, pack_gqa, return_lse, chunk_size, _meta(out),
                    _meta(sinks), _meta(alibi_slopes), None if aux is None else _aux_key(aux),
-                   None if scalars is None else tuple(scalars))
+                   None if scalars is None else tuple(scalars), _meta(descale_q), _meta(descale_k), _meta(descale_v))
             plan = _plans.get(key)
         except (TypeError, AttributeError):
             key = plan = None
         if plan is not None:
             return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,
-                        page_table)
+                        page_table, (descale_q, descale_k, descale_v))
     varlen = cu_seqlens_q is not None
     if varlen:
         if max_seqlen_q is None:
@@ -897,11 +979,11 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
               softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
               block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
-              bhsd=False)
+              bhsd=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
     if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q, varlen and out is None, q4, k_cache, v_cache, **kw))
         return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,
-                    page_table)
+                    page_table, (descale_q, descale_k, descale_v))
     o, lse = _split(_call(q4, k_cache, v_cache, **kw), out4)
     if out is not None:
         o = out

@@ -31,6 +31,19 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
   return r;
 }
 
+// Four floats -> four e4m3 in one register (a in the low byte), rounded to nearest, saturated to
+// +-448 (satfinite: e4m3 has no infinity).
+__device__ __forceinline__ u32 pack4_e4m3(float a, float b, float c, float d) {
+  u32 r;
+  asm("{ .reg .b16 lo, hi;\n"
+      " cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      " cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      " mov.b32 %0, {lo, hi}; }"
+      : "=r"(r)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+  return r;
+}
+
 template <class T>
 __device__ __forceinline__ float to_float(u16 bits) {
   if constexpr (DTypeTraits<T>::kIsBf16) {

@@ -43,7 +43,9 @@ struct RowState {
   }
 
   // Folds a tile's row maximum in. Returns the factor to multiply O and sum by
-  // (1 when the stale maximum is kept or nothing was visible before).
+  // (1 when the stale maximum is kept or nothing was visible before). kThresholdLog2: how far
+  // the maximum may grow before O is rescaled (FP8 P, which must stay below e4m3's 448: 0).
+  template <int kThresholdLog2 = static_cast<int>(kRescaleThresholdLog2)>
   __device__ __forceinline__ float update_max(float tile_max, float scale) {
     const float m_new = fmaxf(max, tile_max);
     if (max == kNegInf) {  // first visible tile: O and sum are still zero
@@ -51,7 +53,7 @@ struct RowState {
       return 1.0f;
     }
     const float grow = (m_new - max) * scale;
-    if (grow > kRescaleThresholdLog2) {
+    if (grow > static_cast<float>(kThresholdLog2)) {
       const float corr = exp2_approx(-grow);
       max = m_new;
       return corr;

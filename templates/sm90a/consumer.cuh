@@ -87,11 +87,17 @@ struct WgKeySpan {
 
 // O += P V over the warpgroup's span of the tile (no wgmma for kNone).
 template <class Config>
-__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDp / 2], const u32 (&pr)[Shape<Config>::kBN / 4],
+__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDp / 2], const u32 (&pr)[Shape<Config>::kPRegs],
                                              Span span, u32 v_addr) {
   using Sh = Shape<Config>;
   using E = typename Sh::Element;
-  if (span == Span::kFull) {
+  if constexpr (Sh::kFp8) {  // v_addr: the transposed V stage
+    if (span == Span::kFull) {
+      gemm_pv_fp8<Sh::kDp, Sh::kBN>(o, pr, v_addr);
+    } else if constexpr (Sh::kHalfSpans) {
+      if (span == Span::kHalf) gemm_pv_fp8<Sh::kDp, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
+    }
+  } else if (span == Span::kFull) {
     gemm_pv<E, Sh::kDp, Sh::kBN>(o, pr, v_addr);
   } else if constexpr (Sh::kHalfSpans) {
     if (span == Span::kHalf) gemm_pv<E, Sh::kDp, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
@@ -120,7 +126,7 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
 
 // O += P V alone, waited: every tile of the simple schedule, the last of the overlapped one.
 template <class Config, class VRing>
-__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 (&pr)[Shape<Config>::kBN / 4],
+__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 (&pr)[Shape<Config>::kPRegs],
                                         VRing& v_ring, u32 v_addr, Span span) {
   auto vs = v_ring.acquire();
   fence_operand(o);
@@ -140,7 +146,7 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 
 // the waits below count the same groups).
 template <class Config, class KRing, class VRing, class Sched, class QAddr, class SoftmaxFn>
 __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDp / 2],
-                                                u32 (&pr)[Shape<Config>::kBN / 4], KRing& k_ring, VRing& v_ring,
+                                                u32 (&pr)[Shape<Config>::kPRegs], KRing& k_ring, VRing& v_ring,
                                                 const Sched& sched, QAddr q_wgmma, u32 k_addr, u32 v_addr,
                                                 Span pv_span, SoftmaxFn softmax) {
   using Sh = Shape<Config>;
@@ -189,7 +195,7 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
                                                    float (&o)[Shape<Config>::kDp / 2],
                                                    float (&s)[Shape<Config>::kBN / 2],
-                                                   u32 (&pr)[Shape<Config>::kBN / 4], QOperand<Config> q,
+                                                   u32 (&pr)[Shape<Config>::kPRegs], QOperand<Config> q,
                                                    u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span) {
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   float corr[2];
@@ -211,7 +217,7 @@ template <class Config, class Mask, class ScoreMod, class KRing, class VRing, cl
 __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
                                             VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
                                             float (&o)[Shape<Config>::kDp / 2], float (&s)[Shape<Config>::kBN / 2],
-                                            u32 (&pr)[Shape<Config>::kBN / 4], u32 q_addr, u32 k_addr, u32 v_addr,
+                                            u32 (&pr)[Shape<Config>::kPRegs], u32 q_addr, u32 k_addr, u32 v_addr,
                                             int wg) {
   using Sh = Shape<Config>;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
@@ -275,11 +281,11 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   const u32 base = smem_u32(smem);
   const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
   const u32 o_addr = L::kOwnO ? base + L::kOOffset + wg * L::kQWgBytes : q_addr;  // O staging
-  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
+  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset;
 
   float o[kDp / 2];
   float s[kBN / 2];
-  u32 pr[kBN / 4];
+  u32 pr[Sh::kPRegs];
   zero(s);
   zero(pr);  // S and P: written before read in every tile
 
@@ -312,10 +318,11 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       zero(o);
       Softmax sm;
       sm.init(p, w.q_lo, wg);
+      sm.descale(p, w);
       const int n = w.first_tile();
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
-        pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(&bars->v, st);
+        pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(L::pv_barriers(bars), st);
         if constexpr (!kPersistent) {
           sched.start();
           mbar_wait(&bars->q_full[0][wg], 0);
@@ -393,11 +400,11 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
   static_assert(L::kCrossTile, "cross-tile consumer without the two Q buffers");
 
   const u32 base = smem_u32(smem);
-  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kVOffset;
+  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset;
 
   float o[kDp / 2];
   float s[kBN / 2];
-  u32 pr[kBN / 4];
+  u32 pr[Sh::kPRegs];
   zero(o);
   zero(s);
   zero(pr);
@@ -414,7 +421,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
     tiles.iter = static_cast<int>(carry >> 7);
     const bool pending = (carry >> 6) & 1u;
     Ring k_ring(&bars->k, pipe::PipelineState{carry & 3u, (carry >> 2) & 1u});
-    Ring v_ring(&bars->v, pipe::PipelineState{(carry >> 3) & 3u, (carry >> 5) & 1u});
+    Ring v_ring(L::pv_barriers(bars), pipe::PipelineState{(carry >> 3) & 3u, (carry >> 5) & 1u});
     const bool more = tiles.valid(p, static_cast<int>(opaque_u32(0u)));  // false: end of the walk
     CtaWork<Config, Mask> w{};
     int n = 0;
@@ -433,6 +440,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
     const QOperand<Config> q{q_addr};
     if (runs) {
       sm.init(p, w.q_lo, wg);
+      sm.descale(p, w);
       float corr[2];  // first tile: O restarts at zero, so no correction
       // The first Q K^T goes with the pending tile's last P V, at full span (that tile is not at
       // hand; wider is correct). With no tile pending it goes with a P V on the extra V stage the
@@ -452,6 +460,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
       if (t == tiles.iter) {
         zero(o);
         pending_sm.init(p, w.q_lo, wg);
+        pending_sm.descale(p, w);
       }
       finish_pending_tile<Config, Mask, ScoreMod>(p, t, wg, o, pending_sm, base, bars);
     }

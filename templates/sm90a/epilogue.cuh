@@ -73,7 +73,13 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
 
   sm.finalize(p, w);
-  const float inv[2] = {sm.row[0].inv_sum(), sm.row[1].inv_sum()};
+  float inv[2] = {sm.row[0].inv_sum(), sm.row[1].inv_sum()};
+  if constexpr (Sh::kFp8) {  // O = P V with P shifted by 2^kPShiftLog2 (softmax.cuh), V times descale_v
+    const int i = w.seq.batch * p.num_kv_heads + w.seq.kv_head;
+    const float f = (p.descale_v ? p.descale_v[i] : 1.0f) * (1.0f / static_cast<float>(1 << WgSoftmax<Config, Mask, ScoreMod>::kPShiftLog2));
+    inv[0] *= f;
+    inv[1] *= f;
+  }
   const int row_base = w.q_lo + wg * Sh::kWgRows;  // tile row of local row 0
 
   if constexpr (Sh::kRuntimeVariants) {

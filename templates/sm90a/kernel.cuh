@@ -58,7 +58,12 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     }
     // full: the producer's expect_tx arrival; empty: every consumer warp (8 or 12) arrives once.
     bars->k.init(1, Sh::kNumConsumerWGs * 4);
-    bars->v.init(1, Sh::kNumConsumerWGs * 4);
+    if constexpr (Sh::kFp8) {  // V -> transposer warps (3) -> Vt (every transposer thread) -> consumers
+      bars->v.init(1, kTransposeThreads / 32);
+      bars->vt.init(kTransposeThreads, Sh::kNumConsumerWGs * 4);
+    } else {
+      bars->v.init(1, Sh::kNumConsumerWGs * 4);
+    }
     fence_barrier_init();
   }
   __syncthreads();
@@ -66,6 +71,12 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   const int wg = static_cast<int>(warp_uniform(threadIdx.x / 128));  // role branches, Q address: uniform
   if (wg == 0) {
     setmaxnreg_dec<Sh::kProducerRegs>();
+    if constexpr (Sh::kFp8) {  // warps 1-3: V -> Vt (grid walk only: Shape's static_assert)
+      if (threadIdx.x >= 32) {
+        transpose_unit<Config, Mask>(w, smem, bars, static_cast<int>(threadIdx.x) - 32);
+        return;
+      }
+    }
     if (threadIdx.x < 32 && elect_one_sync()) {
       tma_prefetch(&tma.q);
       tma_prefetch(&tma.k);

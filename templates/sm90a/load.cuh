@@ -3,13 +3,14 @@
 #pragma once
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
+#include "common/smem.cuh"
 #include "sm90a/layout.cuh"
 
 namespace fa4 {
 namespace sm90a {
 
-// Q of consumer warpgroup g into Q buffer `buffer` (SmemLayout::q_offset): Dp/64 boxes of
-// [64 rows][64 depth] on bar. Packed GQA: the 5-D map's box is the same 64 x 128 B (64 / kPack
+// Q of consumer warpgroup g into Q buffer `buffer` (SmemLayout::q_offset): kChunks boxes of
+// [64 rows][128 bytes] on bar. Packed GQA: the 5-D map's box is the same 64 x 128 B (64 / kPack
 // queries x kPack heads, rows in PackedRow order), addressed by the box's first query and the KV head.
 template <class Config, class Mask>
 __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Config, Mask>& w, const TmaCoords& c,
@@ -20,9 +21,9 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
   for (int ch = 0; ch < Sh::kChunks; ++ch) {
     unsigned char* dst = smem + L::q_offset(buffer, g) + ch * (Sh::kWgRows * 128);
     if constexpr (Sh::kPack == 1)
-      tma_load_4d(dst, &tma.q, bar, ch * 64, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
+      tma_load_4d(dst, &tma.q, bar, ch * Sh::kBlockElems, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
     else
-      tma_load_5d(dst, &tma.q, bar, ch * 64, 0, c.q_row0 + (w.q_lo + g * Sh::kWgRows) / Sh::kPack, c.kv_head,
+      tma_load_5d(dst, &tma.q, bar, ch * Sh::kBlockElems, 0, c.q_row0 + (w.q_lo + g * Sh::kWgRows) / Sh::kPack, c.kv_head,
                   c.q_batch);
   }
 }
@@ -43,13 +44,13 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
       const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
 #pragma unroll
       for (int ch = 0; ch < Sh::kChunks; ++ch)
-        tma_load_4d(dst + ch * (Sh::kBN * 128) + r * 128, map, bar, ch * 64, b.row, c.kv_head, b.batch);
+        tma_load_4d(dst + ch * (Sh::kBN * 128) + r * 128, map, bar, ch * Sh::kBlockElems, b.row, c.kv_head, b.batch);
     }
   } else {
     const int row = c.kv_row0 + n * Sh::kBN;
 #pragma unroll
     for (int ch = 0; ch < Sh::kChunks; ++ch)
-      tma_load_4d(dst + ch * (Sh::kBN * 128), map, bar, ch * 64, row, c.kv_head, c.kv_batch);
+      tma_load_4d(dst + ch * (Sh::kBN * 128), map, bar, ch * Sh::kBlockElems, row, c.kv_head, c.kv_batch);
   }
 }
 
@@ -79,7 +80,7 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
     mbar_wait(&bars->q_empty[buffer][g], q_empty_phase);
     u64* bar = &bars->q_full[buffer][g];
     if (load) {
-      mbar_expect_tx(bar, L::kQWgBytes);
+      mbar_expect_tx(bar, L::kQLoadBytes);
       load_q_wg<Config, Mask>(tma, w, c, smem, bar, g, buffer);
     } else {
       mbar_arrive(bar);
@@ -108,7 +109,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 #pragma unroll
   for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
     u64* bar = &bars->q_full[0][g];
-    mbar_expect_tx(bar, L::kQWgBytes);
+    mbar_expect_tx(bar, L::kQLoadBytes);
     load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
   }
 
@@ -186,6 +187,79 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       pending = runs;
     }
   }
+}
+
+// ---- FP8: V transposed in shared memory ----
+// FP8 wgmma reads B K-major only, and V arrives [keys][depth]. Three warps of the producer
+// warpgroup (warps 1-3; warp 0 issues the TMA loads) copy each V stage to a Vt stage, [depth][keys]
+// in SW128 blocks of [kDp rows][128 keys], through the rings v (TMA -> transposers) and vt
+// (transposers -> consumers). Within each 16-key chunk of a row the keys are permuted as pack_p
+// (softmax.cuh) leaves P: logical key 4t + i is tile key 8(i/2) + 2t + i%2, so P V needs no shuffle.
+constexpr int kTransposeThreads = 96;
+
+__device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// One V stage (src) -> one Vt stage (dst) by thread t of kTransposeThreads. A task is 16 keys x 4
+// depths: 16 4-byte reads (a warp's lanes take 32 depth quads of one key row: no bank conflict),
+// four 4x4 byte transposes, four 16-byte writes (rows d..d+3 of Vt, the keys' 16-byte chunk).
+template <class Config>
+__device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
+  using Sh = Shape<Config>;
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kQuads = kDp / 4;
+  constexpr int kTasks = (kBN / 16) * kQuads;
+#pragma unroll 1
+  for (int task = t; task < kTasks; task += kTransposeThreads) {
+    const int dq = task % kQuads, kb = task / kQuads;
+    const int d0 = 4 * dq;
+    const u32 vblk = src + (d0 / 128) * (kBN * 128) + (d0 % 16);
+    const int dc = (d0 % 128) / 16;
+    u32 in[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int k = 16 * kb + i;  // k % 8 == i % 8
+      in[i] = ld_shared_u32(vblk + k * 128 + ((dc ^ (i % 8)) << 4));
+    }
+    u32 out[4][4];  // [depth d0 + j][word t]: keys 2t, 2t+1, 8+2t, 9+2t of the chunk
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const u32 ab_lo = byte_perm(in[2 * w], in[2 * w + 1], 0x5140), ab_hi = byte_perm(in[2 * w], in[2 * w + 1], 0x7362);
+      const u32 cd_lo = byte_perm(in[8 + 2 * w], in[9 + 2 * w], 0x5140), cd_hi = byte_perm(in[8 + 2 * w], in[9 + 2 * w], 0x7362);
+      out[0][w] = byte_perm(ab_lo, cd_lo, 0x5410);
+      out[1][w] = byte_perm(ab_lo, cd_lo, 0x7632);
+      out[2][w] = byte_perm(ab_hi, cd_hi, 0x5410);
+      out[3][w] = byte_perm(ab_hi, cd_hi, 0x7632);
+    }
+    const u32 tblk = dst + (kb / 8) * (kDp * 128);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = d0 + j;
+      st_shared_v4(tblk + r * 128 + (((kb % 8) ^ (r % 8)) << 4), out[j]);
+    }
+  }
+}
+
+// The transposers' walk of a grid CTA: one Vt stage per V stage the producer loads (producer_unit).
+template <class Config, class Mask>
+__device__ __forceinline__ void transpose_unit(const CtaWork<Config, Mask>& w, unsigned char* smem,
+                                               typename SmemLayout<Config>::Barriers* bars, int t) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  static_assert(Sh::kFp8, "transpose_unit: FP8 kernels only");
+  const u32 base = smem_u32(smem);
+  pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp> v_ring(&bars->v);
+  pipe::Producer<Sh::kStages> vt_ring(&bars->vt);
+  for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
+    auto vs = v_ring.acquire();
+    auto ts = vt_ring.acquire();
+    transpose_v<Config>(base + L::kVOffset + vs.index() * L::kKVStageBytes,
+                        base + L::kPVOffset + ts.index() * L::kKVStageBytes, t);
+    fence_proxy_async();  // this thread's Vt writes (and V reads) before the wgmma / TMA that follow
+    ts.arrive();
+  }  // release V: its TMA slot is free again
 }
 
 }  // namespace sm90a

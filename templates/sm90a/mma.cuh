@@ -70,21 +70,29 @@ __device__ __forceinline__ void fence_operand(u32 (&r)[N]) {
 // ---- wgmma.mma_async wrappers ----
 template <int N, bool kIsBf16>
 struct Wgmma;
+template <int N>
+struct WgmmaFp8;
 #include "sm90a/mma_ops.inc"
 
 // S[64 x N] (=) Q[64 x D] K[N x D]^T, both K-major SW128 blocks. q_addr/k_addr: first block.
 // D: the contracted depth, a multiple of 16 (the real head depth: padded columns are zero and skipped).
 // scale_d = 0 on the first k-step overwrites the stale accumulator.
+// FP8 (e4m3): k32 steps of 32 bytes, so the byte offsets are those of the 16-bit k16 steps (a
+// 128-byte row holds 128 e4m3 depth elements instead of 64).
 template <class Element, int N, int D>
 __device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_addr) {
-  constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
-  static_assert(D % 16 == 0, "gemm_qk: depth must be a multiple of 16");
+  constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16, kFp8 = DTypeTraits<Element>::kIsFp8;
+  constexpr int kStep = kFp8 ? 32 : 16;  // elements per k-step: 32 bytes either way
+  static_assert(D % kStep == 0, "gemm_qk: depth must be a multiple of the k-step (16; FP8: 32)");
   const DescAt q = DescAt::of(desc_kmajor(q_addr)), kd = DescAt::of(desc_kmajor(k_addr));
 #pragma unroll
-  for (int k = 0; k < D / 16; ++k) {
-    // Q block: 64 rows x 128 bytes, K block: N rows x 128 bytes; a k16 step inside one adds 32 bytes.
-    Wgmma<N, kBf16>::ss(s, q.at((k / 4) * (64 * 128) + 32 * (k % 4)), kd.at((k / 4) * (N * 128) + 32 * (k % 4)),
-                        k > 0 ? 1 : 0);
+  for (int k = 0; k < D / kStep; ++k) {
+    // Q block: 64 rows x 128 bytes, K block: N rows x 128 bytes; a k-step inside one adds 32 bytes.
+    const u64 a = q.at((k / 4) * (64 * 128) + 32 * (k % 4)), b = kd.at((k / 4) * (N * 128) + 32 * (k % 4));
+    if constexpr (kFp8)
+      WgmmaFp8<N>::ss(s, a, b, k > 0 ? 1 : 0);
+    else
+      Wgmma<N, kBf16>::ss(s, a, b, k > 0 ? 1 : 0);
   }
 }
 
@@ -94,12 +102,28 @@ __device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_add
 template <class Element, int Dp, int BN, int kKeys = BN>
 __device__ __forceinline__ void gemm_pv(float (&o)[Dp / 2], const u32 (&p)[BN / 4], u32 v_addr) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
+  static_assert(!DTypeTraits<Element>::kIsFp8, "gemm_pv: FP8 P V is gemm_pv_fp8");
   static_assert(kKeys % 16 == 0 && kKeys <= BN, "gemm_pv: whole k16 steps of the tile");
   const DescAt v = DescAt::of(desc_mnmajor(v_addr, BN * 128));
 #pragma unroll
   for (int k = 0; k < kKeys / 16; ++k) {
     const u32 a[4] = {p[4 * k], p[4 * k + 1], p[4 * k + 2], p[4 * k + 3]};
     Wgmma<Dp, kBf16>::template rs<1>(o, a, v.at(k * 2048), 1);
+  }
+}
+
+// FP8: O[64 x Dp] += P[64 x BN] Vt[Dp x BN]^T, e4m3. P in registers, 4 per register (k32 step k:
+// p[4k..4k+3], softmax.cuh pack_p); Vt K-major SW128 blocks of [Dp rows][128 keys] (load.cuh
+// transpose_v, which orders the keys of each k32 step as pack_p leaves them). kKeys < BN: the first
+// kKeys keys only.
+template <int Dp, int BN, int kKeys = BN>
+__device__ __forceinline__ void gemm_pv_fp8(float (&o)[Dp / 2], const u32 (&p)[BN / 8], u32 vt_addr) {
+  static_assert(kKeys % 32 == 0 && kKeys <= BN, "gemm_pv_fp8: whole k32 steps of the tile");
+  const DescAt v = DescAt::of(desc_kmajor(vt_addr));
+#pragma unroll
+  for (int k = 0; k < kKeys / 32; ++k) {
+    const u32 a[4] = {p[4 * k], p[4 * k + 1], p[4 * k + 2], p[4 * k + 3]};
+    WgmmaFp8<Dp>::rs(o, a, v.at((k / 4) * (Dp * 128) + 32 * (k % 4)), 1);
   }
 }
 

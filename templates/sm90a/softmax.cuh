@@ -23,8 +23,15 @@ struct WgSoftmax {
 
   static constexpr int kPack = Sh::kPack;
 
+  // FP8: P is rounded to e4m3 for P V after scaling by 2^kPShiftLog2 (exact), which keeps P >= 2^-14
+  // in e4m3's normal range (below 2^-6 it has fewer mantissa bits); O is rescaled whenever the row
+  // maximum grows (threshold 0), so P <= 1 before the shift and 2^8 <= 448 after it. The row sums
+  // are taken on the shifted P and shifted back in finalize(); the epilogue divides O back.
+  static constexpr int kPShiftLog2 = Sh::kFp8 ? 8 : 0;
+
   softmax::RowState row[2];
-  float scale;  // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
+  float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
+  float qk_mul;  // FP8: softmax_scale * descale_q * descale_k of the tile's (batch, KV head)
   int q0;       // tile row of r0 (r1 = q0 + 8): the sequence row, or the packed row when kPack > 1
   int kc;       // column of element 0 inside a tile: 2*(lane%4)
 
@@ -35,6 +42,23 @@ struct WgSoftmax {
     scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
     q0 = q_lo + wg * Sh::kWgRows + warp * 16 + (lane >> 2);
     kc = 2 * (lane & 3);
+  }
+
+  // FP8: the launch's descale_q * descale_k for the tile's (batch, KV head) joins the logit scale
+  // (after init, once per tile). 16-bit kernels: nothing.
+  template <class Work>
+  __device__ __forceinline__ void descale(const FwdParams& p, const Work& w) {
+    if constexpr (Sh::kFp8) {
+      const int i = w.seq.batch * p.num_kv_heads + w.seq.kv_head;
+      const float d = (p.descale_q ? p.descale_q[i] : 1.0f) * (p.descale_k ? p.descale_k[i] : 1.0f);
+      qk_mul = p.softmax_scale * d;
+      if constexpr (ScoreMod::kIsIdentity) scale = p.scale_log2 * d;
+    }
+  }
+  // Multiplies a raw score before a score-mod: softmax_scale (FP8: times the descales).
+  __device__ __forceinline__ float logit_mul(const FwdParams& p) const {
+    if constexpr (Sh::kFp8) return qk_mul;
+    return p.softmax_scale;
   }
 
   // Raw scores of KV tile n -> logits in exponent units (identity: left raw, the scale is
@@ -66,7 +90,7 @@ struct WgSoftmax {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
-          s[i] = row_mod[h](s[i] * p.softmax_scale, w.seq.batch, head[h], q[h], min(k, k_last), p) * kLog2e;
+          s[i] = row_mod[h](s[i] * logit_mul(p), w.seq.batch, head[h], q[h], min(k, k_last), p) * kLog2e;
         }
       }
       if (need_mask) {
@@ -105,7 +129,7 @@ struct WgSoftmax {
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
         const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-        s[i] = mod(s[i] * p.softmax_scale, w.seq.batch, w.seq.q_head, q, min(k, k_last), p) * kLog2e;
+        s[i] = mod(s[i] * logit_mul(p), w.seq.batch, w.seq.q_head, q, min(k, k_last), p) * kLog2e;
       }
       if (need_mask) {
 #pragma unroll
@@ -147,10 +171,10 @@ struct WgSoftmax {
     for (int r = 0; r < 2; ++r) {
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-      corr[r] = row[r].update_max(m[r], scale);
+      corr[r] = row[r].template update_max<Sh::kFp8 ? 0 : static_cast<int>(softmax::kRescaleThresholdLog2)>(m[r], scale);
       row[r].sum *= corr[r];
     }
-    const float bias[2] = {row[0].exp_bias(scale), row[1].exp_bias(scale)};
+    const float bias[2] = {row[0].exp_bias(scale) - kPShiftLog2, row[1].exp_bias(scale) - kPShiftLog2};
     float sum[4] = {0.f, 0.f, 0.f, 0.f};  // two chains per row for ILP
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
@@ -164,11 +188,27 @@ struct WgSoftmax {
     row[1].sum += sum[2] + sum[3];
   }
 
-  // P (fp32 fragment) -> wgmma A-operand registers: k16 step k uses p[4k..4k+3], which are
+  // P (fp32 fragment) -> wgmma A-operand registers. 16-bit: k16 step k uses p[4k..4k+3], which are
   // exactly the accumulator pairs of columns 16k..16k+15 in order (same 16-bit layouts).
-  __device__ __forceinline__ static void pack_p(const float (&s)[kN], u32 (&pr)[kN / 2]) {
+  // FP8: k32 step c uses p[4c..4c+3], four e4m3 each. The A fragment wants row g, keys 4t..4t+3
+  // (t = lane % 4) in register 0, row g + 8 in 1, keys 16 + 4t.. in 2 and 3; the accumulator gives
+  // this thread keys {2t, 2t+1, 8+2t, 9+2t} (+16) of those rows. So each register takes those four,
+  // and P V runs over the keys in that order: transpose_v (load.cuh) writes Vt's columns permuted to
+  // match (logical key 16h + 4t + i <-> tile key 16h + 8(i/2) + 2t + i%2), so no shuffle is needed.
+  __device__ __forceinline__ static void pack_p(const float (&s)[kN], u32 (&pr)[Sh::kPRegs]) {
+    if constexpr (Sh::kFp8) {
 #pragma unroll
-    for (int i = 0; i < kN / 2; ++i) pr[i] = pack2<Element>(s[2 * i], s[2 * i + 1]);
+      for (int c = 0; c < kBN / 32; ++c) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {  // r: (h = r / 2, row half r % 2)
+          const int e = 16 * c + 8 * (r >> 1) + 2 * (r & 1);
+          pr[4 * c + r] = pack4_e4m3(s[e], s[e + 1], s[e + 4], s[e + 5]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) pr[i] = pack2<Element>(s[2 * i], s[2 * i + 1]);
+    }
   }
 
   // O *= corr per row; skipped when no lane of the warp changed its maximum (lazy rescale:
@@ -188,6 +228,7 @@ struct WgSoftmax {
   __device__ __forceinline__ void finalize(const FwdParams& p, const Work& w) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      if constexpr (kPShiftLog2 != 0) row[r].sum *= 1.0f / static_cast<float>(1 << kPShiftLog2);
       row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 1);
       row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 2);
       if (p.sinks && (!Sh::kRuntimeVariants || split_of<Config>(p, w) <= 0)) {

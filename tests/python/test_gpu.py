@@ -224,6 +224,117 @@ def test_split_kv_decode_matches_unsplit():
         assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"splits {splits}")
 
 
+# ---- FP8 (float8_e4m3fn inputs, sm_90a) ----------------------------------------------------------
+
+FP8 = getattr(torch, "float8_e4m3fn", None)
+needs_fp8 = pytest.mark.skipif(FP8 is None or not torch.cuda.is_available() or
+                               torch.cuda.get_device_capability() != (9, 0),
+                               reason="FP8 kernels are sm_90a's: needs an sm_90 GPU and torch.float8_e4m3fn")
+
+
+def fp8_inputs(B, Sq, Sk, Hq, Hkv, D, seed, descale):
+    """e4m3 q, k, v (random normal values rounded by torch), float32 (B, Hkv) descale factors in
+    [0.5, 2) or None, and the dequantised float64 tensors the reference runs on (stored x descale)."""
+    q, k, v = qkv(B, Sq, Sk, Hq, Hkv, D, torch.float32, seed)
+    q8, k8, v8 = q.to(FP8), k.to(FP8), v.to(FP8)
+    scales = [None] * 3
+    deq = []
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed + 100)
+    for i, t in enumerate((q8, k8, v8)):
+        d = t.double()
+        if descale:
+            scales[i] = torch.rand(B, Hkv, generator=g, device="cuda") * 1.5 + 0.5
+            per_head = scales[i].double().repeat_interleave(t.shape[2] // Hkv, dim=1)  # q: a factor per KV head
+            d = d * per_head[:, None, :, None]
+        deq.append(d)
+    return (q8, k8, v8), scales, deq
+
+
+@needs_fp8
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("descale", [True, False])
+@pytest.mark.parametrize("out_dtype", [None, torch.float16])
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv", [(2, 256, 256, 8, 8), (1, 197, 333, 8, 2), (3, 1, 512, 16, 4)])
+def test_fp8_against_reference_on_dequantised_inputs(D, causal, descale, out_dtype, B, Sq, Sk, Hq, Hkv):
+    (q, k, v), (dq, dk, dv), (qd, kd, vd) = fp8_inputs(B, Sq, Sk, Hq, Hkv, D, seed=31, descale=descale)
+    out = None if out_dtype is None else torch.full(q.shape, float("nan"), dtype=out_dtype, device="cuda")
+    o, lse = fa4jit.attention(q, k, v, causal=causal, return_lse=True, out=out, descale_q=dq, descale_k=dk,
+                              descale_v=dv)
+    torch.cuda.synchronize()
+    assert o.dtype == (out_dtype or torch.bfloat16) and o.shape == q.shape
+    if out is not None:
+        assert o is out
+    ref, ref_lse = attention_ref(qd, kd, vd, causal=causal)
+    err = assert_close(o, ref, FP8, lse, ref_lse, what=f"fp8 d{D} causal {causal} descale {descale}")
+    print(f"fp8 d{D} causal {causal} descale {descale} out {o.dtype} {(B, Sq, Sk, Hq, Hkv)}: rel L2 {err:.3e}")
+    # A second call of the same signature runs the cached plan: same result, descale pointers patched in.
+    o2 = fa4jit.attention(q, k, v, causal=causal, out=out, descale_q=dq, descale_k=dk, descale_v=dv)
+    torch.cuda.synchronize()
+    assert torch.equal(o2, o)
+
+
+@needs_fp8
+def test_fp8_descale_factors_are_applied_per_batch_and_kv_head():
+    # The same stored values with and without factors: the result must follow the factors, i.e.
+    # match the reference on the scaled inputs and not the one on the raw stored values.
+    (q, k, v), _, _ = fp8_inputs(2, 128, 300, 8, 2, 128, seed=32, descale=False)
+    f = lambda *x: torch.tensor(x, device="cuda").view(2, 2)  # noqa: E731  (batch, kv head), far from 1
+    dq, dk, dv = f(1.5, 0.6, 0.7, 1.8), f(0.5, 1.25, 1.9, 0.8), f(0.5, 1.9, 1.7, 0.6)
+    per_q = dq.double().repeat_interleave(4, dim=1)[:, None, :, None]
+    ref, _ = attention_ref(q.double() * per_q, k.double() * dk.double()[:, None, :, None],
+                           v.double() * dv.double()[:, None, :, None], causal=True)
+    raw, _ = attention_ref(q.double(), k.double(), v.double(), causal=True)
+    o = fa4jit.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv)
+    assert rel_l2(o, ref) <= REL_L2[FP8]
+    assert rel_l2(o, raw) > 5 * REL_L2[FP8]  # V alone is off by |1 - dv| >= 0.4 per (batch, head)
+    swapped = fa4jit.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv.flip(0).contiguous())
+    assert rel_l2(swapped, ref) > 5 * REL_L2[FP8]  # factors of another batch row
+
+
+@needs_fp8
+def test_fp8_varlen_and_paged():
+    lq, lk = [5, 0, 130], [300, 17, 130]
+    Hq, Hkv, D = 8, 2, 128
+    (q4, k4, v4), scales, (qd, kd, vd) = fp8_inputs(1, sum(lq), sum(lk), Hq, Hkv, D, seed=33, descale=False)
+    q, k, v = q4[0], k4[0], v4[0]
+    off_q, off_k = [0] + list(itertools.accumulate(lq)), [0] + list(itertools.accumulate(lk))
+    cu_q = torch.tensor(off_q, dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(off_k, dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda")
+    g.manual_seed(34)
+    dq, dk, dv = (torch.rand(3, Hkv, generator=g, device="cuda") * 1.5 + 0.5 for _ in range(3))
+    o = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, descale_q=dq, descale_k=dk,
+                                descale_v=dv)
+    assert o.dtype == torch.bfloat16 and o.shape == q.shape
+    for b in range(3):
+        if lq[b] == 0:
+            continue
+        qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
+        scale = lambda t, d: t.double() * d[b].double().repeat_interleave(t.shape[1] // Hkv)[None, :, None]  # noqa: E731
+        ref, _ = attention_ref(scale(q[qs], dq)[None], scale(k[ks], dk)[None], scale(v[ks], dv)[None], causal=True)
+        assert_close(o[qs][None], ref, FP8, what=f"fp8 varlen seq {b}")
+    # Paged K/V (pages of 64 in random order), decode with split-KV.
+    B, page, used_k = 3, 64, [1000, 37, 513]
+    max_pages = (1000 + page - 1) // page
+    num_pages = B * max_pages + 5
+    kc = rnd(num_pages, page, Hkv, D, dtype=torch.float32, seed=35).to(FP8)
+    vc = rnd(num_pages, page, Hkv, D, dtype=torch.float32, seed=36).to(FP8)
+    table = torch.randperm(num_pages, device="cuda")[:B * max_pages].view(B, max_pages).to(torch.int32)
+    used = torch.tensor(used_k, dtype=torch.int32, device="cuda")
+    qp = rnd(B, 1, Hq, D, dtype=torch.float32, seed=37).to(FP8)
+    dq, dk, dv = (torch.rand(B, Hkv, generator=g, device="cuda") * 1.5 + 0.5 for _ in range(3))
+    k = kc[table.long()].reshape(B, max_pages * page, Hkv, D).double() * dk.double()[:, None, :, None]
+    v = vc[table.long()].reshape(B, max_pages * page, Hkv, D).double() * dv.double()[:, None, :, None]
+    qr = qp.double() * dq.double().repeat_interleave(Hq // Hkv, dim=1)[:, None, :, None]
+    ref, ref_lse = attention_ref(qr, k, v, causal=True, seqused_k=used)
+    for splits in (0, 3):
+        o, lse = fa4jit.attention_paged(qp, kc, vc, table, used, causal=True, num_splits=splits, return_lse=True,
+                                        descale_q=dq, descale_k=dk, descale_v=dv)
+        assert_close(o, ref, FP8, lse, ref_lse, what=f"fp8 paged splits {splits}")
+
+
 # ---- torch.compile, CUDA graphs, recompiles, autograd, errors -----------------------------------
 
 class Block(torch.nn.Module):

@@ -62,7 +62,7 @@ def test_pointer_patch_packs_what_the_full_struct_packs():
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__
-    assert info["c_api_version"] == 2
+    assert info["c_api_version"] == 3
     assert "sm_90a" in info["supported_archs"] and "sm_100a" in info["supported_archs"]
     assert info["nvrtc"].startswith("13.")
 
@@ -78,6 +78,18 @@ def test_config_json_round_trip():
     assert (back.dtype, back.depth, back.group, back.pack_gqa, back.arch) == ("fp16", 64, 4, True, "sm_90a")
     assert back.mask["kind"] == "all_of" and back.score_mod == {"kind": "softcap"}
     assert back.BM > 0 and back.BN > 0  # derived
+
+
+def test_fp8_config_resolves_and_its_refusals_name_the_field():
+    c = fa4jit.Config(dtype="e4m3", depth=128, mask="causal")
+    assert fa4jit.Config.from_json(c.to_json()) == c
+    r = c.resolve("sm_90a")
+    assert (r["config"]["dtype"], r["config"]["output_dtype"]) == ("e4m3", "bf16")
+    assert fa4jit.resolve({"dtype": "float8_e4m3fn", "output_dtype": "fp16"}, "sm_90a")["config"]["output_dtype"] == "fp16"
+    with pytest.raises(fa4jit.ConfigError, match="e4m3 on sm_80"):
+        c.resolve("sm_80")
+    with pytest.raises(fa4jit.ConfigError, match="output_dtype"):
+        fa4jit.resolve({"dtype": "e4m3", "output_dtype": "e4m3"}, "sm_90a")
 
 
 def test_config_errors_name_the_field():
@@ -322,6 +334,9 @@ def _launch_fields(**fields):
     ({"softmax_scale": -1.0}, "softmax_scale is -1"),
     ({"block_mask": 64}, "block_mask is set but the kernel's mask has no custom part"),
     ({"q.dtype": 7}, "q.dtype is 7"),
+    ({"q.dtype": 2}, "q.dtype is e4m3, the kernel was built for bf16"),
+    ({"descale_q": 64}, "descale_q is set but the kernel was built for bf16"),
+    ({"descale_v": 64}, "descale_v is set but the kernel was built for bf16"),
 ])
 def test_launch_args_reach_the_library_field_by_field(fields, message):
     h = _kernel_handle({"depth": 64, "mask": "causal"})
@@ -343,6 +358,47 @@ def test_valid_launch_args_get_as_far_as_the_driver():
             code = _lib.fa4jit_launch(h, _launch_fields(**fields), None)
             assert code == 6 and "no CUDA driver" in _lib.last_error(), (code, _lib.last_error())
             assert _lib.fa4jit_last_error_code() == 6
+    finally:
+        _lib.fa4jit_kernel_release(h)
+
+
+def test_a_version_2_struct_leaves_the_descale_factors_at_their_default():
+    # A caller compiled against C API version 2 passes a struct that ends at workspace_bytes: the
+    # library must not read the descale fields past its size (here: garbage that would be refused).
+    if fa4jit.runtime_info()["gpus"]:
+        pytest.skip("a GPU is present")
+    v2_size = _lib.FIELD_OFFSETS["descale_q"]
+    assert v2_size == _lib.FIELD_OFFSETS["workspace_bytes"] + 8
+    h = _kernel_handle({"depth": 64, "mask": "causal"})
+    try:
+        args = _launch_fields(size=v2_size, descale_q=64, descale_k=64, descale_v=64)
+        code = _lib.fa4jit_launch(h, args, None)
+        assert code == 6 and "no CUDA driver" in _lib.last_error(), (code, _lib.last_error())
+        code = _lib.fa4jit_launch(h, _launch_fields(descale_q=64), None)  # the full struct: read and refused
+        assert code == 7 and "descale_q is set" in _lib.last_error(), (code, _lib.last_error())
+    finally:
+        _lib.fa4jit_kernel_release(h)
+
+
+def test_fp8_launch_args_reach_the_library():
+    # An FP8 (e4m3) kernel through the C API: FA4JIT_E4M3 q/k/v with a 16-bit o, strides of 16-byte
+    # steps (16 elements), descale pointers accepted; compiled for sm_90a without a GPU.
+    h = _kernel_handle({"depth": 64, "dtype": "e4m3", "mask": "causal"})
+    info = json.loads(_lib.call_str(_lib.fa4jit_kernel_info, h))
+    assert info["config"]["dtype"] == "e4m3" and info["config"]["output_dtype"] == "bf16"
+    fp8 = {f"{n}.dtype": 2 for n in "qkv"}
+    try:
+        for fields, message in (({"o.dtype": 2}, "o.dtype is e4m3, the kernel was built for bf16"),
+                                ({"q.dtype": 0}, "q.dtype is bf16, the kernel was built for e4m3"),
+                                ({"k.stride[2]": 72}, r"k.stride\[2\] = 72 must be a non-negative multiple of 16 "
+                                                      r"elements \(16 bytes\)"),
+                                ({"descale_k": 66}, "descale_k is not 4-byte aligned")):
+            code = _lib.fa4jit_launch(h, _launch_fields(**{**fp8, **fields}), None)
+            assert code == 7, (code, _lib.last_error())
+            assert re.search(message, _lib.last_error()), _lib.last_error()
+        if not fa4jit.runtime_info()["gpus"]:
+            code = _lib.fa4jit_launch(h, _launch_fields(**fp8, descale_q=64, descale_k=128, descale_v=256), None)
+            assert code == 6 and "no CUDA driver" in _lib.last_error(), (code, _lib.last_error())
     finally:
         _lib.fa4jit_kernel_release(h)
 

@@ -366,3 +366,137 @@ def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, mo
     with pytest.raises(fa4jit.LaunchError, match="out has shape"):
         fa4jit.attention(q, k, k, causal=True, num_splits=1, out=q[:, :32])
     assert len(launched) == n
+
+
+# ---- FP8 (torch.float8_e4m3fn inputs, FlashAttention-3's descale_q / descale_k / descale_v) ----------
+
+fp8 = getattr(torch, "float8_e4m3fn", None)
+needs_fp8_dtype = pytest.mark.skipif(fp8 is None, reason="this torch has no float8_e4m3fn")
+
+
+@needs_fp8_dtype
+@pytest.mark.parametrize("case, match", [
+    ("descale_on_bf16", "descale_q is set but q has dtype torch.bfloat16: descale factors are for "
+                        "torch.float8_e4m3fn inputs only"),
+    ("descale_dtype", "descale_k has dtype torch.float16; it must be torch.float32"),
+    ("descale_shape", r"descale_v has shape \(2, 8\); expected a contiguous \(2, 2\) \(batch, kv heads\)"),
+    ("descale_strided", r"descale_q has shape \(2, 2\); expected a contiguous \(2, 2\)"),
+    ("descale_cpu", "descale_q is on cpu, q on cuda"),
+    ("descale_list", "descale_k: expected a torch.Tensor, got list"),
+    ("mixed_dtypes", "k has dtype torch.bfloat16 but q has torch.float8_e4m3fn"),
+    ("stride_8", r"k.stride\(1\) is 136: strides must be multiples of 16 elements \(16 bytes\)"),
+    ("out_fp8", "out has dtype torch.float8_e4m3fn; float8_e4m3fn inputs write torch.bfloat16 or torch.float16"),
+    ("out_float", "out has dtype torch.float32; float8_e4m3fn inputs write"),
+])
+def test_fp8_argument_errors(fake, case, match):
+    with fake:
+        q, k, v = qkv(dtype=fp8)  # B 2, Hkv 2
+        kw = {}
+        scale = lambda *shape, dtype=torch.float32, device="cuda": torch.empty(*shape, dtype=dtype, device=device)  # noqa: E731
+        if case == "descale_on_bf16":
+            q, k, v = qkv()
+            kw["descale_q"] = scale(2, 2)
+        elif case == "descale_dtype":
+            kw["descale_k"] = scale(2, 2, dtype=torch.float16)
+        elif case == "descale_shape":
+            kw["descale_v"] = scale(2, 8)  # per q head: FA3's factors are per KV head
+        elif case == "descale_strided":
+            kw["descale_q"] = scale(2, 4)[:, ::2]
+        elif case == "descale_cpu":
+            kw["descale_q"] = scale(2, 2, device="cpu")
+        elif case == "descale_list":
+            kw["descale_k"] = [[1.0, 1.0], [1.0, 1.0]]
+        elif case == "mixed_dtypes":
+            k = torch.empty(k.shape, dtype=bf16, device="cuda")
+        elif case == "stride_8":
+            k = torch.empty(2, 256, 2, 68, dtype=fp8, device="cuda")[..., :64]  # 136-element rows: 8 bytes off
+            v = torch.empty(2, 256, 2, 68, dtype=fp8, device="cuda")[..., :64]
+        elif case == "out_fp8":
+            kw["out"] = torch.empty(q.shape, dtype=fp8, device="cuda")
+        elif case == "out_float":
+            kw["out"] = torch.empty(q.shape, dtype=torch.float32, device="cuda")
+        with pytest.raises((ValueError, TypeError), match=match):
+            fa4jit.attention(q, k, v, **kw)
+
+
+@needs_fp8_dtype
+def test_fp8_fake_shapes_and_output_dtypes(fake):
+    with fake:
+        q, k, v = qkv(dtype=fp8)
+        d = [torch.empty(2, 2, device="cuda") for _ in range(3)]
+        o, lse = fa4jit.attention(q, k, v, causal=True, return_lse=True, descale_q=d[0], descale_k=d[1],
+                                  descale_v=d[2])
+        assert o.shape == q.shape and o.dtype == bf16 and o.is_contiguous()  # FP8 in, bf16 out by default
+        assert lse.shape == (2, 8, 128) and lse.dtype == torch.float32
+        out = torch.empty(q.shape, dtype=torch.float16, device="cuda")
+        assert fa4jit.attention(q, k, v, out=out, descale_k=d[1]) is out  # fp16 out: the caller's
+        qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        ob = fa4jit.attention(qb, kb, vb, layout="bhsd")
+        assert ob.shape == qb.shape and ob.dtype == bf16
+        # varlen: one factor row per sequence; paged: per page_table row
+        qv = torch.empty(300, 8, 128, dtype=fp8, device="cuda")
+        kv = torch.empty(500, 2, 128, dtype=fp8, device="cuda")
+        cu = torch.empty(4, dtype=torch.int32, device="cuda")
+        d3 = torch.empty(3, 2, device="cuda")
+        assert fa4jit.attention_varlen(qv, kv, kv, cu, cu, 200, descale_q=d3).dtype == bf16
+        with pytest.raises(fa4jit.LaunchError, match=r"descale_q has shape \(2, 2\); expected a contiguous \(3, 2\)"):
+            fa4jit.attention_varlen(qv, kv, kv, cu, cu, 200, descale_q=d[0])
+        kc = torch.empty(64, 64, 2, 128, dtype=fp8, device="cuda")
+        table = torch.empty(3, 16, dtype=torch.int32, device="cuda")
+        used = torch.empty(3, dtype=torch.int32, device="cuda")
+        qd = torch.empty(3, 1, 8, 128, dtype=fp8, device="cuda")
+        assert fa4jit.attention_paged(qd, kc, kc, table, used, causal=True, descale_v=d3).shape == (3, 1, 8, 128)
+
+
+@needs_fp8_dtype
+def test_fp8_make_fx_graph_carries_the_descale_factors(fake):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(q, k, v, dq, dk, dv):
+        return fa4jit.attention(q, k, v, causal=True, descale_q=dq, descale_k=dk, descale_v=dv)
+
+    with fake:
+        q, k, v = qkv(dtype=fp8)
+        g = make_fx(f, tracing_mode="fake")(q, k, v, *[torch.empty(2, 2, device="cuda") for _ in range(3)])
+    assert "torch.ops.fa4jit.fwd.default(q_1, k_1, v_1, " in g.code
+    assert "dq_1, dk_1, dv_1)" in g.code, g.code  # the op's last three arguments, in order
+
+
+@needs_fp8_dtype
+def test_fp8_launch_path_packs_the_descale_pointers(no_gpu_launch, monkeypatch):
+    """FP8 through the real launch path (kernel compiled for sm_90a, arguments packed): dtype codes,
+    the descale pointers at their fields on the first call and on the cached plan's later calls."""
+    from fa4jit import _lib
+    launched = []
+    monkeypatch.setattr(_lib, "fa4jit_launch", lambda handle, args, stream: launched.append(args) or 0)
+    names = _lib.field_names()
+    unpack = lambda args: dict(zip(names, _lib.LAUNCH_ARGS.unpack(args)))  # noqa: E731
+    q = torch.randn(2, 64, 8, 64).to(fp8)
+    k = torch.randn(2, 96, 2, 64).to(fp8)
+    for i in range(3):
+        ds = [torch.rand(2, 2) + 0.5 for _ in range(3)]
+        o = fa4jit.attention(q, k, k, causal=True, num_splits=1, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2])
+        p = unpack(launched[-1])
+        assert o.dtype == bf16 and p["o.data"] == o.data_ptr()
+        assert (p["q.dtype"], p["k.dtype"], p["v.dtype"], p["o.dtype"]) == (2, 2, 2, 0)
+        assert (p["descale_q"], p["descale_k"], p["descale_v"]) == tuple(t.data_ptr() for t in ds), i
+    o = fa4jit.attention(q, k, k, causal=True, num_splits=1, descale_k=ds[1])  # another signature: only k's
+    p = unpack(launched[-1])
+    assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[1].data_ptr(), 0)
+    keys = [key for key in no_gpu_launch._kernels if key[1] == "e4m3"]
+    assert keys and all(key[-1] == "bf16" for key in keys), list(no_gpu_launch._kernels)
+
+
+@needs_fp8_dtype
+def test_fp8_launch_path_reaches_the_driver(no_gpu_launch):
+    # The library's own checks (dtypes, 16-element strides, descale on an e4m3 kernel) pass: the
+    # launch stops at the missing driver; an fp16 out builds the kernel with output_dtype fp16.
+    q = torch.randn(2, 64, 8, 64).to(fp8)
+    k = torch.randn(2, 96, 2, 64).to(fp8)
+    ds = torch.ones(2, 2)
+    for kw in (dict(causal=True, num_splits=1, descale_q=ds, descale_k=ds, descale_v=ds),
+               dict(num_splits=1, out=torch.empty(q.shape, dtype=torch.float16)),
+               dict(window=(16, 0), sinks=torch.zeros(8), return_lse=True, num_splits=1, descale_v=ds)):
+        with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+            fa4jit.attention(q, k, k, **kw)
+    assert {key[-1] for key in no_gpu_launch._kernels if key[1] == "e4m3"} == {"bf16", "fp16"}

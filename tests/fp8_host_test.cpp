@@ -1,0 +1,379 @@
+// FP8 (e4m3) on the host, without a GPU: the e4m3 codec of the reference checks, the TMA map
+// parameters per element size, and the launch checks (strides in bytes, dtypes, descale factors)
+// that run before anything reaches the driver.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "check/gpu.hpp"
+#include "check/host_numeric.hpp"
+#include "fa4jit/jit.hpp"
+#include "runtime/launch_args.hpp"
+#include "runtime/tma.hpp"
+
+namespace {
+
+using jit::DType;
+using jit::host::e4m3_to_float;
+using jit::host::float_to_e4m3;
+
+// ---- the e4m3 codec ----------------------------------------------------------------------------
+
+// The nearest e4m3 code by brute force over every finite code (ties: the even code, i.e. the one
+// whose mantissa LSB is 0), with satfinite saturation: an independent definition to test against.
+std::uint8_t nearest_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const std::uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  int best = 0;
+  double best_err = std::numeric_limits<double>::infinity();
+  for (int c = 0; c <= 0x7e; ++c) {
+    const double err = std::fabs(static_cast<double>(e4m3_to_float(static_cast<std::uint8_t>(c))) - a);
+    if (err < best_err || (err == best_err && (c & 1) == 0)) {
+      best = c;
+      best_err = err;
+    }
+  }
+  return sign | static_cast<std::uint8_t>(best);
+}
+
+TEST(E4m3Codec, KnownValues) {
+  EXPECT_EQ(e4m3_to_float(0x00), 0.0f);
+  EXPECT_TRUE(std::signbit(e4m3_to_float(0x80)));
+  EXPECT_EQ(e4m3_to_float(0x80), 0.0f);
+  EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(e4m3_to_float(0xb8), -1.0f);
+  EXPECT_EQ(e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(e4m3_to_float(0xfe), -448.0f);
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(e4m3_to_float(0x07), 7 * std::ldexp(1.0f, -9));
+  EXPECT_EQ(e4m3_to_float(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(e4m3_to_float(0x39), 1.125f);
+  EXPECT_EQ(e4m3_to_float(0x40), 2.0f);
+  EXPECT_EQ(e4m3_to_float(0x77), 240.0f);
+  EXPECT_TRUE(std::isnan(e4m3_to_float(0x7f)));
+  EXPECT_TRUE(std::isnan(e4m3_to_float(0xff)));
+
+  EXPECT_EQ(float_to_e4m3(1.0f), 0x38);
+  EXPECT_EQ(float_to_e4m3(-1.0f), 0xb8);
+  EXPECT_EQ(float_to_e4m3(448.0f), 0x7e);
+  EXPECT_EQ(float_to_e4m3(-2.0f), 0xc0);
+  EXPECT_EQ(float_to_e4m3(0.0f), 0x00);
+  EXPECT_EQ(float_to_e4m3(-0.0f), 0x80);
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -9)), 0x01);
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -6)), 0x08);
+}
+
+// Every code: decode is exact and encodes back to itself (NaN codes to the canonical 0x7f); the
+// positive finite codes are strictly increasing and the negative ones mirror them.
+TEST(E4m3Codec, EveryCodeRoundTrips) {
+  int finite = 0;
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<std::uint8_t>(c);
+    const float f = e4m3_to_float(code);
+    if ((c & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(f)) << c;
+      EXPECT_EQ(float_to_e4m3(f), 0x7f) << c;
+      continue;
+    }
+    ++finite;
+    EXPECT_EQ(float_to_e4m3(f), code) << "code " << c << " = " << f;
+    EXPECT_EQ(e4m3_to_float(code ^ 0x80), -f) << c;
+    EXPECT_EQ(std::signbit(f), (c & 0x80) != 0) << c;
+    if ((c & 0x7f) > 0) {
+      EXPECT_GT(std::fabs(f), std::fabs(e4m3_to_float(code - 1))) << c;
+    }
+    // Through the DType-generic helpers the GPU checks use.
+    EXPECT_EQ(jit::host::to_bits(DType::e4m3, f), c);
+    EXPECT_EQ(jit::host::from_bits(DType::e4m3, code), f);
+  }
+  EXPECT_EQ(finite, 254);
+}
+
+// Between each pair of neighbouring codes: below the midpoint rounds down, above rounds up, the
+// midpoint itself to the even code. Covers subnormals, every binade edge and the top (448).
+TEST(E4m3Codec, RoundsToNearestEven) {
+  for (int c = 0; c < 0x7e; ++c) {
+    const double lo = e4m3_to_float(static_cast<std::uint8_t>(c));
+    const double hi = e4m3_to_float(static_cast<std::uint8_t>(c + 1));
+    const double mid = (lo + hi) / 2;  // exact in float: one bit below e4m3's mantissa
+    const float fmid = static_cast<float>(mid);
+    ASSERT_EQ(static_cast<double>(fmid), mid);
+    const int even = (c & 1) == 0 ? c : c + 1;
+    EXPECT_EQ(float_to_e4m3(fmid), even) << "midpoint of " << c << ", " << c + 1;
+    EXPECT_EQ(float_to_e4m3(-fmid), 0x80 | even) << "negative midpoint of " << c << ", " << c + 1;
+    EXPECT_EQ(float_to_e4m3(std::nextafter(fmid, 0.0f)), c) << "just below the midpoint of " << c;
+    EXPECT_EQ(float_to_e4m3(std::nextafter(fmid, 1e9f)), c + 1) << "just above the midpoint of " << c;
+  }
+  // Worked ties: 1 + 1/16 lies between 1.0 (0x38) and 1.125 (0x39): even is 0x38; 1 + 3/16 between
+  // 0x39 and 0x3a (1.25): even is 0x3a. In the subnormals 1.5 * 2^-9 goes to 2 * 2^-9 (0x02) and
+  // 2^-10, half the smallest subnormal, to zero.
+  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);
+  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);
+  EXPECT_EQ(float_to_e4m3(1.5f * std::ldexp(1.0f, -9)), 0x02);
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -10)), 0x00);
+  EXPECT_EQ(float_to_e4m3(std::nextafter(std::ldexp(1.0f, -10), 1.0f)), 0x01);
+  EXPECT_EQ(float_to_e4m3(-std::ldexp(1.0f, -11)), 0x80);
+}
+
+// satfinite: anything at or beyond 448 in magnitude (infinities included) saturates; NaN is 0x7f.
+TEST(E4m3Codec, SaturatesAndMapsNanToTheCanonicalCode) {
+  for (float f : {448.0f, 449.0f, 463.9f, 464.0f, 480.0f, 1e6f, 3e38f, std::numeric_limits<float>::infinity()}) {
+    EXPECT_EQ(float_to_e4m3(f), 0x7e) << f;
+    EXPECT_EQ(float_to_e4m3(-f), 0xfe) << -f;
+  }
+  EXPECT_EQ(float_to_e4m3(416.0f), 0x7d);
+  EXPECT_EQ(float_to_e4m3(431.9f), 0x7d);
+  EXPECT_EQ(float_to_e4m3(432.0f), 0x7e);  // the tie between 416 (0x7d) and 448 (0x7e): even 0x7e
+  EXPECT_EQ(float_to_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
+  EXPECT_EQ(float_to_e4m3(-std::numeric_limits<float>::quiet_NaN()), 0x7f);
+}
+
+// Random floats over the whole range, against the brute-force nearest code.
+TEST(E4m3Codec, MatchesBruteForceNearestOnRandomValues) {
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<float> log2mag(-12.0f, 9.5f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float f = i % 2 ? normal(rng) : std::copysign(std::exp2(log2mag(rng)), normal(rng));
+    ASSERT_EQ(float_to_e4m3(f), nearest_e4m3(f)) << f;
+  }
+}
+
+// ---- the GPU check's tolerance -----------------------------------------------------------------
+
+TEST(Fp8Host, ToleranceIsNamedAndLooserThan16Bit) {
+  EXPECT_EQ(jit::testing::rel_l2_tolerance(DType::e4m3), jit::testing::kFp8RelL2Tolerance);
+  EXPECT_GT(jit::testing::kFp8RelL2Tolerance, jit::testing::rel_l2_tolerance(DType::bf16));
+  EXPECT_EQ(jit::testing::rel_l2_tolerance(DType::bf16), 1e-2);  // unchanged
+  EXPECT_EQ(jit::testing::rel_l2_tolerance(DType::fp16), 5e-3);
+  jit::testing::CheckResult r;
+  r.dtype = DType::e4m3;
+  r.rel_l2 = 0.03;
+  EXPECT_TRUE(r.passes());
+  r.dtype = DType::bf16;
+  EXPECT_FALSE(r.passes());
+}
+
+// ---- TMA map parameters ------------------------------------------------------------------------
+
+jit::Tensor tensor(DType t, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+  return jit::Tensor::contiguous(reinterpret_cast<void*>(std::uintptr_t{1} << 20), t, b, s, h, d);
+}
+
+TEST(Fp8Host, TmaMapsFollowTheElementSize) {
+  using jit::detail::tma_map_spec;
+  // (B 2, S 300, H 4, D 128), box rows 64.
+  for (DType t : {DType::bf16, DType::fp16, DType::e4m3}) {
+    const auto s = tma_map_spec(tensor(t, 2, 300, 4, 128), t, 64);
+    const cuuint64_t e = jit::dtype_size(t);
+    EXPECT_EQ(s.type, t == DType::bf16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                      : t == DType::fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                         : CU_TENSOR_MAP_DATA_TYPE_UINT8)
+        << jit::to_string(t);
+    EXPECT_EQ(s.rank, 4);
+    EXPECT_EQ(s.dims[0], 128u);
+    EXPECT_EQ(s.dims[1], 300u);
+    EXPECT_EQ(s.dims[2], 4u);
+    EXPECT_EQ(s.dims[3], 2u);
+    EXPECT_EQ(s.byte_strides[0], 4 * 128 * e);        // row
+    EXPECT_EQ(s.byte_strides[1], 128 * e);            // head
+    EXPECT_EQ(s.byte_strides[2], 300 * 4 * 128 * e);  // batch
+    EXPECT_EQ(s.box[0] * e, 128u) << "the innermost box is one 128-byte swizzle span";
+    EXPECT_EQ(s.box[1], 64u);
+    EXPECT_EQ(s.box[2], 1u);
+    EXPECT_EQ(s.box[3], 1u);
+  }
+  EXPECT_EQ(tma_map_spec(tensor(DType::bf16, 1, 8, 1, 64), DType::bf16, 8).box[0], 64u);
+  EXPECT_EQ(tma_map_spec(tensor(DType::e4m3, 1, 8, 1, 64), DType::e4m3, 8).box[0], 128u);
+
+  // A size-1 dimension gets the span of the one below (here heads = 1 after 300 rows, batch = 1), in bytes.
+  jit::Tensor one_head = tensor(DType::e4m3, 1, 300, 1, 128);
+  one_head.stride[2] = 0;  // never stepped over: any value
+  one_head.stride[0] = 7;
+  const auto one = tma_map_spec(one_head, DType::e4m3, 64);
+  EXPECT_EQ(one.byte_strides[0], 128u);
+  EXPECT_EQ(one.byte_strides[1], 128u * 300);
+  EXPECT_EQ(one.byte_strides[2], 128u * 300);
+  one_head.dtype = DType::bf16;
+  const auto one16 = tma_map_spec(one_head, DType::bf16, 64);
+  EXPECT_EQ(one16.byte_strides[0], 256u);
+  EXPECT_EQ(one16.byte_strides[1], 256u * 300);
+  EXPECT_EQ(one16.byte_strides[2], 256u * 300);
+
+  // Strided views (K/V in (B, H, S, D) memory): the element strides times the element size.
+  jit::Tensor bhsd = tensor(DType::e4m3, 2, 300, 4, 128);
+  bhsd.stride = {4 * 304 * 128, 128, 304 * 128, 1};
+  const auto sv = tma_map_spec(bhsd, DType::e4m3, 128);
+  EXPECT_EQ(sv.byte_strides[0], 128u);
+  EXPECT_EQ(sv.byte_strides[1], 304u * 128);
+  EXPECT_EQ(sv.byte_strides[2], 4u * 304 * 128);
+}
+
+TEST(Fp8Host, PackedGqaTmaMapsFollowTheElementSize) {
+  using jit::detail::tma_packed_map_spec;
+  for (DType t : {DType::bf16, DType::e4m3}) {
+    const cuuint64_t e = jit::dtype_size(t);
+    // Q (B 3, Sq 16, Hq 8, D 128), group 4: 5-D (D, group, rows, kv heads, batch).
+    const auto s = tma_packed_map_spec(tensor(t, 3, 16, 8, 128), t, 4, 64);
+    EXPECT_EQ(s.rank, 5);
+    EXPECT_EQ(s.type, t == DType::e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    const cuuint64_t dims[5] = {128, 4, 16, 2, 3};
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(s.dims[i], dims[i]) << i;
+    EXPECT_EQ(s.byte_strides[0], 128 * e);           // next head of the group
+    EXPECT_EQ(s.byte_strides[1], 8 * 128 * e);       // next query row
+    EXPECT_EQ(s.byte_strides[2], 4 * 128 * e);       // next kv head = group heads
+    EXPECT_EQ(s.byte_strides[3], 16 * 8 * 128 * e);  // batch
+    EXPECT_EQ(s.box[0] * e, 128u);
+    EXPECT_EQ(s.box[1], 4u);
+    EXPECT_EQ(s.box[2], 16u);
+    EXPECT_EQ(s.box[3], 1u);
+    EXPECT_EQ(s.box[4], 1u);
+  }
+}
+
+// ---- launch checks (pack_params runs before any driver call) ------------------------------------
+
+jit::ResolvedConfig fp8_kernel(jit::DType out = jit::DType::bf16, int depth = 128) {
+  jit::FA4Config c;
+  c.arch = "sm_90a";
+  c.dtype = DType::e4m3;
+  c.output_dtype = out;
+  c.depth = depth;
+  return jit::resolve(c);
+}
+
+jit::ResolvedConfig bf16_kernel() {
+  jit::FA4Config c;
+  c.arch = "sm_90a";
+  c.depth = 128;
+  return jit::resolve(c);
+}
+
+// Well-formed arguments for a kernel: (B 2, S 256, Hq 8, Hkv 2, D 128) at fake (never read) addresses.
+jit::LaunchArgs args_for(const jit::ResolvedConfig& rc) {
+  const DType in = rc.config.dtype, out = *rc.config.output_dtype;
+  char* base = reinterpret_cast<char*>(std::uintptr_t{1} << 30);
+  jit::LaunchArgs a;
+  a.q = jit::Tensor::contiguous(base, in, 2, 256, 8, rc.config.depth);
+  a.k = jit::Tensor::contiguous(base + (1 << 24), in, 2, 256, 2, rc.config.depth);
+  a.v = jit::Tensor::contiguous(base + (2 << 24), in, 2, 256, 2, rc.config.depth);
+  a.o = jit::Tensor::contiguous(base + (3 << 24), out, 2, 256, 8, rc.config.depth);
+  return a;
+}
+
+std::string launch_error(const jit::ResolvedConfig& rc, const jit::LaunchArgs& a) {
+  jit::detail::LaunchShape shape;
+  try {
+    jit::detail::pack_params(rc, a, &shape);
+  } catch (const jit::LaunchError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Fp8Host, Fp8KernelsResolveWithA16BitOutput) {
+  const auto rc = fp8_kernel(DType::fp16);
+  EXPECT_EQ(rc.config.dtype, DType::e4m3);
+  EXPECT_EQ(*rc.config.output_dtype, DType::fp16);
+  jit::FA4Config c;
+  c.arch = "sm_90a";
+  c.dtype = DType::e4m3;
+  EXPECT_EQ(*jit::resolve(c).config.output_dtype, DType::bf16);  // the default
+}
+
+TEST(Fp8Host, LaunchStridesAreCheckedInBytes) {
+  const auto fp8 = fp8_kernel(), bf16 = bf16_kernel();
+  EXPECT_EQ(launch_error(fp8, args_for(fp8)), "");
+  EXPECT_EQ(launch_error(bf16, args_for(bf16)), "");
+
+  // 40 elements: 40 bytes of e4m3 (not a 16-byte multiple), 80 bytes of bf16 (fine).
+  jit::LaunchArgs a = args_for(fp8);
+  a.q.stride[1] = 40;
+  EXPECT_EQ(launch_error(fp8, a), "launch: q.stride[1] = 40 must be a non-negative multiple of 16 elements (16 bytes)");
+  a = args_for(bf16);
+  a.q.stride[1] = 40;  // the launch checks each stride's alignment, not whether rows overlap
+  EXPECT_EQ(launch_error(bf16, a), "");
+  a.q.stride[1] = 36;
+  EXPECT_EQ(launch_error(bf16, a), "launch: q.stride[1] = 36 must be a non-negative multiple of 8 elements (16 bytes)");
+
+  // Every strided field of every tensor follows the same rule, in the e4m3 elements of q/k/v and
+  // the 16-bit elements of o.
+  for (const char* name : {"q", "k", "v", "o"})
+    for (int i = 0; i < 3; ++i) {
+      a = args_for(fp8);
+      jit::Tensor& t = name[0] == 'q' ? a.q : name[0] == 'k' ? a.k : name[0] == 'v' ? a.v : a.o;
+      t.stride[i] += 8;  // a multiple of 8 elements: 16 bytes of o, 8 bytes of q/k/v
+      const std::string err = launch_error(fp8, a);
+      if (name[0] == 'o') {
+        EXPECT_EQ(err, "") << "o.stride[" << i << "]";
+      } else {
+        EXPECT_EQ(err, "launch: " + std::string(name) + ".stride[" + std::to_string(i) + "] = " +
+                           std::to_string(t.stride[i]) + " must be a non-negative multiple of 16 elements (16 bytes)");
+      }
+    }
+}
+
+TEST(Fp8Host, LaunchDtypesMustMatchTheKernel) {
+  const auto fp8 = fp8_kernel(DType::fp16);
+  jit::LaunchArgs a = args_for(fp8);
+  EXPECT_EQ(launch_error(fp8, a), "");
+  a.k.dtype = DType::bf16;
+  EXPECT_EQ(launch_error(fp8, a), "launch: k.dtype is bf16, the kernel was built for e4m3");
+  a = args_for(fp8);
+  a.o.dtype = DType::bf16;  // the kernel writes fp16
+  EXPECT_EQ(launch_error(fp8, a), "launch: o.dtype is bf16, the kernel was built for fp16");
+  a.o.dtype = DType::e4m3;
+  EXPECT_EQ(launch_error(fp8, a), "launch: o.dtype is e4m3, the kernel was built for fp16");
+  const auto bf16 = bf16_kernel();
+  a = args_for(bf16);
+  a.q.dtype = DType::e4m3;
+  EXPECT_EQ(launch_error(bf16, a), "launch: q.dtype is e4m3, the kernel was built for bf16");
+}
+
+TEST(Fp8Host, DescaleFactorsReachTheKernelOnlyOnFp8) {
+  float factors[3][4] = {};
+  const auto fp8 = fp8_kernel();
+  jit::LaunchArgs a = args_for(fp8);
+  jit::detail::LaunchShape shape;
+  fa4::FwdParams p = jit::detail::pack_params(fp8, a, &shape);
+  EXPECT_EQ(p.descale_q, nullptr);  // none given: factor 1
+  EXPECT_EQ(p.descale_k, nullptr);
+  EXPECT_EQ(p.descale_v, nullptr);
+  a.descale_q = factors[0];
+  a.descale_k = factors[1];
+  a.descale_v = factors[2];
+  p = jit::detail::pack_params(fp8, a, &shape);
+  EXPECT_EQ(p.descale_q, factors[0]);
+  EXPECT_EQ(p.descale_k, factors[1]);
+  EXPECT_EQ(p.descale_v, factors[2]);
+  a.descale_k = nullptr;  // each one optional on its own
+  p = jit::detail::pack_params(fp8, a, &shape);
+  EXPECT_EQ(p.descale_q, factors[0]);
+  EXPECT_EQ(p.descale_k, nullptr);
+  EXPECT_EQ(p.descale_v, factors[2]);
+  a.descale_v = reinterpret_cast<const float*>(reinterpret_cast<const char*>(factors[2]) + 2);
+  EXPECT_EQ(launch_error(fp8, a), "launch: descale_v is not 4-byte aligned (float32 [batch][kv_heads])");
+
+  const auto bf16 = bf16_kernel();
+  const char* names[3] = {"descale_q", "descale_k", "descale_v"};
+  for (int i = 0; i < 3; ++i) {
+    jit::LaunchArgs b = args_for(bf16);
+    const float** field[3] = {&b.descale_q, &b.descale_k, &b.descale_v};
+    *field[i] = factors[i];
+    EXPECT_EQ(launch_error(bf16, b), std::string("launch: ") + names[i] +
+                                         " is set but the kernel was built for bf16: descale factors are for e4m3 "
+                                         "(FP8) kernels only");
+  }
+  jit::LaunchArgs b = args_for(bf16);
+  p = jit::detail::pack_params(bf16, b, &shape);
+  EXPECT_EQ(p.descale_q, nullptr);
+  EXPECT_EQ(p.descale_k, nullptr);
+  EXPECT_EQ(p.descale_v, nullptr);
+}
+
+}  // namespace
