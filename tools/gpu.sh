@@ -197,8 +197,8 @@ fp8() {
   done
   TEST_LIMIT=${TEST_LIMIT:-300} tests 'GpuFp8*'
   if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl ||
-      python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall("/tmp/site") for w in sys.argv[1:]]' .whl/*.whl
+    # Unpacked, not pip-installed: `pip install --target` left cudnn unimportable there (2026-11-26).
+    python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall("/tmp/site") for w in sys.argv[1:]]' .whl/*.whl
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   fi
   FA4JIT=$F timeout "${BENCH_LIMIT:-300}" python3 bench/fp8.py "$@" --out "$OUT" > "$OUT/fp8.log" 2>&1 || fail=1
