@@ -23,10 +23,13 @@ SHAPES = [(8, 32, 8, 1, 32768), (64, 32, 8, 1, 4096), (1, 32, 8, 1, 131072), (8,
 D = 128
 
 
-def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50, bhsd=True):
+def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50, bhsd=True, kv_dtype=None, extra=None):
     path = "/tmp/fa4jit_decode.json"
+    cfg = {"depth": D, "mask": "none", **(extra or {})}  # extra: config fields, e.g. {"BN": 128}
+    if kv_dtype:  # "e4m3": an FP8 KV cache under the bf16 query (bench/kv_fp8.py)
+        cfg["kv_dtype"] = kv_dtype
     with open(path, "w") as f:
-        json.dump({"depth": D, "mask": "none"}, f)
+        json.dump(cfg, f)
     cmd = [FA4JIT, "bench", "--json", "--config", path, "--arch", arch, "--batch", str(B), "--heads", str(H),
            "--kv-heads", str(Hkv), "--seqlen-q", str(Sq), "--seqlen-k", str(Sk), "--iters", str(iters),
            "--splits", str(splits)]

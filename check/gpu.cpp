@@ -195,7 +195,8 @@ struct Paged {
 
 CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const FA4Config& cfg = kernel.config().config;
-  const DType t = cfg.dtype, to = *cfg.output_dtype;
+  // t: Q (and the kernel's arithmetic); tk: K and V (e4m3 for an FP8 KV cache); to: O.
+  const DType t = cfg.dtype, tk = cfg.kv_dtype.value_or(t), to = *cfg.output_dtype;
   const int D = cfg.depth;
   CheckResult res;
   res.dtype = kernel.config().config.dtype;
@@ -217,8 +218,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const std::size_t nq = B * Sq * q_row, nk = B * Sk * k_row;
   std::vector<std::uint16_t> qb, kb, vb;
   p.q = random_tensor(rng, nq, t, qb);
-  p.k = random_tensor(rng, nk, t, kb);
-  p.v = random_tensor(rng, nk, t, vb);
+  p.k = random_tensor(rng, nk, tk, kb);
+  p.v = random_tensor(rng, nk, tk, vb);
   if (c.custom_visible) {
     p.visible = c.custom_visible;
   } else {
@@ -244,13 +245,13 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   }
   // FP8: the kernel computes with descale x stored value (FlashAttention-3's descale_q/k/v, float32
   // [B][Hkv]); the reference gets the dequantised inputs, so the check measures the kernel alone.
-  const bool fp8 = t == DType::e4m3;
+  // An FP8 KV cache (16-bit Q) has descale_k / descale_v only (descale_q stays empty: factor 1).
   std::vector<float> descale[3];  // q, k, v
-  if (fp8 && c.descale) {
+  if (tk == DType::e4m3 && c.descale) {
     std::uniform_real_distribution<float> factor(0.5f, 2.0f);
-    for (auto& d : descale) {
-      d.resize(static_cast<std::size_t>(B) * Hkv);
-      for (float& x : d) x = factor(rng);
+    for (int i = t == DType::e4m3 ? 0 : 1; i < 3; ++i) {
+      descale[i].resize(static_cast<std::size_t>(B) * Hkv);
+      for (float& x : descale[i]) x = factor(rng);
     }
     const int group = Hq / Hkv;
     auto apply = [D](std::vector<float>& x, const std::vector<float>& d, int S, int H, int heads_per_factor, int Hk) {
@@ -263,7 +264,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
             for (int i = 0; i < D; ++i) row[i] *= f;
           }
     };
-    apply(p.q, descale[0], Sq, Hq, group, Hkv);
+    if (!descale[0].empty()) apply(p.q, descale[0], Sq, Hq, group, Hkv);
     apply(p.k, descale[1], Sk, Hkv, 1, Hkv);
     apply(p.v, descale[2], Sk, Hkv, 1, Hkv);
   }
@@ -275,7 +276,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   std::vector<std::uint16_t> k_dev = kb, v_dev = vb;
   std::optional<Paged> paged;
   if (c.page_size > 0) {
-    paged.emplace(rng, t, L, c.page_size, kb, vb, k_row);
+    paged.emplace(rng, tk, L, c.page_size, kb, vb, k_row);
     k_dev = paged->k;
     v_dev = paged->v;
   } else if (L.varlen_k) {
@@ -288,7 +289,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const std::size_t o_row = static_cast<std::size_t>(Hq) * DO;
   const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * o_row;
   const std::size_t nl = static_cast<std::size_t>(Hq) * std::max(total_q, 1);
-  DeviceBuffer dq = upload_elements(q_dev, t), dk = upload_elements(k_dev, t), dv = upload_elements(v_dev, t);
+  DeviceBuffer dq = upload_elements(q_dev, t), dk = upload_elements(k_dev, tk), dv = upload_elements(v_dev, tk);
   DeviceBuffer doo(no * 2);  // O is 16-bit (FP8 kernels write bf16 or fp16)
   DeviceBuffer dlse(nl * 4), dsinks(std::max<std::size_t>(p.sinks.size(), 1) * 4);
   DeviceBuffer dcu_q(cu_q.size() * 4), dcu_k(cu_k.size() * 4), dused(L.k.size() * 4);
@@ -321,17 +322,17 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   }
   a.o.shape[3] = D;  // head stride DO, only D columns are O's
   if (paged) {
-    a.k = Tensor::contiguous(dk.get(), t, paged->num_pages, c.page_size, Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), t, paged->num_pages, c.page_size, Hkv, D);
+    a.k = Tensor::contiguous(dk.get(), tk, paged->num_pages, c.page_size, Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), tk, paged->num_pages, c.page_size, Hkv, D);
     a.page_table = static_cast<const int*>(dtable.get());
     a.max_pages = paged->max_pages;
   } else if (L.varlen_k) {
-    a.k = Tensor::contiguous(dk.get(), t, 1, std::max(cu_k.back(), 1), Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), t, 1, std::max(cu_k.back(), 1), Hkv, D);
+    a.k = Tensor::contiguous(dk.get(), tk, 1, std::max(cu_k.back(), 1), Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), tk, 1, std::max(cu_k.back(), 1), Hkv, D);
     a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
   } else {
-    a.k = Tensor::contiguous(dk.get(), t, B, Sk, Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), t, B, Sk, Hkv, D);
+    a.k = Tensor::contiguous(dk.get(), tk, B, Sk, Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), tk, B, Sk, Hkv, D);
   }
   if (L.seqused_k) a.seqused_k = static_cast<const int*>(dused.get());
   a.lse = c.with_lse ? static_cast<float*>(dlse.get()) : nullptr;
@@ -343,8 +344,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   a.num_splits = c.num_splits;
   a.aux_scalar = c.aux_scalar;
   a.aux_ptr = c.aux_ptr;
-  if (!descale[0].empty()) {
-    a.descale_q = static_cast<const float*>(ddescale[0].get());
+  if (!descale[0].empty()) a.descale_q = static_cast<const float*>(ddescale[0].get());
+  if (!descale[1].empty()) {
     a.descale_k = static_cast<const float*>(ddescale[1].get());
     a.descale_v = static_cast<const float*>(ddescale[2].get());
   }

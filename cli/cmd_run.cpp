@@ -151,8 +151,9 @@ void add_run(CLI::App& app) {
       }
     LaunchArgs a;
     a.q = Tensor::contiguous(dq.get(), c.dtype, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
-    a.k = Tensor::contiguous(dk.get(), c.dtype, k.shape[0], k.shape[1], k.shape[2], k.shape[3]);
-    a.v = Tensor::contiguous(dv.get(), c.dtype, v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
+    const DType kv_t = c.kv_dtype.value_or(c.dtype);
+    a.k = Tensor::contiguous(dk.get(), kv_t, k.shape[0], k.shape[1], k.shape[2], k.shape[3]);
+    a.v = Tensor::contiguous(dv.get(), kv_t, v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
     a.o = Tensor::contiguous(dout.get(), out_t, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
     a.lse = static_cast<float*>(dlse.get());
     a.softmax_scale = o->scale;
@@ -189,7 +190,8 @@ void add_check(CLI::App& app) {
       ->transform(arch_validator(false));
   cmd->add_flag("--require-gpu", o->require_gpu, "fail instead of skipping when there is no GPU");
   cmd->add_flag("--no-descale", o->no_descale,
-                "FP8 configs: launch without descale_q/k/v (factor 1) instead of random factors in [0.5, 2)");
+                "FP8 configs (dtype or kv_dtype e4m3): launch without descale factors (factor 1) instead of random "
+                "ones in [0.5, 2)");
   add_shape_options(cmd, o->shape);
   cmd->callback([o] {
     const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
@@ -233,9 +235,11 @@ void add_check(CLI::App& app) {
     const FA4Config& kc = kernel->config().config;
     // The dtypes, and for FP8 whether descale factors were passed, then the measured errors against
     // the tolerance they are judged by.
-    const std::string dtypes = kc.dtype == DType::e4m3 ? fmt::format("e4m3->{}{}", to_string(*kc.output_dtype),
-                                                                     cc.descale ? " descale" : " no-descale")
-                                                       : std::string(to_string(kc.dtype));
+    const std::string descaled = cc.descale ? " descale" : " no-descale";
+    const std::string dtypes = kc.dtype == DType::e4m3
+                                   ? fmt::format("e4m3->{}{}", to_string(*kc.output_dtype), descaled)
+                               : kc.kv_dtype ? fmt::format("{} e4m3-kv{}", to_string(kc.dtype), descaled)
+                                             : std::string(to_string(kc.dtype));
     fmt::print("check: {} {} {} B={} Sq={} Sk={} H={}/{} D={}{}{}{}: {} (rel_l2 tolerance {:.0e}) -> {}\n", kc.arch,
                to_string(kernel->config().backend), dtypes, cc.batch, cc.seqlen_q, cc.seqlen_k, cc.num_q_heads,
                cc.num_kv_heads, kc.depth, s.seqlens_q.empty() ? "" : " varlen",
@@ -281,9 +285,11 @@ void add_bench(CLI::App& app) {
     const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D;
     const std::size_t nk =
         page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : static_cast<std::size_t>(B) * Sk * Hkv * D;
+    const DType kv_t = rc.kv_dtype.value_or(rc.dtype);  // e4m3 for an FP8 KV cache
     const std::size_t in_size = static_cast<std::size_t>(dtype_size(rc.dtype));
+    const std::size_t kv_size = static_cast<std::size_t>(dtype_size(kv_t));
     const std::size_t out_size = static_cast<std::size_t>(dtype_size(*rc.output_dtype));
-    testing::DeviceBuffer dq(nq * in_size), dk(nk * in_size), dv(nk * in_size), dout(nq * out_size),
+    testing::DeviceBuffer dq(nq * in_size), dk(nk * kv_size), dv(nk * kv_size), dout(nq * out_size),
         dlse(static_cast<std::size_t>(B) * H * Sq * 4);
     testing::DeviceBuffer dtable(std::max(num_pages, 1) * 4);
     std::mt19937 rng(std::random_device{}());
@@ -293,24 +299,25 @@ void add_bench(CLI::App& app) {
       std::shuffle(table.begin(), table.end(), rng);
       dtable.upload(table.data(), table.size() * 4);
     }
-    for (auto* buf : {&dq, &dk, &dv}) upload_random(*buf, rc.dtype, rng);  // zeros run faster than real inputs
+    upload_random(dq, rc.dtype, rng);  // zeros run faster than real inputs
+    for (auto* buf : {&dk, &dv}) upload_random(*buf, kv_t, rng);
     // FP8: descale factors as a quantised model passes them (ones: the values do not change the time).
-    const bool fp8 = rc.dtype == DType::e4m3;
+    const bool fp8 = rc.dtype == DType::e4m3, fp8_kv = kv_t == DType::e4m3;
     testing::DeviceBuffer ddescale(static_cast<std::size_t>(B) * Hkv * 4);
-    if (fp8) {
+    if (fp8_kv) {
       const std::vector<float> ones(static_cast<std::size_t>(B) * Hkv, 1.0f);
       ddescale.upload(ones.data(), ones.size() * 4);
     }
     LaunchArgs a;
     a.q = Tensor::contiguous(dq.get(), rc.dtype, B, Sq, H, D);
     if (page) {
-      a.k = Tensor::contiguous(dk.get(), rc.dtype, num_pages, page, Hkv, D);
-      a.v = Tensor::contiguous(dv.get(), rc.dtype, num_pages, page, Hkv, D);
+      a.k = Tensor::contiguous(dk.get(), kv_t, num_pages, page, Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), kv_t, num_pages, page, Hkv, D);
       a.page_table = static_cast<const int*>(dtable.get());
       a.max_pages = pages_per_seq;  // every sequence holds Sk keys: max_pages * page >= Sk
     } else {
-      a.k = Tensor::contiguous(dk.get(), rc.dtype, B, Sk, Hkv, D);
-      a.v = Tensor::contiguous(dv.get(), rc.dtype, B, Sk, Hkv, D);
+      a.k = Tensor::contiguous(dk.get(), kv_t, B, Sk, Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), kv_t, B, Sk, Hkv, D);
       if (o->kv_heads_major)  // each head's rows contiguous: (B, H, S, D) memory seen as (B, S, H, D)
         for (Tensor* t : {&a.k, &a.v})
           t->stride = {static_cast<std::int64_t>(Hkv) * Sk * D, D, static_cast<std::int64_t>(Sk) * D, 1};
@@ -324,7 +331,8 @@ void add_bench(CLI::App& app) {
     a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, B, Sq, H, D);
     a.lse = static_cast<float*>(dlse.get());
     a.num_splits = o->shape.splits;
-    if (fp8) a.descale_q = a.descale_k = a.descale_v = static_cast<const float*>(ddescale.get());
+    if (fp8) a.descale_q = static_cast<const float*>(ddescale.get());
+    if (fp8_kv) a.descale_k = a.descale_v = static_cast<const float*>(ddescale.get());
     // First launch includes the module load: with get_kernel it is the cost of a cold start.
     const auto t_launch = clock::now();
     kernel->launch(a);
@@ -335,11 +343,12 @@ void add_bench(CLI::App& app) {
     const bool causal = rc.mask.kind == Mask::Kind::causal;
     const double flops = 4.0 * B * H * Sq * Sk * D * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
-    const double kv_bytes = 2.0 * B * Sk * Hkv * D * in_size;  // K and V read once: the decode roofline
+    const double kv_bytes = 2.0 * B * Sk * Hkv * D * kv_size;  // K and V read once: the decode roofline
     const double kv_tbps = kv_bytes / (ms * 1e-3) / 1e12;
     nlohmann::json j = {{"arch", rc.arch},
                         {"backend", to_string(kernel->config().backend)},
                         {"dtype", to_string(rc.dtype)},
+                        {"kv_dtype", to_string(kv_t)},
                         {"output_dtype", to_string(*rc.output_dtype)},
                         {"B", B},
                         {"H", H},

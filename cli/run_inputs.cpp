@@ -20,7 +20,8 @@ const char* safetensors_dtype(DType t) {
 
 void check_run_inputs(const std::string& file, const std::map<std::string, safetensors::TensorData>& in,
                       const FA4Config& c) {
-  const char* want_dtype = safetensors_dtype(c.dtype);
+  // q in the dtype; k and v in the kv_dtype (e4m3 for an FP8 KV cache) when it is set.
+  const DType kv = c.kv_dtype.value_or(c.dtype);
   auto bad = [&](const std::string& why) { return Error(fmt::format("{}: {}", file, why)); };
   for (const char* name : {"q", "k", "v"}) {
     const auto it = in.find(name);
@@ -32,9 +33,11 @@ void check_run_inputs(const std::string& file, const std::map<std::string, safet
     for (int d = 0; d < 4; ++d)
       if (t.shape[d] < 1 || t.shape[d] > INT32_MAX)
         throw bad(fmt::format("'{}' shape[{}] is {}; dims are 1 .. 2^31-1", name, d, t.shape[d]));
-    if (t.dtype != want_dtype)
-      throw bad(
-          fmt::format("'{}' is {}, the config's dtype is {} ({})", name, t.dtype, to_string(c.dtype), want_dtype));
+    const bool is_q = name[0] == 'q';
+    const DType want = is_q ? c.dtype : kv;
+    if (t.dtype != safetensors_dtype(want))
+      throw bad(fmt::format("'{}' is {}, the config's {} is {} ({})", name, t.dtype,
+                            is_q || !c.kv_dtype ? "dtype" : "kv_dtype", to_string(want), safetensors_dtype(want)));
   }
   const auto& q = in.at("q").shape;
   const auto& k = in.at("k").shape;
@@ -55,9 +58,10 @@ void check_run_inputs(const std::string& file, const std::map<std::string, safet
     const auto it = in.find(name);
     if (it == in.end()) continue;
     const auto& t = it->second;
-    if (c.dtype != DType::e4m3)
-      throw bad(fmt::format("'{}' is given but the config's dtype is {}: descale factors are for e4m3 (FP8) inputs",
-                            name, to_string(c.dtype)));
+    const bool is_q = name == std::string("descale_q");
+    if ((is_q ? c.dtype : kv) != DType::e4m3)
+      throw bad(fmt::format("'{}' is given but the config's {} is {}: descale factors are for e4m3 (FP8) inputs", name,
+                            is_q || !c.kv_dtype ? "dtype" : "kv_dtype", to_string(is_q ? c.dtype : kv)));
     if (t.dtype != "F32") throw bad(fmt::format("'{}' is {}; descale factors are F32", name, t.dtype));
     if (t.shape != std::vector<std::int64_t>{q[0], k[2]})
       throw bad(fmt::format("'{}' has shape [{}]; expected [{}, {}] (batch, kv_heads)", name, fmt::join(t.shape, ", "),

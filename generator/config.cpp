@@ -122,12 +122,20 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
 
   if (!c.output_dtype) c.output_dtype = c.dtype == DType::e4m3 ? DType::bf16 : c.dtype;
   if (*c.output_dtype == DType::e4m3) refuse("output_dtype", "e4m3", "bf16 or fp16 (FP8 kernels write O in 16 bits)");
+  // kv_dtype: unset, or the dtype itself (normalized to unset, so the key is the plain kernel's), or
+  // e4m3 under a 16-bit dtype (FP8 KV cache).
+  if (c.kv_dtype == c.dtype) c.kv_dtype.reset();
+  if (c.kv_dtype && !(*c.kv_dtype == DType::e4m3 && c.dtype != DType::e4m3))
+    refuse("kv_dtype", fmt::format("{} with dtype {}", to_string(*c.kv_dtype), to_string(c.dtype)),
+           "unset, the dtype, or e4m3 with a bf16/fp16 dtype (an FP8 KV cache)");
   const std::vector<int> depths = backend.depths();
   if (std::find(depths.begin(), depths.end(), c.depth) == depths.end())
     refuse("depth", std::to_string(c.depth),
            fmt::format("the {} backend supports {}", to_string(arch.backend), fmt::join(depths, ", ")));
-  // Rows padded to whole 128-byte swizzle atoms (64 bf16/fp16 elements, 128 e4m3 ones).
-  const int atom = 128 / dtype_size(c.dtype);
+  // Rows padded to whole 128-byte swizzle atoms (64 bf16/fp16 elements, 128 e4m3 ones; an FP8 KV
+  // cache pads to its e4m3 rows on the TMA backends).
+  const int kv_bytes = backend.uses_tma() ? dtype_size(c.kv_dtype.value_or(c.dtype)) : 2;  // plain loads: no atoms
+  const int atom = 128 / std::min(dtype_size(c.dtype), kv_bytes);
   const int dp = (c.depth + atom - 1) / atom * atom;
   if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)
     refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));

@@ -188,6 +188,9 @@ json to_json(const FA4Config& c) {
             {"mask", mask_to_json(c.mask, 1)},
             {"pack_gqa", c.pack_gqa}};
   j["output_dtype"] = c.output_dtype ? json(to_string(*c.output_dtype)) : json(nullptr);
+  // Written only when set (an FP8 KV cache): the JSON, and so the cache key, of every other config
+  // is the one it was before the field existed.
+  if (c.kv_dtype) j["kv_dtype"] = to_string(*c.kv_dtype);
   json sm = {{"kind", kind_name(kScoreModKinds, c.score_mod.kind)}};
   if (c.score_mod.kind == ScoreMod::Kind::custom) sm["snippet"] = c.score_mod.snippet;
   j["score_mod"] = sm;
@@ -211,13 +214,14 @@ FA4Config config_from_json_at(const json& j, const std::string& prefix) {
       throw ConfigError(
           fmt::format("{}: removed, it accepted one value only ({}); delete the field", json_path(prefix, field), why));
   reject_unknown(j, where,
-                 {"dtype", "output_dtype", "depth", "BM", "BN", "BK0", "num_q_heads", "group", "num_kv_stages",
-                  "num_qk_stages", "arch", "mask", "score_mod", "pack_gqa"});
+                 {"dtype", "output_dtype", "kv_dtype", "depth", "BM", "BN", "BK0", "num_q_heads", "group",
+                  "num_kv_stages", "num_qk_stages", "arch", "mask", "score_mod", "pack_gqa"});
   auto path = [&](const std::string& field) { return json_path(prefix, field); };
   FA4Config c;
   if (j.contains("dtype")) c.dtype = get_dtype(j.at("dtype"), path("dtype"));
   if (j.contains("output_dtype") && !j.at("output_dtype").is_null())
     c.output_dtype = get_dtype(j.at("output_dtype"), path("output_dtype"), true);
+  if (j.contains("kv_dtype") && !j.at("kv_dtype").is_null()) c.kv_dtype = get_dtype(j.at("kv_dtype"), path("kv_dtype"));
   for (const IntField& f : int_fields())
     if (j.contains(f.name)) c.*f.member = get_int(j.at(f.name), path(f.name), f.lo, f.hi);
   if (j.contains("arch")) {

@@ -134,6 +134,9 @@ std::string render_source(const ResolvedConfig& rc) {
   w.line("struct Config {");
   w.line(fmt::format("  using Element = {};", element_type(c.dtype)));
   w.line(fmt::format("  using OutElement = {};", element_type(*c.output_dtype)));
+  // Only for an FP8 KV cache (templates: KVElementOf, else Element), so every other kernel's source
+  // is unchanged.
+  if (c.kv_dtype) w.line(fmt::format("  using KVElement = {};", element_type(*c.kv_dtype)));
   const std::pair<const char*, int> constants[] = {
       {"kDepth", c.depth},
       {"kPaddedDepth", rc.padded_depth},

@@ -43,11 +43,12 @@ void check_tensor(const char* name, const Tensor& t, DType dtype, int depth) {
   }
 }
 
-// FP8 dequantisation factors: only FP8 kernels read them; float32 [B][Hkv] (4-byte aligned).
-void check_descale(const char* name, const float* p, DType dtype) {
+// FP8 dequantisation factors, float32 [B][Hkv] (4-byte aligned): descale_q for e4m3 queries
+// (dtype e4m3), descale_k / descale_v for e4m3 keys and values (dtype or kv_dtype e4m3).
+void check_descale(const char* name, const float* p, DType dtype, const char* field) {
   if (!p) return;
   if (dtype != DType::e4m3)
-    bad(fmt::format("{} is set but the kernel was built for {}: descale factors are for e4m3 (FP8) kernels only", name,
+    bad(fmt::format("{} is set but the kernel's {} is {}: descale factors are for e4m3 (FP8) tensors only", name, field,
                     to_string(dtype)));
   if (reinterpret_cast<std::uintptr_t>(p) % alignof(float) != 0)
     bad(fmt::format("{} is not 4-byte aligned (float32 [batch][kv_heads])", name));
@@ -57,13 +58,14 @@ void check_descale(const char* name, const float* p, DType dtype) {
 
 fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, LaunchShape* shape) {
   const FA4Config& c = rc.config;
+  const DType kv = c.kv_dtype.value_or(c.dtype);
   check_tensor("q", a.q, c.dtype, c.depth);
-  check_tensor("k", a.k, c.dtype, c.depth);
-  check_tensor("v", a.v, c.dtype, c.depth);
+  check_tensor("k", a.k, kv, c.depth);
+  check_tensor("v", a.v, kv, c.depth);
   check_tensor("o", a.o, *c.output_dtype, c.depth);
-  check_descale("descale_q", a.descale_q, c.dtype);
-  check_descale("descale_k", a.descale_k, c.dtype);
-  check_descale("descale_v", a.descale_v, c.dtype);
+  check_descale("descale_q", a.descale_q, c.dtype, "dtype");
+  check_descale("descale_k", a.descale_k, kv, c.kv_dtype ? "kv_dtype" : "dtype");
+  check_descale("descale_v", a.descale_v, kv, c.kv_dtype ? "kv_dtype" : "dtype");
 
   const bool paged = a.page_table != nullptr;
   const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;

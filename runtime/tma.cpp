@@ -116,8 +116,9 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
   if (valid_ && sig == last_) return descs_;
   // One consumer's Q tile (a 64-row warpgroup tile on sm90a, a 128-row MMA tile on sm100a).
   const int q_rows = policy(rc).q_box_rows(rc.config);
-  // Q, K, V in the kernel's input type; O in its own (pack_params checked both).
-  const DType in = rc.config.dtype, out = a.o.dtype;
+  // Q in the kernel's input type, K and V in its KV type (e4m3 for an FP8 KV cache), O in its own
+  // (pack_params checked each).
+  const DType in = rc.config.dtype, kv = rc.config.kv_dtype.value_or(in), out = a.o.dtype;
   if (rc.config.pack_gqa) {
     descs_.q = encode_packed(a.q, in, rc.config.group, q_rows);
     descs_.o = encode_packed(a.o, out, rc.config.group, q_rows);
@@ -125,8 +126,8 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
     descs_.q = encode(a.q, in, q_rows);
     descs_.o = encode(a.o, out, q_rows);
   }
-  descs_.k = encode(a.k, in, kv_box_rows);
-  descs_.v = encode(a.v, in, kv_box_rows);
+  descs_.k = encode(a.k, kv, kv_box_rows);
+  descs_.v = encode(a.v, kv, kv_box_rows);
   last_ = sig;
   valid_ = true;
   return descs_;

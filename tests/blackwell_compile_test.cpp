@@ -7,6 +7,9 @@
 // read FwdParams::page_table / kv_box_rows / o_partial / lse_partial / num_splits; packed GQA
 // (pack_gqa, group 4 and 8) must load Q and store O through the 5-D TMA maps; custom masks come
 // with and without a block snippet.
+// FP8 KV cache (kv_dtype e4m3 under bf16/fp16 Q): the PTX must widen e4m3 pairs
+// (cvt.rn.f16x2.e4m3x2) and read descale_k / descale_v, the shared memory must be the formula plus
+// the e4m3 ring; the 16-bit kernels must do neither.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -62,17 +65,18 @@ std::vector<Variant> matrix() {
   };
   std::vector<Variant> out;
   auto add = [&](int depth, jit::DType dt, const std::pair<std::string, Mask>& m,
-                 const std::pair<std::string, ScoreMod>& s, int group, bool pack = false) {
+                 const std::pair<std::string, ScoreMod>& s, int group, bool pack = false, bool kv_e4m3 = false) {
     jit::FA4Config c;
     c.arch = "sm_100a";
     c.depth = depth;
     c.dtype = dt;
+    if (kv_e4m3) c.kv_dtype = jit::DType::e4m3;
     c.mask = m.second;
     c.score_mod = s.second;
     c.group = group;
     c.pack_gqa = pack;
-    out.push_back({c, fmt::format("d{} {} {} {} group{}{}", depth, jit::to_string(dt), m.first, s.first, group,
-                                  pack ? " packed" : "")});
+    out.push_back({c, fmt::format("d{} {} {} {} group{}{}{}", depth, jit::to_string(dt), m.first, s.first, group,
+                                  pack ? " packed" : "", kv_e4m3 ? " kv_e4m3" : "")});
   };
   for (const auto& m : masks)  // every mask x every score-mod at the flagship shape
     for (const auto& s : mods) add(128, jit::DType::bf16, m, s, 1);
@@ -88,6 +92,15 @@ std::vector<Variant> matrix() {
       for (int mi : {0, 1, 7}) add(depth, jit::DType::bf16, masks[mi], mods[0], group, true);
   add(128, jit::DType::fp16, masks[7], mods[3], 8, true);
   add(64, jit::DType::bf16, masks[1], mods[2], 4, true);  // ALiBi: slope of each packed row's head
+  // FP8 KV cache: depth x dtype x none/causal; score-mods (descale_k in the logit multiplier), a
+  // block-snippet mask at GQA 8, packed GQA at both depths.
+  for (int depth : {64, 128})
+    for (jit::DType dt : {jit::DType::bf16, jit::DType::fp16})
+      for (int mi : {0, 1}) add(depth, dt, masks[mi], mods[0], 1, false, true);
+  add(128, jit::DType::bf16, masks[1], mods[1], 1, false, true);
+  add(128, jit::DType::bf16, masks[7], mods[3], 8, false, true);
+  add(64, jit::DType::bf16, masks[1], mods[0], 8, true, true);
+  add(128, jit::DType::fp16, masks[7], mods[2], 8, true, true);
   return out;
 }
 
@@ -126,6 +139,19 @@ Checked check_one(const Variant& v) {
                                                      {"num_splits", offsetof(fa4::FwdParams, num_splits)}};
     for (const auto& [field, offset] : fields)
       if (!reads_param(out.ptx, offset)) missing.push_back(fmt::format("a read of params.{}", field));
+    // FP8 KV cache: the converter warps widen e4m3 pairs and the softmax reads the descales; a
+    // 16-bit kernel does neither.
+    const bool kv8 = v.config.kv_dtype.has_value();
+    const bool widens = out.ptx.find("cvt.rn.f16x2.e4m3x2") != std::string::npos;
+    if (kv8 && !widens) missing.push_back("cvt.rn.f16x2.e4m3x2");
+    if (!kv8 && widens) r.failure += "a 16-bit kernel has cvt.rn.f16x2.e4m3x2; ";
+    for (const auto& [field, offset] :
+         {std::pair<const char*, size_t>{"descale_k", offsetof(fa4::FwdParams, descale_k)},
+          {"descale_v", offsetof(fa4::FwdParams, descale_v)}}) {
+      const bool reads = reads_param(out.ptx, offset);
+      if (kv8 && !reads) missing.push_back(fmt::format("a read of params.{}", field));
+      if (!kv8 && reads) r.failure += fmt::format("a 16-bit kernel reads params.{}; ", field);
+    }
     if (v.config.pack_gqa)
       for (const char* needle :
            {"cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.5d.global.shared::cta"})
@@ -138,6 +164,15 @@ Checked check_one(const Variant& v) {
     if (r.use.registers != 128)
       r.failure += fmt::format("{} registers at entry, the plan needs 128; ", r.use.registers);
     if (128 * (192 * 2 + 80 + 48) > 65536) r.failure += "setmaxnreg plan exceeds the register file; ";
+    if (kv8) {  // the 16-bit formula plus 2..4 e4m3 slots of BN x Dp bytes (Dp = 128)
+      const jit::FA4Config& c = in.config.config;
+      const long long dp = in.config.padded_depth;
+      const long long base = 2 * (c.BM * dp + 2 * c.num_kv_stages * c.BN * dp) + c.BM * 4 + 1024;
+      const long long extra = in.config.smem_bytes - base, slot = c.BN * dp;
+      if (dp != 128 || extra % slot != 0 || extra / slot < 2 || extra / slot > 4)
+        r.failure += fmt::format("shared memory {} is not the formula {} + 2..4 e4m3 slots of {} (Dp {}); ",
+                                 in.config.smem_bytes, base, slot, dp);
+    }
     if (in.config.smem_bytes > 232448 || r.use.smem_static > 0)
       r.failure += fmt::format("shared memory {} dynamic + {} static exceeds 227 KiB; ", in.config.smem_bytes,
                                r.use.smem_static);
@@ -194,7 +229,8 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
     return size_t{0};
   };
   for (size_t i : {size_t{0}, index_of("d64 bf16 custom_block custom group8"),
-                   index_of("d128 fp16 custom_block custom group8 packed")}) {
+                   index_of("d128 fp16 custom_block custom group8 packed"),
+                   index_of("d128 bf16 causal identity group1 kv_e4m3")}) {
     const fs::path cubin = fs::temp_directory_path() / fmt::format("fa4jit_sm100a_{}.cubin", i);
     std::ofstream(cubin, std::ios::binary) << results[i].cubin;
     const std::string cmd = fmt::format("PATH=\"{}:$PATH\" '{}' -sass '{}' 2>&1",
@@ -210,6 +246,9 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
     if (variants[i].config.pack_gqa)
       for (const char* op : {"UTMALDG.5D", "UTMASTG.5D"})
         EXPECT_NE(sass.find(op), std::string::npos) << results[i].name << ": SASS lacks " << op;
+    if (variants[i].config.kv_dtype)  // e4m3 pairs widened by the converter warps
+      EXPECT_NE(sass.find("F2FP.F16.E4M3.UNPACK_B"), std::string::npos)
+          << results[i].name << ": SASS lacks F2FP.F16.E4M3";
     EXPECT_FALSE(std::regex_search(sass, std::regex(R"(\b(STL|LDL)\b)")))
         << results[i].name << ": local memory in SASS";
   }

@@ -138,6 +138,100 @@ TEST(Compile, PortableBackendCompilesForEveryArch) {
   }
 }
 
+// FP8 KV cache on the portable backend ("kv_dtype": "e4m3" under bf16/fp16 Q): K/V tiles land by
+// cp.async in e4m3 staging stages and are converted into the 16-bit stage the mma.sync code reads
+// (templates/sm80 E4m3Tile::convert, e4m3x2_to). On sm_80 the conversion is e4m3x2_to's software
+// path (a float32 multiply by 2^120 = 0f7B800000); from sm_89 on it is cvt.rn.f16x2.e4m3x2. Every
+// config here compiles without spills or stack. (At the default tiles, the sliding-window d128 and
+// d64 kernels spill 40 and 8 bytes on sm_80, as the 16-bit ones do; so they run BN 32 / BM 64 here.)
+TEST(Compile, PortableFp8KvCacheCompilesWithoutSpills) {
+  using jit::DType;
+  using jit::Mask;
+  using jit::ScoreMod;
+  struct Case {
+    DType dtype;
+    int depth;
+    Mask mask;
+    ScoreMod mod;
+    int group;           // > 0: packed GQA
+    int BM, BN, stages;  // 0: the default
+  };
+  const std::vector<Case> cases = {
+      {DType::bf16, 128, Mask::causal(), ScoreMod::identity(), 0, 0, 0, 0},
+      {DType::fp16, 128, Mask::none(), ScoreMod::identity(), 0, 0, 0, 0},
+      {DType::fp16, 64, Mask::none(), ScoreMod::identity(), 0, 0, 0, 0},
+      {DType::bf16, 64, Mask::causal(), ScoreMod::identity(), 0, 0, 0, 0},
+      {DType::bf16, 128, Mask::causal(), ScoreMod::softcap(), 0, 0, 0, 0},
+      {DType::fp16, 64, Mask::none(), ScoreMod::softcap(), 0, 0, 0, 0},
+      {DType::bf16, 128, Mask::causal(), ScoreMod::identity(), 8, 0, 0, 0},
+      {DType::bf16, 128, Mask::none(), ScoreMod::softcap(), 8, 0, 0, 0},
+      {DType::bf16, 128, Mask::none(), ScoreMod::identity(), 4, 0, 0, 0},
+      {DType::fp16, 64, Mask::none(), ScoreMod::identity(), 4, 0, 0, 0},
+      {DType::fp16, 64, Mask::causal(), ScoreMod::identity(), 8, 0, 0, 0},
+      {DType::fp16, 128, Mask::sliding_window(), ScoreMod::identity(), 0, 0, 32, 0},
+      {DType::bf16, 128, Mask::sliding_window(), ScoreMod::identity(), 0, 64, 0, 0},
+      {DType::fp16, 64, Mask::sliding_window(), ScoreMod::identity(), 0, 0, 64, 0},
+      {DType::bf16, 128, Mask::none(), ScoreMod::identity(), 0, 0, 32, 0},
+      {DType::bf16, 128, Mask::none(), ScoreMod::identity(), 0, 64, 128, 0},
+      {DType::bf16, 64, Mask::none(), ScoreMod::identity(), 0, 64, 32, 0},
+      {DType::bf16, 128, Mask::causal(), ScoreMod::identity(), 0, 0, 0, 3},
+  };
+  for (const Case& k : cases) {
+    jit::FA4Config c;
+    c.arch = "sm_80";
+    c.dtype = k.dtype;
+    c.kv_dtype = DType::e4m3;
+    c.depth = k.depth;
+    c.mask = k.mask;
+    c.score_mod = k.mod;
+    c.group = k.group;
+    c.pack_gqa = k.group > 0;
+    c.BM = k.BM;
+    c.BN = k.BN;
+    c.num_kv_stages = k.stages;
+    const jit::ResolvedConfig r = jit::resolve(c);
+    const int dp = r.padded_depth, bm = r.config.BM, bn = r.config.BN, s = r.config.num_kv_stages;
+    const std::string what =
+        fmt::format("sm_80 kv e4m3 {} d{} mask {} mod {} group {} BM {} BN {} stages {}", jit::to_string(k.dtype),
+                    k.depth, static_cast<int>(k.mask.kind), static_cast<int>(k.mod.kind), k.group, bm, bn, s);
+    // Q tile, one 16-bit K and V stage, the e4m3 K and V rings.
+    EXPECT_EQ(r.smem_bytes, 2 * (bm * dp + 2 * bn * dp) + 2 * s * bn * dp) << what;
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    const auto use = jit::detail::parse_ptxas_log(out.log);
+    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
+    expect_ptx_has(out.ptx,
+                   {"cp.async.cg.shared.global", "ldmatrix", "mma.sync.aligned.m16n8k16", "mul.rn.f32", "0f7B800000"},
+                   what);
+  }
+
+  // From sm_89 on the conversion is the hardware cvt; the 16-bit kernels have no conversion.
+  for (const char* arch : {"sm_89", "sm_90", "sm_120"}) {
+    jit::FA4Config c;
+    c.arch = arch;
+    c.kv_dtype = DType::e4m3;
+    c.mask = Mask::causal();
+    expect_ptx_has(compile(c).ptx, {"cvt.rn.f16x2.e4m3x2", "mma.sync.aligned.m16n8k16"}, arch);
+  }
+  jit::FA4Config plain;
+  plain.arch = "sm_80";
+  plain.mask = Mask::causal();
+  EXPECT_EQ(compile(plain).ptx.find("0f7B800000"), std::string::npos);
+
+  // The e4m3 ring needs two stages at least; the refusal names the field.
+  jit::FA4Config one_stage;
+  one_stage.arch = "sm_80";
+  one_stage.kv_dtype = DType::e4m3;
+  one_stage.num_kv_stages = 1;
+  try {
+    jit::resolve(one_stage);
+    FAIL() << "num_kv_stages 1 resolved for an FP8 KV cache";
+  } catch (const jit::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_kv_stages"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Compile, SnippetErrorsPointAtTheSnippetLine) {
   for (const char* arch : {"sm_80", "sm_90a", "sm_100a"}) {
     jit::FA4Config c;

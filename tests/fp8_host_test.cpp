@@ -1,6 +1,7 @@
 // FP8 (e4m3) on the host, without a GPU: the e4m3 codec of the reference checks, the TMA map
 // parameters per element size, and the launch checks (strides in bytes, dtypes, descale factors)
-// that run before anything reaches the driver.
+// that run before anything reaches the driver; for FP8 KV caches ("kv_dtype": "e4m3") also the
+// config rules and the sm_90a kernels' compile (no spills, the conversion in the PTX).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,10 +10,15 @@
 #include <random>
 #include <string>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "check/gpu.hpp"
 #include "check/host_numeric.hpp"
 #include "fa4jit/jit.hpp"
 #include "runtime/launch_args.hpp"
+#include "runtime/nvrtc.hpp"
+#include "runtime/runtime_internal.hpp"
 #include "runtime/tma.hpp"
 
 namespace {
@@ -256,12 +262,12 @@ jit::ResolvedConfig bf16_kernel() {
 
 // Well-formed arguments for a kernel: (B 2, S 256, Hq 8, Hkv 2, D 128) at fake (never read) addresses.
 jit::LaunchArgs args_for(const jit::ResolvedConfig& rc) {
-  const DType in = rc.config.dtype, out = *rc.config.output_dtype;
+  const DType in = rc.config.dtype, kv = rc.config.kv_dtype.value_or(in), out = *rc.config.output_dtype;
   char* base = reinterpret_cast<char*>(std::uintptr_t{1} << 30);
   jit::LaunchArgs a;
   a.q = jit::Tensor::contiguous(base, in, 2, 256, 8, rc.config.depth);
-  a.k = jit::Tensor::contiguous(base + (1 << 24), in, 2, 256, 2, rc.config.depth);
-  a.v = jit::Tensor::contiguous(base + (2 << 24), in, 2, 256, 2, rc.config.depth);
+  a.k = jit::Tensor::contiguous(base + (1 << 24), kv, 2, 256, 2, rc.config.depth);
+  a.v = jit::Tensor::contiguous(base + (2 << 24), kv, 2, 256, 2, rc.config.depth);
   a.o = jit::Tensor::contiguous(base + (3 << 24), out, 2, 256, 8, rc.config.depth);
   return a;
 }
@@ -366,14 +372,159 @@ TEST(Fp8Host, DescaleFactorsReachTheKernelOnlyOnFp8) {
     const float** field[3] = {&b.descale_q, &b.descale_k, &b.descale_v};
     *field[i] = factors[i];
     EXPECT_EQ(launch_error(bf16, b), std::string("launch: ") + names[i] +
-                                         " is set but the kernel was built for bf16: descale factors are for e4m3 "
-                                         "(FP8) kernels only");
+                                         " is set but the kernel's dtype is bf16: descale factors are for e4m3 "
+                                         "(FP8) tensors only");
   }
   jit::LaunchArgs b = args_for(bf16);
   p = jit::detail::pack_params(bf16, b, &shape);
   EXPECT_EQ(p.descale_q, nullptr);
   EXPECT_EQ(p.descale_k, nullptr);
   EXPECT_EQ(p.descale_v, nullptr);
+}
+
+// ---- FP8 KV cache: e4m3 K/V under a 16-bit Q ----------------------------------------------------
+
+jit::FA4Config kv_fp8(DType dtype = DType::bf16, const std::string& arch = "sm_90a") {
+  jit::FA4Config c;
+  c.arch = arch;
+  c.dtype = dtype;
+  c.kv_dtype = DType::e4m3;
+  return c;
+}
+
+std::string config_error(const jit::FA4Config& c) {
+  std::string why;
+  return jit::supported(c, &why) ? "" : why;
+}
+
+TEST(Fp8KvHost, ConfigRules) {
+  // Resolved: kept, the O type is the Q type, e4m3 rows padded to one 128-byte atom.
+  jit::FA4Config c = kv_fp8(DType::fp16);
+  c.depth = 64;
+  const auto rc = jit::resolve(c);
+  EXPECT_EQ(*rc.config.kv_dtype, DType::e4m3);
+  EXPECT_EQ(*rc.config.output_dtype, DType::fp16);
+  EXPECT_EQ(rc.padded_depth, 128);
+  EXPECT_EQ(rc.walk, jit::TileWalk::grid);
+  // The dtype itself is the plain kernel: normalised away, so the key and JSON are the plain one's.
+  jit::FA4Config same;
+  same.arch = "sm_90a";
+  same.kv_dtype = DType::bf16;
+  jit::FA4Config plain;
+  plain.arch = "sm_90a";
+  EXPECT_FALSE(jit::resolve(same).config.kv_dtype.has_value());
+  EXPECT_EQ(jit::resolve(same).config, jit::resolve(plain).config);
+  EXPECT_FALSE(jit::to_json(jit::resolve(plain).config).contains("kv_dtype"));
+  // Refused, naming the field: a 16-bit KV type under another dtype, and 16-bit K/V under e4m3 Q.
+  jit::FA4Config mixed = plain;
+  mixed.kv_dtype = DType::fp16;
+  EXPECT_NE(config_error(mixed).find("kv_dtype: fp16 with dtype bf16 is not allowed"), std::string::npos)
+      << config_error(mixed);
+  mixed.dtype = DType::e4m3;
+  mixed.kv_dtype = DType::bf16;
+  EXPECT_NE(config_error(mixed).find("kv_dtype: bf16 with dtype e4m3"), std::string::npos) << config_error(mixed);
+  // sm_90a: head dims whose e4m3 rows are one atom; the grid walk.
+  jit::FA4Config deep = kv_fp8();
+  deep.depth = 256;
+  EXPECT_NE(config_error(deep).find("depth: 256 with kv_dtype e4m3"), std::string::npos) << config_error(deep);
+  jit::ResolveOptions persistent;
+  persistent.tune.persistent = 1;
+  EXPECT_THROW(jit::resolve(kv_fp8(), persistent), jit::ConfigError);
+}
+
+TEST(Fp8KvHost, JsonRoundTripAndKey) {
+  jit::FA4Config c = kv_fp8();
+  c.group = 4;
+  c.pack_gqa = true;
+  const nlohmann::json j = jit::to_json(c);
+  EXPECT_EQ(j.at("kv_dtype"), "e4m3");
+  EXPECT_EQ(jit::config_from_json(j), c);
+  EXPECT_EQ(jit::config_from_json(nlohmann::json::parse(R"({"kv_dtype": "float8_e4m3fn"})")).kv_dtype, DType::e4m3);
+  try {
+    jit::config_from_json(nlohmann::json::parse(R"({"kv_dtype": "e5m2"})"));
+    ADD_FAILURE() << "kv_dtype e5m2 accepted";
+  } catch (const jit::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_dtype"), std::string::npos) << e.what();
+  }
+  jit::FA4Config plain = c;
+  plain.kv_dtype.reset();
+  EXPECT_NE(jit::detail::compile_inputs(c).key, jit::detail::compile_inputs(plain).key);
+}
+
+TEST(Fp8KvHost, LaunchChecksKvTypeAndDescales) {
+  const auto rc = jit::resolve(kv_fp8());
+  jit::LaunchArgs a = args_for(rc);
+  EXPECT_EQ(a.k.dtype, DType::e4m3);
+  EXPECT_EQ(launch_error(rc, a), "");
+  a.v.dtype = DType::bf16;
+  EXPECT_EQ(launch_error(rc, a), "launch: v.dtype is bf16, the kernel was built for e4m3");
+  // e4m3 rows step in 16-byte units of 16 elements; Q keeps the 16-bit rule.
+  a = args_for(rc);
+  a.k.stride[1] += 8;
+  EXPECT_NE(launch_error(rc, a).find("k.stride[1]"), std::string::npos);
+  a = args_for(rc);
+  a.q.stride[1] += 8;
+  EXPECT_EQ(launch_error(rc, a), "");
+  float factors[4] = {};
+  a = args_for(rc);
+  a.descale_k = factors;
+  a.descale_v = factors;
+  jit::detail::LaunchShape shape;
+  const fa4::FwdParams p = jit::detail::pack_params(rc, a, &shape);
+  EXPECT_EQ(p.descale_k, factors);
+  EXPECT_EQ(p.descale_v, factors);
+  EXPECT_EQ(p.descale_q, nullptr);
+  a.descale_q = factors;
+  EXPECT_EQ(launch_error(rc, a),
+            "launch: descale_q is set but the kernel's dtype is bf16: descale factors are for e4m3 (FP8) tensors only");
+}
+
+TEST(Fp8KvHost, TmaMapsUseTheKvType) {
+  const auto rc = jit::resolve(kv_fp8());
+  const jit::LaunchArgs a = args_for(rc);
+  EXPECT_EQ(jit::detail::tma_map_spec(a.k, *rc.config.kv_dtype, 64).type, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  EXPECT_EQ(jit::detail::tma_map_spec(a.k, *rc.config.kv_dtype, 64).box[0], 128u);
+}
+
+// NVRTC, no GPU: the sm_90a FP8-KV kernels of the serving and prefill shapes compile without spills
+// or a stack frame, convert e4m3 with the sm_89+ cvt, and keep the 16-bit wgmma of their dtype.
+TEST(Fp8KvHost, Sm90aKernelsCompileWithoutSpills) {
+  struct Case {
+    DType dtype;
+    int depth;
+    jit::Mask mask;
+    jit::ScoreMod mod;
+    bool packed;
+  };
+  const Case cases[] = {
+      {DType::bf16, 128, jit::Mask::none(), jit::ScoreMod::identity(), true},
+      {DType::fp16, 128, jit::Mask::causal(), jit::ScoreMod::identity(), true},
+      {DType::bf16, 128, jit::Mask::causal(), jit::ScoreMod::identity(), false},
+      {DType::fp16, 64, jit::Mask::none(), jit::ScoreMod::identity(), false},
+      {DType::bf16, 96, jit::Mask::sliding_window(), jit::ScoreMod::softcap(), false},
+      {DType::bf16, 128, jit::Mask::causal(), jit::ScoreMod::custom("return score - 0.05f * h;"), true},
+  };
+  for (const Case& k : cases) {
+    jit::FA4Config c = kv_fp8(k.dtype);
+    c.depth = k.depth;
+    c.mask = k.mask;
+    c.score_mod = k.mod;
+    c.group = k.packed ? 4 : 0;
+    c.pack_gqa = k.packed;
+    const auto rc = jit::resolve(c);
+    const std::string what = fmt::format("{} d{} BM {} BN {}{}", jit::to_string(k.dtype), k.depth, rc.config.BM,
+                                         rc.config.BN, k.packed ? " packed" : "");
+    const auto in = jit::detail::compile_inputs(c);
+    const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
+    const auto use = jit::detail::parse_ptxas_log(out.log);
+    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
+    const char* ty = k.dtype == DType::bf16 ? "bf16" : "f16";
+    for (const std::string& needle : {std::string("cvt.rn.f16x2.e4m3x2"),
+                                      fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", rc.config.BN, ty),
+                                      std::string("cp.async.bulk.tensor.4d"), std::string("fence.proxy.async")})
+      EXPECT_NE(out.ptx.find(needle), std::string::npos) << what << ": PTX lacks " << needle;
+  }
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ On the GPU machine (repository root, .device carried):
                         of every sm90a tile walk: grid, persistent + splits, split tail, cross-tile,
                         3 warpgroups, varlen, per-warpgroup spans), decode (stream-K and a paged +
                         packed + varlen + split case on sm_90a and sm_90), snippets (memcheck on the
-                        GpuSnippetBounds tests), fp8 (the e4m3 kernels); default: prefill decode
+                        GpuSnippetBounds tests), fp8 (the e4m3 kernels), kvfp8 (FP8 KV caches, sm_90a and
+                        sm_90); default: prefill decode
   bench [VARIANTS]      prefill against cuDNN, FA2 and Flex in the same interleaved rounds
                         (bench/compare.py); VARIANTS name=arch[@binary][:FA4JIT_TUNE], comma-separated
                         (default sm90a=sm_90a, plus base=sm_90a@.device/fa4jit_base when that
@@ -42,6 +43,8 @@ On the GPU machine (repository root, .device carried):
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
                         prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none; decode: SHAPES="B,Sq,Sk ..."
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
+  kvfp8 [ARGS]          FP8 KV caches: `fa4jit check` on sm_90a and sm_90, then bench/kv_fp8.py ARGS
+                        (e4m3 against bf16 K/V decode, SDPA cuDNN in the same run)
   fp8 [--quick]         FP8 (e4m3) kernels: `fa4jit check` on a few configs, the GpuFp8 tests, then
                         bench/fp8.py (accuracy against float64 and PyTorch, speed against fa4jit bf16
                         and cuDNN's FP8 SDPA: carry .whl with the nvidia-cudnn-frontend wheel)
@@ -180,7 +183,16 @@ sanitize() {
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --seqlens-q 5,0,40 --seqlens-k 300,17,130 \
             --page-size 64 --heads 8 --kv-heads 2 --pack-gqa --splits 3 --sinks
         done ;;
-      *) echo "sanitize: unknown set '$s' (prefill, decode, snippets, fp8)"; exit 2 ;;
+      kvfp8)  # FP8 KV caches: sm_90a's converters and e4m3 rings, the portable kernel's e4m3 staging
+        for tool in memcheck racecheck synccheck; do
+          for arch in sm_90a sm_90; do
+            san_check "" $tool $arch '{"depth":128,"kv_dtype":"e4m3","group":4,"pack_gqa":true}' --batch 3 --seqlen-q 1 \
+              --seqlens-k 2100,1,777 --page-size 64 --heads 8 --kv-heads 2 --pack-gqa --splits 3 --sinks
+            san_check "" $tool $arch '{"depth":64,"kv_dtype":"e4m3","mask":"causal","dtype":"fp16"}' --batch 2 --heads 4 \
+              --kv-heads 2 --seqlen-q 300 --seqlen-k 500
+          done
+        done ;;
+      *) echo "sanitize: unknown set '$s' (prefill, decode, snippets, fp8, kvfp8)"; exit 2 ;;
     esac
     echo "(sanitize $s: $((SECONDS - start)) s)"
   done
@@ -203,6 +215,21 @@ fp8() {
   fi
   FA4JIT=$F timeout "${BENCH_LIMIT:-300}" python3 bench/fp8.py "$@" --out "$OUT" > "$OUT/fp8.log" 2>&1 || fail=1
   tail -60 "$OUT/fp8.log"
+}
+
+kvfp8() {  # FP8 KV caches: `fa4jit check` on both backends, then bench/kv_fp8.py (e4m3 against bf16 K/V)
+  need
+  local c arch
+  for c in '{"depth":128,"kv_dtype":"e4m3","group":4,"pack_gqa":true}|--batch 4 --seqlen-q 1 --seqlen-k 5000 --heads 32 --kv-heads 8 --pack-gqa --page-size 64' \
+           '{"depth":128,"kv_dtype":"e4m3","mask":"causal","dtype":"fp16"}|--batch 2 --seqlen 1000 --heads 16 --kv-heads 4'; do
+    echo "${c%%|*}" > /tmp/gpu_kvfp8.json
+    for arch in sm_90a sm_90; do
+      echo "== check $arch ${c%%|*} ${c#*|}: $(timeout 120 $F check --require-gpu --config /tmp/gpu_kvfp8.json --arch $arch ${c#*|} 2>&1 | tail -2 | tr '\n' ' ')"
+      timeout 120 $F check --require-gpu --config /tmp/gpu_kvfp8.json --arch $arch ${c#*|} >/dev/null 2>&1 || fail=1
+    done
+  done
+  FA4JIT=$F timeout "${BENCH_LIMIT:-300}" python3 bench/kv_fp8.py "$@" --out "$OUT/kv_fp8.json" > "$OUT/kv_fp8.log" 2>&1 || fail=1
+  tail -40 "$OUT/kv_fp8.log"
 }
 
 bench() {
@@ -427,6 +454,7 @@ case $verb in
   profile) profile "$@" ;;
   sweep) sweep "$@" ;;
   fp8) fp8 "$@" ;;
+  kvfp8) kvfp8 "$@" ;;
   all)  # stage limits that keep the call under 600 s: about 20 + 220 + 150 + 170
     stage info info
     TEST_LIMIT=${TEST_LIMIT:-220} stage tests tests

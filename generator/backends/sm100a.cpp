@@ -23,6 +23,15 @@ class Sm100a final : public BackendPolicy {
     if (c.dtype == DType::e4m3)
       refuse("dtype", fmt::format("e4m3 on {}", c.arch),
              "bf16 or fp16 on the sm100a backend for now (FP8 attention runs on sm_90a)");
+    // FP8 KV cache (kv_dtype e4m3 under a bf16/fp16 dtype; resolve allows nothing else and pads
+    // the depth to 128, whole 128-byte e4m3 rows): TMA lands each K and V tile as e4m3 in a ring of
+    // its own, one slot per tile (BN x Dp bytes), and warps 14-15 widen it into the 16-bit K/V
+    // rings the MMAs read (templates/sm100a/convert.cuh). The kernel takes the slot count from
+    // kSmemBytes, so the budget below is exact.
+    const bool f8_kv = c.kv_dtype.has_value();
+    if (f8_kv && (*c.kv_dtype != DType::e4m3 || dp != 128))
+      refuse("kv_dtype", fmt::format("{} at padded depth {} on {}", to_string(*c.kv_dtype), dp, c.arch),
+             "e4m3 with a bf16/fp16 dtype at padded depth 128 on the sm100a backend");
     constexpr int kTmemColumns = 512;
     c.BM = pick("BM", c.BM, 256, {256});
     const int bn_max = std::min(256, (kTmemColumns / 2 - dp) / 16 * 16);
@@ -35,13 +44,17 @@ class Sm100a final : public BackendPolicy {
     c.BK0 = pick("BK0", c.BK0, dp / c.num_qk_stages, {dp / c.num_qk_stages});
     const int fixed = 2 * c.BM * dp + c.BM * 4 + 1024;
     const int per_stage = 2 * 2 * c.BN * dp;
-    const int fit = (a.max_smem - fixed) / per_stage;
+    // e4m3 ring: at least 2 slots (K(n) and V(n) in flight together), at most 4.
+    const int f8_slot = f8_kv ? c.BN * dp : 0, f8_min = f8_kv ? 2 : 0;
+    const int fit = (a.max_smem - fixed - f8_min * f8_slot) / per_stage;
     if (c.num_kv_stages == 0) c.num_kv_stages = std::min(fit, 8);
     if (c.num_kv_stages < 2 || c.num_kv_stages > fit)
       throw ConfigError(fmt::format(
-          "num_kv_stages: {} does not fit; BN={} at depth {} allows 2..{} stages in {} bytes of shared memory",
-          c.num_kv_stages, c.BN, c.depth, fit, a.max_smem));
-    return {512, fixed + c.num_kv_stages * per_stage};
+          "num_kv_stages: {} does not fit; BN={} at depth {} allows 2..{} stages in {} bytes of shared memory{}",
+          c.num_kv_stages, c.BN, c.depth, fit, a.max_smem,
+          f8_kv ? fmt::format(" (with {} bytes for 2 e4m3 K/V slots)", 2 * f8_slot) : std::string()));
+    const int f8_slots = f8_kv ? std::min((a.max_smem - fixed - c.num_kv_stages * per_stage) / f8_slot, 4) : 0;
+    return {512, fixed + c.num_kv_stages * per_stage + f8_slots * f8_slot};
   }
 
   // One 128-row MMA tile of the CTA's two.

@@ -25,6 +25,12 @@ constexpr int kHopperBN[] = {64, 80, 96, 112, 128, 176, 192};
 int fragment_regs(int dp, int bn) { return dp / 2 + bn / 2 + bn / 4; }
 int fragment_budget(int bm, bool heavy_softmax = false) { return bm == 192 ? 128 : heavy_softmax ? 176 : 196; }
 
+// Per-element masks (all but none and causal) and position-dependent score-mods (ALiBi, snippets).
+bool heavy_softmax(const FA4Config& c) {
+  return (c.mask.kind != Mask::Kind::none && c.mask.kind != Mask::Kind::causal) ||
+         c.score_mod.kind == ScoreMod::Kind::alibi || c.score_mod.kind == ScoreMod::Kind::custom;
+}
+
 class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
@@ -32,6 +38,7 @@ class Sm90a final : public BackendPolicy {
 
   Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
     if (c.dtype == DType::e4m3) return derive_fp8(c, dp, a);
+    if (c.kv_dtype) return derive_kv_fp8(c, dp, a);
     // BM = 64 rows per consumer warpgroup: 2 warpgroups (128), or FA3's 3 (192) at depth 64, where
     // 160 registers per consumer thread still hold the S and O fragments.
     // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
@@ -49,9 +56,7 @@ class Sm90a final : public BackendPolicy {
     // Default: 128 (BN 176 at d128, FA3's non-causal tile, and 192 at d64 are opt-in), the largest
     // allowed below it at d192 / d256 (112 / 80; 96 / 64 with a heavier softmax); decode (BM 64)
     // streams K/V with BN 64: two CTAs per SM where both fit in shared memory keep twice the loads in flight.
-    const bool heavy_softmax = (c.mask.kind != Mask::Kind::none && c.mask.kind != Mask::Kind::causal) ||
-                               c.score_mod.kind == ScoreMod::Kind::alibi || c.score_mod.kind == ScoreMod::Kind::custom;
-    const int default_budget = fragment_budget(c.BM, heavy_softmax);
+    const int default_budget = fragment_budget(c.BM, heavy_softmax(c));
     int bn_default = 64;
     if (c.BM != 64)
       for (int bn : bn_allowed)
@@ -95,6 +100,32 @@ class Sm90a final : public BackendPolicy {
     return {128 * (1 + c.BM / 64), smem, 1};
   }
 
+  // FP8 KV cache (e4m3 K and V under a 16-bit Q; templates/sm90a: the producer warpgroup's warps 1-3
+  // convert each e4m3 K / V stage into the 16-bit stage the consumers read, so the consumers run the
+  // 16-bit kernel unchanged). Padded depth 128 (depths 64, 96, 128: e4m3 rows of one 128-byte
+  // swizzle atom), BM as the 16-bit kernel (64 packed, else 128), BN 64 for decode (two CTAs per SM
+  // fit) and 128 for prefill, the grid walk (settle). Shared memory: Q, the 16-bit K and V rings
+  // and the e4m3 rings TMA fills.
+  Budget derive_kv_fp8(FA4Config& c, int dp, const ArchInfo& a) const {
+    if (dp != 128)
+      refuse("depth", fmt::format("{} with kv_dtype e4m3", c.depth),
+             fmt::format("64, 96 or 128 for an FP8 KV cache on {}", c.arch));
+    c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : 128, c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128});
+    // The consumers run at 224 registers here (the converting producer takes 56): per-element masks
+    // and position-dependent score-mods spill at BN 128 (d96 sliding window + softcap: 4 B), so BN 64.
+    c.BN = pick("BN", c.BN, c.BM == 64 || heavy_softmax(c) ? 64 : 128, {64, 128});
+    c.BK0 = pick("BK0", c.BK0, dp, {dp});
+    c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
+    c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
+    const int smem = 2 * c.BM * dp + 6 * c.num_kv_stages * c.BN * dp + 1024;
+    if (smem > a.max_smem)
+      throw ConfigError(
+          fmt::format("num_kv_stages: {} stages of BN={} at depth {} (kv_dtype e4m3) need {} bytes; {} allows {}",
+                      c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
+    const int ctas = c.BM == 64 && 2 * (smem + 1024) <= a.max_smem + 1024 ? 2 : 1;
+    return {128 * (1 + c.BM / 64), smem, ctas};
+  }
+
   // One consumer warpgroup's 64 rows.
   int q_box_rows(const FA4Config&) const override { return 64; }
 
@@ -108,7 +139,7 @@ class Sm90a final : public BackendPolicy {
     // persistent: d256 causal, d64 softcap).
     const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
                        c.score_mod.kind == ScoreMod::Kind::identity;
-    t.persistent = !c.pack_gqa && dp <= 128 && plain && c.dtype != DType::e4m3 ? 1 : 0;
+    t.persistent = !c.pack_gqa && dp <= 128 && plain && c.dtype != DType::e4m3 && !c.kv_dtype ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -123,7 +154,8 @@ class Sm90a final : public BackendPolicy {
   }
 
   void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& a) const override {
-    if (c.dtype == DType::e4m3) {  // FP8: the grid walk (its transposers walk one CTA's tiles)
+    if (c.dtype == DType::e4m3 ||
+        c.kv_dtype) {  // FP8: the grid walk (its transposers / converters walk one CTA's tiles)
       if (t.persistent != 0)
         throw ConfigError(
             fmt::format("tune: persistent={}: FP8 (e4m3) kernels on {} run the grid walk (0)", t.persistent, c.arch));

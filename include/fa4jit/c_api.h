@@ -20,7 +20,8 @@
  * - Compatibility: FA4JIT_C_API_VERSION grows when functions or struct fields are added, or the
  *   JSON exchanged changes (2: configs lost padded_depth, BK1, num_mma_stages and swizzle_bytes,
  *   which took one value only; resolved configs report "padded_depth" beside "config"; 3: FP8,
- *   FA4JIT_E4M3 and fa4jit_launch_args' descale_q / descale_k / descale_v). Structs
+ *   FA4JIT_E4M3 and fa4jit_launch_args' descale_q / descale_k / descale_v; 4: the config field
+ *   "kv_dtype", an FP8 KV cache). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
@@ -40,7 +41,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 3
+#define FA4JIT_C_API_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,7 +61,9 @@ typedef enum fa4jit_status {
 } fa4jit_status;
 
 /* FA4JIT_E4M3 (since C API version 3): float8 e4m3 (e4m3fn) q, k, v of a config with "dtype": "e4m3";
- * o is then bf16 or fp16 (the config's output_dtype). */
+ * o is then bf16 or fp16 (the config's output_dtype). Also k and v alone (an FP8 KV cache) of a
+ * config with "dtype": "bf16" / "fp16" and "kv_dtype": "e4m3": q and o are then of the dtype, and
+ * only descale_k / descale_v may be set (descale_q is a FA4JIT_LAUNCH_ERROR). */
 typedef enum fa4jit_dtype { FA4JIT_BF16 = 0, FA4JIT_FP16 = 1, FA4JIT_E4M3 = 2 } fa4jit_dtype;
 
 /* A device tensor in (batch, seqlen, heads, head_dim) order; shape and strides in elements, and
@@ -110,7 +113,8 @@ typedef struct fa4jit_launch_args {
   uint64_t workspace_bytes;
   /* Since C API version 3. FP8 kernels (dtype e4m3): float32 [B][Hkv] contiguous dequantisation
    * factors, FlashAttention-3's convention (the kernel computes with descale_q[b][h_kv] * q, ...);
-   * NULL: 1. Set on a kernel of another dtype: FA4JIT_LAUNCH_ERROR. */
+   * NULL: 1. Each is for an e4m3 tensor only: descale_q needs dtype e4m3, descale_k / descale_v
+   * dtype or kv_dtype e4m3 (an FP8 KV cache); set otherwise: FA4JIT_LAUNCH_ERROR. */
   const float* descale_q;
   const float* descale_k;
   const float* descale_v;

@@ -66,12 +66,15 @@ struct FA4JIT_API ScoreMod {
 };
 
 struct FA4Config {
-  DType dtype = DType::bf16;          // Q, K, V
+  DType dtype = DType::bf16;          // Q (and K, V unless kv_dtype says otherwise)
   std::optional<DType> output_dtype;  // O (bf16 or fp16); unset: dtype, or bf16 when dtype is e4m3
-  int depth = 128;                    // head dim
-  int BM = 0, BN = 0, BK0 = 0;        // Q rows per CTA, K/V rows per tile, Q.K^T depth chunk
-  int num_q_heads = 0;                // 0: any (checked at launch when set)
-  int group = 0;                      // num_q_heads / num_kv_heads; 0: any
+  // K, V in memory; unset: dtype. e4m3 with a bf16/fp16 dtype is an FP8 KV cache: the kernel reads
+  // e4m3 K/V (LaunchArgs::descale_k/v per (batch, KV head)) and computes in dtype.
+  std::optional<DType> kv_dtype;
+  int depth = 128;              // head dim
+  int BM = 0, BN = 0, BK0 = 0;  // Q rows per CTA, K/V rows per tile, Q.K^T depth chunk
+  int num_q_heads = 0;          // 0: any (checked at launch when set)
+  int group = 0;                // num_q_heads / num_kv_heads; 0: any
   int num_kv_stages = 0, num_qk_stages = 0;
   std::string arch;  // "sm_90a", "sm_100a", "sm_80", ...; empty: current GPU
   Mask mask;
@@ -83,10 +86,10 @@ struct FA4Config {
 
   // Every field (a new field must be added here; tests/public_api_test.cpp checks each one).
   bool operator==(const FA4Config& o) const {
-    return dtype == o.dtype && output_dtype == o.output_dtype && depth == o.depth && BM == o.BM && BN == o.BN &&
-           BK0 == o.BK0 && num_q_heads == o.num_q_heads && group == o.group && num_kv_stages == o.num_kv_stages &&
-           num_qk_stages == o.num_qk_stages && arch == o.arch && mask == o.mask && score_mod == o.score_mod &&
-           pack_gqa == o.pack_gqa;
+    return dtype == o.dtype && output_dtype == o.output_dtype && kv_dtype == o.kv_dtype && depth == o.depth &&
+           BM == o.BM && BN == o.BN && BK0 == o.BK0 && num_q_heads == o.num_q_heads && group == o.group &&
+           num_kv_stages == o.num_kv_stages && num_qk_stages == o.num_qk_stages && arch == o.arch && mask == o.mask &&
+           score_mod == o.score_mod && pack_gqa == o.pack_gqa;
   }
   bool operator!=(const FA4Config& o) const { return !(*this == o); }
 };

@@ -14,7 +14,7 @@ import struct
 
 from . import _paths, errors
 
-C_API_VERSION = 3  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v)
+C_API_VERSION = 4  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype)
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates

@@ -33,6 +33,9 @@ class Config:
 
     dtype: str = "bf16"
     output_dtype: Optional[str] = None
+    # K and V in memory; None: dtype. "e4m3" under a bf16/fp16 dtype is an FP8 KV cache (e4m3 K/V,
+    # 16-bit Q and O, descale_k / descale_v at launch).
+    kv_dtype: Optional[str] = None
     depth: int = 128
     BM: int = 0
     BN: int = 0
@@ -47,8 +50,11 @@ class Config:
     pack_gqa: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        """The config as a JSON object (every field)."""
-        return dataclasses.asdict(self)
+        """The config as a JSON object (every field; kv_dtype only when set, as the library writes it)."""
+        d = dataclasses.asdict(self)
+        if d["kv_dtype"] is None:
+            del d["kv_dtype"]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

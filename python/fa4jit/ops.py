@@ -82,11 +82,13 @@ def _get_kernel(key: tuple) -> _Kernel:
     k = _kernels.get(key)
     if k is not None:
         return k
-    (arch, dtype, depth, causal, window, chunked, mask_snippet, block_snippet, score_kind, score_snippet, pack, group,
-     out_dtype) = key
+    (arch, dtype, kv_dtype, depth, causal, window, chunked, mask_snippet, block_snippet, score_kind, score_snippet,
+     pack, group, out_dtype) = key
     score = {"kind": score_kind, "snippet": score_snippet} if score_kind == "custom" else score_kind
     cfg = {"dtype": dtype, "depth": depth, "mask": _mask_json(causal, window, chunked, mask_snippet, block_snippet),
            "score_mod": score, "pack_gqa": pack}
+    if kv_dtype != dtype:  # FP8 KV cache: e4m3 K and V under a 16-bit Q (written only then, as the library does)
+        cfg["kv_dtype"] = kv_dtype
     if out_dtype != dtype:  # FP8 inputs: O in bf16 or fp16
         cfg["output_dtype"] = out_dtype
     if pack:
@@ -152,20 +154,27 @@ def _check_float_vector(name: str, t: Optional[Tensor], device: torch.device, le
 
 
 def _out_dtype(q_dtype):
-    """O's dtype for inputs of q_dtype when the caller passes no out: q's, or bf16 for FP8 inputs."""
+    """O's dtype for inputs of q_dtype when the caller passes no out: q's (also under an FP8 KV
+    cache), or bf16 for FP8 q, k, v."""
     return torch.bfloat16 if _FP8 is not None and q_dtype == _FP8 else q_dtype
 
 
-def _check_descale(q, batch, Hkv, device, descale_q, descale_k, descale_v):
-    """FP8 descale factors (FlashAttention-3's): float32 (batch, Hkv) on q's device, FP8 inputs only."""
-    for name, t in zip(_DESCALE, (descale_q, descale_k, descale_v)):
+def _check_descale(q, k, v, batch, Hkv, device, descale_q, descale_k, descale_v):
+    """FP8 descale factors (FlashAttention-3's): float32 (batch, Hkv) on q's device, each for an FP8
+    tensor only: descale_q for e4m3 q, descale_k / descale_v for e4m3 k / v (FP8 inputs, or an FP8
+    KV cache under a 16-bit q)."""
+    for name, t, x, xname in zip(_DESCALE, (descale_q, descale_k, descale_v), (q, k, v), "qkv"):
         if t is None:
             continue
         if not isinstance(t, Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if _FP8 is None or q.dtype != _FP8:
-            raise LaunchError(f"{name} is set but q has dtype {q.dtype}: descale factors are for "
-                              f"torch.float8_e4m3fn inputs only")
+        if _FP8 is None or x.dtype != _FP8:
+            hint = ""
+            if xname == "q" and _FP8 is not None and k.dtype == _FP8:
+                hint = (" (with an FP8 KV cache q is 16-bit: pass descale_k / descale_v only, and fold a scale of "
+                        "q into softmax_scale)")
+            raise LaunchError(f"{name} is set but {xname} has dtype {x.dtype}: descale factors are for "
+                              f"torch.float8_e4m3fn inputs only{hint}")
         _check_device(name, t, device)
         if t.dtype != torch.float32:
             raise LaunchError(f"{name} has dtype {t.dtype}; it must be torch.float32")
@@ -194,14 +203,24 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         raise LaunchError(f"q has dtype {dt}; fa4jit takes torch.bfloat16, torch.float16" +
                           (" or torch.float8_e4m3fn" if _FP8 is not None else " (or torch.float8_e4m3fn, which "
                                                                                 "this torch lacks)"))
-    if k.dtype != dt or v.dtype != dt:
+    if _FP8 is not None and dt != _FP8 and (k.dtype == _FP8 or v.dtype == _FP8):
+        # An FP8 KV cache: e4m3 k and v under a bf16/fp16 q (kv_dtype e4m3); O in q's dtype.
+        if k.dtype != v.dtype:
+            name, t, other = ("k", k, "v") if k.dtype != _FP8 else ("v", v, "k")
+            raise LaunchError(f"{name} has dtype {t.dtype} but {other} has torch.float8_e4m3fn: an FP8 KV cache "
+                              f"needs k and v both torch.float8_e4m3fn (q {dt})")
+    elif k.dtype != dt or v.dtype != dt:
         name, t = ("k", k) if k.dtype != dt else ("v", v)
-        raise LaunchError(f"{name} has dtype {t.dtype} but q has {dt}: q, k and v must have one dtype")
+        raise LaunchError(f"{name} has dtype {t.dtype} but q has {dt}: q, k and v must have one dtype" +
+                          (" (or k and v both torch.float8_e4m3fn: an FP8 KV cache)" if _FP8 is not None and
+                           dt != _FP8 else ""))
     qs, ks, vs = q.shape, k.shape, v.shape
     D = qs[3]
-    align = 16 // q.element_size()  # strides in 16-byte steps: 8 elements of a 16-bit type, 16 of FP8
     for name, t, shape in (("q", q, qs), ("k", k, ks), ("v", v, vs)):
         st = t.stride()
+        # Strides in 16-byte steps of each tensor's own elements: 8 of a 16-bit type, 16 of FP8 (an FP8
+        # KV cache: k and v in 16-element steps, q in 8-element ones).
+        align = 16 // t.element_size()
         if shape[3] != D:
             raise LaunchError(f"{name} has head_dim {shape[3]}, q has {D}")
         if st[3] != 1:
@@ -247,7 +266,7 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         if page_table.stride(1) != 1 or page_table.stride(0) != page_table.shape[1]:
             raise LaunchError("page_table must be contiguous")
     _check_int32_vector("seqused_k", seqused_k, device, batch)
-    _check_descale(q, batch, Hkv, device, descale_q, descale_k, descale_v)
+    _check_descale(q, k, v, batch, Hkv, device, descale_q, descale_k, descale_v)
     _check_float_vector("sinks", sinks, device, Hq)
     _check_float_vector("alibi_slopes", alibi_slopes, device, Hq)
     if len(aux) > 4:
@@ -413,8 +432,8 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         pack = group > 1 and 64 % group == 0 and sq * group <= 128
     else:
         pack = bool(pack_gqa) and group > 1
-    key = (_arch(dev), _DTYPE_NAME[q.dtype], q.shape[3], causal, window, chunk_size > 0, mask_mod, block_mask_mod,
-           score_kind, score_snippet, pack, group if pack else 0, _DTYPE_NAME[out.dtype])
+    key = (_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], causal, window, chunk_size > 0,
+           mask_mod, block_mask_mod, score_kind, score_snippet, pack, group if pack else 0, _DTYPE_NAME[out.dtype])
     kernel = _get_kernel(key)
 
     ptrs = [_ptr(t) for t in aux] + [0] * (4 - len(aux))
@@ -810,6 +829,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
     FP8 (sm_90a): q, k, v torch.float8_e4m3fn; the output is bf16 (or out's dtype, bf16 or fp16).
     descale_q / descale_k / descale_v: optional float32 (B, Hkv) factors, FlashAttention-3's: the
     kernel computes with descale * stored value (None: 1). Only FP8 inputs take them.
+
+    FP8 KV cache: q bf16 or fp16 with k and v both torch.float8_e4m3fn (a kernel with "kv_dtype":
+    "e4m3"); the output has q's dtype. descale_k / descale_v (B, Hkv) dequantize K and V; descale_q
+    is refused (q is 16-bit). Works with every variant here, varlen and paged caches included;
+    k/v strides are multiples of 16 elements (16 bytes).
 
     causal: bottom-right aligned when Sq != Sk (decode). window: (left, right) extents, None or -1
     unbounded (with causal, right is 0). chunk_size: chunked attention (Llama 4), combined with

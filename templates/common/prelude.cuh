@@ -20,6 +20,15 @@ template <> struct DTypeTraits<bf16_t> { static constexpr bool kIsBf16 = true, k
 template <> struct DTypeTraits<half_t> { static constexpr bool kIsBf16 = false, kIsFp8 = false; };
 template <> struct DTypeTraits<e4m3_t> { static constexpr bool kIsBf16 = false, kIsFp8 = true; };
 
+template <class...> struct VoidOf { using type = void; };
+
+// K/V storage type: Config::KVElement where the generator sets it (an FP8 KV cache, "kv_dtype":
+// "e4m3", under a 16-bit Element for Q and the MMAs), else Element.
+template <class C, class = void> struct KVElementOf { using type = typename C::Element; };
+template <class C> struct KVElementOf<C, typename VoidOf<typename C::KVElement>::type> {
+  using type = typename C::KVElement;
+};
+
 // Packs two floats into one 32-bit register of 16-bit values (lo in the low half).
 template <class T>
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
@@ -42,6 +51,37 @@ __device__ __forceinline__ u32 pack4_e4m3(float a, float b, float c, float d) {
       : "=r"(r)
       : "f"(a), "f"(b), "f"(c), "f"(d));
   return r;
+}
+
+// One e4m3 code -> float, without the sm_89 cvt (the portable backend's sm_80): sign and the 7 low
+// bits into float32's fields, times 2^120 (the exponent biases differ by 127 - 7). mul.rn without
+// .ftz keeps e4m3's subnormals (float32 subnormals here) under --use_fast_math.
+__device__ __forceinline__ float e4m3_to_float(u32 b) {
+  const float f = __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20));
+  float y;
+  asm("mul.rn.f32 %0, %1, 0f7B800000;" : "=f"(y) : "f"(f));  // 0x7B800000 = 2^120
+  return y;
+}
+
+// Two e4m3 (x's low byte -> the low half) -> two T in one register. Exact: every e4m3 value is a
+// normal f16 and bf16 number (or zero).
+template <class T>
+__device__ __forceinline__ u32 e4m3x2_to(u16 x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  return pack2<T>(e4m3_to_float(x & 0xffu), e4m3_to_float(static_cast<u32>(x) >> 8));
+#else
+  u32 h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(x));
+  if constexpr (DTypeTraits<T>::kIsBf16) {
+    float lo, hi;
+    asm("{ .reg .f16 a, b; mov.b32 {a, b}, %2; cvt.f32.f16 %0, a; cvt.f32.f16 %1, b; }"
+        : "=f"(lo), "=f"(hi)
+        : "r"(h));
+    return pack2<T>(lo, hi);
+  } else {
+    return h;
+  }
+#endif
 }
 
 template <class T>

@@ -14,6 +14,11 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
   return v;
 }
 
+__device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(addr)
+               : "memory");
+}
+
 __device__ __forceinline__ void st_shared_v4(u32 addr, const u32 (&v)[4]) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");

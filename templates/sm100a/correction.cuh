@@ -27,7 +27,7 @@ __device__ __forceinline__ void rescale_o(u32 t_o, float f) {
 
 template <class Config, class Mask>
 __device__ __forceinline__ void correction(const FwdParams& p, u32 tmem_base, unsigned char* smem,
-                                           SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
+                                           BarriersOf<Config>& bars) {
   using T = Traits<Config>;
   const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role
   const int r = threadIdx.x % 128;

@@ -34,7 +34,7 @@ __device__ __forceinline__ void st_global_v4_f32(float* ptr, float a, float b, f
 template <class Config, class Mask>
 __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdParams& p, const TmaDescs& tma,
                                          u32 tmem_base, unsigned char* smem,
-                                         SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars,
+                                         BarriersOf<Config>& bars,
                                          int tile, bool has_o, float inv_sum, float lse) {
   using T = Traits<Config>;
   using Out = typename T::OutElement;

@@ -7,7 +7,7 @@
 //   warps 0-3 softmax WG0 S0 -> P0 (TMEM), factor -> smem; epilogue of O0, LSE
 //   warps 4-7 softmax WG1 S1 -> P1 (TMEM), factor -> smem; epilogue of O1, LSE
 //   warps 8-11 correction O_i *= factor in TMEM, only when some row needs it
-//   warps 14-15 idle
+//   warps 14-15 idle; FP8 KV cache (kv_dtype e4m3): convert e4m3 K/V tiles -> the 16-bit rings
 //
 // The pipelines between them are listed in pipelines.cuh. Each role derives the same Work
 // (rows, KV tiles) from the same functions and never asks another role about it.
@@ -24,6 +24,7 @@
 #include "sm100a/umma.cuh"
 #include "sm100a/pipelines.cuh"
 #include "sm100a/load.cuh"
+#include "sm100a/convert.cuh"
 #include "sm100a/mma.cuh"
 #include "sm100a/softmax.cuh"
 #include "sm100a/correction.cuh"
@@ -36,13 +37,13 @@ namespace sm100a {
 // starts at 65536 / 512 = 128 per thread; the sum must stay within the 64K register file.
 constexpr int kRegsSoftmax = 192;
 constexpr int kRegsCorrection = 80;
-constexpr int kRegsOther = 48;  // MMA, load, idle
+constexpr int kRegsOther = 48;  // MMA, load, idle (FP8 KV cache: the e4m3 converters)
 static_assert(128 * (2 * kRegsSoftmax + kRegsCorrection + kRegsOther) <= 65536, "register file");
 
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs& tma) {
   using T = Traits<Config>;
-  using Bars = SharedBarriers<T::kKSlots, T::kStages>;
+  using Bars = BarriersOf<Config>;
   static_assert(sizeof(Bars) <= 1024, "barriers and TMEM address fit the reserved kilobyte");
   extern __shared__ __align__(1024) unsigned char smem[];
 
@@ -90,6 +91,8 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       mma<Config, Mask>(p, tmem_base, smem, bars);
     } else if (warp == 13) {
       load<Config, Mask>(p, tma, smem, bars);
+    } else {
+      if constexpr (T::kFp8KV) convert<Config, Mask>(p, smem, bars);  // warps 14-15
     }
   }
 }

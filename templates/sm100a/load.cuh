@@ -2,6 +2,8 @@
 // Order (MAX): Q0, K0, Q1, V0, then K_n, V_n over the CTA's KV tiles (Work: descending, kSkip
 // tiles skipped, this split's share only). K_n arrives in qk_stages chunks along depth,
 // each on its own barrier, so the MMA can start on the first chunk while the rest lands.
+// FP8 KV cache (Traits::kFp8KV): K_n and V_n land whole, as e4m3, in consecutive slots of the f8
+// ring (same order); the converter warps (convert.cuh) fill the 16-bit K chunks and V stages.
 #pragma once
 #include "sm100a/traits.cuh"
 #include "sm100a/pipelines.cuh"
@@ -11,7 +13,7 @@ namespace sm100a {
 
 template <class Config, class Mask>
 __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
-                                     SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
+                                     BarriersOf<Config>& bars) {
   using T = Traits<Config>;
   if (!elect_one_sync()) return;
   const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role
@@ -39,11 +41,13 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
   // for the `boxes` boxes starting at depth column col0. Paged: kBN / kv_box_rows row boxes per
   // column box, each from its page (kv_box_rows divides page_size and kBN, so no box crosses a
   // page and each lands on whole 1024-byte swizzle atoms). Unpaged: one box, as always.
-  auto load_rows = [&](unsigned char* dst, const TmaDesc* map, u64* bar, int col0, int boxes, int row) {
+  // box_cols: elements per 128-byte box row (64 of 16 bits, 128 of e4m3).
+  auto load_rows = [&](unsigned char* dst, const TmaDesc* map, u64* bar, int col0, int boxes, int row,
+                       int box_cols = T::kBox) {
     if (c.pages == nullptr) {
 #pragma unroll
       for (int b = 0; b < boxes; ++b)
-        tma_load_4d(dst + b * T::kBN * 128, map, bar, col0 + b * T::kBox, c.kv_row0 + row, c.kv_head, c.kv_batch);
+        tma_load_4d(dst + b * T::kBN * 128, map, bar, col0 + b * box_cols, c.kv_row0 + row, c.kv_head, c.kv_batch);
     } else {
       const int rows = p.kv_box_rows;
 #pragma unroll 1
@@ -51,36 +55,54 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
         const TmaCoords::Box box = c.kv_box(p, row + i);
 #pragma unroll
         for (int b = 0; b < boxes; ++b)
-          tma_load_4d(dst + b * T::kBN * 128 + i * 128, map, bar, col0 + b * T::kBox, box.row, c.kv_head, box.batch);
+          tma_load_4d(dst + b * T::kBN * 128 + i * 128, map, bar, col0 + b * box_cols, box.row, c.kv_head, box.batch);
       }
     }
   };
 
-  pipe::Producer<T::kKSlots> k_prod(&bars.k);
-  pipe::Producer<T::kStages> v_prod(&bars.v);
-  auto load_k = [&](int n) {  // one acquire per depth chunk; chunk slots of a stage are contiguous
-#pragma unroll
-    for (int ch = 0; ch < T::kQKStages; ++ch) {
-      auto st = k_prod.acquire();
-      st.expect_bytes(T::kKChunkBytes);
-      load_rows(smem + T::kKOff + st.index() * T::kKChunkBytes, &tma.k, st.full_barrier(), ch * T::kBK0,
-                T::kBK0 / T::kBox, n * T::kBN);
+  if constexpr (T::kFp8KV) {
+    // One e4m3 slot per K or V tile: Dp/128 boxes of [BN][128 bytes].
+    pipe::Producer<T::kF8Slots> f8_prod(&bars.f8);
+    auto load_f8 = [&](const TmaDesc* map, int n) {
+      auto st = f8_prod.acquire();
+      st.expect_bytes(T::kF8StageBytes);
+      load_rows(smem + T::kF8Off + st.index() * T::kF8StageBytes, map, st.full_barrier(), 0, T::kDp / T::kBoxF8,
+                n * T::kBN, T::kBoxF8);
+    };
+    load_q(0);
+    load_f8(&tma.k, n);
+    load_q(1);
+    load_f8(&tma.v, n);
+    for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
+      load_f8(&tma.k, n);
+      load_f8(&tma.v, n);
     }
-  };
-  auto load_v = [&](int n) {
-    auto st = v_prod.acquire();
-    st.expect_bytes(T::kKVStageBytes);
-    load_rows(smem + T::kVOff + st.index() * T::kKVStageBytes, &tma.v, st.full_barrier(), 0, T::kDp / T::kBox,
-              n * T::kBN);
-  };
-
-  load_q(0);
-  load_k(n);
-  load_q(1);
-  load_v(n);
-  for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
+  } else {
+    pipe::Producer<T::kKSlots> k_prod(&bars.k);
+    pipe::Producer<T::kStages> v_prod(&bars.v);
+    auto load_k = [&](int n) {  // one acquire per depth chunk; chunk slots of a stage are contiguous
+#pragma unroll
+      for (int ch = 0; ch < T::kQKStages; ++ch) {
+        auto st = k_prod.acquire();
+        st.expect_bytes(T::kKChunkBytes);
+        load_rows(smem + T::kKOff + st.index() * T::kKChunkBytes, &tma.k, st.full_barrier(), ch * T::kBK0,
+                  T::kBK0 / T::kBox, n * T::kBN);
+      }
+    };
+    auto load_v = [&](int n) {
+      auto st = v_prod.acquire();
+      st.expect_bytes(T::kKVStageBytes);
+      load_rows(smem + T::kVOff + st.index() * T::kKVStageBytes, &tma.v, st.full_barrier(), 0, T::kDp / T::kBox,
+                n * T::kBN);
+    };
+    load_q(0);
     load_k(n);
+    load_q(1);
     load_v(n);
+    for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
+      load_k(n);
+      load_v(n);
+    }
   }
 }
 

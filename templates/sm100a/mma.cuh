@@ -66,7 +66,7 @@ struct MmaIssuer {
 
 template <class Config, class Mask>
 __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned char* smem,
-                                    SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars) {
+                                    BarriersOf<Config>& bars) {
   using T = Traits<Config>;
   if (!elect_one_sync()) return;
   const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role

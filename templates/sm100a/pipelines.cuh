@@ -9,15 +9,25 @@
 //   c[i]        softmax_i: factor in smem (128)    correction: factor read (128)       1
 //   o[i]        MMA commit: O_i += P_i V done (1)  correction: O_i rescaled (128)      1
 //   o_final[i]  MMA commit after the last P_i V (1): the epilogue may read O_i        1 use
+//
+// FP8 KV cache (Traits::kFp8KV): TMA fills the e4m3 ring instead, and the converter warps fill k and v:
+//   f8          TMA bytes (1)                      converter warps (2, one per warp)   2..4, K V K V ..
+//   k, v        converter threads (64)             MMA tcgen05.commit (1)              as above
 #pragma once
 #include "common/pipeline.cuh"
 #include "sm100a/tmem.cuh"
 #include "sm100a/umma.cuh"
+#include "sm100a/traits.cuh"
 
 namespace fa4 {
 namespace sm100a {
 
-template <int kKSlots, int kVSlots>
+// FP8 KV cache: warps 14-15 (idle in the 16-bit kernel) widen the e4m3 K/V tiles (convert.cuh).
+constexpr int kConvertWarp0 = 14;
+constexpr int kConvertWarps = 2;
+constexpr int kConvertThreads = 32 * kConvertWarps;
+
+template <int kKSlots, int kVSlots, int kF8Slots = 0>
 struct SharedBarriers {
   u64 q_full[2];
   pipe::Barriers<kKSlots> k;
@@ -27,6 +37,7 @@ struct SharedBarriers {
   pipe::Barriers<1> o[2];
   u64 o_final[2];
   u32 tmem_base;  // written by tcgen05.alloc
+  pipe::Barriers<(kF8Slots > 0 ? kF8Slots : 1)> f8;  // FP8 KV cache only (kF8Slots > 0): the e4m3 ring
 
   // One thread; the caller fences (fence_barrier_init) and syncs the CTA.
   __device__ __forceinline__ void init() {
@@ -38,10 +49,17 @@ struct SharedBarriers {
       o[i].init(1, kWG);
       mbar_init(&o_final[i], 1);
     }
-    k.init(1, 1);
-    v.init(1, 1);
+    // 16-bit K/V stages: filled by TMA (one expect_tx arrival), or, under an FP8 KV cache, by
+    // every converter thread after its fence.proxy.async.
+    constexpr u32 kKVFull = kF8Slots > 0 ? kConvertThreads : 1;
+    k.init(kKVFull, 1);
+    v.init(kKVFull, 1);
+    if constexpr (kF8Slots > 0) f8.init(1, kConvertWarps);
   }
 };
+
+template <class Config>
+using BarriersOf = SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages, Traits<Config>::kF8Slots>;
 
 // Release policy for a thread that wrote TMEM (tcgen05.st) and hands it to the MMA warp:
 // the stores must be complete and ordered before the arrival.

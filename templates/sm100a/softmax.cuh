@@ -44,6 +44,13 @@ struct SoftmaxRow {
   int k_lo;            // first key of the current tile
   mask::TileClass cls; // for this Q tile and KV tile
   bool bounded;        // tile reaches past seqlen_k
+  float qk_mul = 0.f;  // FP8 KV cache: softmax_scale * descale_k of the CTA's (batch, KV head)
+
+  // Multiplies a raw score before a score-mod: softmax_scale (FP8 KV cache: times descale_k).
+  __device__ __forceinline__ float logit_mul() const {
+    if constexpr (T::kFp8KV) return qk_mul;
+    return p.softmax_scale;
+  }
 
   // Visibility of keys [k0, k0 + 32) for this row, bit j = key k0 + j (FA4's R2P idea): the
   // per-key mask runs in a rolled loop (small code), the select on the scores is unrolled.
@@ -75,7 +82,7 @@ struct SoftmaxRow {
         const int k_last = bounded ? ctx.seqlen_k - 1 : 0x7fffffff;
 #pragma unroll
         for (int j = 0; j < 32; ++j)
-          s[j] = mod(s[j] * p.softmax_scale, ctx.batch, ctx.q_head, q, min(k_lo + col0 + j, k_last), p) * kLog2e;
+          s[j] = mod(s[j] * logit_mul(), ctx.batch, ctx.q_head, q, min(k_lo + col0 + j, k_last), p) * kLog2e;
       }
     }
     if (cls != mask::kFull || bounded) {
@@ -117,7 +124,7 @@ __device__ __forceinline__ void to_float(const u32 (&r)[32], float (&s)[32]) {
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& tma, u32 tmem_base,
                                            unsigned char* smem,
-                                           SharedBarriers<Traits<Config>::kKSlots, Traits<Config>::kStages>& bars,
+                                           BarriersOf<Config>& bars,
                                            int tile) {
   using T = Traits<Config>;
   using Row = SoftmaxRow<Config, Mask, ScoreMod>;
@@ -133,7 +140,17 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
   const int r = threadIdx.x % 128;
   const u32 t_s = tmem_base + tmem::warp_lane_base() + T::tmem_s(tile);
   float* corr_smem = reinterpret_cast<float*>(smem + T::kCorrOff) + tile * T::kTileM;
-  const float scale = Row::kIdentity ? p.scale_log2 : 1.0f;
+  // FP8 KV cache: real K = stored K * descale_k, real V = stored V * descale_v, per (batch, KV
+  // head) of the CTA (null = 1). descale_k joins the logit scale, descale_v the epilogue's 1/sum
+  // (before the split-KV partials too). 16-bit K/V: both 1, nothing is read.
+  float descale_k = 1.0f, descale_v = 1.0f;
+  if constexpr (T::kFp8KV) {
+    const int i = w.seq.batch * p.num_kv_heads + w.seq.kv_head;
+    if (p.descale_k) descale_k = p.descale_k[i];
+    if (p.descale_v) descale_v = p.descale_v[i];
+  }
+  float scale = Row::kIdentity ? p.scale_log2 : 1.0f;
+  if constexpr (T::kFp8KV && Row::kIdentity) scale *= descale_k;
 
   // Tile rows of this Q tile (packed rows when kPack > 1) and the queries they span.
   const int r_lo = w.q_lo + tile * T::kTileM;
@@ -145,6 +162,7 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
   mask::Ctx row_mask = w.ctx;
   row_mask.q_head = w.seq.q_head + pr.head;
   Row row_ctx{p, row_mask, min(pr.q, w.seq.seqlen_q - 1), 0, mask::kFull, false};
+  if constexpr (T::kFp8KV) row_ctx.qk_mul = p.softmax_scale * descale_k;
   softmax::RowState row;
   row.init();
 
@@ -244,7 +262,9 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
 
   // Split-KV: only split 0 counts the sink, so the combine adds it once.
   if (p.sinks && w.split == 0) row.add_sink(p.sinks[row_ctx.ctx.q_head] * kLog2e, scale);
-  epilogue<Config, Mask>(w, p, tma, tmem_base, smem, bars, tile, w.has(n_first), row.inv_sum(), row.lse(scale));
+  float inv_sum = row.inv_sum();
+  if constexpr (T::kFp8KV) inv_sum *= descale_v;  // O = P (V descale_v) / sum; the LSE does not change
+  epilogue<Config, Mask>(w, p, tma, tmem_base, smem, bars, tile, w.has(n_first), inv_sum, row.lse(scale));
 }
 
 }  // namespace sm100a

@@ -14,6 +14,11 @@ template <class Config>
 struct Traits {
   using Element = typename Config::Element;
   using OutElement = typename Config::OutElement;
+  // K/V in global memory: Element, or e4m3 for an FP8 KV cache (Config::KVElement, "kv_dtype":
+  // "e4m3"). Then TMA lands K/V tiles as e4m3 in the f8 ring and warps 14-15 widen them into the
+  // 16-bit K/V rings (convert.cuh); everything after that is the 16-bit kernel's.
+  using KVElement = typename KVElementOf<Config>::type;
+  static constexpr bool kFp8KV = DTypeTraits<KVElement>::kIsFp8;
   static constexpr int kElemBytes = 2;
 
   static constexpr int kBM = Config::kBM;           // CTA rows: two Q tiles
@@ -40,6 +45,8 @@ struct Traits {
   static_assert(kStages >= 2, "V(n) is held until O1 += P1 V(n) one iteration later: needs 2 V slots");
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "16-bit Q/K/V/O");
   static_assert(kPack >= 1 && kTileM % kPack == 0, "a Q tile (one 5-D TMA box) holds whole groups");
+  static_assert(sizeof(KVElement) == 2 || (kFp8KV && kDp == 128),
+                "16-bit K/V, or an e4m3 KV cache at padded depth 128 (one 128-byte e4m3 row per key)");
 
   // ---- TMEM columns (fp32, 128 lanes) ----
   static constexpr u32 kTmemS0 = 0;                 // S0, then P0 (16-bit, packed 2 per column) over it
@@ -57,15 +64,26 @@ struct Traits {
   static constexpr int kQOff = 0;                                 // Q0, Q1; O staging reuses them
   static constexpr int kKOff = kQOff + kNumQTiles * kQTileBytes;
   static constexpr int kVOff = kKOff + kStages * kKVStageBytes;
-  static constexpr int kCorrOff = kVOff + kStages * kKVStageBytes;
+  // FP8 KV cache only: the e4m3 ring, one slot per K or V tile in load order (K0 V0 K1 V1 ...),
+  // Dp/128 TMA boxes of [BN][128 bytes] each. The host sizes it (generator/backends/sm100a.cpp):
+  // whatever kSmemBytes holds beyond the 16-bit formula, 2..4 slots.
+  static constexpr int kBoxF8 = 128;                              // e4m3 TMA box width: one 128-byte row
+  static constexpr int kF8StageBytes = kFp8KV ? kBN * kDp : 0;    // Dp/128 boxes of [BN][128]
+  static constexpr int kSmemBytes16 = kElemBytes * (kBM * kDp + 2 * kStages * kBN * kDp) + kBM * 4 + 1024;
+  static constexpr int kF8Slots = kFp8KV ? (Config::kSmemBytes - kSmemBytes16) / (kBN * kDp) : 0;
+  static constexpr int kF8Off = kVOff + kStages * kKVStageBytes;
+  static constexpr int kCorrOff = kF8Off + kF8Slots * kF8StageBytes;
   static constexpr int kBarOff = kCorrOff + kBM * 4;
   static constexpr int kSmemBytes = kBarOff + 1024;
-  static_assert(kSmemBytes == kElemBytes * (kBM * kDp + 2 * kStages * kBN * kDp) + kBM * 4 + 1024,
-                "the DEVICE_ABI sm100a shared-memory formula");
+  static_assert(kSmemBytes == kSmemBytes16 + kF8Slots * kF8StageBytes,
+                "the DEVICE_ABI sm100a shared-memory formula (+ the e4m3 ring of an FP8 KV cache)");
+  static_assert(!kFp8KV || (kF8Slots >= 2 && kF8Slots <= 4 && Config::kSmemBytes == kSmemBytes),
+                "FP8 KV cache: kSmemBytes = the 16-bit formula + 2..4 e4m3 slots of BN x Dp bytes");
   static_assert(Config::kSmemBytes >= kSmemBytes, "host launches with the formula's bytes");
   static_assert(kSmemBytes <= 232448, "B200: 228 KiB - 1 KiB per CTA");
   static_assert(kKOff % 1024 == 0 && kVOff % 1024 == 0 && kKChunkBytes % 1024 == 0 && kQTileBytes % 1024 == 0,
                 "swizzle atoms are 1024-byte aligned");
+  static_assert(kF8Off % 1024 == 0 && kF8StageBytes % 1024 == 0, "e4m3 swizzle atoms are 1024-byte aligned");
 };
 
 // The work of one CTA (common/tile_scheduler.cuh TileWork, which the sm90a backend runs and tests

@@ -42,6 +42,10 @@ __device__ __forceinline__ void ld_shared_v4(u32 (&v)[4], u32 addr) {
                : "r"(addr)
                : "memory");
 }
+__device__ __forceinline__ void st_shared_v4(u32 addr, const u32 (&v)[4]) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
+}
 __device__ __forceinline__ void st_global_v4(void* p, const u32 (&v)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");

@@ -21,6 +21,8 @@ namespace sm80 {
 // fa4_combine. They are stored straight from the C fragments (a quad writes a row's 32
 // contiguous bytes per n8 block: whole sectors). Only split 0 adds the sink, so the combine
 // counts it once; a split that saw no key writes O = 0 and LSE = -inf (or the sink).
+// FP8 KV cache: O (and the partial O) times descale_v of (batch, KV head); `scale` already holds
+// descale_k (kernel.cuh), so the LSE and the sink are those of the dequantised scores.
 template <class T>
 __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], softmax::RowState (&rs)[T::kMTiles][2],
                                          float scale, const FwdParams& p, const SeqInfo& seq, int q_lo, int split,
@@ -30,6 +32,7 @@ __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], 
   const int g = lane >> 2, t = lane & 3;
   const int warp_row0 = warp * T::kWarpRows;
   const bool to_partial = p.num_splits > 1;
+  const float o_mul = kv_descaled<T>(1.0f, p.descale_v, p, seq.batch, seq.kv_head);  // 16-bit K/V: 1 (folded away)
 
 #pragma unroll
   for (int mt = 0; mt < T::kMTiles; ++mt)
@@ -41,7 +44,7 @@ __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], 
       const int q = q_lo + row;                          // tile row in the sequence (packed row if kPack > 1)
       if (p.sinks != nullptr && split == 0)
         r.add_sink(p.sinks[seq.q_head + PackedRow<T::kPack>::of(q).head] * kLog2e, scale);
-      const float inv = r.inv_sum();
+      const float inv = T::kFp8KV ? r.inv_sum() * o_mul : r.inv_sum();
       if (to_partial) {
         if (q < seq.seqlen_q * T::kPack) {
           const long long lse_row = seq.lse_row<T::kPack>(p, q);

@@ -19,6 +19,12 @@
 //              sinks, O and LSE.
 //   paged KV   p.page_table: K/V rows through the page table (KVBuffer::load_paged).
 //   block mask Mask::classify (mask::Custom) skips tiles and spares full tiles the masking.
+//   FP8 KV    T::kFp8KV (kv_dtype e4m3): K/V tiles land in e4m3 staging stages; after the wait
+//              every thread converts its chunks of tile n into the one 16-bit K/V stage
+//              (KVBuffer::convert) and a second barrier publishes it, so the MMA code is the
+//              16-bit kernel's. descale_k joins the logit scale (scale, or qk_mul before a
+//              score-mod), so the LSE and sinks see dequantised scores; descale_v scales O in
+//              the epilogue.
 #pragma once
 #include "common/mask.cuh"
 #include "common/prelude.cuh"
@@ -199,7 +205,16 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     rs[mt][0].init();
     rs[mt][1].init();
   }
-  const float scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
+  float scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
+  // FP8 KV cache: descale_k of (batch, KV head) joins the logit scale: the exp2 scale (identity
+  // score-mod; the epilogue's LSE and sink use it too) or qk_mul, which multiplies raw S before a
+  // score-mod (16-bit: unused, score_mod_and_mask takes p.softmax_scale). Held across the loop: a
+  // per-tile re-read spilled more (ptxas at 255 registers either way).
+  float qk_mul = 0.0f;
+  if constexpr (T::kFp8KV) {
+    if constexpr (ScoreMod::kIsIdentity) scale = kv_descaled<T>(p.scale_log2, p.descale_k, p, seq.batch, seq.kv_head);
+    else qk_mul = kv_descaled<T>(p.softmax_scale, p.descale_k, p, seq.batch, seq.kv_head);
+  }
 
   // Contiguous masks: tile n sits in stage n % S and the prefetch is tile n+S-1 (into stage
   // (n-1) % S, freed last iteration), both derived from n alone: n_begin (a split's first tile)
@@ -217,9 +232,17 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
       if constexpr (kMaySkip) n_load = next_tile(n_load + 1);
     }
     cp_async_commit();
+    // FP8 KV cache: e4m3 tile n -> the 16-bit stage. The barrier above saw every warp finish its
+    // P V of the previous tile (the stage's last reader); the one below publishes the conversion.
+    // The prefetch just issued writes another e4m3 stage (converted last iteration, before its barrier).
+    if constexpr (T::kFp8KV) {
+      kv.convert(stage, tid);
+      __syncthreads();
+    }
+    const int mma_stage = T::kFp8KV ? 0 : stage;  // the 16-bit stage the ldmatrix code reads
 
     float s[T::kMTiles][T::kNTiles][4];
-    gemm_qk<T>(s, q_tile, kv, lane_qv, lane_k, stage);
+    gemm_qk<T>(s, q_tile, kv, lane_qv, lane_k, mma_stage);
 
     const bool partial = (!Mask::kIsNone && tile_class(n) != mask::kFull) || (n + 1) * kBN > seq.seqlen_k;
     {
@@ -227,11 +250,11 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
       // derived here from threadIdx so they hold no registers across the loop.
       const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
       score_mod_and_mask<T, Mask, ScoreMod>(s, partial, q_lo + w * T::kWarpRows + (l >> 2), n * kBN + 2 * (l & 3),
-                                            ctx, p);
+                                            ctx, p, qk_mul);
     }
     online_softmax<T>(s, o, rs, scale);
 
-    gemm_pv<T>(o, s, kv, lane_qv, stage);
+    gemm_pv<T>(o, s, kv, lane_qv, mma_stage);
     if constexpr (kMaySkip) stage_tracked = stage + 1 == S ? 0 : stage + 1;
   }
 

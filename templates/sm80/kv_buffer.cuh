@@ -4,6 +4,9 @@
 //                             (through the page table when p.page_table is set);
 //   copy_to_shared<N>()       wait until the stage's copies landed and are visible CTA-wide;
 //   load_k_from_shared / load_v_from_shared   ldmatrix the B fragments of one MMA k-step.
+// FP8 KV cache (T::kFp8KV): load_from_dram fills a ring of kStages e4m3 stages (E4m3Tile) instead,
+// and convert(stage) rewrites one of them into the single 16-bit K and V stage (stage 0) that
+// the ldmatrix code reads; the e4m3 rings follow the V stage in shared memory.
 #pragma once
 #include "common/sequence.cuh"
 #include "sm80/smem_tile.cuh"
@@ -15,6 +18,10 @@ template <class T>
 struct KVBuffer {
   using Tile = SmemTile<T, T::kBN>;
   using Element = typename T::Element;
+  using KVElement = typename T::KVElement;  // in global memory: Element, or e4m3 (FP8 KV cache)
+  using Staging = E4m3Tile<T, T::kBN>;      // FP8 KV cache only
+  // Bytes between the ring stages the copies fill (16-bit: the K/V stages; FP8: the e4m3 stages).
+  static constexpr int kLoadStageBytes = T::kFp8KV ? T::kKV8StageBytes : T::kKVStageBytes;
 
   // Not the two 64-bit base pointers: those would stay live across the whole KV loop, where
   // the O and S accumulators need every register. The bases are rebuilt per tile from the
@@ -22,7 +29,12 @@ struct KVBuffer {
   int kv_head;      // seq.kv_head
   int k_row_start;  // first K/V row of this sequence (varlen: cu_seqlens_k[b]; else 0)
   int seqlen_k;
-  u32 k_smem, v_smem;  // ring bases (stage s at + s * kKVStageBytes)
+  u32 k_smem, v_smem;  // ring bases (stage s at + s * kKVStageBytes); FP8 KV cache: the one 16-bit stage
+
+  // FP8 KV cache: the e4m3 rings, after the V stage (kernel.cuh: k_smem = Q + kQBytes, v_smem =
+  // k_smem + kKBytes), stage s at + s * kKV8StageBytes.
+  __device__ __forceinline__ u32 k8_smem() const { return k_smem + 2 * T::kKBytes; }
+  __device__ __forceinline__ u32 v8_smem() const { return k_smem + 2 * T::kKBytes + T::kKV8Bytes; }
 
   __device__ __forceinline__ void init(const FwdParams& p, const SeqInfo& seq, u32 smem_k, u32 smem_v) {
     kv_head = seq.kv_head;
@@ -36,19 +48,41 @@ struct KVBuffer {
   // keeps the compiler from hoisting the 64-bit results out of the KV loop again.
   __device__ __forceinline__ void load_from_dram(const FwdParams& p, int n, int stage, int tid) const {
     if (p.page_table != nullptr) {  // uniform: unpaged launches run the code below unchanged
-      load_paged(p, kv_head, seqlen_k, k_smem, v_smem, n, stage, tid);
+      if constexpr (T::kFp8KV) load_paged(p, kv_head, seqlen_k, k8_smem(), v8_smem(), n, stage, tid);
+      else load_paged(p, kv_head, seqlen_k, k_smem, v_smem, n, stage, tid);
       return;
     }
     int head = kv_head, start = k_row_start;
     int kb = p.cu_seqlens_k ? 0 : static_cast<int>(blockIdx.z);  // packed varlen tensors have no batch stride
     asm volatile("" : "+r"(head), "+r"(start), "+r"(kb));
-    const Element* k = static_cast<const Element*>(p.k) + kb * p.k_batch_stride + (long long)start * p.k_row_stride +
-                       (long long)head * p.k_head_stride;
-    const Element* v = static_cast<const Element*>(p.v) + kb * p.v_batch_stride + (long long)start * p.v_row_stride +
-                       (long long)head * p.v_head_stride;
+    const KVElement* k = static_cast<const KVElement*>(p.k) + kb * p.k_batch_stride +
+                         (long long)start * p.k_row_stride + (long long)head * p.k_head_stride;
+    const KVElement* v = static_cast<const KVElement*>(p.v) + kb * p.v_batch_stride +
+                         (long long)start * p.v_row_stride + (long long)head * p.v_head_stride;
     const int row0 = n * T::kBN;
-    Tile::load_async(k_smem + stage * T::kKVStageBytes, k, p.k_row_stride, row0, seqlen_k, tid);
-    Tile::load_async(v_smem + stage * T::kKVStageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
+    if constexpr (T::kFp8KV) {
+      Staging::load_async(k8_smem() + stage * T::kKV8StageBytes, k, p.k_row_stride, row0, seqlen_k, tid);
+      Staging::load_async(v8_smem() + stage * T::kKV8StageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
+    } else {
+      Tile::load_async(k_smem + stage * T::kKVStageBytes, k, p.k_row_stride, row0, seqlen_k, tid);
+      Tile::load_async(v_smem + stage * T::kKVStageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
+    }
+  }
+
+  // FP8 KV cache: e4m3 K and V stage `stage` -> the 16-bit K and V stage. The caller publishes the
+  // e4m3 stage (copy_to_shared) before, after every warp's last read of the 16-bit stage, and
+  // syncs the CTA after.
+  __device__ __forceinline__ void convert(int stage, int tid) const {
+    static_assert(T::kFp8KV, "KVBuffer::convert: FP8 KV cache only");
+    convert_kv(k_smem, k8_smem() + stage * T::kKV8StageBytes, tid);
+  }
+  // Not inlined, as load_paged: inlined, the conversion's registers joined the KV loop's
+  // allocation and ptxas spilled in kernels the 16-bit loop fits (sm_120 d128 up to 120 bytes);
+  // as a call the loop keeps its allocation. k16 / k8: the 16-bit K stage and e4m3 K stage; V's
+  // sit kKBytes and kKV8Bytes further.
+  __device__ __noinline__ static void convert_kv(u32 k16, u32 k8, int tid) {
+    Staging::convert(k16, k8, tid);
+    Staging::convert(k16 + T::kKBytes, k8 + T::kKV8Bytes, tid);
   }
 
   // Paged KV: key row r is row r % page_size of page pages[r / page_size] (SeqInfo::k_row /
@@ -59,27 +93,30 @@ struct KVBuffer {
   // parameters through a generic pointer, a few cached loads per tile) the unpaged loop keeps
   // its allocation within a register (ptxas: fa4jit gen --log). K and V go one after the other:
   // fewer registers live in the callee means fewer the caller must keep clear at the call.
+  // FP8 KV cache: k_smem / v_smem are the e4m3 rings (E4m3Tile rows, kLoadStageBytes apart).
   __device__ __noinline__ static void load_paged(const FwdParams& p, int kv_head, int seqlen_k, u32 k_smem, u32 v_smem,
                                                  int n, int stage, int tid) {
-    load_paged_one(p, static_cast<const Element*>(p.k) + (long long)kv_head * p.k_head_stride, p.k_batch_stride,
-                   p.k_row_stride, k_smem + stage * T::kKVStageBytes, seqlen_k, n, tid);
-    load_paged_one(p, static_cast<const Element*>(p.v) + (long long)kv_head * p.v_head_stride, p.v_batch_stride,
-                   p.v_row_stride, v_smem + stage * T::kKVStageBytes, seqlen_k, n, tid);
+    load_paged_one(p, static_cast<const KVElement*>(p.k) + (long long)kv_head * p.k_head_stride, p.k_batch_stride,
+                   p.k_row_stride, k_smem + stage * kLoadStageBytes, seqlen_k, n, tid);
+    load_paged_one(p, static_cast<const KVElement*>(p.v) + (long long)kv_head * p.v_head_stride, p.v_batch_stride,
+                   p.v_row_stride, v_smem + stage * kLoadStageBytes, seqlen_k, n, tid);
   }
   // One of K or V (g: the KV head's base; page_stride: the batch stride, one page). A thread
   // walks its rows with a running (page index, row in page), as SmemTile::load_async assigns
   // them when kThreads % kChunks == 0 (rows tid / kChunks + i * kRowStep), otherwise (e.g.
   // depth 96) copy idx = tid + i * kThreads is (row idx / kChunks, chunk idx % kChunks). Rows
   // >= seqlen_k are zero-filled and never use their page entry. The row loop stays rolled:
-  // short code, few registers.
-  __device__ __forceinline__ static void load_paged_one(const FwdParams& p, const Element* g, long long page_stride,
+  // short code, few registers. FP8 KV cache: e4m3 rows, chunks of 16 elements (E4m3Tile layout).
+  __device__ __forceinline__ static void load_paged_one(const FwdParams& p, const KVElement* g, long long page_stride,
                                                         long long row_stride, u32 smem, int seqlen_k, int n, int tid) {
+    constexpr int kPer = 16 / static_cast<int>(sizeof(KVElement));  // elements per 16-byte chunk
+    constexpr int kRowChunks = T::D / kPer;                          // T::kChunks, or E4m3Tile::kChunks
     const int* pages = p.page_table + (long long)blockIdx.z * p.max_pages;
     const unsigned ps = p.page_size, last_page = p.max_pages - 1;
-    constexpr bool kFixedChunk = T::kThreads % T::kChunks == 0;
-    constexpr int kRowStep = kFixedChunk ? T::kThreads / T::kChunks : 0;
-    constexpr int kTotal = T::kBN * T::kChunks;
-    int row = tid / T::kChunks, chunk = tid % T::kChunks;
+    constexpr bool kFixedChunk = T::kThreads % kRowChunks == 0;
+    constexpr int kRowStep = kFixedChunk ? T::kThreads / kRowChunks : 0;
+    constexpr int kTotal = T::kBN * kRowChunks;
+    int row = tid / kRowChunks, chunk = tid % kRowChunks;
     unsigned pg = 0, in = 0;  // unsigned: rows and page sizes are >= 0, and unsigned division is shorter
     if constexpr (kFixedChunk) {
       const unsigned kr = n * T::kBN + row;
@@ -101,16 +138,19 @@ struct KVBuffer {
       } else {
         const int idx = tid + i * T::kThreads;
         if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
-        row = idx / T::kChunks;
-        chunk = idx % T::kChunks;
+        row = idx / kRowChunks;
+        chunk = idx % kRowChunks;
         const unsigned kr = n * T::kBN + row;
         pg = kr / ps;
         in = kr - pg * ps;
       }
       const int page = pages[min(pg, last_page)];  // L1-resident: a tile reads one or a few entries
-      const bool valid = n * T::kBN + row < seqlen_k && (T::kDepth == T::D || chunk * 8 < T::kDepth);
-      const Element* src = g + (long long)page * page_stride + (long long)in * row_stride + chunk * 8;
-      cp_async_16(smem + Tile::offset(row, chunk), valid ? src : g, valid);
+      const bool valid = n * T::kBN + row < seqlen_k && (T::kDepth == T::D || chunk * kPer < T::kDepth);
+      const KVElement* src = g + (long long)page * page_stride + (long long)in * row_stride + chunk * kPer;
+      u32 dst;
+      if constexpr (T::kFp8KV) dst = Staging::offset(row, chunk);
+      else dst = Tile::offset(row, chunk);
+      cp_async_16(smem + dst, valid ? src : g, valid);
     }
   }
 

@@ -100,5 +100,76 @@ struct SmemTile {
   }
 };
 
+// FP8 KV cache: a [kRows][D] tile of e4m3 in shared memory, the staging one K or V tile lands in
+// by cp.async before convert() rewrites it as the 16-bit SmemTile the ldmatrix code reads.
+// Row-major, D bytes per row, unswizzled: the copies and the conversion's 16-byte reads both walk
+// it linearly (lane l of a warp at byte 16 * l of the warp's 512), so no bank conflicts to avoid.
+template <class T, int kRows>
+struct E4m3Tile {
+  using KVElement = typename T::KVElement;
+  using Element = typename T::Element;
+  static constexpr int kChunks = T::kKVChunks8;          // 16-byte chunks (16 e4m3) per row
+  static constexpr int kRowStep = T::kThreads / kChunks;  // rows between one thread's chunks
+  static constexpr int kBytes = kRows * T::D;
+  static_assert(T::kFp8KV && T::kThreads % kChunks == 0 && kRows % kRowStep == 0,
+                "E4m3Tile: e4m3 K/V, rows split into whole copy row steps");
+
+  // Byte offset of 16-byte chunk `chunk` (elements 16 * chunk ..) of row `row`.
+  __device__ __forceinline__ static u32 offset(int row, int chunk) { return row * T::D + chunk * 16; }
+
+  // SmemTile::load_async for e4m3 rows: cp.async of rows [row0, row0 + kRows) of a global
+  // [rows][depth] view (row stride `stride` elements, i.e. bytes), thread tid copying chunk
+  // tid % kChunks of rows tid / kChunks + i * kRowStep; rows >= rows_valid and chunks past kDepth
+  // are zero-filled (e4m3 0x00 = +0). The caller commits the group.
+  __device__ __forceinline__ static void load_async(u32 smem, const KVElement* g, long long stride, int row0,
+                                                    int rows_valid, int tid) {
+    const int r = tid / kChunks;
+    int row = row0 + r, chunk = tid % kChunks;
+    asm volatile("" : "+r"(row), "+r"(chunk));  // as SmemTile::load_async: no hoisted 64-bit parts
+    const bool chunk_ok = T::kDepth == T::D || chunk * 16 < T::kDepth;
+    const KVElement* src = g + (long long)row * stride + chunk * 16;
+    const long long step = kRowStep * stride;
+    const int remaining = rows_valid - row0 - r;  // rows of this thread still inside the view
+    const u32 dst = smem + offset(r, tid % kChunks);
+#pragma unroll
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      const bool valid = chunk_ok && i * kRowStep < remaining;
+      cp_async_16(dst + i * kRowStep * T::D, valid ? src : g, valid);  // invalid: a mapped address, 0 bytes read
+      src += step;
+    }
+  }
+
+  // The 16-bit tile SmemTile<T, kRows> at `dst` <- this e4m3 tile at `src`: thread tid converts
+  // chunk c = tid % kChunks of rows tid / kChunks + i * kRowStep, 16 e4m3 (one 16-byte read) into
+  // 16 Element, the row's 16-byte chunks 2c and 2c + 1 (swizzled: SmemTile::offset). Exact
+  // (e4m3x2_to). All of the thread's reads first, so their latencies overlap (four warps per CTA
+  // leave little else to hide them). Ordering is the caller's: the e4m3 copies landed and were
+  // published by a barrier before, and a barrier after publishes the 16-bit tile to the ldmatrix
+  // readers. Bank conflicts: none on the reads (linear); the stores of a warp's 4 (d128) or 8
+  // (d64) rows spread evenly over the 8 16-byte bank groups (the swizzle moves odd rows to odd groups).
+  __device__ __forceinline__ static void convert(u32 dst, u32 src, int tid) {
+    using Tile = SmemTile<T, kRows>;
+    constexpr int kIters = kRows / kRowStep;
+    const int r = tid / kChunks, c = tid % kChunks;
+    u32 v[kIters][4];
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) ld_shared_v4(v[i], src + offset(r + i * kRowStep, c));
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int row = r + i * kRowStep;
+      u32 lo[4], hi[4];  // elements 16c .. 16c + 7, 16c + 8 .. 16c + 15 (a word's low byte is its first)
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        lo[2 * w] = e4m3x2_to<Element>(static_cast<u16>(v[i][w] & 0xffffu));
+        lo[2 * w + 1] = e4m3x2_to<Element>(static_cast<u16>(v[i][w] >> 16));
+        hi[2 * w] = e4m3x2_to<Element>(static_cast<u16>(v[i][w + 2] & 0xffffu));
+        hi[2 * w + 1] = e4m3x2_to<Element>(static_cast<u16>(v[i][w + 2] >> 16));
+      }
+      st_shared_v4(dst + Tile::offset(row, 2 * c), lo);
+      st_shared_v4(dst + Tile::offset(row, 2 * c + 1), hi);
+    }
+  }
+};
+
 }  // namespace sm80
 }  // namespace fa4

@@ -23,6 +23,15 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// FP8 KV cache: x times the dequantisation factor (descale_k or descale_v, float32
+// [batch][num_kv_heads], null = 1) of (batch, kv_head), indexed as sm90a's WgSoftmax::descale and
+// FP8 epilogue do (packed GQA: the CTA's one KV head). 16-bit K/V: x.
+template <class T>
+__device__ __forceinline__ float kv_descaled(float x, const float* descale, const FwdParams& p, int batch, int kv_head) {
+  if constexpr (T::kFp8KV) return descale != nullptr ? x * descale[batch * p.num_kv_heads + kv_head] : x;
+  else return x;
+}
+
 // The mask context of one packed row: the mask sees the row's own head.
 __device__ __forceinline__ mask::Ctx row_ctx(const mask::Ctx& ctx, int head_offset) {
   mask::Ctx c = ctx;
@@ -35,10 +44,12 @@ __device__ __forceinline__ mask::Ctx row_ctx(const mask::Ctx& ctx, int head_offs
 // first tile row and k_col0 = tile start + 2t. Tile rows are packed rows (PackedRow<kPack>):
 // query r / kPack of head ctx.q_head + r % kPack (kPack == 1: query r of ctx.q_head). Identity
 // score-mods keep S raw (the scale is folded into the exp2 FMA); others leave log2-domain
-// logits. `partial`: apply Mask::visible and k < seqlen_k.
+// logits. `partial`: apply Mask::visible and k < seqlen_k. FP8 KV cache: score-mods see
+// S * qk_mul (softmax_scale * descale_k, kv_descaled) instead of S * softmax_scale; unused otherwise.
 template <class T, class Mask, class ScoreMod>
 __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNTiles][4], bool partial, int q_row0,
-                                                   int k_col0, const mask::Ctx& ctx, const FwdParams& p) {
+                                                   int k_col0, const mask::Ctx& ctx, const FwdParams& p,
+                                                   float qk_mul) {
   using Row = PackedRow<T::kPack>;
   // Packed rows: the per-row (query, head) pairs are loop-invariant, and hoisted they would hold
   // registers across the KV loop; opaque, they are recomputed per tile (shifts and adds).
@@ -60,7 +71,7 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const Row row = Row::of(q_row0 + mt * 16 + (e >> 1) * 8);
-          s[mt][j][e] = row_mod[mt][e >> 1](s[mt][j][e] * p.softmax_scale, ctx.batch, ctx.q_head + row.head,
+          s[mt][j][e] = row_mod[mt][e >> 1](s[mt][j][e] * (T::kFp8KV ? qk_mul : p.softmax_scale), ctx.batch, ctx.q_head + row.head,
                                    min(row.q, ctx.seqlen_q - 1), min(k_col0 + j * 8 + (e & 1), ctx.seqlen_k - 1), p) *
                         kLog2e;
         }

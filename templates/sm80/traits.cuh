@@ -10,6 +10,11 @@ template <class Config>
 struct Traits {
   using Element = typename Config::Element;
   using OutElement = typename Config::OutElement;
+  // K/V in global memory: Element, or e4m3 for an FP8 KV cache (Config::KVElement). An FP8 K/V tile
+  // lands by cp.async in an e4m3 staging ring (kStages stages) and is converted into one 16-bit
+  // K/V stage, which the MMA code reads as it reads a 16-bit kernel's ring.
+  using KVElement = typename KVElementOf<Config>::type;
+  static constexpr bool kFp8KV = DTypeTraits<KVElement>::kIsFp8;
 
   static constexpr int kDepth = Config::kDepth;
   static constexpr int D = Config::kPaddedDepth;  // smem row length (elements)
@@ -32,10 +37,20 @@ struct Traits {
   static constexpr int kRowBytes = D * 2;
   static constexpr int kQBytes = kBM * kRowBytes;
   static constexpr int kKVStageBytes = kBN * kRowBytes;
-  static constexpr int kKBytes = kStages * kKVStageBytes;
-  static constexpr int kSmemBytes = kQBytes + 2 * kKBytes;  // DEVICE_ABI: e*(BM*Dp + 2*S*BN*Dp)
+  static constexpr int kKVStages16 = kFp8KV ? 1 : kStages;  // 16-bit K (and V) stages the MMAs read
+  static constexpr int kKBytes = kKVStages16 * kKVStageBytes;
+  // FP8 KV cache: the e4m3 staging rings of K and V, kStages stages of [kBN][D] bytes each (after V).
+  static constexpr int kKV8StageBytes = kBN * D;
+  static constexpr int kKV8Bytes = kFp8KV ? kStages * kKV8StageBytes : 0;
+  static constexpr int kKVChunks8 = D / 16;  // 16-byte chunks (16 e4m3) per staging row
+  // DEVICE_ABI: e*(BM*Dp + 2*S*BN*Dp); FP8 KV cache: 2*(BM*Dp + 2*BN*Dp) + 2*S*BN*Dp.
+  static constexpr int kSmemBytes = kQBytes + 2 * kKBytes + 2 * kKV8Bytes;
 
-  static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm80: 16-bit Q/K/V/O only");
+  static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm80: 16-bit Q/O (and MMAs) only");
+  static_assert(kFp8KV || (sizeof(KVElement) == 2 && DTypeTraits<KVElement>::kIsBf16 == DTypeTraits<Element>::kIsBf16),
+                "sm80: K/V are Element, or e4m3 (FP8 KV cache)");
+  static_assert(!kFp8KV || (kDepth % 16 == 0 && kThreads % kKVChunks8 == 0 && (kBN * kKVChunks8) % kThreads == 0),
+                "sm80 FP8 KV cache: whole 16-byte e4m3 chunks, split evenly over the threads");
   static_assert(kThreads == 128, "sm80: 4 warps per CTA (kNumThreads = 128)");
   static_assert(kWarpRows % 16 == 0 && kMTiles >= 1, "sm80: kBM must be a multiple of 64 (16 rows per warp)");
   static_assert(kBN % 16 == 0, "sm80: kBN must be a multiple of 16");
@@ -44,7 +59,8 @@ struct Traits {
   static_assert(kPack >= 1, "sm80: kPack is the GQA group when packed, else 1");
   static_assert(kStages >= 2, "sm80: cp.async ring needs kNumKVStages >= 2");
   static_assert(kSmemBytes <= Config::kSmemBytes,
-                "sm80: layout needs 2*(kBM*Dp + 2*kNumKVStages*kBN*Dp) bytes of dynamic shared memory");
+                "sm80: layout needs 2*(kBM*Dp + 2*kNumKVStages*kBN*Dp) bytes of dynamic shared memory "
+                "(FP8 KV cache: 2*(kBM*Dp + 2*kBN*Dp) + 2*kNumKVStages*kBN*Dp)");
   // O and S accumulators live in registers for the whole kernel: kMTiles*(kDTiles+kNTiles)*4
   // floats per thread. Beyond ~192 the kernel spills (d256 needs kBM = 64, as in FA2).
   static_assert(kMTiles * (kDTiles + kNTiles) * 4 <= 192,

@@ -74,7 +74,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
 
   sm.finalize(p, w);
   float inv[2] = {sm.row[0].inv_sum(), sm.row[1].inv_sum()};
-  if constexpr (Sh::kFp8) {  // O = P V with P shifted by 2^kPShiftLog2 (softmax.cuh), V times descale_v
+  if constexpr (Sh::kDescaled) {  // O = P V with P shifted by 2^kPShiftLog2 (FP8, softmax.cuh), V times descale_v
     const int i = w.seq.batch * p.num_kv_heads + w.seq.kv_head;
     const float f = (p.descale_v ? p.descale_v[i] : 1.0f) * (1.0f / static_cast<float>(1 << WgSoftmax<Config, Mask, ScoreMod>::kPShiftLog2));
     inv[0] *= f;

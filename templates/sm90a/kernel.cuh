@@ -57,11 +57,17 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       }
     }
     // full: the producer's expect_tx arrival; empty: every consumer warp (8 or 12) arrives once.
-    bars->k.init(1, Sh::kNumConsumerWGs * 4);
     if constexpr (Sh::kFp8) {  // V -> transposer warps (3) -> Vt (every transposer thread) -> consumers
-      bars->v.init(1, kTransposeThreads / 32);
-      bars->vt.init(kTransposeThreads, Sh::kNumConsumerWGs * 4);
+      bars->k.init(1, Sh::kNumConsumerWGs * 4);
+      bars->v.init(1, kHelperThreads / 32);
+      bars->vt.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
+    } else if constexpr (Sh::kKvFp8) {  // e4m3 K, V -> converter warps (3) -> K, V (every converter thread) -> consumers
+      bars->k_load.init(1, kHelperThreads / 32);
+      bars->v_load.init(1, kHelperThreads / 32);
+      bars->k.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
+      bars->v.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
     } else {
+      bars->k.init(1, Sh::kNumConsumerWGs * 4);
       bars->v.init(1, Sh::kNumConsumerWGs * 4);
     }
     fence_barrier_init();
@@ -71,9 +77,12 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   const int wg = static_cast<int>(warp_uniform(threadIdx.x / 128));  // role branches, Q address: uniform
   if (wg == 0) {
     setmaxnreg_dec<Sh::kProducerRegs>();
-    if constexpr (Sh::kFp8) {  // warps 1-3: V -> Vt (grid walk only: Shape's static_assert)
+    if constexpr (Sh::kProducerHelpers) {  // warps 1-3: V -> Vt, or e4m3 K, V -> 16-bit (grid walk only)
       if (threadIdx.x >= 32) {
-        transpose_unit<Config, Mask>(w, smem, bars, static_cast<int>(threadIdx.x) - 32);
+        if constexpr (Sh::kFp8)
+          transpose_unit<Config, Mask>(w, smem, bars, static_cast<int>(threadIdx.x) - 32);
+        else
+          convert_unit<Config, Mask>(w, smem, bars, static_cast<int>(threadIdx.x) - 32);
         return;
       }
     }

@@ -91,6 +91,21 @@ struct Shape {
   static constexpr int kBlockElems = 128 / kElemBytes;  // elements of one 128-byte swizzle row
   static constexpr int kChunks = kDp / kBlockElems;     // 128-byte swizzle blocks per Q / K / V row
   static constexpr int kPRegs = kBN / 2 * kElemBytes / 4;  // packed P registers per consumer thread (kBN/2 values)
+  // FP8 KV cache (Config::KVElement e4m3 under a 16-bit Element): TMA brings e4m3 K / V stages, and
+  // warps 1-3 of the producer warpgroup convert each into the 16-bit stage the consumers read
+  // (load.cuh convert_unit), so the consumers run the 16-bit kernel; descale_k / descale_v as FP8's.
+  using KVElement = typename KVElementOf<Config>::type;
+  static constexpr bool kKvFp8 = !kFp8 && DTypeTraits<KVElement>::kIsFp8;
+  static constexpr int kKvElemBytes = kKvFp8 ? 1 : kElemBytes;  // K / V in global memory and TMA stages
+  static constexpr int kKvChunks = kDp * kKvElemBytes / 128;     // 128-byte blocks per K / V row loaded
+  static constexpr int kKvBlockElems = 128 / kKvElemBytes;
+  // Q blocks that hold real columns: kChunks, except a 16-bit Q at depth 64 padded to an FP8 KV
+  // cache's 128 (its second block is never loaded nor read: S = Q K^T runs over kDepth only).
+  static constexpr int kQChunks = (kDepth + kBlockElems - 1) / kBlockElems;
+  // Scores and O take the launch's descale factors (FP8 inputs or an FP8 KV cache).
+  static constexpr bool kDescaled = kFp8 || kKvFp8;
+  // Warps 1-3 of the producer warpgroup work (the V transposers, or the KV converters).
+  static constexpr bool kProducerHelpers = kFp8 || kKvFp8;
   // Padded depth (kDepth 96 in kDp 128): the TMA maps end at kDepth, so the last chunk's columns
   // past it land as zeros. S = Q K^T runs only the k16 steps of real columns (kDepth / 16);
   // P V runs the whole kDp (wgmma N must cover whole 64-wide MN-major SW128 blocks), and the
@@ -122,8 +137,13 @@ struct Shape {
   static constexpr bool kSoloConsumer = kNumConsumerWGs == 1 && kCtasPerSm == 1;
   // FP8, 2 consumer WGs: the producer warpgroup also transposes V (16 + 16 registers of bytes in
   // flight): 128*56 + 256*224 = 64512, and P takes 16 fewer consumer registers than at 16 bits.
-  static constexpr int kProducerRegs = kSoloConsumer ? 56 : kFp8 && kNumConsumerWGs == 2 ? 56 : kNumConsumerWGs <= 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 232 : kSoloConsumer ? 256 : kFp8 && kNumConsumerWGs == 2 ? 224 : kNumConsumerWGs <= 2 ? 240 : 160;
+  // FP8 KV cache, 1 consumer WG at 2 CTAs per SM: 2 * (128*56 + 128*200) = 65536.
+  static constexpr int kProducerRegs = kSoloConsumer || kProducerHelpers ? 56 : kNumConsumerWGs <= 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kCtasPerSm == 2      ? (kProducerHelpers ? 200 : 232)
+                                       : kSoloConsumer       ? 256
+                                       : kProducerHelpers    ? 224
+                                       : kNumConsumerWGs <= 2 ? 240
+                                                              : 160;
   static constexpr int kNumThreads = 128 * (1 + kNumConsumerWGs);
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
@@ -140,9 +160,9 @@ struct Shape {
                 "sm90a kernel: kNumThreads must be 128 * (1 + kBM / 64) (1 producer + kBM/64 consumer warpgroups)");
   static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256,
                 "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks)");
-  static_assert(kDepth % 16 == 0 && kDepth <= kDp && kDp - kDepth < kBlockElems,
+  static_assert(kDepth % 16 == 0 && kDepth <= kDp && kDp - kDepth < kKvBlockElems,
                 "sm90a kernel: kDepth must be a multiple of 16 (one k16 step of Q K^T) in the last 128-byte "
-                "block of kPaddedDepth");
+                "block of kPaddedDepth (of the K/V rows: an FP8 KV cache pads a 16-bit Q to its e4m3 rows)");
   // kBN: a multiple of 16 (one k16 step of P V) with a generated wgmma N (gen_mma.py NS); per consumer
   // thread S kBN/2 + P kBN/4 + O kDp/2 registers (generator/config.cpp picks kBN so they fit: 176 at d128
   // is FA3's non-causal tile, 112 at d192 and 80 at d256 FA3's tiles there).
@@ -155,6 +175,10 @@ struct Shape {
                 "sm90a kernel: FP8 takes kBN 128, a padded depth of whole 128-byte rows (128, 256), kBM 64 or 128 "
                 "and the grid walk (kPersistent 0)");
   static_assert(!kFp8 || kCtasPerSm == 1, "sm90a kernel: FP8 runs one CTA per SM (the transposing producer needs 56 registers)");
+  static_assert(!kKvFp8 || ((kBN == 64 || kBN == 128) && kDp == 128 && kBM != 192 && PersistentOf<Config>::value == 0),
+                "sm90a kernel: an FP8 KV cache takes kBN 64 or 128, padded depth 128 (e4m3 rows of one 128-byte "
+                "atom), kBM 64 or 128 and the grid walk (kPersistent 0)");
+  static_assert(!kProducerHelpers || kNumConsumerWGs <= 2, "sm90a kernel: producer helpers leave registers for 2 consumer WGs");
   // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each.
   static_assert(kPack >= 1 && kWgRows % kPack == 0, "sm90a kernel: kPack (GQA group) must divide 64");
   static_assert(PersistentOf<Config>::value >= 0 && PersistentOf<Config>::value <= 2, "sm90a kernel: kPersistent is 0, 1 or 2");
@@ -163,7 +187,8 @@ struct Shape {
 };
 
 // Shared memory, offsets from the 1024-aligned dynamic base (ABI: 2*kBM*Dp + e*(2*S*kBN*Dp) + 1024,
-// e = element bytes; FP8 adds the transposed V ring, S*kBN*Dp):
+// e = element bytes; FP8 adds the transposed V ring, S*kBN*Dp; an FP8 KV cache its e4m3 K and V
+// rings, 2*S*kBN*Dp, behind the 16-bit ones):
 //   [Q: kBM/64 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp*e/128 blocks of BNx128B][V ring: same]
 //   [FP8: Vt ring, S x BN/128 blocks of Dp x 128B][barriers, in the last 1024 bytes]. O is staged in
 //   the owning warpgroup's Q region, which is sized for 16-bit O (an FP8 Q fills half of it).
@@ -171,19 +196,26 @@ template <class Config>
 struct SmemLayout {
   using Sh = Shape<Config>;
   static constexpr u32 kQWgBytes = Sh::kWgRows * Sh::kDp * 2;  // one warpgroup's Q (and 16-bit O) region
-  static constexpr u32 kQLoadBytes = Sh::kWgRows * Sh::kDp * Sh::kElemBytes;  // the Q tile's bytes in it
+  static constexpr u32 kQLoadBytes = Sh::kWgRows * Sh::kQChunks * 128;  // the Q tile's bytes in it
   static constexpr u32 kQBytes = Sh::kBM * Sh::kDp * 2;
-  static constexpr u32 kKVStageBytes = Sh::kBN * Sh::kDp * Sh::kElemBytes;
+  static constexpr u32 kKVStageBytes = Sh::kBN * Sh::kDp * Sh::kElemBytes;  // a stage the consumers read
+  static constexpr u32 kKVLoadStageBytes = Sh::kBN * Sh::kDp * Sh::kKvElemBytes;  // a stage TMA fills
   static constexpr u32 kQOffset = 0;
   static constexpr u32 kKOffset = kQOffset + kQBytes;
   static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
+  // Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings.
+  static constexpr u32 kExtraOffset = kVOffset + Sh::kStages * kKVStageBytes;
+  static constexpr u32 kExtraBytes = Sh::kFp8 ? Sh::kStages * kKVStageBytes : Sh::kKvFp8 ? 2 * Sh::kStages * kKVLoadStageBytes : 0;
   // What P V reads: V's ring, or for FP8 the transposed ring behind it (same stage size).
-  static constexpr u32 kPVOffset = Sh::kFp8 ? kVOffset + Sh::kStages * kKVStageBytes : kVOffset;
+  static constexpr u32 kPVOffset = Sh::kFp8 ? kExtraOffset : kVOffset;
+  // Where TMA puts K and V: their rings, or an FP8 KV cache's e4m3 rings.
+  static constexpr u32 kKLoadOffset = Sh::kKvFp8 ? kExtraOffset : kKOffset;
+  static constexpr u32 kVLoadOffset = Sh::kKvFp8 ? kExtraOffset + Sh::kStages * kKVLoadStageBytes : kVOffset;
   // Persistent CTAs stage O in a region of their own where it fits in 227 KB (not d256): a
   // warpgroup then hands its Q region back right after its KV loop, and the next tile's Q load
   // overlaps this tile's epilogue instead of following it. Otherwise O is staged in the Q region.
   // The host decides (generator/config.cpp resolve): the region is there when kSmemBytes holds it.
-  static constexpr u32 kOOffset = kPVOffset + Sh::kStages * kKVStageBytes;
+  static constexpr u32 kOOffset = kExtraOffset + kExtraBytes;
   static constexpr bool kOwnO = Sh::kPersistent && Config::kSmemBytes >= kOOffset + kQBytes + 1024;
   static constexpr u32 kBarOffset = kOOffset + (kOwnO ? kQBytes : 0u);
   // Cross-tile overlap (persistent, two consumer warpgroups, overlapped schedule, own O region):
@@ -213,14 +245,23 @@ struct SmemLayout {
     u32 carry[4 * Sh::kNumConsumerWGs];
     // FP8 only: the transposed V ring (full: every transposer thread arrives; empty: consumer warps).
     pipe::Barriers<Sh::kStages> vt;
+    // FP8 KV cache only: the e4m3 rings TMA fills (full: tx bytes; empty: the converter warps).
+    pipe::Barriers<Sh::kStages> k_load, v_load;
   };
   // The ring P V acquires: V, or for FP8 its transposed copy.
   __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* pv_barriers(Barriers* b) {
     return Sh::kFp8 ? &b->vt : &b->v;
   }
+  // The rings TMA fills: K and V, or an FP8 KV cache's e4m3 rings (the converters feed K and V).
+  __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* k_load_barriers(Barriers* b) {
+    return Sh::kKvFp8 ? &b->k_load : &b->k;
+  }
+  __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* v_load_barriers(Barriers* b) {
+    return Sh::kKvFp8 ? &b->v_load : &b->v;
+  }
   static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
-  static_assert(kTotalBytes == 2u * Sh::kBM * Sh::kDp * (kOwnO ? 2u : 1u) +
-                                    (Sh::kFp8 ? 3u : 2u) * Sh::kStages * kKVStageBytes + 1024u,
+  static_assert(kTotalBytes == 2u * Sh::kBM * Sh::kDp * (kOwnO ? 2u : 1u) + 2u * Sh::kStages * kKVStageBytes +
+                                    kExtraBytes + 1024u,
                 "layout must match the ABI smem formula");
   static_assert(Config::kSmemBytes >= kTotalBytes, "Config::kSmemBytes is smaller than the sm90a layout needs");
   static_assert(kTotalBytes <= 232448, "sm90a smem layout exceeds 227 KB: lower kNumKVStages or kBN");

@@ -9,7 +9,7 @@
 namespace fa4 {
 namespace sm90a {
 
-// Q of consumer warpgroup g into Q buffer `buffer` (SmemLayout::q_offset): kChunks boxes of
+// Q of consumer warpgroup g into Q buffer `buffer` (SmemLayout::q_offset): kQChunks boxes of
 // [64 rows][128 bytes] on bar. Packed GQA: the 5-D map's box is the same 64 x 128 B (64 / kPack
 // queries x kPack heads, rows in PackedRow order), addressed by the box's first query and the KV head.
 template <class Config, class Mask>
@@ -18,7 +18,7 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
 #pragma unroll
-  for (int ch = 0; ch < Sh::kChunks; ++ch) {
+  for (int ch = 0; ch < Sh::kQChunks; ++ch) {
     unsigned char* dst = smem + L::q_offset(buffer, g) + ch * (Sh::kWgRows * 128);
     if constexpr (Sh::kPack == 1)
       tma_load_4d(dst, &tma.q, bar, ch * Sh::kBlockElems, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
@@ -43,14 +43,14 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
     for (int r = 0; r < Sh::kBN; r += p.kv_box_rows) {
       const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
 #pragma unroll
-      for (int ch = 0; ch < Sh::kChunks; ++ch)
-        tma_load_4d(dst + ch * (Sh::kBN * 128) + r * 128, map, bar, ch * Sh::kBlockElems, b.row, c.kv_head, b.batch);
+      for (int ch = 0; ch < Sh::kKvChunks; ++ch)
+        tma_load_4d(dst + ch * (Sh::kBN * 128) + r * 128, map, bar, ch * Sh::kKvBlockElems, b.row, c.kv_head, b.batch);
     }
   } else {
     const int row = c.kv_row0 + n * Sh::kBN;
 #pragma unroll
-    for (int ch = 0; ch < Sh::kChunks; ++ch)
-      tma_load_4d(dst + ch * (Sh::kBN * 128), map, bar, ch * Sh::kBlockElems, row, c.kv_head, c.kv_batch);
+    for (int ch = 0; ch < Sh::kKvChunks; ++ch)
+      tma_load_4d(dst + ch * (Sh::kBN * 128), map, bar, ch * Sh::kKvBlockElems, row, c.kv_head, c.kv_batch);
   }
 }
 
@@ -60,8 +60,8 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer
                                               const TmaDesc* map, unsigned char* ring_base, int n, const TmaCoords& c) {
   using L = SmemLayout<Config>;
   auto st = ring.acquire();
-  st.expect_bytes(L::kKVStageBytes);
-  load_kv_tile<Config, kPaged>(p, map, c, ring_base + st.index() * L::kKVStageBytes, st.full_barrier(), n);
+  st.expect_bytes(L::kKVLoadStageBytes);
+  load_kv_tile<Config, kPaged>(p, map, c, ring_base + st.index() * L::kKVLoadStageBytes, st.full_barrier(), n);
 }
 
 // Q of every consumer warpgroup for one tile into Q buffer `buffer`, each after its q_empty (the
@@ -113,20 +113,12 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
     load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
   }
 
-  pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
+  // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
+  pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
   for (; w.has(n); n = w.next_tile(n)) {
-    {  // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-      auto st = k_ring.acquire();
-      st.expect_bytes(L::kKVStageBytes);
-      load_kv_tile<Config, kPaged>(p, &tma.k, c, smem + L::kKOffset + st.index() * L::kKVStageBytes,
-                                   st.full_barrier(), n);
-    }
-    {
-      auto st = v_ring.acquire();
-      st.expect_bytes(L::kKVStageBytes);
-      load_kv_tile<Config, kPaged>(p, &tma.v, c, smem + L::kVOffset + st.index() * L::kKVStageBytes,
-                                   st.full_barrier(), n);
-    }
+    // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
+    load_kv_stage<Config, kPaged>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+    load_kv_stage<Config, kPaged>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
   }
 }
 
@@ -195,7 +187,8 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
 // in SW128 blocks of [kDp rows][128 keys], through the rings v (TMA -> transposers) and vt
 // (transposers -> consumers). Within each 16-key chunk of a row the keys are permuted as pack_p
 // (softmax.cuh) leaves P: logical key 4t + i is tile key 8(i/2) + 2t + i%2, so P V needs no shuffle.
-constexpr int kTransposeThreads = 96;
+// Warps 1-3 of the producer warpgroup: FP8's V transposers, or an FP8 KV cache's converters.
+constexpr int kHelperThreads = 96;
 
 __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) {
   u32 r;
@@ -203,7 +196,7 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) {
   return r;
 }
 
-// One V stage (src) -> one Vt stage (dst) by thread t of kTransposeThreads. A task is 16 keys x 4
+// One V stage (src) -> one Vt stage (dst) by thread t of kHelperThreads. A task is 16 keys x 4
 // depths: 16 4-byte reads (a warp's lanes take 32 depth quads of one key row: no bank conflict),
 // four 4x4 byte transposes, four 16-byte writes (rows d..d+3 of Vt, the keys' 16-byte chunk).
 template <class Config>
@@ -212,7 +205,7 @@ __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kQuads = kDp / 4;
   constexpr int kTasks = (kBN / 16) * kQuads;
 #pragma unroll 1
-  for (int task = t; task < kTasks; task += kTransposeThreads) {
+  for (int task = t; task < kTasks; task += kHelperThreads) {
     const int dq = task % kQuads, kb = task / kQuads;
     const int d0 = 4 * dq;
     const u32 vblk = src + (d0 / 128) * (kBN * 128) + (d0 % 16);
@@ -260,6 +253,73 @@ __device__ __forceinline__ void transpose_unit(const CtaWork<Config, Mask>& w, u
     fence_proxy_async();  // this thread's Vt writes (and V reads) before the wgmma / TMA that follow
     ts.arrive();
   }  // release V: its TMA slot is free again
+}
+
+// ---- FP8 KV cache: e4m3 K / V converted to the 16-bit stages the consumers read ----
+// One e4m3 stage (src: kKvChunks SW128 blocks of [kBN rows][128 keys' bytes]) -> one 16-bit stage
+// (dst: kChunks SW128 blocks of [kBN rows][64 elements]), exactly (e4m3x2_to), by thread t of
+// kHelperThreads. A task is 16 elements of one row: one 16-byte read, two 16-byte writes. Eight
+// consecutive threads take one row's 8 source chunks (a conflict-free read); those whose elements
+// land in the row's odd 64-element block write their two chunks in the other order, so each
+// 8-thread write phase covers all 32 banks once.
+template <class Config>
+__device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
+  using Sh = Shape<Config>;
+  constexpr int kGroups = Sh::kDp / 16;  // 16-element groups per row
+  constexpr int kTasks = Sh::kBN * kGroups;
+  static_assert(Sh::kKvFp8 && Sh::kDp == 128, "convert_kv: e4m3 rows of one 128-byte block");
+#pragma unroll 2
+  for (int task = t; task < kTasks; task += kHelperThreads) {
+    const int r = task / kGroups, g = task % kGroups;
+    u32 in[4];
+    ld_shared_v4(src + r * 128 + ((g ^ (r % 8)) << 4), in);
+    u32 out[2][4];  // [elements 16g..16g+7, 16g+8..16g+15]
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const u32 cv_lo = e4m3x2_to<typename Sh::Element>(static_cast<u16>(in[j] & 0xffffu));
+      const u32 cv_hi = e4m3x2_to<typename Sh::Element>(static_cast<u16>(in[j] >> 16));
+      out[j / 2][(j % 2) * 2] = cv_lo;
+      out[j / 2][(j % 2) * 2 + 1] = cv_hi;
+    }
+    const u32 row = dst + (g / 4) * (Sh::kBN * 128) + r * 128;
+    const int c0 = (2 * g) % 8, odd = (g / 4) & 1;
+    u32 first[4], second[4];  // selects, not a dynamically indexed (local-memory) array
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      first[i] = odd ? out[1][i] : out[0][i];
+      second[i] = odd ? out[0][i] : out[1][i];
+    }
+    st_shared_v4(row + (((c0 + odd) ^ (r % 8)) << 4), first);
+    st_shared_v4(row + (((c0 + 1 - odd) ^ (r % 8)) << 4), second);
+  }
+}
+
+// One stage through the converters: the e4m3 stage TMA filled -> the consumers' 16-bit stage.
+template <class Config>
+__device__ __forceinline__ void convert_stage(pipe::Consumer<Shape<Config>::kStages, pipe::ArriveOnePerWarp>& in,
+                                              pipe::Producer<Shape<Config>::kStages>& out, u32 src_ring, u32 dst_ring,
+                                              int t) {
+  using L = SmemLayout<Config>;
+  auto is = in.acquire();
+  auto os = out.acquire();
+  convert_kv<Config>(src_ring + is.index() * L::kKVLoadStageBytes, dst_ring + os.index() * L::kKVStageBytes, t);
+  fence_proxy_async();  // this thread's writes (and reads) before the wgmma / TMA that follow
+  os.arrive();
+}  // release the e4m3 stage: its TMA slot is free again
+
+// The converters' walk of a grid CTA: K(n), then V(n), per KV tile the producer loads (producer_unit).
+template <class Config, class Mask>
+__device__ __forceinline__ void convert_unit(const CtaWork<Config, Mask>& w, unsigned char* smem,
+                                             typename SmemLayout<Config>::Barriers* bars, int t) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  const u32 base = smem_u32(smem);
+  pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp> k_in(&bars->k_load), v_in(&bars->v_load);
+  pipe::Producer<Sh::kStages> k_out(&bars->k), v_out(&bars->v);
+  for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
+    convert_stage<Config>(k_in, k_out, base + L::kKLoadOffset, base + L::kKOffset, t);
+    convert_stage<Config>(v_in, v_out, base + L::kVLoadOffset, base + L::kVOffset, t);
+  }
 }
 
 }  // namespace sm90a

@@ -31,7 +31,7 @@ struct WgSoftmax {
 
   softmax::RowState row[2];
   float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
-  float qk_mul;  // FP8: softmax_scale * descale_q * descale_k of the tile's (batch, KV head)
+  float qk_mul;  // FP8 / FP8 KV: softmax_scale * descale_q * descale_k of the tile's (batch, KV head)
   int q0;       // tile row of r0 (r1 = q0 + 8): the sequence row, or the packed row when kPack > 1
   int kc;       // column of element 0 inside a tile: 2*(lane%4)
 
@@ -44,11 +44,12 @@ struct WgSoftmax {
     kc = 2 * (lane & 3);
   }
 
-  // FP8: the launch's descale_q * descale_k for the tile's (batch, KV head) joins the logit scale
-  // (after init, once per tile). 16-bit kernels: nothing.
+  // FP8 inputs or an FP8 KV cache: the launch's descale_q * descale_k for the tile's (batch, KV
+  // head) joins the logit scale (after init, once per tile; descale_q is null under a 16-bit Q).
+  // 16-bit kernels: nothing.
   template <class Work>
   __device__ __forceinline__ void descale(const FwdParams& p, const Work& w) {
-    if constexpr (Sh::kFp8) {
+    if constexpr (Sh::kDescaled) {
       const int i = w.seq.batch * p.num_kv_heads + w.seq.kv_head;
       const float d = (p.descale_q ? p.descale_q[i] : 1.0f) * (p.descale_k ? p.descale_k[i] : 1.0f);
       qk_mul = p.softmax_scale * d;
@@ -57,7 +58,7 @@ struct WgSoftmax {
   }
   // Multiplies a raw score before a score-mod: softmax_scale (FP8: times the descales).
   __device__ __forceinline__ float logit_mul(const FwdParams& p) const {
-    if constexpr (Sh::kFp8) return qk_mul;
+    if constexpr (Sh::kDescaled) return qk_mul;
     return p.softmax_scale;
   }
 

@@ -335,6 +335,193 @@ def test_fp8_varlen_and_paged():
         assert_close(o, ref, FP8, lse, ref_lse, what=f"fp8 paged splits {splits}")
 
 
+# ---- FP8 KV cache (bf16/fp16 q, float8_e4m3fn k and v: "kv_dtype": "e4m3"; every backend) ----------
+# The reference runs on the dequantised K and V (stored e4m3 value x descale_k/v[b, h_kv], exact in
+# float64) and the 16-bit q; e4m3 -> bf16/fp16 is exact, so the 16-bit tolerances apply (REL_L2 of
+# q's dtype), as in tests/gpu_kv_fp8_test.cpp.
+
+needs_fp8_tensors = pytest.mark.skipif(FP8 is None, reason="this torch has no float8_e4m3fn")
+
+
+def kv_scales(B, Hkv, seed, descale):
+    """float32 (B, Hkv) descale_k, descale_v in [0.5, 2), or (None, None)."""
+    if not descale:
+        return None, None
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed + 100)
+    return tuple(torch.rand(B, Hkv, generator=g, device="cuda") * 1.5 + 0.5 for _ in range(2))
+
+
+def dequant(t8, d):
+    """e4m3 (B, S, Hkv, D) x d[b, h] (None: 1), in float64."""
+    return t8.double() if d is None else t8.double() * d.double()[:, None, :, None]
+
+
+def kv_fp8_inputs(B, Sq, Sk, Hq, Hkv, D, dtype, seed, descale):
+    """16-bit q, e4m3 k and v (random normal values rounded by torch), their factors, and the dequantised K, V."""
+    q = rnd(B, Sq, Hq, D, dtype=dtype, seed=seed)
+    k8 = rnd(B, Sk, Hkv, D, dtype=torch.float32, seed=seed + 1).to(FP8)
+    v8 = rnd(B, Sk, Hkv, D, dtype=torch.float32, seed=seed + 2).to(FP8)
+    dk, dv = kv_scales(B, Hkv, seed, descale)
+    return q, k8, v8, dk, dv, dequant(k8, dk), dequant(v8, dv)
+
+
+@needs_fp8_tensors
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Sq", [1, 16])
+@pytest.mark.parametrize("descale", [True, False])
+def test_kv_fp8_decode_gqa(dtype, Sq, descale):
+    # Decode, GQA 32/8 (the group of 4 packed into one tile by default), split-KV on and off.
+    B, Sk, Hq, Hkv, D = 3, 1000, 32, 8, 128
+    q, k8, v8, dk, dv, kd, vd = kv_fp8_inputs(B, Sq, Sk, Hq, Hkv, D, dtype, seed=50, descale=descale)
+    ref, ref_lse = attention_ref(q, kd, vd, causal=True)
+    for splits in (0, 1, 3):
+        for pack in (None, False):
+            what = f"kv fp8 {dtype} decode Sq {Sq} descale {descale} splits {splits} pack {pack}"
+            o, lse = fa4jit.attention(q, k8, v8, causal=True, num_splits=splits, pack_gqa=pack, return_lse=True,
+                                      descale_k=dk, descale_v=dv)
+            torch.cuda.synchronize()
+            assert o.dtype == dtype and o.shape == q.shape
+            err = assert_close(o, ref, dtype, lse, ref_lse, what=what)
+            print(f"{what}: rel L2 {err:.3e}")
+            o2 = fa4jit.attention(q, k8, v8, causal=True, num_splits=splits, pack_gqa=pack, descale_k=dk,
+                                  descale_v=dv)  # the cached plan: same result
+            torch.cuda.synchronize()
+            assert torch.equal(o2, o), what
+
+
+@needs_fp8_tensors
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("Sq", [1, 16])
+def test_kv_fp8_paged_decode_with_page_table(page_size, Sq):
+    # A paged e4m3 KV cache (pages in random order), GQA 32/8, descale per (sequence, KV head),
+    # split-KV, and sinks with pages of 64.
+    B, Hq, Hkv, D = 3, 32, 8, 128
+    used_k = [1000, 37, 513]
+    used = torch.tensor(used_k, dtype=torch.int32, device="cuda")
+    max_pages = (max(used_k) + page_size - 1) // page_size
+    num_pages = B * max_pages + 5
+    kc = rnd(num_pages, page_size, Hkv, D, dtype=torch.float32, seed=51).to(FP8)
+    vc = rnd(num_pages, page_size, Hkv, D, dtype=torch.float32, seed=52).to(FP8)
+    table = torch.randperm(num_pages, device="cuda")[:B * max_pages].view(B, max_pages).to(torch.int32)
+    q = rnd(B, Sq, Hq, D, seed=53)
+    dk, dv = kv_scales(B, Hkv, 53, True)
+    sinks = rnd(Hq, dtype=torch.float32, seed=54) if page_size == 64 else None
+    k = dequant(kc[table.long()].reshape(B, max_pages * page_size, Hkv, D), dk)
+    v = dequant(vc[table.long()].reshape(B, max_pages * page_size, Hkv, D), dv)
+    ref, ref_lse = attention_ref(q, k, v, causal=True, seqused_k=used, sinks=sinks)
+    for splits in (0, 1, 3):
+        what = f"kv fp8 paged {page_size} Sq {Sq} splits {splits}"
+        o, lse = fa4jit.attention_paged(q, kc, vc, table, used, causal=True, num_splits=splits, return_lse=True,
+                                        sinks=sinks, descale_k=dk, descale_v=dv)
+        torch.cuda.synchronize()
+        assert o.dtype == torch.bfloat16
+        err = assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=what)
+        print(f"{what}: rel L2 {err:.3e}")
+
+
+@needs_fp8_tensors
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv", [(2, 256, 256, 8, 8), (1, 197, 333, 8, 2), (1, 1000, 1000, 4, 1)])
+def test_kv_fp8_causal_prefill(dtype, D, B, Sq, Sk, Hq, Hkv):
+    q, k8, v8, dk, dv, kd, vd = kv_fp8_inputs(B, Sq, Sk, Hq, Hkv, D, dtype, seed=55, descale=True)
+    out = torch.full(q.shape, float("nan"), dtype=dtype, device="cuda")
+    o, lse = fa4jit.attention(q, k8, v8, causal=True, return_lse=True, out=out, descale_k=dk, descale_v=dv)
+    torch.cuda.synchronize()
+    assert o is out
+    ref, ref_lse = attention_ref(q, kd, vd, causal=True)
+    what = f"kv fp8 {dtype} prefill d{D} {(B, Sq, Sk, Hq, Hkv)}"
+    err = assert_close(o, ref, dtype, lse, ref_lse, what=what)
+    print(f"{what}: rel L2 {err:.3e}")
+    o2 = fa4jit.attention(q, k8, v8, causal=True, descale_k=dk, descale_v=dv)  # O allocated: q's dtype
+    torch.cuda.synchronize()
+    assert o2.dtype == dtype and rel_l2(o2, ref) <= REL_L2[dtype]
+
+
+@needs_fp8_tensors
+def test_kv_fp8_varlen_prefill():
+    lq, lk = [5, 0, 130, 64], [300, 17, 130, 200]
+    Hq, Hkv, D = 8, 2, 128
+    q4, k4, v4, _, _, _, _ = kv_fp8_inputs(1, sum(lq), sum(lk), Hq, Hkv, D, torch.bfloat16, seed=56, descale=False)
+    q, k, v = q4[0], k4[0], v4[0]
+    dk, dv = kv_scales(len(lq), Hkv, 56, True)  # one row per sequence
+    off_q, off_k = [0] + list(itertools.accumulate(lq)), [0] + list(itertools.accumulate(lk))
+    cu_q = torch.tensor(off_q, dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(off_k, dtype=torch.int32, device="cuda")
+    o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, return_lse=True,
+                                     descale_k=dk, descale_v=dv)
+    torch.cuda.synchronize()
+    assert o.dtype == torch.bfloat16 and o.shape == q.shape
+    for b in range(len(lq)):
+        if lq[b] == 0:
+            continue
+        qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
+        ref, ref_lse = attention_ref(q[qs][None], dequant(k[ks][None], dk[b:b + 1]), dequant(v[ks][None], dv[b:b + 1]),
+                                     causal=True)
+        assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse, what=f"kv fp8 varlen seq {b}")
+
+
+@needs_fp8_tensors
+def test_kv_fp8_descale_factors_are_applied_per_batch_and_kv_head():
+    # The same stored values with and without factors: the result must follow the factors.
+    q, k8, v8, _, _, _, _ = kv_fp8_inputs(2, 128, 300, 8, 2, 128, torch.bfloat16, seed=57, descale=False)
+    f = lambda *x: torch.tensor(x, device="cuda").view(2, 2)  # noqa: E731  (batch, kv head), far from 1
+    dk, dv = f(0.5, 1.25, 1.9, 0.8), f(0.5, 1.9, 1.7, 0.6)
+    ref, _ = attention_ref(q, dequant(k8, dk), dequant(v8, dv), causal=True)
+    raw, _ = attention_ref(q, dequant(k8, None), dequant(v8, None), causal=True)
+    o = fa4jit.attention(q, k8, v8, causal=True, descale_k=dk, descale_v=dv)
+    tol = REL_L2[torch.bfloat16]
+    assert rel_l2(o, ref) <= tol
+    assert rel_l2(o, raw) > 5 * tol
+    swapped = fa4jit.attention(q, k8, v8, causal=True, descale_k=dk, descale_v=dv.flip(0).contiguous())
+    assert rel_l2(swapped, ref) > 5 * tol  # factors of another batch row
+
+
+@needs_fp8_tensors
+def test_kv_fp8_refusals_before_anything_runs():
+    q, k8, v8, dk, dv, _, _ = kv_fp8_inputs(2, 64, 128, 8, 2, 128, torch.bfloat16, seed=58, descale=True)
+    out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(fa4jit.LaunchError, match="descale_q is set but q has dtype torch.bfloat16"):
+        fa4jit.attention(q, k8, v8, out=out, descale_q=dk, descale_k=dk, descale_v=dv)
+    with pytest.raises(fa4jit.LaunchError, match="v has dtype torch.bfloat16 but k has torch.float8_e4m3fn"):
+        fa4jit.attention(q, k8, v8.to(torch.bfloat16), out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()  # nothing was launched
+
+
+@needs_fp8_tensors
+def test_kv_fp8_paged_decode_cuda_graph_capture_and_replay():
+    B, Hq, Hkv, D, page = 2, 32, 8, 128, 64
+    kc = rnd(40, page, Hkv, D, dtype=torch.float32, seed=59).to(FP8)
+    vc = rnd(40, page, Hkv, D, dtype=torch.float32, seed=60).to(FP8)
+    table = torch.arange(40, dtype=torch.int32, device="cuda").view(B, 20)
+    used = torch.tensor([1280, 700], dtype=torch.int32, device="cuda")
+    q = rnd(B, 1, Hq, D, seed=61)
+    dk, dv = kv_scales(B, Hkv, 61, True)
+    kw = dict(causal=True, num_splits=4, descale_k=dk, descale_v=dv)
+    fa4jit.attention_paged(q, kc, vc, table, used, **kw)  # compile / load outside capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fa4jit.attention_paged(q, kc, vc, table, used, **kw)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        out = fa4jit.attention_paged(q, kc, vc, table, used, **kw)
+    for seed in (62, 63):
+        q.copy_(rnd(B, 1, Hq, D, seed=seed))
+        kc.copy_(rnd(40, page, Hkv, D, dtype=torch.float32, seed=seed + 10).to(FP8))
+        dk.copy_(torch.rand(B, Hkv, device="cuda") + 0.5)
+        g.replay()
+        torch.cuda.synchronize()
+        k = dequant(kc[table.long()].reshape(B, 20 * page, Hkv, D), dk)
+        v = dequant(vc[table.long()].reshape(B, 20 * page, Hkv, D), dv)
+        ref, _ = attention_ref(q, k, v, causal=True, seqused_k=used)
+        assert_close(out, ref, torch.bfloat16, what=f"kv fp8 paged graph replay seed {seed}")
+
+
 # ---- torch.compile, CUDA graphs, recompiles, autograd, errors -----------------------------------
 
 class Block(torch.nn.Module):

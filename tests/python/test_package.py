@@ -62,7 +62,7 @@ def test_pointer_patch_packs_what_the_full_struct_packs():
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__
-    assert info["c_api_version"] == 3
+    assert info["c_api_version"] == 4
     assert "sm_90a" in info["supported_archs"] and "sm_100a" in info["supported_archs"]
     assert info["nvrtc"].startswith("13.")
 
@@ -335,8 +335,8 @@ def _launch_fields(**fields):
     ({"block_mask": 64}, "block_mask is set but the kernel's mask has no custom part"),
     ({"q.dtype": 7}, "q.dtype is 7"),
     ({"q.dtype": 2}, "q.dtype is e4m3, the kernel was built for bf16"),
-    ({"descale_q": 64}, "descale_q is set but the kernel was built for bf16"),
-    ({"descale_v": 64}, "descale_v is set but the kernel was built for bf16"),
+    ({"descale_q": 64}, "descale_q is set but the kernel's dtype is bf16: descale factors are for e4m3"),
+    ({"descale_v": 64}, "descale_v is set but the kernel's dtype is bf16: descale factors are for e4m3"),
 ])
 def test_launch_args_reach_the_library_field_by_field(fields, message):
     h = _kernel_handle({"depth": 64, "mask": "causal"})
@@ -398,6 +398,49 @@ def test_fp8_launch_args_reach_the_library():
             assert re.search(message, _lib.last_error()), _lib.last_error()
         if not fa4jit.runtime_info()["gpus"]:
             code = _lib.fa4jit_launch(h, _launch_fields(**fp8, descale_q=64, descale_k=128, descale_v=256), None)
+            assert code == 6 and "no CUDA driver" in _lib.last_error(), (code, _lib.last_error())
+    finally:
+        _lib.fa4jit_kernel_release(h)
+
+
+def test_fp8_kv_cache_config_and_launch_args_reach_the_library():
+    # An FP8 KV cache through the C API: "kv_dtype": "e4m3" under a bf16 dtype; FA4JIT_E4M3 k/v
+    # (16-element strides), bf16 q and o, descale_k / descale_v accepted, descale_q refused.
+    c = fa4jit.Config(depth=128, kv_dtype="e4m3", mask="causal")
+    assert fa4jit.Config.from_json(c.to_json()) == c and json.loads(c.to_json())["kv_dtype"] == "e4m3"
+    assert "kv_dtype" not in json.loads(fa4jit.Config(depth=128).to_json())  # as the library writes it: only when set
+    r = c.resolve("sm_90a")["config"]
+    assert (r["dtype"], r["kv_dtype"], r["output_dtype"]) == ("bf16", "e4m3", "bf16")
+    assert fa4jit.Config.from_dict(r).kv_dtype == "e4m3"
+    assert "kv_dtype" not in fa4jit.resolve({"depth": 128, "kv_dtype": "bf16"}, "sm_90a")["config"]  # = dtype: unset
+    assert fa4jit.cache_key(c, "sm_90a") != fa4jit.cache_key({"depth": 128, "mask": "causal"}, "sm_90a")
+    with pytest.raises(fa4jit.ConfigError, match="kv_dtype"):
+        fa4jit.resolve({"depth": 128, "dtype": "e4m3", "kv_dtype": "bf16"}, "sm_90a")
+    h = _lib.ctypes.c_void_p()
+    assert _lib.fa4jit_kernel_get(json.dumps({"depth": 128, "kv_dtype": "e4m3", "mask": "causal"}).encode(),
+                                  b"sm_90a", _lib.ctypes.byref(h)) == 0, _lib.last_error()
+    h = h.value
+    info = json.loads(_lib.call_str(_lib.fa4jit_kernel_info, h))
+    assert (info["config"]["dtype"], info["config"]["kv_dtype"], info["config"]["output_dtype"]) == (
+        "bf16", "e4m3", "bf16")
+    kv8 = {"k.dtype": 2, "v.dtype": 2, "q.shape[3]": 128, "k.shape[3]": 128, "v.shape[3]": 128, "o.shape[3]": 128}
+    for n in "qkvo":  # (2, 64, 4, 128) contiguous
+        kv8.update({f"{n}.stride[0]": 64 * 4 * 128, f"{n}.stride[1]": 4 * 128, f"{n}.stride[2]": 128})
+    try:
+        for fields, message in (({"k.dtype": 0}, "k.dtype is bf16, the kernel was built for e4m3"),
+                                ({"q.dtype": 2}, "q.dtype is e4m3, the kernel was built for bf16"),
+                                ({"o.dtype": 2}, "o.dtype is e4m3, the kernel was built for bf16"),
+                                ({"v.stride[2]": 136}, r"v.stride\[2\] = 136 must be a non-negative multiple of 16 "
+                                                       r"elements \(16 bytes\)"),
+                                ({"descale_q": 64}, "descale_q is set but the kernel's dtype is bf16: descale factors "
+                                                    "are for e4m3"),
+                                ({"descale_k": 66}, "descale_k is not 4-byte aligned")):
+            code = _lib.fa4jit_launch(h, _launch_fields(**{**kv8, **fields}), None)
+            assert code == 7, (code, _lib.last_error())
+            assert re.search(message, _lib.last_error()), _lib.last_error()
+        if not fa4jit.runtime_info()["gpus"]:
+            q_rows = {"q.stride[0]": 64 * 4 * 136, "q.stride[1]": 4 * 136, "q.stride[2]": 136}  # q: 8-element steps
+            code = _lib.fa4jit_launch(h, _launch_fields(**{**kv8, **q_rows, "descale_k": 128, "descale_v": 256}), None)
             assert code == 6 and "no CUDA driver" in _lib.last_error(), (code, _lib.last_error())
     finally:
         _lib.fa4jit_kernel_release(h)

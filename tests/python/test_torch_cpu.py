@@ -1,6 +1,8 @@
 """The torch layer without a GPU: argument errors before any launch, and tracing with fake CUDA
 tensors (FakeTensorMode needs no device): shapes, strides, torch.compile(fullgraph=True) with no
 graph break, make_fx graphs holding the custom ops."""
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
@@ -274,7 +276,7 @@ def test_launch_path_reaches_the_driver(no_gpu_launch):
     # softcap, chunked + custom, packed ALiBi, packed causal (paged decode: Sq x group <= 128).
     keys = list(no_gpu_launch._kernels)
     assert len(keys) == 5, keys
-    assert sum(1 for k in keys if k[10]) == 2  # packed
+    assert sum(1 for k in keys if k[11]) == 2  # packed
 
 
 def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, monkeypatch):
@@ -500,3 +502,244 @@ def test_fp8_launch_path_reaches_the_driver(no_gpu_launch):
         with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
             fa4jit.attention(q, k, k, **kw)
     assert {key[-1] for key in no_gpu_launch._kernels if key[1] == "e4m3"} == {"bf16", "fp16"}
+
+
+# ---- FP8 KV cache (bf16/fp16 q, torch.float8_e4m3fn k and v: "kv_dtype": "e4m3") ------------------
+
+def kv8(B=2, Sq=128, Sk=256, Hq=8, Hkv=2, D=128, dtype=bf16, device="cuda"):
+    """A 16-bit q and e4m3 k, v (an FP8 KV cache)."""
+    q, _, _ = qkv(B, Sq, Sk, Hq, Hkv, D, dtype, device)
+    return q, torch.empty(B, Sk, Hkv, D, dtype=fp8, device=device), torch.empty(B, Sk, Hkv, D, dtype=fp8, device=device)
+
+
+@needs_fp8_dtype
+@pytest.mark.parametrize("case, match", [
+    ("descale_q", "descale_q is set but q has dtype torch.bfloat16: descale factors are for torch.float8_e4m3fn "
+                  "inputs only \\(with an FP8 KV cache q is 16-bit: pass descale_k / descale_v only"),
+    ("descale_q_fp16", "descale_q is set but q has dtype torch.float16: .*FP8 KV cache"),
+    ("k_fp8_v_bf16", "v has dtype torch.bfloat16 but k has torch.float8_e4m3fn: an FP8 KV cache needs k and v both "
+                     "torch.float8_e4m3fn \\(q torch.bfloat16\\)"),
+    ("k_bf16_v_fp8", "k has dtype torch.bfloat16 but v has torch.float8_e4m3fn: an FP8 KV cache"),
+    ("k_fp8_v_fp16", "v has dtype torch.float16 but k has torch.float8_e4m3fn"),
+    ("descale_k_on_bf16_k", "descale_k is set but k has dtype torch.bfloat16: descale factors are for "
+                            "torch.float8_e4m3fn inputs only"),
+    ("descale_k_dtype", "descale_k has dtype torch.float16; it must be torch.float32"),
+    ("descale_v_shape", r"descale_v has shape \(2, 8\); expected a contiguous \(2, 2\) \(batch, kv heads\)"),
+    ("descale_k_cpu", "descale_k is on cpu, q on cuda"),
+    ("kv_stride_8", r"k.stride\(2\) is 136: strides must be multiples of 16 elements \(16 bytes\)"),
+    ("v_stride_8", r"v.stride\(2\) is 136: strides must be multiples of 16 elements \(16 bytes\)"),
+    ("out_fp8", "out has dtype torch.float8_e4m3fn; expected q's torch.bfloat16"),
+    ("out_fp16", "out has dtype torch.float16; expected q's torch.bfloat16"),
+    ("q_fp8_kv_bf16", "k has dtype torch.bfloat16 but q has torch.float8_e4m3fn: q, k and v must have one dtype"),
+])
+def test_kv_fp8_argument_errors(fake, case, match):
+    with fake:
+        q, k, v = kv8()  # B 2, Hkv 2, D 128
+        kw = {}
+        scale = lambda *shape, dtype=torch.float32, device="cuda": torch.empty(*shape, dtype=dtype, device=device)  # noqa: E731
+        if case == "descale_q":
+            kw.update(descale_q=scale(2, 2), descale_k=scale(2, 2))
+        elif case == "descale_q_fp16":
+            q = q.half()
+            kw["descale_q"] = scale(2, 2)
+        elif case == "k_fp8_v_bf16":
+            v = torch.empty(v.shape, dtype=bf16, device="cuda")
+        elif case == "k_bf16_v_fp8":
+            k = torch.empty(k.shape, dtype=bf16, device="cuda")
+        elif case == "k_fp8_v_fp16":
+            v = torch.empty(v.shape, dtype=torch.float16, device="cuda")
+        elif case == "descale_k_on_bf16_k":
+            q, k, v = qkv(D=128)
+            kw["descale_k"] = scale(2, 2)
+        elif case == "descale_k_dtype":
+            kw["descale_k"] = scale(2, 2, dtype=torch.float16)
+        elif case == "descale_v_shape":
+            kw["descale_v"] = scale(2, 8)
+        elif case == "descale_k_cpu":
+            kw["descale_k"] = scale(2, 2, device="cpu")
+        elif case == "kv_stride_8":  # heads of 136 e4m3 elements: 16-byte steps of a 16-bit type, not of e4m3
+            k = torch.empty(2, 256, 2, 136, dtype=fp8, device="cuda")[..., :128]
+            v = torch.empty(2, 256, 2, 136, dtype=fp8, device="cuda")[..., :128]
+        elif case == "v_stride_8":
+            v = torch.empty(2, 256, 2, 136, dtype=fp8, device="cuda")[..., :128]
+        elif case == "out_fp8":
+            kw["out"] = torch.empty(q.shape, dtype=fp8, device="cuda")
+        elif case == "out_fp16":
+            kw["out"] = torch.empty(q.shape, dtype=torch.float16, device="cuda")
+        elif case == "q_fp8_kv_bf16":
+            q = torch.empty(q.shape, dtype=fp8, device="cuda")
+            k, v = torch.empty(k.shape, dtype=bf16, device="cuda"), torch.empty(v.shape, dtype=bf16, device="cuda")
+        with pytest.raises((ValueError, TypeError), match=match):
+            fa4jit.attention(q, k, v, **kw)
+
+
+@needs_fp8_dtype
+def test_kv_fp8_strides_are_checked_in_each_tensors_own_elements(fake):
+    # q bf16 with 8-element (16-byte) steps passes; e4m3 k/v need 16-element (16-byte) steps.
+    with fake:
+        q = torch.empty(2, 128, 8, 136, dtype=bf16, device="cuda")[..., :128]  # 272-byte heads: fine for bf16
+        k = torch.empty(2, 256, 2, 144, dtype=fp8, device="cuda")[..., :128]  # 144-byte rows: fine for e4m3
+        o = fa4jit.attention(q, k, k, descale_k=torch.empty(2, 2, device="cuda"))
+        assert o.shape == q.shape and o.dtype == bf16
+
+
+@needs_fp8_dtype
+@pytest.mark.parametrize("dtype", [bf16, torch.float16])
+def test_kv_fp8_fake_shapes_and_output_dtype_is_qs(fake, dtype):
+    with fake:
+        q, k, v = kv8(dtype=dtype)
+        d = torch.empty(2, 2, device="cuda")
+        o, lse = fa4jit.attention(q, k, v, causal=True, return_lse=True, descale_k=d, descale_v=d)
+        assert o.shape == q.shape and o.dtype == dtype and o.is_contiguous()  # O in q's dtype
+        assert lse.shape == (2, 8, 128) and lse.dtype == torch.float32
+        assert fa4jit.attention(q, k, v).dtype == dtype  # no factors: 1
+        out = torch.empty_like(q)
+        assert fa4jit.attention(q, k, v, out=out, descale_v=d) is out
+        qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        ob = fa4jit.attention(qb, kb, vb, layout="bhsd", descale_k=d)
+        assert ob.shape == qb.shape and ob.dtype == dtype
+        # decode, GQA 32/8: Sq 1 and 16
+        for sq in (1, 16):
+            qd = torch.empty(3, sq, 32, 128, dtype=dtype, device="cuda")
+            kd = torch.empty(3, 2048, 8, 128, dtype=fp8, device="cuda")
+            d38 = torch.empty(3, 8, device="cuda")
+            od = fa4jit.attention(qd, kd, kd, causal=True, descale_k=d38, descale_v=d38, num_splits=3)
+            assert od.shape == qd.shape and od.dtype == dtype
+        # varlen: factors per sequence; paged: per page_table row
+        qv = torch.empty(300, 8, 128, dtype=dtype, device="cuda")
+        kv = torch.empty(500, 2, 128, dtype=fp8, device="cuda")
+        cu = torch.empty(4, dtype=torch.int32, device="cuda")
+        d3 = torch.empty(3, 2, device="cuda")
+        o, lse = fa4jit.attention_varlen(qv, kv, kv, cu, cu, 200, causal=True, descale_k=d3, descale_v=d3,
+                                         return_lse=True)
+        assert o.shape == qv.shape and o.dtype == dtype and lse.shape == (8, 300)
+        with pytest.raises(fa4jit.LaunchError, match=r"descale_k has shape \(2, 2\); expected a contiguous \(3, 2\)"):
+            fa4jit.attention_varlen(qv, kv, kv, cu, cu, 200, descale_k=d)
+        kc = torch.empty(64, 64, 2, 128, dtype=fp8, device="cuda")
+        table = torch.empty(3, 16, dtype=torch.int32, device="cuda")
+        used = torch.empty(3, dtype=torch.int32, device="cuda")
+        qd = torch.empty(3, 1, 8, 128, dtype=dtype, device="cuda")
+        op = fa4jit.attention_paged(qd, kc, kc, table, used, causal=True, descale_k=d3, descale_v=d3,
+                                    sinks=torch.empty(8, device="cuda"))
+        assert op.shape == (3, 1, 8, 128) and op.dtype == dtype
+        with pytest.raises(fa4jit.LaunchError, match="descale_q is set but q has dtype"):
+            fa4jit.attention_paged(qd, kc, kc, table, used, descale_q=d3)
+        with pytest.raises(fa4jit.LaunchError, match="v has dtype .* but k has torch.float8_e4m3fn"):
+            fa4jit.attention_paged(qd, kc, kc.to(dtype), table, used)
+
+
+@needs_fp8_dtype
+def test_kv_fp8_ops_fake_output_dtype_and_make_fx_graph(fake):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(q, k, v, dk, dv):
+        return fa4jit.attention(q, k, v, causal=True, descale_k=dk, descale_v=dv)
+
+    with fake:
+        q, k, v = kv8()
+        d = torch.empty(2, 2, device="cuda")
+        # The op's fake implementation directly: O in q's dtype.
+        o, lse = torch.ops.fa4jit.fwd(q, k, v, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
+                                      "", 0.0, 0.0, 0, 0, -1, True, False, None, d, d)
+        assert o.dtype == bf16 and o.shape == q.shape and lse.shape == (2, 8, 128)
+        with pytest.raises(fa4jit.LaunchError, match="descale_q is set but q has dtype torch.bfloat16"):
+            torch.ops.fa4jit.fwd(q, k, v, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "", "",
+                                 0.0, 0.0, 0, 0, -1, False, False, d, None, None)
+        out = torch.empty_like(q)
+        torch.ops.fa4jit.fwd_out(q, k, v, out, None, None, None, None, None, None, None, [], [], "", True, -2, -2, 0,
+                                 "", "", "", 0.0, 0.0, 0, 0, -1, None, d, d)
+        g = make_fx(f, tracing_mode="fake")(q, k, v, d, torch.empty(2, 2, device="cuda"))
+    assert "torch.ops.fa4jit.fwd.default(q_1, k_1, v_1, " in g.code
+    assert "None, dk_1, dv_1)" in g.code, g.code  # no descale_q; the k and v factors last
+
+
+@needs_fp8_dtype
+def test_kv_fp8_compiles_fullgraph(fake):
+    def f(q, k, v, dk, dv):
+        return fa4jit.attention(q, k, v, causal=True, descale_k=dk, descale_v=dv) + 1
+
+    with fake:
+        q, k, v = kv8()
+        d = torch.empty(2, 2, device="cuda")
+        o = torch.compile(f, backend="eager", fullgraph=True)(q, k, v, d, d)
+        assert o.dtype == bf16 and o.shape == q.shape
+
+
+def _kernel_config(ops, key):
+    from fa4jit import _lib
+    return json.loads(_lib.call_str(_lib.fa4jit_kernel_info, ops._kernels[key].handle))["config"]
+
+
+@needs_fp8_dtype
+def test_kv_fp8_launch_path_builds_kv_dtype_kernels_and_packs_the_dtypes(no_gpu_launch, monkeypatch):
+    """An FP8 KV cache through the real launch path (kernels compiled for sm_90a, arguments packed):
+    the kernel key and config carry kv_dtype e4m3, a bf16-KV call of the same shapes gets another
+    kernel, the dtype codes (q/o 16-bit, k/v e4m3) and descale_k/v pointers reach the struct on the
+    first call and on the cached plan's later calls, and descale_q stays 0."""
+    from fa4jit import _lib
+    ops = no_gpu_launch
+    launched = []
+    monkeypatch.setattr(_lib, "fa4jit_launch", lambda handle, args, stream: launched.append(args) or 0)
+    names = _lib.field_names()
+    unpack = lambda args: dict(zip(names, _lib.LAUNCH_ARGS.unpack(args)))  # noqa: E731
+    q = torch.randn(2, 64, 8, 128).to(bf16)
+    k8 = torch.randn(2, 96, 2, 128).to(fp8)
+    for i in range(3):  # general path, plan made, plan reused
+        ds = [torch.rand(2, 2) + 0.5 for _ in range(2)]
+        o = fa4jit.attention(q, k8, k8, causal=True, num_splits=1, descale_k=ds[0], descale_v=ds[1])
+        p = unpack(launched[-1])
+        assert o.dtype == bf16 and o.shape == q.shape and p["o.data"] == o.data_ptr()
+        assert (p["q.dtype"], p["k.dtype"], p["v.dtype"], p["o.dtype"]) == (0, 2, 2, 0)
+        assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[0].data_ptr(), ds[1].data_ptr()), i
+    kv_keys = [key for key in ops._kernels if key[2] == "e4m3"]
+    assert len(kv_keys) == 1 and kv_keys[0][1] == "bf16" and kv_keys[0][-1] == "bf16", list(ops._kernels)
+    cfg = _kernel_config(ops, kv_keys[0])
+    assert (cfg["dtype"], cfg["kv_dtype"], cfg["output_dtype"]) == ("bf16", "e4m3", "bf16")
+    # The same shapes with bf16 K/V: another kernel (no kv_dtype), never the e4m3 one.
+    kb = k8.to(bf16)
+    fa4jit.attention(q, kb, kb, causal=True, num_splits=1)
+    assert unpack(launched[-1])["k.dtype"] == 0
+    plain = [key for key in ops._kernels if key[1] == key[2] == "bf16"]
+    assert len(plain) == 1 and "kv_dtype" not in _kernel_config(ops, plain[0])
+    assert plain[0][:2] == kv_keys[0][:2] and plain[0][3:] == kv_keys[0][3:]  # only kv_dtype differs
+    # fp16 q: O fp16, its own kernel.
+    o = fa4jit.attention(q.half(), k8, k8, causal=True, num_splits=1, descale_k=ds[0])
+    p = unpack(launched[-1])
+    assert o.dtype == torch.float16 and (p["q.dtype"], p["k.dtype"], p["o.dtype"]) == (1, 2, 1)
+    assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[0].data_ptr(), 0)
+    assert {(key[1], key[-1]) for key in ops._kernels if key[2] == "e4m3"} == {("bf16", "bf16"), ("fp16", "fp16")}
+    # descale_q: refused before anything runs, on the general path and once a signature has a plan.
+    n = len(launched)
+    for _ in range(2):
+        with pytest.raises(fa4jit.LaunchError, match="descale_q is set but q has dtype torch.bfloat16"):
+            fa4jit.attention(q, k8, k8, causal=True, num_splits=1, descale_q=ds[0], descale_k=ds[0])
+    with pytest.raises(fa4jit.LaunchError, match="v has dtype torch.bfloat16 but k has torch.float8_e4m3fn"):
+        fa4jit.attention(q, k8, kb, causal=True, num_splits=1)
+    assert len(launched) == n
+
+
+@needs_fp8_dtype
+def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
+    # The library's own checks (k/v e4m3 against kv_dtype, 16-element k/v strides, descale_k/v on a
+    # kv_dtype e4m3 kernel) pass for paged GQA 32/8 decode (packed, Sq 1 and 16), varlen prefill and
+    # split-KV: each launch stops at the missing driver.
+    ops = no_gpu_launch
+    Hq, Hkv, D = 32, 8, 128
+    kc = torch.randn(12, 64, Hkv, D).to(fp8)
+    table = torch.arange(12, dtype=torch.int32).view(3, 4)
+    used = torch.tensor([200, 1, 256], dtype=torch.int32)
+    d = torch.rand(3, Hkv) + 0.5
+    for sq in (1, 16):
+        q = torch.randn(3, sq, Hq, D).to(bf16)
+        for splits in (1, 0):  # 0: the workspace query reaches the driver first
+            with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+                fa4jit.attention_paged(q, kc, kc, table, used, causal=True, num_splits=splits, descale_k=d,
+                                       descale_v=d, sinks=torch.zeros(Hq))
+    qv = torch.randn(300, 8, D).to(bf16)
+    kv = torch.randn(500, 2, D).to(fp8)
+    cu_q = torch.tensor([0, 100, 300], dtype=torch.int32)
+    cu_k = torch.tensor([0, 250, 500], dtype=torch.int32)
+    with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
+        fa4jit.attention_varlen(qv, kv, kv, cu_q, cu_k, 200, causal=True, num_splits=1, descale_k=torch.ones(2, 2))
+    keys = [key for key in ops._kernels if key[2] == "e4m3"]
+    assert {(key[11], key[12]) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4

@@ -1,0 +1,197 @@
+// FP8 KV cache ("kv_dtype": "e4m3" under a bf16/fp16 dtype): e4m3 K and V with descale_k /
+// descale_v per (batch, KV head), 16-bit Q and O, on every backend this GPU runs (the portable
+// kernel and, on sm_90, sm_90a). Checked against the float64 reference on the dequantised K and V
+// (stored e4m3 value x descale, check/gpu.cpp) with poisoned outputs, at the 16-bit tolerances:
+// e4m3 -> bf16/fp16 is exact, so the kernel does the 16-bit kernel's arithmetic on the same values
+// (the descales join the logit scale and O's normalisation in float32). Every case prints its
+// measured errors ("GpuKvFp8 |" lines). Skips without a GPU. Run: --gtest_filter='GpuKvFp8*'.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "check/gpu.hpp"
+#include "fa4jit/jit.hpp"
+#include "tests/support/expect.hpp"
+#include "tests/support/tune.hpp"
+
+namespace {
+
+using jit::DType;
+using jit::Mask;
+using jit::ScoreMod;
+using jit::testing::CheckCase;
+
+jit::FA4Config kv_fp8_config(const std::string& arch, int depth, DType dtype = DType::bf16, Mask mask = Mask::none(),
+                             ScoreMod mod = ScoreMod::identity()) {
+  jit::FA4Config c;
+  c.arch = arch;
+  c.dtype = dtype;
+  c.kv_dtype = DType::e4m3;
+  c.depth = depth;
+  c.mask = std::move(mask);
+  c.score_mod = std::move(mod);
+  return c;
+}
+
+// Runs, prints the measured errors, and applies the 16-bit rule (CheckResult::dtype is the Q type).
+void check_case(const jit::Kernel& kernel, const CheckCase& c, const std::string& what) {
+  const jit::testing::CheckResult r = jit::testing::run_and_check(kernel, c);
+  const jit::FA4Config& k = kernel.config().config;
+  const std::string label = fmt::format("{} {} d{} {}", k.arch, what, k.depth, c.descale ? "descale" : "no-descale");
+  std::printf("GpuKvFp8 | %-90s | %s+e4m3 KV | rel_l2 %.3e | max_abs %.3e | lse_max_abs %.3e\n", label.c_str(),
+              jit::to_string(k.dtype), r.rel_l2, r.max_abs, r.lse_max_abs);
+  std::fflush(stdout);
+  jit::testing::expect_matches(r, label);
+}
+
+// The archs this GPU runs: the portable backend's (sm_90 on an H100) and sm_90a where present.
+std::vector<std::string> archs() { return jit::testing::runnable_archs(); }
+
+// Decode, the serving case: packed GQA 4:1 (the query heads of a KV head share each K/V read), Sq 1
+// and 16, contiguous and paged K/V (pages of 64 and 16 rows), split-KV (automatic and 3) and sinks.
+TEST(GpuKvFp8, PackedGqaDecodeMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : archs())
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      jit::FA4Config cfg = kv_fp8_config(arch, 128, dtype);
+      cfg.group = 4;
+      cfg.pack_gqa = true;
+      const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+      for (int sq : {1, 16})
+        for (int page : {0, 64, 16}) {
+          CheckCase c;
+          c.batch = 3;
+          c.num_q_heads = 8;
+          c.num_kv_heads = 2;
+          c.seqlen_q = sq;
+          c.seqlen_k = 2100;
+          c.seqlens_k = {2100, 1, 777};
+          c.page_size = page;
+          c.num_splits = page == 16 ? 3 : 0;
+          c.with_sinks = page == 64;
+          c.descale = page != 16 || sq != 16;
+          check_case(*kernel, c,
+                     fmt::format("packed GQA 4 Sq {} Sk 2100/1/777 page {} splits {}{}", sq, page, c.num_splits,
+                                 c.with_sinks ? " sinks" : ""));
+        }
+    }
+}
+
+// Prefill over an FP8 cache: MHA and GQA, none / causal, head dims 64, 96 (sm_90a, padded) and 128,
+// bf16 and fp16, Sq == Sk and Sq != Sk.
+TEST(GpuKvFp8, PrefillMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int sq, sk;
+  };
+  const Shape shapes[] = {{1, 1}, {300, 300}, {1000, 1000}, {113, 2049}};
+  for (const std::string& arch : archs())
+    for (int depth : {64, 96, 128})
+      for (bool causal : {false, true}) {
+        if (depth == 96 && arch != "sm_90a") continue;  // the portable backend's head dims are 64 and 128
+        jit::FA4Config cfg =
+            kv_fp8_config(arch, depth, depth == 96 ? DType::fp16 : DType::bf16, causal ? Mask::causal() : Mask::none());
+        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+        for (const Shape& s : shapes)
+          for (int group : {1, 4}) {
+            CheckCase c;
+            c.batch = s.sk >= 1000 ? 1 : 2;
+            c.num_kv_heads = 2;
+            c.num_q_heads = 2 * group;
+            c.seqlen_q = s.sq;
+            c.seqlen_k = s.sk;
+            check_case(*kernel, c,
+                       fmt::format("{} group {} Sq {} Sk {}", causal ? "causal" : "none", group, s.sq, s.sk));
+          }
+      }
+}
+
+// Masks and score-mods on top: sliding window with softcap, a custom score-mod snippet, varlen
+// queries and keys (empty sequences included), and a paged causal prefill.
+TEST(GpuKvFp8, VariantsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : archs()) {
+    {
+      const auto kernel = jit::get_kernel(
+          kv_fp8_config(arch, 128, DType::bf16, Mask::sliding_window(), ScoreMod::softcap()), jit::testing::env_tune());
+      CheckCase c;
+      c.batch = 2;
+      c.num_q_heads = 4;
+      c.num_kv_heads = 2;
+      c.seqlen_q = 700;
+      c.seqlen_k = 900;
+      c.window_left = 100;
+      c.window_right = 0;
+      c.softcap = 5.0f;
+      check_case(*kernel, c, "sliding window (100, 0) softcap 5 Sq 700 Sk 900");
+    }
+    {
+      const auto kernel = jit::get_kernel(
+          kv_fp8_config(arch, 64, DType::fp16, Mask::none(), ScoreMod::custom("return score * 0.5f - 0.01f * h;")),
+          jit::testing::env_tune());
+      CheckCase c;
+      c.batch = 2;
+      c.num_q_heads = 8;
+      c.num_kv_heads = 2;
+      c.seqlen_q = 129;
+      c.seqlen_k = 257;
+      c.custom_score_mod = [](double s, int, int h, int, int) { return s * 0.5 - 0.01 * h; };
+      check_case(*kernel, c, "custom score-mod Sq 129 Sk 257");
+    }
+    {
+      const auto kernel =
+          jit::get_kernel(kv_fp8_config(arch, 128, DType::bf16, Mask::causal()), jit::testing::env_tune());
+      CheckCase v;
+      v.num_q_heads = 4;
+      v.num_kv_heads = 2;
+      v.seqlens_q = {17, 0, 300, 128, 1, 200};
+      v.seqlens_k = {40, 5, 300, 0, 700, 129};
+      check_case(*kernel, v, "causal varlen");
+      CheckCase p;
+      p.num_q_heads = 8;
+      p.num_kv_heads = 2;
+      p.batch = 3;
+      p.seqlen_q = 33;
+      p.seqlens_k = {1000, 64, 517};
+      p.page_size = 64;
+      check_case(*kernel, p, "causal paged 64 Sq 33");
+    }
+  }
+}
+
+// Refused before anything runs: 16-bit K/V for an FP8-KV kernel, e4m3 K/V for a 16-bit one, and
+// descale_q (its Q is 16-bit); the output buffer stays as it was.
+TEST(GpuKvFp8, LaunchRejectsMismatchedKvAndDescaleQBeforeRunning) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : archs()) {
+    const auto kv8 = jit::get_kernel(kv_fp8_config(arch, 128), jit::testing::env_tune());
+    jit::FA4Config plain;
+    plain.arch = arch;
+    const auto bf16 = jit::get_kernel(plain, jit::testing::env_tune());
+    const std::size_t n = 2 * 128 * 4 * 128;
+    jit::testing::DeviceBuffer q(n * 2), k(n * 2), v(n * 2), o(n * 2), d(64);
+    o.fill_byte(0x5a);
+    auto args = [&](DType kv) {
+      jit::LaunchArgs a;
+      a.q = jit::Tensor::contiguous(q.get(), DType::bf16, 2, 128, 4, 128);
+      a.k = jit::Tensor::contiguous(k.get(), kv, 2, 128, 4, 128);
+      a.v = jit::Tensor::contiguous(v.get(), kv, 2, 128, 4, 128);
+      a.o = jit::Tensor::contiguous(o.get(), DType::bf16, 2, 128, 4, 128);
+      return a;
+    };
+    EXPECT_THROW(kv8->launch(args(DType::bf16)), jit::LaunchError) << arch;
+    EXPECT_THROW(bf16->launch(args(DType::e4m3)), jit::LaunchError) << arch;
+    jit::LaunchArgs a = args(DType::e4m3);
+    a.descale_q = static_cast<const float*>(d.get());
+    EXPECT_THROW(kv8->launch(a), jit::LaunchError) << arch;
+    std::vector<unsigned char> host(o.bytes());
+    o.download(host.data(), host.size());
+    for (unsigned char b : host) ASSERT_EQ(b, 0x5a) << arch << ": a refused launch wrote output";
+  }
+}
+
+}  // namespace
