@@ -59,7 +59,8 @@ struct CheckCase {
   // a multiple of 8); they must stay poisoned (CheckResult::clobbered). Catches stores past head_dim.
   int o_head_pad = 0;
   // FP8 (e4m3) kernels: random descale_q/k/v per (batch, kv head) drawn from [0.5, 2), applied to the
-  // reference's inputs (stored value x descale); false: null (factor 1). Other kernels ignore it.
+  // reference's inputs (stored value x descale); FP8 KV caches (kv_dtype e4m3): descale_k/v only;
+  // false: null (factor 1). Other kernels ignore it.
   bool descale = true;
 };
 
