@@ -58,13 +58,10 @@ jit::FA4Config fp8_config(int depth, Mask mask = Mask::none(), DType out = DType
 
 // Runs, prints the measured errors (always: they justify the tolerance), and applies the rule.
 void check_case(const jit::Kernel& kernel, const CheckCase& c, const std::string& what) {
-  const jit::testing::CheckResult r = jit::testing::run_and_check(kernel, c);
   const jit::FA4Config& k = kernel.config().config;
-  std::printf("GpuFp8 | %-70s | d%d e4m3->%s %s | rel_l2 %.3e | max_abs %.3e | lse_max_abs %.3e\n", what.c_str(),
-              k.depth, jit::to_string(*k.output_dtype), c.descale ? "descale" : "no-descale", r.rel_l2, r.max_abs,
-              r.lse_max_abs);
-  std::fflush(stdout);
-  jit::testing::expect_matches(r, what + (c.descale ? " descale" : " no-descale"));
+  jit::testing::report_and_expect(
+      "GpuFp8", fmt::format("{} d{} {}", what, k.depth, c.descale ? "descale" : "no-descale"),
+      fmt::format("e4m3->{}", jit::to_string(*k.output_dtype)), jit::testing::run_and_check(kernel, c));
 }
 
 struct Shape {

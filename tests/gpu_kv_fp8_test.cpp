@@ -39,13 +39,10 @@ jit::FA4Config kv_fp8_config(const std::string& arch, int depth, DType dtype = D
 
 // Runs, prints the measured errors, and applies the 16-bit rule (CheckResult::dtype is the Q type).
 void check_case(const jit::Kernel& kernel, const CheckCase& c, const std::string& what) {
-  const jit::testing::CheckResult r = jit::testing::run_and_check(kernel, c);
   const jit::FA4Config& k = kernel.config().config;
-  const std::string label = fmt::format("{} {} d{} {}", k.arch, what, k.depth, c.descale ? "descale" : "no-descale");
-  std::printf("GpuKvFp8 | %-90s | %s+e4m3 KV | rel_l2 %.3e | max_abs %.3e | lse_max_abs %.3e\n", label.c_str(),
-              jit::to_string(k.dtype), r.rel_l2, r.max_abs, r.lse_max_abs);
-  std::fflush(stdout);
-  jit::testing::expect_matches(r, label);
+  jit::testing::report_and_expect(
+      "GpuKvFp8", fmt::format("{} {} d{} {}", k.arch, what, k.depth, c.descale ? "descale" : "no-descale"),
+      fmt::format("{}+e4m3 KV", jit::to_string(k.dtype)), jit::testing::run_and_check(kernel, c));
 }
 
 // The archs this GPU runs: the portable backend's (sm_90 on an H100) and sm_90a where present.
