@@ -71,8 +71,9 @@ namespace {
 
 // Random normal values rounded to the kernel's type; returns the bits (host::to_bits: e4m3 codes in
 // the low byte) and host floats.
-std::vector<float> random_tensor(std::mt19937_64& rng, std::size_t n, DType t, std::vector<std::uint16_t>& bits) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
+std::vector<float> random_tensor(std::mt19937_64& rng, std::size_t n, DType t, std::vector<std::uint16_t>& bits,
+                                 float stddev = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, stddev);
   std::vector<float> f(n);
   bits.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -217,7 +218,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const std::size_t q_row = static_cast<std::size_t>(Hq) * D, k_row = static_cast<std::size_t>(Hkv) * D;
   const std::size_t nq = B * Sq * q_row, nk = B * Sk * k_row;
   std::vector<std::uint16_t> qb, kb, vb;
-  p.q = random_tensor(rng, nq, t, qb);
+  p.q = random_tensor(rng, nq, t, qb, c.q_stddev);
   p.k = random_tensor(rng, nk, tk, kb);
   p.v = random_tensor(rng, nk, tk, vb);
   if (c.custom_visible) {

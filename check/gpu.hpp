@@ -62,6 +62,9 @@ struct CheckCase {
   // reference's inputs (stored value x descale); FP8 KV caches (kv_dtype e4m3): descale_k/v only;
   // false: null (factor 1). Other kernels ignore it.
   bool descale = true;
+  // Q's random normal standard deviation (K and V keep 1): magnitudes far from 1 exercise a
+  // kernel's Q conversions (an FP8-KV kernel's bf16 -> fp16, docs/VARIANTS.md).
+  float q_stddev = 1.0f;
 };
 
 // METHOD.md's acceptance of a kernel against the float64 reference, one rule for the GPU tests

@@ -519,11 +519,17 @@ TEST(Fp8KvHost, Sm90aKernelsCompileWithoutSpills) {
     const auto use = jit::detail::parse_ptxas_log(out.log);
     EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
     EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
-    const char* ty = k.dtype == DType::bf16 ? "bf16" : "f16";
+    // The MMAs run in fp16 under either Q type (Shape::MmaElement): a bf16 Q is converted once in
+    // shared memory (saturating cvt), and no bf16 wgmma, nor a bf16 K/V conversion, is left.
     for (const std::string& needle : {std::string("cvt.rn.f16x2.e4m3x2"),
-                                      fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", rc.config.BN, ty),
+                                      fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.f16.f16", rc.config.BN),
                                       std::string("cp.async.bulk.tensor.4d"), std::string("fence.proxy.async")})
       EXPECT_NE(out.ptx.find(needle), std::string::npos) << what << ": PTX lacks " << needle;
+    EXPECT_EQ(out.ptx.find(".f32.bf16.bf16"), std::string::npos) << what << ": a bf16 wgmma is left";
+    if (k.dtype == DType::bf16)  // e4m3 -> bf16 went e4m3 -> f16 -> f32 -> bf16
+      EXPECT_EQ(out.ptx.find("cvt.f32.f16"), std::string::npos) << what << ": K/V still widen to bf16";
+    EXPECT_EQ(out.ptx.find("cvt.rn.satfinite.f16x2.f32") != std::string::npos, k.dtype == DType::bf16)
+        << what << ": Q's bf16 -> fp16 conversion";
   }
 }
 

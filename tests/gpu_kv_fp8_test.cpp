@@ -160,6 +160,31 @@ TEST(GpuKvFp8, VariantsMatchReference) {
   }
 }
 
+// sm_90a runs a bf16 Q's MMAs in fp16 (Q converted once in shared memory, docs/VARIANTS.md): exact
+// for |q| in 2^-14 .. 65504, so queries of standard deviation 500 (|q| up to ~2500, scores in the thousands
+// sharpen the softmax to a few keys) and 1e-3 must meet the bf16 tolerance; at 1e-5 the smallest
+// values round to fp16 subnormals, whose absolute error (2^-25) is far below what the scores resolve.
+TEST(GpuKvFp8, QueriesFarFromUnitScaleMatchReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : archs()) {
+    jit::FA4Config cfg = kv_fp8_config(arch, 128);
+    cfg.group = 4;
+    cfg.pack_gqa = true;
+    const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+    for (float q_stddev : {500.0f, 1e-3f, 1e-5f})
+      for (int sq : {1, 40}) {
+        CheckCase c;
+        c.batch = 2;
+        c.num_q_heads = 8;
+        c.num_kv_heads = 2;
+        c.seqlen_q = sq;
+        c.seqlen_k = 1500;
+        c.q_stddev = q_stddev;
+        check_case(*kernel, c, fmt::format("packed GQA 4 Sq {} Sk 1500 q stddev {:g}", sq, q_stddev));
+      }
+  }
+}
+
 // Refused before anything runs: 16-bit K/V for an FP8-KV kernel, e4m3 K/V for a 16-bit one, and
 // descale_q (its Q is 16-bit); the output buffer stays as it was.
 TEST(GpuKvFp8, LaunchRejectsMismatchedKvAndDescaleQBeforeRunning) {

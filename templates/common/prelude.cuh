@@ -40,6 +40,14 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
   return r;
 }
 
+// Two bf16 -> two fp16 in one register, rounded to nearest and saturated to +-65504 (exact for
+// magnitudes 2^-14 .. 65504; NaN stays NaN).
+__device__ __forceinline__ u32 bf16x2_to_f16x2(u32 x) {
+  u32 r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(__uint_as_float(x & 0xffff0000u)), "f"(__uint_as_float(x << 16)));
+  return r;
+}
+
 // Four floats -> four e4m3 in one register (a in the low byte), rounded to nearest, saturated to
 // +-448 (satfinite: e4m3 has no infinity).
 __device__ __forceinline__ u32 pack4_e4m3(float a, float b, float c, float d) {

@@ -90,7 +90,7 @@ template <class Config>
 __device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDp / 2], const u32 (&pr)[Shape<Config>::kPRegs],
                                              Span span, u32 v_addr) {
   using Sh = Shape<Config>;
-  using E = typename Sh::Element;
+  using E = typename Sh::MmaElement;
   if constexpr (Sh::kFp8) {  // v_addr: the transposed V stage
     if (span == Span::kFull) {
       gemm_pv_fp8<Sh::kDp, Sh::kBN>(o, pr, v_addr);
@@ -117,7 +117,7 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
   sched.wait_turn();
   fence_operand(s);
   wgmma_fence();
-  gemm_qk<typename Sh::Element, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * SmemLayout<Config>::kKVStageBytes);
+  gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * SmemLayout<Config>::kKVStageBytes);
   wgmma_commit();
   sched.pass_turn();
   wgmma_wait<0>();
@@ -159,7 +159,7 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
     fence_operand(o);
     fence_operand(pr);
     wgmma_fence();
-    gemm_qk<typename Sh::Element, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+    gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
     wgmma_commit();
     gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kKVStageBytes);
     wgmma_commit();
@@ -245,6 +245,29 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   }
 }
 
+// Under an FP8 KV cache with a bf16 Q the MMAs run in fp16 (Shape::MmaElement): the consumer
+// warpgroup rewrites its Q tile in place, bf16 -> fp16, before its first S = Q K^T. Exact for
+// |q| in 2^-14 .. 65504 (bf16's 8 significant bits fit fp16's 11); larger values saturate to
+// +-65504, smaller ones round to fp16's subnormals (docs/VARIANTS.md, FP8 KV cache numerics).
+template <class Config>
+__device__ __forceinline__ void convert_q(u32 q_addr, int wg) {
+  using Sh = Shape<Config>;
+  constexpr int kVectors = SmemLayout<Config>::kQLoadBytes / 16;  // 16-byte vectors of the tile
+  static_assert(kVectors % 128 == 0, "convert_q: whole vectors per thread");
+  const int t = threadIdx.x % 128;
+#pragma unroll
+  for (int i = 0; i < kVectors / 128; ++i) {
+    const u32 addr = q_addr + 16 * (t + 128 * i);
+    u32 v[4];
+    ld_shared_v4(addr, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = bf16x2_to_f16x2(v[j]);
+    st_shared_v4(addr, v);
+  }
+  fence_proxy_async();  // the generic writes before the wgmma reads (async proxy)
+  named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
+}
+
 // Persistent mode: per-warp word in shared memory, word = (word & keep) + add, by every lane of
 // the warp (all lanes hold the same value; the syncwarps order the reads before any write).
 __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
@@ -326,6 +349,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
         if constexpr (!kPersistent) {
           sched.start();
           mbar_wait(&bars->q_full[0][wg], 0);
+          if constexpr (Sh::kQToMma) convert_q<Config>(q_addr, wg);
         }
         kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
         if constexpr (kPersistent) {

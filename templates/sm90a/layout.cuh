@@ -26,6 +26,8 @@ namespace fa4 {
 namespace sm90a {
 
 template <class...> struct VoidT { using type = void; };
+template <bool B, class T, class F> struct IfT { using type = T; };
+template <class T, class F> struct IfT<false, T, F> { using type = F; };
 
 // Optional Config members, detected so the generated layer needs no change to use them.
 template <class C, class = void> struct OverlapOf { static constexpr bool value = FA4_SM90A_INTRA_WG_OVERLAP != 0; };
@@ -99,6 +101,13 @@ struct Shape {
   static constexpr int kKvElemBytes = kKvFp8 ? 1 : kElemBytes;  // K / V in global memory and TMA stages
   static constexpr int kKvChunks = kDp * kKvElemBytes / 128;     // 128-byte blocks per K / V row loaded
   static constexpr int kKvBlockElems = 128 / kKvElemBytes;
+  // The 16-bit type the MMAs read (Q, the converted K / V stages, P): Element, except under an FP8
+  // KV cache with a bf16 Q, where it is fp16: e4m3 -> fp16 is one instruction per pair (to bf16 it
+  // is four, and that conversion bounded the decode kernel: docs/PERF.md run 30), and every bf16
+  // value of magnitude 2^-14 .. 65504 is an fp16 value. Each consumer warpgroup converts its Q tile
+  // once in shared memory (consumer.cuh convert_q, saturating at +-65504) before its first S.
+  using MmaElement = typename IfT<kKvFp8 && DTypeTraits<Element>::kIsBf16, half_t, Element>::type;
+  static constexpr bool kQToMma = kKvFp8 && DTypeTraits<Element>::kIsBf16;
   // Q blocks that hold real columns: kChunks, except a 16-bit Q at depth 64 padded to an FP8 KV
   // cache's 128 (its second block is never loaded nor read: S = Q K^T runs over kDepth only).
   static constexpr int kQChunks = (kDepth + kBlockElems - 1) / kBlockElems;

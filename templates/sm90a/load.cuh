@@ -276,8 +276,8 @@ __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
     u32 out[2][4];  // [elements 16g..16g+7, 16g+8..16g+15]
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const u32 cv_lo = e4m3x2_to<typename Sh::Element>(static_cast<u16>(in[j] & 0xffffu));
-      const u32 cv_hi = e4m3x2_to<typename Sh::Element>(static_cast<u16>(in[j] >> 16));
+      const u32 cv_lo = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] & 0xffffu));
+      const u32 cv_hi = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] >> 16));
       out[j / 2][(j % 2) * 2] = cv_lo;
       out[j / 2][(j % 2) * 2 + 1] = cv_hi;
     }

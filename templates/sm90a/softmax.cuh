@@ -17,7 +17,7 @@ namespace sm90a {
 template <class Config, class Mask, class ScoreMod>
 struct WgSoftmax {
   using Sh = Shape<Config>;
-  using Element = typename Sh::Element;
+  using Element = typename Sh::MmaElement;  // P's type (P V reads it)
   static constexpr int kBN = Sh::kBN;
   static constexpr int kN = kBN / 2;  // S fragment floats per thread
 
