@@ -10,6 +10,9 @@
 // FP8 KV cache (kv_dtype e4m3 under bf16/fp16 Q): the PTX must widen e4m3 pairs
 // (cvt.rn.f16x2.e4m3x2) and read descale_k / descale_v, the shared memory must be the formula plus
 // the e4m3 ring; the 16-bit kernels must do neither.
+// FP8 (dtype e4m3, bf16/fp16 O): both MMAs tcgen05 kind::f8f6f4 (no kind::f16), P rounded to e4m3
+// (cvt.rn.satfinite.e4m3x2.f32), descale_q / descale_k / descale_v read, shared memory exactly the
+// formula with 1-byte K/V stages at Dp 128; the SASS MMA is UTCQMMA (16-bit kernels: UTCHMMA).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -19,6 +22,7 @@
 #include <fstream>
 #include <future>
 #include <regex>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -65,18 +69,21 @@ std::vector<Variant> matrix() {
   };
   std::vector<Variant> out;
   auto add = [&](int depth, jit::DType dt, const std::pair<std::string, Mask>& m,
-                 const std::pair<std::string, ScoreMod>& s, int group, bool pack = false, bool kv_e4m3 = false) {
+                 const std::pair<std::string, ScoreMod>& s, int group, bool pack = false, bool kv_e4m3 = false,
+                 jit::DType out_dt = jit::DType::bf16) {
     jit::FA4Config c;
     c.arch = "sm_100a";
     c.depth = depth;
     c.dtype = dt;
     if (kv_e4m3) c.kv_dtype = jit::DType::e4m3;
+    if (dt == jit::DType::e4m3) c.output_dtype = out_dt;
     c.mask = m.second;
     c.score_mod = s.second;
     c.group = group;
     c.pack_gqa = pack;
-    out.push_back({c, fmt::format("d{} {} {} {} group{}{}{}", depth, jit::to_string(dt), m.first, s.first, group,
-                                  pack ? " packed" : "", kv_e4m3 ? " kv_e4m3" : "")});
+    out.push_back({c, fmt::format("d{} {} {} {} group{}{}{}{}", depth, jit::to_string(dt), m.first, s.first, group,
+                                  pack ? " packed" : "", kv_e4m3 ? " kv_e4m3" : "",
+                                  dt == jit::DType::e4m3 ? fmt::format(" out_{}", jit::to_string(out_dt)) : "")});
   };
   for (const auto& m : masks)  // every mask x every score-mod at the flagship shape
     for (const auto& s : mods) add(128, jit::DType::bf16, m, s, 1);
@@ -101,6 +108,19 @@ std::vector<Variant> matrix() {
   add(128, jit::DType::bf16, masks[7], mods[3], 8, false, true);
   add(64, jit::DType::bf16, masks[1], mods[0], 8, true, true);
   add(128, jit::DType::fp16, masks[7], mods[2], 8, true, true);
+  // FP8 (dtype e4m3): depth x O type x none/causal; every other mask and score-mod at d128 (the
+  // descales in the logit multiplier before a score-mod), a block-snippet mask with snippets at GQA
+  // 8, packed GQA at both depths.
+  constexpr jit::DType e4m3 = jit::DType::e4m3;
+  for (int depth : {64, 128})
+    for (jit::DType out_dt : {jit::DType::bf16, jit::DType::fp16})
+      for (int mi : {0, 1}) add(depth, e4m3, masks[mi], mods[0], 1, false, false, out_dt);
+  for (int mi : {2, 3, 4, 6}) add(128, e4m3, masks[mi], mods[0], 1);
+  for (int si : {1, 2, 3}) add(128, e4m3, masks[1], mods[si], 1);
+  add(128, e4m3, masks[7], mods[3], 8);
+  add(64, e4m3, masks[5], mods[3], 8);
+  add(64, e4m3, masks[1], mods[0], 8, true);
+  add(128, e4m3, masks[7], mods[2], 4, true, false, jit::DType::fp16);
   return out;
 }
 
@@ -144,13 +164,22 @@ Checked check_one(const Variant& v) {
     const bool kv8 = v.config.kv_dtype.has_value();
     const bool widens = out.ptx.find("cvt.rn.f16x2.e4m3x2") != std::string::npos;
     if (kv8 && !widens) missing.push_back("cvt.rn.f16x2.e4m3x2");
-    if (!kv8 && widens) r.failure += "a 16-bit kernel has cvt.rn.f16x2.e4m3x2; ";
-    for (const auto& [field, offset] :
-         {std::pair<const char*, size_t>{"descale_k", offsetof(fa4::FwdParams, descale_k)},
-          {"descale_v", offsetof(fa4::FwdParams, descale_v)}}) {
+    if (!kv8 && widens) r.failure += "a kernel without an FP8 KV cache has cvt.rn.f16x2.e4m3x2; ";
+    // FP8 (dtype e4m3): both MMAs kind::f8f6f4 and P rounded to e4m3; every other kernel kind::f16 only.
+    const bool fp8 = v.config.dtype == jit::DType::e4m3;
+    const char* const kinds[2] = {"tcgen05.mma.cta_group::1.kind::f16", "tcgen05.mma.cta_group::1.kind::f8f6f4"};
+    if (out.ptx.find(kinds[fp8]) == std::string::npos) missing.push_back(kinds[fp8]);
+    if (out.ptx.find(kinds[!fp8]) != std::string::npos) r.failure += fmt::format("the PTX has {}; ", kinds[!fp8]);
+    if (fp8 && out.ptx.find("cvt.rn.satfinite.e4m3x2.f32") == std::string::npos)
+      missing.push_back("cvt.rn.satfinite.e4m3x2.f32");
+    // The descales: q for FP8 only, k and v for FP8 and FP8 KV caches, none in 16-bit kernels.
+    for (const auto& [field, offset, wanted] :
+         {std::tuple<const char*, size_t, bool>{"descale_q", offsetof(fa4::FwdParams, descale_q), fp8},
+          {"descale_k", offsetof(fa4::FwdParams, descale_k), fp8 || kv8},
+          {"descale_v", offsetof(fa4::FwdParams, descale_v), fp8 || kv8}}) {
       const bool reads = reads_param(out.ptx, offset);
-      if (kv8 && !reads) missing.push_back(fmt::format("a read of params.{}", field));
-      if (!kv8 && reads) r.failure += fmt::format("a 16-bit kernel reads params.{}; ", field);
+      if (wanted && !reads) missing.push_back(fmt::format("a read of params.{}", field));
+      if (!wanted && reads) r.failure += fmt::format("the kernel reads params.{}; ", field);
     }
     if (v.config.pack_gqa)
       for (const char* needle :
@@ -172,6 +201,14 @@ Checked check_one(const Variant& v) {
       if (dp != 128 || extra % slot != 0 || extra / slot < 2 || extra / slot > 4)
         r.failure += fmt::format("shared memory {} is not the formula {} + 2..4 e4m3 slots of {} (Dp {}); ",
                                  in.config.smem_bytes, base, slot, dp);
+    }
+    if (fp8) {  // exactly the formula, 1-byte K/V stages: Q regions sized for 16-bit O, K and V rings
+      const jit::FA4Config& c = in.config.config;
+      const long long dp = in.config.padded_depth;
+      const long long formula = 2 * c.BM * dp + 2 * c.num_kv_stages * c.BN * dp + c.BM * 4 + 1024;
+      if (dp != 128 || c.num_qk_stages != 1 || in.config.smem_bytes != formula)
+        r.failure += fmt::format("shared memory {} is not the e4m3 formula {} (Dp {}, qk stages {}); ",
+                                 in.config.smem_bytes, formula, dp, c.num_qk_stages);
     }
     if (in.config.smem_bytes > 232448 || r.use.smem_static > 0)
       r.failure += fmt::format("shared memory {} dynamic + {} static exceeds 227 KiB; ", in.config.smem_bytes,
@@ -228,9 +265,11 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
     ADD_FAILURE() << "no variant " << name;
     return size_t{0};
   };
-  for (size_t i : {size_t{0}, index_of("d64 bf16 custom_block custom group8"),
-                   index_of("d128 fp16 custom_block custom group8 packed"),
-                   index_of("d128 bf16 causal identity group1 kv_e4m3")}) {
+  for (size_t i :
+       {size_t{0}, index_of("d64 bf16 custom_block custom group8"),
+        index_of("d128 fp16 custom_block custom group8 packed"), index_of("d128 bf16 causal identity group1 kv_e4m3"),
+        index_of("d128 e4m3 causal identity group1 out_bf16"),
+        index_of("d64 e4m3 causal identity group8 packed out_bf16")}) {
     const fs::path cubin = fs::temp_directory_path() / fmt::format("fa4jit_sm100a_{}.cubin", i);
     std::ofstream(cubin, std::ios::binary) << results[i].cubin;
     const std::string cmd = fmt::format("PATH=\"{}:$PATH\" '{}' -sass '{}' 2>&1",
@@ -241,8 +280,15 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
     while (size_t n = fread(buf, 1, sizeof(buf), p)) sass.append(buf, n);
     pclose(p);
     fs::remove(cubin);
-    for (const char* op : {"UTCHMMA", "LDTM", "STTM", "UTMALDG", "UTCBAR"})
+    // The MMA: UTCHMMA (kind::f16), UTCQMMA (kind::f8f6f4); never the other one.
+    const bool fp8 = variants[i].config.dtype == jit::DType::e4m3;
+    const char* const mmas[2] = {"UTCHMMA", "UTCQMMA"};
+    EXPECT_EQ(sass.find(mmas[!fp8]), std::string::npos) << results[i].name << ": SASS has " << mmas[!fp8];
+    for (const char* op : {mmas[fp8], "LDTM", "STTM", "UTMALDG", "UTCBAR"})
       EXPECT_NE(sass.find(op), std::string::npos) << results[i].name << ": SASS lacks " << op;
+    if (fp8)  // P rounded to e4m3, four per register
+      EXPECT_NE(sass.find("F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C"), std::string::npos)
+          << results[i].name << ": SASS lacks F2FP.SATFINITE.E4M3.F32";
     if (variants[i].config.pack_gqa)
       for (const char* op : {"UTMALDG.5D", "UTMASTG.5D"})
         EXPECT_NE(sass.find(op), std::string::npos) << results[i].name << ": SASS lacks " << op;

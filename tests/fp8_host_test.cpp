@@ -382,6 +382,89 @@ TEST(Fp8Host, DescaleFactorsReachTheKernelOnlyOnFp8) {
   EXPECT_EQ(p.descale_v, nullptr);
 }
 
+// ---- FP8 on sm_100a (tcgen05 kind::f8f6f4; compiled, never run: docs/BLACKWELL.md) ---------------
+
+std::string resolve_error(const jit::FA4Config& c) {
+  try {
+    jit::resolve(c);
+  } catch (const jit::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Resolved: padded depth 128 at depths 64 and 128 (one 128-byte e4m3 row), K in one chunk, the K
+// and V rings of 1-byte elements fill what the Q regions (sized for 16-bit O) leave: 5 stages of BN
+// 128, exactly 2*BM*Dp + 2*S*BN*Dp + BM*4 + 1024 bytes; O bf16 unless output_dtype says fp16.
+TEST(Fp8Host, Sm100aResolvesTheFp8Kernel) {
+  for (int depth : {64, 128})
+    for (DType out : {DType::bf16, DType::fp16}) {
+      jit::FA4Config c;
+      c.arch = "sm_100a";
+      c.dtype = DType::e4m3;
+      c.depth = depth;
+      if (out == DType::fp16) c.output_dtype = out;
+      const auto rc = jit::resolve(c);
+      const std::string what = fmt::format("d{} out {}", depth, jit::to_string(out));
+      EXPECT_EQ(rc.backend, jit::Backend::blackwell) << what;
+      EXPECT_EQ(rc.config.dtype, DType::e4m3) << what;
+      EXPECT_EQ(*rc.config.output_dtype, out) << what;
+      EXPECT_EQ(rc.padded_depth, 128) << what;
+      EXPECT_EQ(rc.config.BM, 256) << what;
+      EXPECT_EQ(rc.config.BN, 128) << what;
+      EXPECT_EQ(rc.config.num_qk_stages, 1) << what;
+      EXPECT_EQ(rc.config.BK0, 128) << what;
+      EXPECT_EQ(rc.config.num_kv_stages, 5) << what;
+      EXPECT_EQ(rc.smem_bytes, 2 * 256 * 128 + 2 * 5 * 128 * 128 + 256 * 4 + 1024) << what;
+      EXPECT_EQ(rc.smem_bytes, 231424) << what;
+      EXPECT_EQ(rc.num_threads, 512) << what;
+      EXPECT_EQ(rc.walk, jit::TileWalk::grid) << what;
+      // The launch takes e4m3 Q/K/V and the three descales like sm_90a's FP8 kernel.
+      float factors[3][4] = {};
+      jit::LaunchArgs a = args_for(rc);
+      a.descale_q = factors[0];
+      a.descale_k = factors[1];
+      a.descale_v = factors[2];
+      EXPECT_EQ(launch_error(rc, a), "") << what;
+      jit::detail::LaunchShape shape;
+      const fa4::FwdParams p = jit::detail::pack_params(rc, a, &shape);
+      EXPECT_EQ(p.descale_q, factors[0]) << what;
+      EXPECT_EQ(p.descale_v, factors[2]) << what;
+    }
+  // Packed GQA: whole groups in a 128-row Q tile.
+  jit::FA4Config packed;
+  packed.arch = "sm_100a";
+  packed.dtype = DType::e4m3;
+  packed.group = 8;
+  packed.pack_gqa = true;
+  EXPECT_EQ(jit::resolve(packed).smem_bytes, 231424);
+}
+
+// Refusals name the field: depths other than 64 / 128, two K chunks (one 128-byte row holds the
+// whole depth), more stages than fit, a BN that overflows TMEM next to O at Dp 128.
+TEST(Fp8Host, Sm100aRefusalsNameTheField) {
+  jit::FA4Config c;
+  c.arch = "sm_100a";
+  c.dtype = DType::e4m3;
+  c.depth = 96;
+  EXPECT_NE(resolve_error(c).find("depth: 96"), std::string::npos) << resolve_error(c);
+  c.depth = 128;
+  c.num_qk_stages = 2;
+  EXPECT_NE(resolve_error(c).find("num_qk_stages: 2"), std::string::npos) << resolve_error(c);
+  c.num_qk_stages = 0;
+  c.num_kv_stages = 6;
+  EXPECT_NE(resolve_error(c).find("num_kv_stages: 6 does not fit"), std::string::npos) << resolve_error(c);
+  EXPECT_NE(resolve_error(c).find("2..5 stages"), std::string::npos) << resolve_error(c);
+  c.num_kv_stages = 0;
+  c.BN = 192;
+  EXPECT_NE(resolve_error(c).find("BN: 192"), std::string::npos) << resolve_error(c);
+  c.BN = 64;  // a smaller BN fits more stages
+  EXPECT_EQ(jit::resolve(c).config.num_kv_stages, 8);
+  c.BN = 0;
+  c.output_dtype = DType::e4m3;
+  EXPECT_NE(resolve_error(c).find("output_dtype"), std::string::npos) << resolve_error(c);
+}
+
 // ---- FP8 KV cache: e4m3 K/V under a 16-bit Q ----------------------------------------------------
 
 jit::FA4Config kv_fp8(DType dtype = DType::bf16, const std::string& arch = "sm_90a") {

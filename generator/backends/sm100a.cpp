@@ -19,10 +19,14 @@ class Sm100a final : public BackendPolicy {
   // The seeds' FA4Config: TMEM holds S0, S1 (BN columns each) and O0, O1 (Dp each) in 512
   // columns; shared memory holds Q (BM x Dp), the K and V rings, correction scalars, barriers.
   Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
-    // FP8 (tcgen05 kind::f8f6f4) is not written for this backend yet: refused before anything compiles.
-    if (c.dtype == DType::e4m3)
-      refuse("dtype", fmt::format("e4m3 on {}", c.arch),
-             "bf16 or fp16 on the sm100a backend for now (FP8 attention runs on sm_90a)");
+    // FP8 (dtype e4m3: Q, K, V in e4m3, both MMAs tcgen05 kind::f8f6f4, P as e4m3 in TMEM, V read
+    // MN-major as in the 16-bit kernel): resolve pads the depth to 128 (one 128-byte e4m3 row;
+    // depths 64 and 128), K lands in one chunk (BK0 = Dp), the K and V rings hold 1-byte elements and
+    // the Q regions stay sized for the 16-bit O staged in them. Compiled, never run (docs/BLACKWELL.md).
+    const bool fp8 = c.dtype == DType::e4m3;
+    if (fp8 && dp != 128)
+      refuse("depth", fmt::format("{} (padded {}) with dtype e4m3 on {}", c.depth, dp, c.arch),
+             "64 or 128 (padded to one 128-byte e4m3 row) for FP8 on the sm100a backend");
     // FP8 KV cache (kv_dtype e4m3 under a bf16/fp16 dtype; resolve allows nothing else and pads
     // the depth to 128, whole 128-byte e4m3 rows): TMA lands each K and V tile as e4m3 in a ring of
     // its own, one slot per tile (BN x Dp bytes), and warps 14-15 widen it into the 16-bit K/V
@@ -40,10 +44,13 @@ class Sm100a final : public BackendPolicy {
           "BN", std::to_string(c.BN),
           fmt::format("need a multiple of 16, >= 64, with 2*BN + 2*padded_depth <= 512 TMEM columns (max {})", bn_max));
     c.BN = c.BN ? c.BN : bn_max;
-    c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, dp >= 128 ? 2 : 1, {1, 2});
+    c.num_qk_stages = fp8 ? pick("num_qk_stages", c.num_qk_stages, 1, {1})
+                          : pick("num_qk_stages", c.num_qk_stages, dp >= 128 ? 2 : 1, {1, 2});
     c.BK0 = pick("BK0", c.BK0, dp / c.num_qk_stages, {dp / c.num_qk_stages});
+    // Q regions (sized for the 16-bit O staged there), correction factors, barriers; per stage one K
+    // and one V tile of dtype elements.
     const int fixed = 2 * c.BM * dp + c.BM * 4 + 1024;
-    const int per_stage = 2 * 2 * c.BN * dp;
+    const int per_stage = 2 * dtype_size(c.dtype) * c.BN * dp;
     // e4m3 ring: at least 2 slots (K(n) and V(n) in flight together), at most 4.
     const int f8_slot = f8_kv ? c.BN * dp : 0, f8_min = f8_kv ? 2 : 0;
     const int fit = (a.max_smem - fixed - f8_min * f8_slot) / per_stage;

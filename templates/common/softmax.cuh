@@ -16,6 +16,14 @@ namespace softmax {
 // below 256, which fp32 accumulation and 16-bit P absorb, and O needs no rescale.
 constexpr float kRescaleThresholdLog2 = 8.0f;
 
+// FP8 P (e4m3 inputs: P is rounded to e4m3 for the P V MMA). O is rescaled whenever a row maximum
+// grows (threshold 0), so P <= 1; P is then scaled by 2^kFp8PShiftLog2 before rounding (exact, folded
+// into the exp2 bias), which keeps P >= 2^-14 in e4m3's normal range (below 2^-6 it has fewer
+// mantissa bits) and <= 256 < 448 (e4m3's largest). The row sums are taken on the shifted P and
+// shifted back before the epilogue, which also divides O by 2^kFp8PShiftLog2.
+constexpr int kFp8RescaleThresholdLog2 = 0;
+constexpr int kFp8PShiftLog2 = 8;
+
 // FA4's software exp2: degree-3 minimax polynomial on the fraction, integer part added to
 // the exponent field. Runs on the FMA pipe so part of the exponentials leave MUFU.
 // Returns 0 below 2^-127 (so -inf maps to 0, like ex2.approx).

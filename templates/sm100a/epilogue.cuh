@@ -89,10 +89,10 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
   const u32 stage_row = smem_u32(stage) + r * 128;
   Out* o_row = reinterpret_cast<Out*>(p.o) + w.seq.template o_row<kPack>(p, row);
 #pragma unroll
-  for (int b = 0; b < T::kDp / T::kBox; ++b) {
+  for (int b = 0; b < T::kDp / T::kOBox; ++b) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int col = b * T::kBox + half * 32;
+      const int col = b * T::kOBox + half * 32;
       float o[32];
       load_o(col, o);
       u32 pk[16];
@@ -120,11 +120,11 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
     if (r == 0) {
       const TmaCoords c = TmaCoords::make(p, w.seq);
 #pragma unroll
-      for (int b = 0; b < T::kDp / T::kBox; ++b) {
+      for (int b = 0; b < T::kDp / T::kOBox; ++b) {
         if constexpr (kPack == 1) {
-          tma_store_4d(&tma.o, stage + b * T::kTileM * 128, b * T::kBox, c.q_row0 + r0, c.q_head, c.q_batch);
+          tma_store_4d(&tma.o, stage + b * T::kTileM * 128, b * T::kOBox, c.q_row0 + r0, c.q_head, c.q_batch);
         } else {  // 5-D map: rows r0 / kPack.. of the group's heads; queries past seqlen_q are clipped
-          tma_store_5d(&tma.o, stage + b * T::kTileM * 128, b * T::kBox, 0, c.q_row0 + r0 / kPack, c.kv_head,
+          tma_store_5d(&tma.o, stage + b * T::kTileM * 128, b * T::kOBox, 0, c.q_row0 + r0 / kPack, c.kv_head,
                        c.q_batch);
         }
       }

@@ -24,7 +24,7 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
   auto load_q = [&](int tile) {
     unsigned char* dst = smem + T::kQOff + tile * T::kQTileBytes;
     const int r0 = w.q_lo + tile * T::kTileM;  // first tile row of the box
-    mbar_expect_tx(&bars.q_full[tile], T::kQTileBytes);
+    mbar_expect_tx(&bars.q_full[tile], T::kQLoadBytes);
 #pragma unroll
     for (int b = 0; b < T::kDp / T::kBox; ++b) {
       if constexpr (T::kPack == 1) {

@@ -20,33 +20,36 @@ template <class Config>
 struct MmaIssuer {
   using T = Traits<Config>;
   using Element = typename T::Element;
-  // S = Q K': M 128, N BN, both K-major. O += P V: M 128, N Dp, A (P) from TMEM, V MN-major.
-  static constexpr u32 kIdescQK = umma::instr_desc_f16<Element>(128, T::kBN, false, false);
-  static constexpr u32 kIdescPV = umma::instr_desc_f16<Element>(128, T::kDp, false, true);
+  // S = Q K': M 128, N BN, both K-major. O += P V: M 128, N Dp, A (P) from TMEM, V MN-major (also
+  // for e4m3: kind::f8f6f4 takes an MN-major B for 8-bit types, so V needs no transpose).
+  static constexpr u32 kIdescQK = umma::instr_desc<Element>(128, T::kBN, false, false);
+  static constexpr u32 kIdescPV = umma::instr_desc<Element>(128, T::kDp, false, true);
 
   u32 tmem;     // TMEM base (lane 0, column 0)
   u32 q_smem;   // shared addresses
   u32 k_smem;
   u32 v_smem;
 
-  // One K chunk (BK0 of depth) of S_tile = Q_tile K'. Within a 64-wide box a k16 step is
-  // +32 bytes along the swizzled row (the hardware applies the swizzle to the final address).
+  // One K chunk (BK0 of depth) of S_tile = Q_tile K'. Within a 128-byte box row a K step (k16, or
+  // k32 for e4m3) is +32 bytes along the swizzled row (the hardware applies the swizzle to the final
+  // address).
   __device__ __forceinline__ void qk_chunk(int tile, u32 k_slot, int chunk) const {
     const u32 q_base = q_smem + tile * T::kQTileBytes;
     const u32 k_base = k_smem + k_slot * T::kKChunkBytes;
 #pragma unroll
-    for (int kk = 0; kk < T::kBK0 / umma::kMmaK; ++kk) {
-      const int box = kk / (T::kBox / umma::kMmaK), in_box = kk % (T::kBox / umma::kMmaK);
+    for (int kk = 0; kk < T::kBK0 / T::kMmaK; ++kk) {
+      const int box = kk / (T::kBox / T::kMmaK), in_box = kk % (T::kBox / T::kMmaK);
       const int q_box = chunk * (T::kBK0 / T::kBox) + box;
       const u64 a = umma::smem_desc_sw128(q_base + q_box * T::kTileM * 128 + in_box * 32, 16, 1024);
       const u64 b = umma::smem_desc_sw128(k_base + box * T::kBN * 128 + in_box * 32, 16, 1024);
-      umma::mma_ss(tmem + T::tmem_s(tile), a, b, kIdescQK, (chunk > 0 || kk > 0) ? 1u : 0u);
+      umma::mma_ss<Element>(tmem + T::tmem_s(tile), a, b, kIdescQK, (chunk > 0 || kk > 0) ? 1u : 0u);
     }
   }
 
-  // O_tile (+)= P_tile V. P: BN 16-bit values per lane packed in BN/2 columns, a k16 step is
-  // 8 columns. V slot: Dp/64 boxes of [BN keys][64 depth]; a k16 step is 16 key rows = 2048
-  // bytes (two whole swizzle atoms); LBO steps between the 64-wide depth boxes.
+  // O_tile (+)= P_tile V. P: BN values per lane packed in BN/kPPerColumn columns (2 x 16-bit or
+  // 4 x e4m3), a K step (32 bytes of P) is 8 columns. V slot: Dp/kBox boxes of [BN keys][128 B of
+  // depth]; a K step is kMmaK key rows (16-bit: 2048 bytes, e4m3: 4096, whole swizzle atoms); LBO
+  // steps between the 128-byte depth boxes (16-bit d128: two; e4m3: one, LBO unused).
   // k_steps < BN/16 on the tile crossing seqlen_k: key blocks entirely past seqlen_k are not multiplied
   // (MAX's mma_maybe_partial_k), so rows there (padding, seqused_k tail) never reach O.
   __device__ __forceinline__ void pv(int tile, u32 v_slot, bool accumulate, int k_steps) const {
@@ -57,9 +60,9 @@ struct MmaIssuer {
     const u32 d = tmem + T::tmem_o(tile);
 #pragma unroll 1
     for (int kk = 0; kk < k_steps; ++kk) {
-      umma::mma_ts(d, a, b, kIdescPV, (accumulate || kk > 0) ? 1u : 0u);
-      b = umma::desc_advance(b, umma::kMmaK * 128);
-      a += umma::kMmaK / 2;
+      umma::mma_ts<Element>(d, a, b, kIdescPV, (accumulate || kk > 0) ? 1u : 0u);
+      b = umma::desc_advance(b, T::kMmaK * 128);
+      a += T::kMmaK / T::kPPerColumn;
     }
   }
 };
@@ -75,12 +78,12 @@ __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned 
   // The MMAs only depend on how many tiles the walk visits, not which: count them before the
   // loop (overlapping the first TMA loads), so the loop keeps no mask classification live in
   // this warp's 48 registers. The walk descends, so only its first tile can cross seqlen_k:
-  // k16 blocks entirely past seqlen_k there are not multiplied.
+  // K-step blocks (16 keys, e4m3: 32) entirely past seqlen_k there are not multiplied.
   int N = 0;
 #pragma unroll 1
   for (int n = n_first; w.has(n); n = w.next_tile(n)) ++N;
-  constexpr int kSteps = T::kBN / umma::kMmaK;
-  const int first_steps = min(kSteps, ceil_div(w.seq.seqlen_k - n_first * T::kBN, umma::kMmaK));
+  constexpr int kSteps = T::kBN / T::kMmaK;
+  const int first_steps = min(kSteps, ceil_div(w.seq.seqlen_k - n_first * T::kBN, T::kMmaK));
 
   const MmaIssuer<Config> issue{tmem_base, smem_u32(smem + T::kQOff), smem_u32(smem + T::kKOff),
                                 smem_u32(smem + T::kVOff)};

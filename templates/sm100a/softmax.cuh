@@ -7,6 +7,8 @@
 //   -> factor to the correction WG through smem (not for the first tile: O is still empty)
 //   -> P = exp2(s * scale - bias), part of the pairs on the FMA pipe (exp2_poly3)
 //   -> P as 16-bit over S in TMEM (tcgen05.st) -> signal P_i (releases the S/P slot).
+// FP8 (e4m3 Q/K/V): P x 2^8 rounded to e4m3, 4 per TMEM column, O rescaled whenever a row maximum
+// grows (common/softmax.cuh kFp8PShiftLog2, kFp8RescaleThresholdLog2: the sm90a FP8 kernel's rules).
 // All math is fa4::softmax (shared with sm80/sm90a, which run it on a GPU).
 #pragma once
 #include "common/mask.cuh"
@@ -37,6 +39,11 @@ struct SoftmaxRow {
   static constexpr bool kIdentity = ScoreMod::kIsIdentity;
   static constexpr int kPolyEvery = Exp2PolyEvery<Config>::value;
   static_assert(kPolyEvery >= 0, "kExp2EmulateEvery: 0 (off) or N (1 pair in N)");
+  // P of 32 logits: 16 TMEM columns of 2 x 16-bit, or (FP8) 8 columns of 4 x e4m3.
+  static constexpr int kPCols = 32 / T::kPPerColumn;
+  static constexpr int kRescaleLog2 =
+      T::kFp8 ? softmax::kFp8RescaleThresholdLog2 : static_cast<int>(softmax::kRescaleThresholdLog2);
+  static constexpr int kPShiftLog2 = T::kFp8 ? softmax::kFp8PShiftLog2 : 0;
 
   const FwdParams& p;
   mask::Ctx ctx;       // q_head: this row's head (packed GQA: the group's first head + PackedRow::head)
@@ -44,11 +51,11 @@ struct SoftmaxRow {
   int k_lo;            // first key of the current tile
   mask::TileClass cls; // for this Q tile and KV tile
   bool bounded;        // tile reaches past seqlen_k
-  float qk_mul = 0.f;  // FP8 KV cache: softmax_scale * descale_k of the CTA's (batch, KV head)
+  float qk_mul = 0.f;  // FP8 / FP8 KV cache: softmax_scale * descale_q * descale_k of the CTA's (batch, KV head)
 
-  // Multiplies a raw score before a score-mod: softmax_scale (FP8 KV cache: times descale_k).
+  // Multiplies a raw score before a score-mod: softmax_scale (FP8 / FP8 KV cache: times the descales).
   __device__ __forceinline__ float logit_mul() const {
-    if constexpr (T::kFp8KV) return qk_mul;
+    if constexpr (T::kDescaled) return qk_mul;
     return p.softmax_scale;
   }
 
@@ -92,9 +99,10 @@ struct SoftmaxRow {
     }
   }
 
-  // P for 32 logits -> 16 packed columns; returns their fp32 sum.
-  __device__ __forceinline__ static float exp_pack(const float (&s)[32], float scale, float bias, u32 (&pk)[16]) {
+  // P for 32 logits -> kPCols packed columns; returns their fp32 sum (FP8: of the unrounded P).
+  __device__ __forceinline__ static float exp_pack(const float (&s)[32], float scale, float bias, u32 (&pk)[kPCols]) {
     float sum0 = 0.f, sum1 = 0.f;
+    float lo0 = 0.f, lo1 = 0.f;  // FP8: the previous pair, packed with this one into four e4m3
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const float x0 = fmaf(s[2 * j], scale, -bias), x1 = fmaf(s[2 * j + 1], scale, -bias);
@@ -110,9 +118,26 @@ struct SoftmaxRow {
       }
       sum0 += e0;
       sum1 += e1;
-      pk[j] = pack2<Element>(e0, e1);
+      if constexpr (T::kFp8) {
+        if (j % 2 == 0) {
+          lo0 = e0;
+          lo1 = e1;
+        } else {
+          pk[j / 2] = pack4_e4m3(lo0, lo1, e0, e1);  // keys 2j-2 .. 2j+1, the lowest in the low byte
+        }
+      } else {
+        pk[j] = pack2<Element>(e0, e1);
+      }
     }
     return sum0 + sum1;
+  }
+
+  // P chunk c (32 logits) -> TMEM columns [c kPCols, (c + 1) kPCols) of this lane's S/P slot.
+  __device__ __forceinline__ static void store_p(u32 t_s, int c, const u32 (&pk)[kPCols]) {
+    if constexpr (T::kFp8)
+      tmem::st_32x32b_x8(t_s + c * kPCols, pk);
+    else
+      tmem::st_32x32b_x16(t_s + c * kPCols, pk);
   }
 };
 
@@ -140,17 +165,20 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
   const int r = threadIdx.x % 128;
   const u32 t_s = tmem_base + tmem::warp_lane_base() + T::tmem_s(tile);
   float* corr_smem = reinterpret_cast<float*>(smem + T::kCorrOff) + tile * T::kTileM;
-  // FP8 KV cache: real K = stored K * descale_k, real V = stored V * descale_v, per (batch, KV
-  // head) of the CTA (null = 1). descale_k joins the logit scale, descale_v the epilogue's 1/sum
-  // (before the split-KV partials too). 16-bit K/V: both 1, nothing is read.
-  float descale_k = 1.0f, descale_v = 1.0f;
-  if constexpr (T::kFp8KV) {
+  // FP8 inputs / an FP8 KV cache: real X = stored X * descale_x, per (batch, KV head) of the CTA
+  // (null = 1). descale_q * descale_k (an FP8 KV cache: descale_k; its Q is 16-bit) joins the logit
+  // scale, descale_v the epilogue's 1/sum (before the split-KV partials too). 16-bit: nothing is read.
+  float descale_qk = 1.0f, descale_v = 1.0f;
+  if constexpr (T::kDescaled) {
     const int i = w.seq.batch * p.num_kv_heads + w.seq.kv_head;
-    if (p.descale_k) descale_k = p.descale_k[i];
+    if (p.descale_k) descale_qk = p.descale_k[i];
+    if constexpr (T::kFp8) {
+      if (p.descale_q) descale_qk *= p.descale_q[i];
+    }
     if (p.descale_v) descale_v = p.descale_v[i];
   }
   float scale = Row::kIdentity ? p.scale_log2 : 1.0f;
-  if constexpr (T::kFp8KV && Row::kIdentity) scale *= descale_k;
+  if constexpr (T::kDescaled && Row::kIdentity) scale *= descale_qk;
 
   // Tile rows of this Q tile (packed rows when kPack > 1) and the queries they span.
   const int r_lo = w.q_lo + tile * T::kTileM;
@@ -162,7 +190,7 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
   mask::Ctx row_mask = w.ctx;
   row_mask.q_head = w.seq.q_head + pr.head;
   Row row_ctx{p, row_mask, min(pr.q, w.seq.seqlen_q - 1), 0, mask::kFull, false};
-  if constexpr (T::kFp8KV) row_ctx.qk_mul = p.softmax_scale * descale_k;
+  if constexpr (T::kDescaled) row_ctx.qk_mul = p.softmax_scale * descale_qk;
   softmax::RowState row;
   row.init();
 
@@ -222,13 +250,14 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
       if (rewrite) tmem::wait_st();  // pass 2 reads the logits back
     }
 
-    const float corr = row.update_max(tile_max, scale);
+    const float corr = row.template update_max<Row::kRescaleLog2>(tile_max, scale);
     if (n != n_first) {  // O_i holds earlier tiles: the correction WG rescales it if corr < 1
       auto c_stage = c_prod.acquire();
       corr_smem[r] = corr;
       c_stage.arrive();
     }
-    const float bias = row.exp_bias(scale);
+    float bias = row.exp_bias(scale);
+    if constexpr (Row::kPShiftLog2 != 0) bias -= Row::kPShiftLog2;  // FP8: P x 2^8
 
     float tile_sum = 0.f;
     if constexpr (kRowInRegisters) {
@@ -237,10 +266,10 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
         float s[32];
 #pragma unroll
         for (int j = 0; j < 32; ++j) s[j] = s_all[c * 32 + j];
-        u32 pk[16];
+        u32 pk[Row::kPCols];
         tile_sum += Row::exp_pack(s, scale, bias, pk);
-        // P columns [16 c, 16 c + 16) hold S columns < 32 c + 32, all read already.
-        tmem::st_32x32b_x16(t_s + c * 16, pk);
+        // P columns [16 c, 16 c + 16) (FP8: [8 c, 8 c + 8)) hold S columns < 32 c + 32, all read already.
+        Row::store_p(t_s, c, pk);
       }
     } else {
 #pragma unroll 1
@@ -251,19 +280,22 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
         tmem::pin(raw);
         float s[32];
         to_float(raw, s);
-        u32 pk[16];
+        u32 pk[Row::kPCols];
         tile_sum += Row::exp_pack(s, scale, bias, pk);
-        // P chunk c covers columns [16 c, 16 c + 16): logits of chunks <= c, read already.
-        tmem::st_32x32b_x16(t_s + c * 16, pk);
+        // P chunk c covers columns [16 c, 16 c + 16) (FP8: [8 c, 8 c + 8)): logits of chunks <= c, read already.
+        Row::store_p(t_s, c, pk);
       }
     }
     row.sum = fmaf(row.sum, corr, tile_sum);
   }
 
+  // FP8: the sums were taken on P x 2^8; back to P's units before the sink and the LSE.
+  if constexpr (Row::kPShiftLog2 != 0) row.sum *= 1.0f / static_cast<float>(1 << Row::kPShiftLog2);
   // Split-KV: only split 0 counts the sink, so the combine adds it once.
   if (p.sinks && w.split == 0) row.add_sink(p.sinks[row_ctx.ctx.q_head] * kLog2e, scale);
   float inv_sum = row.inv_sum();
-  if constexpr (T::kFp8KV) inv_sum *= descale_v;  // O = P (V descale_v) / sum; the LSE does not change
+  // O = P (V descale_v) / sum; the LSE does not change. FP8: O accumulated (P x 2^8) V.
+  if constexpr (T::kDescaled) inv_sum *= descale_v * (1.0f / static_cast<float>(1 << Row::kPShiftLog2));
   epilogue<Config, Mask>(w, p, tma, tmem_base, smem, bars, tile, w.has(n_first), inv_sum, row.lse(scale));
 }
 

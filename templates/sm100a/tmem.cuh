@@ -52,7 +52,7 @@ __device__ __forceinline__ void pin(u32 (&r)[N]) {
 #define FA4_W8(o) "r"(r[o + 0]), "r"(r[o + 1]), "r"(r[o + 2]), "r"(r[o + 3]), "r"(r[o + 4]), "r"(r[o + 5]), \
                   "r"(r[o + 6]), "r"(r[o + 7])
 
-// 32 lanes x 32 bits, repeated over 16 / 32 consecutive columns: thread t of the warp gets
+// 32 lanes x 32 bits, repeated over 8 / 16 / 32 consecutive columns: thread t of the warp gets
 // lane (base + t), columns [col, col + N).
 __device__ __forceinline__ void ld_32x32b_x16(u32 taddr, u32 (&r)[16]) {
   asm volatile(
@@ -69,6 +69,10 @@ __device__ __forceinline__ void ld_32x32b_x32(u32 taddr, u32 (&r)[32]) {
       : FA4_R8(0), FA4_R8(8), FA4_R8(16), FA4_R8(24)
       : "r"(taddr)
       : "memory");
+}
+__device__ __forceinline__ void st_32x32b_x8(u32 taddr, const u32 (&r)[8]) {
+  asm volatile("tcgen05.st.sync.aligned.32x32b.x8.b32 [%0], {%1, %2, %3, %4, %5, %6, %7, %8};" ::"r"(taddr), FA4_W8(0)
+               : "memory");
 }
 __device__ __forceinline__ void st_32x32b_x16(u32 taddr, const u32 (&r)[16]) {
   asm volatile(

@@ -14,12 +14,19 @@ template <class Config>
 struct Traits {
   using Element = typename Config::Element;
   using OutElement = typename Config::OutElement;
+  // FP8 ("dtype": "e4m3"): Q, K and V in e4m3, both MMAs tcgen05 kind::f8f6f4 (K 32 per MMA), P
+  // rounded to e4m3 in TMEM (4 per column), O in OutElement (16-bit). A 128-byte swizzle row holds
+  // 128 elements, so the padded depth is 128 and one TMA box spans it.
+  static constexpr bool kFp8 = DTypeTraits<Element>::kIsFp8;
   // K/V in global memory: Element, or e4m3 for an FP8 KV cache (Config::KVElement, "kv_dtype":
-  // "e4m3"). Then TMA lands K/V tiles as e4m3 in the f8 ring and warps 14-15 widen them into the
-  // 16-bit K/V rings (convert.cuh); everything after that is the 16-bit kernel's.
+  // "e4m3" under a 16-bit Element). Then TMA lands K/V tiles as e4m3 in the f8 ring and warps 14-15
+  // widen them into the 16-bit K/V rings (convert.cuh); everything after that is the 16-bit kernel's.
   using KVElement = typename KVElementOf<Config>::type;
-  static constexpr bool kFp8KV = DTypeTraits<KVElement>::kIsFp8;
-  static constexpr int kElemBytes = 2;
+  static constexpr bool kFp8KV = !kFp8 && DTypeTraits<KVElement>::kIsFp8;
+  // Scores and O take the launch's descale factors (FP8 inputs: descale_q, _k, _v; an FP8 KV cache:
+  // descale_k, _v).
+  static constexpr bool kDescaled = kFp8 || kFp8KV;
+  static constexpr int kElemBytes = sizeof(Element);  // Q, K, V in shared memory (2, or 1 for FP8)
 
   static constexpr int kBM = Config::kBM;           // CTA rows: two Q tiles
   static constexpr int kTileM = 128;                // one Q tile = one MMA M = the 128 TMEM lanes
@@ -31,7 +38,12 @@ struct Traits {
   static constexpr int kQKStages = Config::kNumQKStages;
   static constexpr int kBK0 = kDp / kQKStages;      // depth per K chunk (one K barrier each)
   static constexpr int kKSlots = kStages * kQKStages;
-  static constexpr int kBox = 64;                   // TMA box width: 64 x 16-bit = one 128-byte swizzle row
+  static constexpr int kBox = 128 / kElemBytes;     // Q/K/V TMA box width: one 128-byte swizzle row
+  static constexpr int kOBox = 64;                  // O (16-bit) TMA box width: one 128-byte swizzle row
+  // K per tcgen05.mma: 32 bytes of K (kind::f16: 16 elements, kind::f8f6f4: 32), so a K step is
+  // +32 bytes inside a swizzled K-major row, and 32 bytes of P per row = 8 TMEM columns.
+  static constexpr int kMmaK = 32 / kElemBytes;
+  static constexpr int kPPerColumn = 4 / kElemBytes;  // P elements per 32-bit TMEM column (2, or 4 e4m3)
   static constexpr int kThreads = 512;
   static constexpr int kPack = Config::kPack;       // GQA packing: row r = query r / kPack, head r % kPack
 
@@ -40,16 +52,18 @@ struct Traits {
   static_assert(Config::kSwizzleBytes == 128, "sm100a: 128-byte swizzle");
   static_assert(kDp % kBox == 0 && kDp >= 64 && kDp <= 128, "sm100a: padded depth 64 or 128");
   static_assert(kDepth <= kDp, "depth fits the padded depth");
-  static_assert(Config::kBK0 == kBK0 && kBK0 % kBox == 0, "K chunk = whole 64-wide boxes");
+  static_assert(Config::kBK0 == kBK0 && kBK0 % kBox == 0, "K chunk = whole TMA boxes (128-byte rows)");
   static_assert(kBN % 32 == 0 && kBN >= 64 && kBN <= 256, "BN: MMA N (M = 128 needs N % 16 == 0, <= 256), 32-col batches");
   static_assert(kStages >= 2, "V(n) is held until O1 += P1 V(n) one iteration later: needs 2 V slots");
-  static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "16-bit Q/K/V/O");
+  static_assert((sizeof(Element) == 2 || kFp8) && sizeof(OutElement) == 2, "16-bit or e4m3 Q/K/V, 16-bit O");
+  static_assert(!kFp8 || (kDp == 128 && kQKStages == 1),
+                "FP8: padded depth 128 (one 128-byte e4m3 row per key), K in one chunk (BK0 = Dp)");
   static_assert(kPack >= 1 && kTileM % kPack == 0, "a Q tile (one 5-D TMA box) holds whole groups");
-  static_assert(sizeof(KVElement) == 2 || (kFp8KV && kDp == 128),
+  static_assert(sizeof(KVElement) == sizeof(Element) || (kFp8KV && kDp == 128),
                 "16-bit K/V, or an e4m3 KV cache at padded depth 128 (one 128-byte e4m3 row per key)");
 
   // ---- TMEM columns (fp32, 128 lanes) ----
-  static constexpr u32 kTmemS0 = 0;                 // S0, then P0 (16-bit, packed 2 per column) over it
+  static constexpr u32 kTmemS0 = 0;                 // S0, then P0 (packed kPPerColumn per column) over it
   static constexpr u32 kTmemS1 = kBN;
   static constexpr u32 kTmemO0 = 2 * kBN;
   static constexpr u32 kTmemO1 = 2 * kBN + kDp;
@@ -58,9 +72,11 @@ struct Traits {
   __device__ __forceinline__ static constexpr u32 tmem_o(int tile) { return tile == 0 ? kTmemO0 : kTmemO1; }
 
   // ---- shared memory (byte offsets from a 1024-aligned base) ----
-  static constexpr int kQTileBytes = kTileM * kDp * kElemBytes;  // Dp/64 boxes of [128][64]
-  static constexpr int kKChunkBytes = kBN * kBK0 * kElemBytes;   // BK0/64 boxes of [BN][64]
-  static constexpr int kKVStageBytes = kBN * kDp * kElemBytes;   // Dp/64 boxes of [BN][64]
+  // A Q tile's region is sized for the 16-bit O staged there (FP8: the e4m3 Q fills half of it).
+  static constexpr int kQTileBytes = kTileM * kDp * 2;            // O: Dp/64 boxes of [128][64 x 16-bit]
+  static constexpr int kQLoadBytes = kTileM * kDp * kElemBytes;   // Q: Dp/kBox boxes of [128][128 B]
+  static constexpr int kKChunkBytes = kBN * kBK0 * kElemBytes;   // BK0/kBox boxes of [BN][128 B]
+  static constexpr int kKVStageBytes = kBN * kDp * kElemBytes;   // Dp/kBox boxes of [BN][128 B]
   static constexpr int kQOff = 0;                                 // Q0, Q1; O staging reuses them
   static constexpr int kKOff = kQOff + kNumQTiles * kQTileBytes;
   static constexpr int kVOff = kKOff + kStages * kKVStageBytes;
@@ -69,7 +85,8 @@ struct Traits {
   // whatever kSmemBytes holds beyond the 16-bit formula, 2..4 slots.
   static constexpr int kBoxF8 = 128;                              // e4m3 TMA box width: one 128-byte row
   static constexpr int kF8StageBytes = kFp8KV ? kBN * kDp : 0;    // Dp/128 boxes of [BN][128]
-  static constexpr int kSmemBytes16 = kElemBytes * (kBM * kDp + 2 * kStages * kBN * kDp) + kBM * 4 + 1024;
+  // The DEVICE_ABI formula: Q regions (16-bit O staging) + the K and V rings + factors + barriers.
+  static constexpr int kSmemBytes16 = 2 * kBM * kDp + kElemBytes * 2 * kStages * kBN * kDp + kBM * 4 + 1024;
   static constexpr int kF8Slots = kFp8KV ? (Config::kSmemBytes - kSmemBytes16) / (kBN * kDp) : 0;
   static constexpr int kF8Off = kVOff + kStages * kKVStageBytes;
   static constexpr int kCorrOff = kF8Off + kF8Slots * kF8StageBytes;
@@ -77,6 +94,7 @@ struct Traits {
   static constexpr int kSmemBytes = kBarOff + 1024;
   static_assert(kSmemBytes == kSmemBytes16 + kF8Slots * kF8StageBytes,
                 "the DEVICE_ABI sm100a shared-memory formula (+ the e4m3 ring of an FP8 KV cache)");
+  static_assert(!kFp8 || Config::kSmemBytes == kSmemBytes, "FP8: the host launches with exactly the formula's bytes");
   static_assert(!kFp8KV || (kF8Slots >= 2 && kF8Slots <= 4 && Config::kSmemBytes == kSmemBytes),
                 "FP8 KV cache: kSmemBytes = the 16-bit formula + 2..4 e4m3 slots of BN x Dp bytes");
   static_assert(Config::kSmemBytes >= kSmemBytes, "host launches with the formula's bytes");
