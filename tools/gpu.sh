@@ -208,9 +208,11 @@ fp8() {
     echo "== check ${c%%|*} ${c#*|}: $(timeout 120 $F check --require-gpu --config /tmp/gpu_fp8.json --arch sm_90a ${c#*|} 2>&1 | tail -2 | tr '\n' ' ')" || fail=1
   done
   TEST_LIMIT=${TEST_LIMIT:-300} tests 'GpuFp8*'
-  if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
+  local whls
+  set +f; whls=(.whl/*.whl); set -f  # globbing is off in this script (set -f)
+  if [[ -f ${whls[0]} ]]; then
     # Unpacked, not pip-installed: `pip install --target` left cudnn unimportable there (2026-11-26).
-    python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall("/tmp/site") for w in sys.argv[1:]]' .whl/*.whl
+    python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall("/tmp/site") for w in sys.argv[1:]]' "${whls[@]}"
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   fi
   FA4JIT=$F timeout "${BENCH_LIMIT:-300}" python3 bench/fp8.py "$@" --out "$OUT" > "$OUT/fp8.log" 2>&1 || fail=1

@@ -196,17 +196,23 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) {
   return r;
 }
 
-// One V stage (src) -> one Vt stage (dst) by thread t of kHelperThreads. A task is 16 keys x 4
-// depths: 16 4-byte reads (a warp's lanes take 32 depth quads of one key row: no bank conflict),
-// four 4x4 byte transposes, four 16-byte writes (rows d..d+3 of Vt, the keys' 16-byte chunk).
+// One V stage (src) -> one Vt stage (dst) by thread t of kHelperThreads. A task is 16 keys (key
+// block kb) x 4 depths (depth quad dq): 16 4-byte reads, four 4x4 byte transposes, four 16-byte
+// writes (rows d..d+3 of Vt, the keys' 16-byte chunk). The 32 tasks of a warp's round take 32
+// depth quads (so each read covers the 32 banks once) and, lane l, key block (l + round) % 8: the
+// 8 lanes of each 16-byte write phase then hit 8 different chunks, (kb ^ row % 8), all 32 banks.
+// (Key block by round alone put a phase's 8 rows on 2 chunks: 4 times the write wavefronts, and
+// 26M bank conflicts per B4 H16 S4096 call, docs/PERF.md run 31.)
 template <class Config>
 __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   using Sh = Shape<Config>;
   constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kQuads = kDp / 4;
   constexpr int kTasks = (kBN / 16) * kQuads;
+  static_assert(kBN == 128 && kQuads % 32 == 0 && kHelperThreads % 32 == 0, "transpose_v: 8 key blocks, whole warp rounds");
 #pragma unroll 1
   for (int task = t; task < kTasks; task += kHelperThreads) {
-    const int dq = task % kQuads, kb = task / kQuads;
+    const int lane = task % 32, round = task / 32;  // task % 32 == t % 32: the thread's lane
+    const int dq = 32 * (round / 8) + lane, kb = (lane + round) % 8;
     const int d0 = 4 * dq;
     const u32 vblk = src + (d0 / 128) * (kBN * 128) + (d0 % 16);
     const int dc = (d0 % 128) / 16;

@@ -27,7 +27,7 @@ struct WgSoftmax {
   // in e4m3's normal range (below 2^-6 it has fewer mantissa bits); O is rescaled whenever the row
   // maximum grows (threshold 0), so P <= 1 before the shift and 2^8 <= 448 after it. The row sums
   // are taken on the shifted P and shifted back in finalize(); the epilogue divides O back.
-  static constexpr int kPShiftLog2 = Sh::kFp8 ? 8 : 0;
+  static constexpr int kPShiftLog2 = Sh::kFp8 ? softmax::kFp8PShiftLog2 : 0;
 
   softmax::RowState row[2];
   float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
@@ -172,7 +172,7 @@ struct WgSoftmax {
     for (int r = 0; r < 2; ++r) {
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-      corr[r] = row[r].template update_max<Sh::kFp8 ? 0 : static_cast<int>(softmax::kRescaleThresholdLog2)>(m[r], scale);
+      corr[r] = row[r].template update_max<Sh::kFp8 ? softmax::kFp8RescaleThresholdLog2 : static_cast<int>(softmax::kRescaleThresholdLog2)>(m[r], scale);
       row[r].sum *= corr[r];
     }
     const float bias[2] = {row[0].exp_bias(scale) - kPShiftLog2, row[1].exp_bias(scale) - kPShiftLog2};
