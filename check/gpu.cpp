@@ -197,7 +197,7 @@ struct Paged {
 CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const FA4Config& cfg = kernel.config().config;
   // t: Q (and the kernel's arithmetic); tk: K and V (e4m3 for an FP8 KV cache); to: O.
-  const DType t = cfg.dtype, tk = cfg.kv_dtype.value_or(t), to = *cfg.output_dtype;
+  const DType t = cfg.dtype, tk = kv_type(cfg), to = *cfg.output_dtype;
   const int D = cfg.depth;
   CheckResult res;
   res.dtype = kernel.config().config.dtype;

@@ -35,8 +35,11 @@ struct Job {
   bool in_memory_only = false;  // served by the store's memory fallback: not on disk
 };
 
+// "sm_90a d128 bf16 mask=causal score_mod=identity group=4 packed"; an FP8 KV cache: "bf16+e4m3 KV".
 std::string describe(const FA4Config& c) {
-  return fmt::format("{} d{} {} mask={} score_mod={}{}{}", c.arch, c.depth, to_string(c.dtype),
+  const std::string dtypes =
+      c.kv_dtype ? fmt::format("{}+{} KV", to_string(c.dtype), to_string(*c.kv_dtype)) : to_string(c.dtype);
+  return fmt::format("{} d{} {} mask={} score_mod={}{}{}", c.arch, c.depth, dtypes,
                      to_json(c)["mask"]["kind"].get<std::string>(), to_json(c)["score_mod"]["kind"].get<std::string>(),
                      c.group ? fmt::format(" group={}", c.group) : "", c.pack_gqa ? " packed" : "");
 }

@@ -151,7 +151,7 @@ void add_run(CLI::App& app) {
       }
     LaunchArgs a;
     a.q = Tensor::contiguous(dq.get(), c.dtype, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
-    const DType kv_t = c.kv_dtype.value_or(c.dtype);
+    const DType kv_t = kv_type(c);
     a.k = Tensor::contiguous(dk.get(), kv_t, k.shape[0], k.shape[1], k.shape[2], k.shape[3]);
     a.v = Tensor::contiguous(dv.get(), kv_t, v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
     a.o = Tensor::contiguous(dout.get(), out_t, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
@@ -285,7 +285,7 @@ void add_bench(CLI::App& app) {
     const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D;
     const std::size_t nk =
         page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : static_cast<std::size_t>(B) * Sk * Hkv * D;
-    const DType kv_t = rc.kv_dtype.value_or(rc.dtype);  // e4m3 for an FP8 KV cache
+    const DType kv_t = kv_type(rc);  // e4m3 for an FP8 KV cache
     const std::size_t in_size = static_cast<std::size_t>(dtype_size(rc.dtype));
     const std::size_t kv_size = static_cast<std::size_t>(dtype_size(kv_t));
     const std::size_t out_size = static_cast<std::size_t>(dtype_size(*rc.output_dtype));

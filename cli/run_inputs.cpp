@@ -21,7 +21,7 @@ const char* safetensors_dtype(DType t) {
 void check_run_inputs(const std::string& file, const std::map<std::string, safetensors::TensorData>& in,
                       const FA4Config& c) {
   // q in the dtype; k and v in the kv_dtype (e4m3 for an FP8 KV cache) when it is set.
-  const DType kv = c.kv_dtype.value_or(c.dtype);
+  const DType kv = kv_type(c);
   auto bad = [&](const std::string& why) { return Error(fmt::format("{}: {}", file, why)); };
   for (const char* name : {"q", "k", "v"}) {
     const auto it = in.find(name);

@@ -32,6 +32,7 @@ DType dtype_from_string(const std::string& s) {
 }
 
 int dtype_size(DType t) { return t == DType::e4m3 ? 1 : 2; }
+DType kv_type(const FA4Config& c) { return c.kv_dtype.value_or(c.dtype); }
 
 const char* to_string(Backend b) {
   switch (b) {
@@ -134,7 +135,7 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
            fmt::format("the {} backend supports {}", to_string(arch.backend), fmt::join(depths, ", ")));
   // Rows padded to whole 128-byte swizzle atoms (64 bf16/fp16 elements, 128 e4m3 ones; an FP8 KV
   // cache pads to its e4m3 rows on the TMA backends).
-  const int kv_bytes = backend.uses_tma() ? dtype_size(c.kv_dtype.value_or(c.dtype)) : 2;  // plain loads: no atoms
+  const int kv_bytes = backend.uses_tma() ? dtype_size(kv_type(c)) : 2;  // plain loads: no atoms
   const int atom = 128 / std::min(dtype_size(c.dtype), kv_bytes);
   const int dp = (c.depth + atom - 1) / atom * atom;
   if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)

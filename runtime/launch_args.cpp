@@ -58,7 +58,7 @@ void check_descale(const char* name, const float* p, DType dtype, const char* fi
 
 fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, LaunchShape* shape) {
   const FA4Config& c = rc.config;
-  const DType kv = c.kv_dtype.value_or(c.dtype);
+  const DType kv = kv_type(c);
   check_tensor("q", a.q, c.dtype, c.depth);
   check_tensor("k", a.k, kv, c.depth);
   check_tensor("v", a.v, kv, c.depth);

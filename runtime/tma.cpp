@@ -118,7 +118,7 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
   const int q_rows = policy(rc).q_box_rows(rc.config);
   // Q in the kernel's input type, K and V in its KV type (e4m3 for an FP8 KV cache), O in its own
   // (pack_params checked each).
-  const DType in = rc.config.dtype, kv = rc.config.kv_dtype.value_or(in), out = a.o.dtype;
+  const DType in = rc.config.dtype, kv = kv_type(rc.config), out = a.o.dtype;
   if (rc.config.pack_gqa) {
     descs_.q = encode_packed(a.q, in, rc.config.group, q_rows);
     descs_.o = encode_packed(a.o, out, rc.config.group, q_rows);

@@ -77,6 +77,16 @@ TEST_F(CliScripts, ArchListIsTrimmedAndValidatedNamingTheFlag) {
   EXPECT_EQ(spaced.out, run("gen --preset default --key --arch sm_90a").out);
 }
 
+// The progress and summary lines name an FP8 KV cache's K/V type next to the dtype.
+TEST_F(CliScripts, PrewarmNamesTheKvDtype) {
+  const auto cfg = write("kv8.json", R"({"arch": "sm_90a", "depth": 128, "kv_dtype": "e4m3", "mask": "causal"})");
+  const auto r = run("prewarm --config " + cfg.string(), "FA4JIT_SEALED=1");  // sealed: nothing compiles
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "missing: sm_90a d128 bf16+e4m3 KV mask=causal")) << r.out;
+  const auto plain = run("prewarm --preset llama3-8b --arch sm_90a", "FA4JIT_SEALED=1");
+  EXPECT_TRUE(has(plain.out, "missing: sm_90a d128 bf16 mask=")) << plain.out;
+}
+
 TEST_F(CliScripts, ErrorsNameTheFlagNotTheStructField) {
   if (jit::testing::gpu_unavailable_reason().empty()) GTEST_SKIP() << "a GPU supplies the arch here";
   for (const char* cmd : {"gen --preset default", "prewarm --preset default", "bench --preset default"}) {

@@ -398,6 +398,12 @@ TEST(ConfigJson, RoundTripsAnFp8Config) {
   // Every DType's name reads back as itself.
   for (jit::DType t : {jit::DType::bf16, jit::DType::fp16, jit::DType::e4m3})
     EXPECT_EQ(jit::dtype_from_string(jit::to_string(t)), t);
+  // K/V storage: kv_dtype where set (an FP8 KV cache), else dtype.
+  jit::FA4Config cache;
+  cache.dtype = jit::DType::fp16;
+  EXPECT_EQ(jit::kv_type(cache), jit::DType::fp16);
+  cache.kv_dtype = jit::DType::e4m3;
+  EXPECT_EQ(jit::kv_type(cache), jit::DType::e4m3);
 }
 
 TEST(Config, Fp8RefusalsNameTheFieldAndArch) {

@@ -262,7 +262,7 @@ jit::ResolvedConfig bf16_kernel() {
 
 // Well-formed arguments for a kernel: (B 2, S 256, Hq 8, Hkv 2, D 128) at fake (never read) addresses.
 jit::LaunchArgs args_for(const jit::ResolvedConfig& rc) {
-  const DType in = rc.config.dtype, kv = rc.config.kv_dtype.value_or(in), out = *rc.config.output_dtype;
+  const DType in = rc.config.dtype, kv = jit::kv_type(rc.config), out = *rc.config.output_dtype;
   char* base = reinterpret_cast<char*>(std::uintptr_t{1} << 30);
   jit::LaunchArgs a;
   a.q = jit::Tensor::contiguous(base, in, 2, 256, 8, rc.config.depth);

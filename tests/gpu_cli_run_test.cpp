@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -12,16 +12,17 @@
 #include "check/host_numeric.hpp"
 #include "check/reference.hpp"
 #include "check/safetensors.hpp"
+#include "tests/support/cli_process.hpp"
 #include "tests/support/expect.hpp"
 
 namespace fs = std::filesystem;
+using jit::testing::cli_path;
+using jit::testing::run_shell;
 
 namespace {
 
 TEST(GpuCliRun, SafetensorsInOutMatchesReference) {
   SKIP_WITHOUT_GPU();
-  const char* cli_env = std::getenv("FA4JIT_CLI_PATH");  // the device machine runs a carried copy
-  const std::string cli = cli_env ? cli_env : FA4JIT_CLI;
   const int B = 2, Sq = 300, Sk = 457, H = 8, Hkv = 2, D = 128;
   const fs::path dir = fs::temp_directory_path() / ("fa4jit_run_" + std::to_string(std::random_device{}()));
   fs::create_directories(dir);
@@ -53,9 +54,11 @@ TEST(GpuCliRun, SafetensorsInOutMatchesReference) {
   jit::safetensors::write(dir / "in.safetensors", in);
   std::ofstream(dir / "c.json") << R"({"depth": 128, "mask": "causal"})";
 
-  const std::string cmd = cli + " run --config " + (dir / "c.json").string() + " --inputs " +
+  const std::string cmd = cli_path() + " run --config " + (dir / "c.json").string() + " --inputs " +
                           (dir / "in.safetensors").string() + " --output " + (dir / "out.safetensors").string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto r = run_shell(cmd);
+  std::printf("%s", r.out.c_str());
+  ASSERT_EQ(r.rc, 0) << cmd;  // its output is printed above
   const auto out = jit::safetensors::read(dir / "out.safetensors");
   const auto ref = jit::testing::reference_attention(p);
   const auto* o = reinterpret_cast<const std::uint16_t*>(out.at("o").bytes.data());
@@ -80,15 +83,15 @@ namespace {
 // Every variant feature is selectable from the CLI: `check` runs it against the reference.
 TEST(GpuCliRun, CheckSelectsVariantFeatures) {
   SKIP_WITHOUT_GPU();
-  const char* cli_env = std::getenv("FA4JIT_CLI_PATH");
-  const std::string cli = cli_env ? cli_env : FA4JIT_CLI;
   for (const std::string args : {
            "--seqlens-q 5,0,130 --seqlens-k 300,17,130 --page-size 64 --heads 8 --kv-heads 2 --pack-gqa",
            "--seqlen-q 1 --seqlen-k 5000 --heads 8 --kv-heads 2 --splits 4 --sinks",
            "--batch 2 --seqlen-q 100 --seqlen-k 700 --seqlens-k 700,333 --heads 4 --kv-heads 4",
        }) {
-    const std::string cmd = cli + " check --require-gpu " + args;
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const std::string cmd = cli_path() + " check --require-gpu " + args;
+    const auto r = run_shell(cmd);
+    std::printf("%s", r.out.c_str());
+    EXPECT_EQ(r.rc, 0) << cmd;
   }
 }
 

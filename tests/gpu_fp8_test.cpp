@@ -5,9 +5,6 @@
 // other than sm_90 (the FP8 kernels are sm_90a's). Run: --gtest_filter='GpuFp8*'.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,7 +23,9 @@
 #include "check/reference.hpp"
 #include "check/safetensors.hpp"
 #include "fa4jit/jit.hpp"
+#include "tests/support/cli_process.hpp"
 #include "tests/support/expect.hpp"
+#include "tests/support/gpu_cases.hpp"
 #include "tests/support/tune.hpp"
 
 namespace {
@@ -99,23 +98,15 @@ TEST(GpuFp8, MatrixMatchesReference) {
 // a custom score-mod snippet, sinks (one more term in each row's sum).
 TEST(GpuFp8, VariantsMatchReference) {
   SKIP_WITHOUT_HOPPER();
-  auto base = [](int sq, int sk) {
-    CheckCase c;
-    c.batch = 2;
-    c.seqlen_q = sq;
-    c.seqlen_k = sk;
-    c.num_q_heads = 8;
-    c.num_kv_heads = 2;
-    return c;
-  };
+  using jit::testing::gqa_case;
   for (int depth : {64, 128}) {
     {
       const auto kernel = jit::get_kernel(fp8_config(depth, Mask::sliding_window()), jit::testing::env_tune());
-      CheckCase c = base(700, 900);
+      CheckCase c = gqa_case(700, 900);
       c.window_left = 100;
       c.window_right = 0;
       check_case(*kernel, c, "sliding window (100, 0) Sq 700 Sk 900");
-      c = base(513, 513);
+      c = gqa_case(513, 513);
       c.window_left = 64;
       c.window_right = 32;
       c.descale = false;
@@ -124,7 +115,7 @@ TEST(GpuFp8, VariantsMatchReference) {
     {
       const auto kernel = jit::get_kernel(fp8_config(depth, Mask::causal(), DType::bf16, ScoreMod::softcap()),
                                           jit::testing::env_tune());
-      CheckCase c = base(500, 500);
+      CheckCase c = gqa_case(500, 500);
       c.softcap = 5.0f;
       check_case(*kernel, c, "causal softcap 5 Sq 500");
     }
@@ -133,7 +124,7 @@ TEST(GpuFp8, VariantsMatchReference) {
           fp8_config(depth, Mask::none(), DType::fp16,
                      ScoreMod::custom("return score * 0.5f + (kv_idx % 7 == 0 ? 1.0f : 0.0f) - 0.001f * h;")),
           jit::testing::env_tune());
-      CheckCase c = base(129, 257);
+      CheckCase c = gqa_case(129, 257);
       c.custom_score_mod = [](double s, int, int h, int, int k) {
         return s * 0.5 + (k % 7 == 0 ? 1.0 : 0.0) - 0.001 * h;
       };
@@ -141,7 +132,7 @@ TEST(GpuFp8, VariantsMatchReference) {
     }
     {
       const auto kernel = jit::get_kernel(fp8_config(depth, Mask::causal()), jit::testing::env_tune());
-      CheckCase c = base(300, 300);
+      CheckCase c = gqa_case(300, 300);
       c.with_sinks = true;
       check_case(*kernel, c, "causal sinks Sq 300");
     }
@@ -200,12 +191,7 @@ TEST(GpuFp8, SplitKvMatchesReference) {
   for (int depth : {64, 128})
     for (DType out : {DType::bf16, DType::fp16}) {
       const auto kernel = jit::get_kernel(fp8_config(depth, Mask::causal(), out), jit::testing::env_tune());
-      CheckCase c;
-      c.num_q_heads = 8;
-      c.num_kv_heads = 2;
-      c.batch = 2;
-      c.seqlen_q = 3;
-      c.seqlen_k = 3000;
+      CheckCase c = jit::testing::gqa_case(3, 3000);
       c.num_splits = 3;
       check_case(*kernel, c, "causal splits 3 Sq 3 Sk 3000");
       c.with_sinks = true;
@@ -224,12 +210,7 @@ TEST(GpuFp8, PackedGqaDecodeMatchesReference) {
     cfg.pack_gqa = true;
     const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
     for (int sq : {1, 16}) {
-      CheckCase c;
-      c.num_q_heads = 8;
-      c.num_kv_heads = 2;
-      c.batch = 2;
-      c.seqlen_q = sq;
-      c.seqlen_k = 700;
+      CheckCase c = jit::testing::gqa_case(sq, 700);
       c.num_splits = sq == 1 ? 3 : 1;
       c.custom_score_mod = [](double s, int, int h, int, int) { return s - 0.05 * h; };
       check_case(*kernel, c, fmt::format("causal packed GQA 4 Sq {} Sk 700 splits {}", sq, c.num_splits));
@@ -245,50 +226,26 @@ TEST(GpuFp8, LaunchRejectsMismatchedDtypesAndDescaleBeforeRunning) {
   jit::FA4Config bf16_cfg;
   bf16_cfg.arch = "sm_90a";
   const auto bf16 = jit::get_kernel(bf16_cfg, jit::testing::env_tune());
-  const std::size_t n = 2 * 128 * 4 * 128;
-  jit::testing::DeviceBuffer q(n * 2), k(n * 2), v(n * 2), o(n * 2), d(64);
-  o.fill_byte(0x5a);
-  auto args = [&](DType in) {
-    jit::LaunchArgs a;
-    a.q = jit::Tensor::contiguous(q.get(), in, 2, 128, 4, 128);
-    a.k = jit::Tensor::contiguous(k.get(), in, 2, 128, 4, 128);
-    a.v = jit::Tensor::contiguous(v.get(), in, 2, 128, 4, 128);
-    a.o = jit::Tensor::contiguous(o.get(), DType::bf16, 2, 128, 4, 128);
-    return a;
-  };
-  jit::LaunchArgs a = args(DType::bf16);
-  a.descale_k = static_cast<const float*>(d.get());
+  const jit::testing::RefusedLaunchBuffers buffers;  // (B 2, S 128, H 4, D 128)
+  jit::LaunchArgs a = buffers.args(DType::bf16, DType::bf16);
+  a.descale_k = buffers.descale();
   EXPECT_THROW(bf16->launch(a), jit::LaunchError);
-  a = args(DType::bf16);
+  a = buffers.args(DType::bf16, DType::bf16);
   EXPECT_THROW(fp8->launch(a), jit::LaunchError);
-  a = args(DType::e4m3);
+  a = buffers.args(DType::e4m3, DType::e4m3);
   a.o.dtype = DType::e4m3;
   EXPECT_THROW(fp8->launch(a), jit::LaunchError);
-  a = args(DType::e4m3);
+  a = buffers.args(DType::e4m3, DType::e4m3);
   a.q.stride[1] = 4 * 128 + 8;  // 8 bytes of e4m3: not a 16-byte step
   a.q.stride[0] = 128 * a.q.stride[1];
   EXPECT_THROW(fp8->launch(a), jit::LaunchError);
-  std::vector<unsigned char> host(o.bytes());
-  o.download(host.data(), host.size());
-  for (unsigned char b : host) ASSERT_EQ(b, 0x5a) << "a refused launch wrote output";
+  ASSERT_EQ(buffers.written_bytes(), 0u) << "a refused launch wrote output";
 }
 
 // ---- the CLI: `fa4jit run` on F8_E4M3 safetensors, `check` and `bench` on an e4m3 config ----------
 
-std::string cli() {
-  const char* carried = std::getenv("FA4JIT_CLI_PATH");  // the device machine runs a carried copy
-  return carried ? carried : FA4JIT_CLI;
-}
-
-// Runs a command line; returns its exit status and output (stdout + stderr).
-std::pair<int, std::string> shell(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using jit::testing::cli_path;
+using jit::testing::run_shell;
 
 // e4m3 q, k, v and F32 descale_q/k/v (B, Hkv) in a file -> bf16 o and lse, against the reference on
 // the dequantised inputs.
@@ -331,9 +288,9 @@ TEST(GpuFp8, CliRunSafetensorsMatchesReference) {
   make("v", Sk, Hkv, p.v);
   jit::safetensors::write(dir / "in.safetensors", in);
   std::ofstream(dir / "c.json") << R"({"depth": 128, "mask": "causal", "dtype": "e4m3"})";
-  const auto [rc, log] = shell(cli() + " run --arch sm_90a --config " + (dir / "c.json").string() + " --inputs " +
-                               (dir / "in.safetensors").string() + " --output " + (dir / "out.safetensors").string());
-  ASSERT_EQ(rc, 0) << log;
+  const auto r = run_shell(cli_path() + " run --arch sm_90a --config " + (dir / "c.json").string() + " --inputs " +
+                           (dir / "in.safetensors").string() + " --output " + (dir / "out.safetensors").string());
+  ASSERT_EQ(r.rc, 0) << r.out;
   const auto out = jit::safetensors::read(dir / "out.safetensors");
   ASSERT_EQ(out.at("o").dtype, "BF16");
   ASSERT_EQ(out.at("o").bytes.size(), static_cast<std::size_t>(B) * Sq * H * D * 2);
@@ -361,21 +318,22 @@ TEST(GpuFp8, CliCheckAndBenchRunAnFp8Config) {
   std::ofstream(cfg)
       << R"({"arch": "sm_90a", "depth": 128, "mask": "causal", "dtype": "e4m3", "output_dtype": "fp16"})";
   for (const std::string flags : {"", " --no-descale", " --seqlens-q 5,0,130 --seqlens-k 300,17,130 --page-size 64"}) {
-    const auto [rc, out] =
-        shell(cli() + " check --require-gpu --config " + cfg.string() + " --heads 8 --kv-heads 2 --seqlen 700" + flags);
-    std::printf("%s", out.c_str());
-    EXPECT_EQ(rc, 0) << flags << ": " << out;
-    EXPECT_NE(out.find(flags.find("no-descale") != std::string::npos ? "e4m3->fp16 no-descale" : "e4m3->fp16 descale"),
-              std::string::npos)
-        << out;
-    EXPECT_NE(out.find("rel_l2="), std::string::npos) << out;
-    EXPECT_NE(out.find("PASS"), std::string::npos) << out;
+    const auto r = run_shell(cli_path() + " check --require-gpu --config " + cfg.string() +
+                             " --heads 8 --kv-heads 2 --seqlen 700" + flags);
+    std::printf("%s", r.out.c_str());
+    EXPECT_EQ(r.rc, 0) << flags << ": " << r.out;
+    EXPECT_NE(
+        r.out.find(flags.find("no-descale") != std::string::npos ? "e4m3->fp16 no-descale" : "e4m3->fp16 descale"),
+        std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("rel_l2="), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
   }
-  const auto [rc, out] =
-      shell(cli() + " bench --json --iters 3 --warmup 1 --batch 2 --seqlen 1024 --config " + cfg.string());
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("\"dtype\":\"e4m3\""), std::string::npos) << out;
-  EXPECT_NE(out.find("\"output_dtype\":\"fp16\""), std::string::npos) << out;
+  const auto bench =
+      run_shell(cli_path() + " bench --json --iters 3 --warmup 1 --batch 2 --seqlen 1024 --config " + cfg.string());
+  EXPECT_EQ(bench.rc, 0) << bench.out;
+  EXPECT_NE(bench.out.find("\"dtype\":\"e4m3\""), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("\"output_dtype\":\"fp16\""), std::string::npos) << bench.out;
   fs::remove(cfg);
 }
 

@@ -16,6 +16,7 @@
 #include "check/gpu.hpp"
 #include "fa4jit/jit.hpp"
 #include "tests/support/expect.hpp"
+#include "tests/support/gpu_cases.hpp"
 #include "tests/support/tune.hpp"
 
 namespace {
@@ -24,6 +25,7 @@ using jit::DType;
 using jit::Mask;
 using jit::ScoreMod;
 using jit::testing::CheckCase;
+using jit::testing::gqa_case;
 
 jit::FA4Config kv_fp8_config(const std::string& arch, int depth, DType dtype = DType::bf16, Mask mask = Mask::none(),
                              ScoreMod mod = ScoreMod::identity()) {
@@ -60,12 +62,7 @@ TEST(GpuKvFp8, PackedGqaDecodeMatchesReference) {
       const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
       for (int sq : {1, 16})
         for (int page : {0, 64, 16}) {
-          CheckCase c;
-          c.batch = 3;
-          c.num_q_heads = 8;
-          c.num_kv_heads = 2;
-          c.seqlen_q = sq;
-          c.seqlen_k = 2100;
+          CheckCase c = gqa_case(sq, 2100, /*batch=*/3);
           c.seqlens_k = {2100, 1, 777};
           c.page_size = page;
           c.num_splits = page == 16 ? 3 : 0;
@@ -115,12 +112,8 @@ TEST(GpuKvFp8, VariantsMatchReference) {
     {
       const auto kernel = jit::get_kernel(
           kv_fp8_config(arch, 128, DType::bf16, Mask::sliding_window(), ScoreMod::softcap()), jit::testing::env_tune());
-      CheckCase c;
-      c.batch = 2;
+      CheckCase c = gqa_case(700, 900);
       c.num_q_heads = 4;
-      c.num_kv_heads = 2;
-      c.seqlen_q = 700;
-      c.seqlen_k = 900;
       c.window_left = 100;
       c.window_right = 0;
       c.softcap = 5.0f;
@@ -130,12 +123,7 @@ TEST(GpuKvFp8, VariantsMatchReference) {
       const auto kernel = jit::get_kernel(
           kv_fp8_config(arch, 64, DType::fp16, Mask::none(), ScoreMod::custom("return score * 0.5f - 0.01f * h;")),
           jit::testing::env_tune());
-      CheckCase c;
-      c.batch = 2;
-      c.num_q_heads = 8;
-      c.num_kv_heads = 2;
-      c.seqlen_q = 129;
-      c.seqlen_k = 257;
+      CheckCase c = gqa_case(129, 257);
       c.custom_score_mod = [](double s, int, int h, int, int) { return s * 0.5 - 0.01 * h; };
       check_case(*kernel, c, "custom score-mod Sq 129 Sk 257");
     }
@@ -173,12 +161,7 @@ TEST(GpuKvFp8, QueriesFarFromUnitScaleMatchReference) {
     const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
     for (float q_stddev : {500.0f, 1e-3f, 1e-5f})
       for (int sq : {1, 40}) {
-        CheckCase c;
-        c.batch = 2;
-        c.num_q_heads = 8;
-        c.num_kv_heads = 2;
-        c.seqlen_q = sq;
-        c.seqlen_k = 1500;
+        CheckCase c = gqa_case(sq, 1500);
         c.q_stddev = q_stddev;
         check_case(*kernel, c, fmt::format("packed GQA 4 Sq {} Sk 1500 q stddev {:g}", sq, q_stddev));
       }
@@ -194,25 +177,13 @@ TEST(GpuKvFp8, LaunchRejectsMismatchedKvAndDescaleQBeforeRunning) {
     jit::FA4Config plain;
     plain.arch = arch;
     const auto bf16 = jit::get_kernel(plain, jit::testing::env_tune());
-    const std::size_t n = 2 * 128 * 4 * 128;
-    jit::testing::DeviceBuffer q(n * 2), k(n * 2), v(n * 2), o(n * 2), d(64);
-    o.fill_byte(0x5a);
-    auto args = [&](DType kv) {
-      jit::LaunchArgs a;
-      a.q = jit::Tensor::contiguous(q.get(), DType::bf16, 2, 128, 4, 128);
-      a.k = jit::Tensor::contiguous(k.get(), kv, 2, 128, 4, 128);
-      a.v = jit::Tensor::contiguous(v.get(), kv, 2, 128, 4, 128);
-      a.o = jit::Tensor::contiguous(o.get(), DType::bf16, 2, 128, 4, 128);
-      return a;
-    };
-    EXPECT_THROW(kv8->launch(args(DType::bf16)), jit::LaunchError) << arch;
-    EXPECT_THROW(bf16->launch(args(DType::e4m3)), jit::LaunchError) << arch;
-    jit::LaunchArgs a = args(DType::e4m3);
-    a.descale_q = static_cast<const float*>(d.get());
+    const jit::testing::RefusedLaunchBuffers buffers;  // (B 2, S 128, H 4, D 128), bf16 Q
+    EXPECT_THROW(kv8->launch(buffers.args(DType::bf16, DType::bf16)), jit::LaunchError) << arch;
+    EXPECT_THROW(bf16->launch(buffers.args(DType::bf16, DType::e4m3)), jit::LaunchError) << arch;
+    jit::LaunchArgs a = buffers.args(DType::bf16, DType::e4m3);
+    a.descale_q = buffers.descale();
     EXPECT_THROW(kv8->launch(a), jit::LaunchError) << arch;
-    std::vector<unsigned char> host(o.bytes());
-    o.download(host.data(), host.size());
-    for (unsigned char b : host) ASSERT_EQ(b, 0x5a) << arch << ": a refused launch wrote output";
+    ASSERT_EQ(buffers.written_bytes(), 0u) << arch << ": a refused launch wrote output";
   }
 }
 

@@ -21,6 +21,8 @@ enum class DType { bf16, fp16, e4m3 };
 FA4JIT_API const char* to_string(DType t);
 FA4JIT_API DType dtype_from_string(const std::string& s);  // "bf16" | "fp16" | "e4m3"; ConfigError otherwise
 FA4JIT_API int dtype_size(DType t);                        // bytes per element: 2, 2, 1
+struct FA4Config;
+FA4JIT_API DType kv_type(const FA4Config& c);  // the K/V storage type: kv_dtype where set, else dtype
 
 // Which attention pattern a kernel computes. Window sizes and chunk sizes are launch
 // arguments (LaunchArgs), so one binary serves every value.
