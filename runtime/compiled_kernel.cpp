@@ -18,7 +18,7 @@ namespace jit::detail {
 
 bool runs_on(const ResolvedConfig& rc, int sm) { return policy(rc).runs_on(rc, sm); }
 
-LoadedModule::LoadedModule(const std::string& cubin, const std::string& entry, int smem_bytes) {
+LoadedModule::LoadedModule(const std::string& cubin, const std::string& entry, int smem_bytes, int threads) {
   const DriverApi& d = driver();
   check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
   try {
@@ -26,6 +26,12 @@ LoadedModule::LoadedModule(const std::string& cubin, const std::string& entry, i
     if (smem_bytes > 0)
       check(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    if (threads > 0) {
+      int n = 0;
+      check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn_, threads, static_cast<size_t>(smem_bytes)),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      resident_ctas_ = std::max(1, n);
+    }
   } catch (...) {
     d.cuModuleUnload(module_);
     throw;
@@ -44,7 +50,7 @@ const LoadedModule& ContextModules::current(const std::function<void(CUdevice)>&
   auto it = modules_.find(ctx);
   if (it != modules_.end()) return *it->second;
   if (check_device) check_device(dev);
-  auto loaded = std::make_unique<LoadedModule>(cubin_, entry_, smem_bytes_);
+  auto loaded = std::make_unique<LoadedModule>(cubin_, entry_, smem_bytes_, threads_);
   const LoadedModule& m = *loaded;
   modules_.emplace(ctx, std::move(loaded));
   return m;
@@ -59,7 +65,7 @@ CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::stri
       key_(std::move(key)),
       origin_(std::move(origin)),
       compile_ms_(compile_ms),
-      modules_(std::move(cubin), entry_name(key_), config_.smem_bytes),
+      modules_(std::move(cubin), entry_name(key_), config_.smem_bytes, config_.num_threads),
       combine_(std::move(combine)) {}
 
 const LoadedModule& CompiledKernel::module_for_current_context() const {
@@ -74,6 +80,17 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
     // (e.g. inside a CUDA graph capture).
     combine_->function();
   });
+}
+
+// The automatic split count fills SMs x this many CTA slots. The portable kernel: as many CTAs as
+// the driver's occupancy calculator fits on one SM; its decode (B 8, Hq/Hkv 32/8, 32k keys) ran one
+// 4-warp CTA per SM at 2 splits, DRAM 27%, and 4 splits read K/V 1.33x faster on an H100, bf16 and
+// e4m3 alike (docs/PERF.md run 31). sm90a's kernels are sized for one or two CTAs per SM
+// (ctas_per_sm); FP8 KV caches count both (their converters are latency-bound: 1.33x, run 30),
+// 16-bit K/V one (the same speed at 2, 4 and 8 splits; more splits only cost combine work).
+int CompiledKernel::split_slots_per_sm() const {
+  if (config_.backend == Backend::portable) return module_for_current_context().resident_ctas();
+  return config_.config.kv_dtype ? std::max(1, config_.ctas_per_sm) : 1;
 }
 
 namespace {
@@ -115,10 +132,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   in.kv_blocks = (shape.max_seqlen_k + c.BN - 1) / c.BN;
   in.keys_known = shape.max_seqlen_k != 0;
   in.requested_splits = args.num_splits;
-  // FP8 KV caches count CTA slots, not SMs: their converters are latency-bound, so filling both
-  // slots of a two-CTA-per-SM decode kernel (4 splits instead of 2 at B 8, 32k keys) read e4m3 K/V
-  // 1.33x faster on an H100 (docs/PERF.md run 30); bf16 K/V measured the same either way.
-  in.sms = sm_count() * (c.kv_dtype ? std::max(1, config_.ctas_per_sm) : 1);
+  in.sms = sm_count() * split_slots_per_sm();
   in.equal_tiles = !masked && !c.pack_gqa && !args.cu_seqlens_q;
   in.max_seqlen_q = shape.max_seqlen_q;
   in.bm = c.BM;
@@ -187,8 +201,10 @@ int CompiledKernel::balanced_lpt_heads(const LaunchShape& shape, int ctas, int m
 }
 
 void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
-  LaunchPlan p = plan(args);  // every argument checked first: LaunchError before any driver work
-  const LoadedModule& module = module_for_current_context();  // then the arch check and module load
+  // plan: every argument checked first (LaunchError before any driver work), then for the portable
+  // kernel the module load its split count needs (occupancy); here the same module.
+  LaunchPlan p = plan(args);
+  const LoadedModule& module = module_for_current_context();  // the arch check and module load
   const CUstream s = static_cast<CUstream>(stream);
   if (p.params.num_splits <= 1) {
     void* kernel_params[] = {&p.params, &p.tma};

@@ -24,30 +24,33 @@ class LoadedModule {
  public:
   // Looks the kernel up by `entry`, a name derived from the cubin's key (entry_name,
   // combine_entry_name): a cubin of another key does not load. smem_bytes > 0 raises the
-  // kernel's dynamic shared memory limit to it.
-  LoadedModule(const std::string& cubin, const std::string& entry, int smem_bytes = 0);
+  // kernel's dynamic shared memory limit to it; threads > 0 asks the driver how many CTAs of that
+  // size one SM holds at once (resident_ctas; else 1).
+  LoadedModule(const std::string& cubin, const std::string& entry, int smem_bytes = 0, int threads = 0);
   ~LoadedModule();
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;
   CUfunction function() const { return fn_; }
+  int resident_ctas() const { return resident_ctas_; }
 
  private:
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;
+  int resident_ctas_ = 1;
 };
 
 // A cubin's modules, one per CUDA context, loaded on first use in each.
 class ContextModules {
  public:
-  ContextModules(std::string cubin, std::string entry, int smem_bytes)
-      : cubin_(std::move(cubin)), entry_(std::move(entry)), smem_bytes_(smem_bytes) {}
+  ContextModules(std::string cubin, std::string entry, int smem_bytes, int threads = 0)
+      : cubin_(std::move(cubin)), entry_(std::move(entry)), smem_bytes_(smem_bytes), threads_(threads) {}
   // The current context's module; `check` runs (e.g. the arch test) before a first load.
   const LoadedModule& current(const std::function<void(CUdevice)>& check = {}) const;
   const std::string& cubin() const { return cubin_; }
 
  private:
   std::string cubin_, entry_;
-  int smem_bytes_;
+  int smem_bytes_, threads_;
   mutable std::mutex mu_;
   mutable std::map<CUcontext, std::unique_ptr<LoadedModule>> modules_;
 };
@@ -101,6 +104,7 @@ class CompiledKernel final : public Kernel {
 
  private:
   const LoadedModule& module_for_current_context() const;  // loads on first use per context
+  int split_slots_per_sm() const;                          // CTA slots per SM the automatic split count fills
 
   ResolvedConfig config_;
   std::string key_, origin_;

@@ -27,6 +27,7 @@ namespace jit::detail {
   X(cuModuleGetFunction) \
   X(cuFuncSetAttribute) \
   X(cuFuncGetAttribute) \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(cuLaunchKernelEx) \
   X(cuTensorMapEncodeTiled) \
   X(cuGetErrorName) \
