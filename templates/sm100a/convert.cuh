@@ -23,21 +23,13 @@
 #pragma once
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
+#include "common/smem.cuh"
 #include "sm100a/traits.cuh"
 #include "sm100a/pipelines.cuh"
 
 namespace fa4 {
 namespace sm100a {
 
-__device__ __forceinline__ void ld_shared_v4_u32(u32 addr, u32 (&v)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void st_shared_v4_u32(u32 addr, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
 
 // 16-bit boxes [b0, b0 + boxes) of one tile: from the e4m3 slot at src to the boxes at dst
 // (dst = the 16-bit box b0). Thread t of kConvertThreads.
@@ -61,17 +53,17 @@ __device__ __forceinline__ void widen_boxes(u32 src, u32 dst, int b0, int boxes,
     for (int r0 = 8 * cw; r0 < T::kBN; r0 += kRowsPerPass * kGroup) {
       u32 in[kGroup][4];
 #pragma unroll
-      for (int g = 0; g < kGroup; ++g) ld_shared_v4_u32(src_box + (r0 + g * kRowsPerPass + r_in) * 128, in[g]);
+      for (int g = 0; g < kGroup; ++g) ld_shared_v4(src_box + (r0 + g * kRowsPerPass + r_in) * 128, in[g]);
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
         const u32 row = dst_box + (r0 + g * kRowsPerPass + r_in) * 128;
         // in[g][0..1]: elements 0-7, in[g][2..3]: 8-15; the first store's half first.
         const u32 f0 = h ? in[g][2] : in[g][0], f1 = h ? in[g][3] : in[g][1];
         const u32 s0 = h ? in[g][0] : in[g][2], s1 = h ? in[g][1] : in[g][3];
-        st_shared_v4_u32(row + c_first, e4m3x2_to<Element>(static_cast<u16>(f0 & 0xffffu)),
+        st_shared_v4(row + c_first, e4m3x2_to<Element>(static_cast<u16>(f0 & 0xffffu)),
                          e4m3x2_to<Element>(static_cast<u16>(f0 >> 16)), e4m3x2_to<Element>(static_cast<u16>(f1 & 0xffffu)),
                          e4m3x2_to<Element>(static_cast<u16>(f1 >> 16)));
-        st_shared_v4_u32(row + c_second, e4m3x2_to<Element>(static_cast<u16>(s0 & 0xffffu)),
+        st_shared_v4(row + c_second, e4m3x2_to<Element>(static_cast<u16>(s0 & 0xffffu)),
                          e4m3x2_to<Element>(static_cast<u16>(s0 >> 16)), e4m3x2_to<Element>(static_cast<u16>(s1 & 0xffffu)),
                          e4m3x2_to<Element>(static_cast<u16>(s1 >> 16)));
       }

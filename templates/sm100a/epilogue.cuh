@@ -10,6 +10,7 @@
 #pragma once
 #include "common/combine.cuh"
 #include "common/mbarrier.cuh"
+#include "common/smem.cuh"
 #include "sm100a/traits.cuh"
 #include "sm100a/pipelines.cuh"
 
@@ -19,9 +20,6 @@ namespace sm100a {
 constexpr int kBarrierEpilogue0 = 1;  // named barriers 1, 2: one per softmax WG (128 threads)
 constexpr int kBarrierTmemFree = 3;   // both softmax WGs (256 threads) before TMEM dealloc
 
-__device__ __forceinline__ void st_shared_v4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
 __device__ __forceinline__ void st_global_v4(void* ptr, u32 a, u32 b, u32 c, u32 d) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }

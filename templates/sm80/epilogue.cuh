@@ -81,7 +81,7 @@ __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], 
     const int q = q_lo + row;
     if (q < seq.seqlen_q * T::kPack && (T::kDepth == T::D || chunk * 8 < T::kDepth)) {
       u32 v[4];
-      ld_shared_v4(v, smem_q + Tile::offset(row, chunk));
+      ld_shared_v4(smem_q + Tile::offset(row, chunk), v);
       if constexpr (T::kPack == 1) st_global_v4(out + (long long)q * p.o_row_stride + chunk * 8, v);
       else st_global_v4(out + seq.o_row<T::kPack>(p, q) + chunk * 8, v);
     }

@@ -153,7 +153,7 @@ struct E4m3Tile {
     const int r = tid / kChunks, c = tid % kChunks;
     u32 v[kIters][4];
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) ld_shared_v4(v[i], src + offset(r + i * kRowStep, c));
+    for (int i = 0; i < kIters; ++i) ld_shared_v4(src + offset(r + i * kRowStep, c), v[i]);
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int row = r + i * kRowStep;

@@ -16,12 +16,6 @@
 namespace fa4 {
 namespace sm90a {
 
-__device__ __forceinline__ void ld_shared_v4(u32 addr, u32 (&v)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(addr)
-               : "memory");
-}
 __device__ __forceinline__ void st_global_v4(void* ptr, const u32 (&v)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");

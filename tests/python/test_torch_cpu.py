@@ -248,6 +248,20 @@ def no_gpu_launch(monkeypatch):
     return ops
 
 
+@pytest.fixture
+def launches(no_gpu_launch, monkeypatch):
+    """no_gpu_launch with fa4jit_launch recorded instead of called: .args holds each launch's packed
+    argument struct, .unpack(args) its fields by name, .last() the last launch's fields."""
+    from types import SimpleNamespace
+
+    from fa4jit import _lib
+    rec = SimpleNamespace(args=[], names=_lib.field_names())
+    monkeypatch.setattr(_lib, "fa4jit_launch", lambda handle, args, stream: rec.args.append(args) or 0)
+    rec.unpack = lambda args: dict(zip(rec.names, _lib.LAUNCH_ARGS.unpack(args)))
+    rec.last = lambda: rec.unpack(rec.args[-1])
+    return rec
+
+
 def test_launch_path_reaches_the_driver(no_gpu_launch):
     q = torch.randn(2, 64, 8, 64).to(bf16)
     k = torch.randn(2, 96, 2, 64).to(bf16)
@@ -279,17 +293,14 @@ def test_launch_path_reaches_the_driver(no_gpu_launch):
     assert sum(1 for k in keys if k[11]) == 2  # packed
 
 
-def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, monkeypatch):
+def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, launches, monkeypatch):
     """A second eager call with the same signature skips the checks and the packing (the plan of the
     first call) but launches with its own tensors' pointers and its own outputs."""
-    from fa4jit import _lib
     ops = no_gpu_launch
-    launched, made = [], []
-    monkeypatch.setattr(_lib, "fa4jit_launch", lambda handle, args, stream: launched.append(args) or 0)
+    launched, names, unpack = launches.args, launches.names, launches.unpack
+    made = []
     make = ops._make_plan
     monkeypatch.setattr(ops, "_make_plan", lambda *a, **kw: made.append(1) or make(*a, **kw))
-    names = _lib.field_names()
-    unpack = lambda args: dict(zip(names, _lib.LAUNCH_ARGS.unpack(args)))  # noqa: E731
     pointers = ("q.data", "k.data", "v.data", "o.data", "lse")
 
     def calls(fn, make_args, check):
@@ -465,25 +476,20 @@ def test_fp8_make_fx_graph_carries_the_descale_factors(fake):
 
 
 @needs_fp8_dtype
-def test_fp8_launch_path_packs_the_descale_pointers(no_gpu_launch, monkeypatch):
+def test_fp8_launch_path_packs_the_descale_pointers(no_gpu_launch, launches):
     """FP8 through the real launch path (kernel compiled for sm_90a, arguments packed): dtype codes,
     the descale pointers at their fields on the first call and on the cached plan's later calls."""
-    from fa4jit import _lib
-    launched = []
-    monkeypatch.setattr(_lib, "fa4jit_launch", lambda handle, args, stream: launched.append(args) or 0)
-    names = _lib.field_names()
-    unpack = lambda args: dict(zip(names, _lib.LAUNCH_ARGS.unpack(args)))  # noqa: E731
     q = torch.randn(2, 64, 8, 64).to(fp8)
     k = torch.randn(2, 96, 2, 64).to(fp8)
     for i in range(3):
         ds = [torch.rand(2, 2) + 0.5 for _ in range(3)]
         o = fa4jit.attention(q, k, k, causal=True, num_splits=1, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2])
-        p = unpack(launched[-1])
+        p = launches.last()
         assert o.dtype == bf16 and p["o.data"] == o.data_ptr()
         assert (p["q.dtype"], p["k.dtype"], p["v.dtype"], p["o.dtype"]) == (2, 2, 2, 0)
         assert (p["descale_q"], p["descale_k"], p["descale_v"]) == tuple(t.data_ptr() for t in ds), i
     o = fa4jit.attention(q, k, k, causal=True, num_splits=1, descale_k=ds[1])  # another signature: only k's
-    p = unpack(launched[-1])
+    p = launches.last()
     assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[1].data_ptr(), 0)
     keys = [key for key in no_gpu_launch._kernels if key[1] == "e4m3"]
     assert keys and all(key[-1] == "bf16" for key in keys), list(no_gpu_launch._kernels)
@@ -671,23 +677,18 @@ def _kernel_config(ops, key):
 
 
 @needs_fp8_dtype
-def test_kv_fp8_launch_path_builds_kv_dtype_kernels_and_packs_the_dtypes(no_gpu_launch, monkeypatch):
+def test_kv_fp8_launch_path_builds_kv_dtype_kernels_and_packs_the_dtypes(no_gpu_launch, launches):
     """An FP8 KV cache through the real launch path (kernels compiled for sm_90a, arguments packed):
     the kernel key and config carry kv_dtype e4m3, a bf16-KV call of the same shapes gets another
     kernel, the dtype codes (q/o 16-bit, k/v e4m3) and descale_k/v pointers reach the struct on the
     first call and on the cached plan's later calls, and descale_q stays 0."""
-    from fa4jit import _lib
     ops = no_gpu_launch
-    launched = []
-    monkeypatch.setattr(_lib, "fa4jit_launch", lambda handle, args, stream: launched.append(args) or 0)
-    names = _lib.field_names()
-    unpack = lambda args: dict(zip(names, _lib.LAUNCH_ARGS.unpack(args)))  # noqa: E731
     q = torch.randn(2, 64, 8, 128).to(bf16)
     k8 = torch.randn(2, 96, 2, 128).to(fp8)
     for i in range(3):  # general path, plan made, plan reused
         ds = [torch.rand(2, 2) + 0.5 for _ in range(2)]
         o = fa4jit.attention(q, k8, k8, causal=True, num_splits=1, descale_k=ds[0], descale_v=ds[1])
-        p = unpack(launched[-1])
+        p = launches.last()
         assert o.dtype == bf16 and o.shape == q.shape and p["o.data"] == o.data_ptr()
         assert (p["q.dtype"], p["k.dtype"], p["v.dtype"], p["o.dtype"]) == (0, 2, 2, 0)
         assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[0].data_ptr(), ds[1].data_ptr()), i
@@ -698,24 +699,24 @@ def test_kv_fp8_launch_path_builds_kv_dtype_kernels_and_packs_the_dtypes(no_gpu_
     # The same shapes with bf16 K/V: another kernel (no kv_dtype), never the e4m3 one.
     kb = k8.to(bf16)
     fa4jit.attention(q, kb, kb, causal=True, num_splits=1)
-    assert unpack(launched[-1])["k.dtype"] == 0
+    assert launches.last()["k.dtype"] == 0
     plain = [key for key in ops._kernels if key[1] == key[2] == "bf16"]
     assert len(plain) == 1 and "kv_dtype" not in _kernel_config(ops, plain[0])
     assert plain[0][:2] == kv_keys[0][:2] and plain[0][3:] == kv_keys[0][3:]  # only kv_dtype differs
     # fp16 q: O fp16, its own kernel.
     o = fa4jit.attention(q.half(), k8, k8, causal=True, num_splits=1, descale_k=ds[0])
-    p = unpack(launched[-1])
+    p = launches.last()
     assert o.dtype == torch.float16 and (p["q.dtype"], p["k.dtype"], p["o.dtype"]) == (1, 2, 1)
     assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[0].data_ptr(), 0)
     assert {(key[1], key[-1]) for key in ops._kernels if key[2] == "e4m3"} == {("bf16", "bf16"), ("fp16", "fp16")}
     # descale_q: refused before anything runs, on the general path and once a signature has a plan.
-    n = len(launched)
+    n = len(launches.args)
     for _ in range(2):
         with pytest.raises(fa4jit.LaunchError, match="descale_q is set but q has dtype torch.bfloat16"):
             fa4jit.attention(q, k8, k8, causal=True, num_splits=1, descale_q=ds[0], descale_k=ds[0])
     with pytest.raises(fa4jit.LaunchError, match="v has dtype torch.bfloat16 but k has torch.float8_e4m3fn"):
         fa4jit.attention(q, k8, kb, causal=True, num_splits=1)
-    assert len(launched) == n
+    assert len(launches.args) == n
 
 
 @needs_fp8_dtype
