@@ -133,10 +133,11 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   if (std::find(depths.begin(), depths.end(), c.depth) == depths.end())
     refuse("depth", std::to_string(c.depth),
            fmt::format("the {} backend supports {}", to_string(arch.backend), fmt::join(depths, ", ")));
-  // Rows padded to whole 128-byte swizzle atoms (64 bf16/fp16 elements, 128 e4m3 ones; an FP8 KV
-  // cache pads to its e4m3 rows on the TMA backends).
+  // Rows padded to whole swizzle rows: 128 bytes (64 bf16/fp16 elements, 128 e4m3 ones; an FP8 KV
+  // cache pads to its e4m3 rows on the TMA backends), or the backend's narrower rows (sm90a: 64-byte
+  // e4m3 rows at depth 64).
   const int kv_bytes = backend.uses_tma() ? dtype_size(kv_type(c)) : 2;  // plain loads: no atoms
-  const int atom = 128 / std::min(dtype_size(c.dtype), kv_bytes);
+  const int atom = backend.swizzle_row_bytes(c) / std::min(dtype_size(c.dtype), kv_bytes);
   const int dp = (c.depth + atom - 1) / atom * atom;
   if (c.num_q_heads > 0 && c.group > 0 && c.num_q_heads % c.group != 0)
     refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));

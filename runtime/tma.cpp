@@ -1,5 +1,6 @@
 #include "runtime/tma.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "generator/backends/backend.hpp"
@@ -31,13 +32,14 @@ CUtensorMapDataType tma_type(DType t) {
   return CU_TENSOR_MAP_DATA_TYPE_UINT8;
 }
 
-// Elements of one 128-byte swizzle span: the innermost box dimension.
-cuuint32_t inner_box(DType t) { return static_cast<cuuint32_t>(128 / dtype_size(t)); }
+// Elements of one swizzle row: the innermost box dimension.
+cuuint32_t inner_box(DType t, int row_bytes) { return static_cast<cuuint32_t>(row_bytes / dtype_size(t)); }
 
-TmaMapSpec make_spec(DType dtype, int rank, const cuuint64_t* dims, const long long* elem_strides,
+TmaMapSpec make_spec(DType dtype, int row_bytes, int rank, const cuuint64_t* dims, const long long* elem_strides,
                      const cuuint32_t* box) {
   TmaMapSpec s{};
   s.type = tma_type(dtype);
+  s.swizzle = row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   s.rank = rank;
   for (int i = 0; i < rank; ++i) {
     s.dims[i] = dims[i];
@@ -59,46 +61,47 @@ fa4::TmaDesc encode_map(const Tensor& t, const TmaMapSpec& s) {
   for (int i = 0; i < s.rank; ++i) elem_strides_box[i] = 1;
   CUtensorMap map;
   check(driver().cuTensorMapEncodeTiled(&map, s.type, static_cast<cuuint32_t>(s.rank), t.data, s.dims, s.byte_strides,
-                                        s.box, elem_strides_box, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                        CU_TENSOR_MAP_SWIZZLE_128B, FA4JIT_L2_PROMOTION,
-                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                                        s.box, elem_strides_box, CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle,
+                                        FA4JIT_L2_PROMOTION, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");
   fa4::TmaDesc out;
   std::memcpy(&out, &map, sizeof(out));
   return out;
 }
 
-fa4::TmaDesc encode(const Tensor& t, DType dtype, int box_rows) {
-  return encode_map(t, tma_map_spec(t, dtype, box_rows));
+fa4::TmaDesc encode(const Tensor& t, DType dtype, int box_rows, int row_bytes) {
+  return encode_map(t, tma_map_spec(t, dtype, box_rows, row_bytes));
 }
 
-fa4::TmaDesc encode_packed(const Tensor& t, DType dtype, int group, int box_rows) {
-  return encode_map(t, tma_packed_map_spec(t, dtype, group, box_rows));
+fa4::TmaDesc encode_packed(const Tensor& t, DType dtype, int group, int box_rows, int row_bytes) {
+  return encode_map(t, tma_packed_map_spec(t, dtype, group, box_rows, row_bytes));
 }
 
 }  // namespace
 
-// 4-D map over (depth, rows, heads, batch), innermost first; box {128 bytes of depth, box_rows, 1, 1}.
+int tma_row_bytes(const ResolvedConfig& rc, DType dtype) { return std::min(128, rc.padded_depth * dtype_size(dtype)); }
+
+// 4-D map over (depth, rows, heads, batch), innermost first; box {row_bytes of depth, box_rows, 1, 1}.
 // Paged K/V: "rows" are a page's rows and "batch" is the page.
-TmaMapSpec tma_map_spec(const Tensor& t, DType dtype, int box_rows) {
+TmaMapSpec tma_map_spec(const Tensor& t, DType dtype, int box_rows, int row_bytes) {
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.shape[3]), static_cast<cuuint64_t>(t.shape[1]),
                               static_cast<cuuint64_t>(t.shape[2]), static_cast<cuuint64_t>(t.shape[0])};
   const long long strides[3] = {t.stride[1], t.stride[2], t.stride[0]};
-  const cuuint32_t box[4] = {inner_box(dtype), static_cast<cuuint32_t>(box_rows), 1, 1};
-  return make_spec(dtype, 4, dims, strides, box);
+  const cuuint32_t box[4] = {inner_box(dtype, row_bytes), static_cast<cuuint32_t>(box_rows), 1, 1};
+  return make_spec(dtype, row_bytes, 4, dims, strides, box);
 }
 
 // Packed GQA (FA4Config::pack_gqa): 5-D map over (depth, group heads, rows, kv heads, batch), box
-// {128 bytes of depth, group, box_rows / group, 1, 1}, so one box is box_rows tile rows
+// {row_bytes of depth, group, box_rows / group, 1, 1}, so one box is box_rows tile rows
 // r = query * group + head in order. Coordinates (d, 0, first query, kv head, batch).
-TmaMapSpec tma_packed_map_spec(const Tensor& t, DType dtype, int group, int box_rows) {
+TmaMapSpec tma_packed_map_spec(const Tensor& t, DType dtype, int group, int box_rows, int row_bytes) {
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(t.shape[3]), static_cast<cuuint64_t>(group),
                               static_cast<cuuint64_t>(t.shape[1]), static_cast<cuuint64_t>(t.shape[2] / group),
                               static_cast<cuuint64_t>(t.shape[0])};
   const long long strides[4] = {t.stride[2], t.stride[1], t.stride[2] * group, t.stride[0]};
-  const cuuint32_t box[5] = {inner_box(dtype), static_cast<cuuint32_t>(group),
+  const cuuint32_t box[5] = {inner_box(dtype, row_bytes), static_cast<cuuint32_t>(group),
                              static_cast<cuuint32_t>(box_rows / group), 1, 1};
-  return make_spec(dtype, 5, dims, strides, box);
+  return make_spec(dtype, row_bytes, 5, dims, strides, box);
 }
 
 fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, int kv_box_rows) {
@@ -119,15 +122,16 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
   // Q in the kernel's input type, K and V in its KV type (e4m3 for an FP8 KV cache), O in its own
   // (pack_params checked each).
   const DType in = rc.config.dtype, kv = kv_type(rc.config), out = a.o.dtype;
+  const int q_row = tma_row_bytes(rc, in), kv_row = tma_row_bytes(rc, kv), o_row = tma_row_bytes(rc, out);
   if (rc.config.pack_gqa) {
-    descs_.q = encode_packed(a.q, in, rc.config.group, q_rows);
-    descs_.o = encode_packed(a.o, out, rc.config.group, q_rows);
+    descs_.q = encode_packed(a.q, in, rc.config.group, q_rows, q_row);
+    descs_.o = encode_packed(a.o, out, rc.config.group, q_rows, o_row);
   } else {
-    descs_.q = encode(a.q, in, q_rows);
-    descs_.o = encode(a.o, out, q_rows);
+    descs_.q = encode(a.q, in, q_rows, q_row);
+    descs_.o = encode(a.o, out, q_rows, o_row);
   }
-  descs_.k = encode(a.k, kv, kv_box_rows);
-  descs_.v = encode(a.v, kv, kv_box_rows);
+  descs_.k = encode(a.k, kv, kv_box_rows, kv_row);
+  descs_.v = encode(a.v, kv, kv_box_rows, kv_row);
   last_ = sig;
   valid_ = true;
   return descs_;

@@ -12,19 +12,25 @@ namespace jit::detail {
 // The arguments of one cuTensorMapEncodeTiled call, innermost dimension first: a pure function of
 // the tensor, its element type and the box, so the layout rules are testable without a driver.
 // Element type: BFLOAT16 / FLOAT16 for the 16-bit types, UINT8 for e4m3 (TMA only moves bytes).
-// Strides are in bytes (dims 1..), and the innermost box is 128 bytes (one 128B swizzle span):
-// 128 / dtype_size(dtype) elements, 64 for 16-bit types and 128 for e4m3.
+// Strides are in bytes (dims 1..), and the innermost box is one swizzle row of row_bytes: 128
+// (SW128: 64 elements of a 16-bit type, 128 of e4m3), or 64 (SW64: the kernel's 64-byte e4m3 rows at
+// padded depth 64, swizzle_row_bytes).
 struct TmaMapSpec {
   CUtensorMapDataType type;
+  CUtensorMapSwizzle swizzle;
   int rank;  // 4, or 5 for packed GQA
   cuuint64_t dims[5];
   cuuint64_t byte_strides[4];  // of dims 1 .. rank-1
   cuuint32_t box[5];
 };
-// 4-D map over (depth, rows, heads, batch), box {128 / elem bytes, box_rows, 1, 1}.
-TmaMapSpec tma_map_spec(const Tensor& t, DType dtype, int box_rows);
-// Packed GQA: 5-D (depth, group heads, rows, kv heads, batch), box {128 / elem bytes, group, box_rows / group, 1, 1}.
-TmaMapSpec tma_packed_map_spec(const Tensor& t, DType dtype, int group, int box_rows);
+// 4-D map over (depth, rows, heads, batch), box {row_bytes / elem bytes, box_rows, 1, 1}.
+TmaMapSpec tma_map_spec(const Tensor& t, DType dtype, int box_rows, int row_bytes = 128);
+// Packed GQA: 5-D (depth, group heads, rows, kv heads, batch), box {row_bytes / elem bytes, group,
+// box_rows / group, 1, 1}.
+TmaMapSpec tma_packed_map_spec(const Tensor& t, DType dtype, int group, int box_rows, int row_bytes = 128);
+// The swizzle row of a tensor of `dtype` in the kernel of rc: 128 bytes, or the padded depth's bytes
+// where a row is narrower (e4m3 at padded depth 64).
+int tma_row_bytes(const ResolvedConfig& rc, DType dtype);
 
 // Encodes q, k, v, o maps; reuses the last result when pointers, shapes and strides repeat,
 // so a steady-state launch encodes nothing.

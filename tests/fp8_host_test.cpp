@@ -196,6 +196,13 @@ TEST(Fp8Host, TmaMapsFollowTheElementSize) {
   }
   EXPECT_EQ(tma_map_spec(tensor(DType::bf16, 1, 8, 1, 64), DType::bf16, 8).box[0], 64u);
   EXPECT_EQ(tma_map_spec(tensor(DType::e4m3, 1, 8, 1, 64), DType::e4m3, 8).box[0], 128u);
+  EXPECT_EQ(tma_map_spec(tensor(DType::e4m3, 1, 8, 1, 64), DType::e4m3, 8).swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  // 64-byte rows (sm90a e4m3 at padded depth 64): a 64-element box under the 64-byte swizzle.
+  const auto sw64 = tma_map_spec(tensor(DType::e4m3, 1, 8, 1, 64), DType::e4m3, 8, 64);
+  EXPECT_EQ(sw64.box[0], 64u);
+  EXPECT_EQ(sw64.swizzle, CU_TENSOR_MAP_SWIZZLE_64B);
+  EXPECT_EQ(jit::detail::tma_packed_map_spec(tensor(DType::e4m3, 1, 8, 4, 64), DType::e4m3, 4, 64, 64).swizzle,
+            CU_TENSOR_MAP_SWIZZLE_64B);
 
   // A size-1 dimension gets the span of the one below (here heads = 1 after 300 rows, batch = 1), in bytes.
   jit::Tensor one_head = tensor(DType::e4m3, 1, 300, 1, 128);
@@ -393,6 +400,96 @@ std::string resolve_error(const jit::FA4Config& c) {
   return "";
 }
 
+// sm90a keeps e4m3 rows at depth 64 64 bytes wide (SW64) instead of padding them to 128: padded
+// depth 64, Q / K / V maps of 64-byte rows, O (bf16, 128-byte rows) unchanged; depth 96 and 128 take
+// one 128-byte row; an FP8 KV cache under a 16-bit Q keeps its 128-byte e4m3 rows at depth 64.
+TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
+  using jit::detail::tma_row_bytes;
+  struct Want {
+    int depth, padded, in_row, bm;
+  };
+  for (const Want w : {Want{64, 64, 64, 192}, Want{96, 128, 128, 128}, Want{128, 128, 128, 128}}) {
+    const auto rc = fp8_kernel(DType::bf16, w.depth);
+    EXPECT_EQ(rc.padded_depth, w.padded) << w.depth;
+    EXPECT_EQ(tma_row_bytes(rc, DType::e4m3), w.in_row) << w.depth;
+    EXPECT_EQ(tma_row_bytes(rc, DType::bf16), 128) << w.depth;
+    // Three consumer warpgroups at depth 64 (as the 16-bit kernel), two deeper.
+    EXPECT_EQ(rc.config.BM, w.bm) << w.depth;
+    EXPECT_EQ(rc.num_threads, 128 * (1 + w.bm / 64)) << w.depth;
+    // Q regions sized for 16-bit O staging, then the K, V and transposed V rings of 1-byte elements.
+    EXPECT_EQ(rc.smem_bytes, 2 * w.bm * w.padded + 3 * 2 * 128 * w.padded + 1024) << w.depth;
+  }
+  // A score-mod at depth 64 keeps two warpgroups (three spill with it), as does packed GQA (one).
+  jit::FA4Config soft;
+  soft.arch = "sm_90a";
+  soft.dtype = DType::e4m3;
+  soft.depth = 64;
+  soft.mask = jit::Mask::causal();
+  soft.score_mod = jit::ScoreMod::softcap();
+  EXPECT_EQ(jit::resolve(soft).config.BM, 128);
+  jit::FA4Config kv;
+  kv.arch = "sm_90a";
+  kv.kv_dtype = DType::e4m3;
+  kv.depth = 64;
+  const auto rk = jit::resolve(kv);
+  EXPECT_EQ(rk.padded_depth, 128);
+  EXPECT_EQ(tma_row_bytes(rk, DType::e4m3), 128);
+  EXPECT_EQ(tma_row_bytes(rk, DType::bf16), 128);
+}
+
+// One kernel of the NVRTC compile tests: depth, mask, score-mod, packed GQA (group 4).
+struct CompileCase {
+  int depth;
+  jit::Mask mask;
+  jit::ScoreMod mod;
+  bool packed;
+};
+
+// Applies k to c, resolves and compiles it (NVRTC, no GPU) and expects no spill and no stack frame.
+jit::detail::CompileOutput compile_case(jit::FA4Config c, const CompileCase& k, jit::ResolvedConfig* rc,
+                                        std::string* what) {
+  c.depth = k.depth;
+  c.mask = k.mask;
+  c.score_mod = k.mod;
+  c.group = k.packed ? 4 : 0;
+  c.pack_gqa = k.packed;
+  *rc = jit::resolve(c);
+  *what = fmt::format("{}{} d{} BM {} BN {} {}{}", jit::to_string(c.dtype), c.kv_dtype ? " kv e4m3" : "", k.depth,
+                      rc->config.BM, rc->config.BN, jit::to_json(c)["mask"].dump(), k.packed ? " packed" : "");
+  const auto in = jit::detail::compile_inputs(c);
+  auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
+  const auto use = jit::detail::parse_ptxas_log(out.log);
+  EXPECT_EQ(use.spill_stores, 0) << *what << "\n" << out.log;
+  EXPECT_EQ(use.stack_frame, 0) << *what << "\n" << out.log;
+  return out;
+}
+
+// NVRTC, no GPU: sm90a FP8 prefill kernels compile without spills, a stack frame or serialized
+// wgmma, with both GEMMs in k32 e4m3 wgmma (P V at N = the padded depth: 64 for the SW64 rows).
+TEST(Fp8Host, Sm90aKernelsCompileWithoutSpills) {
+  const CompileCase cases[] = {
+      {64, jit::Mask::none(), jit::ScoreMod::identity(), false},
+      {64, jit::Mask::causal(), jit::ScoreMod::identity(), false},
+      {64, jit::Mask::sliding_window(), jit::ScoreMod::softcap(), false},
+      {64, jit::Mask::causal(), jit::ScoreMod::custom("return score - 0.05f * h;"), true},
+      {128, jit::Mask::causal(), jit::ScoreMod::identity(), false},
+  };
+  for (const CompileCase& k : cases) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.dtype = DType::e4m3;
+    jit::ResolvedConfig rc;
+    std::string what;
+    const auto out = compile_case(c, k, &rc, &what);
+    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+    for (const std::string& needle :
+         {std::string("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"),
+          fmt::format("wgmma.mma_async.sync.aligned.m64n{}k32.f32.e4m3.e4m3", rc.padded_depth),
+          std::string(k.packed ? "cp.async.bulk.tensor.5d" : "cp.async.bulk.tensor.4d"), std::string("prmt.b32")})
+      EXPECT_NE(out.ptx.find(needle), std::string::npos) << what << ": PTX lacks " << needle;
+  }
+}
+
 // Resolved: padded depth 128 at depths 64 and 128 (one 128-byte e4m3 row), K in one chunk, the K
 // and V rings of 1-byte elements fill what the Q regions (sized for 16-bit O) leave: 5 stages of BN
 // 128, exactly 2*BM*Dp + 2*S*BN*Dp + BM*4 + 1024 bytes; O bf16 unless output_dtype says fp16.
@@ -574,34 +671,20 @@ TEST(Fp8KvHost, TmaMapsUseTheKvType) {
 TEST(Fp8KvHost, Sm90aKernelsCompileWithoutSpills) {
   struct Case {
     DType dtype;
-    int depth;
-    jit::Mask mask;
-    jit::ScoreMod mod;
-    bool packed;
+    CompileCase k;
   };
   const Case cases[] = {
-      {DType::bf16, 128, jit::Mask::none(), jit::ScoreMod::identity(), true},
-      {DType::fp16, 128, jit::Mask::causal(), jit::ScoreMod::identity(), true},
-      {DType::bf16, 128, jit::Mask::causal(), jit::ScoreMod::identity(), false},
-      {DType::fp16, 64, jit::Mask::none(), jit::ScoreMod::identity(), false},
-      {DType::bf16, 96, jit::Mask::sliding_window(), jit::ScoreMod::softcap(), false},
-      {DType::bf16, 128, jit::Mask::causal(), jit::ScoreMod::custom("return score - 0.05f * h;"), true},
+      {DType::bf16, {128, jit::Mask::none(), jit::ScoreMod::identity(), true}},
+      {DType::fp16, {128, jit::Mask::causal(), jit::ScoreMod::identity(), true}},
+      {DType::bf16, {128, jit::Mask::causal(), jit::ScoreMod::identity(), false}},
+      {DType::fp16, {64, jit::Mask::none(), jit::ScoreMod::identity(), false}},
+      {DType::bf16, {96, jit::Mask::sliding_window(), jit::ScoreMod::softcap(), false}},
+      {DType::bf16, {128, jit::Mask::causal(), jit::ScoreMod::custom("return score - 0.05f * h;"), true}},
   };
   for (const Case& k : cases) {
-    jit::FA4Config c = kv_fp8(k.dtype);
-    c.depth = k.depth;
-    c.mask = k.mask;
-    c.score_mod = k.mod;
-    c.group = k.packed ? 4 : 0;
-    c.pack_gqa = k.packed;
-    const auto rc = jit::resolve(c);
-    const std::string what = fmt::format("{} d{} BM {} BN {}{}", jit::to_string(k.dtype), k.depth, rc.config.BM,
-                                         rc.config.BN, k.packed ? " packed" : "");
-    const auto in = jit::detail::compile_inputs(c);
-    const auto out = jit::detail::nvrtc_compile(in.source, "fa4jit.cu", *in.headers, in.compile_options());
-    const auto use = jit::detail::parse_ptxas_log(out.log);
-    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
-    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
+    jit::ResolvedConfig rc;
+    std::string what;
+    const auto out = compile_case(kv_fp8(k.dtype), k.k, &rc, &what);
     // The MMAs run in fp16 under either Q type (Shape::MmaElement): a bf16 Q is converted once in
     // shared memory (saturating cvt), and no bf16 wgmma, nor a bf16 K/V conversion, is left.
     for (const std::string& needle : {std::string("cvt.rn.f16x2.e4m3x2"),

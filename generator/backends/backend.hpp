@@ -25,6 +25,9 @@ class BackendPolicy {
   virtual Backend backend() const = 0;
   // Head dims (FA4Config::depth) this backend's templates serve.
   virtual std::vector<int> depths() const = 0;
+  // Bytes of the swizzled shared-memory row the depth is padded to (in the narrower of Q's and
+  // K/V's element types): 128 (SW128), unless the backend keeps narrower rows for this config.
+  virtual int swizzle_row_bytes(const FA4Config&) const { return 128; }
   // Fills the tile fields left at 0 (BM, BN, BK0, stages) from the arch's budgets and
   // validates the explicit ones (ConfigError naming the field). `dp`: the padded depth.
   virtual Budget derive(FA4Config& c, int dp, const ArchInfo& arch) const = 0;

@@ -35,6 +35,11 @@ class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
   std::vector<int> depths() const override { return {64, 96, 128, 192, 256}; }  // 96 runs padded to 128
+  // FP8 at depth 64: 64-byte e4m3 rows (SW64 TMA boxes and wgmma descriptors) instead of padding to
+  // 128, which doubled S = Q K^T and the K bytes (docs/PERF.md run 32).
+  int swizzle_row_bytes(const FA4Config& c) const override {
+    return c.dtype == DType::e4m3 && c.depth <= 64 ? 64 : 128;
+  }
 
   Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
     if (c.dtype == DType::e4m3) return derive_fp8(c, dp, a);
@@ -81,13 +86,21 @@ class Sm90a final : public BackendPolicy {
   }
 
   // FP8 (e4m3 Q, K, V; templates/sm90a: k32 wgmma, V transposed in shared memory by the producer
-  // warpgroup): BN 128 (Vt is one block of 128 keys per row), padded depth 128 (depths 64, 96, 128:
-  // at 256 the 16-bit O staging and three rings exceed 227 KB), one CTA per SM (the transposing
-  // producer takes 56 registers), the grid walk (settle).
+  // warpgroup): BN 128 (Vt is one block of 128 keys per row), padded depth 64 (64-byte rows) or 128
+  // (depths 96, 128: at 256 the 16-bit O staging and three rings exceed 227 KB), one CTA per SM (the
+  // transposing producer takes 56 registers), the grid walk (settle).
   Budget derive_fp8(FA4Config& c, int dp, const ArchInfo& a) const {
-    if (dp != 128)
+    if (dp != 64 && dp != 128)
       refuse("depth", fmt::format("{} with dtype e4m3", c.depth), fmt::format("64, 96 or 128 for FP8 on {}", c.arch));
-    c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : 128, c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128});
+    // Depth 64: three consumer warpgroups (BM 192) as in the 16-bit kernel, at 152 registers each
+    // (layout.cuh); a score-mod or a per-element mask spills there (causal + softcap, window +
+    // softcap: 16 B), so those keep BM 128.
+    const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
+                       c.score_mod.kind == ScoreMod::Kind::identity;
+    const std::vector<int> bm_allowed = c.pack_gqa ? std::vector<int>{64, 128}
+                                        : dp == 64 ? std::vector<int>{128, 192}
+                                                   : std::vector<int>{128};
+    c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : dp == 64 && plain ? 192 : 128, bm_allowed);
     c.BN = pick("BN", c.BN, 128, {128});
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});

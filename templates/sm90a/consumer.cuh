@@ -117,7 +117,7 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
   sched.wait_turn();
   fence_operand(s);
   wgmma_fence();
-  gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * SmemLayout<Config>::kKVStageBytes);
+  gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q_wgmma(), k_addr + ks.index() * SmemLayout<Config>::kKVStageBytes);
   wgmma_commit();
   sched.pass_turn();
   wgmma_wait<0>();
@@ -159,7 +159,7 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
     fence_operand(o);
     fence_operand(pr);
     wgmma_fence();
-    gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+    gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
     wgmma_commit();
     gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kKVStageBytes);
     wgmma_commit();

@@ -19,7 +19,7 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
   using L = SmemLayout<Config>;
 #pragma unroll
   for (int ch = 0; ch < Sh::kQChunks; ++ch) {
-    unsigned char* dst = smem + L::q_offset(buffer, g) + ch * (Sh::kWgRows * 128);
+    unsigned char* dst = smem + L::q_offset(buffer, g) + ch * (Sh::kWgRows * Sh::kRowBytes);
     if constexpr (Sh::kPack == 1)
       tma_load_4d(dst, &tma.q, bar, ch * Sh::kBlockElems, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
     else
@@ -30,8 +30,8 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
 
 // K or V tile n into one ring stage (dst: its first 64-column block; bar: its full barrier).
 // Unpaged: one box of kBN rows per 64-column chunk. Paged: kBN / p.kv_box_rows boxes per chunk, box i
-// at i * kv_box_rows rows (1024-aligned: kv_box_rows % 8 == 0, so the SW128 pattern is the one a
-// single box would give), each from its own page. The bytes are the same either way, so the stage's
+// at i * kv_box_rows rows (kv_box_rows % 8 == 0: whole 8-row swizzle periods, 1024 bytes at SW128 and
+// 512 at SW64, so the pattern is the one a single box would give), each from its own page. The bytes are the same either way, so the stage's
 // expect_tx does not change. Which one: kPaged (per-CTA mode: the producer loop is chosen once per
 // CTA on p.page_table), or, persistent, a uniform branch per tile on c.pages (a second copy of the
 // persistent loop pushed the kBN 176 consumers into spills).
@@ -44,13 +44,14 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
       const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
 #pragma unroll
       for (int ch = 0; ch < Sh::kKvChunks; ++ch)
-        tma_load_4d(dst + ch * (Sh::kBN * 128) + r * 128, map, bar, ch * Sh::kKvBlockElems, b.row, c.kv_head, b.batch);
+        tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bar, ch * Sh::kKvBlockElems, b.row,
+                    c.kv_head, b.batch);
     }
   } else {
     const int row = c.kv_row0 + n * Sh::kBN;
 #pragma unroll
     for (int ch = 0; ch < Sh::kKvChunks; ++ch)
-      tma_load_4d(dst + ch * (Sh::kBN * 128), map, bar, ch * Sh::kKvBlockElems, row, c.kv_head, c.kv_batch);
+      tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes), map, bar, ch * Sh::kKvBlockElems, row, c.kv_head, c.kv_batch);
   }
 }
 
@@ -198,35 +199,56 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) {
 
 // One V stage (src) -> one Vt stage (dst) by thread t of kHelperThreads. A task is 16 keys (key
 // block kb) x 4 depths (depth quad dq): 16 4-byte reads, four 4x4 byte transposes, four 16-byte
-// writes (rows d..d+3 of Vt, the keys' 16-byte chunk). The 32 tasks of a warp's round take 32
-// depth quads (so each read covers the 32 banks once) and, lane l, key block (l + round) % 8: the
-// 8 lanes of each 16-byte write phase then hit 8 different chunks, (kb ^ row % 8), all 32 banks.
-// (Key block by round alone put a phase's 8 rows on 2 chunks: 4 times the write wavefronts, and
-// 26M bank conflicts per B4 H16 S4096 call, docs/PERF.md run 31.)
+// writes (rows d..d+3 of Vt, the keys' 16-byte chunk). Writes: the 8 lanes of each 16-byte write
+// phase hit 8 different chunks (kb ^ row % 8), all 32 banks. Reads cover the 32 banks once.
+// SW128 V rows (depth >= 128): the 32 tasks of a warp's round take 32 depth quads (one row's 128
+// bytes per read) and, lane l, key block (l + round) % 8. (Key block by round alone put a phase's 8
+// rows on 2 chunks: 4 times the write wavefronts, and 26M bank conflicts per B4 H16 S4096 call,
+// docs/PERF.md run 31.)
+// SW64 V rows (FP8 at depth 64): 16 depth quads per 64-byte row, so a round's two half-warps (h)
+// take key blocks kb = (dq / 2 + 4h + round) % 8 (4 consecutive key blocks per write phase, paired
+// with both row parities: 8 chunks), and half-warp 1 reads its rows in pair-swapped order (slot i
+// holds key i ^ 1), which puts its reads on the other 16 banks (64-byte rows of the other parity);
+// its byte transposes take the pair-swapped selectors.
 template <class Config>
 __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   using Sh = Shape<Config>;
-  constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kQuads = kDp / 4;
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kQuads = kDp / 4, kRow = Sh::kRowBytes;
   constexpr int kTasks = (kBN / 16) * kQuads;
-  static_assert(kBN == 128 && kQuads % 32 == 0 && kHelperThreads % 32 == 0, "transpose_v: 8 key blocks, whole warp rounds");
+  static_assert(kBN == 128 && kQuads % 16 == 0 && kHelperThreads % 32 == 0, "transpose_v: 8 key blocks, whole warp rounds");
+  static_assert(kRow == 128 || (kRow == 64 && kQuads == 16), "transpose_v: SW128 rows, or SW64 rows of depth 64");
 #pragma unroll 1
   for (int task = t; task < kTasks; task += kHelperThreads) {
     const int lane = task % 32, round = task / 32;  // task % 32 == t % 32: the thread's lane
-    const int dq = 32 * (round / 8) + lane, kb = (lane + round) % 8;
+    int dq, kb;
+    u32 swap = 0;  // SW64: 1 for half-warp 1 (slot i holds key i ^ 1)
+    if constexpr (kRow == 128) {
+      dq = 32 * (round / 8) + lane;
+      kb = (lane + round) % 8;
+    } else {
+      dq = lane % 16;
+      swap = static_cast<u32>(lane / 16);
+      kb = (dq / 2 + 4 * static_cast<int>(swap) + round) % 8;
+    }
     const int d0 = 4 * dq;
-    const u32 vblk = src + (d0 / 128) * (kBN * 128) + (d0 % 16);
-    const int dc = (d0 % 128) / 16;
+    // Key k of the block at row k of the V block; SW128 chunk c of row k is at (c ^ k % 8), SW64 at
+    // (c ^ (k / 2) % 4): the same for keys i and i ^ 1, so a swapped read only moves by one row.
+    const u32 vblk = src + (d0 / kRow) * (kBN * kRow) + (d0 % 16) + 16 * kb * kRow;
+    const int dc = (d0 % kRow) / 16;
+    const u32 even = vblk + swap * kRow, odd = vblk - swap * kRow;  // slots i even / odd
     u32 in[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const int k = 16 * kb + i;  // k % 8 == i % 8
-      in[i] = ld_shared_u32(vblk + k * 128 + ((dc ^ (i % 8)) << 4));
+      const int chunk = kRow == 128 ? dc ^ (i % 8) : dc ^ ((i / 2) % 4);
+      in[i] = ld_shared_u32((i % 2 ? odd : even) + i * kRow + (chunk << 4));
     }
+    // Interleave the bytes of keys 2w, 2w+1 ([a0 b0 a1 b1], [a2 b2 a3 b3]); swapped slots: b, a.
+    const u32 sel_lo = swap ? 0x1504u : 0x5140u, sel_hi = swap ? 0x3726u : 0x7362u;
     u32 out[4][4];  // [depth d0 + j][word t]: keys 2t, 2t+1, 8+2t, 9+2t of the chunk
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const u32 ab_lo = byte_perm(in[2 * w], in[2 * w + 1], 0x5140), ab_hi = byte_perm(in[2 * w], in[2 * w + 1], 0x7362);
-      const u32 cd_lo = byte_perm(in[8 + 2 * w], in[9 + 2 * w], 0x5140), cd_hi = byte_perm(in[8 + 2 * w], in[9 + 2 * w], 0x7362);
+      const u32 ab_lo = byte_perm(in[2 * w], in[2 * w + 1], sel_lo), ab_hi = byte_perm(in[2 * w], in[2 * w + 1], sel_hi);
+      const u32 cd_lo = byte_perm(in[8 + 2 * w], in[9 + 2 * w], sel_lo), cd_hi = byte_perm(in[8 + 2 * w], in[9 + 2 * w], sel_hi);
       out[0][w] = byte_perm(ab_lo, cd_lo, 0x5410);
       out[1][w] = byte_perm(ab_lo, cd_lo, 0x7632);
       out[2][w] = byte_perm(ab_hi, cd_hi, 0x5410);

@@ -10,17 +10,23 @@ namespace sm90a {
 
 // ---- descriptors ----
 // sm_90 smem matrix descriptor: start>>4 [0,14) | LBO>>4 [16,30) | SBO>>4 [32,46) | base_offset
-// [49,52) (0: every block is 1024-aligned) | swizzle [62,64): 1 = 128B.
-__device__ __forceinline__ u64 make_desc_sw128(u32 smem_addr, u32 lbo_bytes, u32 sbo_bytes) {
+// [49,52) (0: every block is aligned to its swizzle period) | swizzle [62,64): 1 = 128B, 2 = 64B.
+template <int kRowBytes = 128>
+__device__ __forceinline__ u64 make_desc(u32 smem_addr, u32 lbo_bytes, u32 sbo_bytes) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "descriptor: SW128 or SW64 rows");
+  constexpr u64 kSwizzle = kRowBytes == 128 ? 1 : 2;
   return static_cast<u64>((smem_addr & 0x3FFFF) >> 4) | (static_cast<u64>((lbo_bytes >> 4) & 0x3FFF) << 16) |
-         (static_cast<u64>((sbo_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+         (static_cast<u64>((sbo_bytes >> 4) & 0x3FFF) << 32) | (kSwizzle << 62);
 }
 
-// K-major operand (Q as A, K as B of S = Q K^T) stored as TMA SW128 blocks [rows][64 elems]:
-// 8-row core groups are 1024 bytes apart (SBO); LBO is unused for swizzled K-major (set 1).
-// A k16 step inside a 64-wide block adds 32 bytes (= +2 in the start field); the next
-// 64-wide chunk of depth is the next block.
-__device__ __forceinline__ u64 desc_kmajor(u32 block_addr) { return make_desc_sw128(block_addr, 16, 1024); }
+// K-major operand (Q as A, K as B of S = Q K^T) stored as TMA-swizzled blocks [rows][kRowBytes]:
+// 8-row core groups are 8 rows apart (SBO: 1024 bytes at SW128, 512 at SW64); LBO is unused for
+// swizzled K-major (set 1). A k-step (32 bytes: k16 of 16-bit, k32 of e4m3) inside a row adds 32
+// bytes (+2 in the start field); the next chunk of depth is the next block.
+template <int kRowBytes = 128>
+__device__ __forceinline__ u64 desc_kmajor(u32 block_addr) {
+  return make_desc<kRowBytes>(block_addr, 16, 8 * kRowBytes);
+}
 
 // MN-major operand (V as B of O += P V, with the transpose bit): V blocks are [kv rows][64 depth],
 // so N (depth) is contiguous. CUTLASS canonical MN-major SW128: ((8 elems, 8, m), (8, k)) with
@@ -28,13 +34,13 @@ __device__ __forceinline__ u64 desc_kmajor(u32 block_addr) { return make_desc_sw
 // (one block = rows*128 bytes), SBO = distance between 8-row groups of K (1024 bytes).
 // A k16 step (16 kv rows) adds 16*128 = 2048 bytes.
 __device__ __forceinline__ u64 desc_mnmajor(u32 block_addr, u32 block_bytes) {
-  return make_desc_sw128(block_addr, block_bytes, 1024);
+  return make_desc(block_addr, block_bytes, 1024);
 }
 
 // A descriptor moved through its operand by byte offsets: the start field advances by a 32-bit
 // add on the low word. No carry leaves the field (14 bits of address >> 4: shared memory ends below
 // 2^18), so this equals the descriptor of the moved address, without the per-step mask and shift
-// of make_desc_sw128 (3 uniform instructions per wgmma of the KV loop).
+// of make_desc (3 uniform instructions per wgmma of the KV loop).
 struct DescAt {
   u32 lo, hi;
   static __device__ __forceinline__ DescAt of(u64 desc) {
@@ -74,21 +80,24 @@ template <int N>
 struct WgmmaFp8;
 #include "sm90a/mma_ops.inc"
 
-// S[64 x N] (=) Q[64 x D] K[N x D]^T, both K-major SW128 blocks. q_addr/k_addr: first block.
+// S[64 x N] (=) Q[64 x D] K[N x D]^T, both K-major blocks of kRowBytes-wide rows (SW128, or SW64 for
+// e4m3 at depth 64). q_addr/k_addr: first block.
 // D: the contracted depth, a multiple of 16 (the real head depth: padded columns are zero and skipped).
 // scale_d = 0 on the first k-step overwrites the stale accumulator.
 // FP8 (e4m3): k32 steps of 32 bytes, so the byte offsets are those of the 16-bit k16 steps (a
 // 128-byte row holds 128 e4m3 depth elements instead of 64).
-template <class Element, int N, int D>
+template <class Element, int N, int D, int kRowBytes = 128>
 __device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_addr) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16, kFp8 = DTypeTraits<Element>::kIsFp8;
   constexpr int kStep = kFp8 ? 32 : 16;  // elements per k-step: 32 bytes either way
+  constexpr int kRowSteps = kRowBytes / 32;  // k-steps per swizzle row
   static_assert(D % kStep == 0, "gemm_qk: depth must be a multiple of the k-step (16; FP8: 32)");
-  const DescAt q = DescAt::of(desc_kmajor(q_addr)), kd = DescAt::of(desc_kmajor(k_addr));
+  const DescAt q = DescAt::of(desc_kmajor<kRowBytes>(q_addr)), kd = DescAt::of(desc_kmajor<kRowBytes>(k_addr));
 #pragma unroll
   for (int k = 0; k < D / kStep; ++k) {
-    // Q block: 64 rows x 128 bytes, K block: N rows x 128 bytes; a k-step inside one adds 32 bytes.
-    const u64 a = q.at((k / 4) * (64 * 128) + 32 * (k % 4)), b = kd.at((k / 4) * (N * 128) + 32 * (k % 4));
+    // Q block: 64 rows x kRowBytes, K block: N rows x kRowBytes; a k-step inside one adds 32 bytes.
+    const u64 a = q.at((k / kRowSteps) * (64 * kRowBytes) + 32 * (k % kRowSteps)),
+              b = kd.at((k / kRowSteps) * (N * kRowBytes) + 32 * (k % kRowSteps));
     if constexpr (kFp8)
       WgmmaFp8<N>::ss(s, a, b, k > 0 ? 1 : 0);
     else

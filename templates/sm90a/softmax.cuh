@@ -148,8 +148,9 @@ struct WgSoftmax {
     // Row maxima in kMaxChains independent chains per row, combined at the end. With three
     // consumer warpgroups (d64) one chain of kN / 2 fmaxf per row was the softmax's longest
     // dependency (ncu "wait" stalls); four chains ran 1-3% faster there and 1% slower at d128
-    // (two warpgroups, whose ping-pong hides the chain), so d128 keeps one (docs/PERF.md run 26).
-    constexpr int kMaxChains = Sh::kNumConsumerWGs == 3 ? 4 : 1;
+    // (two warpgroups, whose ping-pong hides the chain), so 16-bit d128 keeps one (docs/PERF.md
+    // run 26). FP8's GEMMs take half the time, so the ping-pong no longer hides it: four (run 32).
+    constexpr int kMaxChains = Sh::kNumConsumerWGs == 3 || Sh::kFp8 ? 4 : 1;
     float mc[2][kMaxChains];
 #pragma unroll
     for (int r = 0; r < 2; ++r)
