@@ -15,10 +15,10 @@ ScoreModSpec = Union[str, Dict[str, Any]]
 
 # Fields that took one value only, removed (the library's reader names them the same way).
 _REMOVED = {
-    "padded_depth": "it is always depth rounded up to 64 (the resolved config reports it)",
+    "padded_depth": "it is the depth rounded up to whole swizzle rows (the resolved config reports it)",
     "BK1": "the P.V chunk is always BN",
     "num_mma_stages": "every backend runs one MMA stage",
-    "swizzle_bytes": "every backend uses the 128-byte swizzle",
+    "swizzle_bytes": "the backend derives it from the dtype and depth (128 bytes; 64 for sm_90a e4m3 at depth 64)",
 }
 
 
