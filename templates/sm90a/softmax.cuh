@@ -23,10 +23,8 @@ struct WgSoftmax {
 
   static constexpr int kPack = Sh::kPack;
 
-  // FP8: P is rounded to e4m3 for P V after scaling by 2^kPShiftLog2 (exact), which keeps P >= 2^-14
-  // in e4m3's normal range (below 2^-6 it has fewer mantissa bits); O is rescaled whenever the row
-  // maximum grows (threshold 0), so P <= 1 before the shift and 2^8 <= 448 after it. The row sums
-  // are taken on the shifted P and shifted back in finalize(); the epilogue divides O back.
+  // FP8: P's shift before rounding to e4m3 and the rescale rule are common/softmax.cuh's
+  // (kFp8PShiftLog2, kFp8RescaleThresholdLog2); the sums are shifted back in finalize().
   static constexpr int kPShiftLog2 = Sh::kFp8 ? softmax::kFp8PShiftLog2 : 0;
 
   softmax::RowState row[2];
