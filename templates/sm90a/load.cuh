@@ -28,11 +28,11 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
   }
 }
 
-// K or V tile n into one ring stage (dst: its first 64-column block; bar: its full barrier).
-// Unpaged: one box of kBN rows per 64-column chunk. Paged: kBN / p.kv_box_rows boxes per chunk, box i
-// at i * kv_box_rows rows (kv_box_rows % 8 == 0: whole 8-row swizzle periods, 1024 bytes at SW128 and
-// 512 at SW64, so the pattern is the one a single box would give), each from its own page. The bytes are the same either way, so the stage's
-// expect_tx does not change. Which one: kPaged (per-CTA mode: the producer loop is chosen once per
+// K or V tile n into one ring stage (dst: its first swizzle block; bar: its full barrier).
+// Unpaged: one box of kBN rows per swizzle-row chunk of the depth. Paged: kBN / p.kv_box_rows boxes
+// per chunk, box i at i * kv_box_rows rows (kv_box_rows % 8 == 0: whole 8-row swizzle periods, 1024
+// bytes at SW128 and 512 at SW64, so the pattern is the one a single box would give), each from its
+// own page. The bytes are the same either way, so the stage's expect_tx does not change. Which one: kPaged (per-CTA mode: the producer loop is chosen once per
 // CTA on p.page_table), or, persistent, a uniform branch per tile on c.pages (a second copy of the
 // persistent loop pushed the kBN 176 consumers into spills).
 template <class Config, bool kPaged>
