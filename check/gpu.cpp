@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -65,6 +66,25 @@ std::string CheckResult::describe() const {
   return fmt::format(
       "rel_l2={:.3e} max_abs={:.3e} lse_max_abs={:.3e} unwritten={} clobbered={} lse_inf_mismatch={} seed={}", rel_l2,
       max_abs, lse_max_abs, unwritten, clobbered, lse_inf_mismatch, seed);
+}
+
+std::string timing_input_bytes(DType t, std::size_t n, std::mt19937& rng) {
+  constexpr std::size_t kPool = std::size_t{1} << 22, kBlock = std::size_t{1} << 20;
+  const std::size_t size = static_cast<std::size_t>(dtype_size(t));
+  std::normal_distribution<float> dist;
+  std::string pool(std::min(n, kPool) * size, '\0');
+  for (std::size_t i = 0; i < pool.size(); i += size) {
+    const std::uint16_t x = host::to_bits(t, dist(rng));
+    std::memcpy(pool.data() + i, &x, size);  // little-endian: e4m3's code is the low byte
+  }
+  if (n <= kPool) return pool;
+  std::string out(n * size, '\0');
+  std::uniform_int_distribution<std::size_t> start(0, kPool - kBlock);
+  for (std::size_t e = 0; e < n; e += kBlock) {
+    const std::size_t len = std::min(kBlock, n - e);
+    std::memcpy(out.data() + e * size, pool.data() + start(rng) * size, len * size);
+  }
+  return out;
 }
 
 namespace {

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <random>
 
@@ -10,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "check/gpu.hpp"
-#include "check/host_numeric.hpp"
 #include "check/safetensors.hpp"
 #include "cli/commands.hpp"
 #include "cli/run_inputs.hpp"
@@ -22,15 +20,9 @@ namespace jit::cli {
 
 namespace {
 
-// Random normal data of type t (the bits of host::to_bits, one or two bytes an element) into buf.
+// Random normal data of type t into buf (testing::timing_input_bytes).
 void upload_random(testing::DeviceBuffer& buf, DType t, std::mt19937& rng) {
-  std::normal_distribution<float> dist;
-  const std::size_t size = static_cast<std::size_t>(dtype_size(t));
-  std::string bytes(buf.bytes(), '\0');
-  for (std::size_t i = 0; i + size <= bytes.size(); i += size) {
-    const std::uint16_t x = host::to_bits(t, dist(rng));
-    std::memcpy(bytes.data() + i, &x, size);  // little-endian: e4m3's code is the low byte
-  }
+  const std::string bytes = testing::timing_input_bytes(t, buf.bytes() / static_cast<std::size_t>(dtype_size(t)), rng);
   buf.upload(bytes.data(), bytes.size());
 }
 

@@ -4,12 +4,16 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 
+#include "check/gpu.hpp"
+#include "check/host_numeric.hpp"
 #include "check/safetensors.hpp"
 #include "fa4jit/errors.hpp"
 #include "tests/support/cli_process.hpp"
@@ -20,6 +24,40 @@ namespace {
 
 using Result = jit::testing::CliResult;
 using Cli = jit::testing::CliProcessTest;
+
+// `fa4jit bench` inputs (testing::timing_input_bytes): the element type's bytes, random normal
+// values (mean 0, standard deviation 1), different blocks past the 2^22-element pool, and no zeros
+// run (zeros would time faster than real data).
+TEST(BenchInputs, TimingBytesAreRandomNormalOfTheType) {
+  for (const jit::DType t : {jit::DType::bf16, jit::DType::fp16, jit::DType::e4m3}) {
+    std::mt19937 rng(7);
+    const std::size_t size = static_cast<std::size_t>(jit::dtype_size(t));
+    const std::size_t n = (std::size_t{1} << 22) + (std::size_t{3} << 20) + 5;  // past the pool, a partial block
+    const std::string bytes = jit::testing::timing_input_bytes(t, n, rng);
+    ASSERT_EQ(bytes.size(), n * size) << jit::to_string(t);
+    double sum = 0, sum2 = 0;
+    std::size_t zeros = 0;
+    for (std::size_t i = 0; i < n; i += 97) {  // a sample over the whole buffer
+      std::uint16_t b = 0;
+      std::memcpy(&b, bytes.data() + i * size, size);
+      const double x = jit::host::from_bits(t, b);
+      ASSERT_TRUE(std::isfinite(x)) << jit::to_string(t) << " element " << i;
+      sum += x;
+      sum2 += x * x;
+      zeros += x == 0.0;
+    }
+    const double m = static_cast<double>((n + 96) / 97), mean = sum / m, sd = std::sqrt(sum2 / m - mean * mean);
+    EXPECT_NEAR(mean, 0.0, 0.02) << jit::to_string(t);
+    EXPECT_NEAR(sd, 1.0, 0.05) << jit::to_string(t);
+    EXPECT_LT(static_cast<double>(zeros) / m, 0.02) << jit::to_string(t);
+    // The 2^20-element blocks past the pool start at random pool offsets: no two alike.
+    const std::size_t block = (std::size_t{1} << 20) * size, pool = (std::size_t{1} << 22) * size;
+    EXPECT_NE(bytes.compare(pool, block, bytes, pool + block, block), 0) << jit::to_string(t);
+    EXPECT_NE(bytes.compare(0, block, bytes, pool, block), 0) << jit::to_string(t);
+  }
+  std::mt19937 rng(1);
+  EXPECT_EQ(jit::testing::timing_input_bytes(jit::DType::bf16, 10, rng).size(), 20u);
+}
 
 TEST_F(Cli, InfoWorksWithoutAGpu) {
   const Result r = run("info");
