@@ -400,7 +400,7 @@ std::string resolve_error(const jit::FA4Config& c) {
   return "";
 }
 
-// sm90a keeps e4m3 rows at depth 64 64 bytes wide (SW64) instead of padding them to 128: padded
+// sm90a keeps the e4m3 rows of depth 64 at 64 bytes (SW64) instead of padding them to 128: padded
 // depth 64, Q / K / V maps of 64-byte rows, O (bf16, 128-byte rows) unchanged; depth 96 and 128 take
 // one 128-byte row; an FP8 KV cache under a 16-bit Q keeps its 128-byte e4m3 rows at depth 64.
 TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
@@ -419,7 +419,7 @@ TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
     // Q regions sized for 16-bit O staging, then the K, V and transposed V rings of 1-byte elements.
     EXPECT_EQ(rc.smem_bytes, 2 * w.bm * w.padded + 3 * 2 * 128 * w.padded + 1024) << w.depth;
   }
-  // A score-mod at depth 64 keeps two warpgroups (three spill with it), as does packed GQA (one).
+  // A score-mod at depth 64 keeps two warpgroups (three spill with it).
   jit::FA4Config soft;
   soft.arch = "sm_90a";
   soft.dtype = DType::e4m3;
