@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "generator/backends/backend.hpp"
 #include "generator/embedded.hpp"
 
 namespace jit::detail {
@@ -145,7 +146,8 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kBK0", c.BK0},
       {"kNumKVStages", c.num_kv_stages},
       {"kNumQKStages", c.num_qk_stages},
-      {"kSwizzleBytes", 128},  // the TMA maps' and smem tiles' CU_TENSOR_MAP_SWIZZLE_128B
+      {"kSwizzleBytes",
+       detail::policy(rc).swizzle_row_bytes(c)},  // Q/K/V smem rows and TMA boxes (128; sm90a e4m3 d64: 64)
       {"kNumThreads", rc.num_threads},
       {"kSmemBytes", rc.smem_bytes},
       {"kArch", rc.sm},

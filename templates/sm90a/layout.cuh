@@ -94,6 +94,7 @@ struct Shape {
   // descriptors' swizzle): 128 (SW128), or 64 (SW64) for e4m3 at padded depth 64, whose rows are 64
   // bytes (padding them to 128 doubled the work of S = Q K^T and the K bytes: docs/PERF.md run 32).
   static constexpr int kRowBytes = kDp * kElemBytes < 128 ? kDp * kElemBytes : 128;
+  static_assert(kRowBytes == Config::kSwizzleBytes, "sm90a kernel: Q/K/V rows must be the host's swizzle rows");
   static constexpr int kBlockElems = kRowBytes / kElemBytes;  // elements of one swizzle row
   static constexpr int kChunks = kDp / kBlockElems;          // swizzle blocks per Q / K / V row
   static constexpr int kPRegs = kBN / 2 * kElemBytes / 4;  // packed P registers per consumer thread (kBN/2 values)
