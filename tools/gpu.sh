@@ -35,7 +35,8 @@ On the GPU machine (repository root, .device carried):
                         stage A in the call before, then `source .fa4/small/stage_b.sh` in this one)
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
                         binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
-                        fa4jit). ROWS='B,H,S,D,mask[+score_mod];...', PASSES=2, ARCH=sm_90a
+                        fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (softcap: cap 30; dtype
+                        bf16 default, e4m3, fp16), PASSES=2, ARCH=sm_90a
   decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES); `sweep`: fa4jit bench over
                         CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
@@ -247,16 +248,16 @@ bench() {
 
 ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a change's own effect)
   need
-  local A=${1:-fa4jit_base} B=${2:-fa4jit} rows pass row b h s d m ta sa tb sb
+  local A=${1:-fa4jit_base} B=${2:-fa4jit} rows pass row b h s d m t ta sa tb sb
   local ROWS=${ROWS:-16,16,2048,128,none;16,16,2048,128,causal;4,16,8192,128,none;4,16,8192,128,causal}
-  tflops() {  # arm B H S D mask[+score_mod] -> "per-call stream" TFLOP/s
+  tflops() {  # arm B H S D mask[+score_mod] dtype -> "per-call stream" TFLOP/s
     local bin tune args flops mask=${6%%+*} mod=identity
     [[ $6 == *+* ]] && mod=${6#*+}
     IFS=: read -r bin tune args <<<"$1"
-    echo "{\"depth\":$5,\"mask\":\"$mask\",\"score_mod\":\"$mod\"}" > /tmp/gpu_ab.json
+    echo "{\"depth\":$5,\"mask\":\"$mask\",\"score_mod\":\"$mod\",\"dtype\":\"${7:-bf16}\"}" > /tmp/gpu_ab.json
     flops=$(python3 -c "print(4*$2*$3*$4*$4*$5*(0.5 if '$mask'=='causal' else 1.0))")
     FA4JIT_TUNE=$tune timeout 60 ".device/$bin" bench --json --config /tmp/gpu_ab.json --arch "${ARCH:-sm_90a}" --batch "$2" \
-      --heads "$3" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } 2>/dev/null | tail -1 |
+      --heads "$3" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } $([[ $mod == softcap ]] && echo --softcap 30) 2>/dev/null | tail -1 |
       python3 -c "import json,sys; j=json.load(sys.stdin); print(f\"{$flops/(j['ms']*1e9):.0f} {$flops/(j['ms_stream']*1e9):.0f}\")" \
       2>/dev/null || echo "0 0"
   }
@@ -265,13 +266,13 @@ ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a c
   IFS=';' read -ra rows <<<"$ROWS"
   for pass in $(seq 1 "${PASSES:-2}"); do
     for row in "${rows[@]}"; do
-      IFS=, read -r b h s d m <<<"$row"
+      IFS=, read -r b h s d m t <<<"$row"
       if (( pass % 2 )); then  # odd passes A then B, even B then A: drift falls on both arms
-        read -r ta sa <<<"$(tflops "$A" "$b" "$h" "$s" "$d" "$m")"; read -r tb sb <<<"$(tflops "$B" "$b" "$h" "$s" "$d" "$m")"
+        read -r ta sa <<<"$(tflops "$A" "$b" "$h" "$s" "$d" "$m" "$t")"; read -r tb sb <<<"$(tflops "$B" "$b" "$h" "$s" "$d" "$m" "$t")"
       else
-        read -r tb sb <<<"$(tflops "$B" "$b" "$h" "$s" "$d" "$m")"; read -r ta sa <<<"$(tflops "$A" "$b" "$h" "$s" "$d" "$m")"
+        read -r tb sb <<<"$(tflops "$B" "$b" "$h" "$s" "$d" "$m" "$t")"; read -r ta sa <<<"$(tflops "$A" "$b" "$h" "$s" "$d" "$m" "$t")"
       fi
-      echo "| $b,$h,$s,$d $m | $pass | $ta $sa | $tb $sb | $(python3 -c "print(f'{$tb / max($ta, 1):.3f} | {$sb / max($sa, 1):.3f}')") |"
+      echo "| $b,$h,$s,$d $m ${t:-bf16} | $pass | $ta $sa | $tb $sb | $(python3 -c "print(f'{$tb / max($ta, 1):.3f} | {$sb / max($sa, 1):.3f}')") |"
     done
   done
 }
