@@ -1,5 +1,6 @@
-// 32-bit shared-memory accesses by address (PTX ld/st.shared), for code that addresses shared
-// memory as the 32-bit values smem_u32 gives (swizzled staging, per-warp state words).
+// Shared-memory accesses by address (PTX ld/st.shared, ldmatrix, stmatrix), for code that addresses
+// shared memory as the 32-bit values smem_u32 gives (swizzled staging, per-warp state words, MMA
+// fragments, the FP8 V transposer).
 #pragma once
 #include "common/prelude.cuh"
 
@@ -25,6 +26,27 @@ __device__ __forceinline__ void st_shared_v4(u32 addr, const u32 (&v)[4]) {
 }
 __device__ __forceinline__ void st_shared_v4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+// Four 8x8 b16 matrices, lanes 8i..8i+7 addressing the rows of matrix i (sm_75+). volatile: the
+// same address is read again for a later tile of a ring, so the compiler must not merge or hoist
+// these across the barriers that order them.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// The store counterpart (sm_90+): register i of lane l is row l / 4, b16 columns 2(l % 4) and
+// 2(l % 4) + 1, of matrix i; lanes 8i..8i+7 address the rows of matrix i.
+__device__ __forceinline__ void stmatrix_x4(u32 addr, const u32 (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 }  // namespace fa4

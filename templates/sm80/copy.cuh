@@ -1,5 +1,5 @@
 // Raw PTX data movement for sm_80+: cp.async (global -> shared, bypassing registers),
-// ldmatrix (shared -> MMA fragments) and vector shared/global accesses for the epilogue.
+// (ldmatrix: common/smem.cuh) and vector shared/global accesses for the epilogue.
 // Inline PTX only: NVRTC gets no headers.
 #pragma once
 #include "common/prelude.cuh"
@@ -19,19 +19,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// volatile: the same smem address is read again for a later tile of the ring, so the compiler
-// must not merge or hoist these across __syncthreads.
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
 }
 
 __device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {

@@ -197,68 +197,58 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) {
   return r;
 }
 
-// One V stage (src) -> one Vt stage (dst) by thread t of kHelperThreads. A task is 16 keys (key
-// block kb) x 4 depths (depth quad dq): 16 4-byte reads, four 4x4 byte transposes, four 16-byte
-// writes (rows d..d+3 of Vt, the keys' 16-byte chunk). Writes: the 8 lanes of each 16-byte write
-// phase hit 8 different chunks (kb ^ row % 8), all 32 banks. Reads cover the 32 banks once.
-// SW128 V rows (depth >= 128): the 32 tasks of a warp's round take 32 depth quads (one row's 128
-// bytes per read) and, lane l, key block (l + round) % 8. (Key block by round alone put a phase's 8
-// rows on 2 chunks: 4 times the write wavefronts, and 26M bank conflicts per B4 H16 S4096 call,
-// docs/PERF.md run 31.)
-// SW64 V rows (FP8 at depth 64): 16 depth quads per 64-byte row, so a round's two half-warps (h)
-// take key blocks kb = (dq / 2 + 4h + round) % 8 (4 consecutive key blocks per write phase, paired
-// with both row parities: 8 chunks), and half-warp 1 reads its rows in pair-swapped order (slot i
-// holds key i ^ 1), which puts its reads on the other 16 banks (64-byte rows of the other parity);
-// its byte transposes take the pair-swapped selectors.
+// One V stage (src) -> one Vt stage (dst) by thread t of kHelperThreads, in units of 16 keys (key
+// block kb) x 32 depths (depth group dg), a warp at a time: the V bytes are read as b16 pairs of
+// depths by one transposing ldmatrix.x4 (matrices: keys 0-7 / 8-15 of the block x depths 0-15 /
+// 16-31 of the group), so lane l holds keys 2t, 2t+1 (matrix 0, 2) and 8+2t, 9+2t (matrix 1, 3) of
+// depths 2c, 2c+1 (t = l % 4, c = l / 4); four byte permutes make one word per depth of exactly
+// pack_p's key order, and one stmatrix.x4 writes them as Vt rows. Per unit a lane spends one
+// ldmatrix, four prmt, one stmatrix and about three address instructions: the 4-byte reads and their per-read swizzle
+// arithmetic this replaced were most of the FP8 kernel's integer instructions (docs/PERF.md runs
+// 33-34, against cuDNN's LDSM/STSM transpose).
+// Conflicts: a read phase takes 8 rows (keys) of one 16-byte depth chunk, each at its own swizzled
+// chunk (SW128: c ^ k % 8; SW64 rows: 64 bytes, c ^ (k / 2) % 4, half a row apart): all 32 banks.
+// A write phase's 8 Vt rows are depths whose d % 8 differ (lanes c >= 4 store the odd depth of
+// their pair in the even matrix: depths 0 2 4 6 9 11 13 15 and 1 3 5 7 8 10 12 14), so their
+// chunks kb ^ d % 8 differ too.
 template <class Config>
 __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   using Sh = Shape<Config>;
-  constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kQuads = kDp / 4, kRow = Sh::kRowBytes;
-  constexpr int kTasks = (kBN / 16) * kQuads;
-  static_assert(kBN == 128 && kQuads % 16 == 0 && kHelperThreads % 32 == 0, "transpose_v: 8 key blocks, whole warp rounds");
-  static_assert(kRow == 128 || (kRow == 64 && kQuads == 16), "transpose_v: SW128 rows, or SW64 rows of depth 64");
+  constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kRow = Sh::kRowBytes;
+  constexpr u32 kWarps = kHelperThreads / 32;
+  static_assert(kBN == 128 && kDp % 32 == 0 && kHelperThreads % 32 == 0, "transpose_v: 8 key blocks, whole depth groups");
+  static_assert(kRow == 128 || kRow == 64, "transpose_v: SW128 or SW64 V rows");
+  const u32 lane = static_cast<u32>(t) % 32, m = lane / 8, j = lane % 8;  // lane l addresses row j of matrix m
+  // Unit-invariant parts (unsigned: the unit's / and % are shifts). The read row: key 16 kb + 8 (m % 2)
+  // + j, whose swizzle term (SW128 key % 8, SW64 (key / 2) % 4) does not depend on kb; its depth
+  // chunk starts 16 (m / 2) into the group.
+  const u32 key_in_block = 8 * (m % 2) + j, read_depth = 16 * (m / 2);
+  const u32 swz = kRow == 128 ? key_in_block % 8 : (key_in_block / 2) % 4;
+  const u32 read_base = src + key_in_block * kRow;
+  // The write row (depth) in the group: matrix m holds the even depth of pair j for j < 4 (the odd
+  // one for j >= 4) when m is even, the other one when m is odd; its d % 8 does not depend on dg.
+  const u32 write_depth = 16 * (m / 2) + 2 * j + ((m % 2) ^ (j / 4));
+  const u32 write_base = dst + write_depth * 128, write_chunk = write_depth % 8;
+  // Byte selectors: depth 2c of the lane's pair c = l / 4 is bytes 0 2 4 6 of (matrix 0, matrix 1),
+  // depth 2c + 1 bytes 1 3 5 7; lanes with c >= 4 put the odd depth in the even matrix.
+  const bool odd_first = lane / 4 >= 4;
+  const u32 sel_even_matrix = odd_first ? 0x7531u : 0x6420u, sel_odd_matrix = odd_first ? 0x6420u : 0x7531u;
+  // A warp's item: depth group dg, key blocks kb0 and kb0 + 1 (items round-robin over the warps:
+  // 6/5/5 at depth 128). The second block's read is the first's plus an immediate.
+  constexpr u32 kPairs = kBN / 32, kItems = kPairs * (kDp / 32);
 #pragma unroll 1
-  for (int task = t; task < kTasks; task += kHelperThreads) {
-    const int lane = task % 32, round = task / 32;  // task % 32 == t % 32: the thread's lane
-    int dq, kb;
-    u32 swap = 0;  // SW64: 1 for half-warp 1 (slot i holds key i ^ 1)
-    if constexpr (kRow == 128) {
-      dq = 32 * (round / 8) + lane;
-      kb = (lane + round) % 8;
-    } else {
-      dq = lane % 16;
-      swap = static_cast<u32>(lane / 16);
-      kb = (dq / 2 + 4 * static_cast<int>(swap) + round) % 8;
-    }
-    const int d0 = 4 * dq;
-    // Key k of the block at row k of the V block; SW128 chunk c of row k is at (c ^ k % 8), SW64 at
-    // (c ^ (k / 2) % 4): the same for keys i and i ^ 1, so a swapped read only moves by one row.
-    const u32 vblk = src + (d0 / kRow) * (kBN * kRow) + (d0 % 16) + 16 * kb * kRow;
-    const int dc = (d0 % kRow) / 16;
-    const u32 even = vblk + swap * kRow, odd = vblk - swap * kRow;  // slots i even / odd
-    u32 in[16];
+  for (u32 item = static_cast<u32>(t) / 32; item < kItems; item += kWarps) {
+    const u32 dg = item / kPairs, kb0 = 2 * (item % kPairs), d = 32 * dg + read_depth;
+    const u32 read = read_base + 16 * kb0 * kRow + (d / kRow) * (kBN * kRow) + ((((d % kRow) / 16) ^ swz) << 4);
+    const u32 write = write_base + 32 * dg * 128;
+    u32 r[2][4];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int chunk = kRow == 128 ? dc ^ (i % 8) : dc ^ ((i / 2) % 4);
-      in[i] = ld_shared_u32((i % 2 ? odd : even) + i * kRow + (chunk << 4));
-    }
-    // Interleave the bytes of keys 2w, 2w+1 ([a0 b0 a1 b1], [a2 b2 a3 b3]); swapped slots: b, a.
-    const u32 sel_lo = swap ? 0x1504u : 0x5140u, sel_hi = swap ? 0x3726u : 0x7362u;
-    u32 out[4][4];  // [depth d0 + j][word t]: keys 2t, 2t+1, 8+2t, 9+2t of the chunk
+    for (u32 h = 0; h < 2; ++h) ldmatrix_x4_trans(r[h], read + 16 * kRow * h);
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const u32 ab_lo = byte_perm(in[2 * w], in[2 * w + 1], sel_lo), ab_hi = byte_perm(in[2 * w], in[2 * w + 1], sel_hi);
-      const u32 cd_lo = byte_perm(in[8 + 2 * w], in[9 + 2 * w], sel_lo), cd_hi = byte_perm(in[8 + 2 * w], in[9 + 2 * w], sel_hi);
-      out[0][w] = byte_perm(ab_lo, cd_lo, 0x5410);
-      out[1][w] = byte_perm(ab_lo, cd_lo, 0x7632);
-      out[2][w] = byte_perm(ab_hi, cd_hi, 0x5410);
-      out[3][w] = byte_perm(ab_hi, cd_hi, 0x7632);
-    }
-    const u32 tblk = dst + (kb / 8) * (kDp * 128);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = d0 + j;
-      st_shared_v4(tblk + r * 128 + (((kb % 8) ^ (r % 8)) << 4), out[j]);
+    for (u32 h = 0; h < 2; ++h) {
+      const u32 w[4] = {byte_perm(r[h][0], r[h][1], sel_even_matrix), byte_perm(r[h][0], r[h][1], sel_odd_matrix),
+                        byte_perm(r[h][2], r[h][3], sel_even_matrix), byte_perm(r[h][2], r[h][3], sel_odd_matrix)};
+      stmatrix_x4(write + (((kb0 + h) ^ write_chunk) << 4), w);
     }
   }
 }
