@@ -276,39 +276,45 @@ __device__ __forceinline__ void transpose_unit(const CtaWork<Config, Mask>& w, u
 // ---- FP8 KV cache: e4m3 K / V converted to the 16-bit stages the consumers read ----
 // One e4m3 stage (src: kKvChunks SW128 blocks of [kBN rows][128 keys' bytes]) -> one 16-bit stage
 // (dst: kChunks SW128 blocks of [kBN rows][64 elements]), exactly (e4m3x2_to), by thread t of
-// kHelperThreads. A task is 16 elements of one row: one 16-byte read, two 16-byte writes. Eight
-// consecutive threads take one row's 8 source chunks (a conflict-free read); those whose elements
-// land in the row's odd 64-element block write their two chunks in the other order, so each
-// 8-thread write phase covers all 32 banks once.
+// kHelperThreads. A task is 16 elements (group g) of one row: one 16-byte read, eight conversions,
+// two 16-byte writes (elements 16g.. to block g / 4, chunks 2 (g % 4) and 2 (g % 4) + 1).
+// A thread keeps its group for the whole stage: 16 consecutive threads take rows 2p and 2p + 1,
+// lanes 0-3 / 4-7 of each 8-lane phase groups 0-3 of one row and 4-7 of the other (the next phase
+// the other way round), so a phase reads 8 chunks whose bit 2 differs between the rows (the rows'
+// swizzles differ in bit 0, the groups in bit 2) and writes 8 distinct chunks of the two blocks.
+// A pass of the 96 threads covers 12 rows; 12 rows on, a row's swizzle term (row % 8) flips bit 2,
+// so every address is one of two per-thread bases plus an immediate (the per-task index arithmetic
+// was ~40 of the loop's ~52 instructions per task before, docs/PERF.md run 35).
 template <class Config>
 __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
   using Sh = Shape<Config>;
   constexpr int kGroups = Sh::kDp / 16;  // 16-element groups per row
-  constexpr int kTasks = Sh::kBN * kGroups;
-  static_assert(Sh::kKvFp8 && Sh::kDp == 128, "convert_kv: e4m3 rows of one 128-byte block");
-#pragma unroll 2
-  for (int task = t; task < kTasks; task += kHelperThreads) {
-    const int r = task / kGroups, g = task % kGroups;
+  constexpr int kRowStep = 2 * (kHelperThreads / 16);  // rows per pass
+  constexpr int kPasses = (Sh::kBN + kRowStep - 1) / kRowStep;
+  static_assert(Sh::kKvFp8 && Sh::kDp == 128 && kGroups == 8, "convert_kv: e4m3 rows of one 128-byte block");
+  static_assert(kHelperThreads % 16 == 0 && kRowStep % 8 == 4, "convert_kv: a pass moves a row's swizzle by 4");
+  const int q = t % 16, half = q / 8, sub = (q / 4) % 2;
+  const int r0 = 2 * (t / 16) + sub, g = q % 4 + 4 * (sub ^ half), c0 = 2 * (g % 4);
+  const int sw0 = r0 % 8;
+  // [pass parity]: the swizzle is sw0 on even passes, sw0 ^ 4 on odd ones.
+  const u32 in_base[2] = {src + r0 * 128 + ((g ^ sw0) << 4), src + r0 * 128 + ((g ^ sw0 ^ 4) << 4)};
+  const u32 out_row = dst + (g / 4) * (Sh::kBN * 128) + r0 * 128;
+  const u32 out_base[2][2] = {{out_row + ((c0 ^ sw0) << 4), out_row + (((c0 + 1) ^ sw0) << 4)},
+                              {out_row + ((c0 ^ sw0 ^ 4) << 4), out_row + (((c0 + 1) ^ sw0 ^ 4) << 4)}};
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    if (Sh::kBN % kRowStep != 0 && i == kPasses - 1 && r0 + kRowStep * i >= Sh::kBN) break;
+    const u32 step = kRowStep * i * 128;
     u32 in[4];
-    ld_shared_v4(src + r * 128 + ((g ^ (r % 8)) << 4), in);
+    ld_shared_v4(in_base[i % 2] + step, in);
     u32 out[2][4];  // [elements 16g..16g+7, 16g+8..16g+15]
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const u32 cv_lo = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] & 0xffffu));
-      const u32 cv_hi = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] >> 16));
-      out[j / 2][(j % 2) * 2] = cv_lo;
-      out[j / 2][(j % 2) * 2 + 1] = cv_hi;
+      out[j / 2][(j % 2) * 2] = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] & 0xffffu));
+      out[j / 2][(j % 2) * 2 + 1] = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] >> 16));
     }
-    const u32 row = dst + (g / 4) * (Sh::kBN * 128) + r * 128;
-    const int c0 = (2 * g) % 8, odd = (g / 4) & 1;
-    u32 first[4], second[4];  // selects, not a dynamically indexed (local-memory) array
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      first[i] = odd ? out[1][i] : out[0][i];
-      second[i] = odd ? out[0][i] : out[1][i];
-    }
-    st_shared_v4(row + (((c0 + odd) ^ (r % 8)) << 4), first);
-    st_shared_v4(row + (((c0 + 1 - odd) ^ (r % 8)) << 4), second);
+    st_shared_v4(out_base[i % 2][0] + step, out[0]);
+    st_shared_v4(out_base[i % 2][1] + step, out[1]);
   }
 }
 
