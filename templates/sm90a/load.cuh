@@ -202,10 +202,10 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) {
 // depths by one transposing ldmatrix.x4 (matrices: keys 0-7 / 8-15 of the block x depths 0-15 /
 // 16-31 of the group), so lane l holds keys 2t, 2t+1 (matrix 0, 2) and 8+2t, 9+2t (matrix 1, 3) of
 // depths 2c, 2c+1 (t = l % 4, c = l / 4); four byte permutes make one word per depth of exactly
-// pack_p's key order, and one stmatrix.x4 writes them as Vt rows. Per unit a lane spends one
-// ldmatrix, four prmt, one stmatrix and about three address instructions: the 4-byte reads and their per-read swizzle
-// arithmetic this replaced were most of the FP8 kernel's integer instructions (docs/PERF.md runs
-// 33-34, against cuDNN's LDSM/STSM transpose).
+// pack_p's key order, and one stmatrix.x4 writes them as Vt rows: about 15 warp instructions per
+// unit, against 32 for the 4-byte reads, byte transposes and per-read swizzle arithmetic this
+// replaced, most of the FP8 kernel's integer instructions (docs/PERF.md runs 33-34; cuDNN's FP8
+// kernel transposes with LDSM/STSM too).
 // Conflicts: a read phase takes 8 rows (keys) of one 16-byte depth chunk, each at its own swizzled
 // chunk (SW128: c ^ k % 8; SW64 rows: 64 bytes, c ^ (k / 2) % 4, half a row apart): all 32 banks.
 // A write phase's 8 Vt rows are depths whose d % 8 differ (lanes c >= 4 store the odd depth of
