@@ -35,8 +35,8 @@ On the GPU machine (repository root, .device carried):
                         stage A in the call before, then `source .fa4/small/stage_b.sh` in this one)
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
                         binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
-                        fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (softcap: cap 30; dtype
-                        bf16 default, e4m3, fp16), PASSES=2, ARCH=sm_90a
+                        fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (H query and KV heads;
+                        softcap: cap 30; dtype bf16 default, e4m3, fp16), PASSES=2, ARCH=sm_90a
   decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES); `sweep`: fa4jit bench over
                         CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
@@ -257,7 +257,7 @@ ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a c
     echo "{\"depth\":$5,\"mask\":\"$mask\",\"score_mod\":\"$mod\",\"dtype\":\"${7:-bf16}\"}" > /tmp/gpu_ab.json
     flops=$(python3 -c "print(4*$2*$3*$4*$4*$5*(0.5 if '$mask'=='causal' else 1.0))")
     FA4JIT_TUNE=$tune timeout 60 ".device/$bin" bench --json --config /tmp/gpu_ab.json --arch "${ARCH:-sm_90a}" --batch "$2" \
-      --heads "$3" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } $([[ $mod == softcap ]] && echo --softcap 30) 2>/dev/null | tail -1 |
+      --heads "$3" --kv-heads "$3" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } $([[ $mod == softcap ]] && echo --softcap 30) 2>/dev/null | tail -1 |
       python3 -c "import json,sys; j=json.load(sys.stdin); print(f\"{$flops/(j['ms']*1e9):.0f} {$flops/(j['ms_stream']*1e9):.0f}\")" \
       2>/dev/null || echo "0 0"
   }
