@@ -408,25 +408,47 @@ TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
   struct Want {
     int depth, padded, in_row, bm;
   };
-  for (const Want w : {Want{64, 64, 64, 192}, Want{96, 128, 128, 128}, Want{128, 128, 128, 128}}) {
+  for (const Want w : {Want{64, 64, 64, 192}, Want{96, 128, 128, 192}, Want{128, 128, 128, 192}}) {
     const auto rc = fp8_kernel(DType::bf16, w.depth);
     EXPECT_EQ(rc.padded_depth, w.padded) << w.depth;
     EXPECT_EQ(tma_row_bytes(rc, DType::e4m3), w.in_row) << w.depth;
     EXPECT_EQ(tma_row_bytes(rc, DType::bf16), 128) << w.depth;
-    // Three consumer warpgroups at depth 64 (as the 16-bit kernel), two deeper.
+    // Three consumer warpgroups (unmasked); at padded depth 128 their 160 registers hold one tile's
+    // S and P at a time, so no intra-warpgroup overlap there, and no ping-pong turns.
     EXPECT_EQ(rc.config.BM, w.bm) << w.depth;
+    EXPECT_EQ(rc.tuning.intra_wg_overlap, w.padded == 128 ? 0 : 1) << w.depth;
+    EXPECT_EQ(rc.tuning.pingpong, w.padded == 128 ? 0 : 1) << w.depth;
     EXPECT_EQ(rc.num_threads, 128 * (1 + w.bm / 64)) << w.depth;
     // Q regions sized for 16-bit O staging, then the K, V and transposed V rings of 1-byte elements.
     EXPECT_EQ(rc.smem_bytes, 2 * w.bm * w.padded + 3 * 2 * 128 * w.padded + 1024) << w.depth;
   }
-  // A score-mod at depth 64 keeps two warpgroups (three spill with it).
+  // A score-mod keeps two warpgroups (three spill with it), with the overlap.
   jit::FA4Config soft;
   soft.arch = "sm_90a";
   soft.dtype = DType::e4m3;
-  soft.depth = 64;
   soft.mask = jit::Mask::causal();
   soft.score_mod = jit::ScoreMod::softcap();
-  EXPECT_EQ(jit::resolve(soft).config.BM, 128);
+  for (int depth : {64, 128}) {
+    soft.depth = depth;
+    const auto rs = jit::resolve(soft);
+    EXPECT_EQ(rs.config.BM, 128) << depth;
+    EXPECT_EQ(rs.tuning.intra_wg_overlap, 1) << depth;
+  }
+  // Asking for the overlap at BM 192 and padded depth 128 is refused, naming the tune field.
+  jit::FA4Config three;
+  three.arch = "sm_90a";
+  three.dtype = DType::e4m3;
+  three.depth = 128;
+  jit::ResolveOptions overlap;
+  overlap.tune = jit::parse_tune("intra_wg_overlap=1", "FA4JIT_TUNE");
+  try {
+    jit::resolve(three, overlap);
+    ADD_FAILURE() << "intra_wg_overlap=1 at FP8 BM 192 d128 resolved";
+  } catch (const jit::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tune: intra_wg_overlap=1"), std::string::npos) << e.what();
+  }
+  three.BM = 128;  // two warpgroups take it
+  EXPECT_EQ(jit::resolve(three, overlap).tuning.intra_wg_overlap, 1);
   jit::FA4Config kv;
   kv.arch = "sm_90a";
   kv.kv_dtype = DType::e4m3;
@@ -472,7 +494,8 @@ TEST(Fp8Host, Sm90aKernelsCompileWithoutSpills) {
       {64, jit::Mask::causal(), jit::ScoreMod::identity(), false},
       {64, jit::Mask::sliding_window(), jit::ScoreMod::softcap(), false},
       {64, jit::Mask::causal(), jit::ScoreMod::custom("return score - 0.05f * h;"), true},
-      {128, jit::Mask::causal(), jit::ScoreMod::identity(), false},
+      {128, jit::Mask::causal(), jit::ScoreMod::identity(), false},  // BM 192, no overlap
+      {128, jit::Mask::none(), jit::ScoreMod::softcap(), false},     // BM 128, overlapped
   };
   for (const CompileCase& k : cases) {
     jit::FA4Config c;

@@ -87,20 +87,21 @@ class Sm90a final : public BackendPolicy {
 
   // FP8 (e4m3 Q, K, V; templates/sm90a: k32 wgmma, V transposed in shared memory by the producer
   // warpgroup): BN 128 (Vt is one block of 128 keys per row), padded depth 64 (64-byte rows) or 128
-  // (depths 96, 128: at 256 the 16-bit O staging and three rings exceed 227 KB), one CTA per SM (the
-  // transposing producer takes 56 registers), the grid walk (settle).
+  // (depths 96, 128: at 256 the 16-bit O staging and three rings exceed 227 KB), one CTA per SM, the
+  // grid walk (settle).
   Budget derive_fp8(FA4Config& c, int dp, const ArchInfo& a) const {
     if (dp != 64 && dp != 128)
       refuse("depth", fmt::format("{} with dtype e4m3", c.depth), fmt::format("64, 96 or 128 for FP8 on {}", c.arch));
-    // Depth 64: three consumer warpgroups (BM 192) as in the 16-bit kernel, at 152 registers each
-    // (layout.cuh); a score-mod or a per-element mask spills there (causal + softcap, window +
-    // softcap: 16 B), so those keep BM 128.
+    // Three consumer warpgroups (BM 192) for unmasked and causal attention: with e4m3 GEMMs at twice
+    // the 16-bit rate a warpgroup's softmax outlasts its GEMMs, and a third warpgroup keeps the
+    // tensor cores fed (docs/PERF.md run 36: d128 +4-15% over BM 128). Registers (layout.cuh): 152
+    // per consumer at depth 64; 160 at padded depth 128, without the intra-warpgroup overlap (settle).
+    // A score-mod or a per-element mask spills there (d64 causal + softcap, window + softcap: 16 B;
+    // d128 softcap 16 B), so those keep BM 128.
     const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
                        c.score_mod.kind == ScoreMod::Kind::identity;
-    const std::vector<int> bm_allowed = c.pack_gqa ? std::vector<int>{64, 128}
-                                        : dp == 64 ? std::vector<int>{128, 192}
-                                                   : std::vector<int>{128};
-    c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : dp == 64 && plain ? 192 : 128, bm_allowed);
+    const std::vector<int> bm_allowed = c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128, 192};
+    c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : plain ? 192 : 128, bm_allowed);
     c.BN = pick("BN", c.BN, 128, {128});
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
@@ -139,6 +140,8 @@ class Sm90a final : public BackendPolicy {
     return {128 * (1 + c.BM / 64), smem, ctas};
   }
 
+  static bool fp8_three_wgs(const FA4Config& c, int dp) { return c.dtype == DType::e4m3 && c.BM == 192 && dp == 128; }
+
   // One consumer warpgroup's 64 rows.
   int q_box_rows(const FA4Config&) const override { return 64; }
 
@@ -163,6 +166,11 @@ class Sm90a final : public BackendPolicy {
     // MUFU keeps up with the tensor cores here: FA4's exp2 split (sm100a) measured 8-13% slower
     // (docs/PERF.md), so every exp2 stays on MUFU.
     t.exp2_emulate_every = 0;
+    // FP8 BM 192 at padded depth 128: S (64 floats) and O (64) leave no room for P(n-1) beside
+    // S(n) in 160 registers (the overlap spills 144 B and serializes wgmma), so one step at a time;
+    // and without the ping-pong turns (the three warpgroups' GEMMs interleave on their own: +1-2.5%,
+    // docs/PERF.md run 36).
+    if (fp8_three_wgs(c, dp)) t.intra_wg_overlap = t.pingpong = 0;
     return t;
   }
 
@@ -173,6 +181,11 @@ class Sm90a final : public BackendPolicy {
         throw ConfigError(
             fmt::format("tune: persistent={}: FP8 (e4m3) kernels on {} run the grid walk (0)", t.persistent, c.arch));
       t.wg_spans = 0;
+      if (fp8_three_wgs(c, dp) && t.intra_wg_overlap != 0)
+        throw ConfigError(fmt::format(
+            "tune: intra_wg_overlap={}: FP8 (e4m3) at BM 192 and padded depth 128 on {} runs without it (0); "
+            "its registers do not hold S and P of two tiles",
+            t.intra_wg_overlap, c.arch));
       return;
     }
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups

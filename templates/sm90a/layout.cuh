@@ -85,7 +85,7 @@ struct Shape {
   static constexpr int kBN = Config::kBN;
   static constexpr int kStages = Config::kNumKVStages;
   static constexpr int kWgRows = 64;           // rows of Q per consumer warpgroup (one wgmma M)
-  static constexpr int kNumConsumerWGs = kBM / 64;  // 2 (kBM 128), 3 (kBM 192, depth 64) or 1 (kBM 64, decode)
+  static constexpr int kNumConsumerWGs = kBM / 64;  // 2 (kBM 128), 3 (kBM 192: depth 64, FP8) or 1 (kBM 64, decode)
   // FP8 (e4m3 Q, K, V): 1-byte elements, so a 128-byte swizzle row holds 128 of them; the grid walk
   // only, with a transposed copy of each V tile (load.cuh transpose_v: FP8 wgmma reads B K-major).
   static constexpr bool kFp8 = DTypeTraits<Element>::kIsFp8;
@@ -153,10 +153,18 @@ struct Shape {
   // FP8, 2 consumer WGs: the producer warpgroup also transposes V (16 + 16 registers of bytes in
   // flight): 128*56 + 256*224 = 64512, and P takes 16 fewer consumer registers than at 16 bits.
   // FP8 at depth 64, 3 consumer WGs: 128*56 + 384*152 = 65536 (S 64 + P 16 + O 32 per thread).
+  // FP8 at padded depth 128, 3 consumer WGs: 128*32 + 384*160 = 65536 (S 64 + P 16 + O 64, no
+  // intra-warpgroup overlap: 152 spills 1 KB); the ldmatrix transposer fits 32 (the producer
+  // spilled 12 B there before it, 4e1d4d4).
   // FP8 KV cache, 1 consumer WG at 2 CTAs per SM: 2 * (128*56 + 128*200) = 65536.
-  static constexpr int kProducerRegs = kSoloConsumer || kProducerHelpers ? 56 : kNumConsumerWGs <= 2 ? 24 : 32;
+  static constexpr bool kFp8ThreeWgsD128 = kFp8 && kNumConsumerWGs == 3 && kDp == 128;
+  static constexpr int kProducerRegs = kFp8ThreeWgsD128                ? 32
+                                       : kSoloConsumer || kProducerHelpers ? 56
+                                       : kNumConsumerWGs <= 2             ? 24
+                                                                          : 32;
   static constexpr int kConsumerRegs = kCtasPerSm == 2                          ? (kProducerHelpers ? 200 : 232)
                                        : kSoloConsumer                           ? 256
+                                       : kFp8ThreeWgsD128                        ? 160
                                        : kProducerHelpers && kNumConsumerWGs == 3 ? 152
                                        : kProducerHelpers                        ? 224
                                        : kNumConsumerWGs <= 2                    ? 240
@@ -165,11 +173,12 @@ struct Shape {
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
   static_assert(kBM == 64 || kBM == 128 || kBM == 192,
-                "sm90a kernel: kBM must be 128 (2 consumer warpgroups of 64 rows), 192 (3 warpgroups, depth 64) or 64 "
-                "(1 warpgroup: packed-GQA decode)");
-  static_assert(kBM != 192 || kDp == 64,
-                "sm90a kernel: kBM 192 (3 consumer warpgroups at 160 registers) is only for head depth 64; "
-                "deeper heads need a 64+ float O accumulator and do not fit: use kBM 128");
+                "sm90a kernel: kBM must be 128 (2 consumer warpgroups of 64 rows), 192 (3 warpgroups: depth 64, "
+                "or FP8 at padded depth 128) or 64 (1 warpgroup: packed-GQA decode)");
+  static_assert(kBM != 192 || kDp == 64 || (kFp8 && kDp == 128 && !kIntraWGOverlap),
+                "sm90a kernel: kBM 192 (3 consumer warpgroups at 160 registers) is for head depth 64, and for FP8 "
+                "at padded depth 128 without the intra-warpgroup overlap (S 64 + P 16 + O 64); 16-bit deeper "
+                "heads do not fit: use kBM 128");
   static_assert(kBM != 192 || kBN <= 128 || !kIntraWGOverlap,
                 "sm90a kernel: kBM 192 with kBN > 128 and the overlapped schedule does not fit 160 consumer "
                 "registers (S kBN/2 + P kBN/4 + O 32 per thread; 400 B spills at kBN 192): use kBN 128");
