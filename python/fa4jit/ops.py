@@ -550,7 +550,8 @@ def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table
 
 # ---- the custom ops ---------------------------------------------------------------------------------
 # Schema: snippets and kinds are str, window None is (-2, -2), pack_gqa -1/0/1 (auto/off/on); the FP8
-# descale factors come last (appended with C API version 3).
+# descale factors come last (appended with C API version 3), default None, so callers written before
+# them still call the ops unchanged.
 
 @torch.library.custom_op("fa4jit::fwd", mutates_args=())
 def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
@@ -558,8 +559,8 @@ def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
          alibi_slopes: Optional[Tensor], aux: List[Tensor], scalars: List[float], aux_names: str, causal: bool,
          window_left: int, window_right: int, chunk_size: int, mask_mod: str, block_mask_mod: str, score_mod: str,
          softcap: float, softmax_scale: float, max_seqlen_q: int, num_splits: int, pack_gqa: int, return_lse: bool,
-         out_bhsd: bool, descale_q: Optional[Tensor], descale_k: Optional[Tensor],
-         descale_v: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+         out_bhsd: bool, descale_q: Optional[Tensor] = None, descale_k: Optional[Tensor] = None,
+         descale_v: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     return _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
                      aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
                      softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd,
@@ -583,8 +584,8 @@ def _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
 @_fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
-              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, descale_q, descale_k,
-              descale_v):
+              softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, descale_q=None, descale_k=None,
+              descale_v=None):
     _check_qkv(q, k, v, None, None, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                max_seqlen_q, return_lse, out_bhsd, descale_q, descale_k, descale_v)
     _snippet_texts(aux, aux_names, mask_mod, block_mask_mod, score_mod)  # snippet/aux errors at trace time
@@ -598,8 +599,8 @@ def _fwd_out(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor]
              sinks: Optional[Tensor], alibi_slopes: Optional[Tensor], aux: List[Tensor], scalars: List[float],
              aux_names: str, causal: bool, window_left: int, window_right: int, chunk_size: int, mask_mod: str,
              block_mask_mod: str, score_mod: str, softcap: float, softmax_scale: float, max_seqlen_q: int,
-             num_splits: int, pack_gqa: int, descale_q: Optional[Tensor], descale_k: Optional[Tensor],
-             descale_v: Optional[Tensor]) -> None:
+             num_splits: int, pack_gqa: int, descale_q: Optional[Tensor] = None, descale_k: Optional[Tensor] = None,
+             descale_v: Optional[Tensor] = None) -> None:
     _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
             aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
             softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q=descale_q, descale_k=descale_k,
@@ -609,8 +610,8 @@ def _fwd_out(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor]
 @_fwd_out.register_fake
 def _fwd_out_fake(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                   scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod,
-                  score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q, descale_k,
-                  descale_v):
+                  score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q=None, descale_k=None,
+                  descale_v=None):
     _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                max_seqlen_q, lse is not None, False, descale_q, descale_k, descale_v)
     _snippet_texts(aux, aux_names, mask_mod, block_mask_mod, score_mod)

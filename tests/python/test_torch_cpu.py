@@ -25,6 +25,21 @@ def qkv(B=2, Sq=128, Sk=256, Hq=8, Hkv=2, D=64, dtype=bf16, device="cuda"):
 def test_torch_ops_are_registered():
     assert hasattr(torch.ops.fa4jit, "fwd") and hasattr(torch.ops.fa4jit, "fwd_out")
     assert "Tensor(a3!) out" in str(torch.ops.fa4jit.fwd_out.default._schema)
+    # The FP8 descale factors (appended last) default to None: calls written before them still work.
+    for op in (torch.ops.fa4jit.fwd, torch.ops.fa4jit.fwd_out):
+        schema = str(op.default._schema)
+        for name in ("descale_q", "descale_k", "descale_v"):
+            assert f"Tensor? {name}=None" in schema, schema
+
+
+def test_ops_called_without_descale_arguments(fake):
+    with fake:
+        q, k, v = qkv()
+        o, lse = torch.ops.fa4jit.fwd(q, k, v, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
+                                      "", 0.0, 0.0, 0, 1, -1, True, False)
+        assert o.shape == q.shape and o.dtype == bf16 and lse.shape == (2, 8, 128)
+        torch.ops.fa4jit.fwd_out(q, k, v, torch.empty_like(q), None, None, None, None, None, None, None, [], [], "",
+                                 True, -2, -2, 0, "", "", "", 0.0, 0.0, 0, 1, -1)
 
 
 def test_cpu_tensors_are_refused_naming_the_argument():
