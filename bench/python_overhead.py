@@ -160,7 +160,7 @@ def main():
     kern = next(iter(ops._kernels.values()))
     packed = _lib.LAUNCH_ARGS.pack(
         _lib.LAUNCH_ARGS_SIZE, q.device.index, *ops._packed_tensors(q=q, k=k, v=v, o=out), 0, 0.0, -1, -1, 0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
-        0, 128, 128, 0, 0, 0, 0, 0)
+        0, 128, 128, 0, 0, 0, 0, 0, 0, 0, 0)  # ... workspace, workspace_bytes, descale_q/k/v (C API version 3)
     stream = torch.cuda.current_stream().cuda_stream
     run("fa4jit_launch via ctypes, pre-packed args (library + ctypes)",
         lambda: _lib.fa4jit_launch(kern.handle, packed, stream))
