@@ -97,7 +97,7 @@ class Sm90a final : public BackendPolicy {
     // tensor cores fed (docs/PERF.md run 36: d128 +4-15% over BM 128). Registers (layout.cuh): 152
     // per consumer at depth 64; 160 at padded depth 128, without the intra-warpgroup overlap (settle).
     // A score-mod or a per-element mask spills there (d64 causal + softcap, window + softcap: 16 B;
-    // d128 softcap 16 B), so those keep BM 128.
+    // d128 softcap 16 B, causal + softcap 76 B), so those keep BM 128.
     const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
                        c.score_mod.kind == ScoreMod::Kind::identity;
     const std::vector<int> bm_allowed = c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128, 192};
@@ -183,8 +183,8 @@ class Sm90a final : public BackendPolicy {
       t.wg_spans = 0;
       if (fp8_three_wgs(c, dp) && t.intra_wg_overlap != 0)
         throw ConfigError(fmt::format(
-            "tune: intra_wg_overlap={}: FP8 (e4m3) at BM 192 and padded depth 128 on {} runs without it (0); "
-            "its registers do not hold S and P of two tiles",
+            "tune: intra_wg_overlap={}: FP8 (e4m3) at BM 192 and padded depth 128 on {} runs without it (0): "
+            "its registers do not hold S and P of two tiles; set BM 128 for the overlapped schedule",
             t.intra_wg_overlap, c.arch));
       return;
     }

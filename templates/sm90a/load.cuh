@@ -296,25 +296,25 @@ __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
   const int q = t % 16, half = q / 8, sub = (q / 4) % 2;
   const int r0 = 2 * (t / 16) + sub, g = q % 4 + 4 * (sub ^ half), c0 = 2 * (g % 4);
   const int sw0 = r0 % 8;
-  // [pass parity]: the swizzle is sw0 on even passes, sw0 ^ 4 on odd ones.
-  const u32 in_base[2] = {src + r0 * 128 + ((g ^ sw0) << 4), src + r0 * 128 + ((g ^ sw0 ^ 4) << 4)};
+  // The swizzle is sw0 on even passes and sw0 ^ 4 on odd ones: chunk bit 2, address bit 6 (rows are
+  // 128-byte aligned and a pass steps whole rows, so the step never reaches that bit).
+  const u32 in_base = src + r0 * 128 + ((g ^ sw0) << 4);
   const u32 out_row = dst + (g / 4) * (Sh::kBN * 128) + r0 * 128;
-  const u32 out_base[2][2] = {{out_row + ((c0 ^ sw0) << 4), out_row + (((c0 + 1) ^ sw0) << 4)},
-                              {out_row + ((c0 ^ sw0 ^ 4) << 4), out_row + (((c0 + 1) ^ sw0 ^ 4) << 4)}};
+  const u32 out_base[2] = {out_row + ((c0 ^ sw0) << 4), out_row + (((c0 + 1) ^ sw0) << 4)};
 #pragma unroll
   for (int i = 0; i < kPasses; ++i) {
     if (Sh::kBN % kRowStep != 0 && i == kPasses - 1 && r0 + kRowStep * i >= Sh::kBN) break;
-    const u32 step = kRowStep * i * 128;
+    const u32 step = kRowStep * i * 128, odd = (i % 2) << 6;
     u32 in[4];
-    ld_shared_v4(in_base[i % 2] + step, in);
+    ld_shared_v4((in_base ^ odd) + step, in);
     u32 out[2][4];  // [elements 16g..16g+7, 16g+8..16g+15]
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       out[j / 2][(j % 2) * 2] = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] & 0xffffu));
       out[j / 2][(j % 2) * 2 + 1] = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[j] >> 16));
     }
-    st_shared_v4(out_base[i % 2][0] + step, out[0]);
-    st_shared_v4(out_base[i % 2][1] + step, out[1]);
+    st_shared_v4((out_base[0] ^ odd) + step, out[0]);
+    st_shared_v4((out_base[1] ^ odd) + step, out[1]);
   }
 }
 
