@@ -283,8 +283,9 @@ __device__ __forceinline__ void transpose_unit(const CtaWork<Config, Mask>& w, u
 // the other way round), so a phase reads 8 chunks whose bit 2 differs between the rows (the rows'
 // swizzles differ in bit 0, the groups in bit 2) and writes 8 distinct chunks of the two blocks.
 // A pass of the 96 threads covers 12 rows; 12 rows on, a row's swizzle term (row % 8) flips bit 2,
-// so every address is one of two per-thread bases plus an immediate (the per-task index arithmetic
-// was ~40 of the loop's ~52 instructions per task before, docs/PERF.md run 35).
+// so every address is a per-thread base, on odd passes with bit 6 flipped, plus an immediate (the
+// per-task index arithmetic was ~40 of the loop's ~52 instructions per task before, docs/PERF.md
+// run 35).
 template <class Config>
 __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
   using Sh = Shape<Config>;
