@@ -31,6 +31,13 @@ bool heavy_softmax(const FA4Config& c) {
          c.score_mod.kind == ScoreMod::Kind::alibi || c.score_mod.kind == ScoreMod::Kind::custom;
 }
 
+// Unmasked or causal attention without a score-mod: where FP8 takes three consumer warpgroups and
+// the 16-bit kernels persistent tiles by default.
+bool plain_softmax(const FA4Config& c) {
+  return (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
+         c.score_mod.kind == ScoreMod::Kind::identity;
+}
+
 class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
@@ -98,8 +105,7 @@ class Sm90a final : public BackendPolicy {
     // per consumer at depth 64; 160 at padded depth 128, without the intra-warpgroup overlap (settle).
     // A score-mod or a per-element mask spills there (d64 causal + softcap, window + softcap: 16 B;
     // d128 softcap 16 B, causal + softcap 76 B), so those keep BM 128.
-    const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
-                       c.score_mod.kind == ScoreMod::Kind::identity;
+    const bool plain = plain_softmax(c);
     const std::vector<int> bm_allowed = c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128, 192};
     c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : plain ? 192 : 128, bm_allowed);
     c.BN = pick("BN", c.BN, 128, {128});
@@ -153,8 +159,7 @@ class Sm90a final : public BackendPolicy {
     // +2%, longer causal d128 rows within the noise. Elsewhere the grid: packed-GQA decode runs two
     // CTAs per SM, and deep heads, other masks and score-mods were not measured (some spill
     // persistent: d256 causal, d64 softcap).
-    const bool plain = (c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal) &&
-                       c.score_mod.kind == ScoreMod::Kind::identity;
+    const bool plain = plain_softmax(c);
     t.persistent = !c.pack_gqa && dp <= 128 && plain && c.dtype != DType::e4m3 && !c.kv_dtype ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
