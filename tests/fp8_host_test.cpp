@@ -419,8 +419,39 @@ TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
     EXPECT_EQ(rc.tuning.intra_wg_overlap, w.padded == 128 ? 0 : 1) << w.depth;
     EXPECT_EQ(rc.tuning.pingpong, w.padded == 128 ? 0 : 1) << w.depth;
     EXPECT_EQ(rc.num_threads, 128 * (1 + w.bm / 64)) << w.depth;
-    // Q regions sized for 16-bit O staging, then the K, V and transposed V rings of 1-byte elements.
-    EXPECT_EQ(rc.smem_bytes, 2 * w.bm * w.padded + 3 * 2 * 128 * w.padded + 1024) << w.depth;
+    // Persistent CTAs (the transposers walk the same tiles), with O staged in a region of its own:
+    // Q regions sized for 16-bit O staging, the K, V and transposed V rings of 1-byte elements, then
+    // the 16-bit O region.
+    EXPECT_EQ(rc.tuning.persistent, 1) << w.depth;
+    EXPECT_EQ(rc.smem_bytes, 2 * w.bm * w.padded + 3 * 2 * 128 * w.padded + 2 * w.bm * w.padded + 1024) << w.depth;
+  }
+  // The grid walk on request: no O region of its own.
+  {
+    jit::FA4Config grid;
+    grid.arch = "sm_90a";
+    grid.dtype = DType::e4m3;
+    grid.depth = 128;
+    jit::ResolveOptions o;
+    o.tune = jit::parse_tune("persistent=0", "FA4JIT_TUNE");
+    const auto rg = jit::resolve(grid, o);
+    EXPECT_EQ(rg.tuning.persistent, 0);
+    EXPECT_EQ(rg.smem_bytes, 2 * 192 * 128 + 3 * 2 * 128 * 128 + 1024);
+    // Stream-K cuts tiles into segments, which the transposers do not walk; packed GQA would turn
+    // a persistent walk into it. Both are refused, naming the tune field.
+    for (const char* tune : {"persistent=2", "persistent=1"}) {
+      jit::FA4Config c = grid;
+      if (std::string(tune) == "persistent=1") {
+        c.group = 4;
+        c.pack_gqa = true;
+      }
+      o.tune = jit::parse_tune(tune, "FA4JIT_TUNE");
+      try {
+        jit::resolve(c, o);
+        ADD_FAILURE() << tune << " resolved for FP8" << (c.pack_gqa ? " with packed GQA" : "");
+      } catch (const jit::ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("tune: ") + tune), std::string::npos) << e.what();
+      }
+    }
   }
   // A score-mod keeps two warpgroups (three spill with it), with the overlap.
   jit::FA4Config soft;

@@ -177,10 +177,16 @@ sanitize() {
           cat /tmp/gpu_snip.log >> "$OUT/sanitize.log"
           if [[ $rc -ne 0 || $gtest != *PASSED* ]]; then fail=1; grep -E -A4 'Invalid __global__|Failure' /tmp/gpu_snip.log | head -40; fi
         done ;;
-      fp8)  # the FP8 kernels: V transposers, the Vt ring, causal / GQA / varlen+paged+split+packed
+      fp8)  # the FP8 kernels: V transposers, the Vt ring; persistent (default: causal, unmasked + split
+        # tail, varlen; BM 128 cross-tile) and grid walks, GQA, varlen+paged+split+packed
         for tool in memcheck racecheck synccheck; do
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":64}' --batch 1 --heads 8 --kv-heads 2 --seqlen-q 300 --seqlen-k 1000
+          san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128}' --batch 67 --heads 2 --kv-heads 2 --seqlen-q 200 --seqlen-k 637
+          san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --heads 4 --kv-heads 2 \
+            --seqlens-q 300 0 129 --seqlens-k 300 50 700
+          san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"BM":128}' --batch 3 --heads 4 --seqlen-q 300 --seqlen-k 900
+          san_check persistent=0 $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --seqlens-q 5,0,40 --seqlens-k 300,17,130 \
             --page-size 64 --heads 8 --kv-heads 2 --pack-gqa --splits 3 --sinks
         done ;;

@@ -159,8 +159,10 @@ class Sm90a final : public BackendPolicy {
     // +2%, longer causal d128 rows within the noise. Elsewhere the grid: packed-GQA decode runs two
     // CTAs per SM, and deep heads, other masks and score-mods were not measured (some spill
     // persistent: d256 causal, d64 softcap).
+    // FP8 (e4m3) too: its V transposers walk the same tiles (docs/PERF.md run 38); an FP8 KV
+    // cache's converters and Q conversion run the grid walk only.
     const bool plain = plain_softmax(c);
-    t.persistent = !c.pack_gqa && dp <= 128 && plain && c.dtype != DType::e4m3 && !c.kv_dtype ? 1 : 0;
+    t.persistent = !c.pack_gqa && dp <= 128 && plain && !c.kv_dtype ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -180,19 +182,26 @@ class Sm90a final : public BackendPolicy {
   }
 
   void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& a) const override {
-    if (c.dtype == DType::e4m3 ||
-        c.kv_dtype) {  // FP8: the grid walk (its transposers / converters walk one CTA's tiles)
-      if (t.persistent != 0)
+    if (c.kv_dtype && t.persistent != 0)  // the converters and the Q conversion walk one CTA's tiles
+      throw ConfigError(
+          fmt::format("tune: persistent={}: FP8 KV cache (kv_dtype e4m3) kernels on {} run the grid walk (0)",
+                      t.persistent, c.arch));
+    if (c.dtype == DType::e4m3) {
+      // The transposers walk whole tiles (grid or persistent); stream-K, which packed GQA turns a
+      // persistent walk into, cuts tiles into segments.
+      if (t.persistent == 2 || (t.persistent == 1 && c.pack_gqa))
         throw ConfigError(
-            fmt::format("tune: persistent={}: FP8 (e4m3) kernels on {} run the grid walk (0)", t.persistent, c.arch));
-      t.wg_spans = 0;
+            fmt::format("tune: persistent={}: FP8 (e4m3) kernels on {} run the grid (0) or persistent (1) "
+                        "walk, without packed GQA for the persistent one",
+                        t.persistent, c.arch));
       if (fp8_three_wgs(c, dp) && t.intra_wg_overlap != 0)
         throw ConfigError(fmt::format(
             "tune: intra_wg_overlap={}: FP8 (e4m3) at BM 192 and padded depth 128 on {} runs without it (0): "
             "its registers do not hold S and P of two tiles; set BM 128 for the overlapped schedule",
             t.intra_wg_overlap, c.arch));
-      return;
     }
+    if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
+    if (c.kv_dtype) return;
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
     // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
     if (t.persistent == 2) b.ctas_per_sm = 1;

@@ -115,5 +115,46 @@ class Consumer {
   PipelineState state_;
 };
 
+// A relay between two rings of the same depth that move in lockstep: each stage consumes slot i
+// of `in` (waits full) and produces slot i of `out` (waits empty), e.g. the FP8 V transposers
+// (V -> Vt). One state serves both sides (out's phase is in's flipped, as a Producer's starts
+// at 1 where a Consumer's starts at 0), which keeps the relay warps' registers down.
+//
+//   { auto st = relay.acquire();              // in slot filled, out slot free
+//     ... read in[st.index()], write out[st.index()] ...
+//     st.publish(); }                         // out full (every relay thread); scope exit: in released
+template <int kStages, class Release = ArriveOnePerWarp>
+class Relay {
+ public:
+  class Stage {
+   public:
+    __device__ __forceinline__ Stage(Relay& r, u32 index) : r_(r), index_(index) {}
+    Stage(const Stage&) = delete;
+    Stage& operator=(const Stage&) = delete;
+    __device__ __forceinline__ ~Stage() {
+      Release()(&r_.in_->empty[index_]);
+      r_.state_.template advance<kStages>();
+    }
+    __device__ __forceinline__ u32 index() const { return index_; }
+    __device__ __forceinline__ void publish() const { mbar_arrive(&r_.out_->full[index_]); }
+
+   private:
+    Relay& r_;
+    u32 index_;
+  };
+
+  __device__ __forceinline__ Relay(Barriers<kStages>* in, Barriers<kStages>* out) : in_(in), out_(out), state_{0, 0} {}
+  __device__ __forceinline__ Stage acquire() {
+    mbar_wait(&in_->full[state_.index], state_.phase);
+    mbar_wait(&out_->empty[state_.index], state_.phase ^ 1u);
+    return Stage(*this, state_.index);
+  }
+
+ private:
+  Barriers<kStages>* in_;
+  Barriers<kStages>* out_;
+  PipelineState state_;
+};
+
 }  // namespace pipe
 }  // namespace fa4

@@ -160,7 +160,7 @@ struct GridTiles {
   __device__ __forceinline__ bool valid(const FwdParams&, int = 0) const { return iter == 0; }
   __device__ __forceinline__ void advance() { ++iter; }
   template <int kBM, int kBN, int kPack = 1>
-  __device__ __forceinline__ const Work& work(const FwdParams&) const { return w; }
+  __device__ __forceinline__ const Work& work(const FwdParams&, int = 0) const { return w; }
 };
 
 // The persistent walk's device iteration (PersistentWalk, common/tile_walk.h): CTA x visits
@@ -174,8 +174,10 @@ struct PersistentTiles : PersistentWalk {
   int iter;  // units of this CTA before the current one
 
   __device__ __forceinline__ static PersistentTiles make() { return PersistentTiles{{}, 0}; }
-  __device__ __forceinline__ int unit() const {
-    return PersistentWalk::unit(iter, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), !Mask::kIsNone);
+  // zero (here and in decode, work): an opaque 0 from a caller short of registers, so the grid size
+  // is re-read per tile instead of held across the walk (the FP8 V transposers, at 32 registers).
+  __device__ __forceinline__ int unit(int zero = 0) const {
+    return PersistentWalk::unit(iter, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x) + zero, !Mask::kIsNone);
   }
   __device__ __forceinline__ bool valid(const FwdParams& p) const { return valid(p, 0); }
   // zero: an opaque 0 produced inside the loop, so the compiler recomputes the unit count from the
@@ -185,13 +187,14 @@ struct PersistentTiles : PersistentWalk {
     return unit() < units(p, tiles);
   }
   __device__ __forceinline__ void advance() { ++iter; }
-  __device__ __forceinline__ void decode(const FwdParams& p, int& m, int& split, int& head, int& batch) const {
-    PersistentWalk::decode(p, unit(), !Mask::kIsNone, m, split, head, batch);
+  __device__ __forceinline__ void decode(const FwdParams& p, int& m, int& split, int& head, int& batch,
+                                         int zero = 0) const {
+    PersistentWalk::decode(p, unit(zero), !Mask::kIsNone, m, split, head, batch);
   }
   template <int kBM, int kBN, int kPack = 1>
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p, int zero = 0) const {
     int m, split, h, b;
-    decode(p, m, split, h, b);
+    decode(p, m, split, h, b, zero);
     TileWork<kBM, kBN, Mask, kPack> w =
         TileWork<kBM, kBN, Mask, kPack>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
     w.split = split;
@@ -218,8 +221,8 @@ struct SegmentTiles : StreamKWalk {
   }
   __device__ __forceinline__ void advance() { ++iter; }
   template <int kBM, int kBN, int kPack = 1>
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p) const {
-    const UnitSplit u = units(p);
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p, int zero = 0) const {
+    const UnitSplit u{p.tile_units + zero, p.units_per_cta, p.units_extra};  // zero: as PersistentTiles::unit
     const int x = static_cast<int>(blockIdx.x);
     const Segment g = segment(u, x, iter);
     const int heads = kPack > 1 ? p.num_kv_heads : p.num_q_heads;

@@ -157,7 +157,9 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   } else {
     pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
     bool pending = false;  // cross-tile: the consumers hold the previous tile's last P V
-    for (; tiles.valid(p); tiles.advance()) {
+    // FP8 (its producer warpgroup at 32 registers, kBM 192): the unit count re-read per tile from
+    // an opaque zero rather than held across the walk (4 B spilled at d128 causal).
+    for (; tiles.valid(p, Sh::kFp8 ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
       const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
       // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
       const u32 i = static_cast<u32>(tiles.iter), q_buffer = L::kQBuffers == 2 ? i & 1u : 0u;
@@ -218,7 +220,9 @@ __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   constexpr u32 kWarps = kHelperThreads / 32;
   static_assert(kBN == 128 && kDp % 32 == 0 && kHelperThreads % 32 == 0, "transpose_v: 8 key blocks, whole depth groups");
   static_assert(kRow == 128 || kRow == 64, "transpose_v: SW128 or SW64 V rows");
-  const u32 lane = static_cast<u32>(t) % 32, m = lane / 8, j = lane % 8;  // lane l addresses row j of matrix m
+  // opaque: the lane's bases below are recomputed per stage (a few instructions) rather than hoisted
+  // out of the walk and held across it, which the 32-register producer warpgroup cannot afford.
+  const u32 lane = opaque_u32(static_cast<u32>(t)) % 32, m = lane / 8, j = lane % 8;  // row j of matrix m
   // Unit-invariant parts (unsigned: the unit's / and % are shifts). The read row: key 16 kb + 8 (m % 2)
   // + j, whose swizzle term (SW128 key % 8, SW64 (key / 2) % 4) does not depend on kb; its depth
   // chunk starts 16 (m / 2) into the group.
@@ -253,24 +257,37 @@ __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   }
 }
 
-// The transposers' walk of a grid CTA: one Vt stage per V stage the producer loads (producer_unit).
-template <class Config, class Mask>
-__device__ __forceinline__ void transpose_unit(const CtaWork<Config, Mask>& w, unsigned char* smem,
+// The transposers' walk: the CTA's tile walk (TileWalker), one Vt stage per V stage the producer
+// loads (producer_loop), so the V and Vt rings run on across a persistent CTA's tiles. Cross-tile
+// (SmemLayout::kCrossTile) mirrors the producer's extra V(first) where no tile is pending: the
+// consumers' first step takes a Vt stage for a P V whose result they discard.
+template <class Config, class Mask, class Tiles>
+__device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, unsigned char* smem,
                                                typename SmemLayout<Config>::Barriers* bars, int t) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
-  static_assert(Sh::kFp8, "transpose_unit: FP8 kernels only");
+  static_assert(Sh::kFp8, "transpose_loop: FP8 kernels only");
   const u32 base = smem_u32(smem);
-  pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp> v_ring(&bars->v);
-  pipe::Producer<Sh::kStages> vt_ring(&bars->vt);
-  for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
-    auto vs = v_ring.acquire();
-    auto ts = vt_ring.acquire();
-    transpose_v<Config>(base + L::kVOffset + vs.index() * L::kKVStageBytes,
-                        base + L::kPVOffset + ts.index() * L::kKVStageBytes, t);
+  pipe::Relay<Sh::kStages> v_to_vt(&bars->v, &bars->vt);
+  auto transpose_stage = [&] {
+    auto st = v_to_vt.acquire();
+    transpose_v<Config>(base + L::kVOffset + st.index() * L::kKVStageBytes,
+                        base + L::kPVOffset + st.index() * L::kKVStageBytes, t);
     fence_proxy_async();  // this thread's Vt writes (and V reads) before the wgmma / TMA that follow
-    ts.arrive();
-  }  // release V: its TMA slot is free again
+    st.publish();
+  };  // release V: its TMA slot is free again
+  bool pending = false;
+  // The walk's constants (unit count, grid size) re-read per tile from an opaque zero, not held
+  // across it: this warpgroup runs at 32 registers at kBM 192.
+  for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
+    const CtaWork<Config, Mask>& w =
+        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+    int n = w.first_tile();  // none when !w.valid
+    const bool runs = w.has(n);
+    if (L::kCrossTile && runs && !pending) transpose_stage();
+    for (; w.has(n); n = w.next_tile(n)) transpose_stage();
+    pending = runs;
+  }
 }
 
 // ---- FP8 KV cache: e4m3 K / V converted to the 16-bit stages the consumers read ----
