@@ -391,13 +391,24 @@ TEST(Fp8Host, DescaleFactorsReachTheKernelOnlyOnFp8) {
 
 // ---- FP8 on sm_100a (tcgen05 kind::f8f6f4; compiled, never run: docs/BLACKWELL.md) ---------------
 
-std::string resolve_error(const jit::FA4Config& c) {
+// The ConfigError resolving c (with FA4JIT_TUNE-style `tune`) throws; "" when it resolves.
+std::string resolve_error(const jit::FA4Config& c, const std::string& tune = "") {
+  jit::ResolveOptions o;
+  if (!tune.empty()) o.tune = jit::parse_tune(tune, "FA4JIT_TUNE");
   try {
-    jit::resolve(c);
+    jit::resolve(c, o);
   } catch (const jit::ConfigError& e) {
     return e.what();
   }
   return "";
+}
+
+jit::FA4Config sm90a_e4m3(int depth) {
+  jit::FA4Config c;
+  c.arch = "sm_90a";
+  c.dtype = DType::e4m3;
+  c.depth = depth;
+  return c;
 }
 
 // sm90a keeps the e4m3 rows of depth 64 at 64 bytes (SW64) instead of padding them to 128: padded
@@ -426,37 +437,20 @@ TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
     EXPECT_EQ(rc.smem_bytes, 2 * w.bm * w.padded + 3 * 2 * 128 * w.padded + 2 * w.bm * w.padded + 1024) << w.depth;
   }
   // The grid walk on request: no O region of its own.
-  {
-    jit::FA4Config grid;
-    grid.arch = "sm_90a";
-    grid.dtype = DType::e4m3;
-    grid.depth = 128;
-    jit::ResolveOptions o;
-    o.tune = jit::parse_tune("persistent=0", "FA4JIT_TUNE");
-    const auto rg = jit::resolve(grid, o);
-    EXPECT_EQ(rg.tuning.persistent, 0);
-    EXPECT_EQ(rg.smem_bytes, 2 * 192 * 128 + 3 * 2 * 128 * 128 + 1024);
-    // Stream-K cuts tiles into segments, which the transposers do not walk; packed GQA would turn
-    // a persistent walk into it. Both are refused, naming the tune field.
-    for (const char* tune : {"persistent=2", "persistent=1"}) {
-      jit::FA4Config c = grid;
-      if (std::string(tune) == "persistent=1") {
-        c.group = 4;
-        c.pack_gqa = true;
-      }
-      o.tune = jit::parse_tune(tune, "FA4JIT_TUNE");
-      try {
-        jit::resolve(c, o);
-        ADD_FAILURE() << tune << " resolved for FP8" << (c.pack_gqa ? " with packed GQA" : "");
-      } catch (const jit::ConfigError& e) {
-        EXPECT_NE(std::string(e.what()).find(std::string("tune: ") + tune), std::string::npos) << e.what();
-      }
-    }
-  }
+  jit::ResolveOptions grid;
+  grid.tune = jit::parse_tune("persistent=0", "FA4JIT_TUNE");
+  const auto rg = jit::resolve(sm90a_e4m3(128), grid);
+  EXPECT_EQ(rg.tuning.persistent, 0);
+  EXPECT_EQ(rg.smem_bytes, 2 * 192 * 128 + 3 * 2 * 128 * 128 + 1024);
+  // Stream-K cuts tiles into segments, which the transposers do not walk; packed GQA would turn a
+  // persistent walk into it. Both are refused, naming the tune field.
+  jit::FA4Config packed = sm90a_e4m3(128);
+  packed.group = 4;
+  packed.pack_gqa = true;
+  EXPECT_NE(resolve_error(sm90a_e4m3(128), "persistent=2").find("tune: persistent=2"), std::string::npos);
+  EXPECT_NE(resolve_error(packed, "persistent=1").find("tune: persistent=1"), std::string::npos);
   // A score-mod keeps two warpgroups (three spill with it), with the overlap.
-  jit::FA4Config soft;
-  soft.arch = "sm_90a";
-  soft.dtype = DType::e4m3;
+  jit::FA4Config soft = sm90a_e4m3(64);
   soft.mask = jit::Mask::causal();
   soft.score_mod = jit::ScoreMod::softcap();
   for (int depth : {64, 128}) {
@@ -466,19 +460,11 @@ TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
     EXPECT_EQ(rs.tuning.intra_wg_overlap, 1) << depth;
   }
   // Asking for the overlap at BM 192 and padded depth 128 is refused, naming the tune field.
-  jit::FA4Config three;
-  three.arch = "sm_90a";
-  three.dtype = DType::e4m3;
-  three.depth = 128;
+  jit::FA4Config three = sm90a_e4m3(128);
+  EXPECT_NE(resolve_error(three, "intra_wg_overlap=1").find("tune: intra_wg_overlap=1"), std::string::npos);
+  three.BM = 128;  // two warpgroups take it
   jit::ResolveOptions overlap;
   overlap.tune = jit::parse_tune("intra_wg_overlap=1", "FA4JIT_TUNE");
-  try {
-    jit::resolve(three, overlap);
-    ADD_FAILURE() << "intra_wg_overlap=1 at FP8 BM 192 d128 resolved";
-  } catch (const jit::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("tune: intra_wg_overlap=1"), std::string::npos) << e.what();
-  }
-  three.BM = 128;  // two warpgroups take it
   EXPECT_EQ(jit::resolve(three, overlap).tuning.intra_wg_overlap, 1);
   jit::FA4Config kv;
   kv.arch = "sm_90a";
