@@ -221,8 +221,9 @@ struct SegmentTiles : StreamKWalk {
   }
   __device__ __forceinline__ void advance() { ++iter; }
   template <int kBM, int kBN, int kPack = 1>
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p, int zero = 0) const {
-    const UnitSplit u{p.tile_units + zero, p.units_per_cta, p.units_extra};  // zero: as PersistentTiles::unit
+  // The unused int: PersistentTiles::work's opaque zero (no stream-K caller passes one).
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p, int = 0) const {
+    const UnitSplit u = units(p);
     const int x = static_cast<int>(blockIdx.x);
     const Segment g = segment(u, x, iter);
     const int heads = kPack > 1 ? p.num_kv_heads : p.num_q_heads;
