@@ -1,6 +1,7 @@
 #include "check/gpu.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -494,6 +495,15 @@ double time_kernel_stream_ms(const Kernel& kernel, const LaunchArgs& args, int w
   timer.start();
   for (int i = 0; i < iters; ++i) kernel.launch(args, nullptr);
   return timer.stop_ms() / iters;
+}
+
+double host_launch_us(const Kernel& kernel, const LaunchArgs& args, int iters) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  for (int i = 0; i < iters; ++i) kernel.launch(args, nullptr);
+  const double us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / iters;
+  check(driver().cuCtxSynchronize(), "host_launch_us");
+  return us;
 }
 
 }  // namespace jit::testing

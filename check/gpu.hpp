@@ -121,5 +121,9 @@ double time_kernel_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, 
 // Mean of `iters` back-to-back launches between one pair of events: the device time per call once
 // the host keeps ahead of the GPU (excludes the per-call host cost that time_kernel_ms includes).
 double time_kernel_stream_ms(const Kernel& kernel, const LaunchArgs& args, int warmup, int iters);
+// Host microseconds per launch() (argument checks, plan, descriptors, workspace, driver launches),
+// mean of `iters` launches queued without waiting: the part of time_kernel_ms that the GPU spends
+// idle before the kernel starts, where the stream is otherwise empty.
+double host_launch_us(const Kernel& kernel, const LaunchArgs& args, int iters);
 
 }  // namespace jit::testing

@@ -332,6 +332,7 @@ void add_bench(CLI::App& app) {
     const double first_launch_ms = std::chrono::duration<double, std::milli>(clock::now() - t_launch).count();
     const double ms = testing::time_kernel_ms(*kernel, a, o->warmup, o->iters);
     const double ms_stream = testing::time_kernel_stream_ms(*kernel, a, 0, o->iters);
+    const double host_us = testing::host_launch_us(*kernel, a, o->iters);
     const bool causal = rc.mask.kind == Mask::Kind::causal;
     const double flops = 4.0 * B * H * Sq * Sk * D * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
@@ -366,6 +367,7 @@ void add_bench(CLI::App& app) {
                         {"num_splits", kernel->num_splits(a)},
                         {"kv_bhsd", o->kv_heads_major},
                         {"ms_stream", ms_stream},
+                        {"host_launch_us", host_us},
                         {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12}};
     if (o->json)
       fmt::print("{}\n", j.dump());

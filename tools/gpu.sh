@@ -311,7 +311,8 @@ cfg, shape, t = sys.argv[1:]
 try:
     j = json.loads(t)
     print(cfg, shape, j.get("kv_bhsd"), "splits", j["num_splits"], "%.0f us" % (j["ms"] * 1e3), "%.2f TB/s" % j["kv_TBps"],
-          "stream %.0f us" % (j["ms_stream"] * 1e3), "%.2f TB/s" % j["kv_TBps_stream"])
+          "stream %.0f us" % (j["ms_stream"] * 1e3), "%.2f TB/s" % j["kv_TBps_stream"],
+          "host %.1f us/launch" % j["host_launch_us"])
 except Exception:
     print(cfg, shape, t[:200])' "$cfg" "$B $SQ $SK" "$out"
       done

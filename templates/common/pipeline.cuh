@@ -117,8 +117,9 @@ class Consumer {
 
 // A relay between two rings of the same depth that move in lockstep: each stage consumes slot i
 // of `in` (waits full) and produces slot i of `out` (waits empty), e.g. the FP8 V transposers
-// (V -> Vt). One state serves both sides (out's phase is in's flipped, as a Producer's starts
-// at 1 where a Consumer's starts at 0), which keeps the relay warps' registers down.
+// (V -> Vt) and an FP8 KV cache's converters (e4m3 K, V -> 16-bit K, V). One state serves both
+// sides (out's phase is in's flipped, as a Producer's starts at 1 where a Consumer's starts at 0),
+// which keeps the relay warps' registers down.
 //
 //   { auto st = relay.acquire();              // in slot filled, out slot free
 //     ... read in[st.index()], write out[st.index()] ...

@@ -336,17 +336,17 @@ __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
   }
 }
 
-// One stage through the converters: the e4m3 stage TMA filled -> the consumers' 16-bit stage.
+// One stage through the converters: the e4m3 stage TMA filled -> the consumers' 16-bit stage. The
+// e4m3 ring and the 16-bit ring move in lockstep (one stage each per K or V tile), so one Relay
+// serves both, as for FP8's V transposers.
 template <class Config>
-__device__ __forceinline__ void convert_stage(pipe::Consumer<Shape<Config>::kStages, pipe::ArriveOnePerWarp>& in,
-                                              pipe::Producer<Shape<Config>::kStages>& out, u32 src_ring, u32 dst_ring,
+__device__ __forceinline__ void convert_stage(pipe::Relay<Shape<Config>::kStages>& relay, u32 src_ring, u32 dst_ring,
                                               int t) {
   using L = SmemLayout<Config>;
-  auto is = in.acquire();
-  auto os = out.acquire();
-  convert_kv<Config>(src_ring + is.index() * L::kKVLoadStageBytes, dst_ring + os.index() * L::kKVStageBytes, t);
+  auto st = relay.acquire();
+  convert_kv<Config>(src_ring + st.index() * L::kKVLoadStageBytes, dst_ring + st.index() * L::kKVStageBytes, t);
   fence_proxy_async();  // this thread's writes (and reads) before the wgmma / TMA that follow
-  os.arrive();
+  st.publish();
 }  // release the e4m3 stage: its TMA slot is free again
 
 // The converters' walk of a grid CTA: K(n), then V(n), per KV tile the producer loads (producer_unit).
@@ -356,11 +356,10 @@ __device__ __forceinline__ void convert_unit(const CtaWork<Config, Mask>& w, uns
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   const u32 base = smem_u32(smem);
-  pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp> k_in(&bars->k_load), v_in(&bars->v_load);
-  pipe::Producer<Sh::kStages> k_out(&bars->k), v_out(&bars->v);
+  pipe::Relay<Sh::kStages> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
   for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
-    convert_stage<Config>(k_in, k_out, base + L::kKLoadOffset, base + L::kKOffset, t);
-    convert_stage<Config>(v_in, v_out, base + L::kVLoadOffset, base + L::kVOffset, t);
+    convert_stage<Config>(k_relay, base + L::kKLoadOffset, base + L::kKOffset, t);
+    convert_stage<Config>(v_relay, base + L::kVLoadOffset, base + L::kVOffset, t);
   }
 }
 
