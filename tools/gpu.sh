@@ -42,7 +42,8 @@ On the GPU machine (repository root, .device carried):
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
                         bench/python_overhead.py
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
-                        prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none; decode: SHAPES="B,Sq,Sk ..."
+                        prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none [PEERS='cudnn fa4'] [OPCODES=1: executed
+                        instructions per SASS opcode instead of the sections]; decode: SHAPES="B,Sq,Sk ..."
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
   kvfp8 [ARGS]          FP8 KV caches: `fa4jit check` on sm_90a and sm_90, then bench/kv_fp8.py ARGS
                         (e4m3 against bf16 K/V decode, SDPA cuDNN in the same run)
@@ -390,24 +391,29 @@ profile() {
     --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats"
   local keys="^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per|Grid Size|Block Size|Dynamic Shared|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit Rate|Waves Per SM"
   case $what in
-    prefill)  # SHAPE=B,H,S,D[,Hkv]; FlashAttention-4 too when FA4_SITE is set (stage B of fa4_peer.sh)
+    prefill)  # SHAPE=B,H,S,D[,Hkv]; FlashAttention-4 too when FA4_SITE is set (stage B of fa4_peer.sh);
+              # PEERS='cudnn fa4' (default: both where present); OPCODES=1: the instruction mix instead
       local HKV tag peer
       IFS=, read -r B H S D HKV <<<"${SHAPE:-16,16,2048,128}"
       HKV=${HKV:-$H}
       tag=${B}_${H}_${HKV}_${S}_${D}_${MASK:-causal}
       sections="$sections --metrics $(stall_metrics)"
       keys="$keys|issue_stalled"
+      if [[ ${OPCODES:-0} == 1 ]]; then  # instruction mix only: executed warp instructions per SASS opcode
+        sections="--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.max --print-metric-instances details"
+        keys="sass__inst_executed_per_opcode|inst_executed.sum|cycles_elapsed"
+      fi
       echo "{\"depth\":$D,\"mask\":\"${MASK:-causal}\"}" > /tmp/gpu_pp.json
       args="bench --config /tmp/gpu_pp.json --arch sm_90a --batch $B --heads $H --kv-heads $HKV --seqlen-q $S --seqlen-k $S
             --warmup 1 --iters 1"
       $F $args >/dev/null  # compile outside the profiler
       timeout 200 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $sections \
         $F $args > "$OUT/ncu_${tag}_ours.txt" 2>&1
-      for peer in cudnn ${FA4_SITE:+fa4}; do
+      for peer in ${PEERS:-cudnn ${FA4_SITE:+fa4}}; do
         timeout 200 ncu --clock-control none --profile-from-start off $sections \
           python3 "$py" "$B" "$H" "$HKV" "$S" "$S" "$D" "${MASK:-causal}" "$peer" > "$OUT/ncu_${tag}_$peer.txt" 2>&1
       done
-      for f in ours cudnn ${FA4_SITE:+fa4}; do echo "== $f $B,$H/$HKV,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_${tag}_$f.txt" | head -60; done ;;
+      for f in ours ${PEERS:-cudnn ${FA4_SITE:+fa4}}; do echo "== $f $B,$H/$HKV,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_${tag}_$f.txt" | head -60; done ;;
     decode)
       echo "${CFG:-{\"depth\":128,\"mask\":\"none\"\}}" > /tmp/gpu_pd.json
       for shape in ${SHAPES:-8,1,32768 1,1,131072}; do

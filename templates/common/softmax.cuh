@@ -69,6 +69,16 @@ struct RowState {
     return 1.0f;
   }
 
+  // Eager form (FlashAttention-3/4's Hopper softmax): the maximum always moves and the factor is
+  // returned for every tile, without branches: 1 while nothing was visible, 0 on the first visible
+  // tile (O and sum are still zero then).
+  __device__ __forceinline__ float update_max_eager(float tile_max, float scale) {
+    const float m_new = fmaxf(max, tile_max);
+    const float corr = m_new == kNegInf ? 1.0f : exp2_approx((max - m_new) * scale);
+    max = m_new;
+    return corr;
+  }
+
   // The exp2 bias to subtract from scaled scores: max * scale, or 0 for an empty row
   // (so exp2(-inf - 0) = 0 instead of NaN).
   __device__ __forceinline__ float exp_bias(float scale) const { return max == kNegInf ? 0.0f : max * scale; }

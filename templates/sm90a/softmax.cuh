@@ -23,9 +23,16 @@ struct WgSoftmax {
 
   static constexpr int kPack = Sh::kPack;
 
-  // FP8: P's shift before rounding to e4m3 and the rescale rule are common/softmax.cuh's
-  // (kFp8PShiftLog2, kFp8RescaleThresholdLog2); the sums are shifted back in finalize().
+  // FP8: P's shift before rounding to e4m3 is common/softmax.cuh's kFp8PShiftLog2 (the sums are
+  // shifted back in finalize()); its rescale is eager (below), which is kFp8RescaleThresholdLog2's
+  // rule (the maximum moves whenever it grows, so P <= 2^shift < 448).
   static constexpr int kPShiftLog2 = Sh::kFp8 ? softmax::kFp8PShiftLog2 : 0;
+  // O's rescale. Eager (every tile, branch-free, as FA3/FA4's Hopper kernels) for FP8 and with three
+  // consumer warpgroups (kBM 192: depth 64, FP8 d128); lazy elsewhere (the stale maximum kept up to
+  // 2^8 of growth, O's multiply skipped by a warp vote). docs/PERF.md run 39 (H100, ABBA): eager
+  // gave +3-6% on FP8 and +2-3% at bf16 d64, but -3-5% at bf16 d128 / d256, where O's 64-128
+  // floats per thread make every tile's multiply cost more than the branches it removes.
+  static constexpr bool kEagerRescale = Sh::kFp8 || Sh::kNumConsumerWGs == 3;
 
   softmax::RowState row[2];
   float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
@@ -171,7 +178,10 @@ struct WgSoftmax {
     for (int r = 0; r < 2; ++r) {
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-      corr[r] = row[r].template update_max<Sh::kFp8 ? softmax::kFp8RescaleThresholdLog2 : static_cast<int>(softmax::kRescaleThresholdLog2)>(m[r], scale);
+      if constexpr (kEagerRescale)
+        corr[r] = row[r].update_max_eager(m[r], scale);
+      else
+        corr[r] = row[r].update_max(m[r], scale);
       row[r].sum *= corr[r];
     }
     const float bias[2] = {row[0].exp_bias(scale) - kPShiftLog2, row[1].exp_bias(scale) - kPShiftLog2};
@@ -211,11 +221,11 @@ struct WgSoftmax {
     }
   }
 
-  // O *= corr per row; skipped when no lane of the warp changed its maximum (lazy rescale:
-  // O registers are private to the thread, so a warp-level vote is exact).
+  // O *= corr per row; lazy: skipped when no lane of the warp changed its maximum (O registers are
+  // private to the thread, so a warp-level vote is exact).
   template <int kNO>
   __device__ __forceinline__ static void rescale_o(float (&o)[kNO], const float (&corr)[2]) {
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+    if (kEagerRescale || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
       for (int i = 0; i < kNO; ++i) o[i] *= corr[(i >> 1) & 1];
     }
