@@ -323,6 +323,15 @@ void add_bench(CLI::App& app) {
     a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, B, Sq, H, D);
     a.lse = static_cast<float*>(dlse.get());
     a.num_splits = o->shape.splits;
+    a.softcap = o->shape.softcap;  // the softcap score-mod's cap (its config refuses none)
+    testing::DeviceBuffer dsinks(static_cast<std::size_t>(H) * 4);
+    if (o->shape.sinks) {  // random per-head sink logits, as `check --sinks`
+      std::normal_distribution<float> normal;
+      std::vector<float> sinks(static_cast<std::size_t>(H));
+      for (float& x : sinks) x = normal(rng);
+      dsinks.upload(sinks.data(), sinks.size() * 4);
+      a.sinks = static_cast<const float*>(dsinks.get());
+    }
     if (fp8) a.descale_q = static_cast<const float*>(ddescale.get());
     if (fp8_kv) a.descale_k = a.descale_v = static_cast<const float*>(ddescale.get());
     // First launch includes the module load: with get_kernel it is the cost of a cold start.

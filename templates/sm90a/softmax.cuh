@@ -23,16 +23,18 @@ struct WgSoftmax {
 
   static constexpr int kPack = Sh::kPack;
 
-  // FP8: P's shift before rounding to e4m3 is common/softmax.cuh's kFp8PShiftLog2 (the sums are
-  // shifted back in finalize()); its rescale is eager (below), which is kFp8RescaleThresholdLog2's
-  // rule (the maximum moves whenever it grows, so P <= 2^shift < 448).
+  // FP8: P's shift before rounding to e4m3 and the rescale rule are common/softmax.cuh's
+  // (kFp8PShiftLog2; kFp8RescaleThresholdLog2, which the eager form below also keeps: the maximum
+  // moves whenever it grows, so P <= 2^shift < 448); the sums are shifted back in finalize().
   static constexpr int kPShiftLog2 = Sh::kFp8 ? softmax::kFp8PShiftLog2 : 0;
-  // O's rescale. Eager (every tile, branch-free, as FA3/FA4's Hopper kernels) for FP8 and with three
-  // consumer warpgroups (kBM 192: depth 64, FP8 d128); lazy elsewhere (the stale maximum kept up to
-  // 2^8 of growth, O's multiply skipped by a warp vote). docs/PERF.md run 39 (H100, ABBA): eager
-  // gave +3-6% on FP8 and +2-3% at bf16 d64, but -3-5% at bf16 d128 / d256, where O's 64-128
-  // floats per thread make every tile's multiply cost more than the branches it removes.
-  static constexpr bool kEagerRescale = Sh::kFp8 || Sh::kNumConsumerWGs == 3;
+  // O's rescale. Eager (every tile, branch-free, as FA3/FA4's Hopper kernels) with three consumer
+  // warpgroups (kBM 192: depth 64, FP8 d128 and d64); lazy elsewhere (O's multiply skipped by a warp
+  // vote while no row maximum moved; the stale maximum kept up to 2^8 of growth, FP8 P: none).
+  // docs/PERF.md run 39 (H100, ABBA): eager at kBM 192 gave +1-9% on FP8 and +1-4% at bf16 d64;
+  // at kBM 128 it ran 3-5% slower at bf16 d128 / d256 (O's 64-128 floats per thread make every
+  // tile's multiply dearer than the branches it removes) and mixed on FP8 (softcap +15%, causal +
+  // softcap -6%), so those keep the lazy form.
+  static constexpr bool kEagerRescale = Sh::kNumConsumerWGs == 3;
 
   softmax::RowState row[2];
   float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
@@ -181,7 +183,8 @@ struct WgSoftmax {
       if constexpr (kEagerRescale)
         corr[r] = row[r].update_max_eager(m[r], scale);
       else
-        corr[r] = row[r].update_max(m[r], scale);
+        corr[r] = row[r].template update_max<Sh::kFp8 ? softmax::kFp8RescaleThresholdLog2
+                                                      : static_cast<int>(softmax::kRescaleThresholdLog2)>(m[r], scale);
       row[r].sum *= corr[r];
     }
     const float bias[2] = {row[0].exp_bias(scale) - kPShiftLog2, row[1].exp_bias(scale) - kPShiftLog2};
