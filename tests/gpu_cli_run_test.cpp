@@ -2,6 +2,8 @@
 // compared with the float64 reference. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -93,6 +95,27 @@ TEST(GpuCliRun, CheckSelectsVariantFeatures) {
     std::printf("%s", r.out.c_str());
     EXPECT_EQ(r.rc, 0) << cmd;
   }
+}
+
+// `fa4jit bench` times what it is asked for: the softcap score-mod's cap and the sinks reach the
+// launch (they did not before run 39: the softcap rows of `tools/gpu.sh ab` failed), and the JSON
+// carries the per-call, back-to-back and host times.
+TEST(GpuCliRun, BenchPassesScoreModArgumentsAndReportsHostTime) {
+  SKIP_WITHOUT_GPU();
+  const fs::path cfg = fs::temp_directory_path() / ("fa4jit_bench_" + std::to_string(std::random_device{}()) + ".json");
+  std::ofstream(cfg) << R"({"depth": 128, "mask": "causal", "score_mod": "softcap"})";
+  const std::string base = cli_path() + " bench --config " + cfg.string() +
+                           " --batch 1 --heads 4 --kv-heads 4 --seqlen 512 --iters 3 --warmup 1 --json";
+  const auto r = run_shell(base + " --softcap 30 --sinks");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_GT(j.at("ms").get<double>(), 0.0);
+  EXPECT_GT(j.at("ms_stream").get<double>(), 0.0);
+  EXPECT_GT(j.at("host_launch_us").get<double>(), 0.0);
+  const auto no_cap = run_shell(base);  // the launch refuses a softcap kernel without its cap
+  EXPECT_NE(no_cap.rc, 0);
+  EXPECT_NE(no_cap.out.find("softcap"), std::string::npos) << no_cap.out;
+  fs::remove(cfg);
 }
 
 }  // namespace
