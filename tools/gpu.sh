@@ -393,15 +393,16 @@ profile() {
   case $what in
     prefill)  # SHAPE=B,H,S,D[,Hkv]; FlashAttention-4 too when FA4_SITE is set (stage B of fa4_peer.sh);
               # PEERS='cudnn fa4' (default: both where present); OPCODES=1: the instruction mix instead
-      local HKV tag peer
+      local HKV tag peer peers=${PEERS:-cudnn ${FA4_SITE:+fa4}}
       IFS=, read -r B H S D HKV <<<"${SHAPE:-16,16,2048,128}"
       HKV=${HKV:-$H}
       tag=${B}_${H}_${HKV}_${S}_${D}_${MASK:-causal}
-      sections="$sections --metrics $(stall_metrics)"
-      keys="$keys|issue_stalled"
       if [[ ${OPCODES:-0} == 1 ]]; then  # instruction mix only: executed warp instructions per SASS opcode
         sections="--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.max --print-metric-instances details"
         keys="sass__inst_executed_per_opcode|inst_executed.sum|cycles_elapsed"
+      else
+        sections="$sections --metrics $(stall_metrics)"
+        keys="$keys|issue_stalled"
       fi
       echo "{\"depth\":$D,\"mask\":\"${MASK:-causal}\"}" > /tmp/gpu_pp.json
       args="bench --config /tmp/gpu_pp.json --arch sm_90a --batch $B --heads $H --kv-heads $HKV --seqlen-q $S --seqlen-k $S
@@ -409,11 +410,11 @@ profile() {
       $F $args >/dev/null  # compile outside the profiler
       timeout 200 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $sections \
         $F $args > "$OUT/ncu_${tag}_ours.txt" 2>&1
-      for peer in ${PEERS:-cudnn ${FA4_SITE:+fa4}}; do
+      for peer in $peers; do
         timeout 200 ncu --clock-control none --profile-from-start off $sections \
           python3 "$py" "$B" "$H" "$HKV" "$S" "$S" "$D" "${MASK:-causal}" "$peer" > "$OUT/ncu_${tag}_$peer.txt" 2>&1
       done
-      for f in ours ${PEERS:-cudnn ${FA4_SITE:+fa4}}; do echo "== $f $B,$H/$HKV,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_${tag}_$f.txt" | head -60; done ;;
+      for f in ours $peers; do echo "== $f $B,$H/$HKV,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_${tag}_$f.txt" | head -60; done ;;
     decode)
       echo "${CFG:-{\"depth\":128,\"mask\":\"none\"\}}" > /tmp/gpu_pd.json
       for shape in ${SHAPES:-8,1,32768 1,1,131072}; do
