@@ -23,10 +23,10 @@ On the GPU machine (repository root, .device carried):
                         default: 'GpuFeatures*' and 'Gpu*:ApiExample*-GpuFeatures*'
   sanitize [SET ...]    compute-sanitizer; SET: prefill (memcheck/racecheck/synccheck on small cases
                         of every sm90a tile walk: grid, persistent + splits, split tail, cross-tile,
-                        3 warpgroups, varlen, per-warpgroup spans), decode (stream-K and a paged +
-                        packed + varlen + split case on sm_90a and sm_90), snippets (memcheck on the
-                        GpuSnippetBounds tests), fp8 (the e4m3 kernels), kvfp8 (FP8 KV caches, sm_90a and
-                        sm_90); default: prefill decode
+                        3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal), decode
+                        (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
+                        snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
+                        kvfp8 (FP8 KV caches, sm_90a and sm_90); default: prefill decode
   bench [VARIANTS]      prefill against cuDNN, FA2 and Flex in the same interleaved rounds
                         (bench/compare.py); VARIANTS name=arch[@binary][:FA4JIT_TUNE], comma-separated
                         (default sm90a=sm_90a, plus base=sm_90a@.device/fa4jit_base when that
@@ -35,8 +35,9 @@ On the GPU machine (repository root, .device carried):
                         stage A in the call before, then `source .fa4/small/stage_b.sh` in this one)
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
                         binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
-                        fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (H query and KV heads;
-                        softcap: cap 30; dtype bf16 default, e4m3, fp16), PASSES=2, ARCH=sm_90a
+                        fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (H: query and KV heads,
+                        or Hq/Hkv for GQA; softcap: cap 30; dtype bf16 default, e4m3, fp16), PASSES=2,
+                        ARCH=sm_90a
   decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES); `sweep`: fa4jit bench over
                         CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
@@ -148,7 +149,9 @@ sanitize() {
           '- 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
           '- 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
           'wg_spans=1 128 causal --batch 2 --heads 4 --seqlen-q 515 --seqlen-k 579'
-          'persistent=0 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700')
+          'persistent=0 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+          '- 256 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+          '- 192 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700')
         for c in "${cases[@]}"; do
           read -r tune d m rest <<<"$c"
           [[ $tune == - ]] && tune=""
@@ -257,14 +260,14 @@ ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a c
   need
   local A=${1:-fa4jit_base} B=${2:-fa4jit} rows pass row b h s d m t ta sa tb sb
   local ROWS=${ROWS:-16,16,2048,128,none;16,16,2048,128,causal;4,16,8192,128,none;4,16,8192,128,causal}
-  tflops() {  # arm B H S D mask[+score_mod] dtype -> "per-call stream" TFLOP/s
-    local bin tune args flops mask=${6%%+*} mod=identity
+  tflops() {  # arm B H[/Hkv] S D mask[+score_mod] dtype -> "per-call stream" TFLOP/s
+    local bin tune args flops mask=${6%%+*} mod=identity hq=${3%/*} hkv=${3#*/}
     [[ $6 == *+* ]] && mod=${6#*+}
     IFS=: read -r bin tune args <<<"$1"
     echo "{\"depth\":$5,\"mask\":\"$mask\",\"score_mod\":\"$mod\",\"dtype\":\"${7:-bf16}\"}" > /tmp/gpu_ab.json
-    flops=$(python3 -c "print(4*$2*$3*$4*$4*$5*(0.5 if '$mask'=='causal' else 1.0))")
+    flops=$(python3 -c "print(4*$2*$hq*$4*$4*$5*(0.5 if '$mask'=='causal' else 1.0))")
     FA4JIT_TUNE=$tune timeout 60 ".device/$bin" bench --json --config /tmp/gpu_ab.json --arch "${ARCH:-sm_90a}" --batch "$2" \
-      --heads "$3" --kv-heads "$3" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } $([[ $mod == softcap ]] && echo --softcap 30) 2>/dev/null | tail -1 |
+      --heads "$hq" --kv-heads "$hkv" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } $([[ $mod == softcap ]] && echo --softcap 30) 2>/dev/null | tail -1 |
       python3 -c "import json,sys; j=json.load(sys.stdin); print(f\"{$flops/(j['ms']*1e9):.0f} {$flops/(j['ms_stream']*1e9):.0f}\")" \
       2>/dev/null || echo "0 0"
   }
