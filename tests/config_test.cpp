@@ -116,8 +116,8 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
   }
   {
     // Defaults: sm90a unmasked and causal kernels without a score-mod at depth <= 128 are
-    // persistent; packed-GQA decode, deep heads, other masks and score-mods keep the per-tile grid;
-    // the other backends have one scheduler.
+    // persistent, and causal ones at depths 192 and 256; packed-GQA decode, unmasked deep heads,
+    // other masks and score-mods keep the per-tile grid; the other backends have one scheduler.
     auto with_mask = [](int depth, jit::Mask m) {
       auto c = cfg_for("sm_90a", depth);
       c.mask = m;
@@ -126,8 +126,10 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     for (int depth : {64, 96, 128})
       for (const jit::Mask& m : {jit::Mask::none(), jit::Mask::causal()})
         EXPECT_EQ(jit::resolve(with_mask(depth, m)).tuning.persistent, 1) << depth;
-    EXPECT_EQ(jit::resolve(with_mask(192, jit::Mask::causal())).tuning.persistent, 0);
-    EXPECT_EQ(jit::resolve(with_mask(192, jit::Mask::none())).tuning.persistent, 0);
+    for (int depth : {192, 256}) {
+      EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::causal())).tuning.persistent, 1) << depth;
+      EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::none())).tuning.persistent, 0) << depth;
+    }
     EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::sliding_window())).tuning.persistent, 0);
     auto softcap = with_mask(128, jit::Mask::causal());
     softcap.score_mod = jit::ScoreMod::softcap();

@@ -157,12 +157,16 @@ class Sm90a final : public BackendPolicy {
     // causal attention without a score-mod at padded depth <= 128. docs/PERF.md run 15, per call:
     // unmasked +1-4% over the grid with the split tail (d64 +4%), causal d64 +6%, causal d128 S2048
     // +2%, longer causal d128 rows within the noise. Elsewhere the grid: packed-GQA decode runs two
-    // CTAs per SM, and deep heads, other masks and score-mods were not measured (some spill
-    // persistent: d256 causal, d64 softcap).
+    // CTAs per SM, and other masks and score-mods were not measured (some spill persistent: d64
+    // softcap).
     // FP8 (e4m3) too: its V transposers walk the same tiles (docs/PERF.md run 38); an FP8 KV
-    // cache's converters and Q conversion run the grid walk only.
+    // cache's converters and Q conversion run the grid walk only. Deeper heads (d192, d256) take
+    // it for causal attention: d256 causal +9-10% (a CTA's Q load and epilogue no longer idle the
+    // SM between its tiles, and the walk runs heaviest first), unmasked d256 within the noise
+    // (docs/PERF.md run 40).
     const bool plain = plain_softmax(c);
-    t.persistent = !c.pack_gqa && dp <= 128 && plain && !c.kv_dtype ? 1 : 0;
+    const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
+    t.persistent = !c.pack_gqa && deep_ok && plain && !c.kv_dtype ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first

@@ -157,9 +157,11 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   } else {
     pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
     bool pending = false;  // cross-tile: the consumers hold the previous tile's last P V
-    // FP8 (its producer warpgroup at 32 registers, kBM 192): the unit count re-read per tile from
-    // an opaque zero rather than held across the walk (4 B spilled at d128 causal).
-    for (; tiles.valid(p, Sh::kFp8 ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
+    // FP8 (its producer warpgroup at 32 registers, kBM 192) and padded depths above 128 (24
+    // registers, wider Q boxes): the unit count re-read per tile from an opaque zero rather than
+    // held across the walk (4 B spilled at FP8 d128 causal and at d256 causal).
+    constexpr bool kTightProducer = Sh::kFp8 || Sh::kDp > 128;
+    for (; tiles.valid(p, kTightProducer ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
       const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack>(p);
       // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
       const u32 i = static_cast<u32>(tiles.iter), q_buffer = L::kQBuffers == 2 ? i & 1u : 0u;
