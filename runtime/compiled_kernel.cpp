@@ -138,7 +138,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   in.bm = c.BM;
   if (config_.lpt_order && masked) in.lpt_heads = lpt_section_heads(shape, args, c);
   in.causal_equal_lengths = c.mask.kind == Mask::Kind::causal && !args.cu_seqlens_q && !args.cu_seqlens_k;
-  in.balance = [&](int ctas, int max_heads) { return balanced_lpt_heads(shape, ctas, max_heads); };
+  in.balance = [&](int ctas, int max_heads) { return balanced_lpt_sections(shape, ctas, max_heads); };
   const long long tiles = in.tiles();
 
   fa4::WalkPlan walk;
@@ -185,17 +185,17 @@ void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigne
 
 }  // namespace
 
-int CompiledKernel::balanced_lpt_heads(const LaunchShape& shape, int ctas, int max_heads) const {
+fa4::LptSections CompiledKernel::balanced_lpt_sections(const LaunchShape& shape, int ctas, int max_heads) const {
   const int keys = shape.max_seqlen_k;  // known: only equal-length (not varlen) launches come here
   const int pairs = shape.batch * shape.num_q_heads;
   const std::array<int, 5> key{shape.max_seqlen_q, keys, pairs, ctas, max_heads};
   std::lock_guard<std::mutex> lock(mu_);
-  if (lpt_heads_.size() >= 1024) lpt_heads_.clear();  // a bounded memo: each entry costs one simulation
-  auto [it, fresh] = lpt_heads_.try_emplace(key, 0);
+  if (lpt_sections_.size() >= 1024) lpt_sections_.clear();  // a bounded memo: each entry costs one simulation
+  auto [it, fresh] = lpt_sections_.try_emplace(key);
   if (fresh) {
     const FA4Config& c = config_.config;
-    it->second = balanced_section_heads(causal_tile_weights(shape.max_seqlen_q, keys, c.BM, c.BN, c.mask.top_left),
-                                        pairs, ctas, max_heads);
+    it->second = plan_lpt_sections(causal_tile_weights(shape.max_seqlen_q, keys, c.BM, c.BN, c.mask.top_left), pairs,
+                                   ctas, max_heads);
   }
   return it->second;
 }

@@ -111,12 +111,12 @@ class CompiledKernel final : public Kernel {
   double compile_ms_;
   ContextModules modules_;
   CombinePtr combine_;
-  mutable std::mutex mu_;  // lpt_heads_
+  mutable std::mutex mu_;  // lpt_sections_
   mutable TmaDescCache tma_;
-  // Persistent causal launches: section size per (max_seqlen_q, keys, pairs, CTAs, L2 bound), chosen
+  // Persistent causal launches: sections per (max_seqlen_q, keys, pairs, CTAs, L2 bound), chosen
   // once by simulating the walk (runtime/lpt_order.hpp); guarded by mu_.
-  int balanced_lpt_heads(const LaunchShape& shape, int ctas, int max_heads) const;
-  mutable std::map<std::array<int, 5>, int> lpt_heads_;
+  fa4::LptSections balanced_lpt_sections(const LaunchShape& shape, int ctas, int max_heads) const;
+  mutable std::map<std::array<int, 5>, fa4::LptSections> lpt_sections_;
 };
 
 }  // namespace jit::detail

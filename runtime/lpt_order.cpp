@@ -50,6 +50,12 @@ int balanced_section_heads(const std::vector<double>& weights, int pairs, int ct
   return sizes[pick];
 }
 
+fa4::LptSections plan_lpt_sections(const std::vector<double>& weights, int pairs, int ctas, int max_heads) {
+  const int heads = balanced_section_heads(weights, pairs, ctas, max_heads);
+  if (strided_balance(weights, pairs, ctas, heads) >= kMinSectionBalance) return {heads, false};
+  return {std::max(1, std::min(max_heads, pairs)), true};
+}
+
 std::vector<double> causal_tile_weights(int seqlen_q, int seqlen_k, int bm, int bn, bool top_left) {
   std::vector<double> w;
   const int m_blocks = (seqlen_q + bm - 1) / bm;

@@ -8,6 +8,8 @@
 #pragma once
 #include <vector>
 
+#include "common/tile_walk.h"
+
 namespace jit::detail {
 
 // Balance of the static walk: weights[x] is the cost of a pair's x-th heaviest Q tile; `pairs`
@@ -20,6 +22,14 @@ double strided_balance(const std::vector<double>& weights, int pairs, int ctas, 
 // the best strided_balance, over every size up to 64 and max_heads itself; sizes within 0.5% of the
 // best count as equal, and the largest of those wins (the order the L2 budget alone would give).
 int balanced_section_heads(const std::vector<double>& weights, int pairs, int ctas, int max_heads);
+
+// The persistent walk's sections: balanced_section_heads where its static walk balances to at least
+// kMinSectionBalance; else sections of max_heads with one CTA per unit (the grid walk's order,
+// balanced by the hardware's CTA dispatch). Measured on an H100, causal d256: S 16384, 16 pairs, an
+// L2 budget of one pair balances 0.65 and ran 0.72x the grid walk; all 16 pairs per section
+// balance 0.998 but, their K/V no longer in the L2, still ran 0.93x (docs/PERF.md run 40).
+inline constexpr double kMinSectionBalance = 0.9;
+fa4::LptSections plan_lpt_sections(const std::vector<double>& weights, int pairs, int ctas, int max_heads);
 
 // Causal Q tile costs, heaviest first: visible KV tiles of each BM-row tile (bottom-right
 // alignment unless top_left), plus half a tile for its prologue and epilogue.

@@ -191,6 +191,18 @@ TEST(LptSections, AvoidsSectionSizesThatUnbalanceTheStaticWalk) {
   }
   // Equal weights balance at any size: the L2 bound stays.
   EXPECT_EQ(balanced_section_heads(std::vector<double>(4, 2.5), 64, 132, 7), 7);
+  // Balanced within the budget: the static walk (S 16384 d128, 32 pairs, 3 per section: 0.989).
+  const fa4::LptSections d128 =
+      jit::detail::plan_lpt_sections(causal_tile_weights(16384, 16384, 128, 128, false), 32, 132, 3);
+  EXPECT_FALSE(d128.one_unit_per_cta);
+  EXPECT_LE(d128.heads, 3);
+  // d256 (BN 80), S 16384, 16 pairs, an L2 budget of one pair: every size within it balances 0.65
+  // (an H100 ran it at 0.72x the grid walk), so one CTA per unit in one-pair sections.
+  const std::vector<double> deep = causal_tile_weights(16384, 16384, 128, 80, false);
+  EXPECT_LT(strided_balance(deep, 16, 132, 1), jit::detail::kMinSectionBalance);
+  const fa4::LptSections d256 = jit::detail::plan_lpt_sections(deep, 16, 132, 1);
+  EXPECT_TRUE(d256.one_unit_per_cta);
+  EXPECT_EQ(d256.heads, 1);
   // The model: 264 equal tiles on 132 CTAs are two per CTA; one heavy tile in each pair's section
   // lands on the CTAs of the first round.
   EXPECT_DOUBLE_EQ(strided_balance({1.0}, 264, 132, 1), 1.0);
@@ -341,10 +353,10 @@ TEST(PersistentWalkPlan, MaskedSectionsAndDecodeMatchTheGrid) {
   int asked_ctas = 0;
   in.balance = [&](int ctas, int max_heads) {
     asked_ctas = ctas;
-    return max_heads / 2;
+    return fa4::LptSections{max_heads / 2, false};
   };
   p = fresh_params(in, 0);
-  PersistentWalk::plan(in, p);
+  EXPECT_EQ(PersistentWalk::plan(in, p).grid[0], 132u);
   EXPECT_EQ(asked_ctas, 132);
   EXPECT_EQ(p.lpt_heads, 12);
   for (int t = 0; t < 16 * 64; ++t) {
@@ -355,6 +367,11 @@ TEST(PersistentWalkPlan, MaskedSectionsAndDecodeMatchTheGrid) {
     EXPECT_EQ(s, 0);
     EXPECT_EQ(b * 16 + h, pair);
   }
+  // No balanced section size: one CTA per unit (16 x 64 tiles), the hook's sections.
+  in.balance = [](int, int max_heads) { return fa4::LptSections{max_heads, true}; };
+  p = fresh_params(in, 0);
+  EXPECT_EQ(PersistentWalk::plan(in, p).grid[0], 16u * 64u);
+  EXPECT_EQ(p.lpt_heads, 25);
   // Odd rounds run backwards.
   EXPECT_EQ(PersistentWalk::unit(1, 0, 132, true), 132 + 131);
   EXPECT_EQ(PersistentWalk::unit(1, 0, 132, false), 132);

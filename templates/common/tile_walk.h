@@ -32,6 +32,15 @@ FA4_HOST_DEVICE int walk_min(int a, int b) {
 
 #if !defined(__CUDACC_RTC__)
 // What a walk's host plan needs from a launch (runtime/compiled_kernel.cpp fills it).
+// The persistent walk's longest-first sections (runtime/lpt_order.hpp): `heads` (batch, head)
+// pairs per section; one_unit_per_cta: no section size within the L2 budget balances the static
+// walk, so the launch runs one CTA per unit in that order and the hardware's CTA dispatch
+// balances it, as it does the grid walk's.
+struct LptSections {
+  int heads = 1;
+  bool one_unit_per_cta = false;
+};
+
 struct WalkInput {
   int m_blocks = 0;          // Q tiles per (batch, grid head): FwdParams::num_m_blocks
   int heads = 0;             // grid heads: q heads, or KV heads when GQA heads are packed
@@ -50,7 +59,7 @@ struct WalkInput {
   // Causal with equal lengths (not varlen): the persistent section size is chosen by simulating
   // the walk; balance(ctas, max_heads) gives it (memoized by the caller). Unset: L2 bound only.
   bool causal_equal_lengths = false;
-  std::function<int(int ctas, int max_heads)> balance;
+  std::function<LptSections(int ctas, int max_heads)> balance;
   long long tiles() const { return 1LL * m_blocks * heads * batch; }
 };
 
