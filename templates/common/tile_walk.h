@@ -31,7 +31,6 @@ FA4_HOST_DEVICE int walk_min(int a, int b) {
 }
 
 #if !defined(__CUDACC_RTC__)
-// What a walk's host plan needs from a launch (runtime/compiled_kernel.cpp fills it).
 // The persistent walk's longest-first sections (runtime/lpt_order.hpp): `heads` (batch, head)
 // pairs per section; one_unit_per_cta: no section size within the L2 budget balances the static
 // walk, so the launch runs one CTA per unit in that order and the hardware's CTA dispatch
@@ -41,6 +40,7 @@ struct LptSections {
   bool one_unit_per_cta = false;
 };
 
+// What a walk's host plan needs from a launch (runtime/compiled_kernel.cpp fills it).
 struct WalkInput {
   int m_blocks = 0;          // Q tiles per (batch, grid head): FwdParams::num_m_blocks
   int heads = 0;             // grid heads: q heads, or KV heads when GQA heads are packed
