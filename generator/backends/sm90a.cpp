@@ -161,9 +161,8 @@ class Sm90a final : public BackendPolicy {
     // softcap).
     // FP8 (e4m3) too: its V transposers walk the same tiles (docs/PERF.md run 38); an FP8 KV
     // cache's converters and Q conversion run the grid walk only. Deeper heads (d192, d256) take
-    // it for causal attention: d256 causal +9-10% (a CTA's Q load and epilogue no longer idle the
-    // SM between its tiles, and the walk runs heaviest first), unmasked d256 within the noise
-    // (docs/PERF.md run 40).
+    // it for causal attention: d256 causal +9-10% (not profiled: presumably the next tile's K/V
+    // loads now overlap the epilogue), unmasked d256 within the noise (docs/PERF.md run 40).
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     t.persistent = !c.pack_gqa && deep_ok && plain && !c.kv_dtype ? 1 : 0;
