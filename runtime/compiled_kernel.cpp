@@ -194,8 +194,9 @@ fa4::LptSections CompiledKernel::balanced_lpt_sections(const LaunchShape& shape,
   auto [it, fresh] = lpt_sections_.try_emplace(key);
   if (fresh) {
     const FA4Config& c = config_.config;
-    it->second = plan_lpt_sections(causal_tile_weights(shape.max_seqlen_q, keys, c.BM, c.BN, c.mask.top_left), pairs,
-                                   ctas, max_heads);
+    const bool bottom = policy(config_).bottom_q_tiles(c);
+    it->second = plan_lpt_sections(causal_tile_weights(shape.max_seqlen_q, keys, c.BM, c.BN, c.mask.top_left, bottom),
+                                   pairs, ctas, max_heads);
   }
   return it->second;
 }

@@ -56,11 +56,12 @@ fa4::LptSections plan_lpt_sections(const std::vector<double>& weights, int pairs
   return {std::max(1, std::min(max_heads, pairs)), true};
 }
 
-std::vector<double> causal_tile_weights(int seqlen_q, int seqlen_k, int bm, int bn, bool top_left) {
+std::vector<double> causal_tile_weights(int seqlen_q, int seqlen_k, int bm, int bn, bool top_left, bool bottom_tiles) {
   std::vector<double> w;
   const int m_blocks = (seqlen_q + bm - 1) / bm;
+  const int pad = bottom_tiles ? m_blocks * bm - seqlen_q : 0;
   for (int m = m_blocks - 1; m >= 0; --m) {
-    const int row_end = std::min(seqlen_q, (m + 1) * bm);  // the tile's last row + 1
+    const int row_end = std::min(seqlen_q, (m + 1) * bm - pad);  // the tile's last row + 1
     const int key_end = std::min(seqlen_k, top_left ? row_end : row_end + seqlen_k - seqlen_q);
     w.push_back((key_end > 0 ? (key_end + bn - 1) / bn : 0) + 0.5);
   }

@@ -32,7 +32,9 @@ inline constexpr double kMinSectionBalance = 0.9;
 fa4::LptSections plan_lpt_sections(const std::vector<double>& weights, int pairs, int ctas, int max_heads);
 
 // Causal Q tile costs, heaviest first: visible KV tiles of each BM-row tile (bottom-right
-// alignment unless top_left), plus half a tile for its prologue and epilogue.
-std::vector<double> causal_tile_weights(int seqlen_q, int seqlen_k, int bm, int bn, bool top_left);
+// alignment unless top_left), plus half a tile for its prologue and epilogue. bottom_tiles: the
+// tiles end at the last query row (BackendPolicy::bottom_q_tiles), so a partial tile is the lightest.
+std::vector<double> causal_tile_weights(int seqlen_q, int seqlen_k, int bm, int bn, bool top_left,
+                                        bool bottom_tiles = false);
 
 }  // namespace jit::detail

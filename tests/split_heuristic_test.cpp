@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fa4jit/errors.hpp"
+#include "generator/backends/backend.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/lpt_order.hpp"
 
@@ -171,6 +172,42 @@ TEST(LptSections, CausalWeightsCountVisibleKvTiles) {
   EXPECT_EQ(causal_tile_weights(300, 100, 128, 128, false), (std::vector<double>{1.5, 1.5, 0.5}));
   // Top-left: row r sees keys <= r, clipped at Sk.
   EXPECT_EQ(causal_tile_weights(300, 100, 128, 64, true), (std::vector<double>{2.5, 2.5, 2.5}));
+}
+
+// sm90a's causal Q tiles at kBM 192 end at the last row (templates/sm90a/layout.cuh kBottomTiles): at kBM 192
+// and S 4096 (21 x 192 + 64) the partial tile is the first, lightest one, so the model charges it
+// one KV tile instead of two, and the second heaviest tile ends 128 rows earlier.
+TEST(LptSections, BottomAlignedTilesPutThePartialTileFirst) {
+  using jit::detail::causal_tile_weights;
+  const std::vector<double> top = causal_tile_weights(4096, 4096, 192, 128, false);
+  const std::vector<double> bottom = causal_tile_weights(4096, 4096, 192, 128, false, true);
+  ASSERT_EQ(top.size(), 22u);
+  ASSERT_EQ(bottom.size(), 22u);
+  EXPECT_EQ(top[0], 32.5);        // rows 4032..4095: every key
+  EXPECT_EQ(top[1], 32.5);        // rows 3840..4031: keys < 4032, 32 tiles
+  EXPECT_EQ(top.back(), 2.5);     // rows 0..191: keys < 192
+  EXPECT_EQ(bottom[0], 32.5);     // rows 3904..4095
+  EXPECT_EQ(bottom[1], 31.5);     // rows 3712..3903: keys < 3904
+  EXPECT_EQ(bottom.back(), 1.5);  // rows 0..63 (the tile starts 128 rows above row 0)
+  // S a multiple of the tile: the same tiles either way.
+  EXPECT_EQ(causal_tile_weights(3840, 3840, 192, 128, false), causal_tile_weights(3840, 3840, 192, 128, false, true));
+  // The policy behind it: sm90a's built-in causal mask, unpacked, at BM 192; no other backend,
+  // mask or tile height.
+  jit::FA4Config c;
+  c.mask = jit::Mask::causal();
+  c.BM = 192;
+  EXPECT_TRUE(jit::detail::policy(jit::Backend::hopper).bottom_q_tiles(c));
+  c.BM = 128;
+  EXPECT_FALSE(jit::detail::policy(jit::Backend::hopper).bottom_q_tiles(c));
+  c.BM = 192;
+  EXPECT_FALSE(jit::detail::policy(jit::Backend::blackwell).bottom_q_tiles(c));
+  EXPECT_FALSE(jit::detail::policy(jit::Backend::portable).bottom_q_tiles(c));
+  c.pack_gqa = true;
+  c.group = 4;
+  EXPECT_FALSE(jit::detail::policy(jit::Backend::hopper).bottom_q_tiles(c));
+  c.pack_gqa = false;
+  c.mask = jit::Mask::sliding_window();
+  EXPECT_FALSE(jit::detail::policy(jit::Backend::hopper).bottom_q_tiles(c));
 }
 
 TEST(LptSections, AvoidsSectionSizesThatUnbalanceTheStaticWalk) {

@@ -217,6 +217,11 @@ class Sm90a final : public BackendPolicy {
 
   bool uses_tma() const override { return true; }
   bool lpt_order() const override { return true; }
+  // templates/sm90a/layout.cuh kBottomTiles: the built-in causal mask, unpacked, at BM 192.
+  bool bottom_q_tiles(const FA4Config& c) const override {
+    const int pack = c.pack_gqa ? c.group : 1;  // the kernel's kPack (generator/source.cpp)
+    return c.mask.kind == Mask::Kind::causal && pack == 1 && c.BM == 192;
+  }
 
   // 'a' targets run on their own family only.
   bool runs_on(const ResolvedConfig&, int sm) const override { return sm == 90; }

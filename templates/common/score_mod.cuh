@@ -63,16 +63,17 @@ struct Alibi {
 // A user score-mod (generated from ScoreMod::custom): User::eval is the snippet. It only sees its
 // sequence (VARIANTS.md), so it may index per-position tensors (biases) by q_idx and kv_idx: the
 // rows and keys of a tile past the sequence (whose results are discarded) are evaluated at the
-// sequence's last query / key. Clamped, not branched: a branch per element of the unrolled tile
-// costs registers (sm90a/softmax.cuh). Positions are never negative (tiles count up from 0), and
-// no tile of an empty sequence is computed (TileWork::finish), so the clamped indices are in range.
+// sequence's last query / key, and the padding rows above row 0 of a bottom-aligned Q tile (sm90a's
+// causal kBM 192 kernels, TileWork's kBottom) at query 0. Clamped, not branched: a branch per
+// element of the unrolled tile costs registers (sm90a/softmax.cuh). Keys are never negative, and no
+// tile of an empty sequence is computed (TileWork::finish), so the clamped indices are in range.
 template <class User>
 struct Custom {
   static constexpr bool kIsIdentity = false;
   int seqlen_q, seqlen_k;  // of the sequence being computed (for_sequence)
   __device__ __forceinline__ float operator()(float score, int b, int h, int q_idx, int kv_idx,
                                               const FwdParams& p) const {
-    return User::eval(score, b, h, min(q_idx, seqlen_q - 1), min(kv_idx, seqlen_k - 1), p);
+    return User::eval(score, b, h, min(max(q_idx, 0), seqlen_q - 1), min(kv_idx, seqlen_k - 1), p);
   }
 };
 

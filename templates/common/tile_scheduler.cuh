@@ -43,7 +43,12 @@ struct TmaCoords {
 // Every warp role builds it from the same inputs, so load, MMA and softmax agree on the tile list.
 // kPack > 1: GQA packing (PackedRow): the CTA serves kPack q heads of one KV head, tile rows are
 // packed rows (seqlen_q * kPack of them) and the mask sees the query range they span.
-template <int kBM, int kBN, class Mask, int kPack = 1>
+// kBottom: Q tiles end at the sequence's last row (tile m covers rows [m kBM - pad, (m+1) kBM - pad),
+// pad = the rows the last of top-aligned tiles would leave empty), so a partial tile is the first
+// one, which a causal mask makes the lightest, instead of the last, the heaviest. Rows < 0 are
+// padding: every role computes them like the rows past seqlen_q of a top-aligned tile (Q from TMA's
+// zero fill, masked or finite scores) and the epilogue skips them (q_lo < 0 on tile 0 only).
+template <int kBM, int kBN, class Mask, int kPack = 1, bool kBottom = false>
 struct TileWork {
   SeqInfo seq;
   mask::Ctx ctx;
@@ -51,7 +56,8 @@ struct TileWork {
   int split;           // KV split of this CTA (0 when not split; stream-K: the segment's slot; -1:
                        // a whole tile of a split-tail launch, PersistentTiles)
   int splits;          // stream-K: segments of this tile (SegmentTiles); unset otherwise
-  int q_lo, q_hi;      // tile rows [q_lo, q_hi) of this CTA (packed rows when kPack > 1; q_hi clipped)
+  int q_lo, q_hi;      // tile rows [q_lo, q_hi) of this CTA (packed rows when kPack > 1; q_hi clipped;
+                       // kBottom: q_lo < 0 on a partial first tile)
   int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
   bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
 
@@ -104,13 +110,13 @@ struct TileWork {
   __device__ __forceinline__ void finish(const FwdParams& p) {
     TileWork& w = *this;
     const int rows = w.seq.seqlen_q * kPack;
-    w.q_lo = w.m_block * kBM;
+    w.q_lo = w.m_block * kBM - (kBottom ? ceil_div(rows, kBM) * kBM - rows : 0);
     w.q_hi = min(w.q_lo + kBM, rows);
     w.valid = w.q_lo < rows;
     w.n_begin = 0;
     w.n_end = 0;
     if (w.valid && w.seq.seqlen_k > 0) {
-      const mask::KvRange r = Mask::kv_range(query_lo(w.q_lo), query_hi(w.q_hi), w.ctx);
+      const mask::KvRange r = Mask::kv_range(query_lo(row_lo()), query_hi(w.q_hi), w.ctx);
       const int end = min(r.end, w.seq.seqlen_k);
       const int begin = max(r.begin, 0);
       if (end > begin) {
@@ -119,10 +125,12 @@ struct TileWork {
       }
     }
   }
+  // The tile's first real row: q_lo, or 0 where kBottom tiling starts the tile above row 0.
+  __device__ __forceinline__ int row_lo() const { return kBottom ? max(q_lo, 0) : q_lo; }
   __device__ __forceinline__ int num_tiles() const { return n_end - n_begin; }
   __device__ __forceinline__ mask::TileClass classify(int n) const {
     const int k_lo = n * kBN, k_hi = min(k_lo + kBN, seq.seqlen_k);
-    return Mask::classify(query_lo(q_lo), query_hi(q_hi), k_lo, k_hi, ctx);
+    return Mask::classify(query_lo(row_lo()), query_hi(q_hi), k_lo, k_hi, ctx);
   }
   // Descending walk: from the last tile (n_end - 1) down to n_begin, skipping kSkip tiles, so
   // the key-bound and diagonal tiles come first. Returns n_begin - 1 when done.
@@ -137,7 +145,13 @@ struct TileWork {
   // One past the last key that tile rows [r_lo, r_lo + rows) may see (mask and key bound): the
   // bound of one consumer warpgroup's rows, which can end before the CTA's last KV tile does (on a
   // causal diagonal). Rows past the tile's (r_lo >= q_hi): the key bound alone.
+  // kBottom: rows above row 0 are padding; only padding rows: the key bound, as rows past q_hi.
   __device__ __forceinline__ int kv_end_of_rows(int r_lo, int rows) const {
+    if constexpr (kBottom) {
+      const int r_hi = min(r_lo + rows, q_hi);
+      if (r_hi <= 0 || r_lo >= q_hi) return seq.seqlen_k;
+      return min(Mask::kv_range(query_lo(max(r_lo, 0)), query_hi(r_hi), ctx).end, seq.seqlen_k);
+    }
     if (r_lo >= q_hi) return seq.seqlen_k;
     const int r_hi = min(r_lo + rows, q_hi);
     return min(Mask::kv_range(query_lo(r_lo), query_hi(r_hi), ctx).end, seq.seqlen_k);
@@ -159,7 +173,7 @@ struct GridTiles {
   int iter;
   __device__ __forceinline__ bool valid(const FwdParams&, int = 0) const { return iter == 0; }
   __device__ __forceinline__ void advance() { ++iter; }
-  template <int kBM, int kBN, int kPack = 1>
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false>
   __device__ __forceinline__ const Work& work(const FwdParams&, int = 0) const { return w; }
 };
 
@@ -191,12 +205,12 @@ struct PersistentTiles : PersistentWalk {
                                          int zero = 0) const {
     PersistentWalk::decode(p, unit(zero), !Mask::kIsNone, m, split, head, batch);
   }
-  template <int kBM, int kBN, int kPack = 1>
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p, int zero = 0) const {
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false>
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom> work(const FwdParams& p, int zero = 0) const {
     int m, split, h, b;
     decode(p, m, split, h, b, zero);
-    TileWork<kBM, kBN, Mask, kPack> w =
-        TileWork<kBM, kBN, Mask, kPack>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
+    TileWork<kBM, kBN, Mask, kPack, kBottom> w =
+        TileWork<kBM, kBN, Mask, kPack, kBottom>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
     w.split = split;
     if (split >= 0 && p.num_splits > 1) w.keep_share(split, split + 1, p.num_splits);
     return w;
@@ -220,15 +234,16 @@ struct SegmentTiles : StreamKWalk {
     return u.segment_start(static_cast<int>(blockIdx.x), iter) < u.begin(static_cast<int>(blockIdx.x) + 1);
   }
   __device__ __forceinline__ void advance() { ++iter; }
-  template <int kBM, int kBN, int kPack = 1>
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false>
   // The unused int: PersistentTiles::work's opaque zero (no stream-K caller passes one).
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack> work(const FwdParams& p, int = 0) const {
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom> work(const FwdParams& p, int = 0) const {
     const UnitSplit u = units(p);
     const int x = static_cast<int>(blockIdx.x);
     const Segment g = segment(u, x, iter);
     const int heads = kPack > 1 ? p.num_kv_heads : p.num_q_heads;
     const int m = g.tile % p.num_m_blocks, hb = g.tile / p.num_m_blocks;
-    TileWork<kBM, kBN, Mask, kPack> w = TileWork<kBM, kBN, Mask, kPack>::make(p, m, (hb % heads) * kPack, hb / heads);
+    TileWork<kBM, kBN, Mask, kPack, kBottom> w =
+        TileWork<kBM, kBN, Mask, kPack, kBottom>::make(p, m, (hb % heads) * kPack, hb / heads);
     w.keep_share(g.u0, g.u1, u.units_per_tile);
     w.split = slot(u, x, g.tile);
     w.splits = u.segments(g.tile);

@@ -302,9 +302,21 @@ struct SmemLayout {
 // descriptor of the KV loop to vector registers with an R2UR before each HGMMA.
 __device__ __forceinline__ u32 warp_uniform(u32 x) { return __reduce_max_sync(0xffffffffu, x); }
 
+// Q tiles counted from the last row (TileWork's kBottom) under a causal mask, unpacked, at kBM 192:
+// the partial tile of a seqlen_q that 192 does not divide (every power of two) is then the first,
+// lightest tile instead of the last, heaviest one (+4% bf16 d64, +3-4% FP8 d128 at S 2048, +7-9%
+// FP8 d64 on an H100, docs/PERF.md run 41). At kBM 128 = kBN a partial tile costs the same KV tiles
+// at either end, and the shifted diagonal then crosses two KV tiles per Q tile instead of one (1.5-2%
+// slower at S 4000), so those tiles stay top-aligned. The epilogue skips the padding rows above row 0.
+// The host's tile-cost model mirrors this: BackendPolicy::bottom_q_tiles (generator/backends/sm90a.cpp).
+template <class Mask> struct BottomTilesOf { static constexpr bool value = false; };
+template <> struct BottomTilesOf<mask::Causal> { static constexpr bool value = true; };
+template <class Config, class Mask>
+constexpr bool kBottomTiles = BottomTilesOf<Mask>::value && Shape<Config>::kPack == 1 && Shape<Config>::kBM == 192;
+
 // One CTA's problem and KV tile list: the shared scheduler (common/tile_scheduler.cuh).
 template <class Config, class Mask>
-using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack>;
+using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack, kBottomTiles<Config, Mask>>;
 
 // The CTA's tile walk: GridTiles (kPersistent 0; it holds the CtaWork built before the role
 // split), PersistentTiles (1) or SegmentTiles (2).
