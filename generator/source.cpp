@@ -157,7 +157,8 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kCrossTile", rc.tuning.cross_tile},
       {"kWgSpans", rc.tuning.wg_spans},
       {"kPersistent", rc.tuning.persistent},
-      {"kPack", c.pack_gqa ? c.group : 1},  // GQA packing: query heads per Q tile row group
+      {"kPack", c.pack_gqa ? c.group : 1},                     // GQA packing: query heads per Q tile row group
+      {"kBottomTiles", detail::policy(rc).bottom_q_tiles(c)},  // Q tiles end at the last row (sm90a)
       {"kCtasPerSm", rc.ctas_per_sm},
   };
   for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));

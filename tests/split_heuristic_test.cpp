@@ -174,9 +174,9 @@ TEST(LptSections, CausalWeightsCountVisibleKvTiles) {
   EXPECT_EQ(causal_tile_weights(300, 100, 128, 64, true), (std::vector<double>{2.5, 2.5, 2.5}));
 }
 
-// sm90a's causal Q tiles at kBM 192 end at the last row (templates/sm90a/layout.cuh kBottomTiles): at kBM 192
-// and S 4096 (21 x 192 + 64) the partial tile is the first, lightest one, so the model charges it
-// one KV tile instead of two, and the second heaviest tile ends 128 rows earlier.
+// sm90a's causal Q tiles at kBM 192 end at the last row (BackendPolicy::bottom_q_tiles, emitted
+// as Config::kBottomTiles): at S 4096 (21 x 192 + 64) the partial tile is the first, lightest one, so the model charges
+// it one KV tile instead of two, and the second heaviest tile ends 128 rows earlier.
 TEST(LptSections, BottomAlignedTilesPutThePartialTileFirst) {
   using jit::detail::causal_tile_weights;
   const std::vector<double> top = causal_tile_weights(4096, 4096, 192, 128, false);

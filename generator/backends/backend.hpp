@@ -43,8 +43,8 @@ class BackendPolicy {
   virtual bool uses_tma() const = 0;
   // Whether masked launches may reorder CTAs longest-first.
   virtual bool lpt_order() const = 0;
-  // Whether the kernel's Q tiles end at the last query row (a partial tile first, not last; the
-  // device side: templates/sm90a/layout.cuh kBottomTiles), for the host's model of tile costs.
+  // Whether the kernel's Q tiles end at the last query row (a partial tile first, not last):
+  // emitted as Config::kBottomTiles (templates/sm90a/layout.cuh), and the host's model of tile costs.
   virtual bool bottom_q_tiles(const FA4Config&) const { return false; }
   // Whether a cubin built for `rc` runs on a device of compute capability `sm` (major*10 + minor).
   virtual bool runs_on(const ResolvedConfig& rc, int sm) const = 0;

@@ -217,10 +217,11 @@ class Sm90a final : public BackendPolicy {
 
   bool uses_tma() const override { return true; }
   bool lpt_order() const override { return true; }
-  // templates/sm90a/layout.cuh kBottomTiles: the built-in causal mask, unpacked, at BM 192.
+  // The built-in causal mask, unpacked, at BM 192 (measured +4-9%). At BM 128 = BN a partial tile
+  // costs the same KV tiles at either end, and the shifted diagonal then crosses two KV tiles per
+  // Q tile instead of one: 1.5-2% slower at S 4000 (docs/PERF.md run 41 (6)).
   bool bottom_q_tiles(const FA4Config& c) const override {
-    const int pack = c.pack_gqa ? c.group : 1;  // the kernel's kPack (generator/source.cpp)
-    return c.mask.kind == Mask::Kind::causal && pack == 1 && c.BM == 192;
+    return c.mask.kind == Mask::Kind::causal && !c.pack_gqa && c.BM == 192;
   }
 
   // 'a' targets run on their own family only.

@@ -333,7 +333,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       tiles.iter = static_cast<int>(carry >> 3);
     }
     if (!tiles.valid(p, kPersistent ? static_cast<int>(opaque_u32(0u)) : 0)) break;
-    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, kBottomTiles<Config, Mask>>(p);
+    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
     // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
     const bool early_q_release = kPersistent && (L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w)));
     if constexpr (kPersistent) mbar_wait(&bars->q_full[0][wg], static_cast<u32>(tiles.iter) & 1u);
@@ -391,7 +391,7 @@ __device__ __forceinline__ void finish_pending_tile(const FwdParams& p, int iter
   using L = SmemLayout<Config>;
   auto tiles = TileWalker<Config, Mask>::make();
   tiles.iter = iter;
-  const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, kBottomTiles<Config, Mask>>(p);
+  const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
   const u32 buffer = static_cast<u32>(iter) & 1u;
   epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, smem_base + L::q_offset(buffer, wg));
   fence_proxy_async();  // the staging's generic accesses before the next TMA write of the buffer
@@ -451,7 +451,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
     int n = 0;
     bool runs = false;  // uniform over the CTA: Q rows (w.valid) and a visible KV tile
     if (more) {
-      w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, kBottomTiles<Config, Mask>>(p);
+      w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
       n = w.first_tile();
       runs = w.has(n);
     }

@@ -29,7 +29,7 @@ __device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
 // row and column block, so no staging), and its LSE (-inf for a row that saw no key; O is 0 then).
 // fa4_combine writes O and p.lse. Tile rows >= q_hi are not written (tested as r < seqlen_q * kPack,
 // the same for r < q_lo + kBM, and it keeps q_hi from living across the KV loop), nor rows < 0
-// (kBottomTiles: the padding above row 0).
+// (Shape::kBottomTiles: the padding above row 0).
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void store_split_partials(const FwdParams& p, const Work& w, int row_base,
                                                      const float (&o)[Shape<Config>::kDp / 2],
@@ -41,7 +41,7 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row_base + warp * 16 + (lane >> 2) + 8 * h;  // tile row
-    if (r < w.seq.seqlen_q * Sh::kPack && (!kBottomTiles<Config, Mask> || r >= 0)) {
+    if (r < w.seq.seqlen_q * Sh::kPack && (!Sh::kBottomTiles || r >= 0)) {
       const long long row = w.seq.template lse_row<Sh::kPack>(p, r);
       float* dst = split::partial_o(p, split, row, Sh::kDepth) + 2 * (lane & 3);
 #pragma unroll
@@ -112,7 +112,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
     const int r = idx / kChunksPerRow, cc = idx % kChunksPerRow;
     if constexpr (Sh::kPack == 1) {
       const int q = row_base + r;
-      if (q < w.seq.seqlen_q && (!kBottomTiles<Config, Mask> || q >= 0)) {
+      if (q < w.seq.seqlen_q && (!Sh::kBottomTiles || q >= 0)) {
         u32 v[4];
         ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
         st_global_v4(o_base + static_cast<long long>(q) * p.o_row_stride + cc * 8, v);
@@ -132,7 +132,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
     for (int h = 0; h < 2; ++h) {
       if constexpr (Sh::kPack == 1) {
         const int q = row_base + r0 + 8 * h;
-        if (q < w.seq.seqlen_q && (!kBottomTiles<Config, Mask> || q >= 0)) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
+        if (q < w.seq.seqlen_q && (!Sh::kBottomTiles || q >= 0)) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
       } else {
         const int tr = row_base + r0 + 8 * h;
         if (tr < w.seq.seqlen_q * Sh::kPack) p.lse[w.seq.template lse_row<Sh::kPack>(p, tr)] = sm.row[h].lse(sm.scale);

@@ -49,6 +49,17 @@ template <class C> struct WgSpansOf<C, typename VoidT<decltype(C::kWgSpans)>::ty
   static constexpr bool value = C::kWgSpans;
 };
 
+// kBottomTiles (absent or 0: Q tile m covers rows [m kBM, (m+1) kBM)): Q tiles counted from the last
+// row (TileWork's kBottom), the host's choice (BackendPolicy::bottom_q_tiles: the built-in causal
+// mask, unpacked, at kBM 192). The partial tile of a seqlen_q that 192 does not divide (every power
+// of two) is then the first, lightest tile instead of the last, heaviest one (+4% bf16 d64, +3-4%
+// FP8 d128 at S 2048, +7-9% FP8 d64 on an H100, docs/PERF.md run 41); the epilogue skips the padding
+// rows above row 0.
+template <class C, class = void> struct BottomTilesOf { static constexpr bool value = false; };
+template <class C> struct BottomTilesOf<C, typename VoidT<decltype(C::kBottomTiles)>::type> {
+  static constexpr bool value = C::kBottomTiles;
+};
+
 template <class C, class = void> struct EmulateOf { static constexpr int value = 0; };
 template <class C> struct EmulateOf<C, typename VoidT<decltype(C::kExp2EmulateEvery)>::type> {
   static constexpr int value = C::kExp2EmulateEvery;
@@ -135,6 +146,7 @@ struct Shape {
   static constexpr bool kPersistent = PersistentOf<Config>::value != 0;
   static constexpr bool kStreamK = PersistentOf<Config>::value == 2;
   static constexpr int kPack = PackOf<Config>::value;
+  static constexpr bool kBottomTiles = BottomTilesOf<Config>::value;  // Q tiles end at the last row
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
   // Per-warpgroup key spans (consumer.cuh, WgKeySpan; Config::kWgSpans, absent: off): a consumer
   // warpgroup's P V skips the keys of a KV tile its own 64 rows cannot see (masked kernels). Half
@@ -302,21 +314,9 @@ struct SmemLayout {
 // descriptor of the KV loop to vector registers with an R2UR before each HGMMA.
 __device__ __forceinline__ u32 warp_uniform(u32 x) { return __reduce_max_sync(0xffffffffu, x); }
 
-// Q tiles counted from the last row (TileWork's kBottom) under a causal mask, unpacked, at kBM 192:
-// the partial tile of a seqlen_q that 192 does not divide (every power of two) is then the first,
-// lightest tile instead of the last, heaviest one (+4% bf16 d64, +3-4% FP8 d128 at S 2048, +7-9%
-// FP8 d64 on an H100, docs/PERF.md run 41). At kBM 128 = kBN a partial tile costs the same KV tiles
-// at either end, and the shifted diagonal then crosses two KV tiles per Q tile instead of one (1.5-2%
-// slower at S 4000), so those tiles stay top-aligned. The epilogue skips the padding rows above row 0.
-// The host's tile-cost model mirrors this: BackendPolicy::bottom_q_tiles (generator/backends/sm90a.cpp).
-template <class Mask> struct BottomTilesOf { static constexpr bool value = false; };
-template <> struct BottomTilesOf<mask::Causal> { static constexpr bool value = true; };
-template <class Config, class Mask>
-constexpr bool kBottomTiles = BottomTilesOf<Mask>::value && Shape<Config>::kPack == 1 && Shape<Config>::kBM == 192;
-
 // One CTA's problem and KV tile list: the shared scheduler (common/tile_scheduler.cuh).
 template <class Config, class Mask>
-using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack, kBottomTiles<Config, Mask>>;
+using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack, Shape<Config>::kBottomTiles>;
 
 // The CTA's tile walk: GridTiles (kPersistent 0; it holds the CtaWork built before the role
 // split), PersistentTiles (1) or SegmentTiles (2).

@@ -153,7 +153,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   if constexpr (!Tiles::kPersistent) {
     // The grid walk's one unit, without the loop: a one-trip loop here changed the SASS of the
     // unmasked grid kernels (d128, d256, softcap: the prologue scheduled differently).
-    producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, kBottomTiles<Config, Mask>>(p), smem, bars);
+    producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p), smem, bars);
   } else {
     pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
     bool pending = false;  // cross-tile: the consumers hold the previous tile's last P V
@@ -162,7 +162,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     // held across the walk (4 B spilled at FP8 d128 causal and at d256 causal).
     constexpr bool kTightProducer = Sh::kFp8 || Sh::kDp > 128;
     for (; tiles.valid(p, kTightProducer ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
-      const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, kBottomTiles<Config, Mask>>(p);
+      const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
       // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
       const u32 i = static_cast<u32>(tiles.iter), q_buffer = L::kQBuffers == 2 ? i & 1u : 0u;
       const u32 q_empty_phase = ((L::kQBuffers == 2 ? i >> 1 : i) & 1u) ^ 1u;
@@ -283,7 +283,7 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
   // across it: this warpgroup runs at 32 registers at kBM 192.
   for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
     const CtaWork<Config, Mask>& w =
-        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, kBottomTiles<Config, Mask>>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
     int n = w.first_tile();  // none when !w.valid
     const bool runs = w.has(n);
     if (L::kCrossTile && runs && !pending) transpose_stage();
