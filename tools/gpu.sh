@@ -44,7 +44,8 @@ On the GPU machine (repository root, .device carried):
                         bench/python_overhead.py
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
                         prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none [PEERS='cudnn fa4'] [OPCODES=1: executed
-                        instructions per SASS opcode instead of the sections]; decode: SHAPES="B,Sq,Sk ..."
+                        instructions per SASS opcode instead of the sections; SOURCE=1: warp-stall samples per
+                        SASS instruction, summed by dev/stall_samples.py]; decode: SHAPES="B,Sq,Sk ..."
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
   kvfp8 [ARGS]          FP8 KV caches: `fa4jit check` on sm_90a and sm_90, then bench/kv_fp8.py ARGS
                         (e4m3 against bf16 K/V decode, SDPA cuDNN in the same run)
@@ -403,6 +404,9 @@ profile() {
       if [[ ${OPCODES:-0} == 1 ]]; then  # instruction mix only: executed warp instructions per SASS opcode
         sections="--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.max --print-metric-instances details"
         keys="sass__inst_executed_per_opcode|inst_executed.sum|cycles_elapsed"
+      elif [[ ${SOURCE:-0} == 1 ]]; then  # stall samples per SASS instruction (ncu's source page, CSV)
+        sections="--section SourceCounters --metrics group:smsp__pcsamp_warp_stall_reasons --page source --csv --print-source sass"
+        keys="\"Kernel Name\""
       else
         sections="$sections --metrics $(stall_metrics)"
         keys="$keys|issue_stalled"
@@ -417,7 +421,11 @@ profile() {
         timeout 200 ncu --clock-control none --profile-from-start off $sections \
           python3 "$py" "$B" "$H" "$HKV" "$S" "$S" "$D" "${MASK:-causal}" "$peer" > "$OUT/ncu_${tag}_$peer.txt" 2>&1
       done
-      for f in ours $peers; do echo "== $f $B,$H/$HKV,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_${tag}_$f.txt" | head -60; done ;;
+      for f in ours $peers; do echo "== $f $B,$H/$HKV,$S,$D ${MASK:-causal}"; grep -E "$keys" "$OUT/ncu_${tag}_$f.txt" | head -60; done
+      if [[ ${SOURCE:-0} == 1 ]]; then
+        for peer in $peers; do python3 dev/stall_samples.py "$OUT/ncu_${tag}_ours.txt" "$OUT/ncu_${tag}_$peer.txt"; done
+        for f in ours $peers; do gzip -f "$OUT/ncu_${tag}_$f.txt"; done  # MBs of CSV otherwise
+      fi ;;
     decode)
       echo "${CFG:-{\"depth\":128,\"mask\":\"none\"\}}" > /tmp/gpu_pd.json
       for shape in ${SHAPES:-8,1,32768 1,1,131072}; do
