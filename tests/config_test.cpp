@@ -144,6 +144,13 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       EXPECT_EQ(jit::resolve(other).tuning.persistent, 0) << arch;
     }
     EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::causal()), tuned("persistent=0")).tuning.persistent, 0);
+    // The cross-tile overlap: causal only (docs/PERF.md run 43); an override still reaches either mask.
+    for (int depth : {96, 128}) {
+      EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::causal())).tuning.cross_tile, 1) << depth;
+      EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::none())).tuning.cross_tile, 0) << depth;
+    }
+    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::none()), tuned("cross_tile=1")).tuning.cross_tile, 1);
+    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::causal()), tuned("cross_tile=0")).tuning.cross_tile, 0);
   }
   { EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=3")), jit::ConfigError); }
 

@@ -147,6 +147,7 @@ sanitize() {
           '- 64 causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900'
           '- 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
           'persistent=1 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
+          'cross_tile=1 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
           '- 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
           '- 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
           'wg_spans=1 128 causal --batch 2 --heads 4 --seqlen-q 515 --seqlen-k 579'

@@ -166,6 +166,13 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     t.persistent = !c.pack_gqa && deep_ok && plain && !c.kv_dtype ? 1 : 0;
+    // The cross-tile overlap (two Q buffers, a tile finished inside the next one's first step) for
+    // causal attention only. docs/PERF.md run 43 (ABBA, H100 and H200): without it the unmasked d128
+    // rows ran 1-3% faster per call and back to back (the cross-tile KV loop is 659 SASS
+    // instructions against 639, 17 more UMOV), the short causal rows too (4x32x1024
+    // +4-6%, 16x16x2048 +1%), but the long causal rows 1-4% slower (S 8192-16384, GQA), so causal
+    // keeps it.
+    t.cross_tile = c.mask.kind == Mask::Kind::causal ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
