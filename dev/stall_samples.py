@@ -53,15 +53,15 @@ def summarize(path):
     header, rows = load(path)
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
     by_reason, by_op, wait_by_op = collections.Counter(), collections.Counter(), collections.Counter()
+    executed = 0
     for r in rows:
         for h in reasons:
             by_reason[h[len("stall_"):]] += number(r.get(h))
         op = opcode(r.get("Source", ""))
         by_op[op] += number(r.get(ALL))
         wait_by_op[op] += number(r.get("stall_wait"))
-    total = sum(number(r.get(ALL)) for r in rows)
-    executed = sum(number(r.get("Instructions Executed")) for r in rows)
-    return {"total": total, "executed": executed, "reasons": by_reason, "ops": by_op, "wait": wait_by_op}
+        executed += number(r.get("Instructions Executed"))
+    return {"total": sum(by_op.values()), "executed": executed, "reasons": by_reason, "ops": by_op, "wait": wait_by_op}
 
 
 def pct(n, total):
