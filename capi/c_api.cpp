@@ -143,7 +143,8 @@ json resolved_json(const jit::ResolvedConfig& rc) {
                 {"cross_tile", t.cross_tile},
                 {"wg_spans", t.wg_spans},
                 {"persistent", t.persistent},
-                {"line_info", t.line_info}}}};
+                {"line_info", t.line_info},
+                {"short_keys", t.short_keys}}}};
 }
 
 jit::Tensor to_tensor(const fa4jit_tensor& t, const char* name) {

@@ -245,6 +245,7 @@ void add_bundle(CLI::App& app) {
     cache::Store bundle(bo);
     if (bundle.writable_root().empty()) throw CacheError(fmt::format("--out {}: not a writable directory", o->out));
     std::vector<std::string> keys(jobs.size());
+    std::vector<std::string> sibling_keys(jobs.size());  // Tuning::short_keys' second cubin, where there is one
     std::mutex combine_mu;
     std::map<std::string, nlohmann::json> combines;  // key -> spec: the split-KV combine kernels, once each
     auto ship = [&](const std::string& key, cache::Artifact art) {
@@ -252,12 +253,24 @@ void add_bundle(CLI::App& app) {
       bundle.publish(key, art.cubin, art.meta);
       return art.origin == "compiled";
     };
-    run_jobs(jobs, worker_count(sel), [&](Job& job) {
-      const detail::CompileInputs in = detail::compile_inputs(job.config, cli_resolve_options());
+    auto ship_kernel = [&](const detail::CompileInputs& in) {
       const std::string what = to_json(in.config.config).dump();
-      const bool compiled = ship(in.key, detail::disk_cache().get_or_compile(
-                                             in.key, [&] { return detail::compile_artifact(in); }, what));
-      keys[static_cast<std::size_t>(&job - jobs.data())] = in.key;
+      return ship(in.key, detail::disk_cache().get_or_compile(
+                              in.key, [&] { return detail::compile_artifact(in); }, what));
+    };
+    run_jobs(jobs, worker_count(sel), [&](Job& job) {
+      const auto i = static_cast<std::size_t>(&job - jobs.data());
+      const ResolveOptions options = cli_resolve_options();
+      const detail::CompileInputs in = detail::compile_inputs(job.config, options);
+      keys[i] = in.key;
+      bool compiled = ship_kernel(in);
+      if (in.config.tuning.short_keys > 0) {  // what get_kernel loads beside it (runtime/get_kernel.cpp)
+        ResolveOptions sibling = options;
+        sibling.tune.cross_tile = 0;
+        const detail::CompileInputs si = detail::compile_inputs(job.config, sibling);
+        sibling_keys[i] = si.key;
+        compiled = ship_kernel(si) || compiled;
+      }
       const detail::CombineInputs ci = detail::combine_inputs(in.config);
       {
         std::lock_guard<std::mutex> lock(combine_mu);
@@ -285,11 +298,18 @@ void add_bundle(CLI::App& app) {
     nlohmann::json manifest = {{"fa4jit", FA4JIT_VERSION_STRING},
                                {"kernels", nlohmann::json::array()},
                                {"combine_kernels", nlohmann::json::array()}};
+    std::size_t kernels = 0;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
-      if (!check.load(keys[i]))
-        throw CacheError(fmt::format("--out {}: kernel {} does not verify after writing", o->out, keys[i]));
-      manifest["kernels"].push_back(
-          {{"key", keys[i]}, {"arch", jobs[i].config.arch}, {"use", jobs[i].use}, {"config", to_json(jobs[i].config)}});
+      for (const std::string* key : {&keys[i], &sibling_keys[i]}) {
+        if (key->empty()) continue;
+        if (!check.load(*key))
+          throw CacheError(fmt::format("--out {}: kernel {} does not verify after writing", o->out, *key));
+        nlohmann::json entry = {
+            {"key", *key}, {"arch", jobs[i].config.arch}, {"use", jobs[i].use}, {"config", to_json(jobs[i].config)}};
+        if (key == &sibling_keys[i]) entry["short_keys_of"] = keys[i];  // the same config, cross_tile=0
+        manifest["kernels"].push_back(std::move(entry));
+        ++kernels;
+      }
     }
     for (const auto& [key, spec] : combines) {
       if (!check.load(key))
@@ -298,7 +318,7 @@ void add_bundle(CLI::App& app) {
     }
     // The manifest says what the bundle holds (for people and packaging); lookups use only keys.
     std::ofstream(std::filesystem::path(o->out) / "manifest.json") << manifest.dump(2) << "\n";
-    fmt::print("bundle: {} kernels and {} split-KV combine kernels in {}\n", jobs.size(), combines.size(), o->out);
+    fmt::print("bundle: {} kernels and {} split-KV combine kernels in {}\n", kernels, combines.size(), o->out);
   });
 }
 

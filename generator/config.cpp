@@ -72,6 +72,7 @@ constexpr TuneField kTuneFields[] = {
     {"wg_spans", &TuningOverrides::wg_spans, &Tuning::wg_spans},
     {"persistent", &TuningOverrides::persistent, &Tuning::persistent},
     {"line_info", &TuningOverrides::line_info, &Tuning::line_info},
+    {"short_keys", &TuningOverrides::short_keys, &Tuning::short_keys},
 };
 
 }  // namespace
@@ -95,11 +96,11 @@ TuningOverrides parse_tune(const std::string& text, const std::string& origin) {
     }
     const auto f = std::find_if(std::begin(kTuneFields), std::end(kTuneFields),
                                 [&](const TuneField& x) { return name == x.name; });
-    if (f == std::end(kTuneFields))
-      throw ConfigError(
-          fmt::format("{}: unknown name '{}'; allowed: exp2_emulate_every, intra_wg_overlap, pingpong, "
-                      "cross_tile, wg_spans, persistent, line_info",
-                      origin, name));
+    if (f == std::end(kTuneFields)) {
+      std::string allowed;
+      for (const TuneField& x : kTuneFields) allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", x.name);
+      throw ConfigError(fmt::format("{}: unknown name '{}'; allowed: {}", origin, name, allowed));
+    }
     t.*f->override = value;
   }
   return t;
@@ -155,6 +156,11 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   if (tuning.persistent < 0 || tuning.persistent > 2)
     throw ConfigError(
         fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
+  if (tuning.short_keys < 0)
+    throw ConfigError(
+        fmt::format("tune: short_keys={} (0: one cubin; n > 0: launches of at most n keys per sequence without the "
+                    "cross-tile overlap)",
+                    tuning.short_keys));
   backend.settle(tuning, b, c, dp, arch);
   ResolvedConfig rc{c, tuning, arch.backend, arch.sm, dp, b.threads, b.smem, b.ctas_per_sm};
   rc.walk = tuning.persistent == 1   ? TileWalk::persistent

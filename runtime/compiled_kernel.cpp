@@ -60,13 +60,32 @@ CombineKernel::CombineKernel(std::string key, std::string cubin, std::string ori
     : key_(std::move(key)), origin_(std::move(origin)), modules_(std::move(cubin), combine_entry_name(key_), 0) {}
 
 CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin,
-                               double compile_ms, CombinePtr combine)
+                               double compile_ms, CombinePtr combine, CompiledKernelPtr short_keys)
     : config_(std::move(config)),
       key_(std::move(key)),
       origin_(std::move(origin)),
       compile_ms_(compile_ms),
       modules_(std::move(cubin), entry_name(key_), config_.smem_bytes, config_.num_threads),
-      combine_(std::move(combine)) {}
+      combine_(std::move(combine)),
+      short_keys_(std::move(short_keys)) {}
+
+long long max_keys_bound(const LaunchArgs& args) {
+  const long long rows = args.k.shape[1];  // keys, the varlen total, or rows per page
+  return args.page_table ? static_cast<long long>(args.max_pages) * rows : rows;
+}
+
+const CompiledKernel& CompiledKernel::kernel_for(const LaunchArgs& args) const {
+  if (short_keys_ && max_keys_bound(args) <= config_.tuning.short_keys) return *short_keys_;
+  return *this;
+}
+
+int CompiledKernel::num_splits(const LaunchArgs& args) const {
+  return static_cast<int>(kernel_for(args).plan(args).params.num_splits);
+}
+
+std::size_t CompiledKernel::workspace_bytes(const LaunchArgs& args) const {
+  return kernel_for(args).plan(args).split.bytes();
+}
 
 const LoadedModule& CompiledKernel::module_for_current_context() const {
   return modules_.current([&](CUdevice dev) {
@@ -77,8 +96,9 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
           "FA4Config::arch empty to use the current GPU",
           key_, config_.config.arch, device_name(dev), sm, device_arch(dev)));
     // With the kernel, as when it shared its module: a split launch never loads a module first
-    // (e.g. inside a CUDA graph capture).
+    // (e.g. inside a CUDA graph capture); so does a launch of the short-keys sibling.
     combine_->function();
+    if (short_keys_) short_keys_->module_for_current_context();
   });
 }
 
@@ -204,8 +224,14 @@ fa4::LptSections CompiledKernel::balanced_lpt_sections(const LaunchShape& shape,
 void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
   // plan: every argument checked first (LaunchError before any driver work), then for the portable
   // kernel the module load its split count needs (occupancy); here the same module.
-  LaunchPlan p = plan(args);
-  const LoadedModule& module = module_for_current_context();  // the arch check and module load
+  const CompiledKernel& k = kernel_for(args);
+  LaunchPlan p = k.plan(args);
+  module_for_current_context();  // the arch check and the module loads, the sibling's with them
+  k.enqueue(p, args, stream);
+}
+
+void CompiledKernel::enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream) const {
+  const LoadedModule& module = module_for_current_context();
   const CUstream s = static_cast<CUstream>(stream);
   if (p.params.num_splits <= 1) {
     void* kernel_params[] = {&p.params, &p.tma};

@@ -85,32 +85,49 @@ struct LaunchPlan {
   SplitLayout split;  // split.bytes() of workspace (0 rows when not split)
 };
 
+// The longest key sequence a launch can hold: keys per sequence, the varlen total, or a paged
+// sequence's page_table row (no device read: seqused_k and cu_seqlens_k only shorten it).
+long long max_keys_bound(const LaunchArgs& args);
+
+class CompiledKernel;
+using CompiledKernelPtr = std::shared_ptr<const CompiledKernel>;
+
 class CompiledKernel final : public Kernel {
  public:
+  // short_keys: the same config's kernel without the cross-tile overlap, for launches whose
+  // sequences all have at most config.tuning.short_keys keys (Tuning::short_keys); null: none.
   CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin, double compile_ms,
-                 CombinePtr combine);
+                 CombinePtr combine, CompiledKernelPtr short_keys = nullptr);
 
   void launch(const LaunchArgs& args, Stream stream) const override;
-  int num_splits(const LaunchArgs& args) const override { return static_cast<int>(plan(args).params.num_splits); }
-  std::size_t workspace_bytes(const LaunchArgs& args) const override { return plan(args).split.bytes(); }
-  // Checks args and builds params, TMA maps (needs a driver, any GPU) and launch geometry.
+  int num_splits(const LaunchArgs& args) const override;
+  std::size_t workspace_bytes(const LaunchArgs& args) const override;
+  // The kernel a launch with `args` runs: this one, or its short-keys sibling.
+  const CompiledKernel& kernel_for(const LaunchArgs& args) const;
+  // Checks args and builds params, TMA maps (needs a driver, any GPU) and launch geometry of this
+  // kernel (not kernel_for's choice).
   LaunchPlan plan(const LaunchArgs& args) const;
   const ResolvedConfig& config() const override { return config_; }
   const std::string& key() const override { return key_; }
   const std::string& cubin() const override { return modules_.cubin(); }
   const CombinePtr& combine() const { return combine_; }
+  const CompiledKernelPtr& short_keys() const { return short_keys_; }
   const std::string& origin() const override { return origin_; }
   double compile_ms() const override { return compile_ms_; }
 
  private:
-  const LoadedModule& module_for_current_context() const;  // loads on first use per context
-  int split_slots_per_sm() const;                          // CTA slots per SM the automatic split count fills
+  // Loads on first use per context, with the combine kernel's and the short-keys sibling's
+  // modules: whichever a later launch runs, it loads nothing (e.g. inside a CUDA graph capture).
+  const LoadedModule& module_for_current_context() const;
+  void enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream) const;  // p: this kernel's plan
+  int split_slots_per_sm() const;  // CTA slots per SM the automatic split count fills
 
   ResolvedConfig config_;
   std::string key_, origin_;
   double compile_ms_;
   ContextModules modules_;
   CombinePtr combine_;
+  CompiledKernelPtr short_keys_;
   mutable std::mutex mu_;  // lpt_sections_
   mutable TmaDescCache tma_;
   // Persistent causal launches: sections per (max_seqlen_q, keys, pairs, CTAs, L2 bound), chosen

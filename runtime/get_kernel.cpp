@@ -197,12 +197,31 @@ cache::Artifact compile_under_policy(const Inputs& in, const std::string& what) 
   return detail::compile_artifact(in);
 }
 
-// A kernel not in this process's memory: its entry and its combine kernel's, looked up (and, on
-// a miss, compiled) side by side: a first kernel of its head dim waits for the longer of the two.
-KernelPtr load_kernel(const detail::CompileInputs& in) {
+// The short-keys sibling of a kernel with Tuning::short_keys (the same config and overrides, and
+// cross_tile=0). It only speeds up short launches: where the compile policy forbids compiling it
+// (a cache prewarmed before it existed), the kernel runs every launch itself.
+detail::CompiledKernelPtr short_keys_sibling(const FA4Config& config, const ResolveOptions& options) {
+  ResolveOptions o = options;
+  o.tune.cross_tile = 0;
+  try {
+    return std::dynamic_pointer_cast<const detail::CompiledKernel>(get_kernel(config, o));
+  } catch (const CacheMissError& e) {
+    detail::log(LogLevel::warn,
+                fmt::format("short-keys kernel not loaded, short launches run the cross-tile kernel: {}", e.what()));
+    return nullptr;
+  }
+}
+
+// A kernel not in this process's memory: its entry, its combine kernel's and its short-keys
+// sibling's, looked up (and, on a miss, compiled) side by side: a first kernel waits for the
+// longest of them.
+KernelPtr load_kernel(const detail::CompileInputs& in, const FA4Config& config, const ResolveOptions& options) {
   std::future<detail::CombinePtr> combine;
+  std::future<detail::CompiledKernelPtr> sibling;
+  const bool has_sibling = in.config.tuning.short_keys > 0;
   try {
     combine = std::async(std::launch::async, [&] { return detail::get_combine(in.config); });
+    if (has_sibling) sibling = std::async(std::launch::async, [&] { return short_keys_sibling(config, options); });
   } catch (const std::system_error&) {  // no thread to be had: fetched after the kernel instead
   }
   cache::Artifact art;
@@ -211,14 +230,24 @@ KernelPtr load_kernel(const detail::CompileInputs& in) {
     art = detail::disk_cache().get_or_compile(
         in.key, [&] { return compile_under_policy(in, "kernel " + what); }, what);
   } catch (...) {
-    if (combine.valid()) combine.wait();  // it reads `in`; the kernel's own error is the one to report
+    // They read `in`, `config` and `options`; the kernel's own error is the one to report.
+    if (combine.valid()) combine.wait();
+    if (sibling.valid()) sibling.wait();
     throw;
   }
-  detail::CombinePtr c = combine.valid() ? combine.get() : detail::get_combine(in.config);
+  detail::CompiledKernelPtr short_keys;
+  detail::CombinePtr c;
+  try {
+    c = combine.valid() ? combine.get() : detail::get_combine(in.config);
+    if (has_sibling) short_keys = sibling.valid() ? sibling.get() : short_keys_sibling(config, options);
+  } catch (...) {
+    if (sibling.valid()) sibling.wait();
+    throw;
+  }
   const double ms = art.origin == "compiled" ? art.meta.value("compile_ms", 0.0) : 0.0;
   record(in, art, ms);
-  return std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms,
-                                                  std::move(c));
+  return std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms, std::move(c),
+                                                  std::move(short_keys));
 }
 
 }  // namespace
@@ -269,9 +298,11 @@ Stats stats() {
 }
 
 KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options) {
+  FA4Config c;
   detail::CompileInputs in;
   try {
-    in = detail::compile_inputs(detail::with_arch(config), options);  // ConfigError first
+    c = detail::with_arch(config);
+    in = detail::compile_inputs(c, options);  // ConfigError first
   } catch (...) {
     counters().failures++;
     throw;
@@ -280,7 +311,7 @@ KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options) {
   bool joined = false;
   try {
     KernelPtr k = kernels().get(
-        in.key, [&] { return load_kernel(in); }, &joined);
+        in.key, [&] { return load_kernel(in, c, options); }, &joined);
     if (joined) counters().memory_hits++;
     return k;
   } catch (...) {

@@ -27,12 +27,21 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   const auto made = run("bundle --preset llama3-8b --preset llama3-8b-decode --arch sm_90a,sm_100a --out " +
                         bundle.string() + " --jobs 2");
   ASSERT_EQ(made.rc, 0) << made.out;
-  // d128 bf16 on two archs: one split-KV combine kernel per arch, shared by prefill and decode.
-  EXPECT_NE(made.out.find("bundle: 4 kernels and 2 split-KV combine kernels in"), std::string::npos) << made.out;
+  // d128 bf16 on two archs: one split-KV combine kernel per arch, shared by prefill and decode;
+  // sm_90a's causal prefill kernel ships with its short-keys sibling (Tuning::short_keys).
+  EXPECT_NE(made.out.find("bundle: 5 kernels and 2 split-KV combine kernels in"), std::string::npos) << made.out;
   std::ifstream mf(bundle / "manifest.json");
   const auto manifest = nlohmann::json::parse(mf);
-  ASSERT_EQ(manifest["kernels"].size(), 4u);
+  ASSERT_EQ(manifest["kernels"].size(), 5u);
   EXPECT_EQ(manifest["kernels"][0]["key"].get<std::string>().size(), 32u);
+  int siblings = 0;
+  for (const auto& k : manifest["kernels"])
+    if (k.contains("short_keys_of")) {
+      ++siblings;
+      EXPECT_EQ(k["arch"], "sm_90a");
+      EXPECT_EQ(k["short_keys_of"], manifest["kernels"][0]["key"]);
+    }
+  EXPECT_EQ(siblings, 1);
   ASSERT_EQ(manifest["combine_kernels"].size(), 2u);
   EXPECT_EQ(manifest["combine_kernels"][0]["combine"]["depth"], 128);
   const auto before = tree(bundle);
@@ -44,6 +53,7 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   auto r = run("prewarm --preset llama3-8b --preset llama3-8b-decode --arch sm_90a,sm_100a", env);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("4 kernels: 0 compiled, 4 hit, 0 failed"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("short-keys kernel not loaded"), std::string::npos) << r.out;  // the sibling hit too
   EXPECT_NE(run("info", env).out.find("kernel bundles: " + bundle.string()), std::string::npos);
 
   // New kernels go to the writable cache, never into the bundle (even where it is writable).

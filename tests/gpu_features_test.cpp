@@ -238,19 +238,21 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
 // without Q rows (varlen, empty sequences), and alone at the end of the walk; with split-tail
 // partials, GQA and sinks. cross_tile=0 (the default when unmasked): the same shapes through sm90a's
 // one consumer_loop with the own O region (Q handed back before the epilogue). Both settings run on
-// both masks, whatever the default.
+// both masks, whatever the default; short_keys=0 keeps these short launches on the cross-tile
+// kernel itself (by default they would run its cross_tile=0 sibling, Tuning::short_keys).
 TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
   if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end())
     GTEST_SKIP() << "the persistent walker is sm90a's";
   const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
-  for (const char* tune : {"cross_tile=1", "cross_tile=0"})
+  for (const char* tune : {"cross_tile=1,short_keys=0", "cross_tile=0"})
     for (int depth : {96, 128})
       for (const Mask& mask : {Mask::none(), Mask::causal()}) {
         const auto kernel = jit::get_kernel(config("sm_90a", depth, mask), jit::testing::tuned(tune));
         ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
-        ASSERT_EQ(kernel->config().tuning.cross_tile, std::string(tune) == "cross_tile=1" ? 1 : 0) << tune;
+        ASSERT_EQ(kernel->config().tuning.cross_tile, std::string(tune) == "cross_tile=0" ? 0 : 1) << tune;
+        ASSERT_EQ(kernel->config().tuning.short_keys, 0) << tune;
         const int bm = kernel->config().config.BM;
         const std::string what =
             fmt::format("d{} {} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none", tune);

@@ -62,10 +62,10 @@ TEST(PublicApi, ConfigEqualityComparesEveryField) {
   EXPECT_NE(ScoreMod::alibi(), ScoreMod::softcap());
 
   const Tuning t;
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < 8; ++i) {
     Tuning u = t;
-    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong, &u.cross_tile,
-                     &u.wg_spans,           &u.persistent,       &u.line_info};
+    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong,  &u.cross_tile,
+                     &u.wg_spans,           &u.persistent,       &u.line_info, &u.short_keys};
     *fields[i] += 1;
     EXPECT_NE(t, u) << "Tuning field " << i;
   }
@@ -161,6 +161,52 @@ TEST(PublicApi, KernelsShareTheirCombineKernel) {
   EXPECT_NE(ca->key(), cc->key());
   EXPECT_EQ(ca->key(), detail::combine_inputs(resolve(a)).key);
   EXPECT_NE(ca->key(), get_kernel(a)->key());
+}
+
+// sm90a causal d96/d128 kernels take the cross-tile overlap; launches of short sequences run a
+// second cubin without it (Tuning::short_keys). get_kernel fetches it beside the kernel, and the
+// launch picks by the longest key sequence its arguments allow.
+TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
+  FA4Config c;
+  c.arch = "sm_90a";
+  c.mask = Mask::causal();
+  const KernelPtr k = get_kernel(c);
+  const auto* compiled = dynamic_cast<const detail::CompiledKernel*>(k.get());
+  ASSERT_NE(compiled, nullptr);
+  ASSERT_NE(compiled->short_keys(), nullptr);
+  const Kernel& sibling = *compiled->short_keys();
+  EXPECT_EQ(k->config().tuning.short_keys, 2048);
+  EXPECT_EQ(sibling.config().tuning.cross_tile, 0);
+  EXPECT_EQ(sibling.config().tuning.short_keys, 0);
+  EXPECT_EQ(sibling.config().config, k->config().config);
+  ResolveOptions plain;
+  plain.tune.cross_tile = 0;
+  EXPECT_EQ(get_kernel(c, plain).get(), &sibling);  // one object in this process
+
+  LaunchArgs a;
+  a.k.shape = {2, 2048, 8, 128};
+  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
+  a.k.shape[1] = 2049;
+  EXPECT_EQ(&compiled->kernel_for(a), k.get());
+  a.k.shape = {1, 4096, 8, 128};  // varlen: the total bounds every sequence
+  a.cu_seqlens_k = reinterpret_cast<const int*>(16);
+  EXPECT_EQ(&compiled->kernel_for(a), k.get());
+  a = LaunchArgs{};
+  a.k.shape = {100, 64, 8, 128};  // paged: max_pages x page_size
+  a.page_table = reinterpret_cast<const int*>(16);
+  a.max_pages = 32;
+  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
+  a.max_pages = 33;
+  EXPECT_EQ(&compiled->kernel_for(a), k.get());
+
+  ResolveOptions one;
+  one.tune.short_keys = 0;
+  const auto* single = dynamic_cast<const detail::CompiledKernel*>(get_kernel(c, one).get());
+  ASSERT_NE(single, nullptr);
+  EXPECT_EQ(single->short_keys(), nullptr);
+  EXPECT_NE(single->key(), k->key());
+  c.mask = Mask::none();  // no overlap, no sibling
+  EXPECT_EQ(dynamic_cast<const detail::CompiledKernel&>(*get_kernel(c)).short_keys(), nullptr);
 }
 
 TEST(PublicApi, StatsCountCompilesHitsAndFailures) {

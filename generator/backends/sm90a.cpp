@@ -173,6 +173,11 @@ class Sm90a final : public BackendPolicy {
     // +4-6%, 16x16x2048 +1%), but the long causal rows 1-4% slower (S 8192-16384, GQA), so causal
     // keeps it.
     t.cross_tile = c.mask.kind == Mask::Kind::causal ? 1 : 0;
+    // ... and launches of short causal rows (every sequence at most 2048 keys) run a second cubin
+    // without it (settle keeps this only where the layout takes the overlap). docs/PERF.md runs
+    // 43-44 (H100, ABBA, per call): without the overlap 8x16x1024 causal +7%, 8x16x2048 +1-2%,
+    // S 4096 -1..+1%, S 8192 -2..+2%.
+    t.short_keys = c.mask.kind == Mask::Kind::causal ? 2048 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -211,7 +216,10 @@ class Sm90a final : public BackendPolicy {
             t.intra_wg_overlap, c.arch));
     }
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
-    if (c.kv_dtype) return;
+    if (c.kv_dtype) {
+      t.short_keys = 0;  // the grid walk: no cross-tile overlap to leave out
+      return;
+    }
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
     // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
     if (t.persistent == 2) b.ctas_per_sm = 1;
@@ -219,7 +227,12 @@ class Sm90a final : public BackendPolicy {
     // overlaps the epilogue (templates/sm90a/layout.cuh SmemLayout::kOwnO takes it when the bytes
     // are there).
     const int own_o_bytes = 2 * c.BM * dp;
-    if (t.persistent != 0 && b.smem + own_o_bytes <= a.max_smem) b.smem += own_o_bytes;
+    const bool own_o = t.persistent != 0 && b.smem + own_o_bytes <= a.max_smem;
+    if (own_o) b.smem += own_o_bytes;
+    // A second cubin without the overlap only where this one takes it: SmemLayout::kCrossTile's
+    // rule (the persistent walk, its own O region, the overlapped schedule, two consumer warpgroups).
+    const bool cross_tile = t.cross_tile != 0 && t.persistent == 1 && own_o && t.intra_wg_overlap != 0 && c.BM == 128;
+    if (!cross_tile) t.short_keys = 0;
   }
 
   bool uses_tma() const override { return true; }

@@ -38,25 +38,31 @@ struct Tuning {
   // default: the same SASS, but the cubin carries its PTX and line tables (3-4x the bytes in the
   // cache and the bundles) and NVRTC takes ~5% longer.
   int line_info = 0;
+  // sm90a with the cross-tile overlap: a launch whose sequences all have at most this many keys
+  // runs a second cubin of the same config with cross_tile=0 (Kernel::launch picks it; get_kernel
+  // and the bundles fetch both). 0: one cubin. Default: 2048 where the overlap is taken (causal
+  // d96/d128), where short causal rows ran faster without it (docs/PERF.md run 44).
+  int short_keys = 0;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
            pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans &&
-           persistent == o.persistent && line_info == o.line_info;
+           persistent == o.persistent && line_info == o.line_info && short_keys == o.short_keys;
   }
   bool operator!=(const Tuning& o) const { return !(*this == o); }
 };
 
 // Tuning fields to set instead of the derived defaults (unset: derived).
 struct TuningOverrides {
-  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent, line_info;
+  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent, line_info,
+      short_keys;
   bool empty() const {
     return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !cross_tile && !wg_spans && !persistent &&
-           !line_info;
+           !line_info && !short_keys;
   }
   bool operator==(const TuningOverrides& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
            pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans &&
-           persistent == o.persistent && line_info == o.line_info;
+           persistent == o.persistent && line_info == o.line_info && short_keys == o.short_keys;
   }
   bool operator!=(const TuningOverrides& o) const { return !(*this == o); }
 };
