@@ -4,6 +4,11 @@ Usage (GPU machine, repo root): FA4JIT=.device/fa4jit python3 bench/decode.py [-
 Shapes are the variants issue's: bf16, D=128, Hq=32, Hkv=8, K/V contiguous (and paged, page 64,
 for fa4jit). "TB/s" = K+V bytes read / time, the number a memory-bound decode is judged by.
 Prints the markdown table docs/PERF.md keeps.
+
+--fa4 adds FlashAttention-4 (flash_attn.cute, FA4_SITE from ../shared/bench/fa4_peer.sh) and a
+second table: issue 23's goal per row (every round >= 1.05x FA4 and >= 1.10x cuDNN per call) over
+--rounds interleaved rounds, beside the device's copy rate (read + write of 2 GiB): the ceiling a
+decode that reads its K/V once approaches.
 """
 import argparse
 import json
@@ -12,7 +17,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from peers import median_ms, stream_ms  # noqa: E402
+from peers import fa4_func, median_ms, stream_ms  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -49,11 +54,25 @@ def ours(arch, B, H, Hkv, Sq, Sk, page=0, pack=True, splits=0, iters=50, bhsd=Tr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def sdpa(B, H, Hkv, Sq, Sk):
+def sdpa(B, H, Hkv, Sq, Sk, fa4=False):
     q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     out = {}
+    if fa4:  # (batch, seqlen, heads, dim); no split-KV on Hopper; its first call per shape compiles
+        fn4, why = fa4_func()
+        if fn4 is None:
+            out["fa4"] = None
+            print(f"fa4: {why}", file=sys.stderr)
+        else:
+            q4, k4, v4 = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            try:
+                fn = lambda: fn4(q4, k4, v4, causal=False)  # noqa: E731
+                out["fa4"] = median_ms(fn, iters=50, warm=10)
+                out["fa4_stream"] = stream_ms(fn, iters=50, warm=5)
+            except Exception as e:  # noqa: BLE001 - a peer that cannot run this shape is reported
+                out["fa4"] = None
+                print(f"fa4: {str(e)[:100]}", file=sys.stderr)
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
         try:
             with sdpa_kernel([be]):
@@ -66,12 +85,55 @@ def sdpa(B, H, Hkv, Sq, Sk):
     return out
 
 
+def copy_tbps():
+    """Device-to-device copy of 2 GiB (read + write bytes / time): the bandwidth ceiling."""
+    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = median_ms(lambda: y.copy_(x), iters=20, warm=3)
+    del x, y
+    torch.cuda.empty_cache()
+    return 2 * 2 * 1024**3 / ms / 1e9
+
+
+def goal_table(shapes, rounds, copy):
+    """Issue 23's decode rows: the first arm against cuDNN and FA4, per round, and the copy rate."""
+    print(f"\ncopy rate (read + write): {copy:.2f} TB/s")
+    print("| B | Sq | Sk | fa4jit µs, per call (TB/s) | cuDNN µs | FA4 µs | / cuDNN (rounds) | / FA4 (rounds) | "
+          "stream: fa4jit, cuDNN, FA4 µs | fa4jit TB/s / copy | goal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (B, H, Hkv, Sq, Sk), rs in zip(shapes, rounds):
+        if not rs:
+            print(f"| {B} | {Sq} | {Sk} | no round ran (see the first table) |")
+            continue
+        kv_bytes = 2 * B * Hkv * Sk * D * 2
+        med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+        ours_ms = [r["ours"]["ms"] for r in rs]
+        cud = [r["peers"]["cudnn"] for r in rs]
+        fa4 = [r["peers"].get("fa4") for r in rs]
+        vs_cud = [c / o for c, o in zip(cud, ours_ms)]
+        vs_fa4 = [f / o for f, o in zip(fa4, ours_ms)] if all(fa4) else []
+        st = [med([r["ours"]["ms_stream"] for r in rs]), med([r["peers"]["cudnn_stream"] for r in rs]),
+              med([r["peers"]["fa4_stream"] for r in rs]) if vs_fa4 else float("nan")]
+        tbps = kv_bytes / med(ours_ms) / 1e9
+        miss = [f"cuDNN {min(vs_cud):.3f}"] if min(vs_cud) < 1.10 else []
+        miss += [f"FA4 {min(vs_fa4):.3f}"] if vs_fa4 and min(vs_fa4) < 1.05 else []
+        goal = "no FA4" if not vs_fa4 else ("met" if not miss else "not met (" + ", ".join(miss) + ")")
+        rng = lambda xs: f"{med(xs):.3f} ({min(xs):.2f}-{max(xs):.2f})" if xs else "—"  # noqa: E731
+        print(f"| {B} | {Sq} | {Sk} | {med(ours_ms) * 1e3:.0f} ({tbps:.2f}) | {med(cud) * 1e3:.0f} | "
+              f"{med(fa4) * 1e3 if vs_fa4 else float('nan'):.0f} | {rng(vs_cud)} | {rng(vs_fa4)} | "
+              f"{st[0] * 1e3:.0f}, {st[1] * 1e3:.0f}, {st[2] * 1e3:.0f} | "
+              f"{kv_bytes / st[0] / 1e9 / copy:.2f} | {goal} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "decode.json"))
     ap.add_argument("--archs", default="sm90a=sm_90a,sm80=sm_90",
                     help="name=arch[:FA4JIT_TUNE],...; e.g. grid=sm_90a:persistent=0 (no stream-K)")
     ap.add_argument("--shapes", default="", help="B,Sq,Sk;... instead of the issue's four (Hq 32, Hkv 8)")
+    ap.add_argument("--fa4", action="store_true", help="FlashAttention-4 as a peer, and issue 23's goal table")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --fa4: interleaved rounds of the first arm and the peers (the goal table)")
     a = ap.parse_args()
     shapes = [(int(b), 32, 8, int(sq), int(sk)) for b, sq, sk in (r.split(",") for r in a.shapes.split(";") if r)] or SHAPES
     archs = dict(item.split("=", 1) for item in a.archs.split(","))
@@ -82,10 +144,22 @@ def main():
           " | ".join(f"{n} µs (TB/s) | {n} / cuDNN | {n} stream µs | stream / cuDNN | {n} paged-64 µs | paged / contiguous"
                      for n in archs) + " |")
     print("|---|---|---|---|---|---|" + "---|---|---|---|---|---|" * len(archs))
+    goal_rounds = []
     for (B, H, Hkv, Sq, Sk) in shapes:
         kv_bytes = 2 * B * Hkv * Sk * D * 2
-        peer = sdpa(B, H, Hkv, Sq, Sk)
+        peer = sdpa(B, H, Hkv, Sq, Sk, fa4=a.fa4)
         row = {"B": B, "H": H, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "peers_ms": peer}
+        if a.fa4:  # the first arm and the peers once per round, their order alternating
+            first = next(iter(archs.values()))
+            rs = []
+            for i in range(a.rounds):
+                run = [lambda: ours(first, B, H, Hkv, Sq, Sk), lambda: sdpa(B, H, Hkv, Sq, Sk, fa4=True)]
+                got = [f() for f in (run if i % 2 == 0 else run[::-1])]
+                o, pr = got if i % 2 == 0 else got[::-1]
+                if "ms" in o and pr.get("cudnn"):
+                    rs.append({"ours": o, "peers": pr})
+            row["goal_rounds"] = rs
+            goal_rounds.append(rs)
         cells = []
         for name, arch in archs.items():
             c = ours(arch, B, H, Hkv, Sq, Sk)
@@ -105,8 +179,11 @@ def main():
         print(f"| {B} | {Sq} | {Sk} | {cud * 1e3:.0f} ({kv_bytes / cud / 1e9:.2f}) | {cst * 1e3:.0f} | "
               f"{fa2 * 1e3 if fa2 else float('nan'):.0f} | "
               + " | ".join(cells) + " |", flush=True)
+    copy = copy_tbps() if a.fa4 else None
+    if a.fa4:
+        goal_table(shapes, goal_rounds, copy)
     with open(a.out, "w") as f:
-        json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+        json.dump({"gpu": torch.cuda.get_device_name(), "copy_TBps": copy, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

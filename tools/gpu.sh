@@ -38,7 +38,8 @@ On the GPU machine (repository root, .device carried):
                         fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (H: query and KV heads,
                         or Hq/Hkv for GQA; softcap: cap 30; dtype bf16 default, e4m3, fp16), PASSES=2,
                         ARCH=sm_90a
-  decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES); `sweep`: fa4jit bench over
+  decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES; FA4=1 ROUNDS=3: FlashAttention-4
+                        too, after stage B, and issue 23's goal per row); `sweep`: fa4jit bench over
                         CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
                         bench/python_overhead.py
@@ -294,8 +295,9 @@ decode() {
   need
   if [[ ${1:-} != sweep ]]; then
     timeout "${BENCH_LIMIT:-200}" python3 bench/decode.py --archs "${ARCHS:-sm90a=sm_90a,sm80=sm_90}" \
-      ${SHAPES:+--shapes "$SHAPES"} --out "$OUT/decode.json" > "$OUT/decode.log" 2>&1 || fail=1
-    grep "^|" "$OUT/decode.log"; tail -3 "$OUT/decode.log" | grep -v "^|"
+      ${SHAPES:+--shapes "$SHAPES"} ${FA4:+--fa4 --rounds "${ROUNDS:-3}"} --out "$OUT/decode.json" \
+      > "$OUT/decode.log" 2>&1 || fail=1
+    grep "^|\|^copy rate" "$OUT/decode.log"; tail -3 "$OUT/decode.log" | grep -v "^|"
     return
   fi
   local cfg cases shape sp case_ B SQ SK splits lay out
