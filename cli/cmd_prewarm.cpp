@@ -265,9 +265,7 @@ void add_bundle(CLI::App& app) {
       keys[i] = in.key;
       bool compiled = ship_kernel(in);
       if (in.config.tuning.short_keys > 0) {  // what get_kernel loads beside it (runtime/get_kernel.cpp)
-        ResolveOptions sibling = options;
-        sibling.tune.cross_tile = 0;
-        const detail::CompileInputs si = detail::compile_inputs(job.config, sibling);
+        const detail::CompileInputs si = detail::compile_inputs(job.config, detail::short_keys_options(options));
         sibling_keys[i] = si.key;
         compiled = ship_kernel(si) || compiled;
       }

@@ -226,12 +226,11 @@ void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
   // kernel the module load its split count needs (occupancy); here the same module.
   const CompiledKernel& k = kernel_for(args);
   LaunchPlan p = k.plan(args);
-  module_for_current_context();  // the arch check and the module loads, the sibling's with them
-  k.enqueue(p, args, stream);
+  const LoadedModule& own = module_for_current_context();  // the arch check and the module loads, the sibling's too
+  k.enqueue(p, args, stream, &k == this ? own : k.module_for_current_context());
 }
 
-void CompiledKernel::enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream) const {
-  const LoadedModule& module = module_for_current_context();
+void CompiledKernel::enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream, const LoadedModule& module) const {
   const CUstream s = static_cast<CUstream>(stream);
   if (p.params.num_splits <= 1) {
     void* kernel_params[] = {&p.params, &p.tma};

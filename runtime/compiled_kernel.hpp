@@ -119,7 +119,8 @@ class CompiledKernel final : public Kernel {
   // Loads on first use per context, with the combine kernel's and the short-keys sibling's
   // modules: whichever a later launch runs, it loads nothing (e.g. inside a CUDA graph capture).
   const LoadedModule& module_for_current_context() const;
-  void enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream) const;  // p: this kernel's plan
+  // p: this kernel's plan; module: this kernel's module in the current context.
+  void enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream, const LoadedModule& module) const;
   int split_slots_per_sm() const;  // CTA slots per SM the automatic split count fills
 
   ResolvedConfig config_;

@@ -74,6 +74,12 @@ cache::Artifact compile_artifact(const CombineInputs& in) {
   return artifact_of(std::move(out), describe(in), kCombineEntryName, 0);
 }
 
+ResolveOptions short_keys_options(const ResolveOptions& options) {
+  ResolveOptions o = options;
+  o.tune.cross_tile = 0;
+  return o;
+}
+
 FA4Config with_arch(const FA4Config& config) {
   FA4Config c = config;
   if (!c.arch.empty()) return c;
@@ -201,10 +207,9 @@ cache::Artifact compile_under_policy(const Inputs& in, const std::string& what) 
 // cross_tile=0). It only speeds up short launches: where the compile policy forbids compiling it
 // (a cache prewarmed before it existed), the kernel runs every launch itself.
 detail::CompiledKernelPtr short_keys_sibling(const FA4Config& config, const ResolveOptions& options) {
-  ResolveOptions o = options;
-  o.tune.cross_tile = 0;
   try {
-    return std::dynamic_pointer_cast<const detail::CompiledKernel>(get_kernel(config, o));
+    return std::dynamic_pointer_cast<const detail::CompiledKernel>(
+        get_kernel(config, detail::short_keys_options(options)));
   } catch (const CacheMissError& e) {
     detail::log(LogLevel::warn,
                 fmt::format("short-keys kernel not loaded, short launches run the cross-tile kernel: {}", e.what()));
