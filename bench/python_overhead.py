@@ -158,9 +158,16 @@ def main():
         lambda: ops._launch(q, k, v, out, None, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
                             "", 0.0, 0.0, 0, 1, -1))
     kern = next(iter(ops._kernels.values()))
-    packed = _lib.LAUNCH_ARGS.pack(
-        _lib.LAUNCH_ARGS_SIZE, q.device.index, *ops._packed_tensors(q=q, k=k, v=v, o=out), 0, 0.0, -1, -1, 0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
-        0, 128, 128, 0, 0, 0, 0, 0, 0, 0, 0)  # ... workspace, workspace_bytes, descale_q/k/v (C API version 3)
+    # The library's defaults (fa4jit_launch_args_init), then this launch's device, tensors and splits.
+    buf = ctypes.create_string_buffer(_lib.LAUNCH_ARGS_SIZE)
+    _lib.fa4jit_launch_args_init(buf)
+    values = list(_lib.LAUNCH_ARGS.unpack_from(buf.raw))
+    tensors = ops._packed_tensors(q=q, k=k, v=v, o=out)
+    first = _lib.FIELD_INDEX["q.data"]
+    values[first:first + len(tensors)] = tensors
+    values[_lib.FIELD_INDEX["device"]] = q.device.index
+    values[_lib.FIELD_INDEX["num_splits"]] = 1
+    packed = _lib.LAUNCH_ARGS.pack(*values)
     stream = torch.cuda.current_stream().cuda_stream
     run("fa4jit_launch via ctypes, pre-packed args (library + ctypes)",
         lambda: _lib.fa4jit_launch(kern.handle, packed, stream))

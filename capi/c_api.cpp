@@ -211,6 +211,7 @@ jit::LaunchArgs to_launch_args(const fa4jit_launch_args& a) {
   r.descale_q = a.descale_q;  // NULL (the default) for callers of a version 2 header
   r.descale_k = a.descale_k;
   r.descale_v = a.descale_v;
+  r.max_seqlen_k = a.max_seqlen_k;  // 0 (the default) for callers of a version 4 header
   return r;
 }
 

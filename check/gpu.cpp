@@ -364,6 +364,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   a.softcap = c.softcap;
   a.sinks = p.sinks.empty() ? nullptr : static_cast<const float*>(dsinks.get());
   a.num_splits = c.num_splits;
+  a.max_seqlen_k = c.max_seqlen_k;
   a.aux_scalar = c.aux_scalar;
   a.aux_ptr = c.aux_ptr;
   if (!descale[0].empty()) a.descale_q = static_cast<const float*>(ddescale[0].get());

@@ -51,7 +51,8 @@ struct CheckCase {
   // or seqused_k (padded or paged K). page_size > 0: K/V in randomly placed pages of that size.
   std::vector<int> seqlens_q, seqlens_k;
   int page_size = 0;
-  int num_splits = 1;  // LaunchArgs::num_splits (0: automatic)
+  int num_splits = 1;    // LaunchArgs::num_splits (0: automatic)
+  int max_seqlen_k = 0;  // LaunchArgs::max_seqlen_k, the caller's hint (any value: correct results)
   // > 0: pass a run-time block mask of these block sizes, computed exactly from the reference mask.
   int block_mask_q = 0, block_mask_k = 0;
   std::array<float, 4> aux_scalar{};     // LaunchArgs::aux_scalar (custom snippets' scalars[i])

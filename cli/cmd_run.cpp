@@ -85,6 +85,49 @@ FA4Config one_config(const std::string& file, const std::vector<std::string>& pr
   return c;
 }
 
+// `bench --seqlens-q .. --seqlens-k ..`: a batch of packed sequences (cu_seqlens), as a serving
+// engine's prefill. Empty offsets when neither flag is given. Checked before anything is compiled.
+struct PackedBatch {
+  std::vector<int> cu_q, cu_k;  // batch + 1 offsets each
+  int max_q = 0, max_k = 0;
+  double score_pairs = 0;  // sum over sequences of Sq x Sk
+  bool empty() const { return cu_q.empty(); }
+  int batch() const { return static_cast<int>(cu_q.size()) - 1; }
+};
+
+PackedBatch packed_batch(const ShapeOpts& s) {
+  PackedBatch p;
+  if (s.seqlens_q.empty() && s.seqlens_k.empty()) return p;
+  if (s.seqlens_q.size() != s.seqlens_k.size())
+    throw ConfigError(
+        fmt::format("bench: --seqlens-q has {} lengths and --seqlens-k {}: a varlen bench takes both, one per sequence",
+                    s.seqlens_q.size(), s.seqlens_k.size()));
+  if (s.page_size)
+    throw ConfigError(
+        "bench: --seqlens-q / --seqlens-k with --page-size: bench times packed varlen K/V only "
+        "(`fa4jit check` runs paged varlen layouts)");
+  p.cu_q = p.cu_k = {0};
+  for (std::size_t i = 0; i < s.seqlens_q.size(); ++i) {
+    const int q = s.seqlens_q[i], k = s.seqlens_k[i];
+    if (q < 0 || k < 0)
+      throw ConfigError(fmt::format("bench: --seqlens-q / --seqlens-k: sequence {} has length {} / {}", i, q, k));
+    p.cu_q.push_back(p.cu_q.back() + q);
+    p.cu_k.push_back(p.cu_k.back() + k);
+    p.max_q = std::max(p.max_q, q);
+    p.max_k = std::max(p.max_k, k);
+    p.score_pairs += static_cast<double>(q) * k;
+  }
+  if (p.cu_q.back() == 0 || p.cu_k.back() == 0)
+    throw ConfigError("bench: --seqlens-q / --seqlens-k: every sequence is empty");
+  return p;
+}
+
+// Whether `a` launches the kernel's short-keys sibling (Tuning::short_keys) rather than the kernel.
+bool runs_short_keys_sibling(const Kernel& kernel, const LaunchArgs& a) {
+  const auto* compiled = dynamic_cast<const detail::CompiledKernel*>(&kernel);
+  return compiled && &compiled->kernel_for(a) != compiled;
+}
+
 // A kernel built with --arch for another GPU: say so in the CLI's terms before launching.
 void require_runs_here(const Kernel& kernel) {
   const CUdevice dev = detail::ensure_context();
@@ -250,6 +293,7 @@ void add_bench(CLI::App& app) {
     int iters = 30, warmup = 5;
     bool json = false;
     bool kv_heads_major = false;
+    int max_seqlen_k = -1;  // varlen: LaunchArgs::max_seqlen_k; -1: the longest --seqlens-k
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file");
@@ -261,28 +305,39 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_flag("--kv-bhsd", o->kv_heads_major, "K/V stored (batch, heads, seqlen, dim) like PyTorch SDPA's inputs");
   add_shape_options(cmd, o->shape);
+  cmd->add_option("--max-seqlen-k", o->max_seqlen_k,
+                  "varlen: the max_seqlen_k hint passed to the launch (-1: the longest of --seqlens-k; 0: none)");
   cmd->callback([o] {
     using clock = std::chrono::steady_clock;
+    const PackedBatch packed = packed_batch(o->shape);  // before anything is compiled
+    if (!packed.empty() && o->kv_heads_major)
+      throw ConfigError("bench: --kv-bhsd with --seqlens-q / --seqlens-k: packed varlen K/V are (total, heads, dim)");
+    if (o->max_seqlen_k < -1)
+      throw ConfigError(
+          fmt::format("bench: --max-seqlen-k is {}: -1 (the longest sequence), 0 (none) or a length", o->max_seqlen_k));
     const auto t_start = clock::now();
     const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
     const KernelPtr kernel = get_kernel(with_cli_arch(c), cli_resolve_options());
     const double get_kernel_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
     require_runs_here(*kernel);  // creates the context, as the buffers below would before any timing
     const FA4Config& rc = kernel->config().config;
-    const int B = o->shape.batch, H = o->shape.heads, Hkv = o->shape.kv_heads, D = rc.depth;
-    const int Sq = o->shape.seqlen_q ? o->shape.seqlen_q : o->shape.seqlen;
-    const int Sk = o->shape.seqlen_k ? o->shape.seqlen_k : o->shape.seqlen;
+    const bool varlen = !packed.empty();
+    const int B = varlen ? packed.batch() : o->shape.batch, H = o->shape.heads, Hkv = o->shape.kv_heads, D = rc.depth;
+    // Varlen: Sq / Sk are the longest sequences, the tensors hold the totals.
+    const int Sq = varlen ? packed.max_q : o->shape.sq();
+    const int Sk = varlen ? packed.max_k : o->shape.sk();
+    const std::size_t rows_q = varlen ? packed.cu_q.back() : static_cast<std::size_t>(B) * Sq;
+    const std::size_t rows_k = varlen ? packed.cu_k.back() : static_cast<std::size_t>(B) * Sk;
     const int page = o->shape.page_size;
     const int pages_per_seq = page ? (Sk + page - 1) / page : 0, num_pages = B * pages_per_seq;
-    const std::size_t nq = static_cast<std::size_t>(B) * Sq * H * D;
-    const std::size_t nk =
-        page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : static_cast<std::size_t>(B) * Sk * Hkv * D;
+    const std::size_t nq = rows_q * H * D;
+    const std::size_t nk = page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : rows_k * Hkv * D;
     const DType kv_t = kv_type(rc);  // e4m3 for an FP8 KV cache
     const std::size_t in_size = static_cast<std::size_t>(dtype_size(rc.dtype));
     const std::size_t kv_size = static_cast<std::size_t>(dtype_size(kv_t));
     const std::size_t out_size = static_cast<std::size_t>(dtype_size(*rc.output_dtype));
     testing::DeviceBuffer dq(nq * in_size), dk(nk * kv_size), dv(nk * kv_size), dout(nq * out_size),
-        dlse(static_cast<std::size_t>(B) * H * Sq * 4);
+        dlse(rows_q * H * 4);
     testing::DeviceBuffer dtable(std::max(num_pages, 1) * 4);
     std::mt19937 rng(std::random_device{}());
     if (page) {  // pages in random order, as a serving cache leaves them
@@ -302,7 +357,20 @@ void add_bench(CLI::App& app) {
     }
     LaunchArgs a;
     a.q = Tensor::contiguous(dq.get(), rc.dtype, B, Sq, H, D);
-    if (page) {
+    testing::DeviceBuffer dcu_q(varlen ? (B + 1) * 4 : 4), dcu_k(varlen ? (B + 1) * 4 : 4);
+    if (varlen) {  // packed (1, total, H, D) tensors, as flash_attn_varlen_func takes them
+      const auto total_q = static_cast<std::int64_t>(rows_q), total_k = static_cast<std::int64_t>(rows_k);
+      dcu_q.upload(packed.cu_q.data(), packed.cu_q.size() * 4);
+      dcu_k.upload(packed.cu_k.data(), packed.cu_k.size() * 4);
+      a.q = Tensor::contiguous(dq.get(), rc.dtype, 1, total_q, H, D);
+      a.k = Tensor::contiguous(dk.get(), kv_t, 1, total_k, Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), kv_t, 1, total_k, Hkv, D);
+      a.cu_seqlens_q = static_cast<const int*>(dcu_q.get());
+      a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
+      a.batch = B;
+      a.max_seqlen_q = Sq;
+      a.max_seqlen_k = o->max_seqlen_k < 0 ? Sk : o->max_seqlen_k;
+    } else if (page) {
       a.k = Tensor::contiguous(dk.get(), kv_t, num_pages, page, Hkv, D);
       a.v = Tensor::contiguous(dv.get(), kv_t, num_pages, page, Hkv, D);
       a.page_table = static_cast<const int*>(dtable.get());
@@ -320,7 +388,9 @@ void add_bench(CLI::App& app) {
       dused.upload(used.data(), used.size() * 4);
       a.seqused_k = static_cast<const int*>(dused.get());
     }
-    a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, B, Sq, H, D);
+    a.o = a.q;
+    a.o.data = dout.get();
+    a.o.dtype = *rc.output_dtype;
     a.lse = static_cast<float*>(dlse.get());
     a.num_splits = o->shape.splits;
     a.softcap = o->shape.softcap;  // the softcap score-mod's cap (its config refuses none)
@@ -343,9 +413,11 @@ void add_bench(CLI::App& app) {
     const double ms_stream = testing::time_kernel_stream_ms(*kernel, a, 0, o->iters);
     const double host_us = testing::host_launch_us(*kernel, a, o->iters);
     const bool causal = rc.mask.kind == Mask::Kind::causal;
-    const double flops = 4.0 * B * H * Sq * Sk * D * (causal ? 0.5 : 1.0);
+    const double pairs = varlen ? packed.score_pairs : static_cast<double>(B) * Sq * Sk;
+    const double flops = 4.0 * pairs * H * D * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
-    const double kv_bytes = 2.0 * B * Sk * Hkv * D * kv_size;  // K and V read once: the decode roofline
+    const double kv_bytes =
+        2.0 * static_cast<double>(rows_k) * Hkv * D * kv_size;  // K and V read once: the decode roofline
     const double kv_tbps = kv_bytes / (ms * 1e-3) / 1e12;
     nlohmann::json j = {{"arch", rc.arch},
                         {"backend", to_string(kernel->config().backend)},
@@ -377,13 +449,16 @@ void add_bench(CLI::App& app) {
                         {"kv_bhsd", o->kv_heads_major},
                         {"ms_stream", ms_stream},
                         {"host_launch_us", host_us},
-                        {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12}};
+                        {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12},
+                        {"varlen", varlen},
+                        {"max_seqlen_k", a.max_seqlen_k},
+                        {"short_keys_sibling", runs_short_keys_sibling(*kernel, a)}};
     if (o->json)
       fmt::print("{}\n", j.dump());
     else
-      fmt::print("bench: {} {} B={} H={}/{} Sq={} Sk={} D={} {}: {:.3f} ms, {:.1f} TFLOP/s, K+V {:.2f} TB/s\n", rc.arch,
-                 to_string(kernel->config().backend), B, H, Hkv, Sq, Sk, D, causal ? "causal" : "", ms, tflops,
-                 kv_tbps);
+      fmt::print("bench: {} {} B={} H={}/{} Sq={} Sk={}{} D={} {}: {:.3f} ms, {:.1f} TFLOP/s, K+V {:.2f} TB/s\n",
+                 rc.arch, to_string(kernel->config().backend), B, H, Hkv, Sq, Sk, varlen ? " (longest, varlen)" : "", D,
+                 causal ? "causal" : "", ms, tflops, kv_tbps);
   });
 }
 

@@ -71,7 +71,8 @@ CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::stri
 
 long long max_keys_bound(const LaunchArgs& args) {
   const long long rows = args.k.shape[1];  // keys, the varlen total, or rows per page
-  return args.page_table ? static_cast<long long>(args.max_pages) * rows : rows;
+  const long long bound = args.page_table ? static_cast<long long>(args.max_pages) * rows : rows;
+  return args.max_seqlen_k > 0 ? std::min<long long>(bound, args.max_seqlen_k) : bound;
 }
 
 const CompiledKernel& CompiledKernel::kernel_for(const LaunchArgs& args) const {

@@ -86,7 +86,8 @@ struct LaunchPlan {
 };
 
 // The longest key sequence a launch can hold: keys per sequence, the varlen total, or a paged
-// sequence's page_table row (no device read: seqused_k and cu_seqlens_k only shorten it).
+// sequence's page_table row (no device read: seqused_k and cu_seqlens_k only shorten it), or the
+// caller's max_seqlen_k where that is shorter (a hint: it only chooses between correct kernels).
 long long max_keys_bound(const LaunchArgs& args);
 
 class CompiledKernel;

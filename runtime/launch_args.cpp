@@ -73,6 +73,8 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     bad("cu_seqlens_k with page_table: paged keys are located by the page table (pass seqused_k)");
   if (varlen && !paged && !(a.cu_seqlens_q && a.cu_seqlens_k)) bad("cu_seqlens_q and cu_seqlens_k go together");
   const std::int64_t B = varlen ? a.batch : a.q.shape[0];
+  if (a.max_seqlen_k < 0)
+    bad(fmt::format("max_seqlen_k is {}: pass the longest key sequence, or 0 when it is not known", a.max_seqlen_k));
   if (varlen) {
     if (a.batch <= 0) bad(fmt::format("batch is {}: varlen launches need the number of sequences", a.batch));
     if (a.max_seqlen_q <= 0)

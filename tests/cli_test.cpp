@@ -165,6 +165,24 @@ TEST_F(Cli, CacheVerifyExportImportAndPrune) {
   EXPECT_EQ(run("cache ls").out, "");
 }
 
+TEST_F(Cli, BenchRefusesVarlenFlagsItCannotTimeBeforeCompiling) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--seqlens-q 100,200", "--seqlens-q has 2 lengths and --seqlens-k 0"},
+      {"--seqlens-q 100,200 --seqlens-k 100", "--seqlens-q has 2 lengths and --seqlens-k 1"},
+      {"--seqlens-q 100 --seqlens-k 100 --page-size 64", "with --page-size"},
+      {"--seqlens-q 100,-1 --seqlens-k 100,5", "sequence 1 has length -1 / 5"},
+      {"--seqlens-q 0,0 --seqlens-k 0,0", "every sequence is empty"},
+      {"--seqlens-q 64 --seqlens-k 64 --kv-bhsd", "--kv-bhsd with --seqlens-q"},
+      {"--seqlens-q 64 --seqlens-k 64 --max-seqlen-k -2", "--max-seqlen-k is -2"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const Result r = run(std::string("bench --arch sm_90a ") + flags);
+    EXPECT_NE(r.rc, 0) << flags;
+    EXPECT_NE(r.out.find(message), std::string::npos) << flags << ": " << r.out;
+  }
+  EXPECT_EQ(run("cache ls").out, "");  // refused before get_kernel: nothing compiled
+}
+
 TEST_F(Cli, CheckRefusesSnippetsItHasNoReferenceFor) {
   const auto cfg = write("custom.json", R"({"mask": {"kind": "custom", "snippet": "return true;"}})");
   const Result r = run("check --arch sm_90a --config " + cfg.string());

@@ -278,6 +278,48 @@ TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
       }
 }
 
+// A varlen or paged batch is bounded by its total keys unless the caller passes max_seqlen_k
+// (FlashAttention's hint): with it, a causal d128 batch of sequences of at most short_keys keys runs
+// the kernel's cross_tile=0 sibling. The hint only picks the kernel, so one below the real longest
+// sequence (here 1000 against 2048 keys) still gives the reference's results.
+TEST(GpuFeatures, MaxSeqlenKHintPicksTheShortKeysSiblingAndStaysCorrect) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::string> archs = runnable_archs();
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "short_keys is sm90a's";
+  const auto kernel = jit::get_kernel(config("sm_90a", 128, Mask::causal()));
+  const auto& compiled = dynamic_cast<const jit::detail::CompiledKernel&>(*kernel);
+  ASSERT_NE(compiled.short_keys(), nullptr) << "the default causal d128 kernel carries a short-keys sibling";
+  const int short_keys = kernel->config().tuning.short_keys;
+
+  CheckCase varlen = heads(8, 2);
+  varlen.seqlens_q = {1000, short_keys, 0, 700, 1500, 64};
+  varlen.seqlens_k = {1000, short_keys, 5, 900, 1500, 64};
+  CheckCase paged = heads(8, 2);  // seqused_k, pages of 64, page-table rows of short_keys + 64 keys
+  paged.batch = 3;
+  paged.seqlen_q = 300;
+  paged.seqlens_k = {short_keys, 1200, 300};
+  paged.page_size = 64;
+  for (CheckCase c : {varlen, paged})
+    for (int hint : {0, short_keys, 1000}) {
+      c.max_seqlen_k = hint;
+      jit::LaunchArgs a;  // the launch's shapes, as run_and_check builds them
+      const bool is_paged = c.page_size > 0;
+      long long total_k = 0;
+      for (int n : c.seqlens_k) total_k += n;
+      const int longest = *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end());
+      a.k.shape = {1, is_paged ? c.page_size : total_k, 2, 128};
+      a.page_table = is_paged ? reinterpret_cast<const int*>(16) : nullptr;
+      a.max_pages = is_paged ? (longest + c.page_size - 1) / c.page_size + 1 : 0;  // as run_and_check's table
+      a.cu_seqlens_k = is_paged ? nullptr : reinterpret_cast<const int*>(16);
+      a.max_seqlen_k = hint;
+      const bool sibling = hint > 0;
+      EXPECT_EQ(&compiled.kernel_for(a), sibling ? compiled.short_keys().get() : &compiled) << hint;
+      const std::string what =
+          fmt::format("{} max_seqlen_k {} ({})", is_paged ? "paged" : "varlen", hint, sibling ? "sibling" : "kernel");
+      expect_matches(jit::testing::run_and_check(*kernel, c), what);
+    }
+}
+
 // A consumer warpgroup's P V skips the keys of a KV tile that its own 64 rows cannot see (sm90a
 // WgKeySpan, Tuning::wg_spans: half of the tile or none of it; on by default for causal d64, forced
 // on here). The cases move the causal diagonal through every position against the warpgroups' rows

@@ -191,6 +191,13 @@ TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
   a.k.shape = {1, 4096, 8, 128};  // varlen: the total bounds every sequence
   a.cu_seqlens_k = reinterpret_cast<const int*>(16);
   EXPECT_EQ(&compiled->kernel_for(a), k.get());
+  a.max_seqlen_k = 2048;  // ... unless the caller bounds the longest sequence (FlashAttention's hint)
+  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
+  a.max_seqlen_k = 2049;
+  EXPECT_EQ(&compiled->kernel_for(a), k.get());
+  a.max_seqlen_k = 8192;  // a hint above the total: the total still bounds it
+  a.k.shape[1] = 2000;
+  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
   a = LaunchArgs{};
   a.k.shape = {100, 64, 8, 128};  // paged: max_pages x page_size
   a.page_table = reinterpret_cast<const int*>(16);
@@ -198,6 +205,8 @@ TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
   EXPECT_EQ(&compiled->kernel_for(a), &sibling);
   a.max_pages = 33;
   EXPECT_EQ(&compiled->kernel_for(a), k.get());
+  a.max_seqlen_k = 1500;  // sequences shorter than their page-table rows
+  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
 
   ResolveOptions one;
   one.tune.short_keys = 0;

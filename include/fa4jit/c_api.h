@@ -21,7 +21,7 @@
  *   JSON exchanged changes (2: configs lost padded_depth, BK1, num_mma_stages and swizzle_bytes,
  *   which took one value only; resolved configs report "padded_depth" beside "config"; 3: FP8,
  *   FA4JIT_E4M3 and fa4jit_launch_args' descale_q / descale_k / descale_v; 4: the config field
- *   "kv_dtype", an FP8 KV cache). Structs
+ *   "kv_dtype", an FP8 KV cache; 5: fa4jit_launch_args' max_seqlen_k). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
@@ -41,7 +41,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 4
+#define FA4JIT_C_API_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -118,6 +118,11 @@ typedef struct fa4jit_launch_args {
   const float* descale_q;
   const float* descale_k;
   const float* descale_v;
+  /* Since C API version 5. Varlen keys and paged caches: the longest key sequence (FlashAttention's
+   * max_seqlen_k); 0 (default): unknown. A hint, never read as a length: it chooses between the
+   * kernels of one config, so any value is correct and one below the real longest costs speed only;
+   * negative: FA4JIT_LAUNCH_ERROR. */
+  int32_t max_seqlen_k;
 } fa4jit_launch_args;
 
 typedef struct fa4jit_kernel fa4jit_kernel; /* a compiled kernel; cheap to keep and reuse */

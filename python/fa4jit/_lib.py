@@ -14,7 +14,8 @@ import struct
 
 from . import _paths, errors
 
-C_API_VERSION = 4  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype)
+C_API_VERSION = 5  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
+#                     5: max_seqlen_k)
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates
@@ -133,8 +134,10 @@ LAUNCH_FIELDS = [
     ("block_mask_batch_stride", "q"), ("block_mask_head_stride", "q"), ("block_mask_row_stride", "q"),
     ("workspace", "P"), ("workspace_bytes", "Q"),
     ("descale_q", "P"), ("descale_k", "P"), ("descale_v", "P"),  # C API version 3
+    ("max_seqlen_k", "i"),  # C API version 5
 ]
-LAUNCH_ARGS = struct.Struct("@" + " ".join(f for _, f in LAUNCH_FIELDS))
+# "0P": the C struct's trailing padding to pointer alignment (sizeof counts it; struct would not).
+LAUNCH_ARGS = struct.Struct("@" + " ".join(f for _, f in LAUNCH_FIELDS) + " 0P")
 LAUNCH_ARGS_SIZE = LAUNCH_ARGS.size
 
 

@@ -184,7 +184,7 @@ def _check_descale(q, k, v, batch, Hkv, device, descale_q, descale_k, descale_v)
 
 
 def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-               max_seqlen_q, return_lse, out_bhsd, descale_q=None, descale_k=None, descale_v=None):
+               max_seqlen_q, return_lse, out_bhsd, descale_q=None, descale_k=None, descale_v=None, max_seqlen_k=0):
     """Metadata checks: run at trace time (fake tensors) and before every launch. Errors name the argument."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
@@ -258,6 +258,9 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         batch = q.shape[0]
         if not paged and k.shape[0] != batch:
             raise LaunchError(f"q has batch {batch}, k/v {k.shape[0]}")
+    if max_seqlen_k < 0:
+        raise LaunchError(f"max_seqlen_k is {max_seqlen_k}: pass the longest key sequence, or None when it is not "
+                          f"known")
     if paged:
         _check_device("page_table", page_table, device)
         if page_table.dtype != torch.int32 or page_table.dim() != 2 or page_table.shape[0] != batch:
@@ -408,12 +411,12 @@ class _Plan:
 def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
                aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
                softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, patch=True, descale_q=None, descale_k=None,
-               descale_v=None) -> _Plan:
+               descale_v=None, max_seqlen_k=0) -> _Plan:
     """Checks the arguments, gets the kernel and packs the launch arguments of this signature. Without
     patch, the plan is for this call only: plan.values are the struct's values with this call's pointers
     (the workspace's excepted) and plan.args is None."""
     batch = _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-                       max_seqlen_q, lse is not None, False, descale_q, descale_k, descale_v)
+                       max_seqlen_q, lse is not None, False, descale_q, descale_k, descale_v, max_seqlen_k)
     tensors = _packed_tensors(q=q, k=k, v=v, out=out)
     dev = q.device.index
     if dev is None:
@@ -443,13 +446,14 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
     values = [_lib.LAUNCH_ARGS_SIZE, dev, *tensors, _ptr(lse), softmax_scale, window_left, window_right, chunk_size,
               softcap, _ptr(alibi_slopes), *ptrs, *sc, _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k),
               batch if varlen else 0, max_seqlen_q if varlen else 0, _ptr(sinks), _ptr(page_table), max_pages,
-              num_splits, 0, 128, 128, 0, 0, 0, 0, 0, _ptr(descale_q), _ptr(descale_k), _ptr(descale_v)]
+              num_splits, 0, 128, 128, 0, 0, 0, 0, 0, _ptr(descale_q), _ptr(descale_k), _ptr(descale_v),
+              max_seqlen_k]
     nbytes = 0
     if num_splits != 1:
         # Split-KV scratch comes from torch's allocator (stream-ordered, CUDA-graph safe) on every
         # launch, sized by the library once per shape.
         wkey = (dev, tuple(q.shape), tuple(k.shape), num_splits, batch, max_seqlen_q, max_pages, varlen,
-                cu_seqlens_k is not None, seqused_k is not None)
+                cu_seqlens_k is not None, seqused_k is not None, max_seqlen_k)
         nbytes = kernel.workspace.get(wkey)
         if nbytes is None:
             n = ctypes.c_uint64()
@@ -511,14 +515,15 @@ def _run(plan: _Plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seq
 def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
             aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
             softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached=True, descale_q=None, descale_k=None,
-            descale_v=None):
+            descale_v=None, max_seqlen_k=0):
     """The ops' launch (normalized arguments, as in the op schema). cached=False: a one-off launch
     (the user functions' first call of a signature), without a plan kept for later calls."""
     if not cached:
         plan = _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
                           aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
                           block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
-                          patch=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+                          patch=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v,
+                          max_seqlen_k=max_seqlen_k)
         values, workspace = plan.values, None
         if plan.nbytes:
             workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
@@ -531,19 +536,20 @@ def _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table
            _meta(seqused_k), _meta(page_table), _meta(sinks), _meta(alibi_slopes), tuple(_meta(t) for t in aux),
            tuple(scalars), aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod,
            score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, _meta(descale_q), _meta(descale_k),
-           _meta(descale_v))
+           _meta(descale_v), max_seqlen_k)
     plan = _plans.get(key)
     if plan is None:
         if not _seen_before(key):
             return _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes,
                            aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
                            block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa,
-                           cached=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+                           cached=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v,
+                           max_seqlen_k=max_seqlen_k)
         plan = _remember(key, _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
                                          alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right,
                                          chunk_size, mask_mod, block_mask_mod, score_mod, softcap, softmax_scale,
                                          max_seqlen_q, num_splits, pack_gqa, descale_q=descale_q,
-                                         descale_k=descale_k, descale_v=descale_v))
+                                         descale_k=descale_k, descale_v=descale_v, max_seqlen_k=max_seqlen_k))
     _run(plan, q, k, v, out, lse, alibi_slopes, aux, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, page_table,
          (descale_q, descale_k, descale_v))
 
@@ -560,24 +566,24 @@ def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
          window_left: int, window_right: int, chunk_size: int, mask_mod: str, block_mask_mod: str, score_mod: str,
          softcap: float, softmax_scale: float, max_seqlen_q: int, num_splits: int, pack_gqa: int, return_lse: bool,
          out_bhsd: bool, descale_q: Optional[Tensor] = None, descale_k: Optional[Tensor] = None,
-         descale_v: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+         descale_v: Optional[Tensor] = None, max_seqlen_k: int = 0) -> Tuple[Tensor, Tensor]:
     return _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
                      aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod,
                      softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd,
-                     descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+                     descale_q=descale_q, descale_k=descale_k, descale_v=descale_v, max_seqlen_k=max_seqlen_k)
 
 
 def _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
               softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, cached=True, descale_q=None,
-              descale_k=None, descale_v=None):
+              descale_k=None, descale_v=None, max_seqlen_k=0):
     out = _new_out(q, out_bhsd)
     lse = torch.empty(_lse_shape(q, cu_seqlens_q is not None) if return_lse else (0,), dtype=torch.float32,
                       device=q.device)
     _launch(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
             alibi_slopes, aux, scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod,
             block_mask_mod, score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, cached,
-            descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+            descale_q=descale_q, descale_k=descale_k, descale_v=descale_v, max_seqlen_k=max_seqlen_k)
     return out, lse
 
 
@@ -585,9 +591,9 @@ def _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks,
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
               aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
               softmax_scale, max_seqlen_q, num_splits, pack_gqa, return_lse, out_bhsd, descale_q=None, descale_k=None,
-              descale_v=None):
+              descale_v=None, max_seqlen_k=0):
     _check_qkv(q, k, v, None, None, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-               max_seqlen_q, return_lse, out_bhsd, descale_q, descale_k, descale_v)
+               max_seqlen_q, return_lse, out_bhsd, descale_q, descale_k, descale_v, max_seqlen_k)
     _snippet_texts(aux, aux_names, mask_mod, block_mask_mod, score_mod)  # snippet/aux errors at trace time
     lse_shape = _lse_shape(q, cu_seqlens_q is not None) if return_lse else (0,)
     return _new_out(q, out_bhsd), q.new_empty(lse_shape, dtype=torch.float32)
@@ -600,20 +606,20 @@ def _fwd_out(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor]
              aux_names: str, causal: bool, window_left: int, window_right: int, chunk_size: int, mask_mod: str,
              block_mask_mod: str, score_mod: str, softcap: float, softmax_scale: float, max_seqlen_q: int,
              num_splits: int, pack_gqa: int, descale_q: Optional[Tensor] = None, descale_k: Optional[Tensor] = None,
-             descale_v: Optional[Tensor] = None) -> None:
+             descale_v: Optional[Tensor] = None, max_seqlen_k: int = 0) -> None:
     _launch(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux, scalars,
             aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod, score_mod, softcap,
             softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q=descale_q, descale_k=descale_k,
-            descale_v=descale_v)
+            descale_v=descale_v, max_seqlen_k=max_seqlen_k)
 
 
 @_fwd_out.register_fake
 def _fwd_out_fake(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
                   scalars, aux_names, causal, window_left, window_right, chunk_size, mask_mod, block_mask_mod,
                   score_mod, softcap, softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q=None, descale_k=None,
-                  descale_v=None):
+                  descale_v=None, max_seqlen_k=0):
     _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, sinks, alibi_slopes, aux,
-               max_seqlen_q, lse is not None, False, descale_q, descale_k, descale_v)
+               max_seqlen_q, lse is not None, False, descale_q, descale_k, descale_v, max_seqlen_k)
     _snippet_texts(aux, aux_names, mask_mod, block_mask_mod, score_mod)
 
 
@@ -708,7 +714,7 @@ def _vector32(t: Optional[Tensor]) -> Optional[Tensor]:
 
 def _prepare(*, aux, scalars, causal, window, softcap, score_mod, alibi_slopes, sinks, mask_mod, block_mask_mod,
              chunk_size, softmax_scale, max_seqlen_q, num_splits, pack_gqa, descale_q=None, descale_k=None,
-             descale_v=None):
+             descale_v=None, max_seqlen_k=None):
     """The user arguments in the ops' schema (raises on bad ones, naming them); sinks and ALiBi slopes as float32."""
     aux_list, aux_names = _aux(aux)
     for name, t in zip(_DESCALE, (descale_q, descale_k, descale_v)):
@@ -724,18 +730,18 @@ def _prepare(*, aux, scalars, causal, window, softcap, score_mod, alibi_slopes, 
                   block_mask_mod=block_mask_mod or "", score_mod=score_mod, softcap=float(softcap or 0.0),
                   softmax_scale=float(softmax_scale or 0.0), max_seqlen_q=max_seqlen_q, num_splits=int(num_splits),
                   pack_gqa=-1 if pack_gqa is None else int(bool(pack_gqa)), descale_q=descale_q, descale_k=descale_k,
-                  descale_v=descale_v)
+                  descale_v=descale_v, max_seqlen_k=int(max_seqlen_k or 0))
     return common, _vector32(sinks), _vector32(alibi_slopes)
 
 
 def _call(q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal, window, softcap,
           softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes, num_splits, pack_gqa,
-          return_lse, out, chunk_size, bhsd, descale_q=None, descale_k=None, descale_v=None):
+          return_lse, out, chunk_size, bhsd, descale_q=None, descale_k=None, descale_v=None, max_seqlen_k=None):
     common, sinks, alibi_slopes = _prepare(
         aux=aux, scalars=scalars, causal=causal, window=window, softcap=softcap, score_mod=score_mod,
         alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, block_mask_mod=block_mask_mod, chunk_size=chunk_size,
         softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa,
-        descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+        descale_q=descale_q, descale_k=descale_k, descale_v=descale_v, max_seqlen_k=max_seqlen_k)
     direct = _eager(q, k, v, out)
     if out is not None:
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, out)):
@@ -786,14 +792,14 @@ def _aux_tensors(aux):
 def _plan_call(q_user, squeeze, q, k, v, *, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, causal,
                window, softcap, softmax_scale, sinks, score_mod, mask_mod, block_mask_mod, aux, scalars, alibi_slopes,
                num_splits, pack_gqa, return_lse, out, chunk_size, bhsd, descale_q=None, descale_k=None,
-               descale_v=None) -> _Plan:
+               descale_v=None, max_seqlen_k=None) -> _Plan:
     """_call's work that depends only on the signature, done once: q_user is the tensor the user passed
     as q, and squeeze whether the returned output drops the leading dimension of q (packed varlen)."""
     common, sinks32, alibi32 = _prepare(
         aux=aux, scalars=scalars, causal=causal, window=window, softcap=softcap, score_mod=score_mod,
         alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, block_mask_mod=block_mask_mod, chunk_size=chunk_size,
         softmax_scale=softmax_scale, max_seqlen_q=max_seqlen_q, num_splits=num_splits, pack_gqa=pack_gqa,
-        descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+        descale_q=descale_q, descale_k=descale_k, descale_v=descale_v, max_seqlen_k=max_seqlen_k)
     if out is None:
         o = _new_out(q, bhsd)
         shown = o.transpose(1, 2) if bhsd else (o.squeeze(0) if squeeze else o)  # what the user gets
@@ -911,8 +917,10 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
     """Variable-length attention forward (no backward), as flash_attn_varlen_func.
 
     q: (total_q, Hq, D), k/v: (total_k, Hkv, D), packed sequences; cu_seqlens_q/k: int32 (B + 1,)
-    offsets on the device; max_seqlen_q: the longest query sequence (a host int). max_seqlen_k is
-    accepted for compatibility and not needed. seqused_k: int32 (B,) keys used per sequence.
+    offsets on the device; max_seqlen_q: the longest query sequence (a host int). max_seqlen_k: the
+    longest key sequence (a host int, None: unknown), a hint as in FlashAttention: it only chooses
+    between kernels (causal d96/d128 on sm_90a: up to 2048 keys the one without the cross-tile
+    overlap, a few % faster), so any value is correct. seqused_k: int32 (B,) keys used per sequence.
     Other arguments as attention() (FP8 descale factors: (B, Hkv), B the number of sequences).
     Returns out (total_q, Hq, D), or (out, lse) with lse (Hq, total_q).
     """
@@ -922,10 +930,10 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
         try:
             key = ("varlen", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                    v.shape, v.stride(), v.dtype, v.device, _meta(cu_seqlens_q), _meta(cu_seqlens_k), _meta(seqused_k),
-                   max_seqlen_q, causal, window, softcap, softmax_scale, score_mod, mask_mod, block_mask_mod,
-                   num_splits, pack_gqa, return_lse, chunk_size, _meta(out), _meta(sinks), _meta(alibi_slopes),
-                   None if aux is None else _aux_key(aux), None if scalars is None else tuple(scalars),
-                   _meta(descale_q), _meta(descale_k), _meta(descale_v))
+                   max_seqlen_q, max_seqlen_k, causal, window, softcap, softmax_scale, score_mod, mask_mod,
+                   block_mask_mod, num_splits, pack_gqa, return_lse, chunk_size, _meta(out), _meta(sinks),
+                   _meta(alibi_slopes), None if aux is None else _aux_key(aux),
+                   None if scalars is None else tuple(scalars), _meta(descale_q), _meta(descale_k), _meta(descale_v))
             plan = _plans.get(key)
         except (TypeError, AttributeError):
             key = plan = None
@@ -944,7 +952,7 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
               softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
               block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
-              bhsd=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+              bhsd=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v, max_seqlen_k=max_seqlen_k)
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q, out is None, q4, k4, v4, **kw))
@@ -963,15 +971,17 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
                     alibi_slopes: Optional[Tensor] = None, num_splits: int = 0, pack_gqa: Optional[bool] = None,
                     return_lse: bool = False, out: Optional[Tensor] = None, chunk_size: int = 0,
                     block_mask_mod: Optional[str] = None, descale_q: Optional[Tensor] = None,
-                    descale_k: Optional[Tensor] = None, descale_v: Optional[Tensor] = None):
+                    descale_k: Optional[Tensor] = None, descale_v: Optional[Tensor] = None,
+                    max_seqlen_k: Optional[int] = None):
     """Attention forward (no backward) over a paged KV cache: decode and chunked prefill.
 
     k_cache/v_cache: (num_pages, page_size, Hkv, D); page_table: int32 (B, max_pages), sequence b's key
     row r is row r % page_size of page page_table[b, r // page_size] (entries past a sequence's pages
     must still be valid page indices); seqused_k: int32 (B,) keys per sequence (None: every page).
     q: (B, Sq, Hq, D), or packed (total_q, Hq, D) with cu_seqlens_q and max_seqlen_q (varlen queries).
-    On TMA backends page_size must be a multiple of 8 (gcd with the tile's 128 rows). Other arguments
-    as attention().
+    On TMA backends page_size must be a multiple of 8 (gcd with the tile's 128 rows). max_seqlen_k:
+    the longest sequence's keys (None: max_pages x page_size bounds it), a hint as in
+    attention_varlen(). Other arguments as attention().
     """
     key = None
     direct = _eager(q, k_cache, v_cache, out)
@@ -982,7 +992,8 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
                    _meta(seqused_k), _meta(cu_seqlens_q), max_seqlen_q, causal, window, softcap, softmax_scale,
                    score_mod, mask_mod, block_mask_mod, num_splits, pack_gqa, return_lse, chunk_size, _meta(out),
                    _meta(sinks), _meta(alibi_slopes), None if aux is None else _aux_key(aux),
-                   None if scalars is None else tuple(scalars), _meta(descale_q), _meta(descale_k), _meta(descale_v))
+                   None if scalars is None else tuple(scalars), _meta(descale_q), _meta(descale_k), _meta(descale_v),
+                   max_seqlen_k)
             plan = _plans.get(key)
         except (TypeError, AttributeError):
             key = plan = None
@@ -1004,7 +1015,7 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
               softmax_scale=softmax_scale, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
               block_mask_mod=block_mask_mod, aux=aux, scalars=scalars, alibi_slopes=alibi_slopes,
               num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out4, chunk_size=chunk_size,
-              bhsd=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v)
+              bhsd=False, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v, max_seqlen_k=max_seqlen_k)
     if key is not None and _seen_before(key):
         plan = _remember(key, _plan_call(q, varlen and out is None, q4, k_cache, v_cache, **kw))
         return _run(plan, q, k_cache, v_cache, out, None, alibi_slopes, aux, cu_seqlens_q, None, seqused_k, sinks,

@@ -178,6 +178,28 @@ def test_varlen_with_empty_sequence():
         assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse, what=f"varlen seq {b}")
 
 
+def test_varlen_max_seqlen_k_hint_only_picks_the_kernel():
+    # Causal d128 over 4 sequences of at most 2048 keys, 4300 in all: without max_seqlen_k the batch
+    # is bounded by its total and runs the cross-tile kernel; with it, the short-keys sibling. A hint
+    # below the real longest (1000 < 2048) picks the sibling too and must not change the result.
+    lq, lk = [2048, 1000, 1, 1251], [2048, 1000, 1, 1251]
+    Hq, Hkv, D = 8, 2, 128
+    q = rnd(sum(lq), Hq, D, seed=20)
+    k, v = rnd(sum(lk), Hkv, D, seed=21), rnd(sum(lk), Hkv, D, seed=22)
+    off_q, off_k = [0] + list(itertools.accumulate(lq)), [0] + list(itertools.accumulate(lk))
+    cu_q = torch.tensor(off_q, dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(off_k, dtype=torch.int32, device="cuda")
+    refs = []
+    for b in range(len(lq)):
+        qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
+        refs.append((qs, attention_ref(q[qs][None], k[ks][None], v[ks][None], causal=True)))
+    for hint in (None, max(lk), 1000):
+        o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), hint, causal=True, return_lse=True)
+        for b, (qs, (ref, ref_lse)) in enumerate(refs):
+            assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse,
+                         what=f"max_seqlen_k {hint} seq {b}")
+
+
 @pytest.mark.parametrize("page_size", [16, 64, 256])
 def test_paged_decode_and_splits(page_size):
     B, Hq, Hkv, D = 3, 32, 8, 128

@@ -62,7 +62,7 @@ def test_pointer_patch_packs_what_the_full_struct_packs():
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__
-    assert info["c_api_version"] == 4
+    assert info["c_api_version"] == 5
     assert "sm_90a" in info["supported_archs"] and "sm_100a" in info["supported_archs"]
     assert info["nvrtc"].startswith("13.")
 
@@ -330,6 +330,7 @@ def _launch_fields(**fields):
     ({"cu_seqlens_q": 64, "cu_seqlens_k": 64}, "batch is 0"),
     ({"cu_seqlens_q": 64, "cu_seqlens_k": 64, "batch": 2}, "max_seqlen_q is 0"),
     ({"max_pages": 5}, "max_pages is 5 without a page_table"),
+    ({"max_seqlen_k": -1}, "max_seqlen_k is -1"),
     ({"page_table": 64, "cu_seqlens_k": 64}, "cu_seqlens_k with page_table"),
     ({"softmax_scale": -1.0}, "softmax_scale is -1"),
     ({"block_mask": 64}, "block_mask is set but the kernel's mask has no custom part"),

@@ -147,6 +147,12 @@ def test_fake_varlen_and_paged_shapes(fake):
             fa4jit.attention_paged(qd, kc, kc, table, used.long())
         with pytest.raises(fa4jit.LaunchError, match="cu_seqlens_q has dtype torch.int64"):
             fa4jit.attention_varlen(q, k, k, cu.long(), cu, 200)
+        # max_seqlen_k: a hint (any length is correct), but not a negative one
+        assert fa4jit.attention_varlen(q, k, k, cu, cu, 200, 100).shape == (300, 8, 128)
+        with pytest.raises(fa4jit.LaunchError, match="max_seqlen_k is -1"):
+            fa4jit.attention_varlen(q, k, k, cu, cu, 200, -1)
+        with pytest.raises(fa4jit.LaunchError, match="max_seqlen_k is -5"):
+            fa4jit.attention_paged(qd, kc, kc, table, used, max_seqlen_k=-5)
 
 
 def test_snippet_aux_errors_at_trace_time(fake):
@@ -362,8 +368,9 @@ def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, la
     def varlen(args, result, packed):
         q = args[0]
         assert result.shape == q.shape and result.is_contiguous() and packed["o.data"] == result.data_ptr()
-        assert (packed["cu_seqlens_q"], packed["batch"], packed["max_seqlen_q"]) == (cu.data_ptr(), 2, 98)
-    calls(lambda q, k, v: fa4jit.attention_varlen(q, k, v, cu, cuk, 98, causal=True, num_splits=1),
+        assert (packed["cu_seqlens_q"], packed["batch"], packed["max_seqlen_q"], packed["max_seqlen_k"]) == (
+            cu.data_ptr(), 2, 98, 100)
+    calls(lambda q, k, v: fa4jit.attention_varlen(q, k, v, cu, cuk, 98, 100, causal=True, num_splits=1),
           lambda: (q0.reshape(128, 8, 64).clone(), k0.reshape(192, 2, 64).clone(), k0.reshape(192, 2, 64).clone()),
           varlen)
 
