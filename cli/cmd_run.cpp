@@ -35,8 +35,16 @@ struct ShapeOpts {
   int window_left = -1, window_right = -1, chunk = 0;
   float softcap = 0;
   bool sinks = false;
+  int max_seqlen_k = -1;  // LaunchArgs::max_seqlen_k; -1: the longest of seqlens_k
   int sq() const { return seqlen_q ? seqlen_q : seqlen; }
   int sk() const { return seqlen_k ? seqlen_k : seqlen; }
+  int seqlen_k_hint() const {
+    if (max_seqlen_k < -1)
+      throw ConfigError(
+          fmt::format("--max-seqlen-k is {}: -1 (the longest sequence), 0 (none) or a length", max_seqlen_k));
+    if (max_seqlen_k >= 0 || seqlens_k.empty()) return std::max(max_seqlen_k, 0);
+    return *std::max_element(seqlens_k.begin(), seqlens_k.end());
+  }
 };
 
 void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
@@ -50,6 +58,9 @@ void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
       ->delimiter(',');
   cmd->add_option("--seqlens-k", s.seqlens_k, "per-sequence key lengths (cu_seqlens_k, or seqused_k when padded/paged)")
       ->delimiter(',');
+  cmd->add_option("--max-seqlen-k", s.max_seqlen_k,
+                  "the launch's max_seqlen_k hint (-1: the longest of --seqlens-k, as a FlashAttention caller "
+                  "passes it; 0: none)");
   cmd->add_option("--page-size", s.page_size, "paged KV: rows per page (pages placed at random)");
   cmd->add_option("--splits", s.splits, "split-KV CTAs per Q tile (0: automatic, 1: none)");
   cmd->add_flag("--pack-gqa", s.pack_gqa, "pack the query heads of a KV head into one tile (sets pack_gqa, group)");
@@ -239,6 +250,7 @@ void add_check(CLI::App& app) {
           "check: custom mask / score-mod snippets have no reference semantics here; "
           "tests/gpu_variants_test.cpp and tests/gpu_features_test.cpp check snippets");
     validate_config(c);  // before the GPU check: the same answer with or without a GPU
+    const int hint = o->shape.seqlen_k_hint();
     const std::string why = testing::gpu_unavailable_reason();
     if (!why.empty()) {
       if (o->require_gpu) throw DriverError("check needs a GPU: " + why);
@@ -256,6 +268,7 @@ void add_check(CLI::App& app) {
     cc.num_kv_heads = s.kv_heads;
     cc.seqlens_q = s.seqlens_q;
     cc.seqlens_k = s.seqlens_k;
+    cc.max_seqlen_k = hint;
     if (!s.seqlens_q.empty()) cc.batch = static_cast<int>(s.seqlens_q.size());
     cc.page_size = s.page_size;
     cc.num_splits = s.splits;
@@ -293,7 +306,6 @@ void add_bench(CLI::App& app) {
     int iters = 30, warmup = 5;
     bool json = false;
     bool kv_heads_major = false;
-    int max_seqlen_k = -1;  // varlen: LaunchArgs::max_seqlen_k; -1: the longest --seqlens-k
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "JSON config file");
@@ -305,16 +317,12 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_flag("--kv-bhsd", o->kv_heads_major, "K/V stored (batch, heads, seqlen, dim) like PyTorch SDPA's inputs");
   add_shape_options(cmd, o->shape);
-  cmd->add_option("--max-seqlen-k", o->max_seqlen_k,
-                  "varlen: the max_seqlen_k hint passed to the launch (-1: the longest of --seqlens-k; 0: none)");
   cmd->callback([o] {
     using clock = std::chrono::steady_clock;
     const PackedBatch packed = packed_batch(o->shape);  // before anything is compiled
     if (!packed.empty() && o->kv_heads_major)
       throw ConfigError("bench: --kv-bhsd with --seqlens-q / --seqlens-k: packed varlen K/V are (total, heads, dim)");
-    if (o->max_seqlen_k < -1)
-      throw ConfigError(
-          fmt::format("bench: --max-seqlen-k is {}: -1 (the longest sequence), 0 (none) or a length", o->max_seqlen_k));
+    const int hint = o->shape.seqlen_k_hint();
     const auto t_start = clock::now();
     const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
     const KernelPtr kernel = get_kernel(with_cli_arch(c), cli_resolve_options());
@@ -369,7 +377,7 @@ void add_bench(CLI::App& app) {
       a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
       a.batch = B;
       a.max_seqlen_q = Sq;
-      a.max_seqlen_k = o->max_seqlen_k < 0 ? Sk : o->max_seqlen_k;
+      a.max_seqlen_k = hint;
     } else if (page) {
       a.k = Tensor::contiguous(dk.get(), kv_t, num_pages, page, Hkv, D);
       a.v = Tensor::contiguous(dv.get(), kv_t, num_pages, page, Hkv, D);

@@ -120,7 +120,8 @@ int sm_count() { return device_limits(ensure_context()).sms; }
 
 // (batch, head) pairs per section of the longest-first CTA order (TileWork::longest_first): as
 // many as keep their K/V within half the L2, so a section's later (lighter) tiles still find
-// them there. Varlen keys have no host-side length: the longest query length stands in.
+// them there. Varlen keys without max_seqlen_k have no host-side length: the longest query length
+// stands in.
 int lpt_section_heads(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c) {
   const long long l2 = device_limits(ensure_context()).l2_bytes;
   const long long keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
@@ -157,9 +158,11 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   in.equal_tiles = !masked && !c.pack_gqa && !args.cu_seqlens_q;
   in.max_seqlen_q = shape.max_seqlen_q;
   in.bm = c.BM;
-  if (config_.lpt_order && masked) in.lpt_heads = lpt_section_heads(shape, args, c);
-  in.causal_equal_lengths = c.mask.kind == Mask::Kind::causal && !args.cu_seqlens_q && !args.cu_seqlens_k;
-  in.balance = [&](int ctas, int max_heads) { return balanced_lpt_sections(shape, ctas, max_heads); };
+  // Varlen batches with max_seqlen_k are scheduled as equal-length ones (PERF.md run 45).
+  const ScheduleModel model = schedule_model(shape, args, c);
+  if (config_.lpt_order && masked) in.lpt_heads = lpt_section_heads(model.shape, args, c);
+  in.causal_known_lengths = model.causal_known_lengths;
+  in.balance = [this, &model](int ctas, int max_heads) { return balanced_lpt_sections(model.shape, ctas, max_heads); };
   const long long tiles = in.tiles();
 
   fa4::WalkPlan walk;
@@ -207,7 +210,7 @@ void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigne
 }  // namespace
 
 fa4::LptSections CompiledKernel::balanced_lpt_sections(const LaunchShape& shape, int ctas, int max_heads) const {
-  const int keys = shape.max_seqlen_k;  // known: only equal-length (not varlen) launches come here
+  const int keys = shape.max_seqlen_k;  // known: plain and paged launches, or varlen with max_seqlen_k
   const int pairs = shape.batch * shape.num_q_heads;
   const std::array<int, 5> key{shape.max_seqlen_q, keys, pairs, ctas, max_heads};
   std::lock_guard<std::mutex> lock(mu_);

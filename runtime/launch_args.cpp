@@ -200,4 +200,12 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   return p;
 }
 
+ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c) {
+  ScheduleModel m{shape, false};
+  if (args.cu_seqlens_k && args.max_seqlen_k > 0) m.shape.max_seqlen_k = args.max_seqlen_k;
+  m.causal_known_lengths =
+      c.mask.kind == Mask::Kind::causal && m.shape.max_seqlen_k > 0 && (!args.cu_seqlens_q || args.cu_seqlens_k);
+  return m;
+}
+
 }  // namespace jit::detail

@@ -1,4 +1,5 @@
-// LaunchArgs -> FwdParams, after checking every argument against the kernel's config.
+// LaunchArgs -> FwdParams, after checking every argument against the kernel's config; and the
+// lengths the schedule assumes for a launch (schedule_model).
 #pragma once
 #include "common/params.h"
 #include "fa4jit/kernel.hpp"
@@ -13,5 +14,17 @@ struct LaunchShape {
 
 // Throws LaunchError naming the argument, the value and what the kernel expects.
 fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, LaunchShape* shape);
+
+// The schedule's model of a launch: every sequence at the longest lengths. `shape.max_seqlen_k` is
+// the keys it assumes: the launch's own where the host knows them, for packed varlen keys
+// (cu_seqlens_k) the caller's max_seqlen_k (0 without it: unknown). causal_known_lengths: a causal
+// launch whose model is complete, so its longest-first sections are chosen by simulating the walk
+// (varlen queries over a page table keep the L2 rule). Only the CTA order and count follow the
+// model, never a length the kernel reads, so a wrong hint costs speed only.
+struct ScheduleModel {
+  LaunchShape shape;
+  bool causal_known_lengths = false;
+};
+ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c);
 
 }  // namespace jit::detail

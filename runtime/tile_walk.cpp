@@ -84,10 +84,10 @@ WalkPlan PersistentWalk::plan(const WalkInput& in, FwdParams& p) {
   w.grid[0] = static_cast<unsigned>(std::max(1LL, std::min<long long>(in.sms, units)));
   if (w.splits == 1 && in.lpt_heads > 0) {
     p.lpt_heads = in.lpt_heads;
-    // Equal-length causal batches: the section size whose static walk balances
-    // (runtime/lpt_order.hpp), or, where none does, one CTA per unit. Varlen keeps the L2 rule:
-    // its tiles' weights are not known here.
-    if (in.causal_equal_lengths && in.balance) {
+    // Causal batches of known lengths: the section size whose static walk balances
+    // (runtime/lpt_order.hpp), or, where none does, one CTA per unit. Varlen without the caller's
+    // max_seqlen_k keeps the L2 rule: its tiles' weights are not known here.
+    if (in.causal_known_lengths && in.balance) {
       const LptSections s = in.balance(static_cast<int>(w.grid[0]), in.lpt_heads);
       p.lpt_heads = s.heads;
       if (s.one_unit_per_cta) w.grid[0] = static_cast<unsigned>(std::max(1LL, units));

@@ -165,7 +165,7 @@ TEST_F(Cli, CacheVerifyExportImportAndPrune) {
   EXPECT_EQ(run("cache ls").out, "");
 }
 
-TEST_F(Cli, BenchRefusesVarlenFlagsItCannotTimeBeforeCompiling) {
+TEST_F(Cli, BenchAndCheckRefuseBadVarlenFlagsBeforeCompiling) {
   const std::pair<const char*, const char*> cases[] = {
       {"--seqlens-q 100,200", "--seqlens-q has 2 lengths and --seqlens-k 0"},
       {"--seqlens-q 100,200 --seqlens-k 100", "--seqlens-q has 2 lengths and --seqlens-k 1"},
@@ -180,6 +180,9 @@ TEST_F(Cli, BenchRefusesVarlenFlagsItCannotTimeBeforeCompiling) {
     EXPECT_NE(r.rc, 0) << flags;
     EXPECT_NE(r.out.find(message), std::string::npos) << flags << ": " << r.out;
   }
+  const Result check = run("check --arch sm_90a --seqlens-q 5 --seqlens-k 5 --max-seqlen-k -3");
+  EXPECT_NE(check.rc, 0);  // check takes the hint too, and refuses it before the GPU check
+  EXPECT_NE(check.out.find("--max-seqlen-k is -3"), std::string::npos) << check.out;
   EXPECT_EQ(run("cache ls").out, "");  // refused before get_kernel: nothing compiled
 }
 

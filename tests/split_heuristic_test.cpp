@@ -10,6 +10,7 @@
 #include "fa4jit/errors.hpp"
 #include "generator/backends/backend.hpp"
 #include "runtime/compiled_kernel.hpp"
+#include "runtime/launch_args.hpp"
 #include "runtime/lpt_order.hpp"
 
 using fa4::GridWalk;
@@ -377,6 +378,40 @@ TEST(PersistentWalkPlan, GridUnitsAndSplitTail) {
   EXPECT_EQ(w.grid[0], static_cast<unsigned>(4 * w.splits));  // one unit per CTA
 }
 
+// What the schedule assumes of a launch's lengths (schedule_model): the launch's own where the
+// host knows them; packed varlen keys only through the caller's max_seqlen_k.
+TEST(ScheduleModel, VarlenKeysAreKnownOnlyThroughTheHint) {
+  jit::FA4Config causal;
+  causal.mask = jit::Mask::causal();
+  jit::detail::LaunchShape shape;
+  shape.batch = 8;
+  shape.max_seqlen_q = 1024;
+  shape.max_seqlen_k = 4096;  // a plain or paged launch: known
+  jit::LaunchArgs a;
+  a.max_seqlen_k = 2000;  // ... and kept, whatever the hint says
+  auto m = jit::detail::schedule_model(shape, a, causal);
+  EXPECT_EQ(m.shape.max_seqlen_k, 4096);
+  EXPECT_TRUE(m.causal_known_lengths);
+  EXPECT_FALSE(jit::detail::schedule_model(shape, a, jit::FA4Config{}).causal_known_lengths);  // unmasked
+
+  shape.max_seqlen_k = 0;  // packed varlen keys: unknown ...
+  a.cu_seqlens_q = a.cu_seqlens_k = reinterpret_cast<const int*>(16);
+  a.max_seqlen_k = 0;
+  m = jit::detail::schedule_model(shape, a, causal);
+  EXPECT_EQ(m.shape.max_seqlen_k, 0);
+  EXPECT_FALSE(m.causal_known_lengths);
+  a.max_seqlen_k = 2000;  // ... unless the caller bounds them
+  m = jit::detail::schedule_model(shape, a, causal);
+  EXPECT_EQ(m.shape.max_seqlen_k, 2000);
+  EXPECT_EQ(m.shape.max_seqlen_q, 1024);
+  EXPECT_TRUE(m.causal_known_lengths);
+
+  a.cu_seqlens_k = nullptr;  // varlen queries over a page table: the L2 rule, hint or not
+  a.page_table = reinterpret_cast<const int*>(16);
+  shape.max_seqlen_k = 4096;
+  EXPECT_FALSE(jit::detail::schedule_model(shape, a, causal).causal_known_lengths);
+}
+
 // Masked persistent walks: section size from the L2 bound, or (causal, equal lengths) from the
 // balance hook with the CTA count; the masked decode of unit t is the plain grid's longest-first
 // decode of linear CTA t (the same function).
@@ -386,7 +421,7 @@ TEST(PersistentWalkPlan, MaskedSectionsAndDecodeMatchTheGrid) {
   fa4::FwdParams p = fresh_params(in, 0);
   PersistentWalk::plan(in, p);
   EXPECT_EQ(p.lpt_heads, 25);
-  in.causal_equal_lengths = true;
+  in.causal_known_lengths = true;
   int asked_ctas = 0;
   in.balance = [&](int ctas, int max_heads) {
     asked_ctas = ctas;

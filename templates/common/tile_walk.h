@@ -56,10 +56,11 @@ struct WalkInput {
   // so a persistent walk may split its last round (split tail).
   bool equal_tiles = false;
   int max_seqlen_q = 0, bm = 0;  // rows of a (batch, head) and of a Q tile: the split tail's first row
-  // Causal with equal lengths (not varlen): the persistent sections are chosen by simulating the
-  // walk; balance(ctas, max_heads) gives them (LptSections: their size, and whether the launch runs
-  // one CTA per unit), memoized by the caller. Unset: L2 bound only.
-  bool causal_equal_lengths = false;
+  // Causal with lengths the host knows: equal lengths, or a packed varlen batch with max_seqlen_k
+  // (modelled as every sequence at the longest lengths). The persistent sections are chosen by
+  // simulating the walk; balance(ctas, max_heads) gives them (LptSections: their size, and whether
+  // the launch runs one CTA per unit), memoized by the caller. Unset: L2 bound only.
+  bool causal_known_lengths = false;
   std::function<LptSections(int ctas, int max_heads)> balance;
   long long tiles() const { return 1LL * m_blocks * heads * batch; }
 };
