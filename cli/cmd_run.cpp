@@ -97,7 +97,8 @@ FA4Config one_config(const std::string& file, const std::vector<std::string>& pr
 }
 
 // `bench --seqlens-q .. --seqlens-k ..`: a batch of packed sequences (cu_seqlens), as a serving
-// engine's prefill. Empty offsets when neither flag is given. Checked before anything is compiled.
+// engine's prefill; with --page-size the keys sit in a paged cache instead (seqused_k), as in a
+// chunked prefill. Empty offsets when neither flag is given. Checked before anything is compiled.
 struct PackedBatch {
   std::vector<int> cu_q, cu_k;  // batch + 1 offsets each
   int max_q = 0, max_k = 0;
@@ -113,10 +114,6 @@ PackedBatch packed_batch(const ShapeOpts& s) {
     throw ConfigError(
         fmt::format("bench: --seqlens-q has {} lengths and --seqlens-k {}: a varlen bench takes both, one per sequence",
                     s.seqlens_q.size(), s.seqlens_k.size()));
-  if (s.page_size)
-    throw ConfigError(
-        "bench: --seqlens-q / --seqlens-k with --page-size: bench times packed varlen K/V only "
-        "(`fa4jit check` runs paged varlen layouts)");
   p.cu_q = p.cu_k = {0};
   for (std::size_t i = 0; i < s.seqlens_q.size(); ++i) {
     const int q = s.seqlens_q[i], k = s.seqlens_k[i];
@@ -367,22 +364,23 @@ void add_bench(CLI::App& app) {
     a.q = Tensor::contiguous(dq.get(), rc.dtype, B, Sq, H, D);
     testing::DeviceBuffer dcu_q(varlen ? (B + 1) * 4 : 4), dcu_k(varlen ? (B + 1) * 4 : 4);
     if (varlen) {  // packed (1, total, H, D) tensors, as flash_attn_varlen_func takes them
-      const auto total_q = static_cast<std::int64_t>(rows_q), total_k = static_cast<std::int64_t>(rows_k);
       dcu_q.upload(packed.cu_q.data(), packed.cu_q.size() * 4);
-      dcu_k.upload(packed.cu_k.data(), packed.cu_k.size() * 4);
-      a.q = Tensor::contiguous(dq.get(), rc.dtype, 1, total_q, H, D);
-      a.k = Tensor::contiguous(dk.get(), kv_t, 1, total_k, Hkv, D);
-      a.v = Tensor::contiguous(dv.get(), kv_t, 1, total_k, Hkv, D);
+      a.q = Tensor::contiguous(dq.get(), rc.dtype, 1, static_cast<std::int64_t>(rows_q), H, D);
       a.cu_seqlens_q = static_cast<const int*>(dcu_q.get());
-      a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
       a.batch = B;
       a.max_seqlen_q = Sq;
       a.max_seqlen_k = hint;
-    } else if (page) {
+    }
+    if (page) {
       a.k = Tensor::contiguous(dk.get(), kv_t, num_pages, page, Hkv, D);
       a.v = Tensor::contiguous(dv.get(), kv_t, num_pages, page, Hkv, D);
       a.page_table = static_cast<const int*>(dtable.get());
       a.max_pages = pages_per_seq;  // every sequence holds Sk keys: max_pages * page >= Sk
+    } else if (varlen) {
+      dcu_k.upload(packed.cu_k.data(), packed.cu_k.size() * 4);
+      a.k = Tensor::contiguous(dk.get(), kv_t, 1, static_cast<std::int64_t>(rows_k), Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), kv_t, 1, static_cast<std::int64_t>(rows_k), Hkv, D);
+      a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
     } else {
       a.k = Tensor::contiguous(dk.get(), kv_t, B, Sk, Hkv, D);
       a.v = Tensor::contiguous(dv.get(), kv_t, B, Sk, Hkv, D);
@@ -391,8 +389,8 @@ void add_bench(CLI::App& app) {
           t->stride = {static_cast<std::int64_t>(Hkv) * Sk * D, D, static_cast<std::int64_t>(Sk) * D, 1};
     }
     testing::DeviceBuffer dused(B * 4);
-    if (page && pages_per_seq * page != Sk) {
-      const std::vector<int> used(B, Sk);
+    if (page && (varlen || pages_per_seq * page != Sk)) {  // keys per sequence in its pages
+      const std::vector<int> used = varlen ? o->shape.seqlens_k : std::vector<int>(B, Sk);
       dused.upload(used.data(), used.size() * 4);
       a.seqused_k = static_cast<const int*>(dused.get());
     }

@@ -1,5 +1,6 @@
 #include "runtime/launch_args.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -202,9 +203,11 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
 
 ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c) {
   ScheduleModel m{shape, false};
-  if (args.cu_seqlens_k && args.max_seqlen_k > 0) m.shape.max_seqlen_k = args.max_seqlen_k;
+  const bool varlen = args.cu_seqlens_q || args.cu_seqlens_k;
+  if (varlen && args.max_seqlen_k > 0)  // packed keys: unknown without it; paged: bounded by the table
+    m.shape.max_seqlen_k = shape.max_seqlen_k > 0 ? std::min(shape.max_seqlen_k, args.max_seqlen_k) : args.max_seqlen_k;
   m.causal_known_lengths =
-      c.mask.kind == Mask::Kind::causal && m.shape.max_seqlen_k > 0 && (!args.cu_seqlens_q || args.cu_seqlens_k);
+      c.mask.kind == Mask::Kind::causal && m.shape.max_seqlen_k > 0 && (!varlen || args.max_seqlen_k > 0);
   return m;
 }
 

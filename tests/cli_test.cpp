@@ -169,7 +169,6 @@ TEST_F(Cli, BenchAndCheckRefuseBadVarlenFlagsBeforeCompiling) {
   const std::pair<const char*, const char*> cases[] = {
       {"--seqlens-q 100,200", "--seqlens-q has 2 lengths and --seqlens-k 0"},
       {"--seqlens-q 100,200 --seqlens-k 100", "--seqlens-q has 2 lengths and --seqlens-k 1"},
-      {"--seqlens-q 100 --seqlens-k 100 --page-size 64", "with --page-size"},
       {"--seqlens-q 100,-1 --seqlens-k 100,5", "sequence 1 has length -1 / 5"},
       {"--seqlens-q 0,0 --seqlens-k 0,0", "every sequence is empty"},
       {"--seqlens-q 64 --seqlens-k 64 --kv-bhsd", "--kv-bhsd with --seqlens-q"},

@@ -280,7 +280,8 @@ TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
 
 // A varlen or paged batch is bounded by its total keys unless the caller passes max_seqlen_k
 // (FlashAttention's hint): with it, a causal d128 batch of sequences of at most short_keys keys runs
-// the kernel's cross_tile=0 sibling. The hint only picks the kernel, so one below the real longest
+// the kernel's cross_tile=0 sibling, and a varlen one is scheduled as an equal-length batch
+// (schedule_model). The hint only picks the kernel and the CTA order, so one below the real longest
 // sequence (here 1000 against 2048 keys) still gives the reference's results.
 TEST(GpuFeatures, MaxSeqlenKHintPicksTheShortKeysSiblingAndStaysCorrect) {
   SKIP_WITHOUT_GPU();
@@ -299,7 +300,10 @@ TEST(GpuFeatures, MaxSeqlenKHintPicksTheShortKeysSiblingAndStaysCorrect) {
   paged.seqlen_q = 300;
   paged.seqlens_k = {short_keys, 1200, 300};
   paged.page_size = 64;
-  for (CheckCase c : {varlen, paged})
+  CheckCase paged_varlen = paged;                // varlen queries over the pages (a chunked prefill): with the hint,
+  paged_varlen.seqlens_q = {300, 0, 129, 1000};  // scheduled as an equal-length batch too
+  paged_varlen.seqlens_k = {900, 50, 700, short_keys};
+  for (CheckCase c : {varlen, paged, paged_varlen})
     for (int hint : {0, short_keys, 1000}) {
       c.max_seqlen_k = hint;
       jit::LaunchArgs a;  // the launch's shapes, as run_and_check builds them

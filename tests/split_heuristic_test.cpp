@@ -406,9 +406,15 @@ TEST(ScheduleModel, VarlenKeysAreKnownOnlyThroughTheHint) {
   EXPECT_EQ(m.shape.max_seqlen_q, 1024);
   EXPECT_TRUE(m.causal_known_lengths);
 
-  a.cu_seqlens_k = nullptr;  // varlen queries over a page table: the L2 rule, hint or not
+  a.cu_seqlens_k = nullptr;  // varlen queries over a page table of 4096 keys per sequence
   a.page_table = reinterpret_cast<const int*>(16);
   shape.max_seqlen_k = 4096;
+  m = jit::detail::schedule_model(shape, a, causal);
+  EXPECT_EQ(m.shape.max_seqlen_k, 2000);  // the hint, within the table's bound
+  EXPECT_TRUE(m.causal_known_lengths);
+  a.max_seqlen_k = 9000;
+  EXPECT_EQ(jit::detail::schedule_model(shape, a, causal).shape.max_seqlen_k, 4096);
+  a.max_seqlen_k = 0;  // the query lengths are not known without it: the L2 rule
   EXPECT_FALSE(jit::detail::schedule_model(shape, a, causal).causal_known_lengths);
 }
 

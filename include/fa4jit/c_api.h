@@ -120,8 +120,8 @@ typedef struct fa4jit_launch_args {
   const float* descale_v;
   /* Since C API version 5. Varlen keys and paged caches: the longest key sequence (FlashAttention's
    * max_seqlen_k); 0 (default): unknown. A hint, never read as a length: it chooses between the
-   * kernels of one config, so any value is correct and one below the real longest costs speed only;
-   * negative: FA4JIT_LAUNCH_ERROR. */
+   * kernels of one config and a varlen batch's CTA schedule, so any value is correct and one below
+   * the real longest costs speed only; negative: FA4JIT_LAUNCH_ERROR. */
   int32_t max_seqlen_k;
 } fa4jit_launch_args;
 
