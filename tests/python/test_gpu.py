@@ -160,14 +160,20 @@ def test_sinks(dtype):
 
 # ---- varlen, paged, splits, packed GQA ----------------------------------------------------------
 
-def test_varlen_with_empty_sequence():
-    lq, lk = [5, 0, 130, 64], [300, 17, 130, 200]
-    Hq, Hkv, D = 8, 2, 128
-    q = rnd(sum(lq), Hq, D, seed=10)
-    k, v = rnd(sum(lk), Hkv, D, seed=11), rnd(sum(lk), Hkv, D, seed=12)
+def packed_batch(lq, lk, Hq, Hkv, D, seed):
+    """Random packed varlen q, k, v of these sequence lengths, their cu_seqlens on the device and offsets."""
+    q = rnd(sum(lq), Hq, D, seed=seed)
+    k, v = rnd(sum(lk), Hkv, D, seed=seed + 1), rnd(sum(lk), Hkv, D, seed=seed + 2)
     off_q, off_k = [0] + list(itertools.accumulate(lq)), [0] + list(itertools.accumulate(lk))
     cu_q = torch.tensor(off_q, dtype=torch.int32, device="cuda")
     cu_k = torch.tensor(off_k, dtype=torch.int32, device="cuda")
+    return q, k, v, cu_q, cu_k, off_q, off_k
+
+
+def test_varlen_with_empty_sequence():
+    lq, lk = [5, 0, 130, 64], [300, 17, 130, 200]
+    Hq, Hkv, D = 8, 2, 128
+    q, k, v, cu_q, cu_k, off_q, off_k = packed_batch(lq, lk, Hq, Hkv, D, seed=10)
     o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, return_lse=True)
     assert o.shape == q.shape and lse.shape == (Hq, sum(lq))
     for b in range(4):
@@ -180,15 +186,11 @@ def test_varlen_with_empty_sequence():
 
 def test_varlen_max_seqlen_k_hint_only_picks_the_kernel():
     # Causal d128 over 4 sequences of at most 2048 keys, 4300 in all: without max_seqlen_k the batch
-    # is bounded by its total and runs the cross-tile kernel; with it, the short-keys sibling. A hint
-    # below the real longest (1000 < 2048) picks the sibling too and must not change the result.
-    lq, lk = [2048, 1000, 1, 1251], [2048, 1000, 1, 1251]
-    Hq, Hkv, D = 8, 2, 128
-    q = rnd(sum(lq), Hq, D, seed=20)
-    k, v = rnd(sum(lk), Hkv, D, seed=21), rnd(sum(lk), Hkv, D, seed=22)
-    off_q, off_k = [0] + list(itertools.accumulate(lq)), [0] + list(itertools.accumulate(lk))
-    cu_q = torch.tensor(off_q, dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor(off_k, dtype=torch.int32, device="cuda")
+    # is bounded by its total and runs the cross-tile kernel; with it, the short-keys sibling and the
+    # equal-length schedule. A hint below the real longest (1000 < 2048) picks them too and must not
+    # change the result.
+    lq = lk = [2048, 1000, 1, 1251]
+    q, k, v, cu_q, cu_k, off_q, off_k = packed_batch(lq, lk, 8, 2, 128, seed=20)
     refs = []
     for b in range(len(lq)):
         qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
