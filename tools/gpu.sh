@@ -38,6 +38,8 @@ On the GPU machine (repository root, .device carried):
                         fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (H: query and KV heads,
                         or Hq/Hkv for GQA; softcap: cap 30; dtype bf16 default, e4m3, fp16), PASSES=2,
                         ARCH=sm_90a
+  varlen                causal varlen prefill (bench/varlen.py): fa4jit with and without max_seqlen_k
+                        and FlashAttention-4's flash_attn_varlen_func (after stage B), ROUNDS=3
   decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES; FA4=1 ROUNDS=3: FlashAttention-4
                         too, after stage B, and issue 23's goal per row); `sweep`: fa4jit bench over
                         CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
@@ -295,6 +297,13 @@ ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a c
   done
 }
 
+varlen() {  # causal varlen prefill: fa4jit with and without max_seqlen_k, FA4's varlen (after stage B)
+  need
+  FA4JIT=.device/fa4jit timeout "${BENCH_LIMIT:-300}" python3 bench/varlen.py --rounds "${ROUNDS:-3}" \
+    --out "$OUT/varlen.json" > "$OUT/varlen.log" 2>&1 || fail=1
+  cat "$OUT/varlen.log"
+}
+
 decode() {
   need
   if [[ ${1:-} != sweep ]]; then
@@ -486,6 +495,7 @@ case $verb in
   bench) bench "$@" ;;
   ab) ab "$@" ;;
   decode) decode "$@" ;;
+  varlen) varlen "$@" ;;
   python) python_ "$@" ;;
   profile) profile "$@" ;;
   sweep) sweep "$@" ;;
