@@ -43,8 +43,9 @@ def stream_ms(fn, iters=30, warm=5):
     return s.elapsed_time(e) / iters
 
 
-def fa4_func():
-    """FlashAttention-4's flash_attn_func (flash-attn-4 on PyPI, CuTe DSL), or the reason it is missing.
+def fa4_func(name="flash_attn_func"):
+    """FlashAttention-4's function `name` (flash_attn_func, flash_attn_varlen_func; flash-attn-4 on PyPI,
+    CuTe DSL), or the reason it is missing.
     On the lent GPU it is installed by ../shared/bench/fa4_peer.sh, which exports FA4_SITE: a site
     directory whose .pth files must run (site.addsitedir) before flash_attn.cute imports."""
     site_dir = os.environ.get("FA4_SITE")
@@ -52,8 +53,8 @@ def fa4_func():
         import site
         site.addsitedir(site_dir)
     try:
-        from flash_attn.cute import flash_attn_func
-        return flash_attn_func, None
+        import flash_attn.cute
+        return getattr(flash_attn.cute, name), None
     except Exception as e:  # noqa: BLE001 - any import failure means "no FA4 here"
         return None, f"{type(e).__name__}: {e}"[:120]
 

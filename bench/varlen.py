@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from peers import median_ms, stream_ms  # noqa: E402
+from peers import fa4_func, median_ms, stream_ms  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -53,18 +53,6 @@ def ours(H, Hkv, D, lens, hint=True, iters=30):
     return {"ms": j["ms"], "ms_stream": j["ms_stream"], "short_keys_sibling": j["short_keys_sibling"]}
 
 
-def fa4_varlen():
-    site_dir = os.environ.get("FA4_SITE")
-    if site_dir:
-        import site
-        site.addsitedir(site_dir)
-    try:
-        from flash_attn.cute import flash_attn_varlen_func
-        return flash_attn_varlen_func, None
-    except Exception as e:  # noqa: BLE001 - any import failure means "no FA4 here"
-        return None, f"{type(e).__name__}: {e}"[:120]
-
-
 def fa4(fn, H, Hkv, D, lens):
     total = sum(lens)
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
@@ -85,7 +73,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "varlen.json"))
     a = ap.parse_args()
-    fn, why = fa4_varlen()
+    fn, why = fa4_func("flash_attn_varlen_func")
     if fn is None:
         print(f"FA4: not importable ({why}); fa4jit only")
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
