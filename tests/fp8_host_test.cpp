@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -706,6 +708,24 @@ TEST(Fp8KvHost, TmaMapsUseTheKvType) {
   EXPECT_EQ(jit::detail::tma_map_spec(a.k, *rc.config.kv_dtype, 64).box[0], 128u);
 }
 
+// ld.shared.v4 instructions between the first line holding `needle` and the shared store or
+// barrier before it (PTX keeps the volatile accesses in program order).
+int reads_before_first(const std::string& ptx, const std::string& needle) {
+  const size_t at = ptx.find(needle);
+  if (at == std::string::npos) return -1;
+  std::vector<std::string> lines;
+  std::istringstream in(ptx.substr(0, ptx.rfind('\n', at)));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  int reads = 0;
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    if (it->find("ld.shared.v4") != std::string::npos)
+      ++reads;
+    else if (it->find("st.shared") != std::string::npos || it->find("mbarrier") != std::string::npos)
+      break;
+  }
+  return reads;
+}
+
 // NVRTC, no GPU: the sm_90a FP8-KV kernels of the serving and prefill shapes compile without spills
 // or a stack frame, convert e4m3 with the sm_89+ cvt, and keep the 16-bit wgmma of their dtype.
 TEST(Fp8KvHost, Sm90aKernelsCompileWithoutSpills) {
@@ -736,6 +756,10 @@ TEST(Fp8KvHost, Sm90aKernelsCompileWithoutSpills) {
       EXPECT_EQ(out.ptx.find("cvt.f32.f16"), std::string::npos) << what << ": K/V still widen to bf16";
     EXPECT_EQ(out.ptx.find("cvt.rn.satfinite.f16x2.f32") != std::string::npos, k.dtype == DType::bf16)
         << what << ": Q's bf16 -> fp16 conversion";
+    // The converters read a batch of 6 passes before converting any (load.cuh convert_kv; one read
+    // at a time left each read's latency exposed: docs/PERF.md run 46): the shared-memory reads
+    // between the stage's barrier wait and its first e4m3 conversion.
+    EXPECT_EQ(reads_before_first(out.ptx, "cvt.rn.f16x2.e4m3x2"), 6) << what;
   }
 }
 
