@@ -182,6 +182,13 @@ struct Shape {
                                        : kNumConsumerWGs <= 2                    ? 240
                                                                                  : 160;
   static constexpr int kNumThreads = 128 * (1 + kNumConsumerWGs);
+  // setmaxnreg moves registers through a per-CTA pool holding what the launch allocated: the
+  // __launch_bounds__ count (65536 / (threads x CTAs per SM), at most 255, in units of 8) for every
+  // thread. Budgets above it make setmaxnreg.inc wait forever: a hang, not an error (docs/PERF.md
+  // run 46 (6): 128*64 + 256*224 against 384*168).
+  static constexpr int kLaunchRegs = (65536 / (kNumThreads * kCtasPerSm) < 255 ? 65536 / (kNumThreads * kCtasPerSm) : 255) / 8 * 8;
+  static_assert(128 * kProducerRegs + 128 * kNumConsumerWGs * kConsumerRegs <= kLaunchRegs * kNumThreads,
+                "sm90a kernel: the producer's and consumers' setmaxnreg budgets exceed the CTA's launch registers");
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
   static_assert(kBM == 64 || kBM == 128 || kBM == 192,
