@@ -186,7 +186,8 @@ struct Shape {
   // __launch_bounds__ count (65536 / (threads x CTAs per SM), at most 255, in units of 8) for every
   // thread. Budgets above it make setmaxnreg.inc wait forever: a hang, not an error (docs/PERF.md
   // run 46 (6): 128*64 + 256*224 against 384*168).
-  static constexpr int kLaunchRegs = (65536 / (kNumThreads * kCtasPerSm) < 255 ? 65536 / (kNumThreads * kCtasPerSm) : 255) / 8 * 8;
+  static constexpr int kLaunchBound = 65536 / (kNumThreads * kCtasPerSm);
+  static constexpr int kLaunchRegs = (kLaunchBound < 255 ? kLaunchBound : 255) / 8 * 8;
   static_assert(128 * kProducerRegs + 128 * kNumConsumerWGs * kConsumerRegs <= kLaunchRegs * kNumThreads,
                 "sm90a kernel: the producer's and consumers' setmaxnreg budgets exceed the CTA's launch registers");
 

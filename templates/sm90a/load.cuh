@@ -326,7 +326,7 @@ __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
   // The reads of up to kBatch passes go out before their conversions: ld/st.shared are volatile
   // with a memory clobber, so pass by pass each read's latency sat between one pass's stores and
   // the next pass's conversions, the converters' top stall (docs/PERF.md run 46: e4m3-KV prefill
-  // +7-9%, decode +1-2%). 6 passes of 4 registers fit the 56-register producer warpgroup.
+  // +6-13%, decode +1-2%). 6 passes of 4 registers fit the 56-register producer warpgroup.
   constexpr int kBatch = kPasses < 6 ? kPasses : 6;
 #pragma unroll
   for (int i0 = 0; i0 < kPasses; i0 += kBatch) {
