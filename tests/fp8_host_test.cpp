@@ -627,7 +627,7 @@ TEST(Fp8KvHost, ConfigRules) {
   EXPECT_EQ(*rc.config.kv_dtype, DType::e4m3);
   EXPECT_EQ(*rc.config.output_dtype, DType::fp16);
   EXPECT_EQ(rc.padded_depth, 128);
-  EXPECT_EQ(rc.walk, jit::TileWalk::grid);
+  EXPECT_EQ(rc.walk, jit::TileWalk::persistent);  // unmasked, unpacked: as the 16-bit kernel
   // The dtype itself is the plain kernel: normalised away, so the key and JSON are the plain one's.
   jit::FA4Config same;
   same.arch = "sm_90a";
@@ -645,13 +645,25 @@ TEST(Fp8KvHost, ConfigRules) {
   mixed.dtype = DType::e4m3;
   mixed.kv_dtype = DType::bf16;
   EXPECT_NE(config_error(mixed).find("kv_dtype: bf16 with dtype e4m3"), std::string::npos) << config_error(mixed);
-  // sm_90a: head dims whose e4m3 rows are one atom; the grid walk.
+  // sm_90a: head dims whose e4m3 rows are one atom; the grid or persistent walk (whole tiles:
+  // no stream-K, which packed GQA turns a persistent walk into).
   jit::FA4Config deep = kv_fp8();
   deep.depth = 256;
   EXPECT_NE(config_error(deep).find("depth: 256 with kv_dtype e4m3"), std::string::npos) << config_error(deep);
-  jit::ResolveOptions persistent;
-  persistent.tune.persistent = 1;
-  EXPECT_THROW(jit::resolve(kv_fp8(), persistent), jit::ConfigError);
+  jit::FA4Config causal = kv_fp8();
+  causal.mask = jit::Mask::causal();
+  EXPECT_EQ(jit::resolve(causal).tuning.persistent, 1);
+  EXPECT_EQ(jit::resolve(causal).tuning.cross_tile, 0);  // the converters do not mirror its extra V load
+  EXPECT_EQ(jit::resolve(causal).tuning.short_keys, 0);
+  jit::FA4Config packed = kv_fp8();
+  packed.group = 4;
+  packed.pack_gqa = true;
+  EXPECT_EQ(jit::resolve(packed).tuning.persistent, 0);
+  jit::ResolveOptions tune;
+  tune.tune.persistent = 1;
+  EXPECT_THROW(jit::resolve(packed, tune), jit::ConfigError);
+  tune.tune.persistent = 2;
+  EXPECT_THROW(jit::resolve(kv_fp8(), tune), jit::ConfigError);
 }
 
 TEST(Fp8KvHost, JsonRoundTripAndKey) {
@@ -756,10 +768,10 @@ TEST(Fp8KvHost, Sm90aKernelsCompileWithoutSpills) {
       EXPECT_EQ(out.ptx.find("cvt.f32.f16"), std::string::npos) << what << ": K/V still widen to bf16";
     EXPECT_EQ(out.ptx.find("cvt.rn.satfinite.f16x2.f32") != std::string::npos, k.dtype == DType::bf16)
         << what << ": Q's bf16 -> fp16 conversion";
-    // The converters read a batch of 6 passes before converting any (load.cuh convert_kv; one read
-    // at a time left each read's latency exposed: docs/PERF.md run 46): the shared-memory reads
-    // between the stage's barrier wait and its first e4m3 conversion.
-    EXPECT_EQ(reads_before_first(out.ptx, "cvt.rn.f16x2.e4m3x2"), 6) << what;
+    // The converters read a batch of 6 passes (3 on the persistent walk) before converting any
+    // (load.cuh convert_kv; one read at a time left each read's latency exposed: docs/PERF.md run
+    // 46): the shared-memory reads between the stage's barrier wait and its first e4m3 conversion.
+    EXPECT_EQ(reads_before_first(out.ptx, "cvt.rn.f16x2.e4m3x2"), rc.tuning.persistent ? 3 : 6) << what;
   }
 }
 

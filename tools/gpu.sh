@@ -26,7 +26,8 @@ On the GPU machine (repository root, .device carried):
                         3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal), decode
                         (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
-                        kvfp8 (FP8 KV caches, sm_90a and sm_90); default: prefill decode
+                        kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
+                        walk with pages and varlen); default: prefill decode
   bench [VARIANTS]      prefill against cuDNN, FA2 and Flex in the same interleaved rounds
                         (bench/compare.py); VARIANTS name=arch[@binary][:FA4JIT_TUNE], comma-separated
                         (default sm90a=sm_90a, plus base=sm_90a@.device/fa4jit_base when that
@@ -212,6 +213,9 @@ sanitize() {
             san_check "" $tool $arch '{"depth":64,"kv_dtype":"e4m3","mask":"causal","dtype":"fp16"}' --batch 2 --heads 4 \
               --kv-heads 2 --seqlen-q 300 --seqlen-k 500
           done
+          # sm_90a's persistent walk with pages (the producer's per-tile branch on c.pages) and varlen
+          san_check "" $tool sm_90a '{"depth":128,"kv_dtype":"e4m3","mask":"causal"}' --page-size 64 \
+            --seqlens-q 300 0 129 --seqlens-k 300 50 700 --heads 4 --kv-heads 2
         done ;;
       *) echo "sanitize: unknown set '$s' (prefill, decode, snippets, fp8, kvfp8)"; exit 2 ;;
     esac

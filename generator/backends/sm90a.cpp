@@ -159,13 +159,14 @@ class Sm90a final : public BackendPolicy {
     // +2%, longer causal d128 rows within the noise. Elsewhere the grid: packed-GQA decode runs two
     // CTAs per SM, and other masks and score-mods were not measured (some spill persistent: d64
     // softcap).
-    // FP8 (e4m3) too: its V transposers walk the same tiles (docs/PERF.md run 38); an FP8 KV
-    // cache's converters and Q conversion run the grid walk only. Deeper heads (d192, d256) take
+    // FP8 (e4m3) too: its V transposers walk the same tiles (docs/PERF.md run 38), and so do an
+    // FP8 KV cache's converters (run 47, H200: prefill over an e4m3 cache +1-8.5% against the grid;
+    // packed-GQA decode keeps the grid's two CTAs per SM). Deeper heads (d192, d256) take
     // it for causal attention: d256 causal +9-10% (not profiled: presumably the next tile's K/V
     // loads now overlap the epilogue), unmasked d256 within the noise (docs/PERF.md run 40).
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
-    t.persistent = !c.pack_gqa && deep_ok && plain && !c.kv_dtype ? 1 : 0;
+    t.persistent = !c.pack_gqa && deep_ok && plain ? 1 : 0;
     // The cross-tile overlap (two Q buffers, a tile finished inside the next one's first step) for
     // causal attention only. docs/PERF.md run 43 (ABBA, H100 and H200): without it the unmasked d128
     // rows ran 1-3% faster per call and back to back (the cross-tile KV loop is 659 SASS
@@ -197,9 +198,12 @@ class Sm90a final : public BackendPolicy {
   }
 
   void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& a) const override {
-    if (c.kv_dtype && t.persistent != 0)  // the converters and the Q conversion walk one CTA's tiles
+    // The converters walk whole tiles (grid or persistent); stream-K, which packed GQA turns a
+    // persistent walk into, cuts tiles into segments.
+    if (c.kv_dtype && (t.persistent == 2 || (t.persistent == 1 && c.pack_gqa)))
       throw ConfigError(
-          fmt::format("tune: persistent={}: FP8 KV cache (kv_dtype e4m3) kernels on {} run the grid walk (0)",
+          fmt::format("tune: persistent={}: FP8 KV cache (kv_dtype e4m3) kernels on {} run the grid (0) or "
+                      "persistent (1) walk, without packed GQA for the persistent one",
                       t.persistent, c.arch));
     if (c.dtype == DType::e4m3) {
       // The transposers walk whole tiles (grid or persistent); stream-K, which packed GQA turns a
@@ -217,7 +221,10 @@ class Sm90a final : public BackendPolicy {
     }
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
     if (c.kv_dtype) {
-      t.short_keys = 0;  // the grid walk: no cross-tile overlap to leave out
+      // The converters do not mirror the cross-tile overlap's extra V load (nor would its second
+      // Q buffer fit beside the e4m3 rings), and the kernel's O is staged in the Q region.
+      t.cross_tile = 0;
+      t.short_keys = 0;
       return;
     }
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups

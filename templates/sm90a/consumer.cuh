@@ -349,8 +349,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
         if constexpr (!kPersistent) {
           sched.start();
           mbar_wait(&bars->q_full[0][wg], 0);
-          if constexpr (Sh::kQToMma) convert_q<Config>(q_addr, wg);
         }
+        if constexpr (Sh::kQToMma) convert_q<Config>(q_addr, wg);  // this tile's Q, landed
         kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
         if constexpr (kPersistent) {
           const pipe::PipelineState e = k_ring.state();

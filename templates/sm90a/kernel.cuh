@@ -77,15 +77,17 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   const int wg = static_cast<int>(warp_uniform(threadIdx.x / 128));  // role branches, Q address: uniform
   if (wg == 0) {
     setmaxnreg_dec<Sh::kProducerRegs>();
-    if constexpr (Sh::kProducerHelpers) {  // warps 1-3: V -> Vt (any walk but stream-K), or e4m3 K, V -> 16-bit (grid)
+    if constexpr (Sh::kProducerHelpers) {  // warps 1-3: V -> Vt, or e4m3 K, V -> 16-bit (the grid or persistent walk)
       if (threadIdx.x >= 32) {
+        const int t = static_cast<int>(threadIdx.x) - 32;
         if constexpr (Sh::kFp8 && Sh::kPersistent)
-          transpose_loop<Config, Mask>(p, TileWalker<Config, Mask>::make(), smem, bars, static_cast<int>(threadIdx.x) - 32);
+          transpose_loop<Config, Mask>(p, TileWalker<Config, Mask>::make(), smem, bars, t);
         else if constexpr (Sh::kFp8)
-          transpose_loop<Config, Mask>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars,
-                                       static_cast<int>(threadIdx.x) - 32);
+          transpose_loop<Config, Mask>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars, t);
+        else if constexpr (Sh::kPersistent)
+          convert_loop<Config, Mask>(p, TileWalker<Config, Mask>::make(), smem, bars, t);
         else
-          convert_unit<Config, Mask>(w, smem, bars, static_cast<int>(threadIdx.x) - 32);
+          convert_loop<Config, Mask>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars, t);
         return;
       }
     }

@@ -111,7 +111,7 @@ struct Shape {
   static constexpr int kPRegs = kBN / 2 * kElemBytes / 4;  // packed P registers per consumer thread (kBN/2 values)
   // FP8 KV cache (Config::KVElement e4m3 under a 16-bit Element): TMA brings e4m3 K / V stages, and
   // warps 1-3 of the producer warpgroup convert each into the 16-bit stage the consumers read
-  // (load.cuh convert_unit), so the consumers run the 16-bit kernel; descale_k / descale_v as FP8's.
+  // (load.cuh convert_loop), so the consumers run the 16-bit kernel; descale_k / descale_v as FP8's.
   using KVElement = typename KVElementOf<Config>::type;
   static constexpr bool kKvFp8 = !kFp8 && DTypeTraits<KVElement>::kIsFp8;
   static constexpr int kKvElemBytes = kKvFp8 ? 1 : kElemBytes;  // K / V in global memory and TMA stages
@@ -221,9 +221,10 @@ struct Shape {
                 "sm90a kernel: FP8 takes kBN 128, a padded depth of 64 (SW64 rows) or whole 128-byte rows (128, "
                 "256) and the grid or persistent walk (kPersistent 0 or 1: the transposers walk whole tiles)");
   static_assert(!kFp8 || kCtasPerSm == 1, "sm90a kernel: FP8 runs one CTA per SM (the transposing producer needs 56 registers)");
-  static_assert(!kKvFp8 || ((kBN == 64 || kBN == 128) && kDp == 128 && kBM != 192 && PersistentOf<Config>::value == 0),
+  static_assert(!kKvFp8 || ((kBN == 64 || kBN == 128) && kDp == 128 && kBM != 192 && PersistentOf<Config>::value <= 1),
                 "sm90a kernel: an FP8 KV cache takes kBN 64 or 128, padded depth 128 (e4m3 rows of one 128-byte "
-                "atom), kBM 64 or 128 and the grid walk (kPersistent 0)");
+                "atom), kBM 64 or 128 and the grid or persistent walk (kPersistent 0 or 1: the converters walk "
+                "whole tiles)");
   static_assert(!kProducerHelpers || kNumConsumerWGs <= 2 || kFp8,
                 "sm90a kernel: producer helpers leave registers for 2 consumer WGs (3 for FP8's fragments at depth 64)");
   // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each.

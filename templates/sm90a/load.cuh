@@ -155,7 +155,10 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     // unmasked grid kernels (d128, d256, softcap: the prologue scheduled differently).
     producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p), smem, bars);
   } else {
-    pipe::Producer<Sh::kStages> k_ring(&bars->k), v_ring(&bars->v);
+    // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
+    pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
+    unsigned char* const k_dst = smem + L::kKLoadOffset;
+    unsigned char* const v_dst = smem + L::kVLoadOffset;
     bool pending = false;  // cross-tile: the consumers hold the previous tile's last P V
     // FP8 (its producer warpgroup at 32 registers, kBM 192) and padded depths above 128 (24
     // registers, wider Q boxes): the unit count re-read per tile from an opaque zero rather than
@@ -170,13 +173,13 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       int n = w.first_tile();  // none when !w.valid (empty KV range)
       const bool runs = w.has(n);
       if (runs) {
-        if (L::kCrossTile && !pending) load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
-        load_kv_stage<Config, false>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
+        if (L::kCrossTile && !pending) load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
+        load_kv_stage<Config, false>(p, k_ring, &tma.k, k_dst, n, c);
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, true);
-        load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
+        load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
         for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-          load_kv_stage<Config, false>(p, k_ring, &tma.k, smem + L::kKOffset, n, c);
-          load_kv_stage<Config, false>(p, v_ring, &tma.v, smem + L::kVOffset, n, c);
+          load_kv_stage<Config, false>(p, k_ring, &tma.k, k_dst, n, c);
+          load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
         }
       } else {
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, false);
@@ -326,8 +329,11 @@ __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
   // The reads of up to kBatch passes go out before their conversions: ld/st.shared are volatile
   // with a memory clobber, so pass by pass each read's latency sat between one pass's stores and
   // the next pass's conversions, the converters' top stall (docs/PERF.md run 46: e4m3-KV prefill
-  // +6-13%, decode +1-2%). 6 passes of 4 registers fit the 56-register producer warpgroup.
-  constexpr int kBatch = kPasses < 6 ? kPasses : 6;
+  // +6-13%, decode +1-2%). 6 passes of 4 registers fit the 56-register producer warpgroup of the
+  // grid walk; the persistent walk's state leaves room for 3 (6 spilled 28 B there, and 64
+  // producer registers exceed the launch's pool: Shape::kLaunchRegs, docs/PERF.md runs 46-47).
+  constexpr int kMaxBatch = Sh::kPersistent ? 3 : 6;
+  constexpr int kBatch = kPasses < kMaxBatch ? kPasses : kMaxBatch;
 #pragma unroll
   for (int i0 = 0; i0 < kPasses; i0 += kBatch) {
     u32 in[kBatch][4];
@@ -366,17 +372,26 @@ __device__ __forceinline__ void convert_stage(pipe::Relay<Shape<Config>::kStages
   st.publish();
 }  // release the e4m3 stage: its TMA slot is free again
 
-// The converters' walk of a grid CTA: K(n), then V(n), per KV tile the producer loads (producer_unit).
-template <class Config, class Mask>
-__device__ __forceinline__ void convert_unit(const CtaWork<Config, Mask>& w, unsigned char* smem,
+// The converters' walk: the CTA's tile walk (TileWalker, or a grid CTA's one unit), K(n), then
+// V(n), per KV tile the producer loads (producer_unit, producer_loop), so the rings run on across a
+// persistent CTA's tiles, as the FP8 V transposers' (transpose_loop).
+template <class Config, class Mask, class Tiles>
+__device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, unsigned char* smem,
                                              typename SmemLayout<Config>::Barriers* bars, int t) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
+  static_assert(Sh::kKvFp8 && !L::kCrossTile, "convert_loop: FP8 KV caches, without the cross-tile overlap");
   const u32 base = smem_u32(smem);
   pipe::Relay<Sh::kStages> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
-  for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
-    convert_stage<Config>(k_relay, base + L::kKLoadOffset, base + L::kKOffset, t);
-    convert_stage<Config>(v_relay, base + L::kVLoadOffset, base + L::kVOffset, t);
+  // The walk's constants re-read per tile from an opaque zero, as the transposers' (transpose_loop):
+  // held across it, they spilled the 56-register warpgroup (28 B at causal d128).
+  for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
+    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(
+        p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+    for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
+      convert_stage<Config>(k_relay, base + L::kKLoadOffset, base + L::kKOffset, t);
+      convert_stage<Config>(v_relay, base + L::kVLoadOffset, base + L::kVOffset, t);
+    }
   }
 }
 
