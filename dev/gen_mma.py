@@ -14,7 +14,7 @@ import sys
 
 NS = [64, 80, 96, 112, 128, 176, 192, 256]
 TYPES = [("bf16", "true"), ("f16", "false")]
-NS_FP8 = [64, 128, 256]
+NS_FP8 = [64, 128, 160, 256]
 
 def acc_list(n):
     return ",".join("%%%d" % i for i in range(n // 2))
@@ -50,8 +50,8 @@ for n in NS:
         out.append("  }")
         out.append("};")
 # FP8 (e4m3 x e4m3, k32): both operands K-major (wgmma has no transpose for 8-bit types, so V is
-# transposed in shared memory first: sm90a/load.cuh). N: kBN 128 for S = Q K^T, the padded depth
-# (128, 256) for O += P V.
+# transposed in shared memory first: sm90a/load.cuh). N: kBN for S = Q K^T (128; 160 for unmasked
+# attention at depth 64, FA3's FP8 d64 tile), the padded depth (64, 128) for O += P V.
 for n in NS_FP8:
     na = n // 2
     out.append("template <> struct WgmmaFp8<%d> {" % n)

@@ -419,25 +419,42 @@ jit::FA4Config sm90a_e4m3(int depth) {
 TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
   using jit::detail::tma_row_bytes;
   struct Want {
-    int depth, padded, in_row, bm;
+    int depth, padded, in_row, bm, bn;
   };
-  for (const Want w : {Want{64, 64, 64, 192}, Want{96, 128, 128, 192}, Want{128, 128, 128, 192}}) {
+  for (const Want w : {Want{64, 64, 64, 192, 160}, Want{96, 128, 128, 192, 128}, Want{128, 128, 128, 192, 128}}) {
     const auto rc = fp8_kernel(DType::bf16, w.depth);
     EXPECT_EQ(rc.padded_depth, w.padded) << w.depth;
     EXPECT_EQ(tma_row_bytes(rc, DType::e4m3), w.in_row) << w.depth;
     EXPECT_EQ(tma_row_bytes(rc, DType::bf16), 128) << w.depth;
     // Three consumer warpgroups (unmasked); at padded depth 128 their 160 registers hold one tile's
-    // S and P at a time, so no intra-warpgroup overlap there, and no ping-pong turns.
+    // S and P at a time, so no intra-warpgroup overlap there, and no ping-pong turns; at depth 64
+    // FA3's 160 keys per tile, with the overlap and without the turns.
     EXPECT_EQ(rc.config.BM, w.bm) << w.depth;
+    EXPECT_EQ(rc.config.BN, w.bn) << w.depth;
     EXPECT_EQ(rc.tuning.intra_wg_overlap, w.padded == 128 ? 0 : 1) << w.depth;
-    EXPECT_EQ(rc.tuning.pingpong, w.padded == 128 ? 0 : 1) << w.depth;
+    EXPECT_EQ(rc.tuning.pingpong, 0) << w.depth;
     EXPECT_EQ(rc.num_threads, 128 * (1 + w.bm / 64)) << w.depth;
     // Persistent CTAs (the transposers walk the same tiles), with O staged in a region of its own:
-    // Q regions sized for 16-bit O staging, the K, V and transposed V rings of 1-byte elements, then
-    // the 16-bit O region.
+    // Q regions sized for 16-bit O staging, the K and V rings of 1-byte elements, the transposed V
+    // ring in whole blocks of 128 keys (BN 160: two), then the 16-bit O region.
     EXPECT_EQ(rc.tuning.persistent, 1) << w.depth;
-    EXPECT_EQ(rc.smem_bytes, 2 * w.bm * w.padded + 3 * 2 * 128 * w.padded + 2 * w.bm * w.padded + 1024) << w.depth;
+    const int vt_keys = w.bn > 128 ? 256 : 128;
+    EXPECT_EQ(rc.smem_bytes,
+              2 * w.bm * w.padded + 2 * 2 * w.bn * w.padded + 2 * vt_keys * w.padded + 2 * w.bm * w.padded + 1024)
+        << w.depth;
   }
+  // Causal at depth 64 keeps 128 keys per tile (160 measured -1.7..+1.3% there) and the turns; BN
+  // 160 is refused where the consumers lack the registers (BM 128: a score-mod or mask).
+  jit::FA4Config causal64 = sm90a_e4m3(64);
+  causal64.mask = jit::Mask::causal();
+  EXPECT_EQ(jit::resolve(causal64).config.BN, 128);
+  EXPECT_EQ(jit::resolve(causal64).tuning.pingpong, 1);
+  causal64.BN = 160;
+  EXPECT_EQ(jit::resolve(causal64).config.BN, 160);
+  jit::FA4Config soft64 = sm90a_e4m3(64);
+  soft64.score_mod = jit::ScoreMod::softcap();
+  soft64.BN = 160;
+  EXPECT_EQ(resolve_error(soft64).rfind("BN", 0), 0u) << resolve_error(soft64);
   // The grid walk on request: no O region of its own.
   jit::ResolveOptions grid;
   grid.tune = jit::parse_tune("persistent=0", "FA4JIT_TUNE");
@@ -509,7 +526,7 @@ jit::detail::CompileOutput compile_case(jit::FA4Config c, const CompileCase& k, 
 // wgmma, with both GEMMs in k32 e4m3 wgmma (P V at N = the padded depth: 64 for the SW64 rows).
 TEST(Fp8Host, Sm90aKernelsCompileWithoutSpills) {
   const CompileCase cases[] = {
-      {64, jit::Mask::none(), jit::ScoreMod::identity(), false},
+      {64, jit::Mask::none(), jit::ScoreMod::identity(), false},  // BN 160: the Vt stage's second block
       {64, jit::Mask::causal(), jit::ScoreMod::identity(), false},
       {64, jit::Mask::sliding_window(), jit::ScoreMod::softcap(), false},
       {64, jit::Mask::causal(), jit::ScoreMod::custom("return score - 0.05f * h;"), true},
@@ -525,7 +542,7 @@ TEST(Fp8Host, Sm90aKernelsCompileWithoutSpills) {
     const auto out = compile_case(c, k, &rc, &what);
     EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
     for (const std::string& needle :
-         {std::string("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"),
+         {fmt::format("wgmma.mma_async.sync.aligned.m64n{}k32.f32.e4m3.e4m3", rc.config.BN),
           fmt::format("wgmma.mma_async.sync.aligned.m64n{}k32.f32.e4m3.e4m3", rc.padded_depth),
           std::string(k.packed ? "cp.async.bulk.tensor.5d" : "cp.async.bulk.tensor.4d"), std::string("prmt.b32")})
       EXPECT_NE(out.ptx.find(needle), std::string::npos) << what << ": PTX lacks " << needle;

@@ -197,6 +197,9 @@ sanitize() {
         for tool in memcheck racecheck synccheck; do
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":64}' --batch 1 --heads 8 --kv-heads 2 --seqlen-q 300 --seqlen-k 1000
+          # depth 64 unmasked: BN 160, a Vt stage of two blocks; paged (boxes of gcd(64, 160) = 32 rows) and varlen
+          san_check "" $tool sm_90a '{"dtype":"e4m3","depth":64}' --page-size 64 --heads 4 --kv-heads 2 \
+            --seqlens-q 300 0 129 --seqlens-k 300 50 700
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128}' --batch 67 --heads 2 --kv-heads 2 --seqlen-q 200 --seqlen-k 637
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --heads 4 --kv-heads 2 \
             --seqlens-q 300 0 129 --seqlens-k 300 50 700

@@ -93,7 +93,8 @@ class Sm90a final : public BackendPolicy {
   }
 
   // FP8 (e4m3 Q, K, V; templates/sm90a: k32 wgmma, V transposed in shared memory by the producer
-  // warpgroup): BN 128 (Vt is one block of 128 keys per row), padded depth 64 (64-byte rows) or 128
+  // warpgroup): BN 128 (Vt is one block of 128 keys per row; 160 at depth 64 takes two), padded
+  // depth 64 (64-byte rows) or 128
   // (depths 96, 128: at 256 the 16-bit O staging and three rings exceed 227 KB), one CTA per SM, the
   // grid walk (settle).
   Budget derive_fp8(FA4Config& c, int dp, const ArchInfo& a) const {
@@ -108,12 +109,20 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const std::vector<int> bm_allowed = c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128, 192};
     c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : plain ? 192 : 128, bm_allowed);
-    c.BN = pick("BN", c.BN, 128, {128});
+    // BN 160 (FA3's FP8 d64 tile, 192 x 160) for unmasked attention at depth 64: S 80 + P 20 + O 32
+    // per thread with the overlap, the consumers at 160 registers (layout.cuh). docs/PERF.md run 47
+    // (5), H200: unmasked +0.6-3.7% over BN 128 (without the ping-pong turns); causal -1.7..+1.3%, so
+    // BN 128 there. FA3's d128 tile (128 x 224) and narrower ones were slower (run 47 (1), (3)).
+    const bool bn160_ok = c.BM == 192 && dp == 64;
+    const int bn_default = bn160_ok && plain && c.mask.kind == Mask::Kind::none ? 160 : 128;
+    c.BN = pick("BN", c.BN, bn_default, bn160_ok ? std::vector<int>{128, 160} : std::vector<int>{128});
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
-    // Q regions sized for 16-bit O staging; K, V and transposed V rings of 1-byte elements.
-    const int smem = 2 * c.BM * dp + 3 * c.num_kv_stages * c.BN * dp + 1024;
+    // Q regions sized for 16-bit O staging; K and V rings of 1-byte elements; the transposed V ring
+    // in whole blocks of 128 keys (SmemLayout::kVtStageBytes).
+    const int vt_keys = (c.BN + 127) / 128 * 128;
+    const int smem = 2 * c.BM * dp + 2 * c.num_kv_stages * c.BN * dp + c.num_kv_stages * vt_keys * dp + 1024;
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} (e4m3) need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
@@ -194,6 +203,8 @@ class Sm90a final : public BackendPolicy {
     // and without the ping-pong turns (the three warpgroups' GEMMs interleave on their own: +1-2.5%,
     // docs/PERF.md run 36).
     if (fp8_three_wgs(c, dp)) t.intra_wg_overlap = t.pingpong = 0;
+    // FP8 at depth 64 over BN 160: without the ping-pong turns too (+0-1.9% over them, run 47 (5)).
+    if (c.dtype == DType::e4m3 && c.BN == 160) t.pingpong = 0;
     return t;
   }
 

@@ -132,7 +132,7 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 
   fence_operand(o);
   fence_operand(pr);
   wgmma_fence();
-  gemm_pv_span<Config>(o, pr, span, v_addr + vs.index() * SmemLayout<Config>::kKVStageBytes);
+  gemm_pv_span<Config>(o, pr, span, v_addr + vs.index() * SmemLayout<Config>::kPVStageBytes);
   wgmma_commit();
   wgmma_wait<0>();
   fence_operand(o);
@@ -161,7 +161,7 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
     wgmma_fence();
     gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
     wgmma_commit();
-    gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kKVStageBytes);
+    gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kPVStageBytes);
     wgmma_commit();
     sched.pass_turn();
     wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run

@@ -193,7 +193,8 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
 // FP8 wgmma reads B K-major only, and V arrives [keys][depth]. Three warps of the producer
 // warpgroup (warps 1-3; warp 0 issues the TMA loads) copy each V stage to a Vt stage, [depth][keys]
 // in SW128 blocks of [kDp rows][128 keys], through the rings v (TMA -> transposers) and vt
-// (transposers -> consumers). Within each 16-key chunk of a row the keys are permuted as pack_p
+// (transposers -> consumers); kBN 160 fills a second block's first 32 keys (SmemLayout::
+// kVtStageBytes). Within each 16-key chunk of a row the keys are permuted as pack_p
 // (softmax.cuh) leaves P: logical key 4t + i is tile key 8(i/2) + 2t + i%2, so P V needs no shuffle.
 // Warps 1-3 of the producer warpgroup: FP8's V transposers, or an FP8 KV cache's converters.
 constexpr int kHelperThreads = 96;
@@ -223,7 +224,8 @@ __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   using Sh = Shape<Config>;
   constexpr int kBN = Sh::kBN, kDp = Sh::kDp, kRow = Sh::kRowBytes;
   constexpr u32 kWarps = kHelperThreads / 32;
-  static_assert(kBN == 128 && kDp % 32 == 0 && kHelperThreads % 32 == 0, "transpose_v: 8 key blocks, whole depth groups");
+  static_assert(kBN % 32 == 0 && kDp % 32 == 0 && kHelperThreads % 32 == 0,
+                "transpose_v: pairs of 16-key blocks, whole depth groups");
   static_assert(kRow == 128 || kRow == 64, "transpose_v: SW128 or SW64 V rows");
   // opaque: the lane's bases below are recomputed per stage (a few instructions) rather than hoisted
   // out of the walk and held across it, which the 32-register producer warpgroup cannot afford.
@@ -243,13 +245,14 @@ __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
   const bool odd_first = lane / 4 >= 4;
   const u32 sel_even_matrix = odd_first ? 0x7531u : 0x6420u, sel_odd_matrix = odd_first ? 0x6420u : 0x7531u;
   // A warp's item: depth group dg, key blocks kb0 and kb0 + 1 (items round-robin over the warps:
-  // 6/5/5 at depth 128). The second block's read is the first's plus an immediate.
+  // 6/5/5 at depth 128 and kBN 128). The second block's read is the first's plus an immediate; both
+  // land in Vt block kb0 / 8 (128 keys), chunks kb0 % 8 and kb0 % 8 + 1.
   constexpr u32 kPairs = kBN / 32, kItems = kPairs * (kDp / 32);
 #pragma unroll 1
   for (u32 item = static_cast<u32>(t) / 32; item < kItems; item += kWarps) {
     const u32 dg = item / kPairs, kb0 = 2 * (item % kPairs), d = 32 * dg + read_depth;
     const u32 read = read_base + 16 * kb0 * kRow + (d / kRow) * (kBN * kRow) + ((((d % kRow) / 16) ^ swz) << 4);
-    const u32 write = write_base + 32 * dg * 128;
+    const u32 write = write_base + 32 * dg * 128 + (kb0 / 8) * (kDp * 128);
     u32 r[2][4];
 #pragma unroll
     for (u32 h = 0; h < 2; ++h) ldmatrix_x4_trans(r[h], read + 16 * kRow * h);
@@ -257,7 +260,7 @@ __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
     for (u32 h = 0; h < 2; ++h) {
       const u32 w[4] = {byte_perm(r[h][0], r[h][1], sel_even_matrix), byte_perm(r[h][0], r[h][1], sel_odd_matrix),
                         byte_perm(r[h][2], r[h][3], sel_even_matrix), byte_perm(r[h][2], r[h][3], sel_odd_matrix)};
-      stmatrix_x4(write + (((kb0 + h) ^ write_chunk) << 4), w);
+      stmatrix_x4(write + ((((kb0 % 8) + h) ^ write_chunk) << 4), w);
     }
   }
 }
@@ -277,7 +280,7 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
   auto transpose_stage = [&] {
     auto st = v_to_vt.acquire();
     transpose_v<Config>(base + L::kVOffset + st.index() * L::kKVStageBytes,
-                        base + L::kPVOffset + st.index() * L::kKVStageBytes, t);
+                        base + L::kPVOffset + st.index() * L::kPVStageBytes, t);
     fence_proxy_async();  // this thread's Vt writes (and V reads) before the wgmma / TMA that follow
     st.publish();
   };  // release V: its TMA slot is free again
