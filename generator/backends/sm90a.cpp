@@ -111,7 +111,7 @@ class Sm90a final : public BackendPolicy {
     c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : plain ? 192 : 128, bm_allowed);
     // BN 160 (FA3's FP8 d64 tile, 192 x 160) for unmasked attention at depth 64: S 80 + P 20 + O 32
     // per thread with the overlap, the consumers at 160 registers (layout.cuh). docs/PERF.md run 47
-    // (5), H200: unmasked +0.6-3.7% over BN 128 (without the ping-pong turns); causal -1.7..+1.3%, so
+    // (5), H200: unmasked +0.5-4.6% over BN 128 (without the ping-pong turns); causal -3.1..+1.3%, so
     // BN 128 there. FA3's d128 tile (128 x 224) and narrower ones were slower (run 47 (1), (3)).
     const bool bn160_ok = c.BM == 192 && dp == 64;
     const int bn_default = bn160_ok && plain && c.mask.kind == Mask::Kind::none ? 160 : 128;
