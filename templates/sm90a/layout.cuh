@@ -165,14 +165,12 @@ struct Shape {
   // FP8, 2 consumer WGs: the producer warpgroup also transposes V (16 + 16 registers of bytes in
   // flight): 128*56 + 256*224 = 64512, and P takes 16 fewer consumer registers than at 16 bits.
   // FP8 at depth 64, 3 consumer WGs: 128*56 + 384*152 = 65536 (S 64 + P 16 + O 32 per thread).
-  // FP8 at padded depth 128, 3 consumer WGs: 128*32 + 384*160 = 65536 (S 64 + P 16 + O 64, no
-  // intra-warpgroup overlap: 152 spills 1 KB); the ldmatrix transposer fits 32 (the producer
-  // spilled 12 B there before it, 4e1d4d4).
+  // FP8, 3 consumer WGs, at 160 (kFp8Consumers160): 128*32 + 384*160 = 65536; the ldmatrix
+  // transposer fits 32 (the producer spilled 12 B there before it, 4e1d4d4). Padded depth 128:
+  // S 64 + P 16 + O 64, no intra-warpgroup overlap (152 spills 1 KB); depth 64 over kBN 160 (FA3's
+  // 192 x 160): S 80 + P 20 + O 32 with the overlap (152 spilled 96 B and serialized wgmma).
   // FP8 KV cache, 1 consumer WG at 2 CTAs per SM: 2 * (128*56 + 128*200) = 65536.
-  // FP8 at depth 64 over kBN 160 (FA3's 192 x 160), 3 consumer WGs: 128*32 + 384*160 = 65536 (S 80 +
-  // P 20 + O 32 with the overlap; 152 spilled 96 B and serialized wgmma).
-  static constexpr bool kFp8ThreeWgsD128 = kFp8 && kNumConsumerWGs == 3 && kDp == 128;
-  static constexpr bool kFp8Consumers160 = kFp8ThreeWgsD128 || (kFp8 && kNumConsumerWGs == 3 && kBN == 160);
+  static constexpr bool kFp8Consumers160 = kFp8 && kNumConsumerWGs == 3 && (kDp == 128 || kBN == 160);
   static constexpr int kProducerRegs = kFp8Consumers160                ? 32
                                        : kSoloConsumer || kProducerHelpers ? 56
                                        : kNumConsumerWGs <= 2             ? 24
