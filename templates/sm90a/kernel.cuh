@@ -80,14 +80,10 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     if constexpr (Sh::kProducerHelpers) {  // warps 1-3: V -> Vt, or e4m3 K, V -> 16-bit (the grid or persistent walk)
       if (threadIdx.x >= 32) {
         const int t = static_cast<int>(threadIdx.x) - 32;
-        if constexpr (Sh::kFp8 && Sh::kPersistent)
-          transpose_loop<Config, Mask>(p, TileWalker<Config, Mask>::make(), smem, bars, t);
-        else if constexpr (Sh::kFp8)
-          transpose_loop<Config, Mask>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars, t);
-        else if constexpr (Sh::kPersistent)
-          convert_loop<Config, Mask>(p, TileWalker<Config, Mask>::make(), smem, bars, t);
+        if constexpr (Sh::kFp8)
+          transpose_loop<Config, Mask>(p, cta_tiles<Config, Mask>(w), smem, bars, t);
         else
-          convert_loop<Config, Mask>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars, t);
+          convert_loop<Config, Mask>(p, cta_tiles<Config, Mask>(w), smem, bars, t);
         return;
       }
     }
@@ -110,10 +106,8 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     setmaxnreg_inc<Sh::kConsumerRegs>();
     if constexpr (L::kCrossTile) {
       consumer_loop_cross_tile<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
-    } else if constexpr (Sh::kPersistent) {
-      consumer_loop<Config, Mask, ScoreMod>(p, TileWalker<Config, Mask>::make(), smem, bars, wg - 1);
     } else {
-      consumer_loop<Config, Mask, ScoreMod>(p, GridTiles<CtaWork<Config, Mask>>{w, 0}, smem, bars, wg - 1);
+      consumer_loop<Config, Mask, ScoreMod>(p, cta_tiles<Config, Mask>(w), smem, bars, wg - 1);
     }
   }
 }

@@ -346,6 +346,16 @@ template <class Work, class Mask> struct TileWalkerOf<2, Work, Mask> { using typ
 template <class Config, class Mask>
 using TileWalker = typename TileWalkerOf<PersistentOf<Config>::value, CtaWork<Config, Mask>, Mask>::type;
 
+// A role's copy of the CTA's tile walk: a fresh persistent walker, or the grid CTA's one unit (w,
+// built before the role split).
+template <class Config, class Mask>
+__device__ __forceinline__ TileWalker<Config, Mask> cta_tiles(const CtaWork<Config, Mask>& w) {
+  if constexpr (PersistentOf<Config>::value != 0)
+    return TileWalker<Config, Mask>::make();
+  else
+    return TileWalker<Config, Mask>{w, 0};
+}
+
 // The CTA's KV split (w.split), re-derived for the epilogue exactly as TileWork::make decodes it
 // from blockIdx.x, instead of being held across the KV loop: one more live register there spills
 // at kBM 192 (NVRTC, softcap). Persistent CTAs: w.split (PersistentTiles: the split, -1 for a
