@@ -44,10 +44,11 @@ ARCH = os.environ.get("FA4JIT_ARCH", "sm_90a")
 ACC_CASES = [(2, 8, 8, 1024, 128, False, 1.0), (2, 8, 8, 1024, 128, True, 1.0), (2, 16, 4, 2048, 128, True, 1.0),
              (2, 8, 8, 1024, 64, True, 1.0), (1, 8, 8, 4096, 128, False, 1.0), (2, 8, 2, 333, 128, True, 1.0),
              (2, 8, 8, 1024, 128, True, 3.0)]
-# (B, H, Hkv, S, D, causal)
-SPEED_ROWS = [(16, 16, 16, 2048, 128, False), (16, 16, 16, 2048, 128, True), (4, 16, 16, 8192, 128, False),
-              (4, 16, 16, 8192, 128, True), (2, 16, 16, 16384, 128, False), (2, 16, 16, 16384, 128, True),
-              (8, 16, 16, 4096, 64, False), (8, 16, 16, 4096, 64, True), (2, 32, 8, 8192, 128, True)]
+# (B, H, Hkv, S, D, causal): issue 22's grid (D 128 and 64, causal and not, S 2k-16k), the d64
+# row at S 4096 of the earlier tables, and GQA.
+SPEED_ROWS = [(B, 16, 16, S, D, causal) for D in (128, 64) for (B, S) in ((16, 2048), (4, 8192), (2, 16384))
+              for causal in (False, True)]
+SPEED_ROWS += [(8, 16, 16, 4096, 64, False), (8, 16, 16, 4096, 64, True), (2, 32, 8, 8192, 128, True)]
 
 RESULTS = {"meta": {}, "probe": {}, "accuracy": [], "speed": [], "errors": []}
 T0 = time.time()
