@@ -427,12 +427,13 @@ TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
     EXPECT_EQ(tma_row_bytes(rc, DType::e4m3), w.in_row) << w.depth;
     EXPECT_EQ(tma_row_bytes(rc, DType::bf16), 128) << w.depth;
     // Three consumer warpgroups (unmasked); at padded depth 128 their 160 registers hold one tile's
-    // S and P at a time, so no intra-warpgroup overlap there, and no ping-pong turns; at depth 64
-    // FA3's 160 keys per tile, with the overlap and without the turns.
+    // S and P at a time, so no intra-warpgroup overlap there, and the warpgroups take turns around
+    // their softmax (pingpong 2); at depth 64 FA3's 160 keys per tile, with the overlap and without
+    // turns.
     EXPECT_EQ(rc.config.BM, w.bm) << w.depth;
     EXPECT_EQ(rc.config.BN, w.bn) << w.depth;
     EXPECT_EQ(rc.tuning.intra_wg_overlap, w.padded == 128 ? 0 : 1) << w.depth;
-    EXPECT_EQ(rc.tuning.pingpong, 0) << w.depth;
+    EXPECT_EQ(rc.tuning.pingpong, w.padded == 128 ? 2 : 0) << w.depth;
     EXPECT_EQ(rc.num_threads, 128 * (1 + w.bm / 64)) << w.depth;
     // Persistent CTAs (the transposers walk the same tiles), with O staged in a region of its own:
     // Q regions sized for 16-bit O staging, the K and V rings of 1-byte elements, the transposed V
@@ -485,6 +486,13 @@ TEST(Fp8Host, Sm90aE4m3RowsAtDepth64Are64Bytes) {
   jit::ResolveOptions overlap;
   overlap.tune = jit::parse_tune("intra_wg_overlap=1", "FA4JIT_TUNE");
   EXPECT_EQ(jit::resolve(three, overlap).tuning.intra_wg_overlap, 1);
+  EXPECT_EQ(jit::resolve(three, overlap).tuning.pingpong, 1);
+  // Turns around the softmax (pingpong 2) need the simple schedule; 0, 1 and 2 are the values.
+  EXPECT_NE(resolve_error(three, "pingpong=2").find("tune: pingpong=2"), std::string::npos)
+      << resolve_error(three, "pingpong=2");
+  EXPECT_EQ(resolve_error(three, "pingpong=2,intra_wg_overlap=0"), "");
+  EXPECT_NE(resolve_error(sm90a_e4m3(128), "pingpong=3").find("tune: pingpong=3"), std::string::npos);
+  EXPECT_EQ(resolve_error(sm90a_e4m3(128), "pingpong=0"), "");
   jit::FA4Config kv;
   kv.arch = "sm_90a";
   kv.kv_dtype = DType::e4m3;
@@ -546,6 +554,9 @@ TEST(Fp8Host, Sm90aKernelsCompileWithoutSpills) {
           fmt::format("wgmma.mma_async.sync.aligned.m64n{}k32.f32.e4m3.e4m3", rc.padded_depth),
           std::string(k.packed ? "cp.async.bulk.tensor.5d" : "cp.async.bulk.tensor.4d"), std::string("prmt.b32")})
       EXPECT_NE(out.ptx.find(needle), std::string::npos) << what << ": PTX lacks " << needle;
+    // Turns (ping-pong or around the softmax) pass by bar.arrive; a kernel without them (or with
+    // one consumer warpgroup, BM 64) has none.
+    EXPECT_EQ(out.ptx.find("bar.arrive") != std::string::npos, rc.tuning.pingpong != 0 && rc.config.BM > 64) << what;
   }
 }
 

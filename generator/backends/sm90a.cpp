@@ -200,9 +200,12 @@ class Sm90a final : public BackendPolicy {
     t.exp2_emulate_every = 0;
     // FP8 BM 192 at padded depth 128: S (64 floats) and O (64) leave no room for P(n-1) beside
     // S(n) in 160 registers (the overlap spills 144 B and serializes wgmma), so one step at a time;
-    // and without the ping-pong turns (the three warpgroups' GEMMs interleave on their own: +1-2.5%,
-    // docs/PERF.md run 36).
-    if (fp8_three_wgs(c, dp)) t.intra_wg_overlap = t.pingpong = 0;
+    // the three warpgroups take turns around their softmax (pingpong 2), not their GEMM issue:
+    // +2-7% over no turns (docs/PERF.md run 48 (7)), which was +1-2.5% over GEMM turns (run 36).
+    if (fp8_three_wgs(c, dp)) {
+      t.intra_wg_overlap = 0;
+      t.pingpong = 2;
+    }
     // FP8 at depth 64 over BN 160: without the ping-pong turns too (+0-1.9% over them, run 47 (5)).
     if (c.dtype == DType::e4m3 && c.BN == 160) t.pingpong = 0;
     return t;
@@ -230,6 +233,16 @@ class Sm90a final : public BackendPolicy {
             "its registers do not hold S and P of two tiles; set BM 128 for the overlapped schedule",
             t.intra_wg_overlap, c.arch));
     }
+    // Turns: 0 none, 1 around the GEMM issue (FA3's ping-pong), 2 around the softmax, which the
+    // simple schedule alone has (templates/sm90a/consumer.cuh kv_mainloop).
+    if (t.pingpong < 0 || t.pingpong > 2)
+      throw ConfigError(
+          fmt::format("tune: pingpong={}: 0 (no turns), 1 (around the GEMMs) or 2 (around the softmax)", t.pingpong));
+    if (t.pingpong == 2 && t.intra_wg_overlap != 0)
+      throw ConfigError(
+          fmt::format("tune: pingpong=2: turns around the softmax run with the simple schedule only "
+                      "(intra_wg_overlap=0); this kernel has intra_wg_overlap={}",
+                      t.intra_wg_overlap));
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
     if (c.kv_dtype) {
       // The converters do not mirror the cross-tile overlap's extra V load (nor would its second

@@ -25,7 +25,7 @@ FA4JIT_API const char* to_string(Backend b);
 struct Tuning {
   int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
   int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
-  int pingpong = 1;            // sm90a: alternate the consumer warpgroups' GEMMs
+  int pingpong = 1;            // sm90a: consumer warpgroup turns: 0 none, 1 around the GEMMs, 2 around the softmax
   int cross_tile = 1;          // sm90a persistent (default: causal): finish a tile in the next one's first step
   int wg_spans = 0;  // sm90a: a consumer warpgroup's P V skips the keys its rows cannot see (default: causal at BM 192)
   // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV

@@ -7,7 +7,9 @@
 //   rescale O, pack P(n). The last P V runs after the loop.
 // Ping-pong: warpgroup g waits on named barrier kSchedBarrier+g before issuing its GEMMs and
 //   arrives on the next one's ((g+1) mod W) afterwards, so one's softmax overlaps the others'
-//   GEMMs (FA3; W = 3 is a round robin 0 -> 1 -> 2 -> 0).
+//   GEMMs (FA3; W = 3 is a round robin 0 -> 1 -> 2 -> 0). Softmax turns (simple schedule): the
+//   same round robin around each warpgroup's softmax instead, so the three warpgroups of kBM 192
+//   take the exponential unit one at a time while the others' GEMMs run.
 //
 // Stage scopes: K and V are separate rings; every stage is released only after the wgmma that
 // reads it has been waited for. All consumer warpgroups read every stage (empty count = 4 per WG).
@@ -23,7 +25,7 @@
 namespace fa4 {
 namespace sm90a {
 
-template <bool kPingPong, int kNumWGs>
+template <bool kOn, int kNumWGs>
 struct Scheduler {
   static_assert(kNumWGs >= 1 && kNumWGs <= 3, "scheduler: 1 to 3 consumer warpgroups");
   int wg;  // consumer warpgroup 0 .. kNumWGs-1
@@ -31,13 +33,13 @@ struct Scheduler {
   // round robin (arrive), so its count is 256 for any number of warpgroups. The first warpgroup
   // gets the first turn: its own arrival plus its first sync complete the barrier's first phase.
   __device__ __forceinline__ void start() const {
-    if (kPingPong && wg == 0) named_barrier_arrive(kSchedBarrier, 256);
+    if (kOn && wg == 0) named_barrier_arrive(kSchedBarrier, 256);
   }
   __device__ __forceinline__ void wait_turn() const {
-    if (kPingPong) named_barrier_sync(kSchedBarrier + wg, 256);
+    if (kOn) named_barrier_sync(kSchedBarrier + wg, 256);
   }
   __device__ __forceinline__ void pass_turn() const {
-    if (kPingPong) {
+    if (kOn) {
       const int next = kNumWGs == 2 ? (wg ^ 1) : (wg == kNumWGs - 1 ? 0 : wg + 1);
       named_barrier_arrive(kSchedBarrier + next, 256);
     }
@@ -226,12 +228,17 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   float corr[2];
 
   if constexpr (!Sh::kIntraWGOverlap) {
+    // The turns (sched: both kinds start the same way) go around the GEMM issue or the softmax.
+    const Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> gemm_turns{wg};
+    const Scheduler<Sh::kSoftmaxTurns, Sh::kNumConsumerWGs> softmax_turns{wg};
     for (; w.has(n); n = w.next_tile(n)) {
-      qk_step<Config>(s, k_ring, sched, q, k_addr);
+      qk_step<Config>(s, k_ring, gemm_turns, q, k_addr);
+      softmax_turns.wait_turn();
       sm.logits(s, n, w.needs_mask(n), p, w);
       sm.online(s, corr);
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
+      softmax_turns.pass_turn();
       pv_step<Config>(o, pr, v_ring, v_addr, span.of(n));
     }
   } else {
@@ -312,7 +319,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   zero(s);
   zero(pr);  // S and P: written before read in every tile
 
-  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
+  Scheduler<Sh::kPingPong || Sh::kSoftmaxTurns, Sh::kNumConsumerWGs> sched{wg};
   // Persistent: tile state carried from one tile to the next, packed in one word: bits 0-1 ring
   // index, bit 2 ring phase (the K and V consumer rings are in the same state at a tile boundary:
   // each tile acquires as many K as V stages), bits 3.. the tile iteration. At 160 registers (kBM
@@ -433,7 +440,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
   zero(s);
   zero(pr);
 
-  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};
+  Scheduler<Sh::kPingPong || Sh::kSoftmaxTurns, Sh::kNumConsumerWGs> sched{wg};
   sched.start();
   Softmax sm;  // the running tile's; after its KV loop, the pending tile's
   sm.init(p, 0, wg);

@@ -8,7 +8,8 @@
 #include "common/tile_scheduler.cuh"
 
 // Schedule switches (see README). Override per build with -D..., or per Config with
-// `static constexpr bool kIntraWGOverlap / kPingPong` members (those win).
+// `static constexpr int kIntraWGOverlap / kPingPong` members (those win). kPingPong: 0 no turns,
+// 1 turns around each warpgroup's GEMM issue (FA3), 2 turns around its softmax (simple schedule).
 #ifndef FA4_SM90A_INTRA_WG_OVERLAP
 #define FA4_SM90A_INTRA_WG_OVERLAP 1
 #endif
@@ -34,9 +35,9 @@ template <class C, class = void> struct OverlapOf { static constexpr bool value 
 template <class C> struct OverlapOf<C, typename VoidT<decltype(C::kIntraWGOverlap)>::type> {
   static constexpr bool value = C::kIntraWGOverlap;
 };
-template <class C, class = void> struct PingPongOf { static constexpr bool value = FA4_SM90A_PINGPONG != 0; };
+template <class C, class = void> struct PingPongOf { static constexpr int value = FA4_SM90A_PINGPONG; };
 template <class C> struct PingPongOf<C, typename VoidT<decltype(C::kPingPong)>::type> {
-  static constexpr bool value = C::kPingPong;
+  static constexpr int value = C::kPingPong;
 };
 
 template <class C, class = void> struct CrossTileOf { static constexpr bool value = true; };
@@ -139,7 +140,12 @@ struct Shape {
   static constexpr int kQKDepth = kDepth;
 
   static constexpr bool kIntraWGOverlap = OverlapOf<Config>::value;
-  static constexpr bool kPingPong = PingPongOf<Config>::value && kNumConsumerWGs > 1;  // no partner alone
+  // The consumer warpgroups take turns (named barriers, consumer.cuh Scheduler; no partner alone):
+  // around their GEMM issue (FA3's ping-pong), or around their softmax (kSoftmaxTurns, the simple
+  // schedule): one warpgroup's exponentials at a time while the others' GEMMs run. FP8 d128 at kBM
+  // 192: +2-7% over no turns, docs/PERF.md run 48 (7); with the overlap it measured neutral.
+  static constexpr bool kPingPong = PingPongOf<Config>::value == 1 && kNumConsumerWGs > 1;
+  static constexpr bool kSoftmaxTurns = PingPongOf<Config>::value == 2 && kNumConsumerWGs > 1;
   // One f32 pair in kExp2EmulateEvery goes through FA4's polynomial exp2 (FMA pipe) instead of
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
@@ -204,6 +210,8 @@ struct Shape {
                 "sm90a kernel: kBM 192 with kBN > 128 and the overlapped schedule does not fit 160 consumer "
                 "registers (S kBN/2 + P kBN/4 + O 32 per thread; 400 B spills at kBN 192): use kBN 128 (FP8 at "
                 "depth 64 takes kBN 160: P is kBN/8)");
+  static_assert(!kSoftmaxTurns || !kIntraWGOverlap,
+                "sm90a kernel: turns around the softmax (kPingPong 2) are for the simple schedule (kIntraWGOverlap 0)");
   static_assert(Config::kNumThreads == kNumThreads,
                 "sm90a kernel: kNumThreads must be 128 * (1 + kBM / 64) (1 producer + kBM/64 consumer warpgroups)");
   static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256,
