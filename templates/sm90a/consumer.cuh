@@ -440,7 +440,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
   zero(s);
   zero(pr);
 
-  Scheduler<Sh::kPingPong || Sh::kSoftmaxTurns, Sh::kNumConsumerWGs> sched{wg};
+  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};  // overlapped: no softmax turns
   sched.start();
   Softmax sm;  // the running tile's; after its KV loop, the pending tile's
   sm.init(p, 0, wg);
