@@ -25,9 +25,16 @@
 namespace fa4 {
 namespace sm90a {
 
-template <bool kOn, int kNumWGs>
+// The consumer warpgroups' round robin of turns (named barriers) around one phase of their KV step:
+// kAround = Turn::kGemm, the GEMM issue (FA3's ping-pong: one warpgroup issues while the others run
+// their softmax); Turn::kSoftmax, the softmax (simple schedule: one warpgroup's exponentials at a
+// time on the sub-partition's MUFU while the others' GEMMs run); Turn::kNone, no turns. Each step
+// asks for a turn around its phase; only the scheduler's phase takes one, so the loops name the
+// phases and the tuning picks which one turns.
+template <Turn kAround, int kNumWGs>
 struct Scheduler {
   static_assert(kNumWGs >= 1 && kNumWGs <= 3, "scheduler: 1 to 3 consumer warpgroups");
+  static constexpr bool kOn = kAround != Turn::kNone;
   int wg;  // consumer warpgroup 0 .. kNumWGs-1
   // Barrier kSchedBarrier + g has two parties: warpgroup g (sync) and its predecessor in the
   // round robin (arrive), so its count is 256 for any number of warpgroups. The first warpgroup
@@ -35,11 +42,13 @@ struct Scheduler {
   __device__ __forceinline__ void start() const {
     if (kOn && wg == 0) named_barrier_arrive(kSchedBarrier, 256);
   }
+  template <Turn kPhase>
   __device__ __forceinline__ void wait_turn() const {
-    if (kOn) named_barrier_sync(kSchedBarrier + wg, 256);
+    if (kOn && kPhase == kAround) named_barrier_sync(kSchedBarrier + wg, 256);
   }
+  template <Turn kPhase>
   __device__ __forceinline__ void pass_turn() const {
-    if (kOn) {
+    if (kOn && kPhase == kAround) {
       const int next = kNumWGs == 2 ? (wg ^ 1) : (wg == kNumWGs - 1 ? 0 : wg + 1);
       named_barrier_arrive(kSchedBarrier + next, 256);
     }
@@ -116,12 +125,12 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
                                         QAddr q_wgmma, u32 k_addr) {
   using Sh = Shape<Config>;
   auto ks = k_ring.acquire();
-  sched.wait_turn();
+  sched.template wait_turn<Turn::kGemm>();
   fence_operand(s);
   wgmma_fence();
   gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q_wgmma(), k_addr + ks.index() * SmemLayout<Config>::kKVStageBytes);
   wgmma_commit();
-  sched.pass_turn();
+  sched.template pass_turn<Turn::kGemm>();
   wgmma_wait<0>();
   fence_operand(s);
 }  // release K(n)
@@ -156,7 +165,7 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
   auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
   {
     auto ks = k_ring.acquire();  // K(n)
-    sched.wait_turn();
+    sched.template wait_turn<Turn::kGemm>();
     fence_operand(s);
     fence_operand(o);
     fence_operand(pr);
@@ -165,7 +174,7 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
     wgmma_commit();
     gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kPVStageBytes);
     wgmma_commit();
-    sched.pass_turn();
+    sched.template pass_turn<Turn::kGemm>();
     wgmma_wait<1>();  // S(n) done; P V(n_prev) may still run
     fence_operand(s);
   }  // release K(n)
@@ -228,17 +237,14 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   float corr[2];
 
   if constexpr (!Sh::kIntraWGOverlap) {
-    // The turns (sched: both kinds start the same way) go around the GEMM issue or the softmax.
-    const Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> gemm_turns{wg};
-    const Scheduler<Sh::kSoftmaxTurns, Sh::kNumConsumerWGs> softmax_turns{wg};
     for (; w.has(n); n = w.next_tile(n)) {
-      qk_step<Config>(s, k_ring, gemm_turns, q, k_addr);
-      softmax_turns.wait_turn();
+      qk_step<Config>(s, k_ring, sched, q, k_addr);
+      sched.template wait_turn<Turn::kSoftmax>();
       sm.logits(s, n, w.needs_mask(n), p, w);
       sm.online(s, corr);
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
-      softmax_turns.pass_turn();
+      sched.template pass_turn<Turn::kSoftmax>();
       pv_step<Config>(o, pr, v_ring, v_addr, span.of(n));
     }
   } else {
@@ -319,7 +325,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   zero(s);
   zero(pr);  // S and P: written before read in every tile
 
-  Scheduler<Sh::kPingPong || Sh::kSoftmaxTurns, Sh::kNumConsumerWGs> sched{wg};
+  const Scheduler<Sh::kTurns, Sh::kNumConsumerWGs> sched{wg};
   // Persistent: tile state carried from one tile to the next, packed in one word: bits 0-1 ring
   // index, bit 2 ring phase (the K and V consumer rings are in the same state at a tile boundary:
   // each tile acquires as many K as V stages), bits 3.. the tile iteration. At 160 registers (kBM
@@ -440,7 +446,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
   zero(s);
   zero(pr);
 
-  Scheduler<Sh::kPingPong, Sh::kNumConsumerWGs> sched{wg};  // overlapped: no softmax turns
+  const Scheduler<Sh::kTurns, Sh::kNumConsumerWGs> sched{wg};  // overlapped: kTurns is never kSoftmax
   sched.start();
   Softmax sm;  // the running tile's; after its KV loop, the pending tile's
   sm.init(p, 0, wg);

@@ -35,6 +35,9 @@ template <class C, class = void> struct OverlapOf { static constexpr bool value 
 template <class C> struct OverlapOf<C, typename VoidT<decltype(C::kIntraWGOverlap)>::type> {
   static constexpr bool value = C::kIntraWGOverlap;
 };
+// What the consumer warpgroups' turns go around (Tuning::pingpong 0, 1, 2; consumer.cuh Scheduler).
+enum class Turn : int { kNone = 0, kGemm = 1, kSoftmax = 2 };
+
 template <class C, class = void> struct PingPongOf { static constexpr int value = FA4_SM90A_PINGPONG; };
 template <class C> struct PingPongOf<C, typename VoidT<decltype(C::kPingPong)>::type> {
   static constexpr int value = C::kPingPong;
@@ -146,6 +149,7 @@ struct Shape {
   // 192: +2-7% over no turns, docs/PERF.md run 48 (7); with the overlap it measured neutral.
   static constexpr bool kPingPong = PingPongOf<Config>::value == 1 && kNumConsumerWGs > 1;
   static constexpr bool kSoftmaxTurns = PingPongOf<Config>::value == 2 && kNumConsumerWGs > 1;
+  static constexpr Turn kTurns = kPingPong ? Turn::kGemm : kSoftmaxTurns ? Turn::kSoftmax : Turn::kNone;
   // One f32 pair in kExp2EmulateEvery goes through FA4's polynomial exp2 (FMA pipe) instead of
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
