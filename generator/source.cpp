@@ -167,6 +167,8 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kCtasPerSm", rc.ctas_per_sm},
   };
   for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));
+  // Only where on (templates: QInRegsOf, else off), so every other kernel's source is unchanged.
+  if (detail::policy(rc).q_in_registers(rc)) w.line("  static constexpr int kQInRegs = 1;");
   w.line("};");
   int counter = 0;
   const std::string mask_type = emit_mask(w, c.mask, counter);

@@ -128,6 +128,59 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
   }
 }
 
+// sm90a Q in registers (Config::kQInRegs, S = Q K^T as an RS wgmma): where it was measured faster
+// (d96; causal kernels without the cross-tile overlap, such as the short-keys sibling), not
+// elsewhere (docs/PERF.md run 50). On, the PTX has no SS Q K^T left (an SS wgmma's A operand is a
+// descriptor, "}, %rd"; RS's is registers, "}, {"), and nothing spills or serializes.
+TEST(Compile, HopperQInRegistersWhereMeasured) {
+  struct Case {
+    int depth;
+    jit::DType dtype;
+    jit::Mask mask;
+    jit::ScoreMod mod;
+    const char* tune;
+    bool on;
+  };
+  const Case cases[] = {
+      {96, jit::DType::bf16, jit::Mask::none(), jit::ScoreMod::identity(), "", true},
+      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "cross_tile=0", true},
+      {128, jit::DType::fp16, jit::Mask::causal(), jit::ScoreMod::identity(), "persistent=0", true},
+      {96, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "cross_tile=0", true},
+      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", false},  // cross-tile
+      {128, jit::DType::bf16, jit::Mask::none(), jit::ScoreMod::identity(), "", false},
+      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::softcap(), "cross_tile=0", false},
+      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "cross_tile=0,intra_wg_overlap=0", false},
+      {64, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", false},
+      {128, jit::DType::e4m3, jit::Mask::causal(), jit::ScoreMod::identity(), "", false},
+  };
+  for (const Case& k : cases) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = k.depth;
+    c.dtype = k.dtype;
+    c.mask = k.mask;
+    c.score_mod = k.mod;
+    const jit::ResolveOptions options = jit::testing::tuned(k.tune);
+    const std::string what = fmt::format("d{} {} {} {} [{}]", k.depth, jit::to_string(k.dtype),
+                                         jit::to_json(c)["mask"].dump(), jit::to_json(c)["score_mod"].dump(), k.tune);
+    const auto in = jit::detail::compile_inputs(c, options);
+    EXPECT_EQ(in.source.find("kQInRegs = 1") != std::string::npos, k.on) << what;
+    if (k.dtype == jit::DType::e4m3) continue;  // its wgmma are k32 SS / RS by design (Fp8Host tests)
+    const CompileOutput out = compile(c, options);
+    const auto use = jit::detail::parse_ptxas_log(out.log);
+    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+    bool ss = false;
+    for (std::size_t at = out.ptx.find("wgmma.mma_async"); at != std::string::npos && !ss;
+         at = out.ptx.find("wgmma.mma_async", at + 1)) {
+      const std::size_t close = out.ptx.find('}', at);
+      ss = out.ptx.compare(close, 6, "}, %rd") == 0;
+    }
+    EXPECT_EQ(ss, !k.on) << what << ": an SS wgmma (Q K^T from shared memory) is " << (ss ? "" : "not ")
+                         << "in the PTX";
+  }
+}
+
 TEST(Compile, PortableBackendCompilesForEveryArch) {
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
     jit::FA4Config c;

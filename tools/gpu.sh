@@ -23,7 +23,7 @@ On the GPU machine (repository root, .device carried):
                         default: 'GpuFeatures*' and 'Gpu*:ApiExample*-GpuFeatures*'
   sanitize [SET ...]    compute-sanitizer; SET: prefill (memcheck/racecheck/synccheck on small cases
                         of every sm90a tile walk: grid, persistent + splits, split tail, cross-tile,
-                        3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal), decode
+                        3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal, d96), decode
                         (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
@@ -162,7 +162,9 @@ sanitize() {
           'wg_spans=1 128 causal --batch 2 --heads 4 --seqlen-q 515 --seqlen-k 579'
           'persistent=0 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           '- 256 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
-          '- 192 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700')
+          '- 192 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          '- 96 none --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 900 --splits 3'
+          '- 96 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700')
         for c in "${cases[@]}"; do
           read -r tune d m rest <<<"$c"
           [[ $tune == - ]] && tune=""

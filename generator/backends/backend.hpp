@@ -51,6 +51,8 @@ class BackendPolicy {
   // Rows of one K/V load box for a paged launch with `page_size` rows per page (LaunchError when
   // this backend cannot load such pages); unpaged launches load BN rows.
   virtual int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const = 0;
+  // sm90a: S = Q K^T with Q in registers (Config::kQInRegs, written only where true).
+  virtual bool q_in_registers(const ResolvedConfig&) const { return false; }
 };
 
 // The policy of a backend (one static instance each).

@@ -281,6 +281,19 @@ class Sm90a final : public BackendPolicy {
   int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const override {
     return tma_paged_kv_box_rows(rc, page_size);
   }
+  // Q in registers for S = Q K^T (templates/sm90a/consumer.cuh QFragments): the 16-bit kernels at
+  // kBM 128 and padded depth 128 with the overlap, unmasked or causal without a score-mod, where it
+  // was measured faster: depth 96, and causal kernels without the cross-tile overlap (the
+  // short-keys sibling, the grid walk). docs/PERF.md runs 49 (4), 50 (H200, ABBA): 16x16x2048 causal
+  // +0.9-2.2% per call (4 passes), d96 +1.2-2.5%; unmasked d128 0.99-1.00 and the cross-tile causal
+  // kernel 0.96-1.01, so not there.
+  bool q_in_registers(const ResolvedConfig& rc) const override {
+    const FA4Config& c = rc.config;
+    const bool cross_tile = rc.tuning.cross_tile != 0 && rc.tuning.persistent == 1;
+    return c.dtype != DType::e4m3 && !c.kv_dtype && rc.padded_depth == 128 && c.BM == 128 &&
+           rc.tuning.intra_wg_overlap != 0 && plain_softmax(c) && !cross_tile &&
+           (c.depth <= 96 || c.mask.kind == Mask::Kind::causal);
+  }
 };
 
 }  // namespace

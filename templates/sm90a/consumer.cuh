@@ -115,20 +115,95 @@ __device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDp / 2],
   }
 }
 
+// Q's address for the wgmma descriptors: hoisted out of the KV loop at kBM 128 up to Dp 128;
+// rebuilt per tile (opaque) where registers are tight (kBM 192, and Dp 192 where hoisting them
+// spilled 36 B).
+template <class Config>
+struct QOperand {
+  u32 addr;
+  __device__ __forceinline__ u32 operator()() const {
+    using Sh = Shape<Config>;
+    return Sh::kNumConsumerWGs == 2 && Sh::kDp <= 128 ? addr : opaque_u32(addr);
+  }
+};
+
+// The warpgroup's Q tile in registers (Shape::kQInRegs): wgmma A fragments, 4 registers per k16
+// step (32 at depth 128), read once per tile by ldmatrix from Q's SW128 blocks, so each S = Q K^T
+// of the KV loop reads only K from shared memory (RS wgmma). Warp w holds rows 16w .. 16w+15; lane
+// l addresses row r8 = l % 8 (+ 8 for the odd matrices) of 8x8 matrix l / 8, whose order (rows
+// 0-7 / 8-15, then columns 8-15) is the A fragment's a0..a3. In an SW128 block the 16-byte unit u
+// of row r sits at unit u ^ (r % 8). docs/PERF.md run 49 (4) and run 50.
+template <class Config>
+struct QFragments {
+  using Sh = Shape<Config>;
+  static constexpr int kSteps = Sh::kQKDepth / 16;
+  u32 r[4 * kSteps];
+  __device__ __forceinline__ void load(u32 q_addr) {
+    const int t = threadIdx.x & 127, lane = t & 31, mat = lane >> 3, r8 = lane & 7;
+    const int row = 16 * (t >> 5) + r8 + 8 * (mat & 1);
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const int unit = (k % 4) * 2 + (mat >> 1);  // 4 k16 steps per 128-byte row
+      u32 f[4];
+      ldmatrix_x4(f, q_addr + (k / 4) * (64 * 128) + row * 128 + ((unit ^ r8) << 4));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) r[4 * k + j] = f[j];
+    }
+  }
+  // S = Q K^T, Q from these registers (RS wgmma, K K-major: no transpose).
+  __device__ __forceinline__ void gemm(float (&s)[Sh::kBN / 2], u32 k_stage) const {
+    const DescAt kd = DescAt::of(desc_kmajor<128>(k_stage));
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const u32 a[4] = {r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]};
+      Wgmma<Sh::kBN, DTypeTraits<typename Sh::MmaElement>::kIsBf16>::template rs<0>(
+          s, a, kd.at((k / 4) * (Sh::kBN * 128) + 32 * (k % 4)), k > 0 ? 1 : 0);
+    }
+  }
+};
+
+// The Q operand of a kernel's KV loop: QFragments where Shape::kQInRegs, else QOperand.
+template <class Config, bool kRegs = Shape<Config>::kQInRegs>
+struct QOf {
+  using type = QOperand<Config>;
+  __device__ __forceinline__ static type make(u32 q_addr) { return type{q_addr}; }
+};
+template <class Config>
+struct QOf<Config, true> {
+  using type = QFragments<Config>;
+  __device__ __forceinline__ static type make(u32 q_addr) {
+    type f;
+    f.load(q_addr);
+    return f;
+  }
+};
+
+// S = Q K^T on K ring stage `index`, Q from shared memory (QOperand) or from registers (QFragments).
+template <class Config>
+__device__ __forceinline__ void issue_qk(float (&s)[Shape<Config>::kBN / 2], QOperand<Config> q, u32 k_addr, u32 index) {
+  using Sh = Shape<Config>;
+  gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q(), k_addr + index * SmemLayout<Config>::kKVStageBytes);
+}
+template <class Config>
+__device__ __forceinline__ void issue_qk(float (&s)[Shape<Config>::kBN / 2], const QFragments<Config>& q, u32 k_addr,
+                                         u32 index) {
+  q.gemm(s, k_addr + index * SmemLayout<Config>::kKVStageBytes);
+}
+
 // The GEMM steps of one consumer warpgroup. Each acquires its K / V stages in scope and releases
-// them once the wgmma that reads them has been waited for; q_wgmma() gives Q's address for the
-// wgmma descriptors (evaluated after the K wait, see kv_mainloop).
+// them once the wgmma that reads them has been waited for; q (QOperand or QFragments) issues
+// S = Q K^T from Q's address (evaluated after the K wait) or from its registers.
 
 // S = Q K(n)^T alone, waited: every tile of the simple schedule, the first of the overlapped one.
-template <class Config, class KRing, class Sched, class QAddr>
+template <class Config, class KRing, class Sched, class Q>
 __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRing& k_ring, const Sched& sched,
-                                        QAddr q_wgmma, u32 k_addr) {
+                                        Q q, u32 k_addr) {
   using Sh = Shape<Config>;
   auto ks = k_ring.acquire();
   sched.template wait_turn<Turn::kGemm>();
   fence_operand(s);
   wgmma_fence();
-  gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q_wgmma(), k_addr + ks.index() * SmemLayout<Config>::kKVStageBytes);
+  issue_qk<Config>(s, q, k_addr, ks.index());
   wgmma_commit();
   sched.template pass_turn<Turn::kGemm>();
   wgmma_wait<0>();
@@ -155,10 +230,10 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 
 // Returns with both done: S(n) holds softmax's result, O and the P registers are free again.
 // pv_span: the warpgroup's span of n_prev (an empty span still commits its wgmma group, empty, so
 // the waits below count the same groups).
-template <class Config, class KRing, class VRing, class Sched, class QAddr, class SoftmaxFn>
+template <class Config, class KRing, class VRing, class Sched, class Q, class SoftmaxFn>
 __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDp / 2],
                                                 u32 (&pr)[Shape<Config>::kPRegs], KRing& k_ring, VRing& v_ring,
-                                                const Sched& sched, QAddr q_wgmma, u32 k_addr, u32 v_addr,
+                                                const Sched& sched, Q q, u32 k_addr, u32 v_addr,
                                                 Span pv_span, SoftmaxFn softmax) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
@@ -170,7 +245,7 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
     fence_operand(o);
     fence_operand(pr);
     wgmma_fence();
-    gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q_wgmma(), k_addr + ks.index() * L::kKVStageBytes);
+    issue_qk<Config>(s, q, k_addr, ks.index());
     wgmma_commit();
     gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kPVStageBytes);
     wgmma_commit();
@@ -184,29 +259,17 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
   fence_operand(pr);
 }  // release V(n_prev)
 
-// Q's address for the wgmma descriptors: hoisted out of the KV loop at kBM 128 up to Dp 128;
-// rebuilt per tile (opaque) where registers are tight (kBM 192, and Dp 192 where hoisting them
-// spilled 36 B).
-template <class Config>
-struct QOperand {
-  u32 addr;
-  __device__ __forceinline__ u32 operator()() const {
-    using Sh = Shape<Config>;
-    return Sh::kNumConsumerWGs == 2 && Sh::kDp <= 128 ? addr : opaque_u32(addr);
-  }
-};
-
 // The overlapped schedule's KV tiles after the first (whose P is packed in pr): per tile, S(n) with
 // P V(n_prev), softmax(n), rescale O, pack P(n). Leaves the last tile's P V to the caller, with span
 // span.of(returned n + 1). The walk is descending, so n_prev >= n + 1 and span.of(n + 1) is at least
 // n_prev's span (spans widen as n falls): correct without holding n_prev in a register.
-template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
+template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched, class Q>
 __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
                                                    KRing& k_ring, VRing& v_ring, const Sched& sched,
                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
                                                    float (&o)[Shape<Config>::kDp / 2],
                                                    float (&s)[Shape<Config>::kBN / 2],
-                                                   u32 (&pr)[Shape<Config>::kPRegs], QOperand<Config> q,
+                                                   u32 (&pr)[Shape<Config>::kPRegs], Q q,
                                                    u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span) {
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   float corr[2];
@@ -232,7 +295,8 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
                                             int wg) {
   using Sh = Shape<Config>;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
-  const QOperand<Config> q{q_addr};
+  // Q (landed): its address for SS wgmma, or its fragments (Shape::kQInRegs).
+  const typename QOf<Config>::type q = QOf<Config>::make(q_addr);
   const auto span = WgKeySpan<Config, Mask>::make(w, wg);
   float corr[2];
 

@@ -43,6 +43,12 @@ template <class C> struct PingPongOf<C, typename VoidT<decltype(C::kPingPong)>::
   static constexpr int value = C::kPingPong;
 };
 
+// Config::kQInRegs (generator: sm90a q_in_registers; absent: off): S = Q K^T takes Q from registers.
+template <class C, class = void> struct QInRegsOf { static constexpr bool value = false; };
+template <class C> struct QInRegsOf<C, typename VoidT<decltype(C::kQInRegs)>::type> {
+  static constexpr bool value = C::kQInRegs != 0;
+};
+
 template <class C, class = void> struct CrossTileOf { static constexpr bool value = true; };
 template <class C> struct CrossTileOf<C, typename VoidT<decltype(C::kCrossTile)>::type> {
   static constexpr bool value = C::kCrossTile;
@@ -150,6 +156,10 @@ struct Shape {
   static constexpr bool kPingPong = PingPongOf<Config>::value == 1 && kNumConsumerWGs > 1;
   static constexpr bool kSoftmaxTurns = PingPongOf<Config>::value == 2 && kNumConsumerWGs > 1;
   static constexpr Turn kTurns = kPingPong ? Turn::kGemm : kSoftmaxTurns ? Turn::kSoftmax : Turn::kNone;
+  // Q in registers (consumer.cuh QFragments) for S = Q K^T in the KV loop of consumer_loop: the
+  // 16-bit kernels at kBM 128 and padded depth 128 with the overlap (generator/backends/sm90a.cpp
+  // says which; the cross-tile loop keeps Q in shared memory).
+  static constexpr bool kQInRegs = QInRegsOf<Config>::value;
   // One f32 pair in kExp2EmulateEvery goes through FA4's polynomial exp2 (FMA pipe) instead of
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
   static constexpr int kExp2EmulateEvery = EmulateOf<Config>::value;
@@ -214,6 +224,9 @@ struct Shape {
                 "sm90a kernel: kBM 192 with kBN > 128 and the overlapped schedule does not fit 160 consumer "
                 "registers (S kBN/2 + P kBN/4 + O 32 per thread; 400 B spills at kBN 192): use kBN 128 (FP8 at "
                 "depth 64 takes kBN 160: P is kBN/8)");
+  static_assert(!kQInRegs || (!kFp8 && !kKvFp8 && kDp == 128 && kNumConsumerWGs == 2 && kIntraWGOverlap),
+                "sm90a kernel: Q in registers (kQInRegs) is for 16-bit kernels at kBM 128, padded depth 128, "
+                "with the intra-warpgroup overlap");
   static_assert(!kSoftmaxTurns || !kIntraWGOverlap,
                 "sm90a kernel: turns around the softmax (kPingPong 2) are for the simple schedule (kIntraWGOverlap 0)");
   static_assert(Config::kNumThreads == kNumThreads,
