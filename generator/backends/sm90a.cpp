@@ -285,7 +285,7 @@ class Sm90a final : public BackendPolicy {
   // kBM 128 and padded depth 128 with the overlap, unmasked or causal without a score-mod, where it
   // was measured faster: depth 96, and causal kernels without the cross-tile overlap (the
   // short-keys sibling, the grid walk). docs/PERF.md runs 49 (4), 50 (H200, ABBA): 16x16x2048 causal
-  // +0.9-2.2% per call (4 passes), d96 +1.2-2.5%; unmasked d128 0.99-1.00 and the cross-tile causal
+  // +0.9-2.2% per call (6 passes), d96 +0.5-2.2%; unmasked d128 0.99-1.00 and the cross-tile causal
   // kernel 0.96-1.01, so not there.
   bool q_in_registers(const ResolvedConfig& rc) const override {
     const FA4Config& c = rc.config;

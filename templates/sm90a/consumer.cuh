@@ -499,6 +499,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
   using Ring = pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp>;
   constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
   static_assert(L::kCrossTile, "cross-tile consumer without the two Q buffers");
+  static_assert(!Sh::kQInRegs, "cross-tile consumer: Q stays in shared memory (the generator never sets kQInRegs here)");
 
   const u32 base = smem_u32(smem);
   const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset;
