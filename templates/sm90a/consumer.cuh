@@ -150,15 +150,8 @@ struct QFragments {
       for (int j = 0; j < 4; ++j) r[4 * k + j] = f[j];
     }
   }
-  // S = Q K^T, Q from these registers (RS wgmma, K K-major: no transpose).
   __device__ __forceinline__ void gemm(float (&s)[Sh::kBN / 2], u32 k_stage) const {
-    const DescAt kd = DescAt::of(desc_kmajor<128>(k_stage));
-#pragma unroll
-    for (int k = 0; k < kSteps; ++k) {
-      const u32 a[4] = {r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]};
-      Wgmma<Sh::kBN, DTypeTraits<typename Sh::MmaElement>::kIsBf16>::template rs<0>(
-          s, a, kd.at((k / 4) * (Sh::kBN * 128) + 32 * (k % 4)), k > 0 ? 1 : 0);
-    }
+    gemm_qk_rs<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth>(s, r, k_stage);
   }
 };
 

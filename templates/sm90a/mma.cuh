@@ -105,6 +105,21 @@ __device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_add
   }
 }
 
+// S[64 x N] (=) Q K^T with Q in registers as wgmma A fragments (4 per k16 step: consumer.cuh
+// QFragments) and K as in gemm_qk (16-bit, SW128 K-major blocks, no transpose): an RS wgmma that
+// reads only K from shared memory.
+template <class Element, int N, int D>
+__device__ __forceinline__ void gemm_qk_rs(float (&s)[N / 2], const u32 (&q)[D / 4], u32 k_addr) {
+  static_assert(!DTypeTraits<Element>::kIsFp8 && D % 16 == 0, "gemm_qk_rs: 16-bit Q, K in whole k16 steps");
+  const DescAt kd = DescAt::of(desc_kmajor(k_addr));
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k) {
+    const u32 a[4] = {q[4 * k], q[4 * k + 1], q[4 * k + 2], q[4 * k + 3]};
+    Wgmma<N, DTypeTraits<Element>::kIsBf16>::template rs<0>(s, a, kd.at((k / 4) * (N * 128) + 32 * (k % 4)),
+                                                             k > 0 ? 1 : 0);
+  }
+}
+
 // O[64 x Dp] += P[64 x BN] V[BN x Dp]; P in registers as wgmma A fragments (4 regs per k16),
 // V MN-major SW128 blocks of BN rows x 64 depth (transpose bit set). kKeys < BN: the first kKeys
 // keys only (the rest of P is zero).
