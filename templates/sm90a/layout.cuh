@@ -150,12 +150,12 @@ struct Shape {
 
   static constexpr bool kIntraWGOverlap = OverlapOf<Config>::value;
   // The consumer warpgroups take turns (named barriers, consumer.cuh Scheduler; no partner alone):
-  // around their GEMM issue (FA3's ping-pong), or around their softmax (kSoftmaxTurns, the simple
+  // around their GEMM issue (kPingPong 1, FA3's ping-pong), or around their softmax (2, the simple
   // schedule): one warpgroup's exponentials at a time while the others' GEMMs run. FP8 d128 at kBM
   // 192: +2-7% over no turns, docs/PERF.md run 48 (7); with the overlap it measured neutral.
-  static constexpr bool kPingPong = PingPongOf<Config>::value == 1 && kNumConsumerWGs > 1;
-  static constexpr bool kSoftmaxTurns = PingPongOf<Config>::value == 2 && kNumConsumerWGs > 1;
-  static constexpr Turn kTurns = kPingPong ? Turn::kGemm : kSoftmaxTurns ? Turn::kSoftmax : Turn::kNone;
+  static_assert(PingPongOf<Config>::value >= 0 && PingPongOf<Config>::value <= 2,
+                "sm90a kernel: kPingPong is 0 (no turns), 1 (around the GEMMs) or 2 (around the softmax)");
+  static constexpr Turn kTurns = kNumConsumerWGs > 1 ? static_cast<Turn>(PingPongOf<Config>::value) : Turn::kNone;
   // Q in registers (consumer.cuh QFragments) for S = Q K^T in the KV loop of consumer_loop: the
   // 16-bit kernels at kBM 128 and padded depth 128 with the overlap (generator/backends/sm90a.cpp
   // says which; the cross-tile loop keeps Q in shared memory).
@@ -227,7 +227,7 @@ struct Shape {
   static_assert(!kQInRegs || (!kFp8 && !kKvFp8 && kDp == 128 && kNumConsumerWGs == 2 && kIntraWGOverlap),
                 "sm90a kernel: Q in registers (kQInRegs) is for 16-bit kernels at kBM 128, padded depth 128, "
                 "with the intra-warpgroup overlap");
-  static_assert(!kSoftmaxTurns || !kIntraWGOverlap,
+  static_assert(kTurns != Turn::kSoftmax || !kIntraWGOverlap,
                 "sm90a kernel: turns around the softmax (kPingPong 2) are for the simple schedule (kIntraWGOverlap 0)");
   static_assert(Config::kNumThreads == kNumThreads,
                 "sm90a kernel: kNumThreads must be 128 * (1 + kBM / 64) (1 producer + kBM/64 consumer warpgroups)");
