@@ -218,16 +218,18 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 
   fence_operand(pr);
 }  // release V
 
-// The overlapped step (FA3 IntraWGOverlap): S(n) = Q K(n)^T and O += P V(n_prev) issued back to
-// back in one scheduler turn; softmax() runs on S(n) while P V is still on the tensor cores.
-// Returns with both done: S(n) holds softmax's result, O and the P registers are free again.
-// pv_span: the warpgroup's span of n_prev (an empty span still commits its wgmma group, empty, so
-// the waits below count the same groups).
-template <class Config, class KRing, class VRing, class Sched, class Q, class SoftmaxFn>
+// The overlapped step (FA3 IntraWGOverlap): S(n) = Q K(n)^T and O += P V(n_prev) issued in one
+// scheduler turn; softmax() runs on S(n) while P V is still on the tensor cores. kCorrectO: O is
+// scaled by n_prev's correction (correct_o()) between the two issues, as FA3 orders it, while Q K^T
+// runs; else the caller corrects O after the step, before the next turn's issue. Returns with both
+// done: S(n) holds softmax's result, O and the P registers are free again. pv_span: the
+// warpgroup's span of n_prev (an empty span still commits its wgmma group, empty, so the waits
+// below count the same groups).
+template <class Config, bool kCorrectO, class KRing, class VRing, class Sched, class Q, class CorrectFn, class SoftmaxFn>
 __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDp / 2],
                                                 u32 (&pr)[Shape<Config>::kPRegs], KRing& k_ring, VRing& v_ring,
                                                 const Sched& sched, Q q, u32 k_addr, u32 v_addr,
-                                                Span pv_span, SoftmaxFn softmax) {
+                                                Span pv_span, CorrectFn correct_o, SoftmaxFn softmax) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   auto vs = v_ring.acquire();  // V(n_prev): loaded before K(n) by the producer
@@ -240,6 +242,11 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
     wgmma_fence();
     issue_qk<Config>(s, q, k_addr, ks.index());
     wgmma_commit();
+    if constexpr (kCorrectO) {
+      correct_o();
+      fence_operand(o);
+      wgmma_fence();  // O's new values before the wgmma that accumulates into them
+    }
     gemm_pv_span<Config>(o, pr, pv_span, v_addr + vs.index() * L::kPVStageBytes);
     wgmma_commit();
     sched.template pass_turn<Turn::kGemm>();
@@ -252,11 +259,13 @@ __device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 
   fence_operand(pr);
 }  // release V(n_prev)
 
-// The overlapped schedule's KV tiles after the first (whose P is packed in pr): per tile, S(n) with
-// P V(n_prev), softmax(n), rescale O, pack P(n). Leaves the last tile's P V to the caller, with span
-// span.of(returned n + 1). The walk is descending, so n_prev >= n + 1 and span.of(n + 1) is at least
-// n_prev's span (spans widen as n falls): correct without holding n_prev in a register.
-template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched, class Q>
+// The overlapped schedule's KV tiles after the first (whose P is packed in pr and whose O needs no
+// correction): per tile, S(n) with P V(n_prev) (kCorrectO: and n_prev's correction of O between
+// the two, overlapped_step), softmax(n), else the correction of O, pack P(n). Returns with the last
+// tile's correction applied and its P packed, leaving its P V to the caller, with span
+// span.of(returned n + 1). The walk is descending, so n_prev >= n + 1 and span.of(n + 1) is at
+// least n_prev's span (spans widen as n falls): correct without holding n_prev in a register.
+template <class Config, class Mask, class ScoreMod, bool kCorrectO, class KRing, class VRing, class Sched, class Q>
 __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
                                                    KRing& k_ring, VRing& v_ring, const Sched& sched,
                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
@@ -265,15 +274,18 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
                                                    u32 (&pr)[Shape<Config>::kPRegs], Q q,
                                                    u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span) {
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
-  float corr[2];
+  float corr[2] = {1.0f, 1.0f};  // the first tile's: none (kCorrectO)
   for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-    overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(n + 1), [&] {
-      sm.logits(s, n, w.needs_mask(n), p, w);
-      sm.online(s, corr);
-    });
-    Softmax::rescale_o(o, corr);
+    overlapped_step<Config, kCorrectO>(
+        s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(n + 1), [&] { Softmax::rescale_o(o, corr); },
+        [&] {
+          sm.logits(s, n, w.needs_mask(n), p, w);
+          sm.online(s, corr);
+        });
+    if constexpr (!kCorrectO) Softmax::rescale_o(o, corr);
     Softmax::pack_p(s, pr);
   }
+  if constexpr (kCorrectO) Softmax::rescale_o(o, corr);  // the last tile's, before its P V
   return n;
 }
 
@@ -310,7 +322,13 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
     sm.logits(s, n, w.needs_mask(n), p, w);
     sm.online(s, corr);
     Softmax::pack_p(s, pr);
-    n = kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr, span);
+    // O's correction between the GEMM issues (overlapped_step) with two consumer warpgroups, the
+    // lazy rescale: +1.5-4.6% on the d128 kernels, +2-4% at d96, window, softcap, splits (run 51).
+    // Not at kBM 192 (the eager rescale at 160 registers: 3-6% slower, run 51), nor beside P V
+    // spans (the run-time span's branches around it made ptxas serialize the wgmma, C7515).
+    constexpr bool kCorrectO = Sh::kNumConsumerWGs == 2 && !WgKeySpan<Config, Mask>::kOn;
+    n = kv_overlapped_tiles<Config, Mask, ScoreMod, kCorrectO>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr,
+                                                                v_addr, span);
     pv_step<Config>(o, pr, v_ring, v_addr, span.of(n + 1));  // Tail: P V of the last tile.
   }
 }
@@ -542,7 +560,7 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
       // producer loads for it (producer_loop), whose result the zero(o) below discards: one copy
       // of the softmax for both cases (a second copy was ~11% of the d128 kernel's SASS; a P V issued
       // only when pending made ptxas serialize the wgmma, C7515).
-      overlapped_step<Config>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, Span::kFull, [&] {
+      overlapped_step<Config, false>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, Span::kFull, [] {}, [&] {
         sm.logits(s, n, w.needs_mask(n), p, w);
         sm.online(s, corr);
       });
@@ -564,7 +582,10 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
       zero(o);
       Softmax::pack_p(s, pr);
       const auto span = WgKeySpan<Config, Mask>::make(w, wg);
-      kv_overlapped_tiles<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr, span);
+      // O corrected after each step here: between the issues it was mixed on these kernels (long
+      // causal d128 -4..+2% per call, paged causal -4-5%; run 51).
+      kv_overlapped_tiles<Config, Mask, ScoreMod, false>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr,
+                                                         span);
     } else if (!w.valid) {
       mbar_arrive(&bars->q_empty[buffer][wg]);
     }
