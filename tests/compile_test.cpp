@@ -181,6 +181,49 @@ TEST(Compile, HopperQInRegistersWhereMeasured) {
   }
 }
 
+// O's correction between the overlapped step's two GEMM issues (consumer.cuh, kv_mainloop's
+// kCorrectO): in the kernels where it was measured faster (two consumer warpgroups, no P V spans,
+// outside the cross-tile loop; docs/PERF.md run 51), and nowhere else. Its trace in the PTX: a
+// wgmma.commit_group (S = Q K^T) followed by a wgmma.fence (O rewritten) before the next wgmma.
+TEST(Compile, HopperCorrectsOBetweenTheGemmIssuesWhereMeasured) {
+  struct Case {
+    int depth;
+    jit::Mask mask;
+    const char* tune;
+    bool on;
+  };
+  const Case cases[] = {
+      {128, jit::Mask::none(), "", true},
+      {96, jit::Mask::none(), "", true},
+      {256, jit::Mask::none(), "", true},
+      {128, jit::Mask::causal(), "cross_tile=0", true},              // the short-keys sibling
+      {128, jit::Mask::causal(), "", false},                         // cross-tile (paged causal: -3-5%)
+      {64, jit::Mask::none(), "", false},                            // kBM 192, eager rescale (-3-6%)
+      {128, jit::Mask::causal(), "cross_tile=0,wg_spans=1", false},  // spans: serialized wgmma
+      {128, jit::Mask::none(), "intra_wg_overlap=0", false},         // no overlapped step
+  };
+  for (const Case& k : cases) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = k.depth;
+    c.mask = k.mask;
+    const jit::ResolveOptions options = jit::testing::tuned(k.tune);
+    const std::string what = fmt::format("d{} {} [{}]", k.depth, jit::to_json(c)["mask"].dump(), k.tune);
+    const CompileOutput out = compile(c, options);
+    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+    EXPECT_EQ(jit::detail::parse_ptxas_log(out.log).spill_stores, 0) << what << "\n" << out.log;
+    int between = 0;  // commit_group immediately followed (among wgmma instructions) by a fence
+    std::string prev;
+    for (std::size_t at = out.ptx.find("wgmma."); at != std::string::npos; at = out.ptx.find("wgmma.", at + 1)) {
+      const std::size_t end = out.ptx.find_first_of(". ;", at + 6);
+      const std::string op = out.ptx.substr(at + 6, end - at - 6);
+      if (prev == "commit_group" && op == "fence") ++between;
+      prev = op;
+    }
+    EXPECT_EQ(between, k.on ? 1 : 0) << what;
+  }
+}
+
 TEST(Compile, PortableBackendCompilesForEveryArch) {
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
     jit::FA4Config c;

@@ -582,8 +582,8 @@ __device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, uns
       zero(o);
       Softmax::pack_p(s, pr);
       const auto span = WgKeySpan<Config, Mask>::make(w, wg);
-      // O corrected after each step here: between the issues it was mixed on these kernels (long
-      // causal d128 -4..+2% per call, paged causal -4-5%; run 51).
+      // O corrected after each step here: between the issues (kv_mainloop's kCorrectO) the long
+      // causal rows moved by -1.4..+1.9% per call and paged causal lost 3-5% (docs/PERF.md run 51).
       kv_overlapped_tiles<Config, Mask, ScoreMod, false>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr,
                                                          span);
     } else if (!w.valid) {
