@@ -24,6 +24,13 @@ void expect_ptx_has(const std::string& ptx, std::initializer_list<const char*> n
   for (const char* n : needles) EXPECT_NE(ptx.find(n), std::string::npos) << what << ": PTX lacks " << n;
 }
 
+// An sm90a kernel that keeps its wgmma pipeline: no spills, and no wgmma that ptxas serializes because
+// it cannot pipeline the stage (C7511, C7515).
+void expect_sm90a_pipelined(const CompileOutput& out, const std::string& what) {
+  EXPECT_EQ(jit::detail::parse_ptxas_log(out.log).spill_stores, 0) << what << "\n" << out.log;
+  EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+}
+
 class PresetCompile : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PresetCompile, EveryPresetCompiles) {
@@ -121,10 +128,7 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
     const std::string what = fmt::format("causal d{} {} BM {} BN {}{}", k.depth, jit::to_string(k.dtype), r.config.BM,
                                          r.config.BN, k.packed ? " packed" : "");
     ASSERT_EQ(r.tuning.wg_spans, 1) << what;
-    const CompileOutput out = compile(c, on);
-    const auto use = jit::detail::parse_ptxas_log(out.log);
-    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
-    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+    expect_sm90a_pipelined(compile(c, on), what);
   }
 }
 
@@ -167,9 +171,7 @@ TEST(Compile, HopperQInRegistersWhereMeasured) {
     EXPECT_EQ(in.source.find("kQInRegs = 1") != std::string::npos, k.on) << what;
     if (k.dtype == jit::DType::e4m3) continue;  // its wgmma are k32 SS / RS by design (Fp8Host tests)
     const CompileOutput out = compile(c, options);
-    const auto use = jit::detail::parse_ptxas_log(out.log);
-    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
-    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+    expect_sm90a_pipelined(out, what);
     bool ss = false;
     for (std::size_t at = out.ptx.find("wgmma.mma_async"); at != std::string::npos && !ss;
          at = out.ptx.find("wgmma.mma_async", at + 1)) {
@@ -210,8 +212,7 @@ TEST(Compile, HopperCorrectsOBetweenTheGemmIssuesWhereMeasured) {
     const jit::ResolveOptions options = jit::testing::tuned(k.tune);
     const std::string what = fmt::format("d{} {} [{}]", k.depth, jit::to_json(c)["mask"].dump(), k.tune);
     const CompileOutput out = compile(c, options);
-    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
-    EXPECT_EQ(jit::detail::parse_ptxas_log(out.log).spill_stores, 0) << what << "\n" << out.log;
+    expect_sm90a_pipelined(out, what);
     int between = 0;  // commit_group immediately followed (among wgmma instructions) by a fence
     std::string prev;
     for (std::size_t at = out.ptx.find("wgmma."); at != std::string::npos; at = out.ptx.find("wgmma.", at + 1)) {
