@@ -163,12 +163,13 @@ TEST(PublicApi, KernelsShareTheirCombineKernel) {
   EXPECT_NE(ca->key(), get_kernel(a)->key());
 }
 
-// sm90a causal d96/d128 kernels take the cross-tile overlap; launches of short sequences run a
-// second cubin without it (Tuning::short_keys). get_kernel fetches it beside the kernel, and the
-// launch picks by the longest key sequence its arguments allow.
+// sm90a causal d96 kernels take the cross-tile overlap (d128 with cross_tile=1); launches of short
+// sequences run a second cubin without it (Tuning::short_keys). get_kernel fetches it beside the
+// kernel, and the launch picks by the longest key sequence its arguments allow.
 TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
   FA4Config c;
   c.arch = "sm_90a";
+  c.depth = 96;
   c.mask = Mask::causal();
   const KernelPtr k = get_kernel(c);
   const auto* compiled = dynamic_cast<const detail::CompiledKernel*>(k.get());
@@ -184,11 +185,11 @@ TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
   EXPECT_EQ(get_kernel(c, plain).get(), &sibling);  // one object in this process
 
   LaunchArgs a;
-  a.k.shape = {2, 2048, 8, 128};
+  a.k.shape = {2, 2048, 8, 96};
   EXPECT_EQ(&compiled->kernel_for(a), &sibling);
   a.k.shape[1] = 2049;
   EXPECT_EQ(&compiled->kernel_for(a), k.get());
-  a.k.shape = {1, 4096, 8, 128};  // varlen: the total bounds every sequence
+  a.k.shape = {1, 4096, 8, 96};  // varlen: the total bounds every sequence
   a.cu_seqlens_k = reinterpret_cast<const int*>(16);
   EXPECT_EQ(&compiled->kernel_for(a), k.get());
   a.max_seqlen_k = 2048;  // ... unless the caller bounds the longest sequence (FlashAttention's hint)
@@ -199,7 +200,7 @@ TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
   a.k.shape[1] = 2000;
   EXPECT_EQ(&compiled->kernel_for(a), &sibling);
   a = LaunchArgs{};
-  a.k.shape = {100, 64, 8, 128};  // paged: max_pages x page_size
+  a.k.shape = {100, 64, 8, 96};  // paged: max_pages x page_size
   a.page_table = reinterpret_cast<const int*>(16);
   a.max_pages = 32;
   EXPECT_EQ(&compiled->kernel_for(a), &sibling);

@@ -144,21 +144,21 @@ sanitize() {
     local start=$SECONDS
     echo "== sanitize $s"
     case $s in
-      prefill)  # "FA4JIT_TUNE depth mask check-args" ('-': the default tuning; causal d128 keys <= 2048:
-        # its cross_tile=0 sibling, so short_keys=0 keeps a case on the cross-tile kernel; varlen
+      prefill)  # "FA4JIT_TUNE depth mask check-args" ('-': the default tuning; causal d128 runs without the
+        # cross-tile overlap, so cross_tile=1,short_keys=0 keeps a case on the cross-tile kernel; varlen
         # cases pass the longest key length as max_seqlen_k, the schedule's model, unless
         # --max-seqlen-k 0)
         local cases=(
           '- 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           'persistent=1 128 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
           '- 64 causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900'
-          'short_keys=0 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
-          'short_keys=0 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700 --max-seqlen-k 0'
+          'cross_tile=1,short_keys=0 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          'cross_tile=1,short_keys=0 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700 --max-seqlen-k 0'
           '- 128 causal --heads 4 --seqlens-q 900 97 512 --seqlens-k 900 97 512'
           'persistent=1 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
           'cross_tile=1,short_keys=0 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
-          'short_keys=0 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
-          'short_keys=0 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
+          'cross_tile=1,short_keys=0 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
+          'cross_tile=1,short_keys=0 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
           'wg_spans=1 128 causal --batch 2 --heads 4 --seqlen-q 515 --seqlen-k 579'
           'persistent=0 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           '- 256 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'

@@ -181,8 +181,11 @@ class Sm90a final : public BackendPolicy {
     // rows ran 1-3% faster per call and back to back (the cross-tile KV loop is 659 SASS
     // instructions against 639, 17 more UMOV), the short causal rows too (4x32x1024
     // +4-6%, 16x16x2048 +1%), but the long causal rows 1-4% slower (S 8192-16384, GQA), so causal
-    // keeps it.
-    t.cross_tile = c.mask.kind == Mask::Kind::causal ? 1 : 0;
+    // keeps it. At depth 128 no longer (docs/PERF.md run 51 (5), H200): since its sibling without
+    // the overlap took Q in registers (run 50) and O's correction between the GEMM issues (run 51),
+    // that kernel runs the long causal rows 2.4-4.0% faster per call (4x16x8192, 1 x 64/8,
+    // 4x16x4096), GQA +3.8-10% back to back, paged 64 causal +4%. Depth 96 is not measured.
+    t.cross_tile = c.mask.kind == Mask::Kind::causal && c.depth != 128 ? 1 : 0;
     // ... and launches of short causal rows (every sequence at most 2048 keys) run a second cubin
     // without it (settle keeps this only where the layout takes the overlap). docs/PERF.md runs
     // 43-44 (H100, ABBA, per call): without the overlap 8x16x1024 causal +7%, 8x16x2048 +1-2%,

@@ -185,12 +185,13 @@ def test_varlen_with_empty_sequence():
 
 
 def test_varlen_max_seqlen_k_hint_only_picks_the_kernel():
-    # Causal d128 over 4 sequences of at most 2048 keys, 4300 in all: without max_seqlen_k the batch
-    # is bounded by its total and runs the cross-tile kernel; with it, the short-keys sibling and the
+    # Causal d96 (sm90a's cross-tile kernel; d128 runs without the overlap) over 4 sequences of at
+    # most 2048 keys, 4300 in all: without max_seqlen_k the batch is bounded by its total and runs the
+    # cross-tile kernel; with it, the short-keys sibling and the
     # equal-length schedule. A hint below the real longest (1000 < 2048) picks them too and must not
     # change the result.
     lq = lk = [2048, 1000, 1, 1251]
-    q, k, v, cu_q, cu_k, off_q, off_k = packed_batch(lq, lk, 8, 2, 128, seed=20)
+    q, k, v, cu_q, cu_k, off_q, off_k = packed_batch(lq, lk, 8, 2, 96, seed=20)
     refs = []
     for b in range(len(lq)):
         qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
