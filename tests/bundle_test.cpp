@@ -85,12 +85,14 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   EXPECT_NE(r.out.find(combine_key), std::string::npos) << r.out;
 }
 
-// A kernel with a short-keys sibling (causal d96 on sm_90a: the cross-tile overlap, Tuning::short_keys)
-// ships it in the bundle, named in the manifest, and a prewarm with compiles forbidden hits both.
+// A kernel with a short-keys sibling (the cross-tile overlap, opt-in: causal d96 on sm_90a with
+// FA4JIT_TUNE=cross_tile=1; Tuning::short_keys) ships it in the bundle, named in the manifest, and a
+// prewarm with compiles forbidden hits both.
 TEST_F(Cli, BundleShipsTheShortKeysSibling) {
   const auto cfg = write("d96.json", R"({"depth": 96, "mask": "causal"})");
   const fs::path bundle = cfg.parent_path() / "bundle96";
-  const auto made = run("bundle --config " + cfg.string() + " --arch sm_90a --out " + bundle.string());
+  const std::string tune = "FA4JIT_TUNE=cross_tile=1";
+  const auto made = run("bundle --config " + cfg.string() + " --arch sm_90a --out " + bundle.string(), tune);
   ASSERT_EQ(made.rc, 0) << made.out;
   EXPECT_NE(made.out.find("bundle: 2 kernels and 1 split-KV combine kernels in"), std::string::npos) << made.out;
   std::ifstream mf(bundle / "manifest.json");
@@ -103,7 +105,7 @@ TEST_F(Cli, BundleShipsTheShortKeysSibling) {
       EXPECT_EQ(k["short_keys_of"], manifest["kernels"][0]["key"]);
     }
   EXPECT_EQ(siblings, 1);
-  const std::string env = "FA4JIT_BUNDLE_PATH=" + bundle.string() +
+  const std::string env = tune + " FA4JIT_BUNDLE_PATH=" + bundle.string() +
                           " FA4JIT_CACHE_DIR=" + (bundle.parent_path() / "fresh96").string() + " FA4JIT_COMPILE=forbid";
   const auto r = run("prewarm --config " + cfg.string() + " --arch sm_90a", env);
   EXPECT_EQ(r.rc, 0) << r.out;

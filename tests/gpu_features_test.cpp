@@ -230,13 +230,13 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
   }
 }
 
-// Persistent kernels with the own O region (d96, d128) and cross_tile=1 (SmemLayout::kCrossTile, the
-// default for causal d96) keep each tile pending after its KV loop and finish it inside the next
+// Persistent kernels with the own O region (d96, d128) and cross_tile=1 (SmemLayout::kCrossTile,
+// opt-in since run 52) keep each tile pending after its KV loop and finish it inside the next
 // tile's first step, with Q in two alternating buffers. Every shape gives each CTA at least 3 tiles,
 // and together they reach every way a pending tile ends: overlapped with the next tile's first Q K^T,
 // alone before a tile whose rows see no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile
 // without Q rows (varlen, empty sequences), and alone at the end of the walk; with split-tail
-// partials, GQA and sinks. cross_tile=0 (the default when unmasked and for causal d128): the same shapes through
+// partials, GQA and sinks. cross_tile=0 (the default): the same shapes through
 // sm90a's one consumer_loop with the own O region (Q handed back before the epilogue). Both settings run on both masks,
 // whatever the default; short_keys=0 keeps these short launches on the cross-tile kernel itself (by default they would
 // run its cross_tile=0 sibling, Tuning::short_keys).
@@ -280,7 +280,7 @@ TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
 
 // A varlen or paged batch is bounded by its total keys unless the caller passes max_seqlen_k
 // (FlashAttention's hint): with it, a batch of sequences of at most short_keys keys runs a
-// cross-tile kernel's cross_tile=0 sibling (here causal d128 with cross_tile=1; by default d96 has one), and a varlen
+// cross-tile kernel's cross_tile=0 sibling (here causal d128 with cross_tile=1, the opt-in overlap), and a varlen
 // one is scheduled as an equal-length batch (schedule_model). The hint only picks the kernel and the CTA order, so one
 // below the real longest sequence (here 1000 against 2048 keys) still gives the reference's results.
 TEST(GpuFeatures, MaxSeqlenKHintPicksTheShortKeysSiblingAndStaysCorrect) {

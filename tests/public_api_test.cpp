@@ -163,15 +163,23 @@ TEST(PublicApi, KernelsShareTheirCombineKernel) {
   EXPECT_NE(ca->key(), get_kernel(a)->key());
 }
 
-// sm90a causal d96 kernels take the cross-tile overlap (d128 with cross_tile=1); launches of short
-// sequences run a second cubin without it (Tuning::short_keys). get_kernel fetches it beside the
-// kernel, and the launch picks by the longest key sequence its arguments allow.
+// sm90a causal kernels with the cross-tile overlap (opt-in, cross_tile=1; the default has none and
+// no sibling): launches of short sequences run a second cubin without it (Tuning::short_keys).
+// get_kernel fetches it beside the kernel, and the launch picks by the longest key sequence its
+// arguments allow.
 TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
   FA4Config c;
   c.arch = "sm_90a";
   c.depth = 96;
   c.mask = Mask::causal();
-  const KernelPtr k = get_kernel(c);
+  const KernelPtr by_default = get_kernel(c);
+  const auto* plain_kernel = dynamic_cast<const detail::CompiledKernel*>(by_default.get());
+  ASSERT_NE(plain_kernel, nullptr);
+  EXPECT_EQ(plain_kernel->short_keys(), nullptr);
+  EXPECT_EQ(by_default->config().tuning.cross_tile, 0);
+  ResolveOptions overlap;
+  overlap.tune.cross_tile = 1;
+  const KernelPtr k = get_kernel(c, overlap);
   const auto* compiled = dynamic_cast<const detail::CompiledKernel*>(k.get());
   ASSERT_NE(compiled, nullptr);
   ASSERT_NE(compiled->short_keys(), nullptr);

@@ -144,8 +144,8 @@ sanitize() {
     local start=$SECONDS
     echo "== sanitize $s"
     case $s in
-      prefill)  # "FA4JIT_TUNE depth mask check-args" ('-': the default tuning; causal d128 runs without the
-        # cross-tile overlap, so cross_tile=1,short_keys=0 keeps a case on the cross-tile kernel; varlen
+      prefill)  # "FA4JIT_TUNE depth mask check-args" ('-': the default tuning; the cross-tile overlap is
+        # opt-in (run 52), so cross_tile=1,short_keys=0 keeps a case on the cross-tile kernel; varlen
         # cases pass the longest key length as max_seqlen_k, the schedule's model, unless
         # --max-seqlen-k 0)
         local cases=(
@@ -164,7 +164,8 @@ sanitize() {
           '- 256 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           '- 192 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
           '- 96 none --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 900 --splits 3'
-          '- 96 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700')
+          '- 96 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          'cross_tile=1,short_keys=0 96 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700')
         for c in "${cases[@]}"; do
           read -r tune d m rest <<<"$c"
           [[ $tune == - ]] && tune=""

@@ -176,17 +176,16 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     t.persistent = !c.pack_gqa && deep_ok && plain ? 1 : 0;
-    // The cross-tile overlap (two Q buffers, a tile finished inside the next one's first step) for
-    // causal attention only. docs/PERF.md run 43 (ABBA, H100 and H200): without it the unmasked d128
-    // rows ran 1-3% faster per call and back to back (the cross-tile KV loop is 659 SASS
-    // instructions against 639, 17 more UMOV), the short causal rows too (4x32x1024
-    // +4-6%, 16x16x2048 +1%), but the long causal rows 1-4% slower (S 8192-16384, GQA), so causal
-    // keeps it. At depth 128 no longer (docs/PERF.md run 51 (5), H200): since its sibling without
-    // the overlap took Q in registers (run 50) and O's correction between the GEMM issues (run 51),
-    // that kernel runs the long causal rows 2.4-4.0% faster per call (4x16x8192, 1 x 64/8,
-    // 4x16x4096), GQA +3.8-10% back to back, paged 64 causal +4%. Depth 96 is not measured.
-    t.cross_tile = c.mask.kind == Mask::Kind::causal && c.depth != 128 ? 1 : 0;
-    // ... and launches of short causal rows (every sequence at most 2048 keys) run a second cubin
+    // The cross-tile overlap (two Q buffers, a tile finished inside the next one's first step):
+    // opt-in (cross_tile=1). docs/PERF.md run 43 (ABBA, H100 and H200) had it on for causal
+    // attention: without it the unmasked d128 rows ran 1-3% faster and the short causal rows too,
+    // the long causal rows 1-4% slower. Since the kernel without it took Q in registers (run 50) and
+    // O's correction between the GEMM issues (run 51), that kernel is the faster one on the H200
+    // wherever the overlap applied: causal d128 2.4-4.0% per call on the long rows, GQA +1-6%, paged
+    // 64 causal +4% (runs 51 (5), 52); causal d96 +3-9% per call on 10 of 10 row-passes (run 52).
+    // (d64 causal runs kBM 192 and d192/d256 fail settle's rule below: none of them took it.)
+    t.cross_tile = 0;
+    // With it, launches of short causal rows (every sequence at most 2048 keys) run a second cubin
     // without it (settle keeps this only where the layout takes the overlap). docs/PERF.md runs
     // 43-44 (H100, ABBA, per call): without the overlap 8x16x1024 causal +7%, 8x16x2048 +1-2%,
     // S 4096 -1..+1%, S 8192 -2..+2%.

@@ -26,7 +26,7 @@ struct Tuning {
   int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
   int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
   int pingpong = 1;            // sm90a: consumer warpgroup turns: 0 none, 1 around the GEMMs, 2 around the softmax
-  int cross_tile = 1;          // sm90a persistent (default: causal): finish a tile in the next one's first step
+  int cross_tile = 1;  // sm90a persistent, opt-in (sm90a's default 0): finish a tile in the next one's first step
   int wg_spans = 0;  // sm90a: a consumer warpgroup's P V skips the keys its rows cannot see (default: causal at BM 192)
   // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
   // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
@@ -41,7 +41,7 @@ struct Tuning {
   // sm90a with the cross-tile overlap: a launch whose sequences all have at most this many keys
   // runs a second cubin of the same config with cross_tile=0 (Kernel::launch picks it; get_kernel
   // and the bundles fetch both). 0: one cubin. Default: 2048 where the overlap is taken (causal
-  // d96/d128), where short causal rows ran faster without it (docs/PERF.md run 44).
+  // d96/d128 with cross_tile=1), where short causal rows ran faster without it (docs/PERF.md run 44).
   int short_keys = 0;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
