@@ -236,10 +236,10 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
 // and together they reach every way a pending tile ends: overlapped with the next tile's first Q K^T,
 // alone before a tile whose rows see no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile
 // without Q rows (varlen, empty sequences), and alone at the end of the walk; with split-tail
-// partials, GQA and sinks. cross_tile=0 (the default): the same shapes through
-// sm90a's one consumer_loop with the own O region (Q handed back before the epilogue). Both settings run on both masks,
-// whatever the default; short_keys=0 keeps these short launches on the cross-tile kernel itself (by default they would
-// run its cross_tile=0 sibling, Tuning::short_keys).
+// partials, GQA and sinks. cross_tile=0 (the default): the same shapes through sm90a's one
+// consumer_loop with the own O region (Q handed back before the epilogue). Both settings run on
+// both masks; short_keys=0 keeps these short launches on the cross-tile kernel itself (with
+// short_keys at its default they would run its cross_tile=0 sibling, Tuning::short_keys).
 TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
