@@ -50,7 +50,7 @@ def ours(H, Hkv, D, lens, hint=True, iters=30):
     if r.returncode != 0:
         return {"error": (r.stderr or r.stdout).strip()[-200:]}
     j = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"ms": j["ms"], "ms_stream": j["ms_stream"], "short_keys_sibling": j["short_keys_sibling"]}
+    return {"ms": j["ms"], "ms_stream": j["ms_stream"]}
 
 
 def fa4(fn, H, Hkv, D, lens):

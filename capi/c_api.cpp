@@ -140,11 +140,9 @@ json resolved_json(const jit::ResolvedConfig& rc) {
                {{"exp2_emulate_every", t.exp2_emulate_every},
                 {"intra_wg_overlap", t.intra_wg_overlap},
                 {"pingpong", t.pingpong},
-                {"cross_tile", t.cross_tile},
                 {"wg_spans", t.wg_spans},
                 {"persistent", t.persistent},
-                {"line_info", t.line_info},
-                {"short_keys", t.short_keys}}}};
+                {"line_info", t.line_info}}}};
 }
 
 jit::Tensor to_tensor(const fa4jit_tensor& t, const char* name) {

@@ -245,7 +245,6 @@ void add_bundle(CLI::App& app) {
     cache::Store bundle(bo);
     if (bundle.writable_root().empty()) throw CacheError(fmt::format("--out {}: not a writable directory", o->out));
     std::vector<std::string> keys(jobs.size());
-    std::vector<std::string> sibling_keys(jobs.size());  // Tuning::short_keys' second cubin, where there is one
     std::mutex combine_mu;
     std::map<std::string, nlohmann::json> combines;  // key -> spec: the split-KV combine kernels, once each
     auto ship = [&](const std::string& key, cache::Artifact art) {
@@ -260,15 +259,9 @@ void add_bundle(CLI::App& app) {
     };
     run_jobs(jobs, worker_count(sel), [&](Job& job) {
       const auto i = static_cast<std::size_t>(&job - jobs.data());
-      const ResolveOptions options = cli_resolve_options();
-      const detail::CompileInputs in = detail::compile_inputs(job.config, options);
+      const detail::CompileInputs in = detail::compile_inputs(job.config, cli_resolve_options());
       keys[i] = in.key;
-      bool compiled = ship_kernel(in);
-      if (in.config.tuning.short_keys > 0) {  // what get_kernel loads beside it (runtime/get_kernel.cpp)
-        const detail::CompileInputs si = detail::compile_inputs(job.config, detail::short_keys_options(options));
-        sibling_keys[i] = si.key;
-        compiled = ship_kernel(si) || compiled;
-      }
+      const bool compiled = ship_kernel(in);
       const detail::CombineInputs ci = detail::combine_inputs(in.config);
       {
         std::lock_guard<std::mutex> lock(combine_mu);
@@ -298,16 +291,11 @@ void add_bundle(CLI::App& app) {
                                {"combine_kernels", nlohmann::json::array()}};
     std::size_t kernels = 0;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
-      for (const std::string* key : {&keys[i], &sibling_keys[i]}) {
-        if (key->empty()) continue;
-        if (!check.load(*key))
-          throw CacheError(fmt::format("--out {}: kernel {} does not verify after writing", o->out, *key));
-        nlohmann::json entry = {
-            {"key", *key}, {"arch", jobs[i].config.arch}, {"use", jobs[i].use}, {"config", to_json(jobs[i].config)}};
-        if (key == &sibling_keys[i]) entry["short_keys_of"] = keys[i];  // the same config, cross_tile=0
-        manifest["kernels"].push_back(std::move(entry));
-        ++kernels;
-      }
+      if (!check.load(keys[i]))
+        throw CacheError(fmt::format("--out {}: kernel {} does not verify after writing", o->out, keys[i]));
+      manifest["kernels"].push_back(
+          {{"key", keys[i]}, {"arch", jobs[i].config.arch}, {"use", jobs[i].use}, {"config", to_json(jobs[i].config)}});
+      ++kernels;
     }
     for (const auto& [key, spec] : combines) {
       if (!check.load(key))

@@ -130,12 +130,6 @@ PackedBatch packed_batch(const ShapeOpts& s) {
   return p;
 }
 
-// Whether `a` launches the kernel's short-keys sibling (Tuning::short_keys) rather than the kernel.
-bool runs_short_keys_sibling(const Kernel& kernel, const LaunchArgs& a) {
-  const auto* compiled = dynamic_cast<const detail::CompiledKernel*>(&kernel);
-  return compiled && &compiled->kernel_for(a) != compiled;
-}
-
 // A kernel built with --arch for another GPU: say so in the CLI's terms before launching.
 void require_runs_here(const Kernel& kernel) {
   const CUdevice dev = detail::ensure_context();
@@ -457,8 +451,7 @@ void add_bench(CLI::App& app) {
                         {"host_launch_us", host_us},
                         {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12},
                         {"varlen", varlen},
-                        {"max_seqlen_k", a.max_seqlen_k},
-                        {"short_keys_sibling", runs_short_keys_sibling(*kernel, a)}};
+                        {"max_seqlen_k", a.max_seqlen_k}};
     if (o->json)
       fmt::print("{}\n", j.dump());
     else

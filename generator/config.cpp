@@ -68,11 +68,9 @@ constexpr TuneField kTuneFields[] = {
     {"exp2_emulate_every", &TuningOverrides::exp2_emulate_every, &Tuning::exp2_emulate_every},
     {"intra_wg_overlap", &TuningOverrides::intra_wg_overlap, &Tuning::intra_wg_overlap},
     {"pingpong", &TuningOverrides::pingpong, &Tuning::pingpong},
-    {"cross_tile", &TuningOverrides::cross_tile, &Tuning::cross_tile},
     {"wg_spans", &TuningOverrides::wg_spans, &Tuning::wg_spans},
     {"persistent", &TuningOverrides::persistent, &Tuning::persistent},
     {"line_info", &TuningOverrides::line_info, &Tuning::line_info},
-    {"short_keys", &TuningOverrides::short_keys, &Tuning::short_keys},
 };
 
 }  // namespace
@@ -156,11 +154,6 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   if (tuning.persistent < 0 || tuning.persistent > 2)
     throw ConfigError(
         fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
-  if (tuning.short_keys < 0)
-    throw ConfigError(
-        fmt::format("tune: short_keys={} (0: one cubin; n > 0: launches of at most n keys per sequence without the "
-                    "cross-tile overlap)",
-                    tuning.short_keys));
   backend.settle(tuning, b, c, dp, arch);
   ResolvedConfig rc{c, tuning, arch.backend, arch.sm, dp, b.threads, b.smem, b.ctas_per_sm};
   rc.walk = tuning.persistent == 1   ? TileWalk::persistent

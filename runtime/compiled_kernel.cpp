@@ -60,33 +60,17 @@ CombineKernel::CombineKernel(std::string key, std::string cubin, std::string ori
     : key_(std::move(key)), origin_(std::move(origin)), modules_(std::move(cubin), combine_entry_name(key_), 0) {}
 
 CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin,
-                               double compile_ms, CombinePtr combine, CompiledKernelPtr short_keys)
+                               double compile_ms, CombinePtr combine)
     : config_(std::move(config)),
       key_(std::move(key)),
       origin_(std::move(origin)),
       compile_ms_(compile_ms),
       modules_(std::move(cubin), entry_name(key_), config_.smem_bytes, config_.num_threads),
-      combine_(std::move(combine)),
-      short_keys_(std::move(short_keys)) {}
+      combine_(std::move(combine)) {}
 
-long long max_keys_bound(const LaunchArgs& args) {
-  const long long rows = args.k.shape[1];  // keys, the varlen total, or rows per page
-  const long long bound = args.page_table ? static_cast<long long>(args.max_pages) * rows : rows;
-  return args.max_seqlen_k > 0 ? std::min<long long>(bound, args.max_seqlen_k) : bound;
-}
+int CompiledKernel::num_splits(const LaunchArgs& args) const { return static_cast<int>(plan(args).params.num_splits); }
 
-const CompiledKernel& CompiledKernel::kernel_for(const LaunchArgs& args) const {
-  if (short_keys_ && max_keys_bound(args) <= config_.tuning.short_keys) return *short_keys_;
-  return *this;
-}
-
-int CompiledKernel::num_splits(const LaunchArgs& args) const {
-  return static_cast<int>(kernel_for(args).plan(args).params.num_splits);
-}
-
-std::size_t CompiledKernel::workspace_bytes(const LaunchArgs& args) const {
-  return kernel_for(args).plan(args).split.bytes();
-}
+std::size_t CompiledKernel::workspace_bytes(const LaunchArgs& args) const { return plan(args).split.bytes(); }
 
 const LoadedModule& CompiledKernel::module_for_current_context() const {
   return modules_.current([&](CUdevice dev) {
@@ -97,9 +81,8 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
           "FA4Config::arch empty to use the current GPU",
           key_, config_.config.arch, device_name(dev), sm, device_arch(dev)));
     // With the kernel, as when it shared its module: a split launch never loads a module first
-    // (e.g. inside a CUDA graph capture); so does a launch of the short-keys sibling.
+    // (e.g. inside a CUDA graph capture).
     combine_->function();
-    if (short_keys_) short_keys_->module_for_current_context();
   });
 }
 
@@ -228,10 +211,8 @@ fa4::LptSections CompiledKernel::balanced_lpt_sections(const LaunchShape& shape,
 void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
   // plan: every argument checked first (LaunchError before any driver work), then for the portable
   // kernel the module load its split count needs (occupancy); here the same module.
-  const CompiledKernel& k = kernel_for(args);
-  LaunchPlan p = k.plan(args);
-  const LoadedModule& own = module_for_current_context();  // the arch check and the module loads, the sibling's too
-  k.enqueue(p, args, stream, &k == this ? own : k.module_for_current_context());
+  LaunchPlan p = plan(args);
+  enqueue(p, args, stream, module_for_current_context());  // the arch check and the module loads
 }
 
 void CompiledKernel::enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream, const LoadedModule& module) const {

@@ -85,40 +85,29 @@ struct LaunchPlan {
   SplitLayout split;  // split.bytes() of workspace (0 rows when not split)
 };
 
-// The longest key sequence a launch can hold: keys per sequence, the varlen total, or a paged
-// sequence's page_table row (no device read: seqused_k and cu_seqlens_k only shorten it), or the
-// caller's max_seqlen_k where that is shorter (a hint: it only chooses between correct kernels).
-long long max_keys_bound(const LaunchArgs& args);
-
 class CompiledKernel;
 using CompiledKernelPtr = std::shared_ptr<const CompiledKernel>;
 
 class CompiledKernel final : public Kernel {
  public:
-  // short_keys: the same config's kernel without the cross-tile overlap, for launches whose
-  // sequences all have at most config.tuning.short_keys keys (Tuning::short_keys); null: none.
   CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin, double compile_ms,
-                 CombinePtr combine, CompiledKernelPtr short_keys = nullptr);
+                 CombinePtr combine);
 
   void launch(const LaunchArgs& args, Stream stream) const override;
   int num_splits(const LaunchArgs& args) const override;
   std::size_t workspace_bytes(const LaunchArgs& args) const override;
-  // The kernel a launch with `args` runs: this one, or its short-keys sibling.
-  const CompiledKernel& kernel_for(const LaunchArgs& args) const;
-  // Checks args and builds params, TMA maps (needs a driver, any GPU) and launch geometry of this
-  // kernel (not kernel_for's choice).
+  // Checks args and builds params, TMA maps (needs a driver, any GPU) and launch geometry.
   LaunchPlan plan(const LaunchArgs& args) const;
   const ResolvedConfig& config() const override { return config_; }
   const std::string& key() const override { return key_; }
   const std::string& cubin() const override { return modules_.cubin(); }
   const CombinePtr& combine() const { return combine_; }
-  const CompiledKernelPtr& short_keys() const { return short_keys_; }
   const std::string& origin() const override { return origin_; }
   double compile_ms() const override { return compile_ms_; }
 
  private:
-  // Loads on first use per context, with the combine kernel's and the short-keys sibling's
-  // modules: whichever a later launch runs, it loads nothing (e.g. inside a CUDA graph capture).
+  // Loads on first use per context, with the combine kernel's module: a later split launch
+  // loads nothing (e.g. inside a CUDA graph capture).
   const LoadedModule& module_for_current_context() const;
   // p: this kernel's plan; module: this kernel's module in the current context.
   void enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream, const LoadedModule& module) const;
@@ -129,7 +118,6 @@ class CompiledKernel final : public Kernel {
   double compile_ms_;
   ContextModules modules_;
   CombinePtr combine_;
-  CompiledKernelPtr short_keys_;
   mutable std::mutex mu_;  // lpt_sections_
   mutable TmaDescCache tma_;
   // Persistent causal launches: sections per (max_seqlen_q, keys, pairs, CTAs, L2 bound), chosen

@@ -74,12 +74,6 @@ cache::Artifact compile_artifact(const CombineInputs& in) {
   return artifact_of(std::move(out), describe(in), kCombineEntryName, 0);
 }
 
-ResolveOptions short_keys_options(const ResolveOptions& options) {
-  ResolveOptions o = options;
-  o.tune.cross_tile = 0;
-  return o;
-}
-
 FA4Config with_arch(const FA4Config& config) {
   FA4Config c = config;
   if (!c.arch.empty()) return c;
@@ -203,30 +197,12 @@ cache::Artifact compile_under_policy(const Inputs& in, const std::string& what) 
   return detail::compile_artifact(in);
 }
 
-// The short-keys sibling of a kernel with Tuning::short_keys (the same config and overrides, and
-// cross_tile=0). It only speeds up short launches: where the compile policy forbids compiling it
-// (a cache prewarmed before it existed), the kernel runs every launch itself.
-detail::CompiledKernelPtr short_keys_sibling(const FA4Config& config, const ResolveOptions& options) {
-  try {
-    return std::dynamic_pointer_cast<const detail::CompiledKernel>(
-        get_kernel(config, detail::short_keys_options(options)));
-  } catch (const CacheMissError& e) {
-    detail::log(LogLevel::warn,
-                fmt::format("short-keys kernel not loaded, short launches run the cross-tile kernel: {}", e.what()));
-    return nullptr;
-  }
-}
-
-// A kernel not in this process's memory: its entry, its combine kernel's and its short-keys
-// sibling's, looked up (and, on a miss, compiled) side by side: a first kernel waits for the
-// longest of them.
-KernelPtr load_kernel(const detail::CompileInputs& in, const FA4Config& config, const ResolveOptions& options) {
+// A kernel not in this process's memory: its entry and its combine kernel's, looked up (and, on a
+// miss, compiled) side by side: a first kernel waits for the longer of them.
+KernelPtr load_kernel(const detail::CompileInputs& in) {
   std::future<detail::CombinePtr> combine;
-  std::future<detail::CompiledKernelPtr> sibling;
-  const bool has_sibling = in.config.tuning.short_keys > 0;
   try {
     combine = std::async(std::launch::async, [&] { return detail::get_combine(in.config); });
-    if (has_sibling) sibling = std::async(std::launch::async, [&] { return short_keys_sibling(config, options); });
   } catch (const std::system_error&) {  // no thread to be had: fetched after the kernel instead
   }
   cache::Artifact art;
@@ -235,24 +211,15 @@ KernelPtr load_kernel(const detail::CompileInputs& in, const FA4Config& config, 
     art = detail::disk_cache().get_or_compile(
         in.key, [&] { return compile_under_policy(in, "kernel " + what); }, what);
   } catch (...) {
-    // They read `in`, `config` and `options`; the kernel's own error is the one to report.
+    // It reads `in`; the kernel's own error is the one to report.
     if (combine.valid()) combine.wait();
-    if (sibling.valid()) sibling.wait();
     throw;
   }
-  detail::CompiledKernelPtr short_keys;
-  detail::CombinePtr c;
-  try {
-    c = combine.valid() ? combine.get() : detail::get_combine(in.config);
-    if (has_sibling) short_keys = sibling.valid() ? sibling.get() : short_keys_sibling(config, options);
-  } catch (...) {
-    if (sibling.valid()) sibling.wait();
-    throw;
-  }
+  detail::CombinePtr c = combine.valid() ? combine.get() : detail::get_combine(in.config);
   const double ms = art.origin == "compiled" ? art.meta.value("compile_ms", 0.0) : 0.0;
   record(in, art, ms);
-  return std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms, std::move(c),
-                                                  std::move(short_keys));
+  return std::make_shared<detail::CompiledKernel>(in.config, in.key, std::move(art.cubin), art.origin, ms,
+                                                  std::move(c));
 }
 
 }  // namespace
@@ -316,7 +283,7 @@ KernelPtr get_kernel(const FA4Config& config, const ResolveOptions& options) {
   bool joined = false;
   try {
     KernelPtr k = kernels().get(
-        in.key, [&] { return load_kernel(in, c, options); }, &joined);
+        in.key, [&] { return load_kernel(in); }, &joined);
     if (joined) counters().memory_hits++;
     return k;
   } catch (...) {

@@ -26,9 +26,6 @@ cache::Artifact compile_artifact(const CombineInputs& in);
 // then NVRTC under the compile policy. get_kernel fetches it beside each kernel it loads.
 CombinePtr get_combine(const ResolvedConfig& rc);
 FA4Config with_arch(const FA4Config& config);  // fills an empty arch from the current GPU
-// The options of a kernel's short-keys sibling (Tuning::short_keys): `options` with cross_tile=0.
-// get_kernel fetches it with these, `fa4jit bundle` ships it.
-ResolveOptions short_keys_options(const ResolveOptions& options);
 // The disk cache's validator (cache::Options::validate): the entry's recorded inputs must hash to
 // its key and its cubin must define the key-derived kernel name (runtime/cache_auth.cpp). Serves
 // both kernel families: a meta.json with "combine" is a combine kernel's.

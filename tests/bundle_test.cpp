@@ -27,14 +27,12 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   const auto made = run("bundle --preset llama3-8b --preset llama3-8b-decode --arch sm_90a,sm_100a --out " +
                         bundle.string() + " --jobs 2");
   ASSERT_EQ(made.rc, 0) << made.out;
-  // d128 bf16 on two archs: one split-KV combine kernel per arch, shared by prefill and decode
-  // (sm_90a's causal d128 kernel has no short-keys sibling: no cross-tile overlap, Tuning::short_keys).
+  // d128 bf16 on two archs: one split-KV combine kernel per arch, shared by prefill and decode.
   EXPECT_NE(made.out.find("bundle: 4 kernels and 2 split-KV combine kernels in"), std::string::npos) << made.out;
   std::ifstream mf(bundle / "manifest.json");
   const auto manifest = nlohmann::json::parse(mf);
   ASSERT_EQ(manifest["kernels"].size(), 4u);
   EXPECT_EQ(manifest["kernels"][0]["key"].get<std::string>().size(), 32u);
-  for (const auto& k : manifest["kernels"]) EXPECT_FALSE(k.contains("short_keys_of")) << k.dump();
   ASSERT_EQ(manifest["combine_kernels"].size(), 2u);
   EXPECT_EQ(manifest["combine_kernels"][0]["combine"]["depth"], 128);
   const auto before = tree(bundle);
@@ -46,7 +44,6 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   auto r = run("prewarm --preset llama3-8b --preset llama3-8b-decode --arch sm_90a,sm_100a", env);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("4 kernels: 0 compiled, 4 hit, 0 failed"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("short-keys kernel not loaded"), std::string::npos) << r.out;  // the sibling hit too
   EXPECT_NE(run("info", env).out.find("kernel bundles: " + bundle.string()), std::string::npos);
 
   // New kernels go to the writable cache, never into the bundle (even where it is writable).
@@ -83,34 +80,6 @@ TEST_F(Cli, BundleServesItsKernelsWithCompilesForbiddenAndIsNeverWritten) {
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("split-KV combine kernel"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(combine_key), std::string::npos) << r.out;
-}
-
-// A kernel with a short-keys sibling (the cross-tile overlap, opt-in: causal d96 on sm_90a with
-// FA4JIT_TUNE=cross_tile=1; Tuning::short_keys) ships it in the bundle, named in the manifest, and a
-// prewarm with compiles forbidden hits both.
-TEST_F(Cli, BundleShipsTheShortKeysSibling) {
-  const auto cfg = write("d96.json", R"({"depth": 96, "mask": "causal"})");
-  const fs::path bundle = cfg.parent_path() / "bundle96";
-  const std::string tune = "FA4JIT_TUNE=cross_tile=1";
-  const auto made = run("bundle --config " + cfg.string() + " --arch sm_90a --out " + bundle.string(), tune);
-  ASSERT_EQ(made.rc, 0) << made.out;
-  EXPECT_NE(made.out.find("bundle: 2 kernels and 1 split-KV combine kernels in"), std::string::npos) << made.out;
-  std::ifstream mf(bundle / "manifest.json");
-  const auto manifest = nlohmann::json::parse(mf);
-  ASSERT_EQ(manifest["kernels"].size(), 2u);
-  int siblings = 0;
-  for (const auto& k : manifest["kernels"])
-    if (k.contains("short_keys_of")) {
-      ++siblings;
-      EXPECT_EQ(k["short_keys_of"], manifest["kernels"][0]["key"]);
-    }
-  EXPECT_EQ(siblings, 1);
-  const std::string env = tune + " FA4JIT_BUNDLE_PATH=" + bundle.string() +
-                          " FA4JIT_CACHE_DIR=" + (bundle.parent_path() / "fresh96").string() + " FA4JIT_COMPILE=forbid";
-  const auto r = run("prewarm --config " + cfg.string() + " --arch sm_90a", env);
-  EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("1 kernels: 0 compiled, 1 hit, 0 failed"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("short-keys kernel not loaded"), std::string::npos) << r.out;  // the sibling hit too
 }
 
 TEST_F(Cli, BundleNeedsArchAndOut) {

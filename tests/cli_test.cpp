@@ -87,8 +87,7 @@ TEST_F(Cli, PrewarmCompilesThenHits) {
   EXPECT_NE(second.out.find("4 kernels: 0 compiled, 4 hit, 0 failed"), std::string::npos) << second.out;
   const Result ls = run("cache ls");
   EXPECT_EQ(ls.rc, 0) << ls.out;
-  // The 4 kernels (none with a short-keys sibling: causal d64 runs BM 192 and causal d128 has no
-  // cross-tile overlap, Tuning::short_keys) and their split-KV combine kernels: d64 and d128 on each arch.
+  // The 4 kernels and their split-KV combine kernels: d64 and d128 on each arch.
   EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 8) << ls.out;
   int combines = 0;
   for (auto at = ls.out.find("mask=(combine)"); at != std::string::npos; at = ls.out.find("mask=(combine)", at + 1))

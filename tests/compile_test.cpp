@@ -133,9 +133,8 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
 }
 
 // sm90a Q in registers (Config::kQInRegs, S = Q K^T as an RS wgmma): where it was measured faster
-// (d96; causal kernels without the cross-tile overlap: the default, the short-keys sibling), not
-// elsewhere (docs/PERF.md run 50). On, the PTX has no SS Q K^T left (an SS wgmma's A operand is a
-// descriptor, "}, %rd"; RS's is registers, "}, {"), and nothing spills or serializes.
+// (d96; causal d128, persistent or grid), not elsewhere (docs/PERF.md run 50). On, the PTX has no SS Q K^T left (an SS
+// wgmma's A operand is a descriptor, "}, %rd"; RS's is registers, "}, {"), and nothing spills or serializes.
 TEST(Compile, HopperQInRegistersWhereMeasured) {
   struct Case {
     int depth;
@@ -147,15 +146,12 @@ TEST(Compile, HopperQInRegistersWhereMeasured) {
   };
   const Case cases[] = {
       {96, jit::DType::bf16, jit::Mask::none(), jit::ScoreMod::identity(), "", true},
-      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "cross_tile=0", true},
       {128, jit::DType::fp16, jit::Mask::causal(), jit::ScoreMod::identity(), "persistent=0", true},
-      {96, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", true},   // no cross-tile (run 52)
-      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", true},  // no cross-tile (run 51)
-      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "cross_tile=1", false},
-      {96, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "cross_tile=1", false},
+      {96, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", true},
+      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", true},
       {128, jit::DType::bf16, jit::Mask::none(), jit::ScoreMod::identity(), "", false},
-      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::softcap(), "cross_tile=0", false},
-      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "cross_tile=0,intra_wg_overlap=0", false},
+      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::softcap(), "", false},
+      {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "intra_wg_overlap=0", false},
       {64, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", false},
       {128, jit::DType::e4m3, jit::Mask::causal(), jit::ScoreMod::identity(), "", false},
   };
@@ -186,8 +182,8 @@ TEST(Compile, HopperQInRegistersWhereMeasured) {
 }
 
 // O's correction between the overlapped step's two GEMM issues (consumer.cuh, kv_mainloop's
-// kCorrectO): in the kernels where it was measured faster (two consumer warpgroups, no P V spans,
-// outside the cross-tile loop; docs/PERF.md run 51), and nowhere else. Its trace in the PTX: a
+// kCorrectO): in the kernels where it was measured faster (two consumer warpgroups, no P V spans;
+// docs/PERF.md run 51), and nowhere else. Its trace in the PTX: a
 // wgmma.commit_group (S = Q K^T) followed by a wgmma.fence (O rewritten) before the next wgmma.
 TEST(Compile, HopperCorrectsOBetweenTheGemmIssuesWhereMeasured) {
   struct Case {
@@ -200,11 +196,10 @@ TEST(Compile, HopperCorrectsOBetweenTheGemmIssuesWhereMeasured) {
       {128, jit::Mask::none(), "", true},
       {96, jit::Mask::none(), "", true},
       {256, jit::Mask::none(), "", true},
-      {128, jit::Mask::causal(), "", true},                          // no cross-tile overlap (run 51 (5))
-      {128, jit::Mask::causal(), "cross_tile=1", false},             // cross-tile (paged causal: -3-5%)
-      {64, jit::Mask::none(), "", false},                            // kBM 192, eager rescale (-3-6%)
-      {128, jit::Mask::causal(), "cross_tile=0,wg_spans=1", false},  // spans: serialized wgmma
-      {128, jit::Mask::none(), "intra_wg_overlap=0", false},         // no overlapped step
+      {128, jit::Mask::causal(), "", true},
+      {64, jit::Mask::none(), "", false},                     // kBM 192, eager rescale (-3-6%)
+      {128, jit::Mask::causal(), "wg_spans=1", false},        // spans: serialized wgmma
+      {128, jit::Mask::none(), "intra_wg_overlap=0", false},  // no overlapped step
   };
   for (const Case& k : cases) {
     jit::FA4Config c;

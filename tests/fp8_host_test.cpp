@@ -681,10 +681,6 @@ TEST(Fp8KvHost, ConfigRules) {
   jit::FA4Config causal = kv_fp8();
   causal.mask = jit::Mask::causal();
   EXPECT_EQ(jit::resolve(causal).tuning.persistent, 1);
-  jit::ResolveOptions overlap;  // the opt-in cross-tile overlap: the converters do not mirror its extra V load
-  overlap.tune.cross_tile = 1;
-  EXPECT_EQ(jit::resolve(causal, overlap).tuning.cross_tile, 0);
-  EXPECT_EQ(jit::resolve(causal, overlap).tuning.short_keys, 0);
   jit::FA4Config packed = kv_fp8();
   packed.group = 4;
   packed.pack_gqa = true;

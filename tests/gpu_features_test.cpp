@@ -19,7 +19,7 @@
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
-#include "runtime/compiled_kernel.hpp"
+#include "common/tile_walk.h"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
 #include "runtime/runtime_internal.hpp"
@@ -230,97 +230,70 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
   }
 }
 
-// Persistent kernels with the own O region (d96, d128) and cross_tile=1 (SmemLayout::kCrossTile,
-// opt-in since run 52) keep each tile pending after its KV loop and finish it inside the next
-// tile's first step, with Q in two alternating buffers. Every shape gives each CTA at least 3 tiles,
-// and together they reach every way a pending tile ends: overlapped with the next tile's first Q K^T,
-// alone before a tile whose rows see no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile
-// without Q rows (varlen, empty sequences), and alone at the end of the walk; with split-tail
-// partials, GQA and sinks. cross_tile=0 (the default): the same shapes through sm90a's one
-// consumer_loop with the own O region (Q handed back before the epilogue). Both settings run on
-// both masks; short_keys=0 keeps these short launches on the cross-tile kernel itself (with
-// short_keys at its default they would run its cross_tile=0 sibling, Tuning::short_keys).
-TEST(GpuFeatures, PersistentCrossTileMatchesReference) {
+// Persistent kernels with the own O region (d96, d128): a warpgroup hands its Q region back before
+// the epilogue, so the next tile's Q load overlaps it. Every shape gives each CTA at least 3 tiles,
+// and together they reach every way a tile boundary goes: a tile followed by a tile whose rows see
+// no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile without Q rows (varlen, empty
+// sequences), and the end of the walk; with split-tail partials, GQA and sinks; on both masks.
+TEST(GpuFeatures, PersistentOwnORegionMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
   if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end())
     GTEST_SKIP() << "the persistent walker is sm90a's";
   const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
-  for (const char* tune : {"cross_tile=1,short_keys=0", "cross_tile=0"})
-    for (int depth : {96, 128})
-      for (const Mask& mask : {Mask::none(), Mask::causal()}) {
-        const auto kernel = jit::get_kernel(config("sm_90a", depth, mask), jit::testing::tuned(tune));
-        ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
-        ASSERT_EQ(kernel->config().tuning.cross_tile, std::string(tune) == "cross_tile=0" ? 0 : 1) << tune;
-        ASSERT_EQ(kernel->config().tuning.short_keys, 0) << tune;
-        const int bm = kernel->config().config.BM;
-        const std::string what =
-            fmt::format("d{} {} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none", tune);
+  for (int depth : {96, 128})
+    for (const Mask& mask : {Mask::none(), Mask::causal()}) {
+      const auto kernel = jit::get_kernel(config("sm_90a", depth, mask));
+      ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
+      const int bm = kernel->config().config.BM;
+      const std::string what = fmt::format("d{} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none");
 
-        CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
-        equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
-        equal.batch = 3 * sms / (4 * 5) + 1;
-        equal.num_splits = 0;
-        equal.with_sinks = true;
-        expect_matches(jit::testing::run_and_check(*kernel, equal), what + " equal lengths");
+      CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
+      equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
+      equal.batch = 3 * sms / (4 * 5) + 1;
+      equal.num_splits = 0;
+      equal.with_sinks = true;
+      expect_matches(jit::testing::run_and_check(*kernel, equal), what + " equal lengths");
 
-        CheckCase keyless = heads(4, 4);  // causal: the first 450 rows see no key (3 whole tiles)
-        keyless.seqlen_q = 700;
-        keyless.seqlen_k = 250;
-        keyless.batch = 3 * sms / (4 * 6) + 1;
-        expect_matches(jit::testing::run_and_check(*kernel, keyless), what + " seqlen_q > seqlen_k");
+      CheckCase keyless = heads(4, 4);  // causal: the first 450 rows see no key (3 whole tiles)
+      keyless.seqlen_q = 700;
+      keyless.seqlen_k = 250;
+      keyless.batch = 3 * sms / (4 * 6) + 1;
+      expect_matches(jit::testing::run_and_check(*kernel, keyless), what + " seqlen_q > seqlen_k");
 
-        CheckCase varlen = heads(8, 2);  // tiles past a sequence's rows have no Q rows
-        varlen.seqlens_q = {0, 900, 5, 0, 640, 128, 1, 300, 0, 77};
-        varlen.seqlens_k = {3, 900, 700, 0, 640, 129, 1000, 260, 9, 77};
-        ASSERT_GE(8LL * 10 * ((900 + bm - 1) / bm), 3LL * sms);
-        expect_matches(jit::testing::run_and_check(*kernel, varlen), what + " varlen");
-      }
+      CheckCase varlen = heads(8, 2);  // tiles past a sequence's rows have no Q rows
+      varlen.seqlens_q = {0, 900, 5, 0, 640, 128, 1, 300, 0, 77};
+      varlen.seqlens_k = {3, 900, 700, 0, 640, 129, 1000, 260, 9, 77};
+      ASSERT_GE(8LL * 10 * ((900 + bm - 1) / bm), 3LL * sms);
+      expect_matches(jit::testing::run_and_check(*kernel, varlen), what + " varlen");
+    }
 }
 
 // A varlen or paged batch is bounded by its total keys unless the caller passes max_seqlen_k
-// (FlashAttention's hint): with it, a batch of sequences of at most short_keys keys runs a
-// cross-tile kernel's cross_tile=0 sibling (here causal d128 with cross_tile=1, the opt-in overlap), and a varlen
-// one is scheduled as an equal-length batch (schedule_model). The hint only picks the kernel and the CTA order, so one
-// below the real longest sequence (here 1000 against 2048 keys) still gives the reference's results.
-TEST(GpuFeatures, MaxSeqlenKHintPicksTheShortKeysSiblingAndStaysCorrect) {
+// (FlashAttention's hint): with it, a varlen batch is scheduled as an equal-length one
+// (schedule_model). The hint only picks the CTA order, so one below the real longest sequence (here
+// 1000 against 2048 keys) still gives the reference's results.
+TEST(GpuFeatures, MaxSeqlenKHintStaysCorrect) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
-  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "short_keys is sm90a's";
-  const auto kernel = jit::get_kernel(config("sm_90a", 128, Mask::causal()), jit::testing::tuned("cross_tile=1"));
-  const auto& compiled = dynamic_cast<const jit::detail::CompiledKernel&>(*kernel);
-  ASSERT_NE(compiled.short_keys(), nullptr) << "the cross-tile causal d128 kernel carries a short-keys sibling";
-  const int short_keys = kernel->config().tuning.short_keys;
-
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "the LPT schedule is sm90a's";
+  const auto kernel = jit::get_kernel(config("sm_90a", 128, Mask::causal()));
   CheckCase varlen = heads(8, 2);
-  varlen.seqlens_q = {1000, short_keys, 0, 700, 1500, 64};
-  varlen.seqlens_k = {1000, short_keys, 5, 900, 1500, 64};
-  CheckCase paged = heads(8, 2);  // seqused_k, pages of 64, page-table rows of short_keys + 64 keys
+  varlen.seqlens_q = {1000, 2048, 0, 700, 1500, 64};
+  varlen.seqlens_k = {1000, 2048, 5, 900, 1500, 64};
+  CheckCase paged = heads(8, 2);  // seqused_k, pages of 64
   paged.batch = 3;
   paged.seqlen_q = 300;
-  paged.seqlens_k = {short_keys, 1200, 300};
+  paged.seqlens_k = {2048, 1200, 300};
   paged.page_size = 64;
   CheckCase paged_varlen = paged;                // varlen queries over the pages (a chunked prefill): with the hint,
   paged_varlen.seqlens_q = {300, 0, 129, 1000};  // scheduled as an equal-length batch too
-  paged_varlen.seqlens_k = {900, 50, 700, short_keys};
+  paged_varlen.seqlens_k = {900, 50, 700, 2048};
   for (CheckCase c : {varlen, paged, paged_varlen})
-    for (int hint : {0, short_keys, 1000}) {
+    for (int hint : {0, 2048, 1000}) {
       c.max_seqlen_k = hint;
-      jit::LaunchArgs a;  // the launch's shapes, as run_and_check builds them
-      const bool is_paged = c.page_size > 0;
-      long long total_k = 0;
-      for (int n : c.seqlens_k) total_k += n;
-      const int longest = *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end());
-      a.k.shape = {1, is_paged ? c.page_size : total_k, 2, 128};
-      a.page_table = is_paged ? reinterpret_cast<const int*>(16) : nullptr;
-      a.max_pages = is_paged ? (longest + c.page_size - 1) / c.page_size + 1 : 0;  // as run_and_check's table
-      a.cu_seqlens_k = is_paged ? nullptr : reinterpret_cast<const int*>(16);
-      a.max_seqlen_k = hint;
-      const bool sibling = hint > 0;
-      EXPECT_EQ(&compiled.kernel_for(a), sibling ? compiled.short_keys().get() : &compiled) << hint;
-      const std::string what =
-          fmt::format("{} max_seqlen_k {} ({})", is_paged ? "paged" : "varlen", hint, sibling ? "sibling" : "kernel");
-      expect_matches(jit::testing::run_and_check(*kernel, c), what);
+      expect_matches(jit::testing::run_and_check(*kernel, c),
+                     fmt::format("{} max_seqlen_k {}", c.page_size > 0 ? "paged" : "varlen", hint));
     }
 }
 
@@ -329,8 +302,8 @@ TEST(GpuFeatures, MaxSeqlenKHintPicksTheShortKeysSiblingAndStaysCorrect) {
 // on here). The cases move the causal diagonal through every position against the warpgroups' rows
 // (bottom-right, seqlen_k - seqlen_q of 0, 32, 64, 96 and 200, and seqlen_q > seqlen_k), with a
 // window, chunks and a score-mod, on d64 (kBM 192: warpgroups that see none of a tile) and d128
-// (kBM 128, the cross-tile loop) kernels, and on the grid and the simple schedule, which reach the
-// spans through the other loops.
+// (kBM 128) kernels, and on the grid and the simple schedule, which reach the spans through the
+// other loops.
 TEST(GpuFeatures, WarpgroupKeySpansMatchReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();

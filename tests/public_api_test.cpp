@@ -62,10 +62,9 @@ TEST(PublicApi, ConfigEqualityComparesEveryField) {
   EXPECT_NE(ScoreMod::alibi(), ScoreMod::softcap());
 
   const Tuning t;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 6; ++i) {
     Tuning u = t;
-    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong,  &u.cross_tile,
-                     &u.wg_spans,           &u.persistent,       &u.line_info, &u.short_keys};
+    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong, &u.wg_spans, &u.persistent, &u.line_info};
     *fields[i] += 1;
     EXPECT_NE(t, u) << "Tuning field " << i;
   }
@@ -161,70 +160,6 @@ TEST(PublicApi, KernelsShareTheirCombineKernel) {
   EXPECT_NE(ca->key(), cc->key());
   EXPECT_EQ(ca->key(), detail::combine_inputs(resolve(a)).key);
   EXPECT_NE(ca->key(), get_kernel(a)->key());
-}
-
-// sm90a causal kernels with the cross-tile overlap (opt-in, cross_tile=1; the default has none and
-// no sibling): launches of short sequences run a second cubin without it (Tuning::short_keys).
-// get_kernel fetches it beside the kernel, and the launch picks by the longest key sequence its
-// arguments allow.
-TEST(PublicApi, CausalKernelCarriesItsShortKeysSibling) {
-  FA4Config c;
-  c.arch = "sm_90a";
-  c.depth = 96;
-  c.mask = Mask::causal();
-  const KernelPtr by_default = get_kernel(c);
-  const auto* plain_kernel = dynamic_cast<const detail::CompiledKernel*>(by_default.get());
-  ASSERT_NE(plain_kernel, nullptr);
-  EXPECT_EQ(plain_kernel->short_keys(), nullptr);
-  EXPECT_EQ(by_default->config().tuning.cross_tile, 0);
-  ResolveOptions overlap;
-  overlap.tune.cross_tile = 1;
-  const KernelPtr k = get_kernel(c, overlap);
-  const auto* compiled = dynamic_cast<const detail::CompiledKernel*>(k.get());
-  ASSERT_NE(compiled, nullptr);
-  ASSERT_NE(compiled->short_keys(), nullptr);
-  const Kernel& sibling = *compiled->short_keys();
-  EXPECT_EQ(k->config().tuning.short_keys, 2048);
-  EXPECT_EQ(sibling.config().tuning.cross_tile, 0);
-  EXPECT_EQ(sibling.config().tuning.short_keys, 0);
-  EXPECT_EQ(sibling.config().config, k->config().config);
-  ResolveOptions plain;
-  plain.tune.cross_tile = 0;
-  EXPECT_EQ(get_kernel(c, plain).get(), &sibling);  // one object in this process
-
-  LaunchArgs a;
-  a.k.shape = {2, 2048, 8, 96};
-  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
-  a.k.shape[1] = 2049;
-  EXPECT_EQ(&compiled->kernel_for(a), k.get());
-  a.k.shape = {1, 4096, 8, 96};  // varlen: the total bounds every sequence
-  a.cu_seqlens_k = reinterpret_cast<const int*>(16);
-  EXPECT_EQ(&compiled->kernel_for(a), k.get());
-  a.max_seqlen_k = 2048;  // ... unless the caller bounds the longest sequence (FlashAttention's hint)
-  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
-  a.max_seqlen_k = 2049;
-  EXPECT_EQ(&compiled->kernel_for(a), k.get());
-  a.max_seqlen_k = 8192;  // a hint above the total: the total still bounds it
-  a.k.shape[1] = 2000;
-  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
-  a = LaunchArgs{};
-  a.k.shape = {100, 64, 8, 96};  // paged: max_pages x page_size
-  a.page_table = reinterpret_cast<const int*>(16);
-  a.max_pages = 32;
-  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
-  a.max_pages = 33;
-  EXPECT_EQ(&compiled->kernel_for(a), k.get());
-  a.max_seqlen_k = 1500;  // sequences shorter than their page-table rows
-  EXPECT_EQ(&compiled->kernel_for(a), &sibling);
-
-  ResolveOptions one;
-  one.tune.short_keys = 0;
-  const auto* single = dynamic_cast<const detail::CompiledKernel*>(get_kernel(c, one).get());
-  ASSERT_NE(single, nullptr);
-  EXPECT_EQ(single->short_keys(), nullptr);
-  EXPECT_NE(single->key(), k->key());
-  c.mask = Mask::none();  // no overlap, no sibling
-  EXPECT_EQ(dynamic_cast<const detail::CompiledKernel&>(*get_kernel(c)).short_keys(), nullptr);
 }
 
 TEST(PublicApi, StatsCountCompilesHitsAndFailures) {

@@ -22,8 +22,9 @@ On the GPU machine (repository root, .device carried):
   tests [FILTER ...]    fa4jit_tests, the filters side by side, each under TEST_LIMIT s (240);
                         default: 'GpuFeatures*' and 'Gpu*:ApiExample*-GpuFeatures*'
   sanitize [SET ...]    compute-sanitizer; SET: prefill (memcheck/racecheck/synccheck on small cases
-                        of every sm90a tile walk: grid, persistent + splits, split tail, cross-tile,
-                        3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal, d96), decode
+                        of every sm90a tile walk: grid, persistent + splits, split tail, several
+                        tiles per CTA, 3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal,
+                        d96), decode
                         (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
@@ -144,28 +145,25 @@ sanitize() {
     local start=$SECONDS
     echo "== sanitize $s"
     case $s in
-      prefill)  # "FA4JIT_TUNE depth mask check-args" ('-': the default tuning; the cross-tile overlap is
-        # opt-in (run 52), so cross_tile=1,short_keys=0 keeps a case on the cross-tile kernel; varlen
-        # cases pass the longest key length as max_seqlen_k, the schedule's model, unless
-        # --max-seqlen-k 0)
+      prefill)  # "FA4JIT_TUNE depth mask check-args" ('-': the default tuning; varlen cases pass the
+        # longest key length as max_seqlen_k, the schedule's model, unless --max-seqlen-k 0)
         local cases=(
           '- 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           'persistent=1 128 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
           '- 64 causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900'
-          'cross_tile=1,short_keys=0 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
-          'cross_tile=1,short_keys=0 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700 --max-seqlen-k 0'
+          '- 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          '- 128 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700 --max-seqlen-k 0'
           '- 128 causal --heads 4 --seqlens-q 900 97 512 --seqlens-k 900 97 512'
           'persistent=1 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
-          'cross_tile=1,short_keys=0 128 none --batch 67 --heads 2 --seqlen-q 121 --seqlen-k 637'
-          'cross_tile=1,short_keys=0 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
-          'cross_tile=1,short_keys=0 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
+          '- 128 causal --batch 3 --heads 16 --seqlen-q 384 --seqlen-k 384'
+          '- 128 causal --batch 2 --heads 40 --seqlen-q 400 --seqlen-k 150'
           'wg_spans=1 128 causal --batch 2 --heads 4 --seqlen-q 515 --seqlen-k 579'
           'persistent=0 128 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           '- 256 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           '- 192 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
           '- 96 none --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 900 --splits 3'
           '- 96 causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
-          'cross_tile=1,short_keys=0 96 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700')
+          '- 96 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700')
         for c in "${cases[@]}"; do
           read -r tune d m rest <<<"$c"
           [[ $tune == - ]] && tune=""
@@ -196,7 +194,7 @@ sanitize() {
           if [[ $rc -ne 0 || $gtest != *PASSED* ]]; then fail=1; grep -E -A4 'Invalid __global__|Failure' /tmp/gpu_snip.log | head -40; fi
         done ;;
       fp8)  # the FP8 kernels: V transposers, the Vt ring; persistent (default: causal, unmasked + split
-        # tail, varlen; BM 128 cross-tile) and grid walks, GQA, varlen+paged+split+packed
+        # tail, varlen; BM 128) and grid walks, GQA, varlen+paged+split+packed
         for tool in memcheck racecheck synccheck; do
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":128,"mask":"causal"}' --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700
           san_check "" $tool sm_90a '{"dtype":"e4m3","depth":64}' --batch 1 --heads 8 --kv-heads 2 --seqlen-q 300 --seqlen-k 1000

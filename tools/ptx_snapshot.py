@@ -56,7 +56,6 @@ CONFIGS = {
 TUNED = {
     "d128_grid": ({"depth": 128}, "persistent=0"),
     "d128_causal_stream_k": ({"depth": 128, "mask": "causal"}, "persistent=2"),
-    "d64_no_cross_tile": ({"depth": 64}, "cross_tile=0"),
     "d128_no_pingpong_overlap": ({"depth": 128, "mask": "causal"}, "pingpong=0,intra_wg_overlap=0"),
 }
 

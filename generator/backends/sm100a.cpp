@@ -75,11 +75,7 @@ class Sm100a final : public BackendPolicy {
   }
 
   // The tile walks are sm90a's schedulers; sm100a runs the grid.
-  // One tile walk and one cubin per config (short_keys: sm90a's cross-tile overlap only).
-  void settle(Tuning& t, Budget&, const FA4Config&, int, const ArchInfo&) const override {
-    t.persistent = 0;
-    t.short_keys = 0;
-  }
+  void settle(Tuning& t, Budget&, const FA4Config&, int, const ArchInfo&) const override { t.persistent = 0; }
 
   bool uses_tma() const override { return true; }
   bool lpt_order() const override { return true; }

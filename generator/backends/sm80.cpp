@@ -52,11 +52,7 @@ class Sm80 final : public BackendPolicy {
   Tuning default_tuning(const FA4Config&, int) const override { return Tuning{}; }
 
   // The tile walks are sm90a's schedulers; sm80 runs the grid.
-  // One tile walk and one cubin per config (short_keys: sm90a's cross-tile overlap only).
-  void settle(Tuning& t, Budget&, const FA4Config&, int, const ArchInfo&) const override {
-    t.persistent = 0;
-    t.short_keys = 0;
-  }
+  void settle(Tuning& t, Budget&, const FA4Config&, int, const ArchInfo&) const override { t.persistent = 0; }
 
   bool uses_tma() const override { return false; }
   // sm80 decodes its tile from fresh special-register reads to stay within 255 registers

@@ -176,20 +176,6 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     t.persistent = !c.pack_gqa && deep_ok && plain ? 1 : 0;
-    // The cross-tile overlap (two Q buffers, a tile finished inside the next one's first step):
-    // opt-in (cross_tile=1). docs/PERF.md run 43 (ABBA, H100 and H200) had it on for causal
-    // attention: without it the unmasked d128 rows ran 1-3% faster and the short causal rows too,
-    // the long causal rows 1-4% slower. Since the kernel without it took Q in registers (run 50) and
-    // O's correction between the GEMM issues (run 51), that kernel is the faster one on the H200
-    // wherever the overlap applied: causal d128 2.4-4.0% per call on the long rows, GQA +1-6%, paged
-    // 64 causal +4% (runs 51 (5), 52); causal d96 +3-9% per call on 10 of 10 row-passes (run 52).
-    // (d64 causal runs kBM 192 and d192/d256 fail settle's rule below: none of them took it.)
-    t.cross_tile = 0;
-    // With it, launches of short causal rows (every sequence at most 2048 keys) run a second cubin
-    // without it (settle keeps this only where the layout takes the overlap). docs/PERF.md runs
-    // 43-44 (H100, ABBA, per call): without the overlap 8x16x1024 causal +7%, 8x16x2048 +1-2%,
-    // S 4096 -1..+1%, S 8192 -2..+2%.
-    t.short_keys = c.mask.kind == Mask::Kind::causal ? 2048 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -246,13 +232,7 @@ class Sm90a final : public BackendPolicy {
                       "(intra_wg_overlap=0); this kernel has intra_wg_overlap={}",
                       t.intra_wg_overlap));
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
-    if (c.kv_dtype) {
-      // The converters do not mirror the cross-tile overlap's extra V load (nor would its second
-      // Q buffer fit beside the e4m3 rings), and the kernel's O is staged in the Q region.
-      t.cross_tile = 0;
-      t.short_keys = 0;
-      return;
-    }
+    if (c.kv_dtype) return;                                 // the kernel's O is staged in the Q region
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
     // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
     if (t.persistent == 2) b.ctas_per_sm = 1;
@@ -262,10 +242,6 @@ class Sm90a final : public BackendPolicy {
     const int own_o_bytes = 2 * c.BM * dp;
     const bool own_o = t.persistent != 0 && b.smem + own_o_bytes <= a.max_smem;
     if (own_o) b.smem += own_o_bytes;
-    // A second cubin without the overlap only where this one takes it: SmemLayout::kCrossTile's
-    // rule (the persistent walk, its own O region, the overlapped schedule, two consumer warpgroups).
-    const bool cross_tile = t.cross_tile != 0 && t.persistent == 1 && own_o && t.intra_wg_overlap != 0 && c.BM == 128;
-    if (!cross_tile) t.short_keys = 0;
   }
 
   bool uses_tma() const override { return true; }
@@ -285,16 +261,12 @@ class Sm90a final : public BackendPolicy {
   }
   // Q in registers for S = Q K^T (templates/sm90a/consumer.cuh QFragments): the 16-bit kernels at
   // kBM 128 and padded depth 128 with the overlap, unmasked or causal without a score-mod, where it
-  // was measured faster: depth 96, and causal kernels without the cross-tile overlap (the
-  // short-keys sibling, the grid walk). docs/PERF.md runs 49 (4), 50 (H200, ABBA): 16x16x2048 causal
-  // +0.9-2.2% per call (6 passes), d96 +0.5-2.2%; unmasked d128 0.99-1.00 and the cross-tile causal
-  // kernel 0.96-1.01, so not there.
+  // was measured faster: depth 96 and causal. docs/PERF.md runs 49 (4), 50 (H200, ABBA): 16x16x2048
+  // causal +0.9-2.2% per call (6 passes), d96 +0.5-2.2%; unmasked d128 0.99-1.00, so not there.
   bool q_in_registers(const ResolvedConfig& rc) const override {
     const FA4Config& c = rc.config;
-    const bool cross_tile = rc.tuning.cross_tile != 0 && rc.tuning.persistent == 1;
     return c.dtype != DType::e4m3 && !c.kv_dtype && rc.padded_depth == 128 && c.BM == 128 &&
-           rc.tuning.intra_wg_overlap != 0 && plain_softmax(c) && !cross_tile &&
-           (c.depth <= 96 || c.mask.kind == Mask::Kind::causal);
+           rc.tuning.intra_wg_overlap != 0 && plain_softmax(c) && (c.depth <= 96 || c.mask.kind == Mask::Kind::causal);
   }
 };
 

@@ -26,7 +26,6 @@ struct Tuning {
   int exp2_emulate_every = 0;  // 0: every exp2 on MUFU; n: one f32 pair in n by FA4's polynomial
   int intra_wg_overlap = 1;    // sm90a: issue QK(n+1) before softmax(n)
   int pingpong = 1;            // sm90a: consumer warpgroup turns: 0 none, 1 around the GEMMs, 2 around the softmax
-  int cross_tile = 1;  // sm90a persistent, opt-in (sm90a's default 0): finish a tile in the next one's first step
   int wg_spans = 0;  // sm90a: a consumer warpgroup's P V skips the keys its rows cannot see (default: causal at BM 192)
   // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
   // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
@@ -38,31 +37,22 @@ struct Tuning {
   // default: the same SASS, but the cubin carries its PTX and line tables (3-4x the bytes in the
   // cache and the bundles) and NVRTC takes ~5% longer.
   int line_info = 0;
-  // sm90a with the cross-tile overlap: a launch whose sequences all have at most this many keys
-  // runs a second cubin of the same config with cross_tile=0 (Kernel::launch picks it; get_kernel
-  // and the bundles fetch both). 0: one cubin. Default: 2048 where the overlap is taken (causal
-  // d96/d128 with cross_tile=1), where short causal rows ran faster without it (docs/PERF.md run 44).
-  int short_keys = 0;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
-           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans &&
-           persistent == o.persistent && line_info == o.line_info && short_keys == o.short_keys;
+           pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info;
   }
   bool operator!=(const Tuning& o) const { return !(*this == o); }
 };
 
 // Tuning fields to set instead of the derived defaults (unset: derived).
 struct TuningOverrides {
-  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, cross_tile, wg_spans, persistent, line_info,
-      short_keys;
+  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, wg_spans, persistent, line_info;
   bool empty() const {
-    return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !cross_tile && !wg_spans && !persistent &&
-           !line_info && !short_keys;
+    return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !wg_spans && !persistent && !line_info;
   }
   bool operator==(const TuningOverrides& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
-           pingpong == o.pingpong && cross_tile == o.cross_tile && wg_spans == o.wg_spans &&
-           persistent == o.persistent && line_info == o.line_info && short_keys == o.short_keys;
+           pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info;
   }
   bool operator!=(const TuningOverrides& o) const { return !(*this == o); }
 };

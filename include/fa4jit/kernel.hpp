@@ -45,10 +45,9 @@ struct LaunchArgs {
   int batch = 0;                   // varlen: number of sequences
   int max_seqlen_q = 0;            // varlen: longest query sequence
   // Varlen keys and paged caches: the longest key sequence (FlashAttention's max_seqlen_k); 0:
-  // unknown. A hint, never read as a length: it picks between the kernels of one config (the
-  // short-keys sibling, Tuning::short_keys) and, for varlen batches, the CTA schedule (as for an
-  // equal-length batch), so any value gives correct results and one below the real longest costs
-  // speed only. Plain launches take their key length from k.
+  // unknown. A hint, never read as a length: for varlen batches it picks the CTA schedule (as for
+  // an equal-length batch), so any value gives correct results and one below the real longest
+  // costs speed only. Plain launches take their key length from k.
   int max_seqlen_k = 0;
 
   const float* sinks = nullptr;  // float32 [Hq] attention-sink logits

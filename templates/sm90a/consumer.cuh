@@ -424,7 +424,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
     const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
     // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
     const bool early_q_release = kPersistent && (L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w)));
-    if constexpr (kPersistent) mbar_wait(&bars->q_full[0][wg], static_cast<u32>(tiles.iter) & 1u);
+    if constexpr (kPersistent) mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
       zero(o);
       Softmax sm;
@@ -436,7 +436,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
         pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(L::pv_barriers(bars), st);
         if constexpr (!kPersistent) {
           sched.start();
-          mbar_wait(&bars->q_full[0][wg], 0);
+          mbar_wait(&bars->q_full[wg], 0);
         }
         if constexpr (Sh::kQToMma) convert_q<Config>(q_addr, wg);  // this tile's Q, landed
         kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
@@ -446,7 +446,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
         }
       }
       // Hand Q's region back before the epilogue, so the next tile's Q load overlaps it.
-      if (early_q_release) mbar_arrive(&bars->q_empty[0][wg]);
+      if (early_q_release) mbar_arrive(&bars->q_empty[wg]);
       if constexpr (kPersistent && !Mask::kIsNone) {
         // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
         // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
@@ -460,140 +460,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       if constexpr (kPersistent && !L::kOwnO) fence_proxy_async();  // O staged in Q's region, which TMA writes next
     }
     if constexpr (kPersistent) {
-      if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[0][wg]);
+      if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[wg]);
       update_carry(carry_addr, ~0u, 8u);  // next iteration
     }
-  }
-}
-
-// Cross-tile overlap (SmemLayout::kCrossTile): the epilogue of tile `iter` (the pending tile, its
-// last P V done; or a tile without a visible key, O = 0), whose work is re-derived from the walker
-// rather than held across the next tile's first step. Its O is staged in its own Q buffer; the
-// buffer then goes back to the Q loader.
-template <class Config, class Mask, class ScoreMod>
-__device__ __forceinline__ void finish_pending_tile(const FwdParams& p, int iter, int wg,
-                                                    float (&o)[Shape<Config>::kDp / 2],
-                                                    WgSoftmax<Config, Mask, ScoreMod>& sm, u32 smem_base,
-                                                    typename SmemLayout<Config>::Barriers* bars) {
-  using Sh = Shape<Config>;
-  using L = SmemLayout<Config>;
-  auto tiles = TileWalker<Config, Mask>::make();
-  tiles.iter = iter;
-  const CtaWork<Config, Mask> w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
-  const u32 buffer = static_cast<u32>(iter) & 1u;
-  epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, smem_base + L::q_offset(buffer, wg));
-  fence_proxy_async();  // the staging's generic accesses before the next TMA write of the buffer
-  mbar_arrive(&bars->q_empty[buffer][wg]);
-}
-
-// Persistent mode with cross-tile overlap (SmemLayout::kCrossTile). The walk and the per-tile
-// handshake are those of consumer_loop's persistent walk, with tile i's Q in buffer i & 1 (q_full[i & 1],
-// parity (i >> 1) & 1). A tile's KV loop stops before its last P V: the tile stays pending, with O,
-// P and its softmax state in registers. The next tile's first step issues its Q K^T together with
-// that P V (overlapped_step), runs its softmax while the P V is on the tensor cores, and then the
-// pending tile's epilogue (finish_pending_tile); so neither the tile boundary's P V nor its Q K^T
-// waits on the tensor cores alone. A pending tile followed by a tile without KV tiles or Q rows, or
-// by the end of the walk, runs its P V alone (pv_step) before its epilogue.
-// Every epilogue of the loop is one call site (a loop over at most two tiles: the pending one, then
-// a tile with Q rows but no visible key): each inlined copy of the epilogue (staging, the split
-// partials, packed-GQA rows) is ~500 PTX instructions at d128, and four copies made this the
-// slowest kernel to compile (docs/PERF.md "Compile time"; run 23: one softmax copy, tried).
-// Loop-carried state per warp in shared memory, as in consumer_loop: bits 0-2 K ring
-// (index, phase << 2), bits 3-5 V ring (V trails K by one while a tile is pending), bit 6 pending,
-// bits 7.. the tile iteration.
-template <class Config, class Mask, class ScoreMod>
-__device__ __forceinline__ void consumer_loop_cross_tile(const FwdParams& p, unsigned char* smem,
-                                                         typename SmemLayout<Config>::Barriers* bars, int wg) {
-  using Sh = Shape<Config>;
-  using L = SmemLayout<Config>;
-  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
-  using Ring = pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp>;
-  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
-  static_assert(L::kCrossTile, "cross-tile consumer without the two Q buffers");
-  static_assert(!Sh::kQInRegs, "cross-tile consumer: Q stays in shared memory (the generator never sets kQInRegs here)");
-
-  const u32 base = smem_u32(smem);
-  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset;
-
-  float o[kDp / 2];
-  float s[kBN / 2];
-  u32 pr[Sh::kPRegs];
-  zero(o);
-  zero(s);
-  zero(pr);
-
-  const Scheduler<Sh::kTurns, Sh::kNumConsumerWGs> sched{wg};  // overlapped: kTurns is never kSoftmax
-  sched.start();
-  Softmax sm;  // the running tile's; after its KV loop, the pending tile's
-  sm.init(p, 0, wg);
-  const u32 carry_addr = smem_u32(&bars->carry[threadIdx.x / 32 - 4]);
-  st_shared_u32(carry_addr, 0u);
-  __syncwarp();
-  for (auto tiles = TileWalker<Config, Mask>::make();; tiles.advance()) {
-    const u32 carry = warp_uniform(ld_shared_u32(opaque_u32(carry_addr)));
-    tiles.iter = static_cast<int>(carry >> 7);
-    const bool pending = (carry >> 6) & 1u;
-    Ring k_ring(&bars->k, pipe::PipelineState{carry & 3u, (carry >> 2) & 1u});
-    Ring v_ring(L::pv_barriers(bars), pipe::PipelineState{(carry >> 3) & 3u, (carry >> 5) & 1u});
-    const bool more = tiles.valid(p, static_cast<int>(opaque_u32(0u)));  // false: end of the walk
-    CtaWork<Config, Mask> w{};
-    int n = 0;
-    bool runs = false;  // uniform over the CTA: Q rows (w.valid) and a visible KV tile
-    if (more) {
-      w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
-      n = w.first_tile();
-      runs = w.has(n);
-    }
-    const u32 i = static_cast<u32>(tiles.iter), buffer = i & 1u;
-    const u32 q_addr = base + L::q_offset(buffer, wg);
-    // The pending tile's last P V: alone, or with this tile's first Q K^T.
-    Softmax pending_sm = sm;
-    if (pending && !runs) pv_step<Config>(o, pr, v_ring, v_addr, Span::kFull);
-    if (more) mbar_wait(&bars->q_full[buffer][wg], (i >> 1) & 1u);
-    const QOperand<Config> q{q_addr};
-    if (runs) {
-      sm.init(p, w.q_lo, wg);
-      sm.descale(p, w);
-      float corr[2];  // first tile: O restarts at zero, so no correction
-      // The first Q K^T goes with the pending tile's last P V, at full span (that tile is not at
-      // hand; wider is correct). With no tile pending it goes with a P V on the extra V stage the
-      // producer loads for it (producer_loop), whose result the zero(o) below discards: one copy
-      // of the softmax for both cases (a second copy was ~11% of the d128 kernel's SASS; a P V issued
-      // only when pending made ptxas serialize the wgmma, C7515).
-      overlapped_step<Config, false>(s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, Span::kFull, [] {}, [&] {
-        sm.logits(s, n, w.needs_mask(n), p, w);
-        sm.online(s, corr);
-      });
-    }
-    // Epilogues, one call site: the pending tile's, then this tile's when it has Q rows but no
-    // visible key (O = 0, LSE = -inf).
-    const int last = more && !runs && w.valid ? tiles.iter : tiles.iter - 1;
-#pragma unroll 1
-    for (int t = pending ? tiles.iter - 1 : tiles.iter; t <= last; ++t) {
-      if (t == tiles.iter) {
-        zero(o);
-        pending_sm.init(p, w.q_lo, wg);
-        pending_sm.descale(p, w);
-      }
-      finish_pending_tile<Config, Mask, ScoreMod>(p, t, wg, o, pending_sm, base, bars);
-    }
-    if (!more) break;
-    if (runs) {
-      zero(o);
-      Softmax::pack_p(s, pr);
-      const auto span = WgKeySpan<Config, Mask>::make(w, wg);
-      // O corrected after each step here: between the issues (kv_mainloop's kCorrectO) the long
-      // causal rows moved by -1.4..+1.9% per call and paged causal lost 3-5% (docs/PERF.md run 51).
-      kv_overlapped_tiles<Config, Mask, ScoreMod, false>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr, v_addr,
-                                                         span);
-    } else if (!w.valid) {
-      mbar_arrive(&bars->q_empty[buffer][wg]);
-    }
-    const pipe::PipelineState ks = k_ring.state(), vs = v_ring.state();
-    __syncwarp();
-    st_shared_u32(carry_addr, ks.index | (ks.phase << 2) | (vs.index << 3) | (vs.phase << 5) |
-                                  (runs ? 64u : 0u) | ((i + 1u) << 7));
-    __syncwarp();
   }
 }
 

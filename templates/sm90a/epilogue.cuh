@@ -87,7 +87,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   // Own O region (persistent, SmemLayout::kOwnO): Q was handed back before this epilogue, so no
   // mbarrier round trip orders this tile's staging writes after the previous tile's reads: a
   // warpgroup barrier does.
-  if constexpr (SmemLayout<Config>::kOwnO && !SmemLayout<Config>::kCrossTile) named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
+  if constexpr (SmemLayout<Config>::kOwnO) named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
   // Fragment -> smem. Element pair (row r, cols 8j + 2(l%4) + {0,1}) lives in block j/8, row r,
   // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
   const int r0 = warp * 16 + (lane >> 2);

@@ -27,8 +27,6 @@ namespace sm90a {
 // PersistentTiles (Config::kPersistent = 1: grid (min(#SMs, units), 1, 1)) or SegmentTiles
 // (stream-K, 2); the walks are common/tile_walk.h. Persistent protocol: docs/HOPPER.md
 // "Persistent mode".
-// With the own O region and two consumer warpgroups the consumers overlap tile boundaries
-// (SmemLayout::kCrossTile, consumer_loop_cross_tile).
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs& tma) {
   using Sh = Shape<Config>;
@@ -49,12 +47,9 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     // SW128 TMA boxes and wgmma descriptors (base_offset 0) assume 1024-aligned buffers.
     if (smem_u32(smem) & 1023u) __trap();
 #pragma unroll
-    for (int b = 0; b < L::kQBuffers; ++b) {
-#pragma unroll
-      for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-        mbar_init(&bars->q_full[b][g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
-        if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[b][g], 128);  // warpgroup g's threads, done with Q
-      }
+    for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
+      mbar_init(&bars->q_full[g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
+      if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[g], 128);  // warpgroup g's threads, done with Q
     }
     // full: the producer's expect_tx arrival; empty: every consumer warp (8 or 12) arrives once.
     if constexpr (Sh::kFp8) {  // V -> transposer warps (3) -> Vt (every transposer thread) -> consumers
@@ -104,11 +99,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     }
   } else {
     setmaxnreg_inc<Sh::kConsumerRegs>();
-    if constexpr (L::kCrossTile) {
-      consumer_loop_cross_tile<Config, Mask, ScoreMod>(p, smem, bars, wg - 1);
-    } else {
-      consumer_loop<Config, Mask, ScoreMod>(p, cta_tiles<Config, Mask>(w), smem, bars, wg - 1);
-    }
+    consumer_loop<Config, Mask, ScoreMod>(p, cta_tiles<Config, Mask>(w), smem, bars, wg - 1);
   }
 }
 

@@ -49,11 +49,6 @@ template <class C> struct QInRegsOf<C, typename VoidT<decltype(C::kQInRegs)>::ty
   static constexpr bool value = C::kQInRegs != 0;
 };
 
-template <class C, class = void> struct CrossTileOf { static constexpr bool value = true; };
-template <class C> struct CrossTileOf<C, typename VoidT<decltype(C::kCrossTile)>::type> {
-  static constexpr bool value = C::kCrossTile;
-};
-
 template <class C, class = void> struct WgSpansOf { static constexpr bool value = false; };
 template <class C> struct WgSpansOf<C, typename VoidT<decltype(C::kWgSpans)>::type> {
   static constexpr bool value = C::kWgSpans;
@@ -158,7 +153,7 @@ struct Shape {
   static constexpr Turn kTurns = kNumConsumerWGs > 1 ? static_cast<Turn>(PingPongOf<Config>::value) : Turn::kNone;
   // Q in registers (consumer.cuh QFragments) for S = Q K^T in the KV loop of consumer_loop: the
   // 16-bit kernels at kBM 128 and padded depth 128 with the overlap (generator/backends/sm90a.cpp
-  // says which; the cross-tile loop keeps Q in shared memory).
+  // says which).
   static constexpr bool kQInRegs = QInRegsOf<Config>::value;
   // One f32 pair in kExp2EmulateEvery goes through FA4's polynomial exp2 (FMA pipe) instead of
   // MUFU; 0 = none. At d64 the exponentials, not the tensor cores, bound the softmax.
@@ -302,29 +297,18 @@ struct SmemLayout {
   static constexpr u32 kOOffset = kExtraOffset + kExtraBytes;
   static constexpr bool kOwnO = Sh::kPersistent && Config::kSmemBytes >= kOOffset + kQBytes + 1024;
   static constexpr u32 kBarOffset = kOOffset + (kOwnO ? kQBytes : 0u);
-  // Cross-tile overlap (persistent, two consumer warpgroups, overlapped schedule, own O region):
-  // the Q region and the O region become two Q buffers that alternate by tile (tile i: buffer
-  // i & 1, which also stages tile i's O once its last Q K^T is done). A separate Q loader warp
-  // fills the next tile's buffer while this one runs, and a warpgroup issues the next tile's first
-  // Q K^T together with this tile's last P V (consumer_loop_cross_tile). kBM 192 (160 registers)
-  // keeps the single-buffer loop: the pending tile's state does not fit beside the fragments.
-  static constexpr bool kCrossTile =
-      CrossTileOf<Config>::value && kOwnO && Sh::kIntraWGOverlap && !Sh::kStreamK && Sh::kNumConsumerWGs == 2;
-  static constexpr int kQBuffers = kCrossTile ? 2 : 1;
-  // Q buffer b (cross-tile) of warpgroup g: b = 0 is the Q region, b = 1 the O region.
-  __device__ __forceinline__ static constexpr u32 q_offset(u32 buffer, int g) {
-    return (buffer ? kOOffset : kQOffset) + static_cast<u32>(g) * kQWgBytes;
-  }
+  // Warpgroup g's Q tile.
+  __device__ __forceinline__ static constexpr u32 q_offset(int g) { return kQOffset + static_cast<u32>(g) * kQWgBytes; }
   static constexpr u32 kTotalBytes = kBarOffset + 1024;
 
   struct Barriers {
-    u64 q_full[kQBuffers][Sh::kNumConsumerWGs];  // per Q buffer and consumer warpgroup, tx-count of its Q tile
+    u64 q_full[Sh::kNumConsumerWGs];  // per consumer warpgroup, tx-count of its Q tile
     pipe::Barriers<Sh::kStages> k;
     pipe::Barriers<Sh::kStages> v;
     // Persistent mode only (last, so the other offsets do not move): consumer warpgroup g -> producer,
     // "Q region g free again" (all 128 threads arrive after their last Q read: the KV loop with kOwnO
     // or split partials, else the epilogue's O staging reads).
-    u64 q_empty[kQBuffers][Sh::kNumConsumerWGs];
+    u64 q_empty[Sh::kNumConsumerWGs];
     // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop).
     u32 carry[4 * Sh::kNumConsumerWGs];
     // FP8 only: the transposed V ring (full: every transposer thread arrives; empty: consumer warps).

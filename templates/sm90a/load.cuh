@@ -9,17 +9,17 @@
 namespace fa4 {
 namespace sm90a {
 
-// Q of consumer warpgroup g into Q buffer `buffer` (SmemLayout::q_offset): kQChunks boxes of
+// Q of consumer warpgroup g into its Q tile (SmemLayout::q_offset): kQChunks boxes of
 // [64 rows][128 bytes] on bar. Packed GQA: the 5-D map's box is the same 64 x 128 B (64 / kPack
 // queries x kPack heads, rows in PackedRow order), addressed by the box's first query and the KV head.
 template <class Config, class Mask>
 __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Config, Mask>& w, const TmaCoords& c,
-                                          unsigned char* smem, u64* bar, int g, u32 buffer = 0) {
+                                          unsigned char* smem, u64* bar, int g) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
 #pragma unroll
   for (int ch = 0; ch < Sh::kQChunks; ++ch) {
-    unsigned char* dst = smem + L::q_offset(buffer, g) + ch * (Sh::kWgRows * Sh::kRowBytes);
+    unsigned char* dst = smem + L::q_offset(g) + ch * (Sh::kWgRows * Sh::kRowBytes);
     if constexpr (Sh::kPack == 1)
       tma_load_4d(dst, &tma.q, bar, ch * Sh::kBlockElems, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
     else
@@ -65,24 +65,24 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer
   load_kv_tile<Config, kPaged>(p, map, c, ring_base + st.index() * L::kKVLoadStageBytes, st.full_barrier(), n);
 }
 
-// Q of every consumer warpgroup for one tile into Q buffer `buffer`, each after its q_empty (the
-// warpgroup's earlier epilogue is done with the buffer). load == false (tile without KV tiles or
-// without Q rows): plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase
-// per use of the buffer on both sides.
+// Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's earlier
+// epilogue is done with its Q region). load == false (tile without KV tiles or without Q rows):
+// plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per tile on both
+// sides.
 template <class Config, class Mask>
 __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                   const TmaCoords& c, unsigned char* smem,
-                                                  typename SmemLayout<Config>::Barriers* bars, u32 buffer,
-                                                  u32 q_empty_phase, bool load) {
+                                                  typename SmemLayout<Config>::Barriers* bars, u32 q_empty_phase,
+                                                  bool load) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
 #pragma unroll
   for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-    mbar_wait(&bars->q_empty[buffer][g], q_empty_phase);
-    u64* bar = &bars->q_full[buffer][g];
+    mbar_wait(&bars->q_empty[g], q_empty_phase);
+    u64* bar = &bars->q_full[g];
     if (load) {
       mbar_expect_tx(bar, L::kQLoadBytes);
-      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g, buffer);
+      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
     } else {
       mbar_arrive(bar);
     }
@@ -109,7 +109,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
   // Q: one tile of 64 rows per consumer warpgroup, Dp/64 boxes of [64 rows][64 depth] each.
 #pragma unroll
   for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
-    u64* bar = &bars->q_full[0][g];
+    u64* bar = &bars->q_full[g];
     mbar_expect_tx(bar, L::kQLoadBytes);
     load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
   }
@@ -136,14 +136,6 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 //   any other tile (no KV tile, or no Q rows): the q_empty waits + plain q_full arrivals only.
 // So q_full[g] / q_empty[g] complete exactly one phase per tile i on both sides (paged K/V: a
 // uniform branch per tile in load_kv_tile).
-// Cross-tile overlap (SmemLayout::kCrossTile): tile i's Q goes into buffer i & 1, and its q_empty
-// wait (parity ((i >> 1) & 1) ^ 1) is for the epilogue of tile i - 2, which the consumers finish
-// early in tile i - 1: the producer reaches tile i about kStages KV tiles before tile i - 1 ends,
-// so Q(i) lands while tile i - 1 still runs instead of after it. The consumers' first step of a
-// running tile takes a V stage for the previous tile's last P V; where no tile is pending (the
-// walk's first running tile, or one after a tile that did not run) the producer loads V(first)
-// once more before K(first), for a P V whose result the consumers discard, so that the first step
-// is one code path (consumer_loop_cross_tile).
 template <class Config, class Mask, bool kPaged, class Tiles>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, Tiles tiles, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars) {
@@ -159,32 +151,27 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
     unsigned char* const k_dst = smem + L::kKLoadOffset;
     unsigned char* const v_dst = smem + L::kVLoadOffset;
-    bool pending = false;  // cross-tile: the consumers hold the previous tile's last P V
     // FP8 (its producer warpgroup at 32 registers, kBM 192) and padded depths above 128 (24
     // registers, wider Q boxes): the unit count re-read per tile from an opaque zero rather than
     // held across the walk (4 B spilled at FP8 d128 causal and at d256 causal).
     constexpr bool kTightProducer = Sh::kFp8 || Sh::kDp > 128;
     for (; tiles.valid(p, kTightProducer ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
       const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
-      // Q buffer of tile i and the parity of its q_empty wait: the buffer's previous use is done.
-      const u32 i = static_cast<u32>(tiles.iter), q_buffer = L::kQBuffers == 2 ? i & 1u : 0u;
-      const u32 q_empty_phase = ((L::kQBuffers == 2 ? i >> 1 : i) & 1u) ^ 1u;
+      // The parity of tile i's q_empty wait: the previous tile's use of the Q region is done.
+      const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
       const TmaCoords c = TmaCoords::make(p, w.seq);
       int n = w.first_tile();  // none when !w.valid (empty KV range)
-      const bool runs = w.has(n);
-      if (runs) {
-        if (L::kCrossTile && !pending) load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
+      if (w.has(n)) {
         load_kv_stage<Config, false>(p, k_ring, &tma.k, k_dst, n, c);
-        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, true);
+        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, true);
         load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
         for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
           load_kv_stage<Config, false>(p, k_ring, &tma.k, k_dst, n, c);
           load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
         }
       } else {
-        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_buffer, q_empty_phase, false);
+        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, false);
       }
-      pending = runs;
     }
   }
 }
@@ -266,9 +253,7 @@ __device__ __forceinline__ void transpose_v(u32 src, u32 dst, int t) {
 }
 
 // The transposers' walk: the CTA's tile walk (TileWalker), one Vt stage per V stage the producer
-// loads (producer_loop), so the V and Vt rings run on across a persistent CTA's tiles. Cross-tile
-// (SmemLayout::kCrossTile) mirrors the producer's extra V(first) where no tile is pending: the
-// consumers' first step takes a Vt stage for a P V whose result they discard.
+// loads (producer_loop), so the V and Vt rings run on across a persistent CTA's tiles.
 template <class Config, class Mask, class Tiles>
 __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, unsigned char* smem,
                                                typename SmemLayout<Config>::Barriers* bars, int t) {
@@ -284,17 +269,12 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
     fence_proxy_async();  // this thread's Vt writes (and V reads) before the wgmma / TMA that follow
     st.publish();
   };  // release V: its TMA slot is free again
-  bool pending = false;
   // The walk's constants (unit count, grid size) re-read per tile from an opaque zero, not held
   // across it: this warpgroup runs at 32 registers at kBM 192.
   for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
     const CtaWork<Config, Mask>& w =
         tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
-    int n = w.first_tile();  // none when !w.valid
-    const bool runs = w.has(n);
-    if (L::kCrossTile && runs && !pending) transpose_stage();
-    for (; w.has(n); n = w.next_tile(n)) transpose_stage();
-    pending = runs;
+    for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) transpose_stage();  // none when !w.valid
   }
 }
 
@@ -383,7 +363,7 @@ __device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, un
                                              typename SmemLayout<Config>::Barriers* bars, int t) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
-  static_assert(Sh::kKvFp8 && !L::kCrossTile, "convert_loop: FP8 KV caches, without the cross-tile overlap");
+  static_assert(Sh::kKvFp8, "convert_loop: FP8 KV caches only");
   const u32 base = smem_u32(smem);
   pipe::Relay<Sh::kStages> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
   // The walk's constants re-read per tile from an opaque zero, as the transposers' (transpose_loop):

@@ -184,11 +184,10 @@ def test_varlen_with_empty_sequence():
         assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse, what=f"varlen seq {b}")
 
 
-def test_varlen_max_seqlen_k_hint_only_picks_the_kernel():
+def test_varlen_max_seqlen_k_hint_only_picks_the_schedule():
     # Causal d96 over 4 sequences of at most 2048 keys, 4300 in all: without max_seqlen_k the batch is
-    # bounded by its total; with it, it runs the equal-length schedule (and, on a kernel with the
-    # opt-in cross-tile overlap, the short-keys sibling: GpuFeatures.MaxSeqlenKHint... in C++). A hint
-    # below the real longest (1000 < 2048) picks them too and must not change the result.
+    # bounded by its total; with it, it runs the equal-length schedule. A hint below the real longest
+    # (1000 < 2048) picks it too and must not change the result.
     lq = lk = [2048, 1000, 1, 1251]
     q, k, v, cu_q, cu_k, off_q, off_k = packed_batch(lq, lk, 8, 2, 96, seed=20)
     refs = []
