@@ -1,104 +1,141 @@
-"""Peer attention timings on the current GPU: PyTorch SDPA (cuDNN, flash) and FlexAttention.
+"""The peers fa4jit is timed against, as callables in this process (bench/harness.py times them).
 
-Same method as fa4jit's `bench` verb: random normal bf16 inputs, CUDA events, median of N
-calls after warm-ups, TFLOP/s = 4*B*H*Sq*Sk*D (halved for causal). Run on the GPU machine.
+Each ``*_arm(row, data)`` returns ``fn(i)`` that runs the peer once on input set ``i`` (sets rotate
+so that repeated calls do not read from L2), or raises ``Unsupported`` with the reason the peer
+cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) layout; SDPA gets
+(B, H, S, D) views of the same storage (no copies), FlashAttention-4 takes BSHD as fa4jit does.
+
+- cuDNN and FA2: PyTorch SDPA backends (``torch.nn.attention.sdpa_kernel``); GQA via enable_gqa;
+  a query shorter than its keys gets SDPA's bottom-right causal bias.
+- FlashAttention-4: ``flash_attn.cute`` (flash-attn-4; ``FA4_SITE`` from ../shared/bench/fa4_peer.sh).
+- FlexAttention: ``torch.compile(flex_attention)`` with ``create_block_mask``, prefill rows only
+  (each new shape compiles).
 """
-import json
 import os
-import sys
-
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
-def median_ms(fn, iters=30, warm=5):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
+class Unsupported(Exception):
+    """This peer cannot run this row (the reason is the message)."""
+
+
+def _rot(sets, i):
+    return sets[i % len(sets)]
+
+
+def _bhsd(t):
+    return t.transpose(1, 2)
+
+
+def _sdpa_arm(backend):
+    def arm(row, data):
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import sdpa_kernel
+        if row.page or row.lens:
+            raise Unsupported("SDPA has no paged or varlen form")
+        if row.shape.window or row.shape.sinks or row.shape.softcap:
+            raise Unsupported("SDPA has no sliding window, sinks or softcap")
+        gqa = row.shape.Hq != row.shape.Hkv
+        mask = None
+        causal = row.Sq > 1
+        if causal and row.Sq != row.Sk:  # decode with several queries: bottom-right causal
+            from torch.nn.attention.bias import causal_lower_right
+            mask, causal = causal_lower_right(row.Sq, row.Sk), False
+        ks, vs = data["k_bf16"], data["v_bf16"]
+
+        def fn(i):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(_bhsd(_rot(data["q"], i)), _bhsd(_rot(ks, i)), _bhsd(_rot(vs, i)),
+                                                      attn_mask=mask, is_causal=causal, enable_gqa=gqa)
+        fn(0)
         torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
+        return fn
+    return arm
 
 
-def stream_ms(fn, iters=30, warm=5):
-    """Mean of back-to-back calls between one pair of events: device time per call once the host
-    keeps ahead of the GPU (the per-call host cost that median_ms includes drops out)."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / iters
+def cudnn_arm(row, data):
+    from torch.nn.attention import SDPBackend
+    return _sdpa_arm(SDPBackend.CUDNN_ATTENTION)(row, data)
 
 
-def fa4_func(name="flash_attn_func"):
-    """FlashAttention-4's function `name` (flash_attn_func, flash_attn_varlen_func; flash-attn-4 on PyPI,
-    CuTe DSL), or the reason it is missing.
-    On the lent GPU it is installed by ../shared/bench/fa4_peer.sh, which exports FA4_SITE: a site
-    directory whose .pth files must run (site.addsitedir) before flash_attn.cute imports."""
-    site_dir = os.environ.get("FA4_SITE")
-    if site_dir:
-        import site
-        site.addsitedir(site_dir)
-    try:
-        import flash_attn.cute
-        return getattr(flash_attn.cute, name), None
-    except Exception as e:  # noqa: BLE001 - any import failure means "no FA4 here"
-        return None, f"{type(e).__name__}: {e}"[:120]
+def fa2_arm(row, data):
+    from torch.nn.attention import SDPBackend
+    return _sdpa_arm(SDPBackend.FLASH_ATTENTION)(row, data)
 
 
-def peers(B, H, Hkv, Sq, Sk, D, causal, flex=True, fa4=False):
-    q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16)
-    flops = 4 * B * H * Sq * Sk * D * (0.5 if causal else 1.0)
-    row = {}
-    gqa = H != Hkv
-    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)):
+_fa4_module = None
+
+
+def fa4_module():
+    """flash_attn.cute, or Unsupported with the import failure."""
+    global _fa4_module
+    if _fa4_module is None:
+        site_dir = os.environ.get("FA4_SITE")
+        if site_dir:
+            import site
+            site.addsitedir(site_dir)  # its .pth files must run before flash_attn.cute imports
         try:
-            with sdpa_kernel([be]):
-                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)  # noqa: E731
-                ms, mss = median_ms(fn), stream_ms(fn)
-            row[name] = {"ms": ms, "tflops": flops / ms / 1e9, "ms_stream": mss, "tflops_stream": flops / mss / 1e9}
-        except Exception as e:  # a backend may not support a shape
-            row[name] = {"error": str(e)[:80]}
-    if fa4:  # FA4 takes (batch, seqlen, heads, dim); its first call per shape compiles (in the warm-up)
-        fn4, why = fa4_func()
-        if fn4 is None:
-            row["fa4"] = {"error": why}
-        else:
-            try:
-                q4, k4, v4 = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-                fn = lambda: fn4(q4, k4, v4, causal=causal)  # noqa: E731
-                ms, mss = median_ms(fn), stream_ms(fn)
-                row["fa4"] = {"ms": ms, "tflops": flops / ms / 1e9, "ms_stream": mss, "tflops_stream": flops / mss / 1e9}
-            except Exception as e:
-                row["fa4"] = {"error": str(e)[:120]}
-    if flex:
-        try:
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-            fx = torch.compile(flex_attention, dynamic=False)
-            bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, Sq, Sk) if causal else None
-            fn = lambda: fx(q, k, v, block_mask=bm, enable_gqa=gqa)  # noqa: E731
-            ms, mss = median_ms(fn), stream_ms(fn)
-            row["flex"] = {"ms": ms, "tflops": flops / ms / 1e9, "ms_stream": mss, "tflops_stream": flops / mss / 1e9}
-        except Exception as e:
-            row["flex"] = {"error": str(e)[:80]}
-    return row
+            import flash_attn.cute as m
+            _fa4_module = m
+        except Exception as e:  # noqa: BLE001 - any import failure means "no FA4 here"
+            _fa4_module = f"FA4 not importable: {type(e).__name__}: {e}"[:140]
+    if isinstance(_fa4_module, str):
+        raise Unsupported(_fa4_module)
+    return _fa4_module
 
 
-if __name__ == "__main__":
-    args = json.loads(sys.argv[1])
-    print(json.dumps(peers(**args)))
+def fa4_arm(row, data):
+    import torch
+    m = fa4_module()
+    sh = row.shape
+    kw = dict(causal=True, softcap=sh.softcap)
+    if sh.window:
+        kw["window_size"] = (sh.window - 1, 0)
+    if sh.sinks:
+        kw["learnable_sink"] = data["sinks"]
+    if row.lens:
+        def fn(i):
+            return m.flash_attn_varlen_func(_rot(data["q"], i), _rot(data["k_bf16"], i), _rot(data["v_bf16"], i),
+                                            cu_seqlens_q=data["cu_q"], cu_seqlens_k=data["cu_k"],
+                                            max_seqlen_q=max(row.lens), max_seqlen_k=max(row.lens), **kw)
+    elif row.page:
+        def fn(i):
+            return m.flash_attn_varlen_func(_rot(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],
+                                            seqused_k=data["seqused_k"], page_table=_rot(data["page_table"], i),
+                                            max_seqlen_q=row.Sq, max_seqlen_k=row.Sk, **kw)
+    else:
+        def fn(i):
+            return m.flash_attn_func(_rot(data["q"], i), _rot(data["k_bf16"], i), _rot(data["v_bf16"], i), **kw)
+    fn(0)
+    torch.cuda.synchronize()
+    return fn
+
+
+def flex_arm(row, data):
+    import torch
+    if row.kind not in ("prefill",):
+        raise Unsupported("timed on prefill rows only (each shape compiles)")
+    if row.shape.sinks:
+        raise Unsupported("no sinks")
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    fx = torch.compile(flex_attention, dynamic=False)
+    w = row.shape.window
+    off = row.Sk - row.Sq
+
+    def mask_mod(b, h, q, k):
+        vis = q + off >= k
+        return vis & (q + off - k < w) if w else vis
+    bm = create_block_mask(mask_mod, None, None, row.Sq, row.Sk)
+    cap = row.shape.softcap
+    score_mod = (lambda s, b, h, q, k: cap * torch.tanh(s / cap)) if cap else None
+    gqa = row.shape.Hq != row.shape.Hkv
+
+    def fn(i):
+        return fx(_bhsd(_rot(data["q"], i)), _bhsd(_rot(data["k_bf16"], i)), _bhsd(_rot(data["v_bf16"], i)),
+                  block_mask=bm, score_mod=score_mod, enable_gqa=gqa)
+    fn(0)
+    torch.cuda.synchronize()
+    return fn
+
+
+PEERS = {"cudnn": cudnn_arm, "fa2": fa2_arm, "fa4": fa4_arm, "flex": flex_arm}

@@ -16,7 +16,7 @@ Here (the development machine):
   pack [--base DIR]     build build/, strip fa4jit, fa4jit_tests and the cache test binaries into
                         .device/ (+ hiredis, redis-server); carry ".device" in the device call.
                         --base DIR also packs DIR/fa4jit as .device/fa4jit_base (a build of the
-                        commit to compare against, for `bench` A/B and `ab`).
+                        commit to compare against, for `ab`).
 On the GPU machine (repository root, .device carried):
   info                  GPU, driver, commit, `fa4jit info`, one `fa4jit check` (the build runs here)
   tests [FILTER ...]    fa4jit_tests, the filters side by side, each under TEST_LIMIT s (240);
@@ -29,22 +29,20 @@ On the GPU machine (repository root, .device carried):
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen); default: prefill decode
-  bench [VARIANTS]      prefill against cuDNN, FA2 and Flex in the same interleaved rounds
-                        (bench/compare.py); VARIANTS name=arch[@binary][:FA4JIT_TUNE], comma-separated
-                        (default sm90a=sm_90a, plus base=sm_90a@.device/fa4jit_base when that
-                        exists: the A/B of two builds). ROWS='B,H,S,D[,Hkv];...' or ROWS=lead,
-                        FLEX=0, ROUNDS=3, FA4=1 (FlashAttention-4 as a peer: ../shared/bench/fa4_peer.sh
-                        stage A in the call before, then `source .fa4/small/stage_b.sh` in this one)
+  zoo [ARGS]            the benchmark zoo (bench/zoo.py ARGS, e.g. --rows decode --models llama3_8b):
+                        fa4jit through its Python op and every peer (cuDNN, FA2, FlexAttention, and
+                        FlashAttention-4 when FA4_SITE is set: ../shared/bench/fa4_peer.sh stage A in
+                        the call before, then `source .fa4/small/stage_b.sh` in this one) in one
+                        process at steady state; fa4jit from .whl/ if carried, else python/ over
+                        .device/libfa4jit.so.0; BENCH_LIMIT (570)
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
                         binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
                         fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (H: query and KV heads,
                         or Hq/Hkv for GQA; softcap: cap 30; dtype bf16 default, e4m3, fp16), PASSES=2,
                         ARCH=sm_90a
-  varlen                causal varlen prefill (bench/varlen.py): fa4jit with and without max_seqlen_k
-                        and FlashAttention-4's flash_attn_varlen_func (after stage B), ROUNDS=3
-  decode [sweep]        decode vs SDPA (bench/decode.py; ARCHS, SHAPES; FA4=1 ROUNDS=3: FlashAttention-4
-                        too, after stage B, and issue 23's goal per row); `sweep`: fa4jit bench over
-                        CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on the issue's decode shapes
+  decode sweep          fa4jit bench over CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on decode
+                        shapes (fa4jit alone, each in its own process: for its own knobs, never
+                        against a peer; peers: zoo --rows decode)
   python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
                         bench/python_overhead.py
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
@@ -52,12 +50,9 @@ On the GPU machine (repository root, .device carried):
                         instructions per SASS opcode instead of the sections; SOURCE=1: warp-stall samples per
                         SASS instruction, summed by dev/stall_samples.py]; decode: SHAPES="B,Sq,Sk ..."
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
-  kvfp8 [ARGS]          FP8 KV caches: `fa4jit check` on sm_90a and sm_90, then bench/kv_fp8.py ARGS
-                        (e4m3 against bf16 K/V decode, SDPA cuDNN in the same run)
-  fp8 [--quick]         FP8 (e4m3) kernels: `fa4jit check` on a few configs, the GpuFp8 tests, then
-                        bench/fp8.py (accuracy against float64 and PyTorch, speed against fa4jit bf16
-                        and cuDNN's FP8 SDPA: carry .whl with the nvidia-cudnn-frontend wheel)
-  all                   info, tests, sanitize, bench in one call, each stage timed; keep the call
+  kvfp8                 FP8 KV caches: `fa4jit check` on sm_90a and sm_90 (speed: zoo --rows fp8kv)
+  fp8                   FP8 (e4m3) kernels: `fa4jit check` on a few configs and the GpuFp8 tests
+  all                   info, tests, sanitize, a zoo subset in one call, each stage timed; keep the call
                         under the device tool's 600 s: TEST_LIMIT 220, SAN_LIMIT 150 (all sets
                         together; default 400; a case past it is reported NOT RUN and fails the
                         call), BENCH_LIMIT 170
@@ -83,6 +78,7 @@ pack() {
   rm -rf .device && mkdir -p .device
   strip -o .device/fa4jit build/fa4jit
   strip -o .device/fa4jit_tests build/tests/fa4jit_tests
+  strip -o .device/libfa4jit.so.0 build/libfa4jit.so.0  # the Python package's library (gpu.sh py_env)
   local t
   for t in build/tests/cache/fa4jit_cache_tests build/tests/cache/fa4jit_cache_worker build/tests/cache/fa4jit_cache_runtime_tests; do
     [[ -f $t ]] && strip -o ".device/$(basename "$t")" "$t"
@@ -237,18 +233,9 @@ fp8() {
     echo "== check ${c%%|*} ${c#*|}: $(timeout 120 $F check --require-gpu --config /tmp/gpu_fp8.json --arch sm_90a ${c#*|} 2>&1 | tail -2 | tr '\n' ' ')" || fail=1
   done
   TEST_LIMIT=${TEST_LIMIT:-300} tests 'GpuFp8*'
-  local whls
-  set +f; whls=(.whl/*.whl); set -f  # globbing is off in this script (set -f)
-  if [[ -f ${whls[0]} ]]; then
-    # Unpacked, not pip-installed: `pip install --target` left cudnn unimportable there (2026-11-26).
-    python3 -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall("/tmp/site") for w in sys.argv[1:]]' "${whls[@]}"
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  fi
-  FA4JIT=$F timeout "${BENCH_LIMIT:-300}" python3 bench/fp8.py "$@" --out "$OUT" > "$OUT/fp8.log" 2>&1 || fail=1
-  tail -60 "$OUT/fp8.log"
 }
 
-kvfp8() {  # FP8 KV caches: `fa4jit check` on both backends, then bench/kv_fp8.py (e4m3 against bf16 K/V)
+kvfp8() {  # FP8 KV caches: `fa4jit check` on both backends (speed: the zoo's fp8kv rows)
   need
   local c arch
   for c in '{"depth":128,"kv_dtype":"e4m3","group":4,"pack_gqa":true}|--batch 4 --seqlen-q 1 --seqlen-k 5000 --heads 32 --kv-heads 8 --pack-gqa --page-size 64' \
@@ -259,19 +246,28 @@ kvfp8() {  # FP8 KV caches: `fa4jit check` on both backends, then bench/kv_fp8.p
       timeout 120 $F check --require-gpu --config /tmp/gpu_kvfp8.json --arch $arch ${c#*|} >/dev/null 2>&1 || fail=1
     done
   done
-  FA4JIT=$F timeout "${BENCH_LIMIT:-300}" python3 bench/kv_fp8.py "$@" --out "$OUT/kv_fp8.json" > "$OUT/kv_fp8.log" 2>&1 || fail=1
-  tail -40 "$OUT/kv_fp8.log"
 }
 
-bench() {
+py_env() {  # fa4jit importable in this shell: the wheel in .whl/ if carried, else python/ over .device's library
+  local whl
+  set +f; whl=(.whl/fa4jit-*.whl); set -f
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+  if [[ -f ${whl[0]} ]]; then
+    rm -rf /tmp/site
+    python3 -m pip install -q --no-deps --no-index --target /tmp/site "${whl[0]}" 2>&1 | tail -2
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+  else
+    [[ -f .device/libfa4jit.so.0 ]] || { echo "py_env: neither .whl/fa4jit-*.whl nor .device/libfa4jit.so.0 (pack)"; exit 2; }
+    export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} FA4JIT_LIBRARY=$PWD/.device/libfa4jit.so.0 FA4JIT_CLI=$PWD/$F
+  fi
+}
+
+zoo() {  # the benchmark zoo (bench/zoo.py): fa4jit and its peers in this one process, at steady state
   need
-  local variants=${1:-sm90a=sm_90a}
-  [[ -z ${1:-} && -x .device/fa4jit_base ]] && variants+=",base=sm_90a@.device/fa4jit_base"
-  local flex=(); [[ ${FLEX:-1} == 0 ]] && flex=(--no-flex)
-  [[ ${FA4:-0} == 1 ]] && flex+=(--fa4)  # FlashAttention-4 too: source .fa4/small/stage_b.sh first
-  timeout "${BENCH_LIMIT:-180}" python3 bench/compare.py "${flex[@]}" --rounds "${ROUNDS:-3}" --variants "$variants" \
-    ${ROWS:+--rows "$ROWS"} --out "$OUT/compare.json" > "$OUT/compare.log" 2>&1 || fail=1
-  grep "^|" "$OUT/compare.log"; tail -3 "$OUT/compare.log" | grep -v "^|"
+  py_env
+  [[ -n ${FA4_SITE:-} ]] || echo "zoo: FA4_SITE unset: FlashAttention-4 is not a peer (source .fa4/small/stage_b.sh after stage A)"
+  timeout "${BENCH_LIMIT:-570}" python3 bench/zoo.py --out "$OUT/zoo.json" "$@" > "$OUT/zoo.log" 2>&1 || fail=1
+  grep -v "^[a-z].*: fa4jit .* ms, best" "$OUT/zoo.log" | tail -150
 }
 
 ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a change's own effect)
@@ -305,22 +301,9 @@ ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a c
   done
 }
 
-varlen() {  # causal varlen prefill: fa4jit with and without max_seqlen_k, FA4's varlen (after stage B)
+decode() {  # `decode sweep`: fa4jit bench over configs, splits and layouts (fa4jit alone; peers: the zoo)
   need
-  FA4JIT=.device/fa4jit timeout "${BENCH_LIMIT:-300}" python3 bench/varlen.py --rounds "${ROUNDS:-3}" \
-    --out "$OUT/varlen.json" > "$OUT/varlen.log" 2>&1 || fail=1
-  cat "$OUT/varlen.log"
-}
-
-decode() {
-  need
-  if [[ ${1:-} != sweep ]]; then
-    timeout "${BENCH_LIMIT:-200}" python3 bench/decode.py --archs "${ARCHS:-sm90a=sm_90a,sm80=sm_90}" \
-      ${SHAPES:+--shapes "$SHAPES"} ${FA4:+--fa4 --rounds "${ROUNDS:-3}"} --out "$OUT/decode.json" \
-      > "$OUT/decode.log" 2>&1 || fail=1
-    grep "^|\|^copy rate" "$OUT/decode.log"; tail -3 "$OUT/decode.log" | grep -v "^|"
-    return
-  fi
+  [[ ${1:-} == sweep ]] || { echo "decode: only 'decode sweep' is left; decode against peers is 'zoo --rows decode'"; exit 2; }
   local cfg cases shape sp case_ B SQ SK splits lay out
   IFS='|' read -ra cfgs <<<"${CFGS:-{\"depth\":128,\"mask\":\"none\"\}}"
   for cfg in "${cfgs[@]}"; do
@@ -351,13 +334,8 @@ except Exception:
 }
 
 python_() {
-  local site=/tmp/site whl cmd
-  set +f; whl=(.whl/fa4jit-*.whl); set -f
-  [[ -f ${whl[0]} ]] || { echo "python: no .whl/fa4jit-*.whl (here: python3 -m pip wheel . -w .whl --no-deps; carry .whl)"; exit 2; }
-  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-  rm -rf "$site"
-  python3 -m pip install --no-deps --no-index --target "$site" "${whl[0]}" 2>&1 | tail -2
-  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} PATH=$site/bin:$PATH
+  local cmd
+  py_env
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import sys, torch, fa4jit; print("python", sys.version.split()[0], "torch", torch.__version__, "fa4jit", fa4jit.__version__, fa4jit.library_path); print(fa4jit.runtime_info())' 2>&1 | tee "$OUT/python_info.log"
   cmd=(python3 -m pytest -q -rs -p no:cacheprovider -W ignore::UserWarning --rootdir tests/python tests/python -s)
@@ -500,10 +478,9 @@ case $verb in
   info) info ;;
   tests) tests "$@" ;;
   sanitize) sanitize "$@" ;;
-  bench) bench "$@" ;;
+  zoo) zoo "$@" ;;
   ab) ab "$@" ;;
   decode) decode "$@" ;;
-  varlen) varlen "$@" ;;
   python) python_ "$@" ;;
   profile) profile "$@" ;;
   sweep) sweep "$@" ;;
@@ -513,7 +490,7 @@ case $verb in
     stage info info
     TEST_LIMIT=${TEST_LIMIT:-220} stage tests tests
     SAN_LIMIT=${SAN_LIMIT:-150} stage sanitize sanitize prefill decode
-    BENCH_LIMIT=${BENCH_LIMIT:-170} stage bench bench
+    BENCH_LIMIT=${BENCH_LIMIT:-170} stage zoo zoo --rows decode --models llama3_8b,qwen2_5_7b
     echo "all: total $SECONDS s, $([[ $fail == 0 ]] && echo ok || echo FAILED)" ;;
   *) echo "gpu.sh: unknown verb '$verb'"; usage; exit 2 ;;
 esac

@@ -1,0 +1,456 @@
+"""The benchmark zoo: fa4jit against its peers on the attention shapes of real models, in one process.
+
+    python3 bench/zoo.py --list                         # the rows, no GPU needed
+    python3 bench/zoo.py --rows decode --models llama3_8b,qwen2_5_7b --out zoo.json
+    python3 bench/zoo.py --bias                         # the thermal bias the harness removes
+
+Models are Hugging Face config.json files (tests/models/); each is cut into the per-GPU shape of
+every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV heads). Rows
+(``ROWSETS``): prefill (one 2k and one 16k prompt, a varlen batch of mixed lengths), decode
+(batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 16 and 64), speculative decode
+(4 queries), FP8-KV decode. Rows of models with the same per-GPU shape are measured once and name
+every model. Every row runs fa4jit (``fa4jit.attention`` / ``attention_paged`` /
+``attention_varlen``, in this process), fa4jit again under another name (the A/A arm: the table is
+noise if it reads outside 1 +- 2%), and every peer of bench/peers.py that supports the row, in
+interleaved rounds at steady state (bench/harness.py). Each measurement records the SM clock, the
+power and the energy per call. The table is sorted worst row first: the ratio is the best peer's
+time over fa4jit's (>1: fa4jit is faster), per call and back to back. For paged rows the peers
+without a paged form run on contiguous copies of the same keys, and for FP8-KV rows on the bf16 keys:
+what a user would otherwise run.
+"""
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL_DIR = os.path.join(HERE, "..", "tests", "models")
+
+# model file (tests/models/NAME.json) -> tensor-parallel degrees to shard it into.
+MODELS = {
+    "llama3_8b": [1], "llama3_1_70b": [1, 8], "llama3_1_405b": [8], "mistral_7b_v01": [1],
+    "mistral_nemo": [1], "mixtral_8x7b": [1, 8], "qwen2_7b": [1], "qwen2_5_7b": [1, 2], "qwen2_5_32b": [1, 4],
+    "qwen2_5_72b": [8], "qwen3_8b": [1], "qwen3_30b_a3b": [1], "gemma2_9b": [1], "gemma3_4b": [1],
+    "gemma3_27b": [1], "phi4": [1], "gpt_oss_20b": [1], "gpt_oss_120b": [1, 4], "command_r": [1],
+    "deepseek_v3": [1, 8], "kimi_k2": [1, 8],
+}
+VARLEN_LENS = (7000, 3000, 2048, 1500, 1200, 800, 400, 100)  # one continuous-batching prefill
+MAX_KV_GIB = 40  # rows whose K/V would not fit beside their copies are listed as skipped
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One attention layer as one GPU sees it."""
+    Hq: int
+    Hkv: int
+    D: int
+    sinks: bool = False
+    softcap: float = 0.0
+    window: int = 0  # keys a query sees, itself included (0: all)
+
+    @property
+    def label(self):
+        extra = "".join([" sinks" if self.sinks else "", f" softcap {self.softcap:g}" if self.softcap else "",
+                         f" window {self.window}" if self.window else ""])
+        return f"{self.Hq}/{self.Hkv} d{self.D}{extra}"
+
+
+@dataclasses.dataclass
+class Row:
+    kind: str  # prefill | varlen | decode | paged | spec | fp8kv
+    shape: Shape
+    B: int
+    Sq: int
+    Sk: int
+    page: int = 0
+    lens: tuple = ()
+    models: list = dataclasses.field(default_factory=list)
+
+    @property
+    def name(self):
+        s = self.shape.label
+        if self.kind == "varlen":
+            return f"varlen {len(self.lens)} seqs {sum(self.lens)} tok, {s}"
+        if self.kind == "prefill":
+            return f"prefill {self.B}x{self.Sk // 1024}k, {s}"
+        what = {"decode": "decode", "paged": f"paged{self.page} decode", "spec": f"spec Sq{self.Sq}",
+                "fp8kv": "fp8kv decode"}[self.kind]
+        return f"{what} {self.B}x{self.Sk // 1024}k, {s}"
+
+    @property
+    def memory_bound(self):
+        return self.kind not in ("prefill", "varlen")
+
+    def seqs(self):
+        """(Sq, Sk) of every sequence."""
+        return [(n, n) for n in self.lens] if self.lens else [(self.Sq, self.Sk)] * self.B
+
+    def flops(self):
+        """Attention FLOPs: 4 * D * Hq per visible (query, key) pair (causal, bottom-right)."""
+        return 4 * self.shape.D * self.shape.Hq * sum(visible_pairs(q, k, self.shape.window) for q, k in self.seqs())
+
+    def kv_bytes(self):
+        per = 1 if self.kind == "fp8kv" else 2
+        return 2 * self.shape.Hkv * self.shape.D * per * sum(k for _, k in self.seqs())
+
+
+def visible_pairs(sq, sk, window=0):
+    """(query, key) pairs a causal, bottom-right aligned mask lets through (with a window: the last
+    ``window`` keys up to each query's own position)."""
+    total = 0
+    for i in range(sq):
+        last = sk - sq + i + 1  # keys 0 .. last-1 are visible to query i
+        total += min(last, window) if window else last
+    return total
+
+
+def text_config(cfg):
+    return cfg.get("text_config", cfg)
+
+
+def model_shape(name):
+    """(Shape, note) of a model's full-attention layers at TP 1; note is why it has no rows."""
+    with open(os.path.join(MODEL_DIR, name + ".json"), encoding="utf-8") as f:
+        cfg = text_config(json.load(f))
+    if "kv_lora_rank" in cfg:
+        return None, "MLA (latent KV): rows wait for the MLA issue"
+    hq = cfg["num_attention_heads"]
+    hkv = cfg.get("num_key_value_heads") or hq
+    d = cfg.get("head_dim") or cfg["hidden_size"] // hq
+    sinks = cfg.get("model_type") == "gpt_oss"
+    softcap = float(cfg.get("attn_logit_softcapping") or 0.0)
+    return Shape(hq, hkv, d, sinks, softcap), ""
+
+
+def shard(s, tp):
+    return dataclasses.replace(s, Hq=s.Hq // tp, Hkv=max(1, s.Hkv // tp))
+
+
+def rows_of(shape, rowsets):
+    out = []
+    if "prefill" in rowsets:
+        out += [Row("prefill", shape, 1, s, s) for s in (2048, 16384)]
+        out.append(Row("varlen", shape, len(VARLEN_LENS), 0, 0, lens=VARLEN_LENS))
+    for kind, page in (("decode", 0), ("paged", 16), ("paged", 64)):
+        if kind in rowsets:
+            out += [Row(kind, shape, b, 1, k, page=page) for b in (1, 32, 128) for k in (4096, 32768)]
+    if "spec" in rowsets:
+        out += [Row("spec", shape, 32, 4, k) for k in (4096, 32768)]
+    if "fp8kv" in rowsets:
+        out.append(Row("fp8kv", shape, 32, 1, 32768))
+    return out
+
+
+ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv")
+
+
+def zoo(models=None, rowsets=ROWSETS):
+    """(rows, pending): the deduplicated rows of ``models`` (default all), each naming its models
+    with their TP degree, and the models without rows with the reason."""
+    by_key, pending = {}, []
+    for m in models or MODELS:
+        base, why = model_shape(m)
+        if base is None:
+            pending.append((m, why))
+            continue
+        for tp in MODELS[m]:
+            for r in rows_of(shard(base, tp), rowsets):
+                key = (r.kind, r.shape, r.B, r.Sq, r.Sk, r.page, r.lens)
+                tag = m if tp == 1 else f"{m}@tp{tp}"
+                by_key.setdefault(key, r).models.append(tag)
+    return list(by_key.values()), pending
+
+
+# ---- inputs and arms (GPU) -------------------------------------------------------------------------
+
+def make_data(row, sets):
+    """The row's tensors, ``sets`` copies of each input that changes between calls (rotation keeps
+    repeated calls out of L2)."""
+    import torch
+    sh = row.shape
+    dev = "cuda"
+    bf = torch.bfloat16
+
+    def rnd(*shape):
+        return torch.randn(*shape, device=dev, dtype=bf)
+    d = {}
+    if row.lens:
+        total = sum(row.lens)
+        d["q"] = [rnd(total, sh.Hq, sh.D) for _ in range(sets)]
+        d["k_bf16"] = [rnd(total, sh.Hkv, sh.D) for _ in range(sets)]
+        d["v_bf16"] = [rnd(total, sh.Hkv, sh.D) for _ in range(sets)]
+        cu = [0]
+        for n in row.lens:
+            cu.append(cu[-1] + n)
+        d["cu_q"] = d["cu_k"] = torch.tensor(cu, dtype=torch.int32, device=dev)
+    else:
+        d["q"] = [rnd(row.B, row.Sq, sh.Hq, sh.D) for _ in range(sets)]
+        d["k_bf16"] = [rnd(row.B, row.Sk, sh.Hkv, sh.D) for _ in range(sets)]
+        d["v_bf16"] = [rnd(row.B, row.Sk, sh.Hkv, sh.D) for _ in range(sets)]
+    if row.page:
+        per_seq = row.Sk // row.page
+        n = row.B * per_seq
+        # Each set's table points at its own pages, in shuffled order (as a long-running cache is).
+        d["k_pages_bf16"] = torch.cat([k.reshape(n, row.page, sh.Hkv, sh.D) for k in d["k_bf16"]])
+        d["v_pages_bf16"] = torch.cat([v.reshape(n, row.page, sh.Hkv, sh.D) for v in d["v_bf16"]])
+        perm = torch.randperm(n, device=dev, dtype=torch.int64)
+        d["page_table"] = []
+        for s in range(sets):
+            order = (perm + s * n).to(torch.int32)
+            d["page_table"].append(order.reshape(row.B, per_seq).contiguous())
+        # The contiguous K/V the peers read must be the paged cache's rows: gather them.
+        d["k_bf16"] = [d["k_pages_bf16"][t.long()].reshape(row.B, row.Sk, sh.Hkv, sh.D) for t in d["page_table"]]
+        d["v_bf16"] = [d["v_pages_bf16"][t.long()].reshape(row.B, row.Sk, sh.Hkv, sh.D) for t in d["page_table"]]
+        d["seqused_k"] = torch.full((row.B,), row.Sk, dtype=torch.int32, device=dev)
+    if row.kind == "fp8kv":
+        e4 = torch.float8_e4m3fn
+        d["k_fp8"] = [k.to(e4) for k in d["k_bf16"]]
+        d["v_fp8"] = [v.to(e4) for v in d["v_bf16"]]
+        d["descale"] = torch.ones(row.B, sh.Hkv, device=dev, dtype=torch.float32)
+    if sh.sinks:
+        d["sinks"] = torch.randn(sh.Hq, device=dev, dtype=torch.float32)
+    return d
+
+
+def fa4jit_arm(row, data):
+    import fa4jit
+    import torch
+    sh = row.shape
+    kw = dict(causal=True, softcap=sh.softcap)
+    if sh.window:
+        kw["window"] = (sh.window - 1, 0)
+    if sh.sinks:
+        kw["sinks"] = data["sinks"]
+    def r(xs, i):
+        return xs[i % len(xs)]
+    if row.lens:
+        m = max(row.lens)
+
+        def fn(i):
+            return fa4jit.attention_varlen(r(data["q"], i), r(data["k_bf16"], i), r(data["v_bf16"], i), data["cu_q"],
+                                           data["cu_k"], m, m, **kw)
+    elif row.page:
+        def fn(i):
+            return fa4jit.attention_paged(r(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],
+                                          r(data["page_table"], i), data["seqused_k"], max_seqlen_k=row.Sk, **kw)
+    elif row.kind == "fp8kv":
+        def fn(i):
+            return fa4jit.attention(r(data["q"], i), r(data["k_fp8"], i), r(data["v_fp8"], i), descale_k=data["descale"],
+                                    descale_v=data["descale"], **kw)
+    else:
+        def fn(i):
+            return fa4jit.attention(r(data["q"], i), r(data["k_bf16"], i), r(data["v_bf16"], i), **kw)
+    fn(0)
+    torch.cuda.synchronize()
+    return fn
+
+
+def check_against(ours, peer, tol=2e-2):
+    """Relative L2 difference of fa4jit's output from a peer's on the same inputs: a fast kernel
+    that computes the wrong function must not enter the table."""
+    a, b = ours(0), peer(0)
+    a = a[0] if isinstance(a, tuple) else a
+    b = b[0] if isinstance(b, tuple) else b
+    if a.shape != b.shape:  # SDPA returns (B, H, S, D) views' layout
+        b = b.transpose(1, 2)
+    a, b = a.float(), b.float()
+    err = ((a - b).norm() / b.norm()).item()
+    return err, err <= tol
+
+
+def run_row(row, nvml, peers, rounds, iters, graph=True):
+    import peers as P
+    import torch
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    one_set = row.kv_bytes() + 2 * 2 * row.shape.Hq * row.shape.D * sum(q for q, _ in row.seqs())
+    sets = max(1, min(12, math.ceil(3 * l2 / max(one_set, 1))))
+    if one_set * sets * 2.5 > MAX_KV_GIB * (1 << 30):
+        return {"skipped": f"K/V {row.kv_bytes() / 2**30:.0f} GiB with its copies passes {MAX_KV_GIB} GiB"}
+    data = make_data(row, sets)
+    arms, errors = {}, {}
+    arms["fa4jit"] = fa4jit_arm(row, data)
+    arms["fa4jit A/A"] = arms["fa4jit"]
+    checks = {}
+    for name in peers:
+        try:
+            fn = P.PEERS[name](row, data)
+        except Exception as e:  # noqa: BLE001 - Unsupported, or a peer failing on this row
+            errors[name] = f"{type(e).__name__}: {e}"[:140]
+            continue
+        err, ok = check_against(arms["fa4jit"], fn)
+        checks[name] = round(err, 5)
+        if not ok:
+            errors[name] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
+            continue
+        arms[name] = fn
+    rounds_ = harness.run_rounds(arms, nvml, rounds=rounds, iters=iters, graph=graph)
+    s = harness.summarize(rounds_, "fa4jit", "fa4jit A/A", [p for p in peers if p in arms])
+    s.update({"errors": errors, "checks": checks, "sets": sets})
+    del data, arms
+    torch.cuda.empty_cache()
+    return s
+
+
+# ---- the table -------------------------------------------------------------------------------------
+
+def fmt_ratio(t):
+    m, lo, hi = t
+    return "-" if math.isnan(m) else f"{m:.3f} ({lo:.2f}-{hi:.2f})"
+
+
+def rate(row, ms):
+    if row.memory_bound:
+        return f"{row.kv_bytes() / ms / 1e9:.2f} TB/s"
+    return f"{row.flops() / ms / 1e9:.0f} TFLOP/s"
+
+
+def table(results):
+    """Markdown, worst row first (the lower of the per-call and back-to-back ratios)."""
+    def worst(item):
+        s = item[1]
+        vals = [s.get("vs_best", (float("nan"),))[0], s.get("vs_best_b2b", (float("nan"),))[0]]
+        vals = [v for v in vals if not math.isnan(v)]
+        return min(vals) if vals else float("inf")
+    lines = ["| row | models | fa4jit ms | fa4jit rate | best peer | vs best, per call | vs best, back to back | "
+             "J/call fa4jit / peer | SM MHz, W | A/A |", "|---|---|---|---|---|---|---|---|---|---|"]
+    aa_dev = []
+    for row, s in sorted(results, key=worst):
+        if "skipped" in s:
+            lines.append(f"| {row.name} | {', '.join(row.models)} | skipped: {s['skipped']} |||||||")
+            continue
+        o = s["arms"].get("fa4jit", {})
+        if "ms" not in o:
+            lines.append(f"| {row.name} | {', '.join(row.models)} | error: {o.get('error', '?')} |||||||")
+            continue
+        best = s.get("best_peer")
+        p = s["arms"].get(best, {}) if best else {}
+        j = f"{o.get('j_call', float('nan')):.4f} / {p.get('j_call', float('nan')):.4f}" if best else \
+            f"{o.get('j_call', float('nan')):.4f}"
+        aa = s.get("aa", (float("nan"),) * 3)
+        aa_dev += [abs(x - 1) for x in (aa[0], s.get("aa_b2b", (float("nan"),))[0]) if not math.isnan(x)]
+        label = best or "none runs it"
+        if best and row.kind == "paged" and best != "fa4":
+            label += " (contiguous)"
+        if best and row.kind == "fp8kv":
+            label += " (bf16 KV)"
+        lines.append(f"| {row.name} | {', '.join(row.models)} | {o['ms']:.4f} | {rate(row, o['ms'])} | {label} | "
+                     f"{fmt_ratio(s.get('vs_best', (float('nan'),) * 3))} | "
+                     f"{fmt_ratio(s.get('vs_best_b2b', (float('nan'),) * 3))} ({o.get('mode', '')}) | {j} | "
+                     f"{o.get('sm_mhz') or 0:.0f}, {o.get('power_w') or 0:.0f} | {aa[0]:.3f} |")
+    worst_aa = max(aa_dev) if aa_dev else float("nan")
+    verdict = "within" if worst_aa <= 0.02 else "OUTSIDE"
+    lines.append(f"\nA/A (the same fa4jit kernel as two arms): worst row {worst_aa * 100:.1f}% from 1, {verdict} +-2%.")
+    return "\n".join(lines)
+
+
+# ---- the bias this harness removes ----------------------------------------------------------------
+
+def bias_demo(nvml):
+    """The same fa4jit kernel timed after 2 s idle and at steady state: the ~15% a bench that
+    times kernels in different thermal states misreads (docs/PERF.md)."""
+    import torch
+    row = Row("prefill", Shape(16, 16, 128), 16, 2048, 2048)
+    data = make_data(row, 1)
+    fn = fa4jit_arm(row, data)
+    out = {}
+    time.sleep(2.0)
+    out["after 2 s idle"] = {"ms": harness.per_call(fn, iters=5, warm=1), **nvml.state()}
+    w = harness.warm_until_stable(lambda: fn(0), nvml, min_s=3.0)
+    out["steady state"] = {"ms": harness.per_call(fn, iters=5, warm=1), **nvml.state(), "warm_s": w["seconds"]}
+    for k, v in out.items():
+        v["tflops"] = row.flops() / v["ms"] / 1e9
+    torch.cuda.synchronize()
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="print the rows and exit (no GPU)")
+    ap.add_argument("--models", default="", help="comma-separated model names (default: all)")
+    ap.add_argument("--rows", default=",".join(ROWSETS), help=f"comma-separated row sets of {ROWSETS}")
+    ap.add_argument("--batches", default="", help="keep only decode rows of these batch sizes (e.g. 1,32)")
+    ap.add_argument("--peers", default="cudnn,fa2,fa4,flex")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=540.0, help="seconds; rows left when it runs out are listed")
+    ap.add_argument("--no-graph", action="store_true", help="back to back from eager calls, not CUDA graphs")
+    ap.add_argument("--bias", action="store_true", help="show the thermal bias (idle vs steady state) and exit")
+    ap.add_argument("--out", default="", help="write every number here as JSON")
+    a = ap.parse_args(argv)
+    models = [m for m in a.models.split(",") if m] or None
+    unknown = [m for m in models or [] if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {unknown}; known: {sorted(MODELS)}")
+    rowsets = [r for r in a.rows.split(",") if r]
+    bad = [r for r in rowsets if r not in ROWSETS]
+    if bad:
+        ap.error(f"--rows: unknown {bad}; use {ROWSETS}")
+    rows, pending = zoo(models, rowsets)
+    if a.batches:
+        keep = {int(b) for b in a.batches.split(",")}
+        rows = [r for r in rows if not r.memory_bound or r.kind == "spec" or r.B in keep]
+    if a.list:
+        for r in rows:
+            print(f"{r.name:48s} {', '.join(r.models)}")
+        for m, why in pending:
+            print(f"{m}: {why}")
+        print(f"{len(rows)} rows")
+        return 0
+    import torch
+    nvml = harness.Nvml()
+    t0 = time.time()
+    head = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+            "nvml": nvml.why or "ok"}
+    try:
+        import fa4jit
+        head["fa4jit"] = fa4jit.__version__
+    except Exception as e:  # noqa: BLE001
+        head["fa4jit"] = f"not importable: {e}"
+    if a.bias:
+        res = bias_demo(nvml)
+        print(json.dumps({**head, "bias": res}, indent=1))
+        return 0
+    head["warm"] = harness.warm_until_stable(lambda: harness.gemm_tflops(), nvml, min_s=3.0, max_s=20.0, block_s=0.2)
+    head["copy_tbs"] = harness.copy_rate_tbs(nvml)
+    head["gemm_tflops"] = harness.gemm_tflops()
+    print(json.dumps(head), flush=True)
+    peers = [p for p in a.peers.split(",") if p]
+    results, left = [], []
+    for row in rows:
+        if time.time() - t0 > a.budget:
+            left.append(row)
+            continue
+        try:
+            s = run_row(row, nvml, peers, a.rounds, a.iters, graph=not a.no_graph)
+        except Exception as e:  # noqa: BLE001 - one row's failure is reported, the run goes on
+            torch.cuda.synchronize()
+            s = {"arms": {"fa4jit": {"error": f"{type(e).__name__}: {e}"[:200]}}}
+        results.append((row, s))
+        o = s.get("arms", {}).get("fa4jit", {})
+        print(f"{row.name}: fa4jit {o.get('ms', float('nan')):.4f} ms, best {s.get('best_peer')} "
+              f"{s.get('vs_best', ('-',))[0]}, A/A {s.get('aa', ('-',))[0]} {s.get('errors', '')}"
+              f"{s.get('skipped', '')}", flush=True)
+    print()
+    print(f"{head['gpu']}, {head['date']}, fa4jit {head.get('fa4jit')}, torch {head['torch']}; copy "
+          f"{head['copy_tbs']:.2f} TB/s, bf16 GEMM {head['gemm_tflops']:.0f} TFLOP/s; warmed {head['warm']['seconds']:.1f} s "
+          f"to {head['warm']['sm_mhz']} MHz, {head['warm']['power_w']} W")
+    print(table(results))
+    for m, why in pending:
+        print(f"- {m}: {why}")
+    if left:
+        print(f"- {len(left)} rows not run (--budget {a.budget:.0f} s): " + "; ".join(r.name for r in left[:8]))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"head": head, "rows": [{"row": dataclasses.asdict(r), "name": r.name, **s} for r, s in results],
+                       "pending": pending, "left": [r.name for r in left]}, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

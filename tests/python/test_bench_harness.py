@@ -1,0 +1,203 @@
+"""The benchmark harness (bench/harness.py, bench/zoo.py): its statistics and row building on the
+CPU, and on a GPU that its steady state removes the thermal bias (a test of the harness, not of
+any kernel)."""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import harness  # noqa: E402
+import zoo  # noqa: E402
+
+
+class FakeNvml:
+    """Clocks that fall from 1980 MHz towards 1620 MHz (a GPU reaching its power cap), then hold."""
+
+    def __init__(self, falls=8):
+        self.h = object()
+        self.reads = 0
+        self.falls = falls
+
+    def sm_clock(self):
+        self.reads += 1
+        return 1620 + max(0, self.falls - self.reads) * 45
+
+    def power_w(self):
+        return 690.0
+
+    def energy_mj(self):
+        return None
+
+    def state(self):
+        return {"sm_mhz": self.sm_clock(), "power_w": self.power_w()}
+
+
+def test_stable_needs_a_full_window_of_flat_readings():
+    assert not harness.stable([1620, 1620, 1620], window=5)
+    assert harness.stable([1980, 1700, 1620, 1625, 1620, 1630, 1622], window=5, tol=0.015)
+    assert not harness.stable([1980, 1900, 1800, 1700, 1620], window=5, tol=0.015)
+
+
+def test_warm_until_stable_waits_for_the_clock_not_just_the_minimum_time():
+    nv = FakeNvml(falls=8)
+    w = harness.warm_until_stable(lambda: None, nv, min_s=0.0, max_s=5.0, block_s=0.001, window=3, sync=lambda: None)
+    assert w["stable"]
+    assert nv.reads >= 8 + 2  # not before the clock stopped falling (8 falling reads + a flat window)
+    assert all(c == 1620 for c in w["clocks"])
+
+
+def test_warm_until_stable_gives_up_at_max_s():
+    class Moving(FakeNvml):
+        def sm_clock(self):
+            self.reads += 1
+            return 1500 + (self.reads % 2) * 400
+    w = harness.warm_until_stable(lambda: None, Moving(), min_s=0.0, max_s=0.05, block_s=0.001, sync=lambda: None)
+    assert not w["stable"] and w["seconds"] >= 0.05
+
+
+def rounds_of(ours, aa, peers):
+    """Fake rounds: each arm's per-call and back-to-back ms per round."""
+    out = []
+    for r in range(len(ours)):
+        rd = {"fa4jit": {"ms": ours[r], "ms_b2b": ours[r] * 0.9, "j_call": 0.5},
+              "fa4jit A/A": {"ms": aa[r], "ms_b2b": aa[r] * 0.9, "j_call": 0.5}}
+        for name, ts in peers.items():
+            rd[name] = {"ms": ts[r], "ms_b2b": ts[r] * 0.9, "j_call": 0.6} if ts[r] else {"error": "Unsupported: no"}
+        out.append(rd)
+    return out
+
+
+def test_summarize_pairs_ratios_per_round_against_the_fastest_peer():
+    rounds = rounds_of([1.0, 2.0, 1.0], [1.0, 2.0, 1.02], {"cudnn": [1.2, 2.2, 1.1], "fa4": [0.9, 1.9, 1.1],
+                                                              "fa2": [None, None, None]})
+    s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn", "fa4", "fa2"])
+    assert s["best_peer"] == "fa4"  # lowest median per-call time (1.1 vs 1.2)
+    med, lo, hi = s["vs_best"]
+    # Paired per round: 0.9/1.0, 1.9/2.0, 1.1/1.0 -> median 0.95 (unpaired medians would give 1.1/1.0).
+    assert med == pytest.approx(0.95) and lo == pytest.approx(0.9) and hi == pytest.approx(1.1)
+    assert s["aa"][0] == pytest.approx(1.0) and s["aa"][2] == pytest.approx(1.02)
+    assert "error" in s["arms"]["fa2"]
+
+
+def test_summarize_without_a_peer_has_no_ratio():
+    rounds = rounds_of([1.0, 1.0], [1.0, 1.0], {"cudnn": [None, None]})
+    s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn"])
+    assert s["best_peer"] is None and "vs_best" not in s
+
+
+def test_an_arm_failing_in_one_round_does_not_count_as_run():
+    rounds = rounds_of([1.0, 1.0], [1.0, 1.0], {"cudnn": [0.5, None]})
+    s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn"])
+    assert s["best_peer"] is None and "error" in s["arms"]["cudnn"]
+
+
+def test_visible_pairs_causal_bottom_right_and_window():
+    assert zoo.visible_pairs(4, 4) == 10
+    assert zoo.visible_pairs(1, 8) == 8  # a decode query sees every key
+    assert zoo.visible_pairs(2, 8) == 7 + 8
+    assert zoo.visible_pairs(4, 4, window=2) == 1 + 2 + 2 + 2
+
+
+def test_every_zoo_model_has_a_config_and_tp_shards_split_heads():
+    for m in zoo.MODELS:
+        assert os.path.exists(os.path.join(zoo.MODEL_DIR, m + ".json")), m
+    rows, pending = zoo.zoo(["llama3_1_70b"], ["decode"])
+    shapes = {r.shape.label for r in rows}
+    assert shapes == {"64/8 d128", "8/1 d128"}  # TP 1 and TP 8 (8 KV heads over 8 GPUs: one each)
+    assert {m for r in rows for m in r.models} == {"llama3_1_70b", "llama3_1_70b@tp8"}
+    assert pending == []
+
+
+def test_models_with_the_same_per_gpu_shape_share_rows():
+    rows, _ = zoo.zoo(["llama3_8b", "mistral_nemo", "qwen2_5_7b"], ["prefill"])
+    by_name = {r.name: r.models for r in rows}
+    assert by_name["prefill 1x2k, 32/8 d128"] == ["llama3_8b", "mistral_nemo"]
+    assert by_name["prefill 1x2k, 28/4 d128"] == ["qwen2_5_7b"]
+    assert by_name["prefill 1x2k, 14/2 d128"] == ["qwen2_5_7b@tp2"]
+
+
+def test_mla_models_are_listed_as_pending_not_dropped():
+    rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"])
+    assert rows == [] and [m for m, _ in pending] == ["deepseek_v3", "kimi_k2"]
+
+
+def test_model_features_reach_the_shape():
+    gemma2, _ = zoo.model_shape("gemma2_9b")
+    oss, _ = zoo.model_shape("gpt_oss_120b")
+    g3, _ = zoo.model_shape("gemma3_27b")  # text_config nesting
+    assert gemma2.softcap == 50.0 and gemma2.D == 256
+    assert oss.sinks and oss.D == 64 and (oss.Hq, oss.Hkv) == (64, 8)
+    assert (g3.Hq, g3.Hkv, g3.D) == (32, 16, 128)
+
+
+def test_row_rates_count_flops_and_kv_bytes():
+    r = zoo.Row("prefill", zoo.Shape(16, 16, 128), 1, 2048, 2048)
+    assert r.flops() == 4 * 128 * 16 * (2048 * 2049 // 2)
+    d = zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096)
+    assert d.kv_bytes() == 2 * 8 * 128 * 2 * 32 * 4096
+    assert zoo.Row("fp8kv", zoo.Shape(32, 8, 128), 32, 1, 4096).kv_bytes() == d.kv_bytes() // 2
+    assert d.memory_bound and not r.memory_bound
+
+
+def test_table_puts_the_worst_row_first_and_judges_the_aa_arm():
+    good = zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096, models=["a"])
+    bad = zoo.Row("decode", zoo.Shape(28, 4, 128), 32, 1, 4096, models=["b"])
+    s_good = harness.summarize(rounds_of([1.0] * 3, [1.0] * 3, {"cudnn": [1.2] * 3}), "fa4jit", "fa4jit A/A", ["cudnn"])
+    s_bad = harness.summarize(rounds_of([5.0] * 3, [5.0] * 3, {"cudnn": [1.0] * 3}), "fa4jit", "fa4jit A/A", ["cudnn"])
+    t = zoo.table([(good, s_good), (bad, s_bad)])
+    lines = [ln for ln in t.splitlines() if ln.startswith("| decode")]
+    assert "28/4" in lines[0] and "32/8" in lines[1]
+    assert "within +-2%" in t
+    s_noisy = harness.summarize(rounds_of([1.0] * 3, [1.1] * 3, {"cudnn": [1.2] * 3}), "fa4jit", "fa4jit A/A", ["cudnn"])
+    assert "OUTSIDE +-2%" in zoo.table([(good, s_noisy)])
+
+
+def test_list_runs_without_a_gpu(capsys):
+    assert zoo.main(["--list", "--models", "phi4", "--rows", "spec"]) == 0
+    out = capsys.readouterr().out
+    assert "spec Sq4 32x4k, 40/10 d128" in out and out.strip().endswith("2 rows")
+
+
+def test_bad_arguments_name_the_flag():
+    with pytest.raises(SystemExit):
+        zoo.main(["--list", "--models", "llama9"])
+    with pytest.raises(SystemExit):
+        zoo.main(["--list", "--rows", "decodes"])
+
+
+def test_bench_has_no_timing_path_in_another_process():
+    """Every bench/ script that times a peer runs fa4jit in the same process (issue 51): none may
+    start a process (a fresh process runs on a cooler GPU)."""
+    bench = os.path.join(REPO, "bench")
+    for name in os.listdir(bench):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(bench, name), encoding="utf-8") as f:
+            text = f.read()
+        times_peers = any(w in text for w in ("scaled_dot_product_attention", "flash_attn", "flashinfer", "peers"))
+        if times_peers:
+            assert "subprocess" not in text, name
+
+
+# ---- on a GPU --------------------------------------------------------------------------------------
+
+def test_steady_state_measurements_repeat_within_two_percent():
+    """The harness's claim: once warmed to a stable clock, the same work timed twice, seconds of
+    load apart, reads the same within 2% (a fresh-process or just-idled reading does not)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible to torch (GPU tests run on the lent GPU machine)")
+    nv = harness.Nvml()
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn_like(a)
+    w = harness.warm_until_stable(lambda: a @ b, nv, min_s=3.0, max_s=20.0)
+    first = harness.per_call(lambda i: a @ b, iters=20)
+    harness.warm_until_stable(lambda: a @ b, nv, min_s=2.0, max_s=2.0)
+    second = harness.per_call(lambda i: a @ b, iters=20)
+    print(json.dumps({"warm": w["seconds"], "clock": w["sm_mhz"], "first": first, "second": second}))
+    assert math.isfinite(first) and abs(second / first - 1) <= 0.02
