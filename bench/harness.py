@@ -210,17 +210,18 @@ def back_to_back(fn, est_ms, nvml, min_s=0.06, graph=True, max_calls=400):
     return out
 
 
-def measure(fn, nvml, iters=20, graph=True):
+def measure(fn, nvml, iters=20, graph=True, max_calls=400):
     """One arm's measurement in one round: per call, then back to back with energy."""
     ms = per_call(fn, iters)
-    return {"ms": ms, **back_to_back(fn, ms, nvml, graph=graph)}
+    return {"ms": ms, **back_to_back(fn, ms, nvml, graph=graph, max_calls=max_calls)}
 
 
-def run_rounds(arms, nvml, rounds=3, iters=20, preload_s=0.3, graph=True):
+def run_rounds(arms, nvml, rounds=3, iters=20, preload_s=0.3, graph=True, max_calls=400):
     """Interleaved rounds over ``arms`` ({name: fn(i)}), order reversed every other round. Before
     the first round the arms run round-robin for at least ``preload_s`` and until the SM clock is
     stable, so the row starts in the steady state the run was warmed to. A failing arm is recorded
-    as {"error": ...} and the others go on."""
+    as {"error": ...} and the others go on. ``max_calls`` bounds a back-to-back graph (each captured
+    call keeps its output alive until the graph goes)."""
     import torch
     names = list(arms)
     warm_until_stable(lambda: [arms[n](0) for n in names], nvml, min_s=preload_s, max_s=5.0, block_s=0.05, window=3)
@@ -230,7 +231,7 @@ def run_rounds(arms, nvml, rounds=3, iters=20, preload_s=0.3, graph=True):
         rd = {}
         for name in order:
             try:
-                rd[name] = measure(arms[name], nvml, iters=iters, graph=graph)
+                rd[name] = measure(arms[name], nvml, iters=iters, graph=graph, max_calls=max_calls)
             except Exception as e:  # noqa: BLE001 - a peer that cannot run this row
                 torch.cuda.synchronize()
                 rd[name] = {"error": f"{type(e).__name__}: {e}"[:160]}
