@@ -212,6 +212,9 @@ def make_data(row, sets):
         e4 = torch.float8_e4m3fn
         d["k_fp8"] = [k.to(e4) for k in d["k_bf16"]]
         d["v_fp8"] = [v.to(e4) for v in d["v_bf16"]]
+        # The peers read bf16 K/V holding the same values (what a user without an FP8 cache runs).
+        d["k_bf16"] = [k.to(bf) for k in d["k_fp8"]]
+        d["v_bf16"] = [v.to(bf) for v in d["v_fp8"]]
         d["descale"] = torch.ones(row.B, sh.Hkv, device=dev, dtype=torch.float32)
     if sh.sinks:
         d["sinks"] = torch.randn(sh.Hq, device=dev, dtype=torch.float32)
