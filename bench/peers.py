@@ -97,7 +97,8 @@ def fa4_arm(row, data):
         def fn(i):
             return m.flash_attn_varlen_func(_rot(data["q"], i), _rot(data["k_bf16"], i), _rot(data["v_bf16"], i),
                                             cu_seqlens_q=data["cu_q"], cu_seqlens_k=data["cu_k"],
-                                            max_seqlen_q=max(row.lens), max_seqlen_k=max(row.lens), **kw)
+                                            max_seqlen_q=max(q for q, _ in row.lens),
+                                            max_seqlen_k=max(k for _, k in row.lens), **kw)
     elif row.page:
         def fn(i):
             return m.flash_attn_varlen_func(_rot(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],

@@ -8,7 +8,8 @@ Models are Hugging Face config.json files (tests/models/); each is cut into the 
 every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV heads). Rows
 (``ROWSETS``): prefill (one 2k and one 16k prompt, a varlen batch of mixed lengths), decode
 (batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 16 and 64), speculative decode
-(4 queries), FP8-KV decode. Rows of models with the same per-GPU shape are measured once and name
+(4 queries), FP8-KV decode, and a continuous-batching step (48 decode rows and two prefill chunks in
+one varlen call). Rows of models with the same per-GPU shape are measured once and name
 every model. Every row runs fa4jit (``fa4jit.attention`` / ``attention_paged`` /
 ``attention_varlen``, in this process), fa4jit again under another name (the A/A arm: the table is
 noise if it reads outside 1 +- 2%), and every peer of bench/peers.py that supports the row, in
@@ -40,7 +41,10 @@ MODELS = {
     "gemma3_27b": [1], "phi4": [1], "gpt_oss_20b": [1], "gpt_oss_120b": [1, 4], "command_r": [1],
     "deepseek_v3": [1, 8], "kimi_k2": [1, 8],
 }
-VARLEN_LENS = (7000, 3000, 2048, 1500, 1200, 800, 400, 100)  # one continuous-batching prefill
+VARLEN_LENS = tuple((n, n) for n in (7000, 3000, 2048, 1500, 1200, 800, 400, 100))  # a prefill batch
+# A continuous-batching step as serving engines issue it: 48 decode rows over 4.1k-8.7k keys and two
+# prefill chunks of 2048, in one varlen call.
+MIXED_LENS = tuple([(1, 4100 + (i * 2749) % 4600) for i in range(48)] + [(2048, 2048)] * 2)
 MAX_KV_GIB = 40  # rows whose K/V would not fit beside their copies are listed as skipped
 
 
@@ -69,14 +73,16 @@ class Row:
     Sq: int
     Sk: int
     page: int = 0
-    lens: tuple = ()
+    lens: tuple = ()  # varlen rows: (Sq, Sk) of every sequence
     models: list = dataclasses.field(default_factory=list)
 
     @property
     def name(self):
         s = self.shape.label
         if self.kind == "varlen":
-            return f"varlen {len(self.lens)} seqs {sum(self.lens)} tok, {s}"
+            return f"varlen {len(self.lens)} seqs {sum(q for q, _ in self.lens)} tok, {s}"
+        if self.kind == "mixed":
+            return f"mixed step {sum(q == 1 for q, _ in self.lens)} decode + {sum(q > 1 for q, _ in self.lens)} chunks, {s}"
         if self.kind == "prefill":
             return f"prefill {self.B}x{self.Sk // 1024}k, {s}"
         what = {"decode": "decode", "paged": f"paged{self.page} decode", "spec": f"spec Sq{self.Sq}",
@@ -85,11 +91,12 @@ class Row:
 
     @property
     def memory_bound(self):
+        """Judged by K/V bytes per second (a mixed step's bytes are mostly its decode rows')."""
         return self.kind not in ("prefill", "varlen")
 
     def seqs(self):
         """(Sq, Sk) of every sequence."""
-        return [(n, n) for n in self.lens] if self.lens else [(self.Sq, self.Sk)] * self.B
+        return list(self.lens) if self.lens else [(self.Sq, self.Sk)] * self.B
 
     def flops(self):
         """Attention FLOPs: 4 * D * Hq per visible (query, key) pair (causal, bottom-right)."""
@@ -137,6 +144,8 @@ def rows_of(shape, rowsets):
     if "prefill" in rowsets:
         out += [Row("prefill", shape, 1, s, s) for s in (2048, 16384)]
         out.append(Row("varlen", shape, len(VARLEN_LENS), 0, 0, lens=VARLEN_LENS))
+    if "mixed" in rowsets:
+        out.append(Row("mixed", shape, len(MIXED_LENS), 0, 0, lens=MIXED_LENS))
     for kind, page in (("decode", 0), ("paged", 16), ("paged", 64)):
         if kind in rowsets:
             out += [Row(kind, shape, b, 1, k, page=page) for b in (1, 32, 128) for k in (4096, 32768)]
@@ -147,7 +156,7 @@ def rows_of(shape, rowsets):
     return out
 
 
-ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv")
+ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed")
 
 
 def zoo(models=None, rowsets=ROWSETS):
@@ -181,14 +190,15 @@ def make_data(row, sets):
         return torch.randn(*shape, device=dev, dtype=bf)
     d = {}
     if row.lens:
-        total = sum(row.lens)
-        d["q"] = [rnd(total, sh.Hq, sh.D) for _ in range(sets)]
-        d["k_bf16"] = [rnd(total, sh.Hkv, sh.D) for _ in range(sets)]
-        d["v_bf16"] = [rnd(total, sh.Hkv, sh.D) for _ in range(sets)]
-        cu = [0]
-        for n in row.lens:
-            cu.append(cu[-1] + n)
-        d["cu_q"] = d["cu_k"] = torch.tensor(cu, dtype=torch.int32, device=dev)
+        tq, tk = sum(q for q, _ in row.lens), sum(k for _, k in row.lens)
+        d["q"] = [rnd(tq, sh.Hq, sh.D) for _ in range(sets)]
+        d["k_bf16"] = [rnd(tk, sh.Hkv, sh.D) for _ in range(sets)]
+        d["v_bf16"] = [rnd(tk, sh.Hkv, sh.D) for _ in range(sets)]
+        for name, col in (("cu_q", 0), ("cu_k", 1)):
+            cu = [0]
+            for pair in row.lens:
+                cu.append(cu[-1] + pair[col])
+            d[name] = torch.tensor(cu, dtype=torch.int32, device=dev)
     else:
         d["q"] = [rnd(row.B, row.Sq, sh.Hq, sh.D) for _ in range(sets)]
         d["k_bf16"] = [rnd(row.B, row.Sk, sh.Hkv, sh.D) for _ in range(sets)]
@@ -233,11 +243,11 @@ def fa4jit_arm(row, data):
     def r(xs, i):
         return xs[i % len(xs)]
     if row.lens:
-        m = max(row.lens)
+        mq, mk = max(q for q, _ in row.lens), max(k for _, k in row.lens)
 
         def fn(i):
             return fa4jit.attention_varlen(r(data["q"], i), r(data["k_bf16"], i), r(data["v_bf16"], i), data["cu_q"],
-                                           data["cu_k"], m, m, **kw)
+                                           data["cu_k"], mq, mk, **kw)
     elif row.page:
         def fn(i):
             return fa4jit.attention_paged(r(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],

@@ -144,6 +144,15 @@ def test_row_rates_count_flops_and_kv_bytes():
     assert d.memory_bound and not r.memory_bound
 
 
+def test_mixed_step_counts_each_sequence_by_its_own_lengths():
+    rows, _ = zoo.zoo(["llama3_8b"], ["mixed"])
+    (r,) = rows
+    assert sum(q == 1 for q, _ in r.lens) == 48 and [p for p in r.lens if p[0] > 1] == [(2048, 2048)] * 2
+    assert r.kv_bytes() == 2 * 8 * 128 * 2 * sum(k for _, k in r.lens)
+    assert r.flops() == 4 * 128 * 32 * (sum(k for q, k in r.lens if q == 1) + 2 * (2048 * 2049 // 2))
+    assert r.memory_bound
+
+
 def test_table_puts_the_worst_row_first_and_judges_the_aa_arm():
     good = zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096, models=["a"])
     bad = zoo.Row("decode", zoo.Shape(28, 4, 128), 32, 1, 4096, models=["b"])
