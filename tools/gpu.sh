@@ -263,7 +263,6 @@ py_env() {  # fa4jit importable in this shell: the wheel in .whl/ if carried, el
 }
 
 zoo() {  # the benchmark zoo (bench/zoo.py): fa4jit and its peers in this one process, at steady state
-  need
   py_env
   [[ -n ${FA4_SITE:-} ]] || echo "zoo: FA4_SITE unset: FlashAttention-4 is not a peer (source .fa4/small/stage_b.sh after stage A)"
   timeout "${BENCH_LIMIT:-570}" python3 bench/zoo.py --out "$OUT/zoo.json" "$@" > "$OUT/zoo.log" 2>&1 || fail=1
