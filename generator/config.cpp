@@ -144,10 +144,14 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
     refuse("pack_gqa", "true with group = 0", "packing GQA heads needs the group (num_q_heads / num_kv_heads) set");
 
   detail::Budget b = backend.derive(c, dp, arch);
-  // TMA backends load a consumer's Q rows as one box of whole (query, group) row sets.
-  if (const int box_rows = backend.q_box_rows(c); c.pack_gqa && box_rows > 0 && box_rows % c.group != 0)
+  // TMA backends load a consumer's Q rows as one box of whole (query, head) row sets, so a group
+  // larger than the box is packed in equal slices (detail::pack_heads).
+  if (const int box_rows = backend.q_box_rows(c);
+      c.pack_gqa && c.group > 1 && detail::pack_heads(c, box_rows) == 1)
     refuse("pack_gqa", fmt::format("true with group = {}", c.group),
-           fmt::format("the {} backend packs groups that divide {} rows", to_string(arch.backend), box_rows));
+           fmt::format("the {} backend packs groups of up to {} heads, or larger groups in equal slices of "
+                       "2..{} heads; {} has no such divisor",
+                       to_string(arch.backend), box_rows, box_rows, c.group));
   Tuning tuning = backend.default_tuning(c, dp);
   for (const TuneField& f : kTuneFields)
     if (const std::optional<int>& v = options.tune.*f.override) tuning.*f.value = *v;
@@ -163,6 +167,18 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   rc.lpt_order = backend.lpt_order();
   return rc;
 }
+
+namespace detail {
+
+int pack_heads(const FA4Config& c, int span) {
+  if (!c.pack_gqa || c.group <= 1) return 1;
+  if (span <= 0 || c.group <= span) return c.group;
+  for (int p = span; p > 1; --p)
+    if (c.group % p == 0) return p;
+  return 1;
+}
+
+}  // namespace detail
 
 bool supported(const FA4Config& cfg, std::string* why) {
   try {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/errors.hpp"
+#include "generator/backends/backend.hpp"  // detail::pack_heads
 
 namespace jit {
 
@@ -195,13 +196,17 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     k.score_mod = score;
     const std::string layers_text =
         fmt::format("{} {}", window ? "sliding-window" : "full-attention", layer_list(sliding, window));
-    // Python's automatic packing (ops.py): group > 1 dividing 64, taken when Sq * group <= 128.
-    const bool packs = group > 1 && 64 % group == 0;
+    // Python's automatic packing (ops.py _packable): any group > 1 that packs on every backend (up to
+    // 64, or equal slices of at most 64 heads), taken when Sq * group <= max(128, group).
+    FA4Config sliced;
+    sliced.pack_gqa = true;
+    sliced.group = group;
+    const bool packs = group > 1 && detail::pack_heads(sliced, 64) > 1;
     out.push_back({fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k});
     if (packs) {
       k.pack_gqa = true;
       k.group = group;
-      out.push_back({fmt::format("decode (Sq x {} <= 128, packed GQA): {}{}", group, layers_text, sinks), k});
+      out.push_back({fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks), k});
     }
   }
   return out;

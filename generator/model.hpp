@@ -1,7 +1,8 @@
 // The kernels one Hugging Face model needs, read from its config.json: `fa4jit prewarm --model`.
 // The configs are exactly those the Python ops and the transformers backend request for that
 // model (python/fa4jit/ops.py: prefill unpacked without a group; decode with the group's query
-// heads packed where the group divides 64), so a serving process warmed with them compiles nothing.
+// heads packed for any group that packs, ops.py _packable), so a serving process warmed with them
+// compiles nothing.
 #pragma once
 #include <optional>
 #include <string>

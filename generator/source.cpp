@@ -156,13 +156,16 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kPingPong", rc.tuning.pingpong},
       {"kWgSpans", rc.tuning.wg_spans},
       {"kPersistent", rc.tuning.persistent},
-      {"kPack", c.pack_gqa ? c.group : 1},                     // GQA packing: query heads per Q tile row group
+      {"kPack", detail::pack_heads(rc)},                        // GQA packing: query heads per CTA (PackedRow)
       {"kBottomTiles", detail::policy(rc).bottom_q_tiles(c)},  // Q tiles end at the last row (sm90a)
       {"kCtasPerSm", rc.ctas_per_sm},
   };
   for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));
   // Only where on (templates: QInRegsOf, else off), so every other kernel's source is unchanged.
   if (detail::policy(rc).q_in_registers(rc)) w.line("  static constexpr int kQInRegs = 1;");
+  // Groups packed in slices (detail::pack_heads): only there, likewise.
+  if (const int pack = detail::pack_heads(rc); c.pack_gqa && pack > 1 && pack < c.group)
+    w.line(fmt::format("  static constexpr int kPackSlices = {};", c.group / pack));
   w.line("};");
   int counter = 0;
   const std::string mask_type = emit_mask(w, c.mask, counter);

@@ -110,7 +110,8 @@ int lpt_section_heads(const LaunchShape& shape, const LaunchArgs& args, const FA
   const long long keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
   const long long kv_heads = std::max<long long>(1, args.k.shape[2]);
   // Pairs of one KV head share its K/V: per pair, the KV head's bytes over the pairs that share it.
-  const long long sharing = c.pack_gqa ? 1 : std::max<long long>(1, shape.num_q_heads / kv_heads);
+  // Pairs are grid heads: q heads, packed CTAs (1 per KV head), or a sliced group's slices.
+  const long long sharing = std::max<long long>(1, shape.grid_heads / kv_heads);
   const long long bytes_per_pair = std::max<long long>(1, keys * c.depth * 2 * dtype_size(kv_type(c)) / sharing);
   return static_cast<int>(std::clamp<long long>(l2 / 2 / bytes_per_pair, 1, 1 << 20));
 }

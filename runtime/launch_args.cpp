@@ -9,6 +9,7 @@
 #include "fa4jit/errors.hpp"
 #include "generator/backends/backend.hpp"
 #include "generator/source.hpp"
+#include "common/packed_rows.h"
 
 namespace jit::detail {
 
@@ -188,9 +189,11 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     p.aux_ptr[i] = a.aux_ptr[i];
     p.aux_scalar[i] = a.aux_scalar[i];
   }
-  const int pack = c.pack_gqa ? c.group : 1;
+  // Packed GQA: grid heads are CTAs of `pack` query heads; a sequence's tile rows are PackedRow's
+  // (templates/common/packed_rows.h), padded per Q box where pack does not divide the box rows.
+  const int pack = pack_heads(rc);
   const std::int64_t max_sq = a.cu_seqlens_q ? a.max_seqlen_q : Sq;
-  p.num_m_blocks = static_cast<int>((max_sq * pack + c.BM - 1) / c.BM);
+  p.num_m_blocks = static_cast<int>((fa4::packed_row_count(max_sq, pack, pack_span(rc)) + c.BM - 1) / c.BM);
   p.num_splits = 1;  // the plan decides splits and sets the workspace
   p.partial_rows = static_cast<int>(Hq * (a.cu_seqlens_q ? Sq : B * Sq));
   shape->batch = static_cast<int>(B);

@@ -9,7 +9,7 @@ namespace jit::detail {
 struct LaunchShape {
   int batch = 0, max_seqlen_q = 0, num_q_heads = 0;
   int max_seqlen_k = 0;  // 0: unknown (varlen keys)
-  int grid_heads = 0;    // q heads, or KV heads when GQA heads are packed
+  int grid_heads = 0;    // q heads, or packed CTAs (KV heads, or a sliced group's slices) when GQA heads are packed
 };
 
 // Throws LaunchError naming the argument, the value and what the kernel expects.

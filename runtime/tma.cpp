@@ -92,8 +92,10 @@ TmaMapSpec tma_map_spec(const Tensor& t, DType dtype, int box_rows, int row_byte
 }
 
 // Packed GQA (FA4Config::pack_gqa): 5-D map over (depth, group heads, rows, kv heads, batch), box
-// {row_bytes of depth, group, box_rows / group, 1, 1}, so one box is box_rows tile rows
-// r = query * group + head in order. Coordinates (d, 0, first query, kv head, batch).
+// {row_bytes of depth, group, box_rows / group (rounded down), 1, 1}, so one box is the real rows of
+// a PackedRow span, r = query * group + head in order (templates/common/packed_rows.h). `group` is
+// the heads one CTA packs (detail::pack_heads): a slice of a larger group makes each slice a "kv
+// head" of the map. Coordinates (d, 0, first query, kv head or slice, batch).
 TmaMapSpec tma_packed_map_spec(const Tensor& t, DType dtype, int group, int box_rows, int row_bytes) {
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(t.shape[3]), static_cast<cuuint64_t>(group),
                               static_cast<cuuint64_t>(t.shape[1]), static_cast<cuuint64_t>(t.shape[2] / group),
@@ -124,8 +126,8 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
   const DType in = rc.config.dtype, kv = kv_type(rc.config), out = a.o.dtype;
   const int q_row = tma_row_bytes(rc, in), kv_row = tma_row_bytes(rc, kv), o_row = tma_row_bytes(rc, out);
   if (rc.config.pack_gqa) {
-    descs_.q = encode_packed(a.q, in, rc.config.group, q_rows, q_row);
-    descs_.o = encode_packed(a.o, out, rc.config.group, q_rows, o_row);
+    descs_.q = encode_packed(a.q, in, pack_heads(rc), q_rows, q_row);
+    descs_.o = encode_packed(a.o, out, pack_heads(rc), q_rows, o_row);
   } else {
     descs_.q = encode(a.q, in, q_rows, q_row);
     descs_.o = encode(a.o, out, q_rows, o_row);

@@ -59,12 +59,15 @@ TEST(ModelKernels, Llama3PrefillAndPackedDecode) {
   EXPECT_EQ(ks[1].use, "decode (Sq x 4 <= 128, packed GQA): full-attention all layers");
 }
 
-TEST(ModelKernels, Qwen2GroupOfSevenDecodesWithThePrefillKernelAndIgnoresAnUnusedWindow) {
-  // 28 / 4 heads: a group of 7 does not divide 64 rows, so Python never packs it; use_sliding_window
-  // false leaves sliding_window unused.
+TEST(ModelKernels, Qwen2GroupOfSevenDecodesPackedAndIgnoresAnUnusedWindow) {
+  // 28 / 4 heads: a group of 7 packs too (9 queries per 64-row span and a padding row,
+  // templates/common/packed_rows.h), so Python packs its decode as it does a group of 4;
+  // use_sliding_window false leaves sliding_window unused.
   const auto ks = jit::model_kernels(model("qwen2_7b"));
-  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal())}));
-  EXPECT_EQ(ks[0].use, "prefill and decode: full-attention all layers");
+  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
+                                                 expected(DType::bf16, 128, Mask::causal(), {}, 7)}));
+  EXPECT_EQ(ks[0].use, "prefill: full-attention all layers");
+  EXPECT_EQ(ks[1].use, "decode (Sq x 7 <= 128, packed GQA): full-attention all layers");
 }
 
 TEST(ModelKernels, Qwen3) {

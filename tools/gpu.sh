@@ -26,6 +26,7 @@ On the GPU machine (repository root, .device carried):
                         tiles per CTA, 3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal,
                         d96), decode
                         (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
+                        anygroup (packed GQA groups 7, 12 (padded spans) and 128 (sliced, sm_90a)),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen); default: prefill decode
@@ -167,6 +168,17 @@ sanitize() {
             san_check "$tune" $tool sm_90a "{\"depth\":$d,\"mask\":\"$m\"}" $rest
           done
         done ;;
+      anygroup)  # packed GQA of groups that do not divide 64 rows (padded spans) and above (slices)
+        for tool in memcheck racecheck synccheck; do
+          for arch in sm_90a sm_90; do
+            san_check "" $tool $arch '{"depth":128,"mask":"causal"}' --seqlens-q 5,1,16 --seqlens-k 300,17,777 \
+              --page-size 16 --heads 14 --kv-heads 2 --pack-gqa --splits 3 --sinks
+            san_check "" $tool $arch '{"depth":128,"mask":"causal"}' --batch 3 --seqlen-q 5 --seqlen-k 777 \
+              --heads 24 --kv-heads 2 --pack-gqa --splits 0
+          done
+          san_check "" $tool sm_90a '{"depth":128,"mask":"causal"}' --batch 2 --seqlen-q 1 --seqlen-k 777 \
+            --heads 128 --kv-heads 1 --pack-gqa --splits 0
+        done ;;
       decode)
         for tool in memcheck racecheck synccheck; do
           san_check persistent=2 $tool sm_90a '{"depth":128,"mask":"causal","group":4,"pack_gqa":true}' \
@@ -217,7 +229,7 @@ sanitize() {
           san_check "" $tool sm_90a '{"depth":128,"kv_dtype":"e4m3","mask":"causal"}' --page-size 64 \
             --seqlens-q 300 0 129 --seqlens-k 300 50 700 --heads 4 --kv-heads 2
         done ;;
-      *) echo "sanitize: unknown set '$s' (prefill, decode, snippets, fp8, kvfp8)"; exit 2 ;;
+      *) echo "sanitize: unknown set '$s' (prefill, decode, anygroup, snippets, fp8, kvfp8)"; exit 2 ;;
     esac
     echo "(sanitize $s: $((SECONDS - start)) s)"
   done

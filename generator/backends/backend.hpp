@@ -32,7 +32,8 @@ class BackendPolicy {
   // validates the explicit ones (ConfigError naming the field). `dp`: the padded depth.
   virtual Budget derive(FA4Config& c, int dp, const ArchInfo& arch) const = 0;
   // Rows of one TMA box of a consumer's Q (and O) tile; 0 when Q does not come through TMA.
-  // Packed GQA needs the group to divide it (whole (query, group) row sets per box).
+  // Packed GQA: the span of PackedRow (templates/common/packed_rows.h): a box holds the whole
+  // (query, head) row sets that fit, the rest of the span is padding.
   virtual int q_box_rows(const FA4Config& c) const = 0;
   // The measured per-arch scheduling defaults before any override (Tuning's comments).
   virtual Tuning default_tuning(const FA4Config& c, int dp) const = 0;
@@ -58,6 +59,15 @@ class BackendPolicy {
 // The policy of a backend (one static instance each).
 const BackendPolicy& policy(Backend b);
 inline const BackendPolicy& policy(const ResolvedConfig& rc) { return policy(rc.backend); }
+
+// Packed GQA (FA4Config::pack_gqa): the query heads one CTA packs, 1 when unpacked. The group when
+// it fits a Q box of `span` rows (span 0: no box, any group), else the largest divisor of the group
+// that does: the group's heads run as equal slices, one CTA (and one K/V read) each. 1 means the
+// group cannot be sliced (a prime above the span); resolve() refuses that.
+int pack_heads(const FA4Config& c, int span);
+// The same for a resolved config, and PackedRow's span (templates/common/packed_rows.h) of its backend.
+inline int pack_span(const ResolvedConfig& rc) { return rc.config.pack_gqa ? policy(rc).q_box_rows(rc.config) : 0; }
+inline int pack_heads(const ResolvedConfig& rc) { return pack_heads(rc.config, pack_span(rc)); }
 
 // Shared by the policies: an explicit value validated against `allowed`, or the derived default.
 int pick(const char* field, int explicit_value, int derived, const std::vector<int>& allowed);

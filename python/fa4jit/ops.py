@@ -311,6 +311,14 @@ def _check_aligned(**tensors):
                               f"fa4jit's TMA loads need 16-byte aligned tensors")
 
 
+def _packable(group):
+    """Whether every backend packs this group (generator/backends/backend.hpp pack_heads): groups up to
+    a 64-row sm90a warpgroup tile, or larger ones that split into equal slices of 2..64 heads (a prime
+    group above 64 cannot). Any group runs packed, padded where it does not divide 64
+    (templates/common/packed_rows.h); generator/model.cpp's prewarm derives the same kernels."""
+    return group <= 64 or any(group % p == 0 for p in range(2, 65))
+
+
 def _packed_tensors(**tensors):
     """The fa4jit_tensor fields of each tensor, in order, after the alignment check (names the argument)."""
     _check_aligned(**tensors)
@@ -432,7 +440,7 @@ def _make_plan(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
     group = Hq // Hkv
     if pack_gqa < 0:  # automatic: pack the group's heads into one tile when the queries are few (decode)
         sq = max_seqlen_q if cu_seqlens_q is not None else q.shape[1]
-        pack = group > 1 and 64 % group == 0 and sq * group <= 128
+        pack = group > 1 and sq * group <= max(128, group) and _packable(group)
     else:
         pack = bool(pack_gqa) and group > 1
     key = (_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], causal, window, chunk_size > 0,

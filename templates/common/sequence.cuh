@@ -4,21 +4,9 @@
 // it is and where each of its rows lives.
 #pragma once
 #include "common/prelude.cuh"
+#include "common/packed_rows.h"  // PackedRow: tile row -> (query, head)
 
 namespace fa4 {
-
-// Rows of a Q tile. Unpacked (kPack = 1): tile row r is query r of the CTA's head. Packed GQA
-// (kPack = group): the query heads of one KV head share the tile, row r is query r / kPack of
-// head first_head + r % kPack, so one K/V read serves the whole group (decode).
-template <int kPack>
-struct PackedRow {
-  int q;     // query index in the sequence
-  int head;  // head offset inside the group (0 unpacked)
-  __device__ __forceinline__ static PackedRow of(int r) {
-    if constexpr (kPack == 1) return {r, 0};
-    return {r / kPack, r % kPack};
-  }
-};
 
 struct SeqInfo {
   int batch;
@@ -71,21 +59,21 @@ struct SeqInfo {
     return v_offset + (long long)r * p.v_row_stride;
   }
 
-  // Offsets of tile row r (PackedRow semantics) in Q, O and LSE. LSE's head stride is
+  // Offsets of tile row r (PackedRow<kPack, kSpan>) in Q, O and LSE. LSE's head stride is
   // seqlen_q in both layouts (padded: per batch; varlen: seqlen_q holds total_q).
-  template <int kPack>
+  template <int kPack, int kSpan = 0>
   __device__ __forceinline__ long long q_row(const FwdParams& p, int r) const {
-    const PackedRow<kPack> pr = PackedRow<kPack>::of(r);
+    const PackedRow<kPack, kSpan> pr = PackedRow<kPack, kSpan>::of(r);
     return q_offset + (long long)pr.q * p.q_row_stride + (long long)pr.head * p.q_head_stride;
   }
-  template <int kPack>
+  template <int kPack, int kSpan = 0>
   __device__ __forceinline__ long long o_row(const FwdParams& p, int r) const {
-    const PackedRow<kPack> pr = PackedRow<kPack>::of(r);
+    const PackedRow<kPack, kSpan> pr = PackedRow<kPack, kSpan>::of(r);
     return o_offset + (long long)pr.q * p.o_row_stride + (long long)pr.head * p.o_head_stride;
   }
-  template <int kPack>
+  template <int kPack, int kSpan = 0>
   __device__ __forceinline__ long long lse_row(const FwdParams& p, int r) const {
-    const PackedRow<kPack> pr = PackedRow<kPack>::of(r);
+    const PackedRow<kPack, kSpan> pr = PackedRow<kPack, kSpan>::of(r);
     return lse_offset + (long long)pr.head * p.seqlen_q + pr.q;
   }
 };

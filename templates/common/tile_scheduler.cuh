@@ -41,15 +41,18 @@ struct TmaCoords {
 
 // One CTA's problem: which (batch, head, Q tile, KV split) it owns and which KV tiles it visits.
 // Every warp role builds it from the same inputs, so load, MMA and softmax agree on the tile list.
-// kPack > 1: GQA packing (PackedRow): the CTA serves kPack q heads of one KV head, tile rows are
-// packed rows (seqlen_q * kPack of them) and the mask sees the query range they span.
+// kPack > 1: GQA packing (PackedRow<kPack, kSpan>, common/packed_rows.h): the CTA serves kPack q
+// heads of one KV head, tile rows are packed rows (PackedRow::count(seqlen_q) of them, spans of
+// kSpan rows with padding where kPack does not divide kSpan) and the mask sees the query range
+// they span.
 // kBottom: Q tiles end at the sequence's last row (tile m covers rows [m kBM - pad, (m+1) kBM - pad),
 // pad = the rows the last of top-aligned tiles would leave empty), so a partial tile is the first
 // one, which a causal mask makes the lightest, instead of the last, the heaviest. Rows < 0 are
 // padding: every role computes them like the rows past seqlen_q of a top-aligned tile (Q from TMA's
 // zero fill, masked or finite scores) and the epilogue skips them (q_lo < 0 on tile 0 only).
-template <int kBM, int kBN, class Mask, int kPack = 1, bool kBottom = false>
+template <int kBM, int kBN, class Mask, int kPack = 1, bool kBottom = false, int kSpan = 0>
 struct TileWork {
+  using Row = PackedRow<kPack, kSpan>;
   SeqInfo seq;
   mask::Ctx ctx;
   int m_block;
@@ -104,12 +107,12 @@ struct TileWork {
     n_begin = min(lo, n_end);
   }
   // Query range [lo, hi) that tile rows [r_lo, r_hi) span.
-  __device__ __forceinline__ static int query_lo(int r_lo) { return r_lo / kPack; }
-  __device__ __forceinline__ static int query_hi(int r_hi) { return (r_hi - 1) / kPack + 1; }
+  __device__ __forceinline__ static int query_lo(int r_lo) { return Row::of(r_lo).q; }
+  __device__ __forceinline__ static int query_hi(int r_hi) { return Row::of(r_hi - 1).q + 1; }
   // Row range and KV tile range (every visible tile) from seq, ctx and m_block.
   __device__ __forceinline__ void finish(const FwdParams& p) {
     TileWork& w = *this;
-    const int rows = w.seq.seqlen_q * kPack;
+    const int rows = Row::count(w.seq.seqlen_q);
     w.q_lo = w.m_block * kBM - (kBottom ? ceil_div(rows, kBM) * kBM - rows : 0);
     w.q_hi = min(w.q_lo + kBM, rows);
     w.valid = w.q_lo < rows;
@@ -173,7 +176,7 @@ struct GridTiles {
   int iter;
   __device__ __forceinline__ bool valid(const FwdParams&, int = 0) const { return iter == 0; }
   __device__ __forceinline__ void advance() { ++iter; }
-  template <int kBM, int kBN, int kPack = 1, bool kBottom = false>
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false, int kSpan = 0>
   __device__ __forceinline__ const Work& work(const FwdParams&, int = 0) const { return w; }
 };
 
@@ -205,12 +208,12 @@ struct PersistentTiles : PersistentWalk {
                                          int zero = 0) const {
     PersistentWalk::decode(p, unit(zero), !Mask::kIsNone, m, split, head, batch);
   }
-  template <int kBM, int kBN, int kPack = 1, bool kBottom = false>
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom> work(const FwdParams& p, int zero = 0) const {
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false, int kSpan = 0>
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> work(const FwdParams& p, int zero = 0) const {
     int m, split, h, b;
     decode(p, m, split, h, b, zero);
-    TileWork<kBM, kBN, Mask, kPack, kBottom> w =
-        TileWork<kBM, kBN, Mask, kPack, kBottom>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
+    TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> w =
+        TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
     w.split = split;
     if (split >= 0 && p.num_splits > 1) w.keep_share(split, split + 1, p.num_splits);
     return w;
@@ -234,16 +237,16 @@ struct SegmentTiles : StreamKWalk {
     return u.segment_start(static_cast<int>(blockIdx.x), iter) < u.begin(static_cast<int>(blockIdx.x) + 1);
   }
   __device__ __forceinline__ void advance() { ++iter; }
-  template <int kBM, int kBN, int kPack = 1, bool kBottom = false>
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false, int kSpan = 0>
   // The unused int: PersistentTiles::work's opaque zero (no stream-K caller passes one).
-  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom> work(const FwdParams& p, int = 0) const {
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> work(const FwdParams& p, int = 0) const {
     const UnitSplit u = units(p);
     const int x = static_cast<int>(blockIdx.x);
     const Segment g = segment(u, x, iter);
     const int heads = kPack > 1 ? p.num_kv_heads : p.num_q_heads;
     const int m = g.tile % p.num_m_blocks, hb = g.tile / p.num_m_blocks;
-    TileWork<kBM, kBN, Mask, kPack, kBottom> w =
-        TileWork<kBM, kBN, Mask, kPack, kBottom>::make(p, m, (hb % heads) * kPack, hb / heads);
+    TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> w =
+        TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan>::make(p, m, (hb % heads) * kPack, hb / heads);
     w.keep_share(g.u0, g.u1, u.units_per_tile);
     w.split = slot(u, x, g.tile);
     w.splits = u.segments(g.tile);

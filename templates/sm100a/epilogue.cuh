@@ -40,7 +40,8 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
   const int r = threadIdx.x % 128;
   const int r0 = w.q_lo + tile * T::kTileM;  // first tile row of this Q tile (packed rows when kPack > 1)
   const int row = r0 + r;
-  const bool row_valid = row < w.q_hi;       // packed: also every (query, head) pair inside the sequence
+  // Packed: also every (query, head) pair inside the sequence; padded spans: not a padding row.
+  const bool row_valid = T::Rows::kDense ? row < w.q_hi : T::Rows::real(row, w.seq.seqlen_q);
   const u32 t_o = tmem_base + tmem::warp_lane_base() + T::tmem_o(tile);
 
   if (has_o) {
@@ -65,7 +66,7 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
   if (p.num_splits > 1) {
     // Split-KV (uniform): this split's O, normalised by its own sum, as float32 partials and its
     // LSE (-inf when it saw no key); fa4_combine writes O and p.lse. Per-thread row stores.
-    const long long lse_row = w.seq.template lse_row<kPack>(p, row);
+    const long long lse_row = w.seq.template lse_row<kPack, T::kTileM>(p, row);
     float* dst = split::partial_o(p, w.split, lse_row, T::kDepth);
 #pragma unroll 1
     for (int col = 0; col < T::kDp; col += 32) {
@@ -85,7 +86,7 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
   const bool varlen = p.cu_seqlens_q != nullptr;
   unsigned char* stage = smem + T::kQOff + tile * T::kQTileBytes;
   const u32 stage_row = smem_u32(stage) + r * 128;
-  Out* o_row = reinterpret_cast<Out*>(p.o) + w.seq.template o_row<kPack>(p, row);
+  Out* o_row = reinterpret_cast<Out*>(p.o) + w.seq.template o_row<kPack, T::kTileM>(p, row);
 #pragma unroll
   for (int b = 0; b < T::kDp / T::kOBox; ++b) {
 #pragma unroll
@@ -121,8 +122,9 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
       for (int b = 0; b < T::kDp / T::kOBox; ++b) {
         if constexpr (kPack == 1) {
           tma_store_4d(&tma.o, stage + b * T::kTileM * 128, b * T::kOBox, c.q_row0 + r0, c.q_head, c.q_batch);
-        } else {  // 5-D map: rows r0 / kPack.. of the group's heads; queries past seqlen_q are clipped
-          tma_store_5d(&tma.o, stage + b * T::kTileM * 128, b * T::kOBox, 0, c.q_row0 + r0 / kPack, c.kv_head,
+        } else {  // 5-D map: the span's real rows (T::Rows), its padding is not stored; queries past seqlen_q are clipped
+          tma_store_5d(&tma.o, stage + b * T::kTileM * 128, b * T::kOBox, 0, c.q_row0 + T::Rows::span_query(r0),
+                       T::kPackSlices > 1 ? c.q_head / kPack : c.kv_head,
                        c.q_batch);
         }
       }
@@ -130,7 +132,7 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
       tma_store_wait_read<0>();  // smem must outlive the reads; the CTA may exit next
     }
   }
-  if (p.lse && row_valid) p.lse[w.seq.template lse_row<kPack>(p, row)] = lse;
+  if (p.lse && row_valid) p.lse[w.seq.template lse_row<kPack, T::kTileM>(p, row)] = lse;
 }
 
 }  // namespace sm100a

@@ -30,9 +30,9 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
       if constexpr (T::kPack == 1) {
         tma_load_4d(dst + b * T::kTileM * 128, &tma.q, &bars.q_full[tile], b * T::kBox, c.q_row0 + r0, c.q_head,
                     c.q_batch);
-      } else {  // 5-D map (depth, group, rows, kv heads, batch): box rows are r = query * kPack + head
-        tma_load_5d(dst + b * T::kTileM * 128, &tma.q, &bars.q_full[tile], b * T::kBox, 0, c.q_row0 + r0 / T::kPack,
-                    c.kv_head, c.q_batch);
+      } else {  // 5-D map (depth, group, rows, kv heads, batch): box rows are T::Rows's real rows of the span
+        tma_load_5d(dst + b * T::kTileM * 128, &tma.q, &bars.q_full[tile], b * T::kBox, 0,
+                    c.q_row0 + T::Rows::span_query(r0), T::kPackSlices > 1 ? c.q_head / T::kPack : c.kv_head, c.q_batch);
       }
     }
   };

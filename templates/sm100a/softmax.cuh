@@ -184,7 +184,7 @@ __device__ __forceinline__ void softmax_wg(const FwdParams& p, const TmaDescs& t
   const int r_lo = w.q_lo + tile * T::kTileM;
   const int r_hi = min(r_lo + T::kTileM, w.q_hi);
   const int q_lo = Work<Config, Mask>::query_lo(r_lo), q_hi = Work<Config, Mask>::query_hi(r_hi);
-  const PackedRow<T::kPack> pr = PackedRow<T::kPack>::of(r_lo + r);
+  const typename T::Rows pr = T::Rows::of(r_lo + r);
   // Masks and score-mods only see rows inside the sequence; rows past it are computed on a
   // clamped index and never stored. Packed: each row has its own head (mask, score-mod, sink).
   mask::Ctx row_mask = w.ctx;

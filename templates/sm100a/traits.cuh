@@ -45,7 +45,9 @@ struct Traits {
   static constexpr int kMmaK = 32 / kElemBytes;
   static constexpr int kPPerColumn = 4 / kElemBytes;  // P elements per 32-bit TMEM column (2, or 4 e4m3)
   static constexpr int kThreads = 512;
-  static constexpr int kPack = Config::kPack;       // GQA packing: row r = query r / kPack, head r % kPack
+  static constexpr int kPack = Config::kPack;       // GQA packing: tile row -> (query, head) by Rows
+  static constexpr int kPackSlices = PackSlicesOf<Config>::value;  // groups above 128: slices of kPack heads
+  using Rows = PackedRow<kPack, kTileM>;            // common/packed_rows.h: a Q tile is one span (one 5-D box)
 
   static_assert(Config::kNumThreads == kThreads, "sm100a: 16 warps (2 softmax WGs, correction WG, MMA, load)");
   static_assert(kBM == 256 && kNumQTiles == 2, "sm100a: BM = 256 = two Q tiles of 128 rows");
@@ -58,7 +60,7 @@ struct Traits {
   static_assert((sizeof(Element) == 2 || kFp8) && sizeof(OutElement) == 2, "16-bit or e4m3 Q/K/V, 16-bit O");
   static_assert(!kFp8 || (kDp == 128 && kQKStages == 1),
                 "FP8: padded depth 128 (one 128-byte e4m3 row per key), K in one chunk (BK0 = Dp)");
-  static_assert(kPack >= 1 && kTileM % kPack == 0, "a Q tile (one 5-D TMA box) holds whole groups");
+  static_assert(kPack >= 1 && kPack <= kTileM, "a Q tile (one 5-D TMA box) holds whole groups: kPack 1..128");
   static_assert(sizeof(KVElement) == sizeof(Element) || (kFp8KV && kDp == 128),
                 "16-bit K/V, or an e4m3 KV cache at padded depth 128 (one 128-byte e4m3 row per key)");
 
@@ -74,7 +76,8 @@ struct Traits {
   // ---- shared memory (byte offsets from a 1024-aligned base) ----
   // A Q tile's region is sized for the 16-bit O staged there (FP8: the e4m3 Q fills half of it).
   static constexpr int kQTileBytes = kTileM * kDp * 2;            // O: Dp/64 boxes of [128][64 x 16-bit]
-  static constexpr int kQLoadBytes = kTileM * kDp * kElemBytes;   // Q: Dp/kBox boxes of [128][128 B]
+  // Q: Dp/kBox boxes of [128][128 B] (packed rows: of the span's real rows, Rows::kSpanRows).
+  static constexpr int kQLoadBytes = Rows::kSpanRows * kDp * kElemBytes;
   static constexpr int kKChunkBytes = kBN * kBK0 * kElemBytes;   // BK0/kBox boxes of [BN][128 B]
   static constexpr int kKVStageBytes = kBN * kDp * kElemBytes;   // Dp/kBox boxes of [BN][128 B]
   static constexpr int kQOff = 0;                                 // Q0, Q1; O staging reuses them
@@ -110,7 +113,7 @@ struct Traits {
 // KV tiles, walked from first_tile() down with next_tile() so every role skips the same kSkip
 // tiles. Every role builds it from the same inputs.
 template <class Config, class Mask>
-using Work = TileWork<Traits<Config>::kBM, Traits<Config>::kBN, Mask, Traits<Config>::kPack>;
+using Work = TileWork<Traits<Config>::kBM, Traits<Config>::kBN, Mask, Traits<Config>::kPack, false, Traits<Config>::kTileM>;
 
 template <class Config, class Mask>
 __device__ __forceinline__ Work<Config, Mask> make_work(const FwdParams& p) {

@@ -27,9 +27,11 @@ __device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
 // Split-KV (writes_partials): this split's O, normalised by its own row sums, as float32 straight
 // from the accumulator fragment (a quad writes 8 consecutive floats = one full 32-byte sector per
 // row and column block, so no staging), and its LSE (-inf for a row that saw no key; O is 0 then).
-// fa4_combine writes O and p.lse. Tile rows >= q_hi are not written (tested as r < seqlen_q * kPack,
-// the same for r < q_lo + kBM, and it keeps q_hi from living across the KV loop), nor rows < 0
-// (Shape::kBottomTiles: the padding above row 0).
+// fa4_combine writes O and p.lse. Tile rows >= q_hi are not written (tested as Rows::real(r, seqlen_q),
+// the same for r < q_lo + kBM, and it keeps q_hi from living across the KV loop; padded spans: nor
+// their padding rows), nor rows < 0 (Shape::kBottomTiles: the padding above row 0). Dense rows spell
+// real() out as r < seqlen_q * kPack here and below: through the call, NVVM swapped the comparison's
+// operands and the PTX of the kernels before padded spans changed.
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void store_split_partials(const FwdParams& p, const Work& w, int row_base,
                                                      const float (&o)[Shape<Config>::kDp / 2],
@@ -41,8 +43,9 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row_base + warp * 16 + (lane >> 2) + 8 * h;  // tile row
-    if (r < w.seq.seqlen_q * Sh::kPack && (!Sh::kBottomTiles || r >= 0)) {
-      const long long row = w.seq.template lse_row<Sh::kPack>(p, r);
+    if ((Sh::Rows::kDense ? r < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(r, w.seq.seqlen_q)) &&
+        (!Sh::kBottomTiles || r >= 0)) {
+      const long long row = w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, r);
       float* dst = split::partial_o(p, split, row, Sh::kDepth) + 2 * (lane & 3);
 #pragma unroll
       for (int j = 0; j < Sh::kDepth / 8; ++j)  // the partial rows are kDepth wide (combine reads them so)
@@ -117,12 +120,12 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
         ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
         st_global_v4(o_base + static_cast<long long>(q) * p.o_row_stride + cc * 8, v);
       }
-    } else {  // packed GQA: tile row -> (query, head) (PackedRow); rows >= seqlen_q * kPack are padding
+    } else {  // packed GQA: tile row -> (query, head) (Shape::Rows); rows past the sequence's and a span's padding are not written
       const int tr = row_base + r;
-      if (tr < w.seq.seqlen_q * Sh::kPack) {
+      if (Sh::Rows::kDense ? tr < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(tr, w.seq.seqlen_q)) {
         u32 v[4];
         ld_shared_v4(o_smem + (cc / 8) * (64 * 128) + r * 128 + (((cc % 8) ^ (r % 8)) << 4), v);
-        st_global_v4(static_cast<Out*>(p.o) + w.seq.template o_row<Sh::kPack>(p, tr) + cc * 8, v);
+        st_global_v4(static_cast<Out*>(p.o) + w.seq.template o_row<Sh::kPack, Sh::kWgRows>(p, tr) + cc * 8, v);
       }
     }
   }
@@ -135,7 +138,8 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
         if (q < w.seq.seqlen_q && (!Sh::kBottomTiles || q >= 0)) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
       } else {
         const int tr = row_base + r0 + 8 * h;
-        if (tr < w.seq.seqlen_q * Sh::kPack) p.lse[w.seq.template lse_row<Sh::kPack>(p, tr)] = sm.row[h].lse(sm.scale);
+        if (Sh::Rows::kDense ? tr < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(tr, w.seq.seqlen_q))
+          p.lse[w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, tr)] = sm.row[h].lse(sm.scale);
       }
     }
   }

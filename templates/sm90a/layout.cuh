@@ -84,8 +84,9 @@ template <class C> struct CtasPerSmOf<C, typename VoidT<decltype(C::kCtasPerSm)>
   static constexpr int value = C::kCtasPerSm;
 };
 
-// kPack (absent or 1: one q head per CTA; g > 1: GQA packing, the g q heads of one KV head share
-// the Q tile, tile row r = query r / g of head r % g; PackedRow in common/sequence.cuh).
+// kPack (absent or 1: one q head per CTA; p > 1: GQA packing, p q heads of one KV head share the
+// Q tile, tile row r -> (query, head) by PackedRow<p, 64> in common/packed_rows.h: dense when p
+// divides 64, else each warpgroup's 64 rows hold 64 / p whole queries and padding).
 template <class C, class = void> struct PackOf { static constexpr int value = 1; };
 template <class C> struct PackOf<C, typename VoidT<decltype(C::kPack)>::type> {
   static constexpr int value = C::kPack;
@@ -161,6 +162,9 @@ struct Shape {
   static constexpr bool kPersistent = PersistentOf<Config>::value != 0;
   static constexpr bool kStreamK = PersistentOf<Config>::value == 2;
   static constexpr int kPack = PackOf<Config>::value;
+  static constexpr int kPackSlices = PackSlicesOf<Config>::value;
+  using Rows = PackedRow<kPack, 64>;  // tile row -> (query, head); spans are the warpgroups' 64 rows
+  static constexpr int kQBoxRows = Rows::kSpanRows;  // rows one Q box loads: 64, or the real rows of a padded span
   static constexpr bool kBottomTiles = BottomTilesOf<Config>::value;  // Q tiles end at the last row
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
   // Per-warpgroup key spans (consumer.cuh, WgKeySpan; Config::kWgSpans, absent: off): a consumer
@@ -252,8 +256,12 @@ struct Shape {
                 "whole tiles)");
   static_assert(!kProducerHelpers || kNumConsumerWGs <= 2 || kFp8,
                 "sm90a kernel: producer helpers leave registers for 2 consumer WGs (3 for FP8's fragments at depth 64)");
-  // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each.
-  static_assert(kPack >= 1 && kWgRows % kPack == 0, "sm90a kernel: kPack (GQA group) must divide 64");
+  // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each (rounded
+  // down: the rest of the 64 rows is padding, PackedRow).
+  static_assert(kPack >= 1 && kPack <= kWgRows, "sm90a kernel: kPack (GQA heads per CTA) must be 1..64");
+  static_assert(kPackSlices == 1 || (kPack > 1 && !kPersistent),
+                "sm90a kernel: sliced GQA packing (kPackSlices > 1) runs the grid walk (the persistent walks "
+                "count one packed CTA per KV head)");
   static_assert(PersistentOf<Config>::value >= 0 && PersistentOf<Config>::value <= 2, "sm90a kernel: kPersistent is 0, 1 or 2");
   static_assert(!(kPersistent && !kStreamK && kPack > 1),
                 "sm90a kernel: the LPT persistent scheduler walks q heads; GQA packing needs kPersistent 0 or 2");
@@ -271,6 +279,8 @@ struct SmemLayout {
   using Sh = Shape<Config>;
   static constexpr u32 kQWgBytes = Sh::kWgRows * Sh::kDp * 2;  // one warpgroup's Q (and 16-bit O) region
   static constexpr u32 kQLoadBytes = Sh::kWgRows * Sh::kQChunks * Sh::kRowBytes;  // the Q tile's bytes in it
+  // The bytes the Q boxes bring (the mbarrier's expect_tx): kQLoadBytes unless packed rows pad the tile.
+  static constexpr u32 kQTxBytes = Sh::kQBoxRows * Sh::kQChunks * Sh::kRowBytes;
   static constexpr u32 kQBytes = Sh::kBM * Sh::kDp * 2;
   static constexpr u32 kKVStageBytes = Sh::kBN * Sh::kDp * Sh::kElemBytes;  // a stage the consumers read
   static constexpr u32 kKVLoadStageBytes = Sh::kBN * Sh::kDp * Sh::kKvElemBytes;  // a stage TMA fills
@@ -345,7 +355,8 @@ __device__ __forceinline__ u32 warp_uniform(u32 x) { return __reduce_max_sync(0x
 
 // One CTA's problem and KV tile list: the shared scheduler (common/tile_scheduler.cuh).
 template <class Config, class Mask>
-using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack, Shape<Config>::kBottomTiles>;
+using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack, Shape<Config>::kBottomTiles,
+                         Shape<Config>::kWgRows>;
 
 // The CTA's tile walk: GridTiles (kPersistent 0; it holds the CtaWork built before the role
 // split), PersistentTiles (1) or SegmentTiles (2).

@@ -10,8 +10,9 @@ namespace fa4 {
 namespace sm90a {
 
 // Q of consumer warpgroup g into its Q tile (SmemLayout::q_offset): kQChunks boxes of
-// [64 rows][128 bytes] on bar. Packed GQA: the 5-D map's box is the same 64 x 128 B (64 / kPack
-// queries x kPack heads, rows in PackedRow order), addressed by the box's first query and the KV head.
+// [64 rows][128 bytes] on bar. Packed GQA: the 5-D map's box is 64 / kPack (rounded down) queries x
+// kPack heads of 128 B (kQBoxRows rows in PackedRow order; padding rows past them are not loaded),
+// addressed by the span's first query and the KV head (or, sliced, the slice).
 template <class Config, class Mask>
 __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Config, Mask>& w, const TmaCoords& c,
                                           unsigned char* smem, u64* bar, int g) {
@@ -23,8 +24,8 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
     if constexpr (Sh::kPack == 1)
       tma_load_4d(dst, &tma.q, bar, ch * Sh::kBlockElems, c.q_row0 + w.q_lo + g * Sh::kWgRows, c.q_head, c.q_batch);
     else
-      tma_load_5d(dst, &tma.q, bar, ch * Sh::kBlockElems, 0, c.q_row0 + (w.q_lo + g * Sh::kWgRows) / Sh::kPack, c.kv_head,
-                  c.q_batch);
+      tma_load_5d(dst, &tma.q, bar, ch * Sh::kBlockElems, 0, c.q_row0 + Sh::Rows::span_query(w.q_lo + g * Sh::kWgRows),
+                  Sh::kPackSlices > 1 ? c.q_head / Sh::kPack : c.kv_head, c.q_batch);
   }
 }
 
@@ -81,7 +82,7 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
     mbar_wait(&bars->q_empty[g], q_empty_phase);
     u64* bar = &bars->q_full[g];
     if (load) {
-      mbar_expect_tx(bar, L::kQLoadBytes);
+      mbar_expect_tx(bar, L::kQTxBytes);
       load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
     } else {
       mbar_arrive(bar);
@@ -110,7 +111,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 #pragma unroll
   for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
     u64* bar = &bars->q_full[g];
-    mbar_expect_tx(bar, L::kQLoadBytes);
+    mbar_expect_tx(bar, L::kQTxBytes);
     load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
   }
 
@@ -145,7 +146,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   if constexpr (!Tiles::kPersistent) {
     // The grid walk's one unit, without the loop: a one-trip loop here changed the SASS of the
     // unmasked grid kernels (d128, d256, softcap: the prologue scheduled differently).
-    producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p), smem, bars);
+    producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p), smem, bars);
   } else {
     // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
     pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
@@ -156,7 +157,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     // held across the walk (4 B spilled at FP8 d128 causal and at d256 causal).
     constexpr bool kTightProducer = Sh::kFp8 || Sh::kDp > 128;
     for (; tiles.valid(p, kTightProducer ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
-      const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p);
+      const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
       // The parity of tile i's q_empty wait: the previous tile's use of the Q region is done.
       const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
       const TmaCoords c = TmaCoords::make(p, w.seq);
@@ -273,7 +274,7 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
   // across it: this warpgroup runs at 32 registers at kBM 192.
   for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
     const CtaWork<Config, Mask>& w =
-        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
     for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) transpose_stage();  // none when !w.valid
   }
 }
@@ -369,7 +370,7 @@ __device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, un
   // The walk's constants re-read per tile from an opaque zero, as the transposers' (transpose_loop):
   // held across it, they spilled the 56-register warpgroup (28 B at causal d128).
   for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
-    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles>(
+    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(
         p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
     for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
       convert_stage<Config>(k_relay, base + L::kKLoadOffset, base + L::kKOffset, t);

@@ -82,12 +82,16 @@ struct WgSoftmax {
       logits_unpacked(s, n, need_mask, p, w);
     } else {
       const int k0 = n * kBN + kc;
-      // Row r1 = r0 + 8 from PackedRow::of(r0): r0 % 16 < 8 and kPack is a power of two dividing 64,
-      // so r1 is the same head 8 / kPack queries on (kPack <= 8) or the same query 8 heads on
-      // (kPack >= 16). Written so, the offsets fold into immediates (fewer live registers at kBM 192).
-      const PackedRow<kPack> pr = PackedRow<kPack>::of(q0);
-      const int q[2] = {pr.q, kPack <= 8 ? pr.q + 8 / kPack : pr.q};
-      const int head[2] = {w.seq.q_head + pr.head, w.seq.q_head + pr.head + (kPack <= 8 ? 0 : 8)};
+      // Row r1 = r0 + 8 from Rows::of(r0) where kPack divides 64 (dense rows): r0 % 16 < 8 and kPack is a
+      // power of two, so r1 is the same head 8 / kPack queries on (kPack <= 8) or the same query 8
+      // heads on (kPack >= 16). Written so, the offsets fold into immediates (fewer live registers at
+      // kBM 192). Other packs (padded spans): each row's own mapping.
+      using Rows = typename Sh::Rows;
+      const Rows pr = Rows::of(q0);
+      const Rows pr1 = Rows::kDense ? pr : Rows::of(q0 + 8);
+      const int q[2] = {pr.q, !Rows::kDense ? pr1.q : kPack <= 8 ? pr.q + 8 / kPack : pr.q};
+      const int head[2] = {w.seq.q_head + pr.head,
+                           w.seq.q_head + (!Rows::kDense ? pr1.head : pr.head + (kPack <= 8 ? 0 : 8))};
       mask::Ctx ctx[2] = {w.ctx, w.ctx};
       ctx[0].q_head = head[0];
       ctx[1].q_head = head[1];
@@ -246,7 +250,7 @@ struct WgSoftmax {
       row[r].sum += __shfl_xor_sync(0xffffffffu, row[r].sum, 2);
       if (p.sinks && (!Sh::kRuntimeVariants || split_of<Config>(p, w) <= 0)) {
         int head = w.seq.q_head;
-        if constexpr (kPack > 1) head += PackedRow<kPack>::of(q0 + 8 * r).head;
+        if constexpr (kPack > 1) head += Sh::Rows::of(q0 + 8 * r).head;
         row[r].add_sink(p.sinks[head] * kLog2e, scale);
       }
     }

@@ -247,6 +247,36 @@ def test_split_kv_decode_matches_unsplit():
         assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"splits {splits}")
 
 
+@pytest.mark.parametrize("Hq,Hkv", [(28, 4), (48, 4)])  # groups 7 (Qwen2.5-7B) and 12: no divisor of 64
+@pytest.mark.parametrize("Sq", [1, 5])
+def test_decode_packs_any_group(Hq, Hkv, Sq, monkeypatch):
+    """Decode with a group that does not divide 64 rows: the automatic choice (pack_gqa=None) packs
+    it (issue 53), the packed kernel matches the float64 reference (contiguous, split-KV and
+    paged), and so does the unpacked one."""
+    from fa4jit import ops
+    keys = []
+    get = ops._get_kernel
+    monkeypatch.setattr(ops, "_get_kernel", lambda key: keys.append(key) or get(key))
+    q, k, v = qkv(3, Sq, 2100, Hq, Hkv, 128, torch.bfloat16, seed=53 + Hq + Sq)
+    ref, ref_lse = attention_ref(q, k, v, causal=True)
+    for pack in (None, True, False):
+        for splits in (0, 3):
+            keys.clear()
+            o, lse = fa4jit.attention(q, k, v, causal=True, num_splits=splits, pack_gqa=pack, return_lse=True)
+            assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"pack {pack} splits {splits}")
+            if keys:  # the kernel key's pack flag (ops._prepare): None packs decode for every group
+                assert keys[-1][11] == (pack is not False), keys[-1]
+    page, max_pages = 16, (2100 + 15) // 16  # paged: the same keys in randomly placed pages of 16
+    kc, vc = rnd(3 * max_pages + 5, page, Hkv, 128, seed=7), rnd(3 * max_pages + 5, page, Hkv, 128, seed=8)
+    perm = torch.randperm(3 * max_pages + 5, device="cuda")[:3 * max_pages].view(3, max_pages).to(torch.int32)
+    used = torch.tensor([2100, 1, 777], dtype=torch.int32, device="cuda")
+    kp = kc[perm.long()].reshape(3, max_pages * page, Hkv, 128)
+    vp = vc[perm.long()].reshape(3, max_pages * page, Hkv, 128)
+    ref, ref_lse = attention_ref(q, kp, vp, causal=True, seqused_k=used)
+    o, lse = fa4jit.attention_paged(q, kc, vc, perm, used, causal=True, return_lse=True)
+    assert_close(o, ref, torch.bfloat16, lse, ref_lse, what="paged 16, automatic packing")
+
+
 # ---- FP8 (float8_e4m3fn inputs, sm_90a) ----------------------------------------------------------
 
 FP8 = getattr(torch, "float8_e4m3fn", None)

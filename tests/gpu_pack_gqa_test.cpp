@@ -1,0 +1,144 @@
+// Packed GQA for any group (issue 53) against the float64 reference with poisoned outputs, on every
+// backend this GPU runs (the portable kernel as sm_90 / sm_80, and sm_90a): groups that do not
+// divide a 64-row warpgroup tile (3, 5, 6, 7, 12: padded spans, common/packed_rows.h), one that does
+// (16, the dense rows every earlier kernel used), 48 (one query per span) and groups above 64 (96,
+// 128: sliced into CTAs of 48 / 64 heads on sm90a). Decode and speculative lengths (Sq 1, 5, 16:
+// 16 queries of group 7 cross a span), causal (bottom-right: each padded row's mask is its own
+// query's), contiguous and paged K/V (pages of 16 and 64), split-KV (automatic and 3, with the
+// combine), varlen batches, sinks and an FP8 KV cache. Skips without a GPU.
+// Run: --gtest_filter='GpuPackGqa*'.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "check/gpu.hpp"
+#include "fa4jit/jit.hpp"
+#include "tests/support/expect.hpp"
+#include "tests/support/tune.hpp"
+
+namespace {
+
+using jit::DType;
+using jit::FA4Config;
+using jit::Mask;
+using jit::testing::CheckCase;
+using jit::testing::expect_matches;
+using jit::testing::runnable_archs;
+
+FA4Config packed(const std::string& arch, int group, Mask mask = Mask::causal()) {
+  FA4Config c;
+  c.arch = arch;
+  c.depth = 128;
+  c.mask = std::move(mask);
+  c.group = group;
+  c.pack_gqa = true;
+  return c;
+}
+
+// Three sequences of 2 KV heads: full, one key, and a partial last KV tile.
+CheckCase decode_case(int group, int sq) {
+  CheckCase c;
+  c.batch = 3;
+  c.seqlen_q = sq;
+  c.seqlen_k = 777;
+  c.seqlens_k = {777, 1, 300};
+  c.num_q_heads = 2 * group;
+  c.num_kv_heads = 2;
+  return c;
+}
+
+// Every layout of one decode shape: contiguous (automatic splits), paged 16 and 64 (page 64 with
+// sinks), split-KV 3, and a varlen batch (Sq, 1, Sq + 3 queries over 777, 40, 300 keys).
+void check_layouts(const jit::Kernel& kernel, int group, int sq, const std::string& what) {
+  CheckCase c = decode_case(group, sq);
+  c.num_splits = 0;
+  expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} contiguous", what));
+  for (int page : {16, 64}) {
+    CheckCase p = decode_case(group, sq);
+    p.page_size = page;
+    p.num_splits = 0;
+    p.with_sinks = page == 64;
+    expect_matches(jit::testing::run_and_check(kernel, p), fmt::format("{} paged {}", what, page));
+  }
+  CheckCase s = decode_case(group, sq);
+  s.num_splits = 3;
+  expect_matches(jit::testing::run_and_check(kernel, s), fmt::format("{} splits 3", what));
+  CheckCase v = decode_case(group, sq);
+  v.seqlens_q = {sq, 1, sq + 3};
+  v.seqlens_k = {777, 40, 300};
+  expect_matches(jit::testing::run_and_check(kernel, v), fmt::format("{} varlen", what));
+}
+
+TEST(GpuPackGqa, AnyGroupDecodeMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int group : {3, 5, 6, 7, 12, 16}) {
+      const auto kernel = jit::get_kernel(packed(arch, group), jit::testing::env_tune());
+      for (int sq : {1, 5, 16})
+        check_layouts(*kernel, group, sq, fmt::format("{} group {} Sq {}", arch, group, sq));
+    }
+}
+
+// Unmasked (every padded row sees every key) and a query count that fills whole spans exactly
+// (group 7: 9 queries a span, Sq 18) or leaves one query in the last (Sq 19).
+TEST(GpuPackGqa, UnmaskedWholeAndPartialSpansMatchReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int group : {7, 12}) {
+      const auto kernel = jit::get_kernel(packed(arch, group, Mask::none()), jit::testing::env_tune());
+      for (int sq : {1, 18, 19}) {
+        CheckCase c = decode_case(group, sq);
+        c.num_splits = 0;
+        expect_matches(jit::testing::run_and_check(*kernel, c),
+                       fmt::format("{} unmasked group {} Sq {}", arch, group, sq));
+      }
+    }
+}
+
+// Groups above a warpgroup tile (sm90a slices: 96 = 2 x 48, 128 = 2 x 64) and one that fills it
+// with a single query per span (48).
+TEST(GpuPackGqa, LargeGroupsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int group : {48, 96, 128}) {
+      const auto kernel = jit::get_kernel(packed(arch, group), jit::testing::env_tune());
+      for (int sq : {1, 5}) {
+        const std::string what = fmt::format("{} group {} Sq {}", arch, group, sq);
+        CheckCase c = decode_case(group, sq);
+        c.num_kv_heads = 1;
+        c.num_q_heads = group;
+        c.num_splits = 0;
+        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} contiguous", what));
+        c.page_size = 64;
+        c.with_sinks = true;
+        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} paged 64 sinks", what));
+        c.page_size = 0;
+        c.num_splits = 3;
+        expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} splits 3", what));
+      }
+    }
+}
+
+// An FP8 KV cache (kv_dtype e4m3, descale_k / descale_v per (batch, KV head)) at the 16-bit tolerance.
+TEST(GpuPackGqa, AnyGroupOverFp8KvCacheMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int group : {3, 7, 12}) {
+      FA4Config cfg = packed(arch, group);
+      cfg.kv_dtype = DType::e4m3;
+      const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+      for (int sq : {1, 5})
+        for (int page : {0, 16}) {
+          CheckCase c = decode_case(group, sq);
+          c.page_size = page;
+          c.num_splits = page == 16 ? 3 : 0;
+          expect_matches(jit::testing::run_and_check(*kernel, c),
+                         fmt::format("{} e4m3 KV group {} Sq {} page {} splits {}", arch, group, sq, page, c.num_splits));
+        }
+    }
+}
+
+}  // namespace
