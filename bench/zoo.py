@@ -431,9 +431,9 @@ def main(argv=None):
         res = bias_demo(nvml)
         print(json.dumps({**head, "bias": res}, indent=1))
         return 0
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    head["warm"] = harness.warm_until_stable(lambda: a @ a, nvml, min_s=3.0, max_s=20.0, block_s=0.2)
-    del a
+    heat = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    head["warm"] = harness.warm_until_stable(lambda: heat @ heat, nvml, min_s=3.0, max_s=20.0, block_s=0.2)
+    del heat
     head["gemm_tflops"] = harness.gemm_tflops()  # the ceilings, measured warm
     head["copy_tbs"] = harness.copy_rate_tbs(nvml)
     print(json.dumps(head), flush=True)

@@ -277,8 +277,9 @@ py_env() {  # fa4jit importable in this shell: the wheel in .whl/ if carried, el
 zoo() {  # the benchmark zoo (bench/zoo.py): fa4jit and its peers in this one process, at steady state
   py_env
   [[ -n ${FA4_SITE:-} ]] || echo "zoo: FA4_SITE unset: FlashAttention-4 is not a peer (source .fa4/small/stage_b.sh after stage A)"
-  timeout "${BENCH_LIMIT:-570}" python3 bench/zoo.py --out "$OUT/zoo.json" "$@" > "$OUT/zoo.log" 2>&1 || fail=1
-  grep -v "^[a-z].*: fa4jit .* ms, best" "$OUT/zoo.log" | tail -150
+  local name=${ZOO_NAME:-zoo}  # several zoo runs in one call: ZOO_NAME names each one's files
+  timeout "${BENCH_LIMIT:-570}" python3 bench/zoo.py --out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1 || fail=1
+  grep -v "^[a-z].*: fa4jit .* ms, best" "$OUT/$name.log" | tail -150
 }
 
 ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a change's own effect)

@@ -26,8 +26,8 @@ FA4_HOST_DEVICE constexpr bool packed_dense(int pack, int span) { return span ==
 FA4_HOST_DEVICE constexpr int packed_box_rows(int pack, int span) {
   return packed_dense(pack, span) ? span : span / pack * pack;
 }
-// Tile rows of a sequence of seqlen_q queries: real rows and the padding of every full span before
-// the last (a partial last span ends at its last real row).
+// Tile rows of a sequence of seqlen_q queries: real rows and the padding of every full span (a
+// partial last span ends at its last real row; the padding of a full one adds no tile).
 FA4_HOST_DEVICE constexpr long long packed_row_count(long long seqlen_q, int pack, int span) {
   return packed_dense(pack, span)
              ? seqlen_q * pack
