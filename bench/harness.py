@@ -4,12 +4,12 @@ An H200 at its 700 W cap runs ~16% slower than one that just idled (docs/PERF.md
 means something only beside its peers' figures taken in the same process, in the same thermal
 state. This module holds the pieces that make that so, and nothing model- or kernel-specific:
 
-- ``Nvml``: SM clock, power and the board's total-energy counter (nvidia-ml-py), read with each
-  measurement, so a table shows the state it was taken in and J per call.
+- ``Nvml``: SM clock and board power (nvidia-ml-py), read with each measurement, so a table shows
+  the state it was taken in; ``PowerSampler`` samples the power through a timed window (J per call).
 - ``warm_until_stable``: sustained load until the SM clock stops moving (the steady state).
 - ``per_call`` / ``back_to_back``: a kernel's time per call (CUDA events around each call, median),
   and back to back (one event pair around many calls, replayed from a CUDA graph where the callable
-  can be captured), with the energy those calls used.
+  can be captured), with the energy per call (mean sampled power x time).
 - ``run_rounds``: interleaved rounds over the arms of one row, the order alternating every round,
   so drift falls on every arm alike; ``paired`` / ``summarize``: ratios paired per round.
 
@@ -85,7 +85,7 @@ def summarize(rounds, ours, aa, peers):
 
 
 class Nvml:
-    """The GPU's SM clock (MHz), power (W) and total energy (mJ) through NVML; every reading is None
+    """The GPU's SM clock (MHz) and power (W) through NVML; every reading is None
     where nvidia-ml-py or the counter is missing (the harness still times, and says so)."""
 
     def __init__(self, index=0):
@@ -114,11 +114,50 @@ class Nvml:
         mw = None if self.h is None else self._read(self.nv.nvmlDeviceGetPowerUsage)
         return mw / 1000.0 if mw is not None else None
 
-    def energy_mj(self):
-        return None if self.h is None else self._read(self.nv.nvmlDeviceGetTotalEnergyConsumption)
+    def instant_w(self):
+        """Instantaneous board power (W) where the driver has the field, else the averaged reading."""
+        if self.h is not None and getattr(self, "_instant", True):
+            try:
+                fv = self.nv.nvmlDeviceGetFieldValues(self.h, [self.nv.NVML_FI_DEV_POWER_INSTANT])[0]
+                if fv.nvmlReturn == 0:
+                    return fv.value.uiVal / 1000.0
+            except Exception:  # noqa: BLE001 - older nvidia-ml-py or driver
+                pass
+            self._instant = False
+        return self.power_w()
 
     def state(self):
         return {"sm_mhz": self.sm_clock(), "power_w": self.power_w()}
+
+
+class PowerSampler:
+    """Board power sampled every ``period`` s on a thread while a window of GPU work runs: the
+    energy counter ticks too coarsely for windows of a tenth of a second (seen on the H200: 0 J
+    over some 60 ms windows), so J per call is the mean sampled power times the window's time."""
+
+    def __init__(self, nvml, period=0.002):
+        self.nvml, self.period, self.samples = nvml, period, []
+
+    def __enter__(self):
+        import threading
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            w = self.nvml.instant_w()
+            if w is not None:
+                self.samples.append(w)
+            self._stop.wait(self.period)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def mean_w(self):
+        return sum(self.samples) / len(self.samples) if self.samples else None
 
 
 def warm_until_stable(load, nvml, min_s=3.0, max_s=20.0, block_s=0.1, window=5, tol=0.015, sync=None):
@@ -142,13 +181,22 @@ def warm_until_stable(load, nvml, min_s=3.0, max_s=20.0, block_s=0.1, window=5, 
             return {"seconds": el, "stable": ok, "clocks": clocks[-window:], **nvml.state()}
 
 
-def per_call(fn, iters=20, warm=3):
+def per_call(fn, iters=20, warm=3, min_s=0.0):
     """Median device time of one call (ms): an event pair around each call, synchronized between
-    calls. For kernels shorter than their launch this is the launch-bound time a user sees."""
+    calls. For kernels shorter than their launch this is the launch-bound time a user sees.
+    ``min_s``: more calls (up to 10x ``iters``) until they add up to that long (short kernels'
+    medians need more samples to hold still)."""
     import torch
     for i in range(warm):
         fn(i)
     torch.cuda.synchronize()
+    if min_s > 0:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn(warm)
+        e.record()
+        e.synchronize()
+        iters = int(min(10 * iters, max(iters, min_s * 1000.0 / max(s.elapsed_time(e), 1e-3))))
     ts = []
     for i in range(iters):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -195,24 +243,25 @@ def back_to_back(fn, est_ms, nvml, min_s=0.06, graph=True, max_calls=400):
     torch.cuda.synchronize()
     reps = max(1, math.ceil(min_s * 1000.0 / max(est_ms * n, 1e-3)))
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0 = nvml.energy_mj()
-    s.record()
-    for _ in range(reps):
-        run()
-    e.record()
-    e.synchronize()
-    e1 = nvml.energy_mj()
+    with PowerSampler(nvml) as power:
+        s.record()
+        for _ in range(reps):
+            run()
+        e.record()
+        e.synchronize()
     calls = reps * n
-    out = {"ms_b2b": s.elapsed_time(e) / calls, "mode": "graph" if g is not None else "eager", **nvml.state()}
-    if e0 is not None and e1 is not None:
-        out["j_call"] = (e1 - e0) / 1000.0 / calls
+    ms = s.elapsed_time(e) / calls
+    out = {"ms_b2b": ms, "mode": "graph" if g is not None else "eager", **nvml.state()}
+    if power.mean_w() is not None:
+        out["power_w"] = power.mean_w()
+        out["j_call"] = power.mean_w() * ms / 1000.0
     del g
     return out
 
 
 def measure(fn, nvml, iters=20, graph=True, max_calls=400):
     """One arm's measurement in one round: per call, then back to back with energy."""
-    ms = per_call(fn, iters)
+    ms = per_call(fn, iters, min_s=0.01)
     return {"ms": ms, **back_to_back(fn, ms, nvml, graph=graph, max_calls=max_calls)}
 
 

@@ -389,7 +389,8 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true", help="print the rows and exit (no GPU)")
     ap.add_argument("--models", default="", help="comma-separated model names (default: all)")
     ap.add_argument("--rows", default=",".join(ROWSETS), help=f"comma-separated row sets of {ROWSETS}")
-    ap.add_argument("--batches", default="", help="keep only decode rows of these batch sizes (e.g. 1,32)")
+    ap.add_argument("--batches", default="", help="keep only decode / paged / fp8kv rows of these batch sizes (e.g. 1,32)")
+    ap.add_argument("--pages", default="", help="keep only paged rows of these page sizes (e.g. 64)")
     ap.add_argument("--peers", default="cudnn,fa2,fa4,flex")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
@@ -409,7 +410,10 @@ def main(argv=None):
     rows, pending = zoo(models, rowsets)
     if a.batches:
         keep = {int(b) for b in a.batches.split(",")}
-        rows = [r for r in rows if not r.memory_bound or r.kind == "spec" or r.B in keep]
+        rows = [r for r in rows if r.kind not in ("decode", "paged", "fp8kv") or r.B in keep]
+    if a.pages:
+        keep_p = {int(p) for p in a.pages.split(",")}
+        rows = [r for r in rows if r.kind != "paged" or r.page in keep_p]
     if a.list:
         for r in rows:
             print(f"{r.name:48s} {', '.join(r.models)}")

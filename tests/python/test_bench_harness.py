@@ -30,8 +30,8 @@ class FakeNvml:
     def power_w(self):
         return 690.0
 
-    def energy_mj(self):
-        return None
+    def instant_w(self):
+        return 690.0
 
     def state(self):
         return {"sm_mhz": self.sm_clock(), "power_w": self.power_w()}
@@ -58,6 +58,20 @@ def test_warm_until_stable_gives_up_at_max_s():
             return 1500 + (self.reads % 2) * 400
     w = harness.warm_until_stable(lambda: None, Moving(), min_s=0.0, max_s=0.05, block_s=0.001, sync=lambda: None)
     assert not w["stable"] and w["seconds"] >= 0.05
+
+
+def test_power_sampler_averages_the_window():
+    class Ramp(FakeNvml):
+        def instant_w(self):
+            self.reads += 1
+            return 600.0 if self.reads % 2 else 700.0
+    import time
+    with harness.PowerSampler(Ramp(), period=0.001) as p:
+        time.sleep(0.05)
+    assert len(p.samples) >= 5 and 640 <= p.mean_w() <= 660
+    with harness.PowerSampler(type("NoNvml", (), {"instant_w": lambda self: None})(), period=0.001) as q:
+        time.sleep(0.005)
+    assert q.mean_w() is None
 
 
 def rounds_of(ours, aa, peers):
