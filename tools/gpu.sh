@@ -44,7 +44,7 @@ On the GPU machine (repository root, .device carried):
   decode sweep          fa4jit bench over CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on decode
                         shapes (fa4jit alone, each in its own process: for its own knobs, never
                         against a peer; peers: zoo --rows decode)
-  python [-k EXPR]      install the wheel carried in .whl/, run tests/python and
+  python [-k EXPR]      fa4jit from .whl/ (or python/ over .device), run tests/python and (without -k)
                         bench/python_overhead.py
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
                         prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none [PEERS='cudnn fa4'] [OPCODES=1: executed
@@ -355,6 +355,7 @@ python_() {
   timeout 480 "${cmd[@]}" 2>&1 | tee "$OUT/python_tests.log" |
     grep -E "passed|failed|error|max \|logit|agreement|frames compiled|graph\(s\)|FAILED|SKIPPED" | tail -60
   echo "pytest rc=${PIPESTATUS[0]}"; (( PIPESTATUS[0] == 0 )) || fail=1
+  [[ ${1:-} == -k ]] && return  # a selection of tests: no overhead table
   timeout 120 python3 bench/python_overhead.py --json "$OUT/python_overhead.json" 2>&1 | tee "$OUT/python_overhead.log"
 }
 
