@@ -27,6 +27,21 @@ def test_installed_library_is_the_packaged_one():
     assert _lib.fa4jit_c_api_version() == _lib.C_API_VERSION
 
 
+def test_the_installed_package_carries_its_license():
+    from importlib import metadata
+    try:
+        md = metadata.metadata("fa4jit")
+    except metadata.PackageNotFoundError:
+        pytest.skip("fa4jit is not pip-installed (tests run from the source tree)")
+    assert md["License"] == "Apache-2.0" or md["License-Expression"] == "Apache-2.0", md
+    assert "License :: OSI Approved :: Apache Software License" in md.get_all("Classifier")
+    files = [str(f) for f in metadata.files("fa4jit") or []]
+    assert any(f.endswith(".dist-info/licenses/LICENSE") for f in files), files
+    # The CMake install inside the package has it too (share/licenses/fa4jit, as any install).
+    text = open(os.path.join(REPO, "LICENSE")).read()
+    assert open(os.path.join(os.path.dirname(fa4jit.__file__), "share", "licenses", "fa4jit", "LICENSE")).read() == text
+
+
 def test_launch_args_layout_matches_the_c_struct():
     # fa4jit_launch_args_init writes sizeof(struct) and the defaults; the package's struct.Struct
     # must see them at its own offsets (also checked at import).
