@@ -128,6 +128,8 @@ def test_flash_attn_varlen_func_as_vllm_calls_it(dtype, sliding_window):
                         window=None if sliding_window is None else window_size)
     assert_close(output, ref, dtype, what="vLLM paged varlen vs float64")
 
+    if sliding_window is not None:
+        return
     # Cascade attention as vLLM does it: the shared prefix and the rest, each with its LSE, merged.
     prefix = 64  # the first 4 pages of sequence 0, decode query 0 only
     q0 = query[:1]
