@@ -556,8 +556,9 @@ void fa4jit_set_log_callback(fa4jit_log_fn fn, void* user) {
 
 int32_t fa4jit_set_log_level(int32_t level) {
   if (level < FA4JIT_LOG_ERROR || level > FA4JIT_LOG_DEBUG)
-    return fail(FA4JIT_INVALID_ARGUMENT,
-                fmt::format("fa4jit_set_log_level: level {} is not FA4JIT_LOG_ERROR (0) .. FA4JIT_LOG_DEBUG (3)", level));
+    return fail(
+        FA4JIT_INVALID_ARGUMENT,
+        fmt::format("fa4jit_set_log_level: level {} is not FA4JIT_LOG_ERROR (0) .. FA4JIT_LOG_DEBUG (3)", level));
   jit::set_log_level(static_cast<jit::LogLevel>(level));
   return FA4JIT_OK;
 }

@@ -14,8 +14,9 @@ namespace jit::cli {
 
 void add_info(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "info", "Version, driver, GPUs, NVRTC, the cache and logging environment, archs; exits 1 after listing "
-              "any environment value it refuses");
+      "info",
+      "Version, driver, GPUs, NVRTC, the cache and logging environment, archs; exits 1 after listing "
+      "any environment value it refuses");
   cmd->callback([] {
     const RuntimeInfo i = runtime_info();
     fmt::print("fa4jit {}\n", i.version);
