@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "cache/internal.hpp"
 
 #ifdef FA4JIT_HAVE_HIREDIS
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -55,6 +57,56 @@ bool decode_remote(std::string_view v, std::string& meta_text, std::string& cubi
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// libhiredis is loaded at run time, as libcuda (runtime/driver.cpp) and libcrypto (crypto.cpp)
+// are: only a store with a redis:// URL needs it, so libfa4jit carries no NEEDED entry for it and
+// starts on machines without it. The struct layouts (redisContext, redisReader, redisReply) are the
+// header's, so only the library of the header's SONAME is loaded.
+#define FA4JIT_HIREDIS_STR2(x) #x
+#define FA4JIT_HIREDIS_STR(x) FA4JIT_HIREDIS_STR2(x)
+#ifdef HIREDIS_SONAME
+constexpr const char* kHiredisSoname = "libhiredis.so." FA4JIT_HIREDIS_STR(HIREDIS_SONAME);
+#else
+constexpr const char* kHiredisSoname = "libhiredis.so." FA4JIT_HIREDIS_STR(HIREDIS_MAJOR);
+#endif
+
+struct Hiredis {
+  decltype(&::redisConnectWithTimeout) connect_with_timeout = nullptr;
+  decltype(&::redisFree) free_context = nullptr;
+  decltype(&::freeReplyObject) free_reply = nullptr;
+  decltype(&::redisAppendCommandArgv) append_command_argv = nullptr;
+  decltype(&::redisBufferWrite) buffer_write = nullptr;
+  decltype(&::redisBufferRead) buffer_read = nullptr;
+  decltype(&::redisGetReplyFromReader) get_reply_from_reader = nullptr;
+  std::string error;  // why it could not be loaded
+};
+
+const Hiredis& hiredis() {
+  static const Hiredis lib = [] {
+    Hiredis h;
+    void* handle = ::dlopen(kHiredisSoname, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* e = ::dlerror();
+      h.error = e ? e : kHiredisSoname;
+      return h;
+    }
+    std::string missing;
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, name));
+      if (!fn) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", name);
+    };
+    sym(h.connect_with_timeout, "redisConnectWithTimeout");
+    sym(h.free_context, "redisFree");
+    sym(h.free_reply, "freeReplyObject");
+    sym(h.append_command_argv, "redisAppendCommandArgv");
+    sym(h.buffer_write, "redisBufferWrite");
+    sym(h.buffer_read, "redisBufferRead");
+    sym(h.get_reply_from_reader, "redisGetReplyFromReader");
+    if (!missing.empty()) h.error = fmt::format("{} lacks {}", kHiredisSoname, missing);
+    return h;  // the handle stays open for the life of the process, like libcuda's
+  }();
+  return lib;
+}
 
 long env_ms(const char* name, long dflt) { return static_cast<long>(env_int(name, dflt, 0, 3600L * 1000)); }
 
@@ -127,11 +179,11 @@ class SigpipeGuard {
 };
 
 struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
+  void operator()(redisReply* r) const { hiredis().free_reply(r); }
 };
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 struct CtxDeleter {
-  void operator()(redisContext* c) const { redisFree(c); }
+  void operator()(redisContext* c) const { hiredis().free_context(c); }
 };
 
 timeval to_tv(long ms) { return timeval{ms / 1000, static_cast<suseconds_t>((ms % 1000) * 1000)}; }
@@ -254,20 +306,20 @@ class RedisTier final : public RemoteTier {
       fail(fmt::format("{}: {}", std::string(name, lens.front()), why));
       return Reply();
     };
-    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK)
+    if (hiredis().append_command_argv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK)
       return failed(c->errstr);
     for (int done = 0; !done;) {
-      if (redisBufferWrite(c, &done) != REDIS_OK) return failed(c->errstr);
+      if (hiredis().buffer_write(c, &done) != REDIS_OK) return failed(c->errstr);
       if (!done && !wait_fd(c->fd, POLLOUT, deadline)) return failed("timed out sending");
     }
     while (true) {
       if (std::string bad = unacceptable(c); !bad.empty()) return failed(bad);
       void* reply = nullptr;
-      if (redisGetReplyFromReader(c, &reply) != REDIS_OK) return failed(c->errstr);
+      if (hiredis().get_reply_from_reader(c, &reply) != REDIS_OK) return failed(c->errstr);
       if (reply) return Reply(static_cast<redisReply*>(reply));
       if (!wait_fd(c->fd, POLLIN, deadline))
         return failed(fmt::format("no complete reply within {} ms", connect_ms_ + command_ms_));
-      if (redisBufferRead(c) != REDIS_OK) return failed(c->errstr);
+      if (hiredis().buffer_read(c) != REDIS_OK) return failed(c->errstr);
     }
   }
 
@@ -275,7 +327,7 @@ class RedisTier final : public RemoteTier {
     const long left = static_cast<long>(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count());
     if (left <= 0) return false;
     std::unique_ptr<redisContext, CtxDeleter> c(
-        redisConnectWithTimeout(u_.host.c_str(), u_.port, to_tv(std::min(connect_ms_, left))));
+        hiredis().connect_with_timeout(u_.host.c_str(), u_.port, to_tv(std::min(connect_ms_, left))));
     if (!c) return fail("cannot allocate a connection"), false;
     if (c->err) return fail(fmt::format("connect: {}", c->errstr)), false;
     // From here on hiredis runs non-blocking (its documented mode without REDIS_BLOCK) and
@@ -327,6 +379,12 @@ std::unique_ptr<RemoteTier> make_remote(const std::string& url, Warner& warner) 
   auto u = parse_url(url);
   if (!u) {
     warner.warn("remote", fmt::format("remote cache URL '{}' is not redis://host:port/db; remote tier disabled", url));
+    return nullptr;
+  }
+  if (const std::string& why = hiredis().error; !why.empty()) {
+    warner.warn("remote", fmt::format("remote cache {} needs {} (hiredis), which cannot be loaded ({}); remote tier "
+                                      "disabled (install libhiredis)",
+                                      url, kHiredisSoname, why));
     return nullptr;
   }
   return std::make_unique<RedisTier>(url, std::move(*u), warner);

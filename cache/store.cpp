@@ -106,8 +106,8 @@ std::optional<Artifact> Store::Impl::load_local(std::string_view key) {
   return std::nullopt;
 }
 
-void Store::Impl::publish_full(std::string_view key, std::string_view cubin, const nlohmann::json& full,
-                               bool to_remote) {
+std::string Store::Impl::publish_full(std::string_view key, std::string_view cubin, const nlohmann::json& full,
+                                      bool to_remote) {
   bool on_disk = false;
   if (wtier) {
     std::string err = wtier->publish(key, cubin, full);
@@ -124,8 +124,13 @@ void Store::Impl::publish_full(std::string_view key, std::string_view cubin, con
     std::lock_guard lk(mem_mu);
     mem.emplace(std::string(key), Artifact{std::string(cubin), full, "memory"});
   }
-  if (to_remote && remote) remote->put_nx(key, detail::encode_remote(full, cubin));
+  std::string written = on_disk ? wtier->root().string() : std::string("memory");
+  if (to_remote && remote) {
+    remote->put_nx(key, detail::encode_remote(full, cubin));
+    written += " + " + remote->describe();
+  }
   if (on_disk && opt.max_bytes > 0) maybe_auto_prune();
+  return written;
 }
 
 Store::Store(Options options) : impl_(new Impl(std::move(options))) {}
@@ -241,8 +246,9 @@ Artifact Store::get_or_compile(std::string_view key, const std::function<Artifac
                                              what, key, v.problem));
     std::lock_guard lk(im.mem_mu);
     im.mem.emplace(std::string(key), Artifact{art.cubin, full, "memory"});
+    art.written = "memory";
   } else {
-    im.publish_full(key, art.cubin, full, /*to_remote=*/true);  // before the lock is released
+    art.written = im.publish_full(key, art.cubin, full, /*to_remote=*/true);  // before the lock is released
   }
   art.meta = std::move(full);
   art.origin = "compiled";

@@ -25,6 +25,9 @@ struct Artifact {
   std::string cubin;
   nlohmann::json meta;  // caller metadata + "cubin_size", "cubin_xxh3_128", "key", "created" (+ "mac")
   std::string origin;   // "compiled", or the tier root / "remote" it was read from
+  // get_or_compile after a compile: where the new entry went ("<tier root>", "memory", plus
+  // " + <remote>" when a remote tier was also given it), for the compile's log line.
+  std::string written{};
 };
 
 // What Options::validate says about an entry that is intact (its size and digest match).

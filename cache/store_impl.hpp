@@ -42,8 +42,9 @@ struct Store::Impl {
   } n;
 
   std::optional<Artifact> load_local(std::string_view key);
-  // Writes an entry whose meta is already complete; never throws for disk errors.
-  void publish_full(std::string_view key, std::string_view cubin, const nlohmann::json& full, bool to_remote);
+  // Writes an entry whose meta is already complete; never throws for disk errors. Returns where
+  // it went (Artifact::written): the tier root or "memory", plus " + <remote>" when sent there.
+  std::string publish_full(std::string_view key, std::string_view cubin, const nlohmann::json& full, bool to_remote);
   void maybe_auto_prune();
   std::size_t prune_locked(std::uint64_t max_bytes, std::chrono::milliseconds lock_wait);
   std::filesystem::path lock_path(std::string_view key) const;

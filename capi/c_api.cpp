@@ -11,6 +11,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/jit.hpp"
+#include "fa4jit/log.hpp"
 #include "fa4jit/version.hpp"
 #include "generator/bounded_json.hpp"
 #include "generator/limits.hpp"
@@ -501,6 +503,9 @@ int32_t fa4jit_runtime_info(char** out_json) {
                     {"cache_roots", info.cache_roots},
                     {"bundles", info.bundles},
                     {"compile_policy", info.compile_policy},
+                    {"cache_writable", info.cache_writable},
+                    {"log_level", jit::to_string(info.log_level)},
+                    {"problems", info.problems},
                     {"stats",
                      {{"compiles", info.stats.compiles},
                       {"memory_hits", info.stats.memory_hits},
@@ -536,6 +541,29 @@ int32_t fa4jit_set_compile_policy(const char* policy) {
   if (!policy) return invalid("fa4jit_set_compile_policy: policy is NULL");
   return guarded([&] { jit::set_compile_policy(jit::compile_policy_from_string(policy)); });
 }
+
+void fa4jit_set_log_callback(fa4jit_log_fn fn, void* user) {
+  if (!fn) {
+    jit::set_log_sink({});
+    return;
+  }
+  // The message is copied into a NUL-terminated string for C; the sink already drops exceptions.
+  jit::set_log_sink([fn, user](jit::LogLevel level, std::string_view message) {
+    const std::string text(message);
+    fn(static_cast<int32_t>(level), text.c_str(), user);
+  });
+}
+
+int32_t fa4jit_set_log_level(int32_t level) {
+  if (level < FA4JIT_LOG_ERROR || level > FA4JIT_LOG_DEBUG)
+    return fail(
+        FA4JIT_INVALID_ARGUMENT,
+        fmt::format("fa4jit_set_log_level: level {} is not FA4JIT_LOG_ERROR (0) .. FA4JIT_LOG_DEBUG (3)", level));
+  jit::set_log_level(static_cast<jit::LogLevel>(level));
+  return FA4JIT_OK;
+}
+
+int32_t fa4jit_get_log_level(void) { return static_cast<int32_t>(jit::log_level()); }
 
 int32_t fa4jit_device_arch(int32_t device, char** out) {
   if (!out) return invalid("fa4jit_device_arch: out is NULL");

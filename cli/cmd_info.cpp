@@ -1,16 +1,22 @@
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
+#include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/presets.hpp"
 
 namespace jit::cli {
 
 void add_info(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "Version, driver, GPUs, NVRTC, the cache and logging environment, archs");
+  auto* cmd = app.add_subcommand(
+      "info",
+      "Version, driver, GPUs, NVRTC, the cache and logging environment, archs; exits 1 after listing "
+      "any environment value it refuses");
   cmd->callback([] {
     const RuntimeInfo i = runtime_info();
     fmt::print("fa4jit {}\n", i.version);
@@ -37,6 +43,14 @@ void add_info(CLI::App& app) {
         i.stats.failures, i.stats.forbidden);
     fmt::print("archs: {}\n", fmt::join(supported_archs(), " "));
     fmt::print("presets: {}\n", fmt::join(preset_names(), " "));
+    // Every refused environment value, after everything else that could be shown: one look at
+    // `fa4jit info` finds them all, and the exit status still says something is wrong.
+    for (const std::string& p : i.problems) fmt::print("problem: {}\n", p);
+    if (!i.problems.empty()) {
+      std::fflush(stdout);
+      throw Error(fmt::format("{} environment value{} refused (the problem lines above)", i.problems.size(),
+                              i.problems.size() == 1 ? "" : "s"));
+    }
   });
 }
 

@@ -1,5 +1,6 @@
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -33,21 +34,35 @@ RuntimeInfo runtime_info() {
   } else {
     info.driver = why;
   }
-  // The process's store: what get_kernel uses (constructing it probes which tier is writable).
-  cache::Store& store = detail::disk_cache();
-  const cache::Options& opt = store.options();
-  for (const auto& root : opt.roots) info.cache_roots.push_back(root.string());
-  for (const auto& b : opt.bundles)
-    if (std::error_code ec; std::filesystem::is_directory(b, ec)) info.bundles.push_back(b.string());
-  info.cache_writable = store.writable_root().string();
-  info.sealed = opt.sealed;
+  // The process's store: what get_kernel uses (constructing it probes which tier is writable). A
+  // cache variable that does not parse fails every get_kernel, but here it is reported, with any
+  // other refused value, so one `fa4jit info` shows them all.
+  try {
+    cache::Store& store = detail::disk_cache();
+    const cache::Options& opt = store.options();
+    for (const auto& root : opt.roots) info.cache_roots.push_back(root.string());
+    for (const auto& b : opt.bundles)
+      if (std::error_code ec; std::filesystem::is_directory(b, ec)) info.bundles.push_back(b.string());
+    info.cache_writable = store.writable_root().string();
+    info.sealed = opt.sealed;
+    info.remote_cache = opt.remote_url;
+    info.cache_max_bytes = opt.max_bytes;
+  } catch (const std::exception& e) {
+    info.problems.push_back(e.what());
+  }
   try {
     info.compile_policy = to_string(compile_policy());
   } catch (const ConfigError& e) {
     info.compile_policy = e.what();
+    info.problems.push_back(e.what());
   }
-  info.remote_cache = opt.remote_url;
-  info.cache_max_bytes = opt.max_bytes;
+  // FA4JIT_LOG falls back to warn (base/log.cpp); say so here too, where someone is looking.
+  if (const char* v = std::getenv("FA4JIT_LOG"); v && *v) {
+    const std::string s(v);
+    if (s != "error" && s != "warn" && s != "warning" && s != "info" && s != "debug")
+      info.problems.push_back(
+          fmt::format("FA4JIT_LOG='{}' is not error, warn, info or debug; the log level is warn", s));
+  }
 #ifdef FA4JIT_HAVE_HIREDIS
   info.redis_built = true;
 #endif

@@ -238,4 +238,18 @@ TEST_F(CliScripts, InfoShowsTheEnvironment) {
   EXPECT_TRUE(has(plain.out, "log level: warn")) << plain.out;
 }
 
+// Bad values are listed, each naming its variable, after the rest of the report (which still
+// shows), and the exit status says so; get_kernel keeps failing on them.
+TEST_F(CliScripts, InfoReportsEveryBadEnvironmentValue) {
+  const auto r = run("info", "FA4JIT_CACHE_MAX_BYTES=lots FA4JIT_COMPILE=sometimes FA4JIT_LOG=loud");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "nvrtc: 13.")) << r.out;
+  EXPECT_TRUE(has(r.out, "presets: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "problem: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "FA4JIT_CACHE_MAX_BYTES")) << r.out;
+  EXPECT_TRUE(has(r.out, "problem: FA4JIT_COMPILE")) << r.out;
+  EXPECT_TRUE(has(r.out, "problem: FA4JIT_LOG='loud'")) << r.out;
+  EXPECT_TRUE(has(r.out, "3 environment values refused")) << r.out;
+}
+
 }  // namespace

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the consumer examples against build/ (configured and built by tools/build.sh):
-#   - installs build/ into DIR/prefix (cmake --install --strip),
+#   - installs build/ into DIR/prefix (cmake --install, which strips by default) and checks that
+#     the install carries no build-machine state: no libhiredis NEEDED, no absolute RUNPATH, no
+#     debug info, no absolute -L in fa4jit.pc, no static archive, and LICENSE installed,
 #   - examples/find_package against that prefix (find_package(fa4jit)),
 #   - examples/add_subdirectory (fa4jit built inside the consumer's tree),
 #   - the same program compiled with `pkg-config --cflags --libs fa4jit`,
@@ -9,7 +11,7 @@
 #
 #   tools/examples.sh                 build and run in a temporary directory (CI)
 #   tools/examples.sh build DIR       build only, leaving in DIR just what `run` needs (stripped
-#                                     binaries, libfa4jit.so, libhiredis): small enough to carry
+#                                     binaries, libfa4jit.so): small enough to carry
 #   tools/examples.sh run DIR         run what `build DIR` left (on the GPU machine, which lacks
 #                                     cmake's -dev dependencies: fmt, CLI11, nlohmann, GTest)
 # FA4JIT_EXAMPLES_REQUIRE_GPU=1/0 forces/forbids failing without a GPU (default: 1 when
@@ -33,7 +35,8 @@ build() {
   cmake --build build -j"$jobs" >/dev/null
   rm -rf "$dir/prefix" "$work" && mkdir -p "$work"
   echo "== install build/ into $dir/prefix"
-  cmake --install build --prefix "$dir/prefix" --strip >/dev/null
+  cmake --install build --prefix "$dir/prefix" >/dev/null
+  check_install "$dir/prefix"
 
   echo "== examples/find_package against the installed prefix"
   cmake -S examples/find_package -B "$work/find_package" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -52,18 +55,38 @@ build() {
       $(PKG_CONFIG_PATH="$dir/prefix/lib/pkgconfig" pkg-config --cflags --libs fa4jit) \
       -I"$cuda/include" -L"$cuda/lib64" -lcudart_static -ldl -lrt -pthread
 
-  # What `run` needs, stripped: the examples, the add_subdirectory build's own libfa4jit.so, and
-  # the shared libraries the GPU machine's image lacks (hiredis).
-  mkdir -p "$dir/find_package" "$dir/add_subdirectory" "$dir/lib"
+  # What `run` needs, stripped: the examples and the add_subdirectory build's own libfa4jit.so.
+  mkdir -p "$dir/find_package" "$dir/add_subdirectory"
   strip -o "$dir/find_package/fa4jit_example" "$work/find_package/fa4jit_example"
   strip -o "$dir/add_subdirectory/fa4jit_example" "$work/add_subdirectory/fa4jit_example"
   strip -o "$dir/add_subdirectory/libfa4jit.so.0" "$work/add_subdirectory/fa4jit/libfa4jit.so.0"
   strip "$dir/pkg-config/fa4jit_example"
-  for lib in $(ldd "$dir/prefix/lib/libfa4jit.so.0" | awk '/hiredis/ {print $3}'); do cp -L "$lib" "$dir/lib/"; done
   rm -rf "$work"
-  # The static archive (with debug info) is not needed to run anything; it would not fit a carry.
-  [ "$mode" = all ] || rm -f "$dir/prefix/lib/libfa4jit.a"
   du -sh "$dir"
+}
+
+# The installed tree is the machine-independent one the issue asks for (#57): checked with readelf
+# on the library and the CLI, not assumed from the CMake options.
+check_install() {
+  local prefix=$1 f dyn bad=0
+  echo "== the install carries no build-machine state"
+  for f in "$prefix/lib/libfa4jit.so.0" "$prefix/bin/fa4jit"; do
+    dyn=$(readelf -d "$f")
+    if grep -q 'NEEDED.*hiredis' <<<"$dyn"; then echo "install check: $f links libhiredis (it must be dlopen'ed)"; bad=1; fi
+    if grep -E '(RPATH|RUNPATH)' <<<"$dyn" | grep -Eq '\[(/|.*:/)'; then
+      echo "install check: $f has an absolute RPATH/RUNPATH: $(grep -E 'RPATH|RUNPATH' <<<"$dyn")"; bad=1
+    fi
+    if readelf -S "$f" | grep -q '\.debug_info'; then echo "install check: $f is not stripped (.debug_info)"; bad=1; fi
+  done
+  if grep -Eq -- '-L/' "$prefix/lib/pkgconfig/fa4jit.pc"; then
+    echo "install check: fa4jit.pc has an absolute -L: $(grep -- '-L/' "$prefix/lib/pkgconfig/fa4jit.pc")"; bad=1
+  fi
+  if [ -e "$prefix/lib/libfa4jit.a" ]; then echo "install check: libfa4jit.a installed without FA4JIT_INSTALL_STATIC"; bad=1; fi
+  if ! cmp -s LICENSE "$prefix/share/licenses/fa4jit/LICENSE"; then
+    echo "install check: LICENSE is not installed as share/licenses/fa4jit/LICENSE"; bad=1
+  fi
+  [ "$bad" = 0 ] || return 1
+  du -hL "$prefix/lib/libfa4jit.so.0" "$prefix/bin/fa4jit" | sed 's/^/  /'
 }
 
 run() {
@@ -75,18 +98,21 @@ run() {
   local flag=""
   [ "$require" = 1 ] && flag=--require-gpu
   export FA4JIT_CACHE_DIR="${FA4JIT_CACHE_DIR:-$(mktemp -d)}"
+  # The installed binaries have no RUNPATH: libnvrtc comes from the loader's path, as for any user
+  # (the toolkit's ld.so.conf.d entry; this covers a toolkit that has none).
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda/lib64"
   echo "== installed CLI"
-  LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" --version
+  "$dir/prefix/bin/fa4jit" --version
   # The install's kernel bundle (share/fa4jit/kernels): every preset, for every bundled arch, with
   # an empty cache and compiles forbidden; with a GPU, the main job's check the same way.
   echo "== a fresh install serves the presets with 0 compiles"
   local presets archs
-  presets=$(LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" info | sed -n 's/^presets: //p')
+  presets=$("$dir/prefix/bin/fa4jit" info | sed -n 's/^presets: //p')
   archs=$(python3 -c "import json,sys; print(','.join(sorted({k['arch'] for k in json.load(open(sys.argv[1]))['kernels']})))" \
           "$dir/prefix/share/fa4jit/kernels/manifest.json")
   local served
   # shellcheck disable=SC2046,SC2086  # one --preset per name (the names split on purpose)
-  if ! served=$(FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid LD_LIBRARY_PATH="$dir/lib" \
+  if ! served=$(FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid \
       "$dir/prefix/bin/fa4jit" prewarm $(printf -- '--preset %s ' $presets) --arch "$archs" 2>&1); then
     echo "$served"
     return 1
@@ -96,13 +122,13 @@ run() {
   echo "$served"
   grep -q ' 0 compiled, .* 0 failed' <<<"$served"
   if [ "$require" = 1 ]; then
-    FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid LD_LIBRARY_PATH="$dir/lib" "$dir/prefix/bin/fa4jit" check
+    FA4JIT_CACHE_DIR="$(mktemp -d)" FA4JIT_COMPILE=forbid "$dir/prefix/bin/fa4jit" check
   fi
   for ex in find_package add_subdirectory pkg-config; do
     local libdir="$dir/prefix/lib"
     [ "$ex" = add_subdirectory ] && libdir="$dir/add_subdirectory"
     echo "== $ex example $flag"
-    LD_LIBRARY_PATH="$libdir:$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$dir/$ex/fa4jit_example" $flag
+    LD_LIBRARY_PATH="$libdir:$LD_LIBRARY_PATH" "$dir/$ex/fa4jit_example" $flag
   done
   echo "examples: all passed"
 }

@@ -85,8 +85,10 @@ pack() {
     [[ -f $t ]] && strip -o ".device/$(basename "$t")" "$t"
   done
   [[ -n $base ]] && strip -o .device/fa4jit_base "$base/fa4jit"
-  # Libraries the device image lacks (hiredis for the Redis tier); LD_LIBRARY_PATH has .device.
-  for t in $(ldd build/fa4jit | awk '/hiredis/ {print $3}'); do cp -L "$t" .device/; done
+  # Libraries the device image lacks (hiredis for the Redis tier, which the binaries dlopen under its
+  # SONAME, the file libhiredis.so points to); LD_LIBRARY_PATH has .device, which dlopen searches.
+  t=$(sed -n 's/^HIREDIS_LIBRARY:FILEPATH=//p' build/CMakeCache.txt)
+  [[ -n $t && -e $t ]] && cp -L "$t" ".device/$(basename "$(readlink -f "$t")")"
   cp "$(command -v redis-server 2>/dev/null || echo /dev/null)" .device/ 2>/dev/null || true
   du -sh .device
 }

@@ -21,11 +21,13 @@
  *   JSON exchanged changes (2: configs lost padded_depth, BK1, num_mma_stages and swizzle_bytes,
  *   which took one value only; resolved configs report "padded_depth" beside "config"; 3: FP8,
  *   FA4JIT_E4M3 and fa4jit_launch_args' descale_q / descale_k / descale_v; 4: the config field
- *   "kv_dtype", an FP8 KV cache; 5: fa4jit_launch_args' max_seqlen_k). Structs
+ *   "kv_dtype", an FP8 KV cache; 5: fa4jit_launch_args' max_seqlen_k; 6: fa4jit_set_log_callback, fa4jit_set_log_level,
+ *   fa4jit_get_log_level, and runtime info's "cache_writable", "log_level" and "problems"). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
- *   functions, enum values and field offsets never change within major version 1.
+ *   functions, enum values and field offsets never change: the version only grows (a program
+ *   checks fa4jit_c_api_version() >= the version whose functions it calls).
  * - Configs are JSON strings in the schema of docs/CONFIG.md (the same as the CLI's files).
  */
 #ifndef FA4JIT_C_API_H
@@ -41,7 +43,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 5
+#define FA4JIT_C_API_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -187,12 +189,35 @@ FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* arc
 FA4JIT_C_EXPORT int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json);
 
 /* jit::runtime_info() as JSON: {"version", "c_api_version", "nvrtc", "nvrtc_archs", "driver",
- * "gpus", "cache_roots", "compile_policy", "stats": {"compiles", "memory_hits", "disk_hits",
- * "remote_hits", "failures", "forbidden", "compile_ms"}}. Works without a driver or GPU. */
+ * "gpus", "cache_roots", "bundles", "compile_policy", "cache_writable", "log_level", "problems",
+ * "stats": {"compiles", "memory_hits", "disk_hits", "remote_hits", "failures", "forbidden",
+ * "compile_ms"}}. Works without a driver or GPU. "problems" (since version 6) lists the environment
+ * values that were refused (each names its variable): the call still succeeds, so every one of
+ * them is reported at once. */
 FA4JIT_C_EXPORT int32_t fa4jit_runtime_info(char** out_json);
 /* jit::set_compile_policy: "allow", "warn" (compile and log the config) or "forbid" (a kernel in no
  * cache tier fails with FA4JIT_CACHE_MISS_ERROR before compiling). Since C API version 2. */
 FA4JIT_C_EXPORT int32_t fa4jit_set_compile_policy(const char* policy);
+/* Since C API version 6. Where the library's messages go (jit::set_log_sink, fa4jit/log.hpp):
+ * cache warnings, and one FA4JIT_LOG_INFO line per kernel compiled (the kernel, its arch, seconds,
+ * the cache tier written). `fn(level, message, user)` receives each message at or above the log
+ * level, without a trailing newline; it is called from whichever thread logs, possibly several at
+ * once and while the library holds a cache lock: it must return promptly and must not call back
+ * into fa4jit_kernel_get. NULL restores the default, stderr. The level starts from FA4JIT_LOG
+ * (error, warn, info or debug; warn when unset or unknown). */
+typedef enum fa4jit_log_level {
+  FA4JIT_LOG_ERROR = 0,
+  FA4JIT_LOG_WARN = 1,
+  FA4JIT_LOG_INFO = 2,
+  FA4JIT_LOG_DEBUG = 3
+} fa4jit_log_level;
+typedef void (*fa4jit_log_fn)(int32_t level, const char* message, void* user);
+FA4JIT_C_EXPORT void fa4jit_set_log_callback(fa4jit_log_fn fn, void* user);
+/* Messages at `level` (fa4jit_log_level) and more severe ones are delivered; FA4JIT_INVALID_ARGUMENT
+ * for a value outside 0..3. */
+FA4JIT_C_EXPORT int32_t fa4jit_set_log_level(int32_t level);
+FA4JIT_C_EXPORT int32_t fa4jit_get_log_level(void);
+
 /* The arch string of CUDA device `device` ("sm_90a" on Hopper, "sm_100a" on B200, "sm_86" ...),
  * the arch kernels for it are built for. */
 FA4JIT_C_EXPORT int32_t fa4jit_device_arch(int32_t device, char** out);

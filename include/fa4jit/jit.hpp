@@ -79,6 +79,9 @@ struct RuntimeInfo {
   std::uint64_t cache_max_bytes = 0;     // FA4JIT_CACHE_MAX_BYTES, 0: no cap
   LogLevel log_level = LogLevel::warn;
   Stats stats;
+  // Environment values that were refused (each message names the variable): reported here rather
+  // than failing the call, so `fa4jit info` can show every one of them. get_kernel still fails on them.
+  std::vector<std::string> problems;
 };
 FA4JIT_API RuntimeInfo runtime_info();
 

@@ -4,6 +4,10 @@
     o = fa4jit.attention(q, k, v, causal=True)          # q (B, Sq, Hq, D), k/v (B, Sk, Hkv, D)
     fa4jit.prewarm([{"depth": 128, "mask": "causal"}], archs=["sm_90a", "sm_100a"])   # no GPU
 
+FlashAttention-3's calls (flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache) are in
+``fa4jit.flash_attn_interface``; ``fa4jit.merge_state`` merges partial results (base-e LSE). The
+library's messages (one info line per compile) go to ``logging.getLogger("fa4jit")``.
+
 The attention functions are PyTorch custom ops (``torch.ops.fa4jit.*``): torch.compile traces them
 without graph breaks and CUDA graphs capture them. Forward only. The package talks to libfa4jit
 through its C API with ctypes: no compiled Python extension, so one wheel serves every Python 3 and
@@ -32,14 +36,15 @@ else:
 
 if _torch_error is None:
     from .ops import attention, attention_paged, attention_varlen
+    from .flash_attn_interface import merge_state
 else:
     def _needs_torch(*args, **kwargs):
         raise ImportError(f"fa4jit's attention functions need PyTorch ({_torch_error})")
 
-    attention = attention_varlen = attention_paged = _needs_torch
+    attention = attention_varlen = attention_paged = merge_state = _needs_torch
 
 __all__ = [
-    "__version__", "attention", "attention_varlen", "attention_paged", "prewarm", "Config", "generate_source",
+    "__version__", "attention", "attention_varlen", "attention_paged", "merge_state", "prewarm", "Config", "generate_source",
     "cache_key", "resolve", "runtime_info", "set_compile_policy", "stats", "model_configs", "Error", "ConfigError", "CompileError", "CacheError",
     "CacheMissError", "DriverError", "LaunchError",
 ]

@@ -13,7 +13,7 @@ def main() -> int:
         return 1
     env = dict(os.environ)
     nvrtc = _paths.nvrtc_dir()
-    if nvrtc:  # its RUNPATH names the build machine's toolkit; this covers an NVRTC elsewhere
+    if nvrtc:  # the binary has no RPATH: NVRTC from the loader's path, else where the package finds it
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [env.get("LD_LIBRARY_PATH"), nvrtc]))
     os.execve(exe, [exe] + sys.argv[1:], env)
     return 1  # not reached

@@ -1,21 +1,25 @@
 """ctypes binding of the fa4jit C API (include/fa4jit/c_api.h, docs/C_API.md).
 
 Loads lib/libfa4jit.so.0 from the package (or $FA4JIT_LIBRARY). libfa4jit needs NVRTC
-(libnvrtc.so.13): found through its RPATH (the build machine's CUDA toolkit directory), else this
-module preloads it from $FA4JIT_NVRTC, the nvidia-cuda-nvrtc wheel that PyTorch installs, or a CUDA
-toolkit ($CUDA_HOME, /usr/local/cuda).
+(libnvrtc.so.13): found on the loader's path (an installed library has no RPATH naming the build
+machine), else this module preloads it from $FA4JIT_NVRTC, a CUDA toolkit ($CUDA_HOME,
+/usr/local/cuda) or the nvidia-cuda-nvrtc wheel that PyTorch installs. It also connects the
+library's log messages to logging.getLogger("fa4jit").
 """
+import atexit
 import ctypes
 import functools
 import json
+import logging
 import os
 import re
 import struct
+import sys
 
 from . import _paths, errors
 
-C_API_VERSION = 5  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
-#                     5: max_seqlen_k)
+C_API_VERSION = 6  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
+#                     5: max_seqlen_k; 6: the log callback and level, runtime info's "problems")
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates
@@ -89,6 +93,54 @@ fa4jit_model_configs = _sig("fa4jit_model_configs", c_int32, c_char_p, c_char_p,
 if fa4jit_c_api_version() < C_API_VERSION:
     raise ImportError(f"fa4jit: {library_path()} has C API version {fa4jit_c_api_version()}, "
                       f"this package needs {C_API_VERSION} or newer")
+
+LOG_FN = ctypes.CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
+fa4jit_set_log_callback = _sig("fa4jit_set_log_callback", None, LOG_FN, c_void_p)
+fa4jit_set_log_level = _sig("fa4jit_set_log_level", c_int32, c_int32)
+fa4jit_get_log_level = _sig("fa4jit_get_log_level", c_int32)
+
+# The library's messages (cache warnings; one info line per kernel compiled: the kernel, its arch,
+# seconds, the cache tier written) become records of this logger.
+logger = logging.getLogger("fa4jit")
+LOG_LEVELS = (logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG)  # fa4jit_log_level 0..3
+_STDERR_NAMES = ("error", "warning", "info", "debug")
+
+
+def _on_log(level, message, _user):
+    # Called from whichever thread logs (ctypes takes the GIL); an exception here would only be
+    # printed by ctypes, so none escapes.
+    try:
+        text = message.decode("utf-8", "replace")
+        py_level = LOG_LEVELS[level] if 0 <= level < len(LOG_LEVELS) else logging.WARNING
+        if logger.hasHandlers():
+            logger.log(py_level, "%s", text)
+        elif py_level >= logging.WARNING:
+            # No logging configured: Python's last-resort handler would print the bare message; keep
+            # the library's own stderr format, which says where it comes from.
+            sys.stderr.write(f"fa4jit: {_STDERR_NAMES[LOG_LEVELS.index(py_level)]}: {text}\n")
+    except Exception:  # noqa: BLE001 (a log line must never become an error)
+        pass
+
+
+_log_callback = LOG_FN(_on_log)  # kept alive for as long as the library holds its pointer
+
+
+def connect_logging():
+    """Routes the library's messages to logging.getLogger("fa4jit"). With FA4JIT_LOG unset the
+    library's level becomes info, so a compile reaches the logger and Python's logging decides
+    (by default only warnings are shown); FA4JIT_LOG, when set, stays the library's level."""
+    fa4jit_set_log_callback(_log_callback, None)
+    if not os.environ.get("FA4JIT_LOG"):
+        fa4jit_set_log_level(2)
+
+
+def _disconnect_logging():
+    # Library threads may still log while the interpreter shuts down: back to plain stderr first.
+    fa4jit_set_log_callback(LOG_FN(), None)
+
+
+connect_logging()
+atexit.register(_disconnect_logging)
 
 
 def raise_last(code: int):

@@ -159,8 +159,9 @@ def prewarm(configs: Iterable[Union[Config, Dict[str, Any]]], archs: Optional[Se
 
 
 def runtime_info() -> Dict[str, Any]:
-    """Library version, NVRTC version and archs, driver, GPUs, cache directories, the compile policy
-    and this process's kernel counters (no GPU needed)."""
+    """Library version, NVRTC version and archs, driver, GPUs, cache directories, the compile policy,
+    the log level and this process's kernel counters (no GPU needed). "problems" lists environment
+    values the library refuses (each message names its variable) instead of raising on the first."""
     return _lib.runtime_info()
 
 

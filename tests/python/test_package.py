@@ -27,6 +27,21 @@ def test_installed_library_is_the_packaged_one():
     assert _lib.fa4jit_c_api_version() == _lib.C_API_VERSION
 
 
+def test_the_installed_package_carries_its_license():
+    from importlib import metadata
+    try:
+        md = metadata.metadata("fa4jit")
+    except metadata.PackageNotFoundError:
+        pytest.skip("fa4jit is not pip-installed (tests run from the source tree)")
+    assert md["License"] == "Apache-2.0" or md["License-Expression"] == "Apache-2.0", md
+    assert "License :: OSI Approved :: Apache Software License" in md.get_all("Classifier")
+    files = [str(f) for f in metadata.files("fa4jit") or []]
+    assert any(f.endswith(".dist-info/licenses/LICENSE") for f in files), files
+    # The CMake install inside the package has it too (share/licenses/fa4jit, as any install).
+    text = open(os.path.join(REPO, "LICENSE")).read()
+    assert open(os.path.join(os.path.dirname(fa4jit.__file__), "share", "licenses", "fa4jit", "LICENSE")).read() == text
+
+
 def test_launch_args_layout_matches_the_c_struct():
     # fa4jit_launch_args_init writes sizeof(struct) and the defaults; the package's struct.Struct
     # must see them at its own offsets (also checked at import).
@@ -62,9 +77,70 @@ def test_pointer_patch_packs_what_the_full_struct_packs():
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__
-    assert info["c_api_version"] == 5
+    assert info["c_api_version"] == 6
+    assert info["problems"] == [] and info["log_level"] in ("error", "warn", "info", "debug")
     assert "sm_90a" in info["supported_archs"] and "sm_100a" in info["supported_archs"]
     assert info["nvrtc"].startswith("13.")
+
+
+def _python(code, tmp_path, **env):
+    e = dict(os.environ, FA4JIT_CACHE_DIR=str(tmp_path))
+    e.pop("FA4JIT_LOG", None)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+
+
+_RECORD_LOGS = ("import json, logging, fa4jit\n"
+                "records = []\n"
+                "class Keep(logging.Handler):\n"
+                "    def emit(self, r): records.append([r.name, r.levelname, r.getMessage()])\n"
+                "logging.getLogger('fa4jit').addHandler(Keep())\n"
+                "logging.getLogger('fa4jit').setLevel(logging.DEBUG)\n"
+                "report = fa4jit.prewarm([{'depth': 64, 'mask': 'causal'}], archs=['sm_90a'])\n"
+                "print(json.dumps({'key': report[0]['key'], 'status': report[0]['status'], 'records': records}))\n")
+
+
+def test_a_compile_logs_one_info_line_through_python_logging(tmp_path):
+    # A fresh cache: the kernel is compiled, and says so once (kernel, arch, seconds, the tier written)
+    # as a record of logging.getLogger("fa4jit"), with FA4JIT_LOG unset.
+    out = _python(_RECORD_LOGS, tmp_path)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["status"] == "compiled"
+    mine = [r for r in got["records"] if got["key"] in r[2]]
+    assert len(mine) == 1, got["records"]
+    name, level, message = mine[0]
+    assert (name, level) == ("fa4jit", "INFO")
+    assert re.search(r"kernel sm_90a d64 bf16 \(key [0-9a-f]{32}\): compiled in [0-9.]+ s, cached in ", message), message
+    assert str(tmp_path) in message, message
+    # Again: a disk hit, which the library logs at debug, so only under FA4JIT_LOG=debug.
+    again = json.loads(_python(_RECORD_LOGS, tmp_path).stdout.strip().splitlines()[-1])
+    assert again["status"] == "hit" and [r for r in again["records"] if got["key"] in r[2]] == []
+    debug = json.loads(_python(_RECORD_LOGS, tmp_path, FA4JIT_LOG="debug").stdout.strip().splitlines()[-1])
+    assert [r[1] for r in debug["records"] if got["key"] in r[2]] == ["DEBUG"]
+    # FA4JIT_LOG=warn, set, stays the library's level: a compile in a fresh cache sends nothing.
+    quiet = json.loads(_python(_RECORD_LOGS, tmp_path / "fresh", FA4JIT_LOG="warn").stdout.strip().splitlines()[-1])
+    assert quiet["status"] == "compiled" and [r for r in quiet["records"] if got["key"] in r[2]] == []
+
+
+def test_warnings_without_logging_configured_keep_the_stderr_format(tmp_path):
+    out = _python("import fa4jit\nfa4jit.prewarm([{'depth': 64}], archs=['sm_90a'])\n", tmp_path,
+                  FA4JIT_REMOTE_CACHE="bogus://x")
+    assert out.returncode == 0, out.stderr
+    # "... is not redis://host:port/db", or "built without hiredis" (the wheel's default build).
+    assert re.search(r"^fa4jit: warning: cache: .*remote cache.*bogus://x", out.stderr, re.M), out.stderr
+    assert "compiled in" not in out.stderr, "info lines stay out of an unconfigured program's stderr"
+
+
+def test_runtime_info_reports_bad_environment_values_instead_of_failing(tmp_path):
+    code = "import json, fa4jit\nprint(json.dumps(fa4jit.runtime_info()['problems']))\n"
+    out = _python(code, tmp_path, FA4JIT_CACHE_MAX_BYTES="lots", FA4JIT_COMPILE="sometimes", FA4JIT_LOG="loud")
+    assert out.returncode == 0, out.stderr
+    problems = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(problems) == 3, problems
+    assert any("FA4JIT_CACHE_MAX_BYTES" in p for p in problems), problems
+    assert any(p.startswith("FA4JIT_COMPILE") for p in problems), problems
+    assert any("FA4JIT_LOG='loud'" in p for p in problems), problems
 
 
 def test_config_json_round_trip():
