@@ -242,4 +242,15 @@ TEST_F(CliInput, GenCubinToAnUnwritablePathIsAnError) {
   EXPECT_NE(r.out.find("--cubin " + target.string() + ": cannot open for writing"), std::string::npos) << r.out;
 }
 
+// Issue 52 item 3: `run --inputs /dev/zero` grew to 4.2 GB, a FIFO blocked. Refused at once,
+// naming the file, before anything is compiled.
+TEST_F(CliInput, RunInputsMustBeRegularFiles) {
+  const auto cfg = write("c.json", R"({"depth": 64})");
+  const Result r = run("run --config " + cfg.string() + " --inputs /dev/zero --output " +
+                       (dir_ / "o.safetensors").string() + " --arch sm_90a");
+  EXPECT_TRUE(r.exited && r.rc == 1) << r.out;
+  EXPECT_NE(r.out.find("/dev/zero: not a regular file (a character device)"), std::string::npos) << r.out;
+  EXPECT_EQ(cached_cubins(), 0);
+}
+
 }  // namespace
