@@ -102,10 +102,12 @@ void plant(const fs::path& root, const std::string& key, nlohmann::json meta, co
   w.publish(key, cubin, meta);
 }
 
-std::string run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, int* rc) {
+// The CLI's stdout (and stderr, with merge_stderr) and exit status.
+std::string run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, int* rc,
+                    bool merge_stderr = false) {
   std::vector<std::string> argv = {FA4JIT_CLI};
   argv.insert(argv.end(), args.begin(), args.end());
-  Proc p = spawn(argv, env, /*capture_stdout=*/true);
+  Proc p = spawn(argv, env, /*capture_stdout=*/true, merge_stderr);
   std::string out;
   char buf[4096];
   ssize_t n;
@@ -403,4 +405,67 @@ TEST(CacheRuntimeAuth, EntryNamesComeFromTheElfSymbolTable) {
   EXPECT_NE(out.find("bad: " + entry_dir(cache.path, a.key).string() + ": kernel.cubin does not define " + name_a),
             std::string::npos)
       << out;
+}
+
+// Issue 52 item 4: `cache import` exited 0 and said "imported 0 entries (0 already present, 0
+// rejected)" for a truncated archive, a header claiming 2^63 bytes, a forged entry and unsigned
+// entries under a secret. It now names every entry it dropped and fails.
+TEST(CacheRuntimeAuth, CliImportSaysWhatItDroppedAndFails) {
+  if (!fs::exists(FA4JIT_CLI)) GTEST_SKIP() << FA4JIT_CLI << " is not here (a copied test binary)";
+  const CompileInputs a = inputs(0), b = inputs(1);
+  TempDir src, work;
+  plant(src.path, a.key, jit::detail::describe(a), fake_cubin(a.key));
+  plant(src.path, b.key, jit::detail::describe(b), fake_cubin(b.key));
+  const fs::path good = work.path / "good.far";
+  ASSERT_EQ(Store(validated({src.path})).export_archive(good), 2u);
+  const std::string bytes = read_all(good);
+
+  auto import = [&](const fs::path& archive, std::map<std::string, std::string> env, int* rc) {
+    const fs::path cache = work.path / ("cache-" + archive.filename().string());
+    env["FA4JIT_CACHE_DIR"] = cache.string();
+    env["FA4JIT_CACHE_PATH"] = "";
+    return run_cli({"cache", "import", archive.string()}, env, rc, /*merge_stderr=*/true);
+  };
+  int rc = -1;
+  std::string out = import(good, {}, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("imported 2 entries (0 already present, 0 rejected)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("dropped"), std::string::npos) << out;
+
+  // Cut inside the second entry: the first is imported, the rest reported.
+  const fs::path cut = work.path / "cut.far";
+  write_all(cut, bytes.substr(0, bytes.size() - 100));
+  out = import(cut, {}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("imported 1 entries"), std::string::npos) << out;
+  EXPECT_NE(out.find("dropped: entry 1: truncated; stopping"), std::string::npos) << out;
+  EXPECT_NE(out.find("not everything was imported"), std::string::npos) << out;
+
+  // A header claiming 2^63 bytes of cubin.
+  const fs::path huge = work.path / "huge.far";
+  std::string h = "FA4JITAR1\nE";  // docs/CACHE.md "Archives": magic, then 'E' | u64 meta_len | u64 cubin_len
+  for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1} << 63})
+    for (int i = 0; i < 8; ++i) h += static_cast<char>((n >> (8 * i)) & 0xff);
+  write_all(huge, h);
+  out = import(huge, {}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("dropped: entry 0: its header claims 0 bytes of meta.json and 9223372036854775808 of cubin"),
+            std::string::npos)
+      << out;
+
+  // A forged entry (B's cubin under A's inputs, digest consistent) and unsigned entries under a secret.
+  TempDir forged_src;
+  plant(forged_src.path, a.key, jit::detail::describe(a), fake_cubin(b.key));
+  const fs::path forged = work.path / "forged.far";
+  ASSERT_EQ(Store(Options{{forged_src.path}}).export_archive(forged), 1u);
+  out = import(forged, {}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("imported 0 entries (0 already present, 1 rejected)"), std::string::npos) << out;
+  EXPECT_NE(out.find("dropped: entry 0 (" + a.key + "): kernel.cubin does not define"), std::string::npos) << out;
+  const fs::path unsigned_copy = work.path / "unsigned.far";
+  fs::copy_file(good, unsigned_copy);
+  out = import(unsigned_copy, {{"FA4JIT_CACHE_SECRET", kSecret}}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("2 rejected"), std::string::npos) << out;
+  EXPECT_NE(out.find("no MAC"), std::string::npos) << out;
 }
