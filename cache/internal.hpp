@@ -113,6 +113,9 @@ std::int64_t now_unix();
 //   kill_after_cubin    SIGKILL self after the staged cubin is written (before meta.json)
 //   kill_before_rename  SIGKILL self after staging is complete, before the rename
 bool fault(std::string_view name, const fs::path& root = {});
+// "" when FA4JIT_CACHE_FAULT is unset or lists only the faults above, else the CacheError text:
+// a misspelt fault used to inject nothing, silently.
+std::string fault_env_problem();
 
 // ---- environment (env.cpp) -------------------------------------------------------------------
 // Strict readers of FA4JIT_* variables: unset or empty gives `dflt`; anything that does not

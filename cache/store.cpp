@@ -22,6 +22,7 @@ void require_key(std::string_view key) {
 }
 
 Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate), bundle_auth("", opt.validate) {
+  if (std::string bad = detail::fault_env_problem(); !bad.empty()) throw CacheError(bad);
   if (!opt.secret.empty()) {
     // A short secret can be guessed offline from any one signed entry.
     if (opt.secret.size() < 16)
@@ -141,6 +142,10 @@ void Store::Impl::publish_full(std::string_view key, std::string_view cubin, con
       n.publishes++;
     } else {
       n.publish_failures++;
+      {
+        std::lock_guard lk(write_error_mu);
+        last_write_error = err;
+      }
       warner.warn("write", fmt::format("cannot write cache entry {} to {} ({}); keeping the kernel in memory only", key,
                                        wtier->root().string(), err));
     }
@@ -157,6 +162,10 @@ Store::Store(Options options) : impl_(new Impl(std::move(options))) {}
 Store::~Store() { delete impl_; }
 const Options& Store::options() const { return impl_->opt; }
 fs::path Store::writable_root() const { return impl_->wtier ? impl_->wtier->root() : fs::path{}; }
+std::string Store::last_write_error() const {
+  std::lock_guard lk(impl_->write_error_mu);
+  return impl_->last_write_error;
+}
 
 Stats Store::stats() const {
   const auto& n = impl_->n;

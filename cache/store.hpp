@@ -152,6 +152,9 @@ class Store {
   Stats stats() const;
   // The tier that receives new entries (empty path: memory only).
   std::filesystem::path writable_root() const;
+  // Why the latest failed write of an entry failed ("write <path>: No space left on device");
+  // empty when none failed. Stats::publish_failures counts them.
+  std::string last_write_error() const;
 
  private:
   struct Impl;

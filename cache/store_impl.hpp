@@ -31,6 +31,9 @@ struct Store::Impl {
   std::mutex inflight_mu;
   std::unordered_map<std::string, std::shared_ptr<detail::TimedMutex>> inflight;
 
+  std::mutex write_error_mu;
+  std::string last_write_error;  // of the latest failed publish: "write <path>: No space left on device"
+
   std::mutex prune_mu;
   std::chrono::steady_clock::time_point last_auto_prune{};
   bool auto_pruned = false;
