@@ -5,24 +5,27 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace jit {
 
 namespace {
 
-// FA4JIT_LOG, read once. An unknown value is reported (on stderr: there is no other sink yet)
-// and falls back to warn rather than failing whatever logged first.
-LogLevel level_from_env() {
-  const char* v = std::getenv("FA4JIT_LOG");
-  if (!v || !*v) return LogLevel::warn;
-  const std::string s(v);
+std::optional<LogLevel> parse_level(std::string_view s) {
   if (s == "error") return LogLevel::error;
   if (s == "warn" || s == "warning") return LogLevel::warn;
   if (s == "info") return LogLevel::info;
   if (s == "debug") return LogLevel::debug;
-  std::fprintf(stderr, "fa4jit: warning: FA4JIT_LOG='%s' is not error, warn, info or debug; using warn\n", v);
-  return LogLevel::warn;
+  return std::nullopt;
+}
+
+// FA4JIT_LOG, read once (at the first log line, which may come before any place that could
+// report an error): an unknown value logs at warn, and log_env_problem() names it.
+LogLevel level_from_env() {
+  const char* v = std::getenv("FA4JIT_LOG");
+  if (!v || !*v) return LogLevel::warn;
+  return parse_level(v).value_or(LogLevel::warn);
 }
 
 // The process's logging state: the level and the sink (shared_ptr so a message is delivered to
@@ -70,6 +73,12 @@ void set_log_sink(LogSink sink) {
 }
 
 namespace detail {
+
+std::string log_env_problem() {
+  const char* v = std::getenv("FA4JIT_LOG");
+  if (!v || !*v || parse_level(v)) return {};
+  return std::string("FA4JIT_LOG='") + v + "' is not a log level: use error, warn, info or debug (unset: warn)";
+}
 
 bool log_enabled(LogLevel level) { return static_cast<int>(level) <= state().level.load(std::memory_order_relaxed); }
 

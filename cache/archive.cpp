@@ -78,8 +78,15 @@ ArchiveScan read_archive(std::istream& in, const std::function<void(std::string&
       break;
     }
     std::uint64_t mlen = 0, clen = 0;
-    if (tag != 'E' || !get_u64(in, mlen) || !get_u64(in, clen) || mlen > kMaxMetaBytes || clen > kMaxCubinBytes) {
+    if (tag != 'E' || !get_u64(in, mlen) || !get_u64(in, clen)) {
       scan.problems.push_back(fmt::format("entry {}: bad header; stopping", scan.entries));
+      break;
+    }
+    if (mlen > kMaxMetaBytes || clen > kMaxCubinBytes) {
+      scan.problems.push_back(
+          fmt::format("entry {}: its header claims {} bytes of meta.json and {} of cubin, over "
+                      "the caps ({} and {}); stopping",
+                      scan.entries, mlen, clen, kMaxMetaBytes, kMaxCubinBytes));
       break;
     }
     if (!read_exact(in, mlen, meta_text) || !read_exact(in, clen, cubin)) {

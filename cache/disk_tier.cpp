@@ -8,6 +8,8 @@
 // only ever delete names inside the cache, and a link is removed as a link.
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -47,6 +49,55 @@ std::vector<std::string> list_names(int dirfd) {
   }
   ::closedir(d);
   return names;
+}
+
+// "uid 1001 (alice)": who owns a directory, as a person reads it.
+std::string user_name(uid_t uid) {
+  std::vector<char> buf(16384);
+  passwd pw{}, *found = nullptr;
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found)
+    return fmt::format("uid {} ({})", uid, pw.pw_name);
+  return fmt::format("uid {}", uid);
+}
+
+std::string group_name(gid_t gid) {
+  std::vector<char> buf(65536);
+  group gr{}, *found = nullptr;
+  if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) == 0 && found)
+    return fmt::format("gid {} ({})", gid, gr.gr_name);
+  return fmt::format("gid {}", gid);
+}
+
+// Whether `uid` belongs to `gid` (its primary group or a listed member): the users a shared
+// tier's group-writable directories already trust.
+bool in_group(uid_t uid, gid_t gid) {
+  std::vector<char> pbuf(16384), gbuf(65536);
+  passwd pw{}, *pfound = nullptr;
+  if (::getpwuid_r(uid, &pw, pbuf.data(), pbuf.size(), &pfound) != 0 || !pfound) return false;
+  if (pw.pw_gid == gid) return true;
+  group gr{}, *gfound = nullptr;
+  if (::getgrgid_r(gid, &gr, gbuf.data(), gbuf.size(), &gfound) != 0 || !gfound) return false;
+  for (char** m = gr.gr_mem; *m; ++m)
+    if (std::strcmp(*m, pw.pw_name) == 0) return true;
+  return false;
+}
+
+// Why a directory of a tier lets someone other than this user, root (and, shared, its group)
+// decide what it holds; "" when it does not. Anyone who can write a directory on the way to an
+// entry can put their own kernel there, sticky bit or not (it only protects existing names).
+std::string dir_distrust(const struct stat& st, const fs::path& p, bool shared) {
+  const mode_t mode = st.st_mode & 07777;
+  if (mode & S_IWOTH)
+    return fmt::format("{} is writable by every user (mode {:04o}{})", p.string(), mode,
+                       mode & S_ISVTX ? "; the sticky bit does not stop new entries" : "");
+  if (st.st_uid != ::geteuid() && st.st_uid != 0 && !(shared && in_group(st.st_uid, st.st_gid)))
+    return fmt::format("{} is owned by {}, not by you or root{}", p.string(), user_name(st.st_uid),
+                       shared ? fmt::format(" or a member of its group {}", group_name(st.st_gid)) : "");
+  if ((mode & S_IWGRP) && !shared)
+    return fmt::format(
+        "{} is writable by its group {} (mode {:04o}); set FA4JIT_CACHE_SHARED=1 if that group is trusted", p.string(),
+        group_name(st.st_gid), mode);
+  return {};
 }
 
 std::string not_a_dir(const fs::path& p, int err) {
@@ -107,21 +158,22 @@ bool DiskTier::probe_writable(std::string* why) {
   return true;
 }
 
-std::string DiskTier::exposure() const {
-  // Writable by every user and not sticky: anyone may rename or delete anyone's entries.
-  auto open_to_all = [](const struct stat& st) { return (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX); };
+std::string DiskTier::distrust() const {
+  Fd rootfd(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd) return {};  // missing (created by us) or not a directory (probe_writable says why)
   struct stat st {};
-  fs::path bad;
-  if (::stat(root_.c_str(), &st) == 0 && open_to_all(st))
-    bad = root_;
-  else if (::lstat(base().c_str(), &st) == 0 && S_ISDIR(st.st_mode) && open_to_all(st))
-    bad = base();
-  if (bad.empty()) return {};
-  return fmt::format(
-      "cache directory {} is writable by every user and has no sticky bit (mode {:04o}): any user "
-      "can replace or delete its entries. Use a private directory, or share it within a group with "
-      "FA4JIT_CACHE_SHARED=1 (docs/CACHE.md)",
-      bad.string(), st.st_mode & 07777);
+  if (::fstat(rootfd.get(), &st) != 0) return {};
+  if (std::string why = dir_distrust(st, root_, modes_.shared); !why.empty()) return why;
+  if (::fstatat(rootfd.get(), "v1", &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return {};
+  if (std::string why = dir_distrust(st, base(), modes_.shared); !why.empty()) return why;
+  Fd v1 = open_dir_at(rootfd.get(), "v1");
+  if (!v1) return {};
+  // Shards, tmp and locks: at most 258 fstatat calls, once per Store.
+  for (const std::string& name : list_names(v1.get())) {
+    if (::fstatat(v1.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (std::string why = dir_distrust(st, base() / name, modes_.shared); !why.empty()) return why;
+  }
+  return {};
 }
 
 void DiskTier::touch(const Listed& l) {

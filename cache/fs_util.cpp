@@ -36,6 +36,25 @@ IoResult io_fail(int err, std::string_view op, const fs::path& p) {
   return IoResult{err, fmt::format("{} {}: {}", op, p.string(), std::strerror(err))};
 }
 
+std::string fault_env_problem() {
+  const char* env = std::getenv("FA4JIT_CACHE_FAULT");
+  if (!env || !*env) return {};
+  std::string_view list(env);
+  while (true) {
+    const auto comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    const bool known = item == "readonly" || item == "enospc" || item == "kill_after_cubin" ||
+                       item == "kill_before_rename" || (item.size() > 9 && item.substr(0, 9) == "readonly:");
+    if (!known)
+      return fmt::format(
+          "FA4JIT_CACHE_FAULT='{}': '{}' is not a fault; a comma-separated list of readonly, readonly:<root>, "
+          "enospc, kill_after_cubin, kill_before_rename (a test seam; unset it)",
+          env, item);
+    if (comma == std::string_view::npos) return {};
+    list.remove_prefix(comma + 1);
+  }
+}
+
 bool fault(std::string_view name, const fs::path& root) {
   const char* env = std::getenv("FA4JIT_CACHE_FAULT");
   if (!env || !*env) return false;

@@ -113,6 +113,9 @@ std::int64_t now_unix();
 //   kill_after_cubin    SIGKILL self after the staged cubin is written (before meta.json)
 //   kill_before_rename  SIGKILL self after staging is complete, before the rename
 bool fault(std::string_view name, const fs::path& root = {});
+// "" when FA4JIT_CACHE_FAULT is unset or lists only the faults above, else the CacheError text:
+// a misspelt fault used to inject nothing, silently.
+std::string fault_env_problem();
 
 // ---- environment (env.cpp) -------------------------------------------------------------------
 // Strict readers of FA4JIT_* variables: unset or empty gives `dflt`; anything that does not
@@ -266,8 +269,14 @@ class DiskTier {
   bool probe_writable(std::string* why = nullptr);
   // The root (its own symlinks are the user's choice), then v1 without following a link.
   Fd open_base() const;
-  // A warning when the root or v1 is writable by every user without the sticky bit, else "".
-  std::string exposure() const;
+  // Why this tier cannot be trusted, or "" (docs/CACHE.md "Trust"): every directory from the
+  // root down to the entries (root, v1, shards, tmp, locks, whatever else is a directory in v1)
+  // must be owned by this user or root and writable by no one else; a shared tier (Modes.shared)
+  // also trusts its group, never every user. A sticky bit does not help: whoever may create a
+  // name there may create an entry. Directories that do not exist yet are ours once created.
+  // Checked once, before anything is read or written: a trusted directory can only be changed by
+  // this user or root, so it stays trusted.
+  std::string distrust() const;
 
   // A verified entry or nullopt; a bad entry is evicted when this tier is writable.
   std::optional<Artifact> load(std::string_view key, bool touch);

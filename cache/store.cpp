@@ -1,5 +1,6 @@
 // Store: tiers in order (memory fallback, disk tiers, remote), the get_or_compile protocol and
 // options_from_env(). Correctness comes from atomic publish + verify-on-load; locks only save work.
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -21,6 +22,7 @@ void require_key(std::string_view key) {
 }
 
 Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate), bundle_auth("", opt.validate) {
+  if (std::string bad = detail::fault_env_problem(); !bad.empty()) throw CacheError(bad);
   if (!opt.secret.empty()) {
     // A short secret can be guessed offline from any one signed entry.
     if (opt.secret.size() < 16)
@@ -32,9 +34,14 @@ Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate)
   }
   const detail::Modes modes{opt.shared};
   std::vector<std::string> names, why_not;
-  for (const auto& root : opt.roots) {
-    if (root.empty()) continue;
+  std::vector<std::pair<fs::path, std::string>> untrusted;  // root, why
+  auto add_root = [&](const fs::path& root) {
     auto t = std::make_unique<DiskTier>(root, warner, auth, modes);
+    // Trust first: an untrusted tier is neither read nor written (not even probed).
+    if (std::string why = t->distrust(); !why.empty()) {
+      untrusted.emplace_back(root, std::move(why));
+      return;
+    }
     // Writability is probed by writing, not by permission bits (root ignores them, NFS lies).
     std::string why;
     if (t->probe_writable(&why)) {
@@ -42,10 +49,15 @@ Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate)
     } else {
       why_not.push_back(why);
     }
-    if (std::string e = t->exposure(); !e.empty()) warner.warn("exposed:" + root.string(), e);
     names.push_back(root.string());
     tiers.push_back(std::move(t));
-  }
+  };
+  for (const auto& root : opt.roots)
+    if (!root.empty()) add_root(root);
+  // Nothing trusted to write to because a root was refused: this user's own directory instead.
+  const bool private_is_a_root = std::find(opt.roots.begin(), opt.roots.end(), opt.private_root) != opt.roots.end();
+  if (!wtier && !untrusted.empty() && !opt.private_root.empty() && !private_is_a_root) add_root(opt.private_root);
+  warn_untrusted(untrusted);
   // Bundles after the writable roots: a kernel compiled into the user's cache (a newer build of the
   // same key cannot differ: the key covers every input) is found first either way.
   for (const auto& root : opt.bundles) {
@@ -53,13 +65,14 @@ Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate)
     if (root.empty() || !fs::is_directory(root, ec)) continue;
     tiers.push_back(std::make_unique<DiskTier>(root, warner, bundle_auth, modes));  // never probed: read-only
   }
+  // An untrusted root already said where kernels go; a trusted one that is not writable says why here.
   if (!wtier && !names.empty())
     warner.warn("no-writable-tier",
                 fmt::format("no writable cache directory among [{}] ({}); compiled kernels are kept in memory only "
                             "(set FA4JIT_CACHE_DIR to a writable directory; a cache shared between users needs "
                             "FA4JIT_CACHE_SHARED=1, docs/CACHE.md)",
                             fmt::join(names, ", "), fmt::join(why_not, "; ")));
-  if (names.empty() && opt.warn_if_memory_only)
+  if (names.empty() && untrusted.empty() && opt.warn_if_memory_only)
     warner.warn("no-root",
                 "no cache directory: FA4JIT_CACHE_PATH, FA4JIT_CACHE_DIR, XDG_CACHE_HOME (absolute) and "
                 "HOME name none; compiled kernels are kept in memory only (set FA4JIT_CACHE_DIR)");
@@ -72,6 +85,19 @@ Store::Impl::Impl(Options o) : opt(std::move(o)), auth(opt.secret, opt.validate)
     lock_dir = wtier->base() / "locks";
   prune_interval_s = detail::env_int("FA4JIT_CACHE_PRUNE_INTERVAL_S", 60, 0, std::int64_t{1} << 40);
   remote = detail::make_remote(opt.remote_url, warner);
+}
+
+void Store::Impl::warn_untrusted(const std::vector<std::pair<fs::path, std::string>>& untrusted) {
+  const std::string where =
+      wtier ? fmt::format("kernels are compiled into {} instead", wtier->root().string())
+            : std::string("compiled kernels are kept in memory only (set FA4JIT_CACHE_DIR to a directory of your own)");
+  for (const auto& [root, why] : untrusted)
+    warner.warn("untrusted:" + root.string(),
+                fmt::format("cache directory {} is not trusted: {}. Whoever can write it could choose the kernels "
+                            "this process runs, so its entries are not used and nothing is written there; {}. A "
+                            "cache is trusted when every directory from its root to its entries is owned by you or "
+                            "root and writable by no one else (FA4JIT_CACHE_SHARED=1: its group too; docs/CACHE.md)",
+                            root.string(), why, where));
 }
 
 std::string Store::Impl::no_writable_tier(std::string_view op) const {
@@ -116,6 +142,10 @@ std::string Store::Impl::publish_full(std::string_view key, std::string_view cub
       n.publishes++;
     } else {
       n.publish_failures++;
+      {
+        std::lock_guard lk(write_error_mu);
+        last_write_error = err;
+      }
       warner.warn("write", fmt::format("cannot write cache entry {} to {} ({}); keeping the kernel in memory only", key,
                                        wtier->root().string(), err));
     }
@@ -137,6 +167,10 @@ Store::Store(Options options) : impl_(new Impl(std::move(options))) {}
 Store::~Store() { delete impl_; }
 const Options& Store::options() const { return impl_->opt; }
 fs::path Store::writable_root() const { return impl_->wtier ? impl_->wtier->root() : fs::path{}; }
+std::string Store::last_write_error() const {
+  std::lock_guard lk(impl_->write_error_mu);
+  return impl_->last_write_error;
+}
 
 Stats Store::stats() const {
   const auto& n = impl_->n;
@@ -279,14 +313,17 @@ Options Store::options_from_env() {
     const char* v = std::getenv(n);
     return v ? std::string(v) : std::string();
   };
+  if (std::string x = env("XDG_CACHE_HOME"); !x.empty() && x[0] == '/') {  // XDG: relative = ignore
+    o.private_root = fs::path(x) / "fa4jit";
+  } else if (std::string h = env("HOME"); !h.empty()) {
+    o.private_root = fs::path(h) / ".cache" / "fa4jit";
+  }
   if (std::string p = env("FA4JIT_CACHE_PATH"); !p.empty()) {
     o.roots = path_list(p);
   } else if (std::string d = env("FA4JIT_CACHE_DIR"); !d.empty()) {
     o.roots.emplace_back(d);
-  } else if (std::string x = env("XDG_CACHE_HOME"); !x.empty() && x[0] == '/') {  // XDG: relative = ignore
-    o.roots.emplace_back(fs::path(x) / "fa4jit");
-  } else if (std::string h = env("HOME"); !h.empty()) {
-    o.roots.emplace_back(fs::path(h) / ".cache" / "fa4jit");
+  } else if (!o.private_root.empty()) {
+    o.roots.push_back(o.private_root);
   }
   if (const char* b = std::getenv("FA4JIT_BUNDLE_PATH")) {
     o.bundles = path_list(b);

@@ -44,6 +44,10 @@ using Validator = std::function<Verdict(std::string_view key, const nlohmann::js
 struct Options {
   // Tiers searched in order; the first writable one receives new entries. Empty: memory only.
   std::vector<std::filesystem::path> roots;
+  // Where kernels go when no root is trusted and writable because a root is not trusted
+  // (docs/CACHE.md "Trust"): a directory of this user's own. options_from_env() sets the user's
+  // default cache ($XDG_CACHE_HOME/fa4jit, else ~/.cache/fa4jit). Empty: memory only then.
+  std::filesystem::path private_root;
   // Read-only tiers shipped with an install (`fa4jit bundle`; FA4JIT_BUNDLE_PATH), searched after
   // `roots`: never written, evicted or pruned. Their entries pass the same digest and validator
   // checks as any tier's, but need no MAC under `secret`: whoever can write an install's bundle can
@@ -151,6 +155,9 @@ class Store {
   Stats stats() const;
   // The tier that receives new entries (empty path: memory only).
   std::filesystem::path writable_root() const;
+  // Why the latest failed write of an entry failed ("write <path>: No space left on device");
+  // empty when none failed. Stats::publish_failures counts them.
+  std::string last_write_error() const;
 
  private:
   struct Impl;

@@ -31,6 +31,9 @@ struct Store::Impl {
   std::mutex inflight_mu;
   std::unordered_map<std::string, std::shared_ptr<detail::TimedMutex>> inflight;
 
+  std::mutex write_error_mu;
+  std::string last_write_error;  // of the latest failed publish: "write <path>: No space left on device"
+
   std::mutex prune_mu;
   std::chrono::steady_clock::time_point last_auto_prune{};
   bool auto_pruned = false;
@@ -51,6 +54,8 @@ struct Store::Impl {
   // Checks a remote value; "" when it may be served (and written to disk).
   std::string check_remote(std::string_view key, std::string_view value, Artifact& out) const;
   std::string no_writable_tier(std::string_view op) const;  // the CacheError message
+  // One warning per untrusted root, saying why and where kernels go instead.
+  void warn_untrusted(const std::vector<std::pair<std::filesystem::path, std::string>>& untrusted);
 };
 
 void require_key(std::string_view key);  // throws CacheError on anything but 32 lowercase hex

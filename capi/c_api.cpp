@@ -395,8 +395,11 @@ int32_t fa4jit_resolve_config(const char* config_json, const char* arch, char** 
 }
 
 int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs, char** out_report) {
-  if (out_report) *out_report = nullptr;
+  // Like every out pointer of the API, the report is required: a NULL one used to drop it silently.
+  if (!out_report) return invalid("fa4jit_prewarm: out_report is NULL");
+  *out_report = nullptr;
   if (!configs_json) return invalid("fa4jit_prewarm: configs_json is NULL");
+  if (jobs < 0) return invalid("fa4jit_prewarm: jobs is negative; 0 (the core count) or a positive count");
   struct Job {
     jit::FA4Config config;
     std::size_t index = 0;  // in configs_json
@@ -473,7 +476,6 @@ int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs
   for (const Job& j : work)
     if (j.failure && !failed++) first_failure = &j;
   rc = guarded([&] {
-    if (!out_report) return;
     json report = json::array();
     for (const Job& j : work)
       report.push_back(

@@ -1,12 +1,16 @@
 #include "check/safetensors.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -40,6 +44,44 @@ std::string shown_name(const std::string& s) {
 struct Span {
   std::uint64_t begin, end;
   std::string name;
+};
+
+// The data bytes are the tensors' and nothing else (the format's rule: no overlaps, no holes, no
+// trailing bytes): bytes no tensor claims are where a second payload would hide.
+template <class Bad>
+void check_coverage(std::vector<Span>& spans, std::uint64_t data_bytes, const Bad& bad) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::uint64_t covered = 0;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    if (i > 0 && spans[i].begin < spans[i - 1].end)
+      throw bad(fmt::format("tensors {} [{}, {}] and {} [{}, {}] overlap", spans[i - 1].name, spans[i - 1].begin,
+                            spans[i - 1].end, spans[i].name, spans[i].begin, spans[i].end));
+    if (spans[i].begin > covered)
+      throw bad(fmt::format("data bytes [{}, {}) belong to no tensor", covered, spans[i].begin));
+    covered = spans[i].end;
+  }
+  if (covered < data_bytes)
+    throw bad(fmt::format("{} trailing bytes after the tensors' data (which ends at byte {} of {})",
+                          data_bytes - covered, covered, data_bytes));
+}
+
+// A read-only mapping of a whole regular file, unmapped on every exit path.
+struct Mapping {
+  const char* data = nullptr;
+  std::size_t size = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (data) ::munmap(const_cast<char*>(data), size);
+  }
+};
+
+struct FileFd {
+  int fd;
+  ~FileFd() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 }  // namespace
@@ -115,20 +157,36 @@ std::map<std::string, TensorData> parse(std::string_view data, const std::string
     td.bytes = std::string(body.substr(off[0], bytes));
     out.emplace(key, std::move(td));
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-  for (std::size_t i = 1; i < spans.size(); ++i)
-    if (spans[i].begin < spans[i - 1].end)
-      throw bad(fmt::format("tensors {} [{}, {}] and {} [{}, {}] overlap", spans[i - 1].name, spans[i - 1].begin,
-                            spans[i - 1].end, spans[i].name, spans[i].begin, spans[i].end));
+  check_coverage(spans, body.size(), bad);
   return out;
 }
 
 std::map<std::string, TensorData> read(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open", path.string()));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse(ss.view(), path.string());
+  const std::string name = path.string();
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; only a regular file is read at all, so
+  // /dev/zero, a pipe or a directory is refused before a byte is read (it used to grow without bound).
+  FileFd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (f.fd < 0) throw Error(fmt::format("{}: cannot open: {}", name, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw Error(fmt::format("{}: cannot stat: {}", name, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    throw Error(fmt::format("{}: not a regular file (a {}); safetensors inputs are files", name,
+                            S_ISFIFO(st.st_mode)   ? "FIFO"
+                            : S_ISDIR(st.st_mode)  ? "directory"
+                            : S_ISCHR(st.st_mode)  ? "character device"
+                            : S_ISBLK(st.st_mode)  ? "block device"
+                            : S_ISSOCK(st.st_mode) ? "socket"
+                                                   : "special file"));
+  // Mapped, not copied: parse() reads the header and copies each tensor's bytes once, and the
+  // sizes it checks are the file's own (header length and offsets against st_size).
+  Mapping m;
+  m.size = static_cast<std::size_t>(st.st_size);
+  if (m.size > 0) {
+    void* p = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, f.fd, 0);
+    if (p == MAP_FAILED) throw Error(fmt::format("{}: cannot map: {}", name, std::strerror(errno)));
+    m.data = static_cast<const char*>(p);
+  }
+  return parse(std::string_view(m.data ? m.data : "", m.size), name);
 }
 
 void write(const std::filesystem::path& path, const std::map<std::string, TensorData>& tensors) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "fa4jit/errors.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime_internal.hpp"
@@ -157,6 +158,14 @@ void add_cache(CLI::App& app) {
   imp->callback([imp_path] {
     const auto r = detail::disk_cache().import_archive(*imp_path);
     fmt::print("imported {} entries ({} already present, {} rejected)\n", r.imported, r.present, r.rejected);
+    // What was dropped, and a failed import: a script must not take a truncated or forged
+    // archive for an imported one.
+    for (const std::string& p : r.problems) fmt::print(stderr, "dropped: {}\n", p);
+    if (!r.problems.empty())
+      throw CacheError(
+          fmt::format("import {}: not everything was imported: {} entries rejected, {} problem(s) "
+                      "listed above",
+                      *imp_path, r.rejected, r.problems.size()));
   });
   auto* prune = cmd->add_subcommand("prune", "Remove least recently used entries down to a size");
   auto max_size = std::make_shared<std::uint64_t>(0);

@@ -2,8 +2,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -213,9 +215,16 @@ void add_prewarm(CLI::App& app) {
                       "FA4JIT_CACHE_DIR to a writable directory",
                       fmt::join(roots, ", ")));
     }
-    if (const std::uint64_t lost = store.stats().publish_failures - publish_failures_before; lost > 0)
-      throw CacheError(fmt::format("{} of {} kernels could not be written to the cache in {} (see the warning above)",
-                                   lost, jobs.size(), root));
+    // Entries, not kernels: each kernel comes with its split-KV combine kernel (an entry of its
+    // own), so counting failed writes as kernels said "2 of 1 kernels".
+    if (const std::uint64_t lost = store.stats().publish_failures - publish_failures_before; lost > 0) {
+      const std::string why = store.last_write_error();
+      throw CacheError(
+          fmt::format("could not write {} cache entr{} for {} kernel{} (a kernel and its split-KV "
+                      "combine kernel are entries of their own) to {}: {}{}",
+                      lost, lost == 1 ? "y" : "ies", jobs.size(), jobs.size() == 1 ? "" : "s", root, why,
+                      why.find(std::strerror(ENOSPC)) != std::string::npos ? " (the disk is full)" : ""));
+    }
   });
 }
 
@@ -278,8 +287,9 @@ void add_bundle(CLI::App& app) {
     int failed = 0;
     for (const Job& j : jobs) failed += j.status != "compiled" && j.status != "hit";
     if (failed) throw Error(fmt::format("{} of {} kernels failed", failed, jobs.size()));
-    if (bundle.stats().publish_failures > 0)
-      throw CacheError(fmt::format("--out {}: some kernels could not be written", o->out));
+    if (const std::uint64_t lost = bundle.stats().publish_failures; lost > 0)
+      throw CacheError(fmt::format("--out {}: could not write {} entr{}: {}", o->out, lost, lost == 1 ? "y" : "ies",
+                                   bundle.last_write_error()));
 
     // Read back through a bundle tier, as an install reads it: every entry must verify.
     cache::Options ro;

@@ -1,11 +1,13 @@
 // run (safetensors in/out), check (one attention against the float64 reference), bench.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "check/gpu.hpp"
@@ -47,6 +49,20 @@ struct ShapeOpts {
   }
 };
 
+// One of --window's two extents: a whole number >= -1, else a usage error naming the flag (std::stoi
+// said only "stoi").
+int window_extent(const std::vector<std::string>& v, std::size_t i) {
+  const std::string text = fmt::format("{}", fmt::join(v, ","));
+  int x = 0;
+  const std::string& s = v.at(i);
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || x < -1)
+    throw CLI::ValidationError("--window", fmt::format("'{}': expected LEFT,RIGHT, two whole numbers of keys "
+                                                       "(-1: unbounded), e.g. --window 128,0",
+                                                       text));
+  return x;
+}
+
 void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
   cmd->add_option("--batch", s.batch, "batch size");
   cmd->add_option("--seqlen", s.seqlen, "Sq = Sk");
@@ -67,8 +83,8 @@ void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
   cmd->add_option(
          "--window",
          [&s](const std::vector<std::string>& v) {
-           s.window_left = std::stoi(v.at(0));
-           s.window_right = std::stoi(v.at(1));
+           s.window_left = window_extent(v, 0);
+           s.window_right = window_extent(v, 1);
            return true;
          },
          "sliding-window extents LEFT,RIGHT (-1: unbounded)")

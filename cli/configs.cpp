@@ -139,11 +139,13 @@ void validate_config(const FA4Config& c) {
 
 nlohmann::json read_json_file(const std::string& file) {
   const std::string text = read_config_text(file);
+  std::string at;  // the keys leading to where parsing stopped
   try {
-    return detail::parse_bounded_json(text, detail::kMaxConfigBytes, detail::kMaxJsonDepth);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError(fmt::format("{}: not valid JSON: {}", file, e.what()));
-  } catch (const std::length_error& e) {
+    return detail::parse_bounded_json(text, detail::kMaxConfigBytes, detail::kMaxJsonDepth, &at);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
+    throw ConfigError(
+        fmt::format("{}: not valid JSON{}: {}", file, at.empty() ? "" : fmt::format(" in field '{}'", at), e.what()));
+  } catch (const std::exception& e) {  // too large, too deep, a duplicate key
     throw ConfigError(fmt::format("{}: {}", file, e.what()));
   }
 }

@@ -1,13 +1,52 @@
 // fa4jit: info | gen | prewarm | run | check | bench | cache. Errors go to stderr; the exit status
 // is 0 (done), 1 (the job failed) or 2 (the command line is wrong): cli/commands.hpp.
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/log.hpp"
 #include "cli/commands.hpp"
 #include "fa4jit/errors.hpp"
 #include "fa4jit/version.hpp"
+
+namespace {
+
+// CLI11 reports `fa4jit frobnicate` as "A subcommand is required": name the word it did not know,
+// and the commands it could have been. Only the words before the first option are commands.
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* at = &app;
+  for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+    const auto subs = at->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return {};  // the command's own positional arguments
+    const auto it = std::find_if(subs.begin(), subs.end(), [&](const CLI::App* s) { return s->check_name(argv[i]); });
+    if (it == subs.end()) {
+      std::vector<std::string> names;
+      for (const CLI::App* s : subs) names.push_back(s->get_name());
+      return fmt::format("unknown command '{}'{}; commands: {}", argv[i],
+                         at == &app ? "" : fmt::format(" for 'fa4jit {}'", at->get_name()), fmt::join(names, ", "));
+    }
+    at = *it;
+  }
+  return {};
+}
+
+bool wants_help_or_version(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help" || a == "--version") return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace jit::cli;
@@ -28,6 +67,15 @@ int main(int argc, char** argv) {
   add_check(app);
   add_bench(app);
   add_cache(app);
+  if (const std::string bad = unknown_command(app, argc, argv); !bad.empty()) {
+    std::fprintf(stderr, "fa4jit: error: %s (fa4jit --help lists them)\n", bad.c_str());
+    return kExitUsage;
+  }
+  // Checked before any work, as the library checks it at the first kernel; --help still helps.
+  if (const std::string bad = jit::detail::log_env_problem(); !bad.empty() && !wants_help_or_version(argc, argv)) {
+    std::fprintf(stderr, "fa4jit: error: %s\n", bad.c_str());
+    return kExitError;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

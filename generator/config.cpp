@@ -1,5 +1,6 @@
 // FA4Config: factories, per-arch derivation from the hardware budgets, validation.
 #include <algorithm>
+#include <charconv>
 #include <iterator>
 #include <optional>
 #include <sstream>
@@ -58,19 +59,25 @@ ScoreMod ScoreMod::custom(std::string body) { return ScoreMod{Kind::custom, std:
 
 namespace {
 
-// The override names, in Tuning's order (parse_tune, to_string).
+// The override names, in Tuning's order (parse_tune, to_string), and the values each takes: a
+// value outside them used to reach the generated source (exp2_emulate_every=-3 compiled a kernel
+// under a key of its own).
 struct TuneField {
   const char* name;
   std::optional<int> TuningOverrides::*override;
   int Tuning::*value;
+  int lo, hi;
+  const char* means;
 };
 constexpr TuneField kTuneFields[] = {
-    {"exp2_emulate_every", &TuningOverrides::exp2_emulate_every, &Tuning::exp2_emulate_every},
-    {"intra_wg_overlap", &TuningOverrides::intra_wg_overlap, &Tuning::intra_wg_overlap},
-    {"pingpong", &TuningOverrides::pingpong, &Tuning::pingpong},
-    {"wg_spans", &TuningOverrides::wg_spans, &Tuning::wg_spans},
-    {"persistent", &TuningOverrides::persistent, &Tuning::persistent},
-    {"line_info", &TuningOverrides::line_info, &Tuning::line_info},
+    {"exp2_emulate_every", &TuningOverrides::exp2_emulate_every, &Tuning::exp2_emulate_every, 0, 64,
+     "0: every exp2 on MUFU; n: one pair in n by polynomial"},
+    {"intra_wg_overlap", &TuningOverrides::intra_wg_overlap, &Tuning::intra_wg_overlap, 0, 1, "0 or 1"},
+    {"pingpong", &TuningOverrides::pingpong, &Tuning::pingpong, 0, 2,
+     "0 none, 1 around the GEMMs, 2 around the softmax"},
+    {"wg_spans", &TuningOverrides::wg_spans, &Tuning::wg_spans, 0, 1, "0 or 1"},
+    {"persistent", &TuningOverrides::persistent, &Tuning::persistent, 0, 2, "0 grid, 1 persistent tiles, 2 stream-K"},
+    {"line_info", &TuningOverrides::line_info, &Tuning::line_info, 0, 1, "0 or 1"},
 };
 
 }  // namespace
@@ -86,12 +93,6 @@ TuningOverrides parse_tune(const std::string& text, const std::string& origin) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw ConfigError(fmt::format("{}: '{}' is not name=value", origin, item));
     const std::string name = item.substr(0, eq);
-    int value = 0;
-    try {
-      value = std::stoi(item.substr(eq + 1));
-    } catch (const std::exception&) {
-      throw ConfigError(fmt::format("{}: '{}' needs an integer value", origin, item));
-    }
     const auto f = std::find_if(std::begin(kTuneFields), std::end(kTuneFields),
                                 [&](const TuneField& x) { return name == x.name; });
     if (f == std::end(kTuneFields)) {
@@ -99,6 +100,15 @@ TuningOverrides parse_tune(const std::string& text, const std::string& origin) {
       for (const TuneField& x : kTuneFields) allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", x.name);
       throw ConfigError(fmt::format("{}: unknown name '{}'; allowed: {}", origin, name, allowed));
     }
+    // Whole decimal digits only: stoi took " 4", "+4" and "4abc" as 4.
+    const std::string_view digits = std::string_view(item).substr(eq + 1);
+    int value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+      throw ConfigError(fmt::format("{}: '{}' needs an integer value", origin, item));
+    if (value < f->lo || value > f->hi)
+      throw ConfigError(
+          fmt::format("{}: '{}' is out of range: {} takes {} .. {} ({})", origin, item, name, f->lo, f->hi, f->means));
     t.*f->override = value;
   }
   return t;

@@ -33,6 +33,8 @@ CompileInputs compile_inputs(const FA4Config& config, const ResolveOptions& opti
 
 cache::Store& disk_cache() {
   static cache::Store store([] {
+    // Environment values are checked where they are first read: here, at the first kernel.
+    if (std::string bad = log_env_problem(); !bad.empty()) throw ConfigError(bad);
     cache::Options o = cache::Store::options_from_env();
     if (!o.bundles_from_env) o.bundles = installed_bundles();
     o.validate = check_cache_entry;

@@ -30,5 +30,9 @@ FA4Config with_arch(const FA4Config& config);  // fills an empty arch from the c
 // its key and its cubin must define the key-derived kernel name (runtime/cache_auth.cpp). Serves
 // both kernel families: a meta.json with "combine" is a combine kernel's.
 cache::Verdict check_cache_entry(std::string_view key, const nlohmann::json& meta, std::string_view cubin);
+// Whether an ELF64 file (a cubin) defines the function `name` in a symbol table (.symtab, its
+// string table, every offset bounds-checked): a name merely present in the bytes, e.g. appended
+// after the sections, does not count. False for anything that is not such an ELF file.
+bool elf_defines_function(std::string_view elf, std::string_view name);
 
 }  // namespace jit::detail

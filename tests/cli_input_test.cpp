@@ -242,4 +242,58 @@ TEST_F(CliInput, GenCubinToAnUnwritablePathIsAnError) {
   EXPECT_NE(r.out.find("--cubin " + target.string() + ": cannot open for writing"), std::string::npos) << r.out;
 }
 
+// Issue 52 item 3: `run --inputs /dev/zero` grew to 4.2 GB, a FIFO blocked. Refused at once,
+// naming the file, before anything is compiled.
+TEST_F(CliInput, RunInputsMustBeRegularFiles) {
+  const auto cfg = write("c.json", R"({"depth": 64})");
+  const Result r = run("run --config " + cfg.string() + " --inputs /dev/zero --output " +
+                       (dir_ / "o.safetensors").string() + " --arch sm_90a");
+  EXPECT_TRUE(r.exited && r.rc == 1) << r.out;
+  EXPECT_NE(r.out.find("/dev/zero: not a regular file (a character device)"), std::string::npos) << r.out;
+  EXPECT_EQ(cached_cubins(), 0);
+}
+
+// Issue 52 items 5 and 6: a key given twice took the last value silently, and {"depth": 1e400}
+// gave nlohmann's text without the file or the field.
+TEST_F(CliInput, DuplicateKeysAndOverflowingNumbersNameTheFileAndField) {
+  struct Case {
+    const char* text;
+    const char* words;
+  };
+  for (const Case& c :
+       {Case{R"({"depth": 64, "mask": "causal", "depth": 128})", "duplicate key \"depth\" at the top level"},
+        Case{R"({"configs": [{"depth": 64, "mask": {"kind": "causal", "kind": "none"}}]})",
+             "duplicate key \"configs.mask.kind\""},
+        Case{R"({"depth": 1e400})",
+             "not valid JSON in field 'depth': [json.exception.out_of_range.406] number "
+             "overflow parsing '1e400'"}}) {
+    const auto cfg = write("f.json", c.text);
+    const Result r = run("prewarm --config " + cfg.string() + " --arch sm_80");
+    EXPECT_TRUE(r.exited && r.rc == 1) << c.text << "\n" << r.out;
+    EXPECT_NE(r.out.find(cfg.string() + ": " + c.words), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(cached_cubins(), 0);
+}
+
+// Issue 52 item 5: FA4JIT_TUNE=exp2_emulate_every=-3 compiled a kernel under a key of its own,
+// FA4JIT_LOG=loud and FA4JIT_CACHE_FAULT=bogus changed nothing, silently.
+TEST_F(CliInput, EnvironmentValuesAreErrorsNamingTheVariable) {
+  const auto cfg = write("c.json", R"({"depth": 64})");
+  const std::string prewarm = "prewarm --config " + cfg.string() + " --arch sm_80 --jobs 1";
+  struct Case {
+    const char* env;
+    const char* words;
+  };
+  for (const Case& c : {Case{"FA4JIT_TUNE=exp2_emulate_every=-3",
+                             "FA4JIT_TUNE: 'exp2_emulate_every=-3' is out of range: exp2_emulate_every takes 0 .. 64"},
+                        Case{"FA4JIT_TUNE=pingpong=1x", "FA4JIT_TUNE: 'pingpong=1x' needs an integer value"},
+                        Case{"FA4JIT_LOG=loud", "FA4JIT_LOG='loud' is not a log level: use error, warn, info or debug"},
+                        Case{"FA4JIT_CACHE_FAULT=bogus", "FA4JIT_CACHE_FAULT='bogus': 'bogus' is not a fault"}}) {
+    const Result r = run(prewarm, c.env);
+    EXPECT_TRUE(r.exited && r.rc == 1) << c.env << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.words), std::string::npos) << c.env << "\n" << r.out;
+  }
+  EXPECT_EQ(cached_cubins(), 0) << "a kernel was compiled under a refused environment";
+}
+
 }  // namespace

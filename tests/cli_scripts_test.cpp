@@ -58,6 +58,42 @@ TEST_F(CliScripts, UsageErrorsExitTwoAndJobErrorsExitOne) {
   EXPECT_EQ(run("gen --arch sm_90a --config " + bad.string()).rc, 1);  // the job (config) fails
 }
 
+// Issue 52 item 6: an unknown subcommand said "A subcommand is required", and `--window a,b` said
+// "stoi". The messages name the word and the flag.
+TEST_F(CliScripts, UsageErrorsNameTheCommandOrFlag) {
+  auto r = run("frobnicate");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_TRUE(
+      has(r.out, "unknown command 'frobnicate'; commands: info, gen, prewarm, bundle, run, check, bench, cache"))
+      << r.out;
+  r = run("cache frob");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "unknown command 'frob' for 'fa4jit cache'; commands: ls, stats, clear, verify")) << r.out;
+  for (const char* window : {"a,b", "64,x", "1.5,0", "-2,0"}) {
+    r = run(std::string("check --arch sm_80 --window ") + window);
+    EXPECT_EQ(r.rc, 2) << window << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, std::string("--window: '") + window + "': expected LEFT,RIGHT")) << r.out;
+    EXPECT_FALSE(has(r.out, "stoi")) << r.out;
+  }
+}
+
+// Issue 52 item 6: a full disk said "2 of 1 kernels could not be written": failed writes of a
+// kernel and its combine kernel were counted as kernels, and the reason was only in a warning.
+TEST_F(CliScripts, PrewarmOnAFullDiskSaysSoAndCountsEntries) {
+  const auto cfg = write("one.json", R"({"depth": 64})");
+  const auto r = run("prewarm --config " + cfg.string() + " --arch sm_80 --jobs 1", "FA4JIT_CACHE_FAULT=enospc");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "error: could not write 2 cache entries for 1 kernel")) << r.out;
+  EXPECT_TRUE(has(r.out, ": No space left on device (the disk is full)")) << r.out;
+  EXPECT_FALSE(has(r.out, "2 of 1")) << r.out;
+  // A bundle says why too (it said "some kernels could not be written").
+  const auto b = run("bundle --config " + cfg.string() + " --arch sm_80 --out " + (dir_ / "bundle").string(),
+                     "FA4JIT_CACHE_FAULT=enospc");
+  EXPECT_EQ(b.rc, 1) << b.out;
+  EXPECT_TRUE(has(b.out, "could not write 2 entries: write ")) << b.out;
+  EXPECT_TRUE(has(b.out, ": No space left on device")) << b.out;
+}
+
 TEST_F(CliScripts, ArchListIsTrimmedAndValidatedNamingTheFlag) {
   // Sealed: nothing is compiled, each kernel is reported as missing, so this costs no NVRTC time.
   const auto r = run("prewarm --preset llama3-8b --arch ' sm_90a , sm_100a '", "FA4JIT_SEALED=1");

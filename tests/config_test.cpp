@@ -321,6 +321,15 @@ TEST(Config, TuningOverridesAreAnInputAndTheirErrorsNameTheItem) {
   EXPECT_EQ(error("pingpong"), "FA4JIT_TUNE: 'pingpong' is not name=value");
   EXPECT_EQ(error("pingpong=off"), "FA4JIT_TUNE: 'pingpong=off' needs an integer value");
   EXPECT_NE(error("ping=0").find("FA4JIT_TUNE: unknown name 'ping'; allowed: exp2_emulate_every"), std::string::npos);
+  // Issue 52 item 5: out-of-range and sloppy values were compiled under keys of their own.
+  EXPECT_EQ(error("exp2_emulate_every=-3"),
+            "FA4JIT_TUNE: 'exp2_emulate_every=-3' is out of range: exp2_emulate_every takes 0 .. 64 (0: every exp2 on "
+            "MUFU; n: one pair in n by polynomial)");
+  for (const char* t : {"pingpong=3", "wg_spans=2", "line_info=-1", "persistent=3", "intra_wg_overlap=2"})
+    EXPECT_NE(error(t).find("is out of range"), std::string::npos) << t;
+  for (const char* t : {"pingpong= 1", "pingpong=+1", "pingpong=1x", "pingpong=", "pingpong=99999999999"})
+    EXPECT_NE(error(t).find("needs an integer value"), std::string::npos) << t << ": " << error(t);
+  EXPECT_EQ(jit::parse_tune("exp2_emulate_every=64,wg_spans=0").exp2_emulate_every, 64);
 
   const jit::FA4Config c = cfg_for("sm_90a", 128);
   const jit::ResolvedConfig plain = jit::resolve(c);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/store.hpp"
+#include "fa4jit/c_api.h"
 #include "fa4jit/jit.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/runtime_internal.hpp"
@@ -210,6 +211,21 @@ TEST(PublicApi, RuntimeInfoReportsVersionAndEnvironment) {
     ASSERT_FALSE(i.cache_roots.empty());
     EXPECT_NE(std::find(i.cache_roots.begin(), i.cache_roots.end(), i.cache_writable), i.cache_roots.end());
   }
+}
+
+// Issue 52 item 5: fa4jit_prewarm with jobs = -1 or a NULL report pointer returned FA4JIT_OK;
+// docs/C_API.md makes NULL out pointers (and negative counts) FA4JIT_INVALID_ARGUMENT, before
+// anything is compiled.
+TEST(CApi, PrewarmRefusesANegativeJobCountAndANullReport) {
+  const char* config = R"({"depth": 64})";
+  char* report = reinterpret_cast<char*>(1);  // must be reset, not left as it was
+  EXPECT_EQ(fa4jit_prewarm(config, "sm_80", -1, &report), FA4JIT_INVALID_ARGUMENT);
+  EXPECT_TRUE(report == nullptr);
+  EXPECT_NE(std::string(fa4jit_last_error()).find("fa4jit_prewarm: jobs is negative"), std::string::npos)
+      << fa4jit_last_error();
+  EXPECT_EQ(fa4jit_prewarm(config, "sm_80", 1, nullptr), FA4JIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fa4jit_last_error()).find("out_report is NULL"), std::string::npos) << fa4jit_last_error();
+  EXPECT_EQ(fa4jit_prewarm(nullptr, "sm_80", 1, &report), FA4JIT_INVALID_ARGUMENT);
 }
 
 }  // namespace

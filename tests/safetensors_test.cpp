@@ -1,6 +1,11 @@
-// The safetensors reader (`fa4jit run --inputs`): every offset, dim and size checked with
-// overflow-checked arithmetic, tensors that do not overlap, a strict JSON header.
+// The safetensors reader (`fa4jit run --inputs`): regular files only, every offset, dim and size
+// checked with overflow-checked arithmetic, tensors that cover the data exactly, a strict JSON
+// header with unique names.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -148,6 +153,51 @@ TEST_F(SafetensorsReader, HugeHeaderLengthsAreRefused) {
     f << "{}";
   }
   expect_refused({"header length"});
+}
+
+// Issue 52 item 3: /dev/zero was read until memory ran out, a FIFO blocked, and bytes after the
+// tensors or a name given twice were accepted. Only regular files are read, each byte belongs to
+// exactly one tensor, and every name is unique; the refusals name the file.
+TEST_F(SafetensorsReader, OnlyRegularFilesAreReadAndNeverBlock) {
+  auto refusal = [](const fs::path& p) {
+    try {
+      jit::safetensors::read(p);
+      return std::string("accepted");
+    } catch (const jit::Error& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(refusal("/dev/zero"), "/dev/zero: not a regular file (a character device); safetensors inputs are files");
+  const fs::path dir = path_.string() + ".d";
+  fs::create_directory(dir);
+  EXPECT_NE(refusal(dir).find(dir.string() + ": not a regular file (a directory)"), std::string::npos);
+  fs::remove(dir);
+  // A FIFO with a writer that never writes: a reader that opened and read it would wait forever,
+  // so the check runs in a child that an alarm ends after 10 s.
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0600), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::alarm(10);
+    const int keep_open = ::open(path_.c_str(), O_RDWR);  // the writer
+    const std::string got = refusal(path_);
+    ::_exit(keep_open >= 0 && got.find(path_.string() + ": not a regular file (a FIFO)") != std::string::npos ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "blocked on the FIFO until the alarm" : "wrong message");
+}
+
+TEST_F(SafetensorsReader, TrailingBytesHolesAndDuplicateNamesAreRefused) {
+  const std::string q = R"("q": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]})";
+  write("{" + q + "}", std::string(8, 'x') + "appended");
+  expect_refused({"8 trailing bytes after the tensors' data"});
+  write(R"({"q": {"dtype": "BF16", "shape": [4], "data_offsets": [8, 16]}})", std::string(16, 'x'));
+  expect_refused({"data bytes [0, 8) belong to no tensor"});
+  write("{" + q + ", " + q + "}", std::string(8, 'x'));
+  expect_refused({"duplicate key \"q\""});
+  write("{" + q + "}", std::string(8, 'x'));  // the same file without them reads
+  EXPECT_EQ(jit::safetensors::read(path_).at("q").bytes, std::string(8, 'x'));
 }
 
 }  // namespace

@@ -176,10 +176,11 @@ FA4JIT_C_EXPORT int32_t fa4jit_resolve_config(const char* config_json, const cha
 /* Compiles configs into the cache for archs; no GPU needed when archs (or each config's arch) are
  * given. `configs_json`: one config object or an array of them. `archs`: comma-separated
  * ("sm_90a,sm_100a"); NULL or "": each config's own arch, else the current GPU's. Every config is
- * validated before anything is compiled. `jobs` parallel compiles (<= 0: the core count).
- * `out_report` (may be NULL) receives a JSON array with one entry per kernel: {"arch", "key",
- * "status": "compiled" | "hit" | "failed", "seconds", "error"}. Fails (FA4JIT_COMPILE_ERROR or the
- * kind of the first failure) when any kernel failed; the report is filled in either case. */
+ * validated before anything is compiled. `jobs` parallel compiles (0: the core count; negative:
+ * FA4JIT_INVALID_ARGUMENT). `out_report` (required: NULL is FA4JIT_INVALID_ARGUMENT) receives a
+ * JSON array with one entry per kernel: {"arch", "key", "status": "compiled" | "hit" | "failed",
+ * "seconds", "error"}. Fails (FA4JIT_COMPILE_ERROR or the kind of the first failure) when any
+ * kernel failed; the report is filled in either case. */
 FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs, char** out_report);
 
 /* The kernels a Hugging Face model's attention layers launch (`fa4jit prewarm --model`): from the

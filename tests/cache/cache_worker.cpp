@@ -6,6 +6,8 @@
 //   hammer <root> <nkeys> <ms>                          random get_or_compile for <ms>; exit 1 on a wrong byte
 //   publish <root> <key>                                  publish cubin_for(key) (fault hooks via env)
 //   hold <root> <key> <ms>                                flock the key's lock file, print "locked", sleep
+//   trust <root> <private_root> <key>                     get_or_compile the key from a store whose private
+//        tier is private_root; prints "origin=<where it came from>"; exit 0 iff the bytes are cubin_for(key)
 #include <sys/file.h>
 
 #include <algorithm>
@@ -104,6 +106,21 @@ int main(int argc, char** argv) {
     std::cout << "locked" << std::endl;
     std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(a[4])));
     return 0;
+  }
+  if (a.size() >= 5 && a[1] == "trust") {
+    jit::cache::Options o;
+    o.roots = {a[2]};
+    o.private_root = a[3];
+    jit::cache::Store store(o);
+    const std::string& key = a[4];
+    auto art = store.get_or_compile(
+        key,
+        [&] {
+          return jit::cache::Artifact{cubin_for(key), {{"config", "trust"}}, ""};
+        },
+        "trust");
+    std::cout << "origin=" << art.origin << std::endl;
+    return art.cubin == cubin_for(key) ? 0 : 1;
   }
   std::cerr << "usage: see cache_worker.cpp\n";
   return 2;

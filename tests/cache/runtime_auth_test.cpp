@@ -3,8 +3,10 @@
 // is never served, `cache verify` reports it, kernels carry key-derived names (a swapped cubin
 // does not load on a GPU), and what only the deployment secret stops (a cubin with its names
 // patched) is shown too. NVRTC runs on the CPU; the GPU test skips without a GPU.
+#include <elf.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <regex>
 
 #include "cache/store.hpp"
@@ -33,23 +35,56 @@ CompileInputs inputs(int preset_index, const std::string& arch = "sm_90a") {
   return jit::detail::compile_inputs(c);
 }
 
-// Stands in for a cubin: ELF string-table style names, as NVRTC writes them.
-std::string fake_cubin(const std::string& key) {
-  std::string c =
-      "\x7f"
-      "ELF";
-  c += std::string(200, '\x01') + '\0' + jit::detail::entry_name(key) + '\0' + ".text." + jit::detail::entry_name(key) +
-       '\0';
-  return c + cubin_for(key, 4096);
+// A minimal ELF64 file laid out as a cubin's sections are: a string table, a symbol table
+// defining each of `functions` (global STT_FUNC in section 3), a .text section holding `payload`,
+// then the section headers.
+std::string make_elf(const std::vector<std::string>& functions, const std::string& payload) {
+  constexpr char kSectionNames[] = "\0.strtab\0.symtab\0.text\0";  // at 1, 9 and 17
+  std::string strtab(kSectionNames, sizeof kSectionNames - 1);
+  std::vector<Elf64_Sym> syms(1);  // symbol 0 is the null symbol
+  for (const std::string& f : functions) {
+    Elf64_Sym s{};
+    s.st_name = static_cast<Elf64_Word>(strtab.size());
+    s.st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
+    s.st_shndx = 3;
+    syms.push_back(s);
+    strtab += f + '\0';
+  }
+  const std::size_t str_off = sizeof(Elf64_Ehdr), sym_off = str_off + strtab.size(),
+                    text_off = sym_off + syms.size() * sizeof(Elf64_Sym), sh_off = text_off + payload.size();
+  Elf64_Shdr sh[4] = {};
+  sh[1] = {1, SHT_STRTAB, 0, 0, str_off, strtab.size(), 0, 0, 1, 0};
+  sh[2] = {9, SHT_SYMTAB, 0, 0, sym_off, syms.size() * sizeof(Elf64_Sym), 1, 1, 8, sizeof(Elf64_Sym)};
+  sh[3] = {17, SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, 0, text_off, payload.size(), 0, 0, 128, 0};
+  Elf64_Ehdr eh{};
+  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_ident[EI_DATA] = ELFDATA2LSB;
+  eh.e_ident[EI_VERSION] = EV_CURRENT;
+  eh.e_type = ET_EXEC;
+  eh.e_machine = 190;  // EM_CUDA
+  eh.e_version = EV_CURRENT;
+  eh.e_shoff = sh_off;
+  eh.e_ehsize = sizeof eh;
+  eh.e_shentsize = sizeof(Elf64_Shdr);
+  eh.e_shnum = 4;
+  eh.e_shstrndx = 1;
+  std::string out(reinterpret_cast<const char*>(&eh), sizeof eh);
+  out += strtab;
+  out.append(reinterpret_cast<const char*>(syms.data()), syms.size() * sizeof(Elf64_Sym));
+  out += payload;
+  out.append(reinterpret_cast<const char*>(sh), sizeof sh);
+  return out;
 }
 
-// A combine kernel's cubin stand-in (generator/combine.hpp): it exports fa4_combine_<key[0:16]>.
+// Stands in for a cubin: an ELF file defining the key-derived kernel name, as NVRTC writes it.
+std::string fake_cubin(const std::string& key) {
+  return make_elf({jit::detail::entry_name(key)}, cubin_for(key, 4096));
+}
+
+// A combine kernel's cubin stand-in (generator/combine.hpp): it defines fa4_combine_<key[0:16]>.
 std::string fake_combine_cubin(const std::string& key) {
-  std::string c =
-      "\x7f"
-      "ELF";
-  c += std::string(200, '\x01') + '\0' + jit::detail::combine_entry_name(key) + '\0';
-  return c + cubin_for(key, 1024);
+  return make_elf({jit::detail::combine_entry_name(key)}, cubin_for(key, 1024));
 }
 
 Options validated(std::vector<fs::path> roots, const std::string& secret = {}) {
@@ -67,10 +102,12 @@ void plant(const fs::path& root, const std::string& key, nlohmann::json meta, co
   w.publish(key, cubin, meta);
 }
 
-std::string run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, int* rc) {
+// The CLI's stdout (and stderr, with merge_stderr) and exit status.
+std::string run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env, int* rc,
+                    bool merge_stderr = false) {
   std::vector<std::string> argv = {FA4JIT_CLI};
   argv.insert(argv.end(), args.begin(), args.end());
-  Proc p = spawn(argv, env, /*capture_stdout=*/true);
+  Proc p = spawn(argv, env, /*capture_stdout=*/true, merge_stderr);
   std::string out;
   char buf[4096];
   ssize_t n;
@@ -294,4 +331,141 @@ TEST(CacheRuntimeAuth, EntriesMadeWithTuningOverridesValidate) {
   bad["tune"] = "pingpong";
   EXPECT_NE(jit::detail::check_cache_entry(in.key, bad, fake_cubin(in.key)).problem.find("meta.json tune: 'pingpong'"),
             std::string::npos);
+}
+
+// The entry-name check reads the cubin's ELF symbol table: B's cubin with A's name appended (the
+// probe's forgery: A's meta.json, the digest rewritten) used to pass a byte search; now it is a
+// miss, `cache verify` removes it, and malformed or truncated ELF files are refused in bounds.
+TEST(CacheRuntimeAuth, EntryNamesComeFromTheElfSymbolTable) {
+  using jit::detail::elf_defines_function;
+  const CompileInputs a = inputs(0), b = inputs(1);
+  const std::string name_a = jit::detail::entry_name(a.key);
+  const std::string appended = fake_cubin(b.key) + '\0' + name_a + '\0';
+  EXPECT_FALSE(elf_defines_function(appended, name_a));
+  EXPECT_NE(jit::detail::check_cache_entry(a.key, jit::detail::describe(a), appended)
+                .problem.find("does not define " + name_a),
+            std::string::npos);
+  EXPECT_TRUE(elf_defines_function(fake_cubin(a.key), name_a));
+  EXPECT_FALSE(elf_defines_function(fake_cubin(a.key), name_a.substr(0, name_a.size() - 1)));  // whole names only
+
+  // In a string table but named by no symbol; undefined; not a function.
+  const std::string elf = make_elf({"other"}, name_a + '\0');
+  EXPECT_FALSE(elf_defines_function(elf, name_a));
+  auto with_symbol = [&](unsigned char info, Elf64_Section shndx) {
+    std::string e = make_elf({name_a}, "");
+    Elf64_Sym sym;
+    const std::size_t at = sizeof(Elf64_Ehdr) + 23 + name_a.size() + 1 + sizeof(Elf64_Sym);  // symbol 1
+    std::memcpy(&sym, e.data() + at, sizeof sym);
+    sym.st_info = info;
+    sym.st_shndx = shndx;
+    std::memcpy(e.data() + at, &sym, sizeof sym);
+    return e;
+  };
+  EXPECT_TRUE(elf_defines_function(with_symbol(ELF64_ST_INFO(STB_GLOBAL, STT_FUNC), 3), name_a));
+  EXPECT_FALSE(elf_defines_function(with_symbol(ELF64_ST_INFO(STB_GLOBAL, STT_FUNC), SHN_UNDEF), name_a));
+  EXPECT_FALSE(elf_defines_function(with_symbol(ELF64_ST_INFO(STB_GLOBAL, STT_OBJECT), 3), name_a));
+
+  // Every prefix (the section headers come last) and every header field pointing out of bounds.
+  const std::string good = fake_cubin(a.key);
+  for (std::size_t n = 0; n < good.size(); n += 7) EXPECT_FALSE(elf_defines_function(good.substr(0, n), name_a)) << n;
+  auto patched = [&](std::size_t offset, std::uint64_t value, std::size_t width) {
+    std::string e = good;
+    std::memcpy(e.data() + offset, &value, width);
+    return elf_defines_function(e, name_a);
+  };
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, good.data(), sizeof eh);
+  const std::size_t symtab_hdr = eh.e_shoff + 2 * sizeof(Elf64_Shdr), strtab_hdr = eh.e_shoff + sizeof(Elf64_Shdr);
+  EXPECT_FALSE(patched(offsetof(Elf64_Ehdr, e_shoff), ~0ull - 8, 8));
+  EXPECT_FALSE(patched(offsetof(Elf64_Ehdr, e_shnum), 0xffff, 2));
+  EXPECT_FALSE(patched(offsetof(Elf64_Ehdr, e_shentsize), 32, 2));
+  EXPECT_FALSE(patched(symtab_hdr + offsetof(Elf64_Shdr, sh_offset), ~0ull - 8, 8));
+  EXPECT_FALSE(patched(symtab_hdr + offsetof(Elf64_Shdr, sh_size), ~0ull - 8, 8));
+  EXPECT_FALSE(patched(symtab_hdr + offsetof(Elf64_Shdr, sh_link), 9, 4));
+  EXPECT_FALSE(patched(strtab_hdr + offsetof(Elf64_Shdr, sh_size), 23 + 4, 8));  // the name cut short, no NUL
+  EXPECT_FALSE(patched(strtab_hdr + offsetof(Elf64_Shdr, sh_offset), good.size(), 8));
+  EXPECT_FALSE(patched(EI_CLASS, ELFCLASS32, 1));
+
+  // Through the cache and the CLI: a miss and a rebuild, and `cache verify` names it.
+  TempDir cache;
+  plant(cache.path, a.key, jit::detail::describe(a), appended);
+  {
+    Store s(validated({cache.path}));
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(s.load(a.key));
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("does not define " + name_a), std::string::npos) << err;
+  }
+  if (!fs::exists(FA4JIT_CLI)) return;
+  plant(cache.path, a.key, jit::detail::describe(a), appended);
+  int rc = -1;
+  const std::string out =
+      run_cli({"cache", "verify"}, {{"FA4JIT_CACHE_DIR", cache.path.string()}, {"FA4JIT_CACHE_PATH", ""}}, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("bad: " + entry_dir(cache.path, a.key).string() + ": kernel.cubin does not define " + name_a),
+            std::string::npos)
+      << out;
+}
+
+// Issue 52 item 4: `cache import` exited 0 and said "imported 0 entries (0 already present, 0
+// rejected)" for a truncated archive, a header claiming 2^63 bytes, a forged entry and unsigned
+// entries under a secret. It now names every entry it dropped and fails.
+TEST(CacheRuntimeAuth, CliImportSaysWhatItDroppedAndFails) {
+  if (!fs::exists(FA4JIT_CLI)) GTEST_SKIP() << FA4JIT_CLI << " is not here (a copied test binary)";
+  const CompileInputs a = inputs(0), b = inputs(1);
+  TempDir src, work;
+  plant(src.path, a.key, jit::detail::describe(a), fake_cubin(a.key));
+  plant(src.path, b.key, jit::detail::describe(b), fake_cubin(b.key));
+  const fs::path good = work.path / "good.far";
+  ASSERT_EQ(Store(validated({src.path})).export_archive(good), 2u);
+  const std::string bytes = read_all(good);
+
+  auto import = [&](const fs::path& archive, std::map<std::string, std::string> env, int* rc) {
+    const fs::path cache = work.path / ("cache-" + archive.filename().string());
+    env["FA4JIT_CACHE_DIR"] = cache.string();
+    env["FA4JIT_CACHE_PATH"] = "";
+    return run_cli({"cache", "import", archive.string()}, env, rc, /*merge_stderr=*/true);
+  };
+  int rc = -1;
+  std::string out = import(good, {}, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("imported 2 entries (0 already present, 0 rejected)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("dropped"), std::string::npos) << out;
+
+  // Cut inside the second entry: the first is imported, the rest reported.
+  const fs::path cut = work.path / "cut.far";
+  write_all(cut, bytes.substr(0, bytes.size() - 100));
+  out = import(cut, {}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("imported 1 entries"), std::string::npos) << out;
+  EXPECT_NE(out.find("dropped: entry 1: truncated; stopping"), std::string::npos) << out;
+  EXPECT_NE(out.find("not everything was imported"), std::string::npos) << out;
+
+  // A header claiming 2^63 bytes of cubin.
+  const fs::path huge = work.path / "huge.far";
+  std::string h = "FA4JITAR1\nE";  // docs/CACHE.md "Archives": magic, then 'E' | u64 meta_len | u64 cubin_len
+  for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1} << 63})
+    for (int i = 0; i < 8; ++i) h += static_cast<char>((n >> (8 * i)) & 0xff);
+  write_all(huge, h);
+  out = import(huge, {}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("dropped: entry 0: its header claims 0 bytes of meta.json and 9223372036854775808 of cubin"),
+            std::string::npos)
+      << out;
+
+  // A forged entry (B's cubin under A's inputs, digest consistent) and unsigned entries under a secret.
+  TempDir forged_src;
+  plant(forged_src.path, a.key, jit::detail::describe(a), fake_cubin(b.key));
+  const fs::path forged = work.path / "forged.far";
+  ASSERT_EQ(Store(Options{{forged_src.path}}).export_archive(forged), 1u);
+  out = import(forged, {}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("imported 0 entries (0 already present, 1 rejected)"), std::string::npos) << out;
+  EXPECT_NE(out.find("dropped: entry 0 (" + a.key + "): kernel.cubin does not define"), std::string::npos) << out;
+  const fs::path unsigned_copy = work.path / "unsigned.far";
+  fs::copy_file(good, unsigned_copy);
+  out = import(unsigned_copy, {{"FA4JIT_CACHE_SECRET", kSecret}}, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("2 rejected"), std::string::npos) << out;
+  EXPECT_NE(out.find("no MAC"), std::string::npos) << out;
 }

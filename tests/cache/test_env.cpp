@@ -84,10 +84,25 @@ TEST(CacheEnv, InvalidValuesAreErrorsNamingTheVariable) {
   }
   // Read where the store is made: an error at construction, not a silent 0.
   TempDir d;
-  EnvVar p("FA4JIT_CACHE_PRUNE_INTERVAL_S", "soon");
   Options o;
   o.roots = {d.path};
-  EXPECT_THROW(Store{o}, jit::CacheError);
+  {
+    EnvVar p("FA4JIT_CACHE_PRUNE_INTERVAL_S", "soon");
+    EXPECT_THROW(Store{o}, jit::CacheError);
+  }
+  // The fault seam: a misspelt fault used to inject nothing, silently.
+  for (const char* v : {"bogus", "enospc,bogus", "readonly:", "enospc,", "ENOSPC"}) {
+    EnvVar f("FA4JIT_CACHE_FAULT", v);
+    try {
+      Store s(o);
+      ADD_FAILURE() << "FA4JIT_CACHE_FAULT=" << v << " was accepted";
+    } catch (const jit::CacheError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("FA4JIT_CACHE_FAULT='") + v + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  EnvVar ok("FA4JIT_CACHE_FAULT", "enospc,readonly:/x,kill_before_rename");
+  EXPECT_NO_THROW(Store{o});
 }
 
 TEST(CacheEnv, NoCacheRootResolvedWarnsMemoryOnlyOnce) {

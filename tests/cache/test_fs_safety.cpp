@@ -259,21 +259,6 @@ TEST(CacheFsSafety, ModesAreExplicitNotTheUmask) {
   EXPECT_EQ(mode(q / "v1" / "locks" / (k + ".lock")), 0664u);
 }
 
-TEST(CacheFsSafety, WorldWritableRootWithoutStickyBitWarnsOnce) {
-  TempDir d;
-  fs::create_directories(d.path / "open");
-  ::chmod((d.path / "open").c_str(), 0777);
-  testing::internal::CaptureStderr();
-  Store s(one_root(d.path / "open"));
-  std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(s.stats().warnings, 1u) << err;
-  EXPECT_NE(err.find("writable by every user and has no sticky bit"), std::string::npos) << err;
-  fs::create_directories(d.path / "sticky");
-  ::chmod((d.path / "sticky").c_str(), 01777);  // like /tmp: fine
-  Store t(one_root(d.path / "sticky"));
-  EXPECT_EQ(t.stats().warnings, 0u);
-}
-
 TEST(CacheFsSafety, ClearAndPruneOnAReadOnlyTierAreErrors) {
   TempDir d;
   std::string k = key_of(930);

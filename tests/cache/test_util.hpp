@@ -136,8 +136,9 @@ struct Proc {
   }
 };
 
+// capture_stdout: Proc::out_fd reads the child's stdout (and its stderr too with merge_stderr).
 inline Proc spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
-                  bool capture_stdout = false) {
+                  bool capture_stdout = false, bool merge_stderr = false) {
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string s(*e);
@@ -156,6 +157,7 @@ inline Proc spawn(const std::vector<std::string>& args, const std::map<std::stri
   if (capture_stdout) {
     if (::pipe2(pipefd, O_CLOEXEC) != 0) std::abort();
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+    if (merge_stderr) posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
   }
   Proc p;
   if (posix_spawn(&p.pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data()) != 0) p.pid = -1;
