@@ -38,12 +38,14 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
   return {};
 }
 
-bool wants_help_or_version(int argc, char** argv) {
+// --help and --version still work under a bad FA4JIT_LOG, and `info` reports it with every other
+// bad environment value (its "problem:" lines) instead of stopping at the first.
+bool checks_log_env_itself(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help" || a == "--version") return true;
   }
-  return false;
+  return argc > 1 && std::string_view(argv[1]) == "info";
 }
 
 }  // namespace
@@ -71,8 +73,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fa4jit: error: %s (fa4jit --help lists them)\n", bad.c_str());
     return kExitUsage;
   }
-  // Checked before any work, as the library checks it at the first kernel; --help still helps.
-  if (const std::string bad = jit::detail::log_env_problem(); !bad.empty() && !wants_help_or_version(argc, argv)) {
+  // Checked before any work, as the library checks it at the first kernel.
+  if (const std::string bad = jit::detail::log_env_problem(); !bad.empty() && !checks_log_env_itself(argc, argv)) {
     std::fprintf(stderr, "fa4jit: error: %s\n", bad.c_str());
     return kExitError;
   }

@@ -33,8 +33,6 @@ CompileInputs compile_inputs(const FA4Config& config, const ResolveOptions& opti
 
 cache::Store& disk_cache() {
   static cache::Store store([] {
-    // Environment values are checked where they are first read: here, at the first kernel.
-    if (std::string bad = log_env_problem(); !bad.empty()) throw ConfigError(bad);
     cache::Options o = cache::Store::options_from_env();
     if (!o.bundles_from_env) o.bundles = installed_bundles();
     o.validate = check_cache_entry;
@@ -204,6 +202,9 @@ cache::Artifact compile_under_policy(const Inputs& in, const std::string& what) 
 // A kernel not in this process's memory: its entry and its combine kernel's, looked up (and, on a
 // miss, compiled) side by side: a first kernel waits for the longer of them.
 KernelPtr load_kernel(const detail::CompileInputs& in) {
+  // FA4JIT_LOG is read at the first log line, which cannot report an error: refused here, at the
+  // first kernel a process loads (`fa4jit info` lists it with the other bad values).
+  if (std::string bad = detail::log_env_problem(); !bad.empty()) throw ConfigError(bad);
   std::future<detail::CombinePtr> combine;
   try {
     combine = std::async(std::launch::async, [&] { return detail::get_combine(in.config); });

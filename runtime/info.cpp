@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "fa4jit/jit.hpp"
+#include "base/log.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
 #include "runtime/runtime_internal.hpp"
@@ -56,13 +57,8 @@ RuntimeInfo runtime_info() {
     info.compile_policy = e.what();
     info.problems.push_back(e.what());
   }
-  // FA4JIT_LOG falls back to warn (base/log.cpp); say so here too, where someone is looking.
-  if (const char* v = std::getenv("FA4JIT_LOG"); v && *v) {
-    const std::string s(v);
-    if (s != "error" && s != "warn" && s != "warning" && s != "info" && s != "debug")
-      info.problems.push_back(
-          fmt::format("FA4JIT_LOG='{}' is not error, warn, info or debug; the log level is warn", s));
-  }
+  // FA4JIT_LOG falls back to warn for log lines and fails the first kernel (base/log.cpp).
+  if (std::string bad = detail::log_env_problem(); !bad.empty()) info.problems.push_back(std::move(bad));
 #ifdef FA4JIT_HAVE_HIREDIS
   info.redis_built = true;
 #endif

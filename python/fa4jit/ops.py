@@ -266,7 +266,9 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         if page_table.dtype != torch.int32 or page_table.dim() != 2 or page_table.shape[0] != batch:
             raise LaunchError(f"page_table has dtype {page_table.dtype} and shape {tuple(page_table.shape)}; expected "
                               f"torch.int32 (batch = {batch}, max_pages)")
-        if page_table.stride(1) != 1 or page_table.stride(0) != page_table.shape[1]:
+        # Rows are max_pages apart in the kernel; one row's stride is never read (vLLM passes a
+        # single sequence's row sliced out of a wider table).
+        if page_table.stride(1) != 1 or (batch > 1 and page_table.stride(0) != page_table.shape[1]):
             raise LaunchError("page_table must be contiguous")
     _check_int32_vector("seqused_k", seqused_k, device, batch)
     _check_descale(q, k, v, batch, Hkv, device, descale_q, descale_k, descale_v)

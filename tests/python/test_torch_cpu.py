@@ -143,6 +143,12 @@ def test_fake_varlen_and_paged_shapes(fake):
         assert fa4jit.attention_paged(qd, kc, kc, table, used, causal=True).shape == (3, 1, 8, 128)
         with pytest.raises(fa4jit.LaunchError, match="page_table"):
             fa4jit.attention_paged(qd, kc, kc, table[:2], used)
+        # One sequence's row sliced out of a wider table (vLLM's cascade prefix split): its row stride
+        # is never read; two such rows are not max_pages apart and are refused.
+        wide = torch.empty(2, 20, dtype=torch.int32, device="cuda")
+        assert fa4jit.attention_paged(qd[:1], kc, kc, wide[:1, 4:], used[:1], causal=True).shape == (1, 1, 8, 128)
+        with pytest.raises(fa4jit.LaunchError, match="page_table must be contiguous"):
+            fa4jit.attention_paged(qd[:2], kc, kc, wide[:, 4:], used[:2])
         with pytest.raises(fa4jit.LaunchError, match="seqused_k has dtype torch.int64"):
             fa4jit.attention_paged(qd, kc, kc, table, used.long())
         with pytest.raises(fa4jit.LaunchError, match="cu_seqlens_q has dtype torch.int64"):
