@@ -31,8 +31,8 @@ def _sdpa_arm(backend):
         import torch
         import torch.nn.functional as F
         from torch.nn.attention import sdpa_kernel
-        if row.page or row.lens:
-            raise Unsupported("SDPA has no paged or varlen form")
+        if row.lens:
+            raise Unsupported("SDPA has no varlen form")  # paged rows: it reads the contiguous copies
         if row.shape.window or row.shape.sinks or row.shape.softcap:
             raise Unsupported("SDPA has no sliding window, sinks or softcap")
         gqa = row.shape.Hq != row.shape.Hkv

@@ -370,6 +370,33 @@ def table(results):
     return "\n".join(lines)
 
 
+def load_results(path):
+    """(head, [(Row, summary)]) of an --out file."""
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    out = []
+    for r in j["rows"]:
+        d = dict(r["row"])
+        d["shape"] = Shape(**d["shape"])
+        d["lens"] = tuple(tuple(p) for p in d["lens"])
+        out.append((Row(**d), {k: v for k, v in r.items() if k not in ("row", "name")}))
+    return j["head"], out
+
+
+def combined_table(paths):
+    """The rows of several runs (subsets run in separate calls) in one table, each run's state above;
+    a row in several files is taken from the last."""
+    heads, rows = [], {}
+    for p in paths:
+        head, rs = load_results(p)
+        w = head.get("warm", {})
+        heads.append(f"- `{os.path.basename(p)}`: {head['gpu']}, {head['date']}, torch {head['torch']}; copy "
+                     f"{head['copy_tbs']:.2f} TB/s, bf16 GEMM {head['gemm_tflops']:.0f} TFLOP/s (both warm); warmed "
+                     f"{w.get('seconds', 0):.0f} s to {w.get('sm_mhz')} MHz, {w.get('power_w', 0):.0f} W")
+        rows.update({r.name: (r, summary) for r, summary in rs})  # a row measured again: the later file's
+    return "\n".join(heads) + "\n\n" + table(list(rows.values()))
+
+
 # ---- the bias this harness removes ----------------------------------------------------------------
 
 def bias_demo(nvml):
@@ -404,7 +431,11 @@ def main(argv=None):
     ap.add_argument("--no-graph", action="store_true", help="back to back from eager calls, not CUDA graphs")
     ap.add_argument("--bias", action="store_true", help="show the thermal bias (idle vs steady state) and exit")
     ap.add_argument("--out", default="", help="write every number here as JSON")
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print one table of the rows of earlier --out files")
     a = ap.parse_args(argv)
+    if a.table:
+        print(combined_table(a.table))
+        return 0
     models = [m for m in a.models.split(",") if m] or None
     unknown = [m for m in models or [] if m not in MODELS]
     if unknown:
