@@ -18,7 +18,8 @@ class Unsupported(Exception):
     """This peer cannot run this row (the reason is the message)."""
 
 
-def _rot(sets, i):
+def rot(sets, i):
+    """Input set i of a row's rotating copies."""
     return sets[i % len(sets)]
 
 
@@ -45,7 +46,7 @@ def _sdpa_arm(backend):
 
         def fn(i):
             with sdpa_kernel([backend]):
-                return F.scaled_dot_product_attention(_bhsd(_rot(data["q"], i)), _bhsd(_rot(ks, i)), _bhsd(_rot(vs, i)),
+                return F.scaled_dot_product_attention(_bhsd(rot(data["q"], i)), _bhsd(rot(ks, i)), _bhsd(rot(vs, i)),
                                                       attn_mask=mask, is_causal=causal, enable_gqa=gqa)
         fn(0)
         torch.cuda.synchronize()
@@ -95,18 +96,18 @@ def fa4_arm(row, data):
         kw["learnable_sink"] = data["sinks"]
     if row.lens:
         def fn(i):
-            return m.flash_attn_varlen_func(_rot(data["q"], i), _rot(data["k_bf16"], i), _rot(data["v_bf16"], i),
+            return m.flash_attn_varlen_func(rot(data["q"], i), rot(data["k_bf16"], i), rot(data["v_bf16"], i),
                                             cu_seqlens_q=data["cu_q"], cu_seqlens_k=data["cu_k"],
-                                            max_seqlen_q=max(q for q, _ in row.lens),
-                                            max_seqlen_k=max(k for _, k in row.lens), **kw)
+                                            max_seqlen_q=row.max_seqlens()[0], max_seqlen_k=row.max_seqlens()[1],
+                                            **kw)
     elif row.page:
         def fn(i):
-            return m.flash_attn_varlen_func(_rot(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],
-                                            seqused_k=data["seqused_k"], page_table=_rot(data["page_table"], i),
+            return m.flash_attn_varlen_func(rot(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],
+                                            seqused_k=data["seqused_k"], page_table=rot(data["page_table"], i),
                                             max_seqlen_q=row.Sq, max_seqlen_k=row.Sk, **kw)
     else:
         def fn(i):
-            return m.flash_attn_func(_rot(data["q"], i), _rot(data["k_bf16"], i), _rot(data["v_bf16"], i), **kw)
+            return m.flash_attn_func(rot(data["q"], i), rot(data["k_bf16"], i), rot(data["v_bf16"], i), **kw)
     fn(0)
     torch.cuda.synchronize()
     return fn
@@ -132,7 +133,7 @@ def flex_arm(row, data):
     gqa = row.shape.Hq != row.shape.Hkv
 
     def fn(i):
-        return fx(_bhsd(_rot(data["q"], i)), _bhsd(_rot(data["k_bf16"], i)), _bhsd(_rot(data["v_bf16"], i)),
+        return fx(_bhsd(rot(data["q"], i)), _bhsd(rot(data["k_bf16"], i)), _bhsd(rot(data["v_bf16"], i)),
                   block_mask=bm, score_mod=score_mod, enable_gqa=gqa)
     fn(0)
     torch.cuda.synchronize()

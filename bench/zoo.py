@@ -29,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from peers import rot  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL_DIR = os.path.join(HERE, "..", "tests", "models")
@@ -93,6 +94,10 @@ class Row:
     def memory_bound(self):
         """Judged by K/V bytes per second (a mixed step's bytes are mostly its decode rows')."""
         return self.kind not in ("prefill", "varlen")
+
+    def max_seqlens(self):
+        """(longest query, longest key sequence)."""
+        return max(q for q, _ in self.seqs()), max(k for _, k in self.seqs())
 
     def seqs(self):
         """(Sq, Sk) of every sequence."""
@@ -240,10 +245,9 @@ def fa4jit_arm(row, data):
         kw["window"] = (sh.window - 1, 0)
     if sh.sinks:
         kw["sinks"] = data["sinks"]
-    def r(xs, i):
-        return xs[i % len(xs)]
+    r = rot
     if row.lens:
-        mq, mk = max(q for q, _ in row.lens), max(k for _, k in row.lens)
+        mq, mk = row.max_seqlens()
 
         def fn(i):
             return fa4jit.attention_varlen(r(data["q"], i), r(data["k_bf16"], i), r(data["v_bf16"], i), data["cu_q"],
