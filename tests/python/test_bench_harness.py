@@ -224,3 +224,15 @@ def test_steady_state_measurements_repeat_within_two_percent():
     second = harness.per_call(lambda i: a @ b, iters=20)
     print(json.dumps({"warm": w["seconds"], "clock": w["sm_mhz"], "first": first, "second": second}))
     assert math.isfinite(first) and abs(second / first - 1) <= 0.02
+
+
+def test_table_of_the_committed_runs_renders_every_row(capsys):
+    """docs/perf/*.json are the runs behind docs/PERF.md's table: --table rebuilds it from them."""
+    import glob
+    paths = sorted(glob.glob(os.path.join(REPO, "docs", "perf", "*.json")))
+    assert paths, "docs/perf holds the current table's runs"
+    assert zoo.main(["--table", *paths]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| ") and not ln.startswith("| row")]
+    names = {zoo_row.name for p in paths for zoo_row, _ in zoo.load_results(p)[1]}
+    assert len(rows) == len(names) and "A/A (the same fa4jit kernel" in out
