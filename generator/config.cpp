@@ -156,8 +156,7 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   detail::Budget b = backend.derive(c, dp, arch);
   // TMA backends load a consumer's Q rows as one box of whole (query, head) row sets, so a group
   // larger than the box is packed in equal slices (detail::pack_heads).
-  if (const int box_rows = backend.q_box_rows(c);
-      c.pack_gqa && c.group > 1 && detail::pack_heads(c, box_rows) == 1)
+  if (const int box_rows = backend.q_box_rows(c); c.pack_gqa && c.group > 1 && detail::pack_heads(c, box_rows) == 1)
     refuse("pack_gqa", fmt::format("true with group = {}", c.group),
            fmt::format("the {} backend packs groups of up to {} heads, or larger groups in equal slices of "
                        "2..{} heads; {} has no such divisor",

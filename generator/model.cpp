@@ -206,7 +206,9 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     if (packs) {
       k.pack_gqa = true;
       k.group = group;
-      out.push_back({fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks), k});
+      out.push_back(
+          {fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks),
+           k});
     }
   }
   return out;

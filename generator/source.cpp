@@ -156,7 +156,7 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kPingPong", rc.tuning.pingpong},
       {"kWgSpans", rc.tuning.wg_spans},
       {"kPersistent", rc.tuning.persistent},
-      {"kPack", detail::pack_heads(rc)},                        // GQA packing: query heads per CTA (PackedRow)
+      {"kPack", detail::pack_heads(rc)},                       // GQA packing: query heads per CTA (PackedRow)
       {"kBottomTiles", detail::policy(rc).bottom_q_tiles(c)},  // Q tiles end at the last row (sm90a)
       {"kCtasPerSm", rc.ctas_per_sm},
   };

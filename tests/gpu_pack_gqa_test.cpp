@@ -77,8 +77,7 @@ TEST(GpuPackGqa, AnyGroupDecodeMatchesReference) {
   for (const std::string& arch : runnable_archs())
     for (int group : {3, 5, 6, 7, 12, 16}) {
       const auto kernel = jit::get_kernel(packed(arch, group), jit::testing::env_tune());
-      for (int sq : {1, 5, 16})
-        check_layouts(*kernel, group, sq, fmt::format("{} group {} Sq {}", arch, group, sq));
+      for (int sq : {1, 5, 16}) check_layouts(*kernel, group, sq, fmt::format("{} group {} Sq {}", arch, group, sq));
     }
 }
 
@@ -135,8 +134,9 @@ TEST(GpuPackGqa, AnyGroupOverFp8KvCacheMatchesReference) {
           CheckCase c = decode_case(group, sq);
           c.page_size = page;
           c.num_splits = page == 16 ? 3 : 0;
-          expect_matches(jit::testing::run_and_check(*kernel, c),
-                         fmt::format("{} e4m3 KV group {} Sq {} page {} splits {}", arch, group, sq, page, c.num_splits));
+          expect_matches(
+              jit::testing::run_and_check(*kernel, c),
+              fmt::format("{} e4m3 KV group {} Sq {} page {} splits {}", arch, group, sq, page, c.num_splits));
         }
     }
 }

@@ -33,7 +33,8 @@ void expect_refused(F&& f, const std::vector<std::string>& words) {
     ADD_FAILURE() << "no ConfigError";
   } catch (const jit::ConfigError& e) {
     const std::string msg = e.what();
-    for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+    for (const std::string& w : words)
+      EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
   }
 }
 
@@ -124,8 +125,10 @@ TEST(PackGqa, EveryGroupIsAcceptedAndLargeGroupsPackInSlices) {
       const jit::ResolvedConfig r = jit::resolve(c);
       EXPECT_EQ(jit::detail::pack_heads(r), pack) << arch << " group " << g;
       EXPECT_EQ(g % pack, 0) << arch << " group " << g;
-      if (span == 0 || g <= span) EXPECT_EQ(pack, g) << arch << " group " << g;
-      else EXPECT_LE(pack, span) << arch << " group " << g;
+      if (span == 0 || g <= span)
+        EXPECT_EQ(pack, g) << arch << " group " << g;
+      else
+        EXPECT_LE(pack, span) << arch << " group " << g;
       if (pack < g && std::string(arch) == "sm_90a") EXPECT_EQ(r.tuning.persistent, 0) << "group " << g;
     }
   // The largest slice: MQA-style groups of 128 and 96 run as 2 slices of 64 and 48 on sm90a.
@@ -134,7 +137,7 @@ TEST(PackGqa, EveryGroupIsAcceptedAndLargeGroupsPackInSlices) {
   EXPECT_EQ(jit::detail::pack_heads(packed("sm_90a", 67), 64), 1);
   // Sliced groups run the grid walk: a persistent walk is refused, naming the tuning.
   expect_refused([&] { jit::resolve(packed("sm_90a", 128), jit::testing::tuned("persistent=2")); },
-                                    {"persistent=2", "group 128", "grid"});
+                 {"persistent=2", "group 128", "grid"});
 }
 
 CompileOutput compile(const jit::FA4Config& c) {

@@ -234,9 +234,10 @@ class Sm90a final : public BackendPolicy {
     // A group packed in slices (pack_heads < group): the persistent walks count one packed CTA per KV
     // head (templates/common/tile_scheduler.cuh), so these run the grid walk.
     if (c.pack_gqa && pack_heads(c, q_box_rows(c)) < c.group && t.persistent != 0)
-      throw ConfigError(fmt::format("tune: persistent={}: packed GQA with group {} (packed in slices of {} heads) "
-                                    "runs the grid walk (0) on {}",
-                                    t.persistent, c.group, pack_heads(c, q_box_rows(c)), c.arch));
+      throw ConfigError(
+          fmt::format("tune: persistent={}: packed GQA with group {} (packed in slices of {} heads) "
+                      "runs the grid walk (0) on {}",
+                      t.persistent, c.group, pack_heads(c, q_box_rows(c)), c.arch));
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
     if (c.kv_dtype) return;                                 // the kernel's O is staged in the Q region
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
