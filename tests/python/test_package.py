@@ -84,7 +84,8 @@ def test_runtime_info_without_gpu():
 
 
 def _python(code, tmp_path, **env):
-    e = dict(os.environ, FA4JIT_CACHE_DIR=str(tmp_path))
+    # No kernel bundle: an installed package ships the presets' kernels, which would be hits.
+    e = dict(os.environ, FA4JIT_CACHE_DIR=str(tmp_path), FA4JIT_BUNDLE_PATH="")
     e.pop("FA4JIT_LOG", None)
     e.update(env)
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
