@@ -21,7 +21,20 @@ if [ "${FA4JIT_PY_TORCH:-1}" = 1 ]; then
   echo "python_test: pip install $torch_spec $transformers_spec: $(( $(date +%s) - t ))s"
 fi
 t=$(date +%s)
-"$py" -m pip install -q --disable-pip-version-check .
+reuse=()
+if [ -n "${FA4JIT_PY_REUSE_BUILD:-}" ]; then
+  # tools/test.sh: the wheel is built in the tree it has just built and tested, with that tree's build
+  # type and options, so only the files whose defines differ (install paths, Redis) recompile
+  # (CMakeLists.txt puts those defines on those files). The wheel is the one `pip install .` makes,
+  # but for the optimisation level of the tree. Afterwards the tree's cache forgets SKBUILD.
+  tree="$FA4JIT_PY_REUSE_BUILD"
+  cached() { sed -n "s/^$1:[A-Z]*=//p" "$tree/CMakeCache.txt"; }
+  reuse=(-C "build-dir=$tree" -C "cmake.build-type=$(cached CMAKE_BUILD_TYPE)"
+         -C "cmake.define.FA4JIT_BUILD_TESTS=$(cached FA4JIT_BUILD_TESTS)"
+         -C "cmake.define.FA4JIT_WITH_REDIS=$(cached FA4JIT_WITH_REDIS)")
+fi
+"$py" -m pip install -q --disable-pip-version-check "${reuse[@]}" .
+[ -n "${FA4JIT_PY_REUSE_BUILD:-}" ] && cmake -U 'SKBUILD*' "$FA4JIT_PY_REUSE_BUILD" >/dev/null
 echo "python_test: pip install . (build + install): $(( $(date +%s) - t ))s"
 export FA4JIT_CACHE_DIR="$(mktemp -d)"   # its own cache: tests count compiles and hits
 # `import fa4jit` is the installed package (the sources live under python/); PATH has its console script.

@@ -17,7 +17,8 @@ stage ctest ctest --test-dir build --output-on-failure -j2 --timeout 1200
 # The consumer's view: install, find_package / add_subdirectory / pkg-config builds, and a run.
 stage examples bash tools/examples.sh
 # The Python package: pip install . into a fresh venv, then tests/python (docs/PYTHON.md).
-stage python bash tools/python_test.sh
+# The wheel is built in build/ (its objects reused: tools/python_test.sh, FA4JIT_PY_REUSE_BUILD).
+FA4JIT_PY_REUSE_BUILD=build stage python bash tools/python_test.sh
 if [ "${FA4JIT_SKIP_SANITIZERS:-0}" != 1 ]; then
   FA4JIT_CACHE_DIR="$(mktemp -d)" stage sanitize bash tools/sanitize.sh
   stage fuzz bash tools/fuzz.sh
