@@ -272,9 +272,9 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
   };  // release V: its TMA slot is free again
   // The walk's constants (unit count, grid size) re-read per tile from an opaque zero, not held
   // across it: this warpgroup runs at 32 registers at kBM 192.
-  for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
+  for (; tiles.valid(p, Tiles::loop_zero()); tiles.advance()) {
     const CtaWork<Config, Mask>& w =
-        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::loop_zero());
     for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) transpose_stage();  // none when !w.valid
   }
 }
@@ -369,9 +369,9 @@ __device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, un
   pipe::Relay<Sh::kStages> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
   // The walk's constants re-read per tile from an opaque zero, as the transposers' (transpose_loop):
   // held across it, they spilled the 56-register warpgroup (28 B at causal d128).
-  for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
-    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(
-        p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+  for (; tiles.valid(p, Tiles::loop_zero()); tiles.advance()) {
+    const CtaWork<Config, Mask>& w =
+        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::loop_zero());
     for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
       convert_stage<Config>(k_relay, base + L::kKLoadOffset, base + L::kKOffset, t);
       convert_stage<Config>(v_relay, base + L::kVLoadOffset, base + L::kVOffset, t);
