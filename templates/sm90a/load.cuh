@@ -144,8 +144,11 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   using L = SmemLayout<Config>;
   static_assert(!(Tiles::kPersistent && kPaged), "persistent walks branch per tile on c.pages (load_kv_tile)");
   if constexpr (!Tiles::kPersistent) {
-    // The grid walk's one unit, without the loop: a one-trip loop here changed the SASS of the
-    // unmasked grid kernels (d128, d256, softcap: the prologue scheduled differently).
+    // The grid walk's one unit, without the loop. A one-trip loop over GridTiles here (the grid as
+    // a one-unit case of the walk loop) once changed the SASS of the unmasked grid kernels (d128,
+    // d256, softcap: the prologue scheduled differently); measured again for issue 55 (NVRTC 13,
+    // tools/ptx_snapshot.py --sass): SASS identical for d256, softcap, d128 grid, window, doc_mask
+    // and causal_alibi_fp16, PTX different for window and doc_mask. Kept as it is, so the PTX is.
     producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p), smem, bars);
   } else {
     // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
