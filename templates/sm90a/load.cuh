@@ -147,8 +147,10 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     // The grid walk's one unit, without the loop. A one-trip loop over GridTiles here (the grid as
     // a one-unit case of the walk loop) once changed the SASS of the unmasked grid kernels (d128,
     // d256, softcap: the prologue scheduled differently); measured again for issue 55 (NVRTC 13,
-    // tools/ptx_snapshot.py --sass): SASS identical for d256, softcap, d128 grid, window, doc_mask
-    // and causal_alibi_fp16, PTX different for window and doc_mask. Kept as it is, so the PTX is.
+    // tools/ptx_snapshot.py, its 25 sm_90a kernels): PTX different for window, chunked, doc_mask,
+    // window_softcap_gqa and both packed decode presets, SASS identical for all of them. The loop
+    // alone removes no branch (the persistent tile's Q handshake and carried rings still differ),
+    // so it is kept out and the PTX stays as it was.
     producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p), smem, bars);
   } else {
     // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
