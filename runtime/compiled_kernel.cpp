@@ -10,7 +10,6 @@
 #include "generator/backends/backend.hpp"
 #include "generator/source.hpp"
 #include "runtime/launch_args.hpp"
-#include "runtime/lpt_order.hpp"
 #include "runtime/tma.hpp"
 #include "runtime/workspace.hpp"
 
@@ -101,19 +100,15 @@ namespace {
 
 int sm_count() { return device_limits(ensure_context()).sms; }
 
-// (batch, head) pairs per section of the longest-first CTA order (TileWork::longest_first): as
-// many as keep their K/V within half the L2, so a section's later (lighter) tiles still find
-// them there. Varlen keys without max_seqlen_k have no host-side length: the longest query length
-// stands in.
+// (batch, head) pairs per section of the longest-first order: the persistent walk's L2 rule
+// (fa4::PersistentWalk::l2_section_heads) on this device's L2. Varlen keys without max_seqlen_k
+// have no host-side length: the longest query length stands in.
 int lpt_section_heads(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c) {
   const long long l2 = device_limits(ensure_context()).l2_bytes;
   const long long keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
   const long long kv_heads = std::max<long long>(1, args.k.shape[2]);
-  // Pairs of one KV head share its K/V: per pair, the KV head's bytes over the pairs that share it.
-  // Pairs are grid heads: q heads, packed CTAs (1 per KV head), or a sliced group's slices.
   const long long sharing = std::max<long long>(1, shape.grid_heads / kv_heads);
-  const long long bytes_per_pair = std::max<long long>(1, keys * c.depth * 2 * dtype_size(kv_type(c)) / sharing);
-  return static_cast<int>(std::clamp<long long>(l2 / 2 / bytes_per_pair, 1, 1 << 20));
+  return fa4::PersistentWalk::l2_section_heads(l2, keys, 1LL * c.depth * 2 * dtype_size(kv_type(c)), sharing);
 }
 
 }  // namespace
@@ -203,8 +198,10 @@ fa4::LptSections CompiledKernel::balanced_lpt_sections(const LaunchShape& shape,
   if (fresh) {
     const FA4Config& c = config_.config;
     const bool bottom = policy(config_).bottom_q_tiles(c);
-    it->second = plan_lpt_sections(causal_tile_weights(shape.max_seqlen_q, keys, c.BM, c.BN, c.mask.top_left, bottom),
-                                   pairs, ctas, max_heads);
+    using fa4::PersistentWalk;
+    it->second = PersistentWalk::plan_sections(
+        PersistentWalk::causal_tile_weights(shape.max_seqlen_q, keys, c.BM, c.BN, c.mask.top_left, bottom), pairs, ctas,
+        max_heads);
   }
   return it->second;
 }

@@ -6,7 +6,9 @@
 #include <memory>
 #include <mutex>
 
-#include "common/tile_walk.h"
+#include "common/grid_walk.h"
+#include "common/persistent_walk.h"
+#include "common/stream_k_walk.h"
 #include "fa4jit/kernel.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/tma.hpp"
@@ -121,7 +123,7 @@ class CompiledKernel final : public Kernel {
   mutable std::mutex mu_;  // lpt_sections_
   mutable TmaDescCache tma_;
   // Persistent causal launches: sections per (max_seqlen_q, keys, pairs, CTAs, L2 bound), chosen
-  // once by simulating the walk (runtime/lpt_order.hpp); guarded by mu_.
+  // once by simulating the walk (fa4::PersistentWalk::plan_sections); guarded by mu_.
   fa4::LptSections balanced_lpt_sections(const LaunchShape& shape, int ctas, int max_heads) const;
   mutable std::map<std::array<int, 5>, fa4::LptSections> lpt_sections_;
 };

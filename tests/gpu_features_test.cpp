@@ -19,7 +19,7 @@
 #include "fa4jit/errors.hpp"
 #include "fa4jit/jit.hpp"
 #include "generator/key.hpp"
-#include "common/tile_walk.h"
+#include "common/persistent_walk.h"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
 #include "runtime/runtime_internal.hpp"

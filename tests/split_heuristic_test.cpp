@@ -1,4 +1,5 @@
-// The tile walks' host plans and decode rules (templates/common/tile_walk.h, runtime/tile_walk.cpp).
+// The tile walks' host plans and decode rules (templates/common/grid_walk.h, persistent_walk.h,
+// stream_k_walk.h).
 // The automatic split count (GridWalk::choose_splits), on the shapes it was tuned on: an
 // H200's 132 SMs (one CTA slot per SM, see choose_num_splits).
 #include <gtest/gtest.h>
@@ -11,7 +12,6 @@
 #include "generator/backends/backend.hpp"
 #include "runtime/compiled_kernel.hpp"
 #include "runtime/launch_args.hpp"
-#include "runtime/lpt_order.hpp"
 
 using fa4::GridWalk;
 using fa4::PersistentWalk;
@@ -162,26 +162,24 @@ TEST(SplitTail, SplitsOnlyAPartialLastRound) {
 }
 
 // Persistent causal launches choose the LPT section size by simulating the static walk
-// (runtime/lpt_order.hpp). The shapes are the rows on 132 SMs, where the section sizes
+// (PersistentWalk::plan_sections). The shapes are the rows on 132 SMs, where the section sizes
 // that the L2 budget alone gives (H100: 25 pairs at S 2048; 2 pairs at S 16384 with a smaller L2)
 // measured 8% and 23% slower than balanced ones on an H200 (docs/PERF.md run 16).
 TEST(LptSections, CausalWeightsCountVisibleKvTiles) {
-  using jit::detail::causal_tile_weights;
   // 3 tiles of 128 rows over 384 keys, bottom-right = top-left when Sq == Sk: 3, 2, 1 KV tiles.
-  EXPECT_EQ(causal_tile_weights(384, 384, 128, 128, false), (std::vector<double>{3.5, 2.5, 1.5}));
+  EXPECT_EQ(PersistentWalk::causal_tile_weights(384, 384, 128, 128, false), (std::vector<double>{3.5, 2.5, 1.5}));
   // Sq 300 > Sk 100, bottom-right: rows < 200 see no key; the last tile (rows 256..299) sees 100.
-  EXPECT_EQ(causal_tile_weights(300, 100, 128, 128, false), (std::vector<double>{1.5, 1.5, 0.5}));
+  EXPECT_EQ(PersistentWalk::causal_tile_weights(300, 100, 128, 128, false), (std::vector<double>{1.5, 1.5, 0.5}));
   // Top-left: row r sees keys <= r, clipped at Sk.
-  EXPECT_EQ(causal_tile_weights(300, 100, 128, 64, true), (std::vector<double>{2.5, 2.5, 2.5}));
+  EXPECT_EQ(PersistentWalk::causal_tile_weights(300, 100, 128, 64, true), (std::vector<double>{2.5, 2.5, 2.5}));
 }
 
 // sm90a's causal Q tiles at kBM 192 end at the last row (BackendPolicy::bottom_q_tiles, emitted
 // as Config::kBottomTiles): at S 4096 (21 x 192 + 64) the partial tile is the first, lightest one, so the model charges
 // it one KV tile instead of two, and the second heaviest tile ends 128 rows earlier.
 TEST(LptSections, BottomAlignedTilesPutThePartialTileFirst) {
-  using jit::detail::causal_tile_weights;
-  const std::vector<double> top = causal_tile_weights(4096, 4096, 192, 128, false);
-  const std::vector<double> bottom = causal_tile_weights(4096, 4096, 192, 128, false, true);
+  const std::vector<double> top = PersistentWalk::causal_tile_weights(4096, 4096, 192, 128, false);
+  const std::vector<double> bottom = PersistentWalk::causal_tile_weights(4096, 4096, 192, 128, false, true);
   ASSERT_EQ(top.size(), 22u);
   ASSERT_EQ(bottom.size(), 22u);
   EXPECT_EQ(top[0], 32.5);        // rows 4032..4095: every key
@@ -191,7 +189,8 @@ TEST(LptSections, BottomAlignedTilesPutThePartialTileFirst) {
   EXPECT_EQ(bottom[1], 31.5);     // rows 3712..3903: keys < 3904
   EXPECT_EQ(bottom.back(), 1.5);  // rows 0..63 (the tile starts 128 rows above row 0)
   // S a multiple of the tile: the same tiles either way.
-  EXPECT_EQ(causal_tile_weights(3840, 3840, 192, 128, false), causal_tile_weights(3840, 3840, 192, 128, false, true));
+  EXPECT_EQ(PersistentWalk::causal_tile_weights(3840, 3840, 192, 128, false),
+            PersistentWalk::causal_tile_weights(3840, 3840, 192, 128, false, true));
   // The policy behind it: sm90a's built-in causal mask, unpacked, at BM 192; no other backend,
   // mask or tile height.
   jit::FA4Config c;
@@ -211,40 +210,52 @@ TEST(LptSections, BottomAlignedTilesPutThePartialTileFirst) {
   EXPECT_FALSE(jit::detail::policy(jit::Backend::hopper).bottom_q_tiles(c));
 }
 
+// The L2 rule (PersistentWalk::l2_section_heads): as many (batch, head) pairs as keep their K/V in
+// half the L2; pairs that share a KV head (GQA) count its bytes once between them.
+TEST(LptSections, L2RuleKeepsASectionsKvInHalfTheL2) {
+  const long long l2 = 50LL << 20;                                           // an H100's 50 MiB: a 25 MiB budget
+  const long long bf16_d128 = 128 * 2 * 2;                                   // K and V bytes per key
+  EXPECT_EQ(PersistentWalk::l2_section_heads(l2, 16384, bf16_d128, 1), 3);   // 8 MiB per head
+  EXPECT_EQ(PersistentWalk::l2_section_heads(l2, 16384, bf16_d128, 8), 25);  // 1 MiB per pair (group 8)
+  EXPECT_EQ(PersistentWalk::l2_section_heads(l2, 2048, bf16_d128, 1), 25);
+  EXPECT_EQ(PersistentWalk::l2_section_heads(1 << 20, 1 << 20, bf16_d128, 1), 1);  // at least one pair
+  EXPECT_EQ(PersistentWalk::l2_section_heads(l2, 1, 2, 1 << 20), 1 << 20);         // at most 2^20
+  EXPECT_EQ(PersistentWalk::l2_section_heads(l2, 16384, bf16_d128, 0),             // no sharing
+            PersistentWalk::l2_section_heads(l2, 16384, bf16_d128, 1));
+}
+
 TEST(LptSections, AvoidsSectionSizesThatUnbalanceTheStaticWalk) {
-  using jit::detail::balanced_section_heads;
-  using jit::detail::causal_tile_weights;
-  using jit::detail::strided_balance;
   struct Row {
     int seqlen, batch, l2_heads;
   };
   for (const Row& r : {Row{2048, 16, 25}, Row{8192, 4, 5}, Row{16384, 2, 2}}) {
     SCOPED_TRACE(testing::Message() << "S " << r.seqlen << " L2 bound " << r.l2_heads);
-    const std::vector<double> w = causal_tile_weights(r.seqlen, r.seqlen, 128, 128, false);
+    const std::vector<double> w = PersistentWalk::causal_tile_weights(r.seqlen, r.seqlen, 128, 128, false);
     const int pairs = r.batch * 16;
-    EXPECT_LT(strided_balance(w, pairs, 132, r.l2_heads), 0.94);  // the bound alone: unbalanced
-    const int h = balanced_section_heads(w, pairs, 132, r.l2_heads);
+    EXPECT_LT(PersistentWalk::strided_balance(w, pairs, 132, r.l2_heads), 0.94);  // the bound alone: unbalanced
+    const int h = PersistentWalk::balanced_section_heads(w, pairs, 132, r.l2_heads);
     EXPECT_LE(h, r.l2_heads);  // never more pairs than the L2 budget
-    EXPECT_GT(strided_balance(w, pairs, 132, h), 0.965);
+    EXPECT_GT(PersistentWalk::strided_balance(w, pairs, 132, h), 0.965);
   }
   // Equal weights balance at any size: the L2 bound stays.
-  EXPECT_EQ(balanced_section_heads(std::vector<double>(4, 2.5), 64, 132, 7), 7);
+  EXPECT_EQ(PersistentWalk::balanced_section_heads(std::vector<double>(4, 2.5), 64, 132, 7), 7);
   // Balanced within the budget: the static walk (S 16384 d128, 32 pairs, 3 per section: 0.989).
   const fa4::LptSections d128 =
-      jit::detail::plan_lpt_sections(causal_tile_weights(16384, 16384, 128, 128, false), 32, 132, 3);
+      PersistentWalk::plan_sections(PersistentWalk::causal_tile_weights(16384, 16384, 128, 128, false), 32, 132, 3);
   EXPECT_FALSE(d128.one_unit_per_cta);
   EXPECT_LE(d128.heads, 3);
   // d256 (BN 80), S 16384, 16 pairs, an L2 budget of one pair: every size within it balances 0.65
   // (an H100 ran it at 0.72x the grid walk), so one CTA per unit in one-pair sections.
-  const std::vector<double> deep = causal_tile_weights(16384, 16384, 128, 80, false);
-  EXPECT_LT(strided_balance(deep, 16, 132, 1), jit::detail::kMinSectionBalance);
-  const fa4::LptSections d256 = jit::detail::plan_lpt_sections(deep, 16, 132, 1);
+  const std::vector<double> deep = PersistentWalk::causal_tile_weights(16384, 16384, 128, 80, false);
+  EXPECT_LT(PersistentWalk::strided_balance(deep, 16, 132, 1), PersistentWalk::kMinSectionBalance);
+  const fa4::LptSections d256 = PersistentWalk::plan_sections(deep, 16, 132, 1);
   EXPECT_TRUE(d256.one_unit_per_cta);
   EXPECT_EQ(d256.heads, 1);
   // The model: 264 equal tiles on 132 CTAs are two per CTA; one heavy tile in each pair's section
   // lands on the CTAs of the first round.
-  EXPECT_DOUBLE_EQ(strided_balance({1.0}, 264, 132, 1), 1.0);
-  EXPECT_DOUBLE_EQ(strided_balance({3.0, 1.0}, 132, 132, 132), 1.0);  // round 0 heavy, round 1 light, reversed
+  EXPECT_DOUBLE_EQ(PersistentWalk::strided_balance({1.0}, 264, 132, 1), 1.0);
+  EXPECT_DOUBLE_EQ(PersistentWalk::strided_balance({3.0, 1.0}, 132, 132, 132),
+                   1.0);  // round 0 heavy, round 1 light, reversed
 }
 
 // ---- The walks' plan() and decode rules ----------------------------------------------------------

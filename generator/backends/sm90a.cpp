@@ -232,7 +232,7 @@ class Sm90a final : public BackendPolicy {
                       "(intra_wg_overlap=0); this kernel has intra_wg_overlap={}",
                       t.intra_wg_overlap));
     // A group packed in slices (pack_heads < group): the persistent walks count one packed CTA per KV
-    // head (templates/common/tile_scheduler.cuh), so these run the grid walk.
+    // head (templates/common/persistent_walk.h), so these run the grid walk.
     if (c.pack_gqa && pack_heads(c, q_box_rows(c)) < c.group && t.persistent != 0)
       throw ConfigError(
           fmt::format("tune: persistent={}: packed GQA with group {} (packed in slices of {} heads) "

@@ -80,11 +80,11 @@ struct FwdParams {
   int num_m_blocks;  // Q tiles per (batch, head): ceil(max_seqlen_q * pack / BM), pack = group when the
                      // kernel packs GQA heads (then per KV head) else 1; the grid has num_m_blocks * num_splits in x
   // Masked, unsplit grids: the CTA order is longest-first over sections of lpt_heads (batch, head)
-  // pairs whose K/V fit in L2 together (TileWork::longest_first, PersistentTiles); 0: grid order
+  // pairs whose K/V fit in L2 together (GridWalk::longest_first, PersistentTiles); 0: grid order
   // (plain grid) or one section (persistent).
   int lpt_heads;
 
-  // Stream-K persistent decode (sm90a Tuning::persistent = 2; common/segments.h): the grid's CTAs
+  // Stream-K persistent decode (sm90a Tuning::persistent = 2; common/stream_k_walk.h): the grid's CTAs
   // split tiles * tile_units work units evenly, units_per_cta each and one more for the first
   // units_extra CTAs. When num_splits > 1 every segment writes partials to its slot (< num_splits),
   // and the tile's slot-0 segment stores the tile's segment count per row in split_count, which

@@ -2,7 +2,7 @@
 // map, the TMEM column map, and the per-CTA work description (which Q rows, which KV tiles).
 // Roles never exchange these; they recompute them, so they agree by construction.
 #pragma once
-#include "common/tile_scheduler.cuh"
+#include "common/tile_work.cuh"
 #include "common/prelude.cuh"
 #include "common/sequence.cuh"
 #include "common/mask.cuh"
@@ -107,7 +107,7 @@ struct Traits {
   static_assert(kF8Off % 1024 == 0 && kF8StageBytes % 1024 == 0, "e4m3 swizzle atoms are 1024-byte aligned");
 };
 
-// The work of one CTA (common/tile_scheduler.cuh TileWork, which the sm90a backend runs and tests
+// The work of one CTA (common/tile_work.cuh TileWork, which the sm90a backend runs and tests
 // on hardware): batch, head (the group's first head when GQA heads are packed), tile rows
 // [q_lo, q_hi) (packed rows when kPack > 1; Q tile i starts at q_lo + 128 i), the KV split and the
 // KV tiles, walked from first_tile() down with next_tile() so every role skips the same kSkip

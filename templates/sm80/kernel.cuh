@@ -11,7 +11,7 @@
 //     O += P V             P re-packed from S fragments in registers (no smem round trip)
 //   O / sum -> smem staging -> 16-byte stores; LSE
 //
-// Variants (docs: common/tile_scheduler.cuh, common/sequence.cuh, common/combine.cuh):
+// Variants (docs: common/tile_work.cuh, common/sequence.cuh, common/combine.cuh):
 //   split-KV   blockIdx.x = m_linear * num_splits + split; TileWork::keep_share gives the split's
 //              share of the KV tiles; the epilogue writes float32 partial O / LSE instead of O.
 //   GQA pack   kPack = group > 1: blockIdx.y is the KV head, tile row r is query r / kPack of
@@ -31,7 +31,7 @@
 #include "common/score_mod.cuh"
 #include "common/sequence.cuh"
 #include "common/softmax.cuh"
-#include "common/tile_scheduler.cuh"
+#include "common/tile_work.cuh"
 #include "sm80/epilogue.cuh"
 #include "sm80/kv_buffer.cuh"
 #include "sm80/mma.cuh"

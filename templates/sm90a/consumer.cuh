@@ -420,7 +420,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       carry = warp_uniform(ld_shared_u32(opaque_u32(carry_addr)));
       tiles.iter = static_cast<int>(carry >> 3);
     }
-    if (!tiles.valid(p, kPersistent ? static_cast<int>(opaque_u32(0u)) : 0)) break;
+    if (!tiles.valid(p, Tiles::loop_zero())) break;
     const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
     // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
     const bool early_q_release = kPersistent && (L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w)));

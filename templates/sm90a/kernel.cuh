@@ -25,8 +25,8 @@ namespace sm90a {
 
 // Every role walks the CTA's tile walk (TileWalker, layout.cuh): GridTiles (one CTA per unit),
 // PersistentTiles (Config::kPersistent = 1: grid (min(#SMs, units), 1, 1)) or SegmentTiles
-// (stream-K, 2); the walks are common/tile_walk.h. Persistent protocol: docs/HOPPER.md
-// "Persistent mode".
+// (stream-K, 2); the walks are common/grid_walk.h, persistent_walk.h and stream_k_walk.h.
+// Persistent protocol: docs/HOPPER.md "Persistent mode".
 template <class Config, class Mask, class ScoreMod>
 __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs& tma) {
   using Sh = Shape<Config>;

@@ -144,8 +144,13 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   using L = SmemLayout<Config>;
   static_assert(!(Tiles::kPersistent && kPaged), "persistent walks branch per tile on c.pages (load_kv_tile)");
   if constexpr (!Tiles::kPersistent) {
-    // The grid walk's one unit, without the loop: a one-trip loop here changed the SASS of the
-    // unmasked grid kernels (d128, d256, softcap: the prologue scheduled differently).
+    // The grid walk's one unit, without the loop. A one-trip loop over GridTiles here (the grid as
+    // a one-unit case of the walk loop) once changed the SASS of the unmasked grid kernels (d128,
+    // d256, softcap: the prologue scheduled differently); measured again for issue 55 (NVRTC 13,
+    // tools/ptx_snapshot.py, its 25 sm_90a kernels): PTX different for window, chunked, doc_mask,
+    // window_softcap_gqa and both packed decode presets, SASS identical for all of them. The loop
+    // alone removes no branch (the persistent tile's Q handshake and carried rings still differ),
+    // so it is kept out and the PTX stays as it was.
     producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p), smem, bars);
   } else {
     // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
@@ -272,9 +277,9 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
   };  // release V: its TMA slot is free again
   // The walk's constants (unit count, grid size) re-read per tile from an opaque zero, not held
   // across it: this warpgroup runs at 32 registers at kBM 192.
-  for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
+  for (; tiles.valid(p, Tiles::loop_zero()); tiles.advance()) {
     const CtaWork<Config, Mask>& w =
-        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::loop_zero());
     for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) transpose_stage();  // none when !w.valid
   }
 }
@@ -369,9 +374,9 @@ __device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, un
   pipe::Relay<Sh::kStages> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
   // The walk's constants re-read per tile from an opaque zero, as the transposers' (transpose_loop):
   // held across it, they spilled the 56-register warpgroup (28 B at causal d128).
-  for (; tiles.valid(p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
-    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(
-        p, Tiles::kPersistent ? static_cast<int>(opaque_u32(0u)) : 0);
+  for (; tiles.valid(p, Tiles::loop_zero()); tiles.advance()) {
+    const CtaWork<Config, Mask>& w =
+        tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::loop_zero());
     for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
       convert_stage<Config>(k_relay, base + L::kKLoadOffset, base + L::kKOffset, t);
       convert_stage<Config>(v_relay, base + L::kVLoadOffset, base + L::kVOffset, t);

@@ -1,0 +1,105 @@
+// The grid walk (one CTA per unit): its host plan, its decode (the longest-first order, which the
+// persistent walk and its host simulation decode by too) and its device iterator GridTiles. The
+// unit's work is TileWork::make(p) (common/tile_work.cuh). Shared pieces: common/walk_plan.h.
+//   grid (m blocks * KV splits, heads (KV heads when packed), batch); masked unsplit grids run
+//   longest-first over sections of p.lpt_heads (batch, head) pairs (lpt_cta).
+#pragma once
+#include "common/walk_plan.h"
+
+#if !defined(__CUDACC_RTC__)
+#include <algorithm>
+#include <cmath>
+#endif
+
+namespace fa4 {
+
+struct GridWalk {
+  // Longest-first order over sections of `heads` (batch, head) pairs: linear position i of a walk
+  // over `pairs` pairs of `xs` positions each (x fastest) -> (x, pair), x = 0 the heaviest. Within a
+  // section, every pair's heaviest position comes before any pair's next one, while the section's
+  // K/V stay in L2 for its other tiles. The plain grid's CTA order (hardware: x fastest), the
+  // persistent walk's units and the host simulation (PersistentWalk::strided_balance) all decode by
+  // this.
+  FA4_HOST_DEVICE static void longest_first(int i, int xs, int pairs, int heads, int& x, int& pair) {
+    const int section = i / (heads * xs), in_section = i - section * heads * xs;
+    const int section_heads = walk_min(heads, pairs - section * heads);
+    pair = section * heads + in_section % section_heads;
+    x = in_section / section_heads;
+  }
+
+#if !defined(__CUDACC_RTC__)
+  // Split count for `tiles` CTAs over `kv_blocks` KV tiles each, on `slots` CTA slots: 1 when the
+  // grid already fills 80% of them, else the fewest splits whose slot fill is within 95% of the
+  // best (FlashAttention's wave rule), each split keeping at least two KV tiles. The caller passes
+  // the SM count even for 2-CTA-per-SM decode kernels: on an H200, 128 CTAs (one per SM) read K/V
+  // at 4.27 TB/s and 256 at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16 splits 3.99
+  // TB/s, 32 splits 3.64). The persistent walk uses it too.
+  static int choose_splits(long long tiles, int kv_blocks, int slots) {
+    if (tiles <= 0 || slots <= 0 || tiles >= slots * 8LL / 10 || kv_blocks < 4) return 1;
+    const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
+    auto fill = [&](int s) {
+      const double waves = static_cast<double>(tiles * s) / slots;
+      return waves / std::ceil(waves);
+    };
+    double best = 0;
+    for (int s = 1; s <= max_splits; ++s) best = std::max(best, fill(s));
+    for (int s = 1; s <= max_splits; ++s)
+      if (fill(s) >= 0.95 * best) return s;
+    return 1;
+  }
+  // Automatic split count of the grid and persistent walks: none without known keys.
+  static int auto_splits(const WalkInput& in) {
+    return in.keys_known ? choose_splits(in.tiles(), in.kv_blocks, in.sms) : 1;
+  }
+  // Grid (m_blocks * splits, heads, batch); p.num_splits (automatic: choose_splits) and, for
+  // unsplit masked launches, p.lpt_heads.
+  static WalkPlan plan(const WalkInput& in, FwdParams& p) {
+    WalkPlan w;
+    w.splits = in.requested_splits > 0 ? in.requested_splits : auto_splits(in);
+    w.grid[0] = static_cast<unsigned>(in.m_blocks) * static_cast<unsigned>(w.splits);
+    w.grid[1] = static_cast<unsigned>(in.heads);
+    w.grid[2] = static_cast<unsigned>(in.batch);
+    p.num_splits = w.splits;
+    // The longest-first order assumes gridDim.x is the m blocks (lpt_cta): unsplit launches only.
+    if (w.splits == 1) p.lpt_heads = in.lpt_heads;
+    return w;
+  }
+#endif
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+  // Masked plain grids (host sets lpt_heads only without splits): the hardware starts CTAs in
+  // linear order, x fastest, so grid order runs one head's Q tiles, heavy to light, before the
+  // next head's, and the last heads' heavy tiles start late and finish alone (the causal tail).
+  // Remaps this CTA's (x, hy, b) to the longest-first order (x = 0 heaviest: TileWork::make
+  // reverses it into the m block).
+  __device__ __forceinline__ static void lpt_cta(int heads, int& x, int& hy, int& b) {
+    const int m_blocks = static_cast<int>(gridDim.x), num_hy = static_cast<int>(gridDim.y);
+    const int pairs = num_hy * static_cast<int>(gridDim.z);
+    int pair;
+    longest_first(x + m_blocks * (hy + num_hy * b), m_blocks, pairs, heads, x, pair);
+    hy = pair % num_hy;
+    b = pair / num_hy;
+  }
+#endif
+};
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+// The grid walk's device iteration: the CTA's one unit, whose work the kernel builds before its
+// roles split (TileWork::make(p), so a CTA without Q rows returns before any barrier exists). The
+// same interface as PersistentTiles and SegmentTiles, so one role loop serves every walk: valid()
+// holds for iter 0 only, which the compiler folds (the loop runs exactly once).
+template <class Work>
+struct GridTiles {
+  static constexpr bool kPersistent = false;
+  const Work& w;
+  int iter;
+  __device__ __forceinline__ bool valid(const FwdParams&, int = 0) const { return iter == 0; }
+  __device__ __forceinline__ void advance() { ++iter; }
+  // PersistentTiles::loop_zero's opaque 0: the one unit has no bounds to recompute, so a plain 0.
+  __device__ __forceinline__ static int loop_zero() { return 0; }
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false, int kSpan = 0>
+  __device__ __forceinline__ const Work& work(const FwdParams&, int = 0) const { return w; }
+};
+#endif
+
+}  // namespace fa4

@@ -1,0 +1,170 @@
+// The work of one unit of a tile walk, shared by every backend (sm90a, sm100a, sm80): which Q
+// tile a CTA owns, which KV tiles it visits, and where a sequence's rows sit in the 4-D (depth,
+// rows, heads, batch) TMA maps. The walks that hand out the units, each with its host plan, its
+// decode and its device iterator: common/grid_walk.h (TileWork::make(p) is its device half),
+// common/persistent_walk.h and common/stream_k_walk.h.
+#pragma once
+#include "common/mask.cuh"
+#include "common/sequence.cuh"
+#include "common/grid_walk.h"
+
+namespace fa4 {
+
+// TMA coordinates of a sequence's row 0. Varlen maps pack all sequences into batch 0 and rows
+// are absolute (cu_seqlens[b] + local row); a KV tile that ends past its sequence reads the next
+// sequence's rows, which the k < seqlen_k bound masks, or zeros past the tensor. Paged maps are
+// over (depth, page_size, kv_heads, num_pages): kv_box() gives each box's (row, page).
+struct TmaCoords {
+  int q_row0, kv_row0;
+  int q_batch, kv_batch;
+  int q_head, kv_head;
+  const int* pages;  // paged KV: the sequence's page-table row
+  __device__ __forceinline__ static TmaCoords make(const FwdParams& p, const SeqInfo& s) {
+    TmaCoords c;
+    c.q_row0 = p.cu_seqlens_q ? p.cu_seqlens_q[s.batch] : 0;
+    c.kv_row0 = p.cu_seqlens_k ? p.cu_seqlens_k[s.batch] : 0;
+    c.q_batch = p.cu_seqlens_q ? 0 : s.batch;
+    c.kv_batch = p.cu_seqlens_k ? 0 : s.batch;
+    c.q_head = s.q_head;
+    c.kv_head = s.kv_head;
+    c.pages = s.pages;
+    return c;
+  }
+  // Map coordinates (row, batch) of the K/V box that starts at key row r of the sequence. A tile
+  // of kBN rows is kBN / p.kv_box_rows boxes (1 unless paged with pages smaller than kBN).
+  struct Box {
+    int row, batch;
+  };
+  __device__ __forceinline__ Box kv_box(const FwdParams& p, int r) const {
+    if (pages) return {r % p.page_size, pages[min(r / p.page_size, p.max_pages - 1)]};
+    return {kv_row0 + r, kv_batch};
+  }
+};
+
+// One CTA's problem: which (batch, head, Q tile, KV split) it owns and which KV tiles it visits.
+// Every warp role builds it from the same inputs, so load, MMA and softmax agree on the tile list.
+// kPack > 1: GQA packing (PackedRow<kPack, kSpan>, common/packed_rows.h): the CTA serves kPack q
+// heads of one KV head, tile rows are packed rows (PackedRow::count(seqlen_q) of them, spans of
+// kSpan rows with padding where kPack does not divide kSpan) and the mask sees the query range
+// they span.
+// kBottom: Q tiles end at the sequence's last row (tile m covers rows [m kBM - pad, (m+1) kBM - pad),
+// pad = the rows the last of top-aligned tiles would leave empty), so a partial tile is the first
+// one, which a causal mask makes the lightest, instead of the last, the heaviest. Rows < 0 are
+// padding: every role computes them like the rows past seqlen_q of a top-aligned tile (Q from TMA's
+// zero fill, masked or finite scores) and the epilogue skips them (q_lo < 0 on tile 0 only).
+template <int kBM, int kBN, class Mask, int kPack = 1, bool kBottom = false, int kSpan = 0>
+struct TileWork {
+  using Row = PackedRow<kPack, kSpan>;
+  SeqInfo seq;
+  mask::Ctx ctx;
+  int m_block;
+  int split;           // KV split of this CTA (0 when not split; stream-K: the segment's slot; -1:
+                       // a whole tile of a split-tail launch, PersistentTiles)
+  int splits;          // stream-K: segments of this tile (SegmentTiles); unset otherwise
+  int q_lo, q_hi;      // tile rows [q_lo, q_hi) of this CTA (packed rows when kPack > 1; q_hi clipped;
+                       // kBottom: q_lo < 0 on a partial first tile)
+  int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
+  bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
+
+  // The unit of a plain grid's CTA (GridWalk): grid (num_m_blocks * num_splits, heads (KV heads if
+  // packed), batch), longest-first CTA order for masked launches with p.lpt_heads. (Written out rather than forwarding to the overload below: that reorders the special-register
+  // reads and changes the PTX of the GPU-verified kernels.)
+  __device__ __forceinline__ static TileWork make(const FwdParams& p) {
+    TileWork w;
+    int x = static_cast<int>(blockIdx.x), m_blocks = static_cast<int>(gridDim.x);
+    int hy = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+    if (!Mask::kIsNone && p.lpt_heads > 0) GridWalk::lpt_cta(p.lpt_heads, x, hy, b);
+    const int h = hy * kPack;
+    w.seq = SeqInfo::make(p, b, h);
+    w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
+    w.split = 0;
+    if (p.num_splits > 1) {
+      w.split = x % p.num_splits;
+      x /= p.num_splits;
+      m_blocks /= p.num_splits;
+    }
+    // Masked problems: the last Q tiles see the most keys; start them first (LPT-like).
+    w.m_block = Mask::kIsNone ? x : m_blocks - 1 - x;
+    w.finish(p);
+    if (p.num_splits > 1) w.keep_share(w.split, w.split + 1, p.num_splits);
+    return w;
+  }
+  // Any (m_block, q head, batch), e.g. from a persistent walker: every visible KV tile (the walker
+  // then keeps its split's share).
+  __device__ __forceinline__ static TileWork make(const FwdParams& p, int m_block, int h, int b) {
+    TileWork w;
+    w.seq = SeqInfo::make(p, b, h);
+    w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
+    w.m_block = m_block;
+    w.split = 0;
+    w.finish(p);
+    return w;
+  }
+  // Keep shares [s0, s1) of `shares` equal shares of the KV tiles [n_begin, n_end): a KV split
+  // (one share) or a stream-K segment (a run of units, common/segments.h). Empty shares are allowed.
+  __device__ __forceinline__ void keep_share(int s0, int s1, int shares) {
+    const int per = ceil_div(n_end - n_begin, shares);
+    const int lo = n_begin + s0 * per;
+    n_end = min(n_end, n_begin + s1 * per);
+    n_begin = min(lo, n_end);
+  }
+  // Query range [lo, hi) that tile rows [r_lo, r_hi) span.
+  __device__ __forceinline__ static int query_lo(int r_lo) { return Row::of(r_lo).q; }
+  __device__ __forceinline__ static int query_hi(int r_hi) { return Row::of(r_hi - 1).q + 1; }
+  // Row range and KV tile range (every visible tile) from seq, ctx and m_block.
+  __device__ __forceinline__ void finish(const FwdParams& p) {
+    TileWork& w = *this;
+    const int rows = Row::count(w.seq.seqlen_q);
+    w.q_lo = w.m_block * kBM - (kBottom ? ceil_div(rows, kBM) * kBM - rows : 0);
+    w.q_hi = min(w.q_lo + kBM, rows);
+    w.valid = w.q_lo < rows;
+    w.n_begin = 0;
+    w.n_end = 0;
+    if (w.valid && w.seq.seqlen_k > 0) {
+      const mask::KvRange r = Mask::kv_range(query_lo(row_lo()), query_hi(w.q_hi), w.ctx);
+      const int end = min(r.end, w.seq.seqlen_k);
+      const int begin = max(r.begin, 0);
+      if (end > begin) {
+        w.n_begin = begin / kBN;
+        w.n_end = ceil_div(end, kBN);
+      }
+    }
+  }
+  // The tile's first real row: q_lo, or 0 where kBottom tiling starts the tile above row 0.
+  __device__ __forceinline__ int row_lo() const { return kBottom ? max(q_lo, 0) : q_lo; }
+  __device__ __forceinline__ int num_tiles() const { return n_end - n_begin; }
+  __device__ __forceinline__ mask::TileClass classify(int n) const {
+    const int k_lo = n * kBN, k_hi = min(k_lo + kBN, seq.seqlen_k);
+    return Mask::classify(query_lo(row_lo()), query_hi(q_hi), k_lo, k_hi, ctx);
+  }
+  // Descending walk: from the last tile (n_end - 1) down to n_begin, skipping kSkip tiles, so
+  // the key-bound and diagonal tiles come first. Returns n_begin - 1 when done.
+  __device__ __forceinline__ int next_tile(int n) const {
+    --n;
+    if constexpr (!Mask::kContiguous)
+      while (n >= n_begin && classify(n) == mask::kSkip) --n;
+    return n;
+  }
+  __device__ __forceinline__ int first_tile() const { return next_tile(n_end); }
+  __device__ __forceinline__ bool has(int n) const { return n >= n_begin; }
+  // One past the last key that tile rows [r_lo, r_lo + rows) may see (mask and key bound): the
+  // bound of one consumer warpgroup's rows, which can end before the CTA's last KV tile does (on a
+  // causal diagonal). Rows past the tile's (r_lo >= q_hi): the key bound alone.
+  // kBottom: rows above row 0 are padding; only padding rows: the key bound, as rows past q_hi.
+  __device__ __forceinline__ int kv_end_of_rows(int r_lo, int rows) const {
+    if constexpr (kBottom) {
+      const int r_hi = min(r_lo + rows, q_hi);
+      if (r_hi <= 0 || r_lo >= q_hi) return seq.seqlen_k;
+      return min(Mask::kv_range(query_lo(max(r_lo, 0)), query_hi(r_hi), ctx).end, seq.seqlen_k);
+    }
+    if (r_lo >= q_hi) return seq.seqlen_k;
+    const int r_hi = min(r_lo + rows, q_hi);
+    return min(Mask::kv_range(query_lo(r_lo), query_hi(r_hi), ctx).end, seq.seqlen_k);
+  }
+  // Per-element masking is needed on partial tiles and on the tile that crosses seqlen_k.
+  __device__ __forceinline__ bool needs_mask(int n) const {
+    return (n + 1) * kBN > seq.seqlen_k || (!Mask::kIsNone && classify(n) == mask::kPartial);
+  }
+};
+
+}  // namespace fa4
