@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _lib, _snippets
+from . import _lib, _snippets, launch_schema
 from .errors import ConfigError, LaunchError
 
 Tensor = torch.Tensor
@@ -230,37 +230,44 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
             if st[i] % align != 0 or st[i] < 0:
                 raise LaunchError(f"{name}.stride({i}) is {st[i]}: strides must be multiples of {align} elements "
                                   f"(16 bytes) for TMA")
-    if ks != vs:
-        raise LaunchError(f"k {tuple(ks)} and v {tuple(vs)} must have the same shape")
     Hq, Hkv = qs[2], ks[2]
-    if Hkv < 1 or Hq % Hkv != 0:
-        raise LaunchError(f"q has {Hq} heads, k/v {Hkv}: the q heads must be a multiple of the k/v heads (GQA)")
     varlen_q = cu_seqlens_q is not None
     paged = page_table is not None
     if varlen_q or cu_seqlens_k is not None:
-        if q.shape[0] != 1:
-            raise LaunchError(f"q has batch {q.shape[0]}: varlen q is packed (total_q, heads, head_dim)")
         if cu_seqlens_k is not None and not varlen_q:
             raise LaunchError("cu_seqlens_k needs cu_seqlens_q")
         _check_device("cu_seqlens_q", cu_seqlens_q, device)
         batch = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q.dim() == 1 else -1
         if batch < 1:
             raise LaunchError(f"cu_seqlens_q has shape {tuple(cu_seqlens_q.shape)}; expected (batch + 1,)")
-        _check_int32_vector("cu_seqlens_q", cu_seqlens_q, device, batch + 1)
-        _check_int32_vector("cu_seqlens_k", cu_seqlens_k, device, batch + 1)
-        if not paged and cu_seqlens_k is None:
-            raise LaunchError("varlen without a page table needs cu_seqlens_k")
-        if not paged and k.shape[0] != 1:
-            raise LaunchError(f"k has batch {k.shape[0]}: varlen k/v are packed (total_k, heads, head_dim)")
-        if max_seqlen_q < 1:
-            raise LaunchError(f"max_seqlen_q is {max_seqlen_q}: varlen needs the longest query length")
     else:
         batch = q.shape[0]
-        if not paged and k.shape[0] != batch:
-            raise LaunchError(f"q has batch {batch}, k/v {k.shape[0]}")
-    if max_seqlen_k < 0:
-        raise LaunchError(f"max_seqlen_k is {max_seqlen_k}: pass the longest key sequence, or None when it is not "
-                          f"known")
+    if out is not None:
+        _check_device("out", out, device)
+        if tuple(out.shape) != tuple(q.shape):
+            raise LaunchError(f"out has shape {tuple(out.shape)}; expected q's {tuple(q.shape)}")
+        if _FP8 is not None and q.dtype == _FP8:
+            if out.dtype not in (torch.bfloat16, torch.float16):
+                raise LaunchError(f"out has dtype {out.dtype}; float8_e4m3fn inputs write torch.bfloat16 or "
+                                  f"torch.float16")
+        elif out.dtype != q.dtype:
+            raise LaunchError(f"out has dtype {out.dtype}; expected q's {q.dtype}")
+        if out.stride(3) != 1 or any(out.stride(i) % 8 or out.stride(i) < 0 for i in range(3)):
+            raise LaunchError(f"out has strides {out.stride()}: head_dim must be contiguous and the other strides "
+                              f"multiples of 8 elements")
+    # The launch table's checks (launch_table.CHECKS), which pack_params runs in C++ on the same values.
+    o_shape = q.shape if out is None else out.shape
+    msg = launch_schema.check(dict(
+        q=launch_schema.tensor(qs), k=launch_schema.tensor(ks), v=launch_schema.tensor(vs),
+        o=launch_schema.tensor(o_shape), cu_seqlens_q=int(varlen_q), cu_seqlens_k=int(cu_seqlens_k is not None),
+        seqused_k=int(seqused_k is not None), page_table=int(paged), batch=batch if varlen_q else 0,
+        max_seqlen_q=max_seqlen_q if varlen_q else 0, max_pages=page_table.shape[1] if paged and page_table.dim() == 2
+        else int(paged), max_seqlen_k=max_seqlen_k))
+    if msg:
+        raise LaunchError(msg)
+    if varlen_q:
+        _check_int32_vector("cu_seqlens_q", cu_seqlens_q, device, batch + 1)
+        _check_int32_vector("cu_seqlens_k", cu_seqlens_k, device, batch + 1)
     if paged:
         _check_device("page_table", page_table, device)
         if page_table.dtype != torch.int32 or page_table.dim() != 2 or page_table.shape[0] != batch:
@@ -280,19 +287,6 @@ def _check_qkv(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_ta
         _check_device(f"aux[{i}]", t, device)
         if not t.is_contiguous():
             raise LaunchError(f"aux[{i}] must be contiguous (snippets index its memory directly)")
-    if out is not None:
-        _check_device("out", out, device)
-        if tuple(out.shape) != tuple(q.shape):
-            raise LaunchError(f"out has shape {tuple(out.shape)}; expected q's {tuple(q.shape)}")
-        if _FP8 is not None and q.dtype == _FP8:
-            if out.dtype not in (torch.bfloat16, torch.float16):
-                raise LaunchError(f"out has dtype {out.dtype}; float8_e4m3fn inputs write torch.bfloat16 or "
-                                  f"torch.float16")
-        elif out.dtype != q.dtype:
-            raise LaunchError(f"out has dtype {out.dtype}; expected q's {q.dtype}")
-        if out.stride(3) != 1 or any(out.stride(i) % 8 or out.stride(i) < 0 for i in range(3)):
-            raise LaunchError(f"out has strides {out.stride()}: head_dim must be contiguous and the other strides "
-                              f"multiples of 8 elements")
     if lse is not None:
         _check_device("lse", lse, device)
         want = _lse_shape(q, varlen_q)
