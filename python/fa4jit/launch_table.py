@@ -1,6 +1,6 @@
 """The launch schema: every field of fa4jit_launch_args (include/fa4jit/c_api.h), jit::LaunchArgs
 (include/fa4jit/kernel.hpp) and the ctypes packing of _lib.py, and the launch checks that C++
-(runtime/launch_args.cpp: pack_params) and Python (ops.py, on real and fake tensors) both run.
+(runtime/launch_args.cpp: pack_params) and Python (_checks.py, on real and fake tensors) both run.
 
 This file is data only (Python literals, no imports): tools/gen_launch.py reads it with
 ast.literal_eval at build time and generates the C struct, the C++ struct and the C -> C++ copy
@@ -36,7 +36,8 @@ FIELDS = [
              "that device's primary context (PyTorch's), made current for the call and the previous context "
              "restored after it"),
     dict(name="q", c="fa4jit_tensor", since=1, variants="all", doc="(B, Sq, Hq, D)"),
-    dict(name="k", c="fa4jit_tensor", since=1, variants="all", doc="(B, Sk, Hkv, D); paged: (num_pages, page_size, Hkv, D)"),
+    dict(name="k", c="fa4jit_tensor", since=1, variants="all",
+         doc="(B, Sk, Hkv, D); paged: (num_pages, page_size, Hkv, D)"),
     dict(name="v", c="fa4jit_tensor", since=1, variants="all", doc="as k"),
     dict(name="o", c="fa4jit_tensor", since=1, variants="all", doc="(B, Sq, Hq, D)"),
     dict(name="lse", c="float*", since=1, variants="all",

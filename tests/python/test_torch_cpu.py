@@ -258,12 +258,12 @@ def no_gpu_launch(monkeypatch):
         pytest.skip("a GPU is present: test_gpu.py runs the real launches")
     check = ops._check_qkv
 
-    def check_on_cpu(q, k, v, *args):
+    def check_on_cpu(a):
         # The device rule is the only one a CPU tensor breaks: check the rest on a fake-CUDA copy.
         with FakeTensorMode() as m:
             conv = lambda t: None if t is None else (  # noqa: E731
                 [conv(x) for x in t] if isinstance(t, list) else m.from_tensor(t).to("cuda") if isinstance(t, torch.Tensor) else t)
-            return check(*[conv(a) for a in (q, k, v) + args])
+            return check(type(a)(*[conv(x) for x in a]))
 
     monkeypatch.setattr(ops, "_check_qkv", check_on_cpu)
     monkeypatch.setattr(ops, "_kernels", {})
@@ -394,7 +394,7 @@ def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, la
     q, k = q0.clone(), k0.clone()
     fa4jit.attention(q, k, k, causal=True, num_splits=1)
     fa4jit.attention(q, k, k, causal=True, num_splits=1)
-    assert isinstance(ops._plans[next(key for key in ops._plans if key[0] == "attention" and key[1] == q.shape)],
+    assert isinstance(ops._plans[next(key for key in ops._plans if key[0] == "attention" and key[1][0] == q.shape)],
                       ops._Plan)
     n = len(launched)
     buf = torch.empty(q.numel() + 8, dtype=bf16)
