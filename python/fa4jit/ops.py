@@ -115,12 +115,8 @@ def _ptr(t: Optional[Tensor]) -> int:
     return 0 if t is None else t.data_ptr()
 
 
-def _stream(device_index: int) -> int:
-    return torch.cuda.current_stream(device_index).cuda_stream
-
-
 # The raw-stream getter torch's own generated code uses: no Stream object per call.
-_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream)
+_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: torch.cuda.current_stream(dev).cuda_stream)
 
 
 # ---- one call's arguments ---------------------------------------------------------------------------
@@ -194,8 +190,13 @@ def _meta(t: Optional[Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
+_SCALARS = frozenset((int, float, bool, str, type(None)))
+
+
 def _key(x):
     """x with every tensor replaced by its _meta: a plan key part (TypeError when unhashable)."""
+    if type(x) in _SCALARS:
+        return x
     if isinstance(x, Tensor):
         return (x.shape, x.stride(), x.dtype, x.device)
     if isinstance(x, (list, tuple)):
@@ -250,14 +251,15 @@ def _remember(key: tuple, plan):
 class _Plan:
     """A launch of one signature. The ops' plans get out and lse from their caller; the user functions'
     plans (_user) also say how to allocate them (o_*, lse_*) and what the call returns."""
-    __slots__ = ("kernel", "handle", "dev", "device", "args", "values", "pointers", "nbytes", "like_q", "o_shape",
-                 "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
+    __slots__ = ("kernel", "handle", "dev", "device", "args", "values", "at", "pointers", "nbytes", "like_q",
+                 "o_shape", "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
 
 
-def _make_plan(a: Call, patch=True) -> _Plan:
+def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     """Checks the arguments, gets the kernel and packs the launch arguments of this signature. Without
     patch, the plan is for this call only: plan.values are the struct's values with this call's pointers
-    (the workspace's excepted) and plan.args is None."""
+    (the workspace's excepted) and plan.args is None. names: the argument names of the calls _run
+    launches the plan with (a Call's fields, or a user function's parameters)."""
     batch = _check_qkv(a)
     q, k, aux = a.q, a.k, a.aux
     f = _packed_tensors(q=q, k=k, v=a.v, o=a.out)
@@ -317,41 +319,42 @@ def _make_plan(a: Call, patch=True) -> _Plan:
                                                                                              else 1)]
     plan.args = _lib.PointerPatch(_lib.launch_values(f), ["q.data", "k.data", "v.data", "o.data"] + fields) \
         if patch else None
-    plan.pointers, plan.nbytes = tuple(arg for _, arg in pointers), nbytes
+    at = {n: i for i, n in enumerate(names)}
+    plan.at = (at["q"], at["k"], at["v"], at["out"], at.get("lse", -1))
+    plan.pointers, plan.nbytes = tuple((arg, at.get(arg, -1)) for _, arg in pointers), nbytes
     plan.like_q = plan.o_shape = plan.o_stride = plan.lse_shape = plan.lse_stride = None
     plan.dtype, plan.cast, plan.return_lse = a.out.dtype, False, a.lse is not None
     return plan
 
 
-def _run(plan: _Plan, u):
-    """Launches a plan with this call's tensors, u: the arguments by name (a Call or a user function's
-    arguments, whose q, k, v and out are views of the ones the plan was made with: only their data
-    pointers are read); out None and lse None are allocated as the plan says. Returns out, or
-    (out, lse) when the plan's call returns the LSE."""
-    get = u.__getattribute__ if type(u) is Call else u.get
-    out = get("out")
+def _run(plan: _Plan, values: tuple):
+    """Launches a plan with this call's arguments, values: in the order of the names it was made for (a
+    Call, or a user function's arguments, whose q, k, v and out are views of the ones the plan was made
+    with: only their data pointers are read); out None and lse None are allocated as the plan says.
+    Returns out, or (out, lse) when the plan's call returns the LSE."""
+    iq, ik, iv, io, il = plan.at
+    q, out = values[iq], values[io]
     if out is None:
-        out = torch.empty_like(get("q")) if plan.like_q else torch.empty_strided(plan.o_shape, plan.o_stride,
-                                                                                 dtype=plan.dtype, device=plan.device)
-    lse = get("lse")
+        out = torch.empty_like(q) if plan.like_q else torch.empty_strided(plan.o_shape, plan.o_stride,
+                                                                          dtype=plan.dtype, device=plan.device)
+    lse = values[il] if il >= 0 else None
     if plan.lse_shape is not None:
         lse = torch.empty_strided(plan.lse_shape, plan.lse_stride, dtype=torch.float32, device=plan.device)
-    q, k, v = get("q"), get("k"), get("v")
-    qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+    qp, kp, vp, op = q.data_ptr(), values[ik].data_ptr(), values[iv].data_ptr(), out.data_ptr()
     if (qp | kp | vp | op) & 15:
-        _check_aligned(q=q, k=k, v=v, out=out)
+        _check_aligned(q=q, k=values[ik], v=values[iv], out=out)
     ptrs = [qp, kp, vp, op]
     workspace = None
-    for name in plan.pointers:
+    for name, i in plan.pointers:
         if name == "lse":
             ptrs.append(lse.data_ptr())
         elif name == "aux":
-            ptrs += [t.data_ptr() for t in _aux_tensors(get("aux"))]
+            ptrs += [t.data_ptr() for t in _aux_tensors(values[i])]
         elif name == "workspace":
             workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
             ptrs.append(workspace.data_ptr())
         else:
-            t = get(name)
+            t = values[i]
             ptrs.append((_vector32(t) if plan.cast and name in ("sinks", "alibi_slopes") else t).data_ptr())
     code = _lib.fa4jit_launch(plan.handle, plan.args.pack(ptrs), _stream(plan.dev))
     if code:
@@ -372,7 +375,7 @@ def _launch(a: Call, cached=True):
         if code:
             _lib.raise_last(code)
         return
-    key = ("launch",) + _key(tuple(a))
+    key = ("launch", *[x if type(x) in _SCALARS else _key(x) for x in a])
     plan = _plans.get(key)
     if plan is None:
         if not _seen_before(key):
@@ -422,12 +425,8 @@ def _no_backward(ctx, *grads):
     raise RuntimeError(_FORWARD_ONLY)
 
 
-def _setup_context(ctx, inputs, output):
-    pass
-
-
-# The out= op mutates its output, which autograd cannot track: _call refuses grad-requiring inputs.
-_fwd.register_autograd(_no_backward, setup_context=_setup_context)
+# The out= op mutates its output, which autograd cannot track: _prepare refuses grad-requiring inputs.
+_fwd.register_autograd(_no_backward, setup_context=lambda ctx, inputs, output: None)
 
 
 # ---- the user functions -----------------------------------------------------------------------------
@@ -499,26 +498,20 @@ def _call(a: Call):
 # signature makes the plan through the same normalization and checks as the first, so every argument
 # error is still raised; unhashable arguments take the general path.
 
-def _user(kind: str, names: tuple, values: tuple):
+def _user(kind: str, names: tuple, values: tuple, key):
+    """The public functions' general path: values are the call's arguments (in the order of names),
+    key its plan key (None: no plan for this call)."""
     u = dict(zip(names, values))
-    q, out, key = u["q"], u["out"], None
-    if _eager(q, u["k"], u["v"], out):
-        try:
-            key = (kind,) + tuple(map(_key, values))
-            plan = _plans.get(key)
-        except TypeError:  # unhashable: the general path reports it
-            key = plan = None
-        if plan is not None:
-            return _run(plan, u)
     a, squeeze = _prepare(kind, u)
     if key is not None and _seen_before(key):
-        return _run(_remember(key, _plan_user(a, u, squeeze)), u)
+        return _run(_remember(key, _plan_user(a, u, names, squeeze)), values)
     o, lse = _call(a)
+    out = u["out"]
     o = out if out is not None else o.transpose(1, 2) if a.out_bhsd else o.squeeze(0) if squeeze else o
     return (o, lse) if a.return_lse else o
 
 
-def _plan_user(a: Call, u: dict, squeeze: bool) -> _Plan:
+def _plan_user(a: Call, u: dict, names: tuple, squeeze: bool) -> _Plan:
     """The plan of a user call (u: its arguments, a: as prepared): _make_plan's, plus how _run
     allocates out and lse as the general path does and what the call returns."""
     q_user = u["q"]
@@ -526,7 +519,7 @@ def _plan_user(a: Call, u: dict, squeeze: bool) -> _Plan:
     lse = a.lse
     if a.return_lse and lse is None:
         lse = torch.empty(_lse_shape(a.q, a.cu_seqlens_q is not None), dtype=torch.float32, device=a.q.device)
-    p = _make_plan(a._replace(out=o, lse=lse))
+    p = _make_plan(a._replace(out=o, lse=lse), names=names)
     if a.out is None:
         shown = o.transpose(1, 2) if a.out_bhsd else (o.squeeze(0) if squeeze else o)  # what the user gets
         p.o_shape, p.o_stride = tuple(shown.shape), shown.stride()
@@ -538,17 +531,30 @@ def _plan_user(a: Call, u: dict, squeeze: bool) -> _Plan:
     return p
 
 
+_PLAIN = (bool, int, float, str, Optional[int], Optional[float], Optional[str], Optional[bool])
+
+
 def _public(kind: str):
-    """Makes fn's body _user(kind, <fn's arguments>): the argument list is written once, in fn's
-    signature (k_cache and v_cache reach _user as k and v)."""
+    """Makes fn's body the eager fast path and _user(kind, <fn's arguments>), generated from fn's
+    signature: the argument list is written once, there (k_cache and v_cache reach _user as k and v).
+    The plan key is every argument as passed, a tensor by its metadata (_meta)."""
     def wrap(fn):
-        params = inspect.signature(fn).parameters.values()
+        params = list(inspect.signature(fn).parameters.values())
         names = tuple({"k_cache": "k", "v_cache": "v"}.get(p.name, p.name) for p in params)
         args = ", ".join(p.name + ("" if p.default is p.empty else f"=_d[{i}]") for i, p in enumerate(params))
         values = ", ".join(p.name for p in params)
-        src = f"def {fn.__name__}({args}):\n    return _user({kind!r}, _names, ({values},))\n"
-        env = {"_user": _user, "_names": names, "_d": [p.default for p in params]}
-        exec(src, env)  # noqa: S102 (the package's own signature)
+        key = ", ".join(f"{n}.shape, {n}.stride(), {n}.dtype, {n}.device" if p.annotation is Tensor else
+                        f"_meta({n})" if p.annotation == Optional[Tensor] else n if p.annotation in _PLAIN else
+                        f"_key({n})" for n, p in ((p.name, p) for p in params))
+        q, k, v = (p.name for p in params[:3])
+        src = (f"def {fn.__name__}({args}):\n    key = None\n    if _eager({q}, {k}, {v}, out):\n        try:\n"
+               f"            key = ({kind!r}, {key})\n            plan = _plans.get(key)\n"
+               f"        except (TypeError, AttributeError):  # unhashable: the general path reports it\n"
+               f"            key = plan = None\n        if plan is not None:\n            return _run(plan, ({values},))\n"
+               f"    return _user({kind!r}, _names_{kind}, ({values},), key)\n")
+        g, env = globals(), {}  # the module's globals: the names it reads stay patchable
+        g[f"_names_{kind}"], g[f"_defaults_{kind}"] = names, [p.default for p in params]
+        exec(src.replace("=_d[", f"=_defaults_{kind}["), g, env)  # noqa: S102 (the package's own signature)
         return functools.wraps(fn)(env[fn.__name__])
     return wrap
 

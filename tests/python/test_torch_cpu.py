@@ -394,7 +394,7 @@ def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, la
     q, k = q0.clone(), k0.clone()
     fa4jit.attention(q, k, k, causal=True, num_splits=1)
     fa4jit.attention(q, k, k, causal=True, num_splits=1)
-    assert isinstance(ops._plans[next(key for key in ops._plans if key[0] == "attention" and key[1][0] == q.shape)],
+    assert isinstance(ops._plans[next(key for key in ops._plans if key[0] == "attention" and key[1] == q.shape)],
                       ops._Plan)
     n = len(launched)
     buf = torch.empty(q.numel() + 8, dtype=bf16)
