@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import fa4jit
-from fa4jit import _lib, ops
+from fa4jit import _checks, _lib, ops
 
 
 def timed(fn, calls, warmup=50):
@@ -57,7 +57,8 @@ def cpu_main(calls):
     # The checks as written, except that q's device type may be "cpu" (the only rule a CPU tensor breaks).
     src = inspect.getsource(ops._check_qkv)
     assert 'device.type != "cuda"' in src
-    exec(src.replace('device.type != "cuda"', 'device.type != "cpu"'), ops.__dict__)
+    exec(src.replace('device.type != "cuda"', 'device.type != "cpu"'), _checks.__dict__)
+    ops._check_qkv = _checks._check_qkv
     ops._arch = lambda dev: "sm_90a"
     ops._stream = lambda dev: 0
     torch.cuda.current_device = lambda: 0
@@ -110,8 +111,7 @@ def cpu_main(calls):
     run("torch.ops.fa4jit.fwd (the custom op, num_splits=1)",
         lambda: torch.ops.fa4jit.fwd(q, k, v, None, None, None, None, None, None, **common))
     run("ops._launch (fa4jit's Python launch path, no op dispatch)",
-        lambda: ops._launch(q, k, v, out, None, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
-                            "", 0.0, 0.0, 0, 1, -1))
+        lambda: ops._launch(ops.Call(q, k, v, out, causal=True, num_splits=1)))
     run("fa4jit.attention (prefill 1x128x32x128, causal)", lambda: fa4jit.attention(qp, kp, kp, causal=True))
     # A new signature every call (a decode loop over a KV cache that grows by one row a step): no
     # plan is reused, so this is the general path's cost.
@@ -155,14 +155,13 @@ def main():
         lambda: torch.ops.fa4jit.fwd(q, k, v, None, None, None, None, None, None, **common))
     out = torch.empty_like(q)
     run("ops._launch (fa4jit's Python launch path, no op dispatch)",
-        lambda: ops._launch(q, k, v, out, None, None, None, None, None, None, None, [], [], "", True, -2, -2, 0, "", "",
-                            "", 0.0, 0.0, 0, 1, -1))
+        lambda: ops._launch(ops.Call(q, k, v, out, causal=True, num_splits=1)))
     kern = next(iter(ops._kernels.values()))
     # The library's defaults (fa4jit_launch_args_init), then this launch's device, tensors and splits.
     buf = ctypes.create_string_buffer(_lib.LAUNCH_ARGS_SIZE)
     _lib.fa4jit_launch_args_init(buf)
     values = list(_lib.LAUNCH_ARGS.unpack_from(buf.raw))
-    tensors = ops._packed_tensors(q=q, k=k, v=v, o=out)
+    tensors = [x for t in ops._packed_tensors(q=q, k=k, v=v, o=out).values() for x in t]
     first = _lib.FIELD_INDEX["q.data"]
     values[first:first + len(tensors)] = tensors
     values[_lib.FIELD_INDEX["device"]] = q.device.index

@@ -174,46 +174,9 @@ bool read_args(const fa4jit_launch_args* in, fa4jit_launch_args* out) {
   return true;
 }
 
-jit::LaunchArgs to_launch_args(const fa4jit_launch_args& a) {
-  jit::LaunchArgs r;
-  r.q = to_tensor(a.q, "q");
-  r.k = to_tensor(a.k, "k");
-  r.v = to_tensor(a.v, "v");
-  r.o = to_tensor(a.o, "o");
-  r.lse = a.lse;
-  r.softmax_scale = a.softmax_scale;
-  r.window_left = a.window_left;
-  r.window_right = a.window_right;
-  r.chunk_size = a.chunk_size;
-  r.softcap = a.softcap;
-  r.alibi_slopes = a.alibi_slopes;
-  for (int i = 0; i < 4; ++i) {
-    r.aux_ptr[i] = a.aux_ptr[i];
-    r.aux_scalar[i] = a.aux_scalar[i];
-  }
-  r.cu_seqlens_q = a.cu_seqlens_q;
-  r.cu_seqlens_k = a.cu_seqlens_k;
-  r.seqused_k = a.seqused_k;
-  r.batch = a.batch;
-  r.max_seqlen_q = a.max_seqlen_q;
-  r.sinks = a.sinks;
-  r.page_table = a.page_table;
-  r.max_pages = a.max_pages;
-  r.num_splits = a.num_splits;
-  r.block_mask.data = a.block_mask;
-  r.block_mask.block_q = a.block_mask_q;
-  r.block_mask.block_k = a.block_mask_k;
-  r.block_mask.batch_stride = a.block_mask_batch_stride;
-  r.block_mask.head_stride = a.block_mask_head_stride;
-  r.block_mask.row_stride = a.block_mask_row_stride;
-  r.workspace = a.workspace;
-  r.workspace_bytes = static_cast<std::size_t>(a.workspace_bytes);
-  r.descale_q = a.descale_q;  // NULL (the default) for callers of a version 2 header
-  r.descale_k = a.descale_k;
-  r.descale_v = a.descale_v;
-  r.max_seqlen_k = a.max_seqlen_k;  // 0 (the default) for callers of a version 4 header
-  return r;
-}
+// to_launch_args (every field of the launch table copied to jit::LaunchArgs) and
+// launch_args_defaults, generated from python/fa4jit/launch_table.py by tools/gen_launch.py.
+#include "launch_copy.inc"
 
 // Primary contexts retained once per device and kept for the process (PyTorch uses the same ones).
 constexpr int kMaxDevices = 256;
@@ -330,13 +293,8 @@ int32_t fa4jit_kernel_info(const fa4jit_kernel* kernel, char** out_json) {
 
 void fa4jit_launch_args_init(fa4jit_launch_args* args) {
   if (!args) return;
-  std::memset(static_cast<void*>(args), 0, sizeof(*args));
+  launch_args_defaults(args);
   args->size = sizeof(fa4jit_launch_args);
-  args->device = -1;
-  args->window_left = args->window_right = -1;
-  const jit::LaunchArgs::BlockMask defaults;
-  args->block_mask_q = defaults.block_q;
-  args->block_mask_k = defaults.block_k;
 }
 
 int32_t fa4jit_launch(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, void* stream) {

@@ -79,53 +79,11 @@ typedef struct fa4jit_tensor {
   int64_t stride[4];
 } fa4jit_tensor;
 
-/* The fields of jit::LaunchArgs (fa4jit/kernel.hpp), same names and meanings, plus `size` and
- * `device`. Fill it with fa4jit_launch_args_init() first. Pointers are device pointers. */
-typedef struct fa4jit_launch_args {
-  uint32_t size;            /* sizeof(fa4jit_launch_args) of the caller's header: set by fa4jit_launch_args_init */
-  int32_t device;           /* -1 (default): the calling thread's current CUDA context (else device 0's primary
-                               context); >= 0: that device's primary context (PyTorch's), made current for the
-                               call and the previous context restored after it */
-  fa4jit_tensor q, k, v, o; /* q, o: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D) */
-  float* lse;               /* optional float32 [B][Hq][Sq] (varlen: [Hq][total_q]), natural log */
-  float softmax_scale;      /* 0: 1/sqrt(head_dim) */
-  int32_t window_left, window_right; /* sliding window extents; -1: unbounded (default) */
-  int32_t chunk_size;                /* chunked masks */
-  float softcap;                     /* softcap score-mod */
-  const float* alibi_slopes;         /* [Hq] float32; NULL: the standard slopes */
-  const void* aux_ptr[4];            /* custom snippets read these as aux[i] */
-  float aux_scalar[4];               /* ... and scalars[i] */
-  const int32_t* cu_seqlens_q;       /* varlen: int32 [B + 1]; q/k/v/o packed (1, total, H, D) */
-  const int32_t* cu_seqlens_k;
-  const int32_t* seqused_k;  /* int32 [B]: keys used per sequence */
-  int32_t batch;             /* varlen: number of sequences */
-  int32_t max_seqlen_q;      /* varlen: longest query sequence */
-  const float* sinks;        /* float32 [Hq] attention-sink logits */
-  const int32_t* page_table; /* paged KV: int32 [batch][max_pages]; k/v (num_pages, page_size, Hkv, D) */
-  int32_t max_pages;
-  int32_t num_splits; /* split-KV: 0 automatic, 1 none, at most 256 */
-  /* Run-time block mask (custom masks): one byte per (batch, q head, q block, k block), strides in
-   * bytes, 0 broadcasts; NULL: none. */
-  const uint8_t* block_mask;
-  int32_t block_mask_q, block_mask_k; /* default 128, 128 */
-  int64_t block_mask_batch_stride, block_mask_head_stride, block_mask_row_stride;
-  /* Scratch for split-KV (fa4jit_workspace_bytes); NULL: a stream-ordered per-device pool. Pass it
-   * when capturing CUDA graphs. */
-  void* workspace;
-  uint64_t workspace_bytes;
-  /* Since C API version 3. FP8 kernels (dtype e4m3): float32 [B][Hkv] contiguous dequantisation
-   * factors, FlashAttention-3's convention (the kernel computes with descale_q[b][h_kv] * q, ...);
-   * NULL: 1. Each is for an e4m3 tensor only: descale_q needs dtype e4m3, descale_k / descale_v
-   * dtype or kv_dtype e4m3 (an FP8 KV cache); set otherwise: FA4JIT_LAUNCH_ERROR. */
-  const float* descale_q;
-  const float* descale_k;
-  const float* descale_v;
-  /* Since C API version 5. Varlen keys and paged caches: the longest key sequence (FlashAttention's
-   * max_seqlen_k); 0 (default): unknown. A hint, never read as a length: it chooses between the
-   * kernels of one config and a varlen batch's CTA schedule, so any value is correct and one below
-   * the real longest costs speed only; negative: FA4JIT_LAUNCH_ERROR. */
-  int32_t max_seqlen_k;
-} fa4jit_launch_args;
+/* struct fa4jit_launch_args: the fields of jit::LaunchArgs (fa4jit/kernel.hpp), same names and
+ * meanings, plus `size` and `device`, generated from the launch table (python/fa4jit/launch_table.py,
+ * one row per field, appended only) into fa4jit/c_launch_args.h, installed beside this header. Fill
+ * it with fa4jit_launch_args_init() first. Pointers are device pointers. */
+#include "fa4jit/c_launch_args.h"
 
 typedef struct fa4jit_kernel fa4jit_kernel; /* a compiled kernel; cheap to keep and reuse */
 

@@ -16,7 +16,7 @@ import re
 import struct
 import sys
 
-from . import _paths, errors
+from . import _paths, errors, launch_schema
 
 C_API_VERSION = 6  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
 #                     5: max_seqlen_k; 6: the log callback and level, runtime info's "problems")
@@ -175,19 +175,7 @@ def enc(s):
 # platform), in field order. Field offsets are checked against fa4jit_launch_args_init's output
 # when this module loads, so a layout mismatch fails at import, not as a wrong launch.
 _TENSOR = "P i i 4q 4q"  # data, dtype, reserved_, shape, stride
-LAUNCH_FIELDS = [
-    ("size", "I"), ("device", "i"),
-    ("q", _TENSOR), ("k", _TENSOR), ("v", _TENSOR), ("o", _TENSOR),
-    ("lse", "P"), ("softmax_scale", "f"), ("window_left", "i"), ("window_right", "i"), ("chunk_size", "i"),
-    ("softcap", "f"), ("alibi_slopes", "P"), ("aux_ptr", "4P"), ("aux_scalar", "4f"),
-    ("cu_seqlens_q", "P"), ("cu_seqlens_k", "P"), ("seqused_k", "P"), ("batch", "i"), ("max_seqlen_q", "i"),
-    ("sinks", "P"), ("page_table", "P"), ("max_pages", "i"), ("num_splits", "i"),
-    ("block_mask", "P"), ("block_mask_q", "i"), ("block_mask_k", "i"),
-    ("block_mask_batch_stride", "q"), ("block_mask_head_stride", "q"), ("block_mask_row_stride", "q"),
-    ("workspace", "P"), ("workspace_bytes", "Q"),
-    ("descale_q", "P"), ("descale_k", "P"), ("descale_v", "P"),  # C API version 3
-    ("max_seqlen_k", "i"),  # C API version 5
-]
+LAUNCH_FIELDS = launch_schema.struct_fields(_TENSOR)  # from launch_table.FIELDS, as the C header is
 # "0P": the C struct's trailing padding to pointer alignment (sizeof counts it; struct would not).
 LAUNCH_ARGS = struct.Struct("@" + " ".join(f for _, f in LAUNCH_FIELDS) + " 0P")
 LAUNCH_ARGS_SIZE = LAUNCH_ARGS.size
@@ -222,6 +210,23 @@ def field_names():
 
 
 _check_layout()
+
+
+def launch_values(fields: dict) -> list:
+    """The LAUNCH_ARGS values of the fields by name (a tensor: its 11 values, an array its 4); the
+    fields not given take the launch table's defaults."""
+    values = []
+    for name, fmt in LAUNCH_FIELDS:
+        x = fields.get(name)
+        if x is None:
+            x = launch_schema.default(name)
+            if fmt == _TENSOR or fmt[0] == "4":
+                x = [x] * (11 if fmt == _TENSOR else 4)
+        if fmt == _TENSOR or fmt[0] == "4":
+            values += x
+        else:
+            values.append(x)
+    return values
 
 
 def _flat_codes():

@@ -258,12 +258,12 @@ def no_gpu_launch(monkeypatch):
         pytest.skip("a GPU is present: test_gpu.py runs the real launches")
     check = ops._check_qkv
 
-    def check_on_cpu(q, k, v, *args):
+    def check_on_cpu(a):
         # The device rule is the only one a CPU tensor breaks: check the rest on a fake-CUDA copy.
         with FakeTensorMode() as m:
             conv = lambda t: None if t is None else (  # noqa: E731
                 [conv(x) for x in t] if isinstance(t, list) else m.from_tensor(t).to("cuda") if isinstance(t, torch.Tensor) else t)
-            return check(*[conv(a) for a in (q, k, v) + args])
+            return check(type(a)(*[conv(x) for x in a]))
 
     monkeypatch.setattr(ops, "_check_qkv", check_on_cpu)
     monkeypatch.setattr(ops, "_kernels", {})
