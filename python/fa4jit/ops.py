@@ -17,6 +17,8 @@ import torch
 from . import _lib, _snippets
 from .errors import ConfigError, LaunchError
 
+_flex = None  # fa4jit.flex, set when it is imported (Python mods and BlockMasks)
+
 Tensor = torch.Tensor
 
 _FP8 = getattr(torch, "float8_e4m3fn", None)  # FP8 inputs (sm_90a); older torch has none
@@ -869,6 +871,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
     one tile (None: automatic for short query lengths). out: write into this tensor (q's shape and
     layout). Returns out, or (out, lse) with lse float32 (B, Hq, Sq) when return_lse.
     """
+    if _flex is not None and _flex.mods_need_lowering(mask_mod, block_mask_mod, score_mod):
+        # Python mask_mod / score_mod (traced into snippets) or a BlockMask (fa4jit.flex).
+        mask_mod, block_mask_mod, score_mod, aux = _flex.lower_call(q, k, layout, mask_mod, block_mask_mod,
+                                                                    score_mod, aux)
     key = None
     direct = _eager(q, k, v, out)
     if direct:
@@ -934,6 +940,10 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
     Other arguments as attention() (FP8 descale factors: (B, Hkv), B the number of sequences).
     Returns out (total_q, Hq, D), or (out, lse) with lse (Hq, total_q).
     """
+    if _flex is not None and _flex.mods_need_lowering(mask_mod, block_mask_mod, score_mod):
+        # Python mask_mod / score_mod (traced into snippets) or a BlockMask (fa4jit.flex).
+        mask_mod, block_mask_mod, score_mod, aux = _flex.lower_call(q, k, None, mask_mod, block_mask_mod, score_mod,
+                                                                    aux)
     key = None
     direct = _eager(q, k, v, out)
     if direct:
@@ -993,6 +1003,10 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
     the longest sequence's keys (None: max_pages x page_size bounds it), a hint as in
     attention_varlen(). Other arguments as attention().
     """
+    if _flex is not None and _flex.mods_need_lowering(mask_mod, block_mask_mod, score_mod):
+        # Python mask_mod / score_mod (traced into snippets) or a BlockMask (fa4jit.flex).
+        mask_mod, block_mask_mod, score_mod, aux = _flex.lower_call(q, k_cache, None, mask_mod, block_mask_mod,
+                                                                    score_mod, aux)
     key = None
     direct = _eager(q, k_cache, v_cache, out)
     if direct:

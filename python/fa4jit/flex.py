@@ -1,0 +1,362 @@
+"""FlexAttention's front end over fa4jit's kernels, and tile maps derived from masks.
+
+    from fa4jit import flex_attention, create_block_mask
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+    bm = create_block_mask(causal, None, None, S, S, device="cuda")
+    o = flex_attention(q, k, v, block_mask=bm)            # q, k, v (B, H, S, D) as FlexAttention's
+
+``flex_attention`` and ``create_block_mask`` have the signatures and semantics of
+``torch.nn.attention.flex_attention``'s (the same (B, H, S, D) tensors, natural-log LSE (B, H, Sq),
+FlexAttention's default scale 1/sqrt(D), its top-left aligned q_idx / kv_idx) and take FlexAttention's
+own ``BlockMask`` too. Mods are traced into CUDA snippets (``fa4jit._trace``); the kernel is fa4jit's
+with the traced custom mask and score-mod, launched with layout "bhsd" (strided views, no copies).
+
+Tile maps. A ``BlockMask`` here is the class of every (Q block, KV block) tile: 0 empty (the kernel
+skips it: no load, no MMA), 1 full (no mask evaluated in it), 2 partial (the mask runs per element).
+``create_block_mask`` computes it exactly by evaluating the traced mask over every element (on the
+device, in chunks of rows; dimensions the mask does not read, b or h, are evaluated once and
+broadcast). The kernel reads it through a block snippet (``TILE_SNIPPET``) from one uint8 aux tensor:
+a 32-byte header (int32 q block, kv block, batch stride, head stride, row stride, q blocks, kv blocks)
+and the classes; a kernel tile that spans several blocks takes their common class, else partial. A
+Python mask_mod passed to ``fa4jit.attention`` without a ``block_mask_mod`` gets one automatically,
+built once per (traced mask, shapes, block size, aux tensors' identity and version) and reused across
+layers and steps (``_auto_block_mask``). CUDA graphs: build the BlockMask before capture, or let the
+automatic one be built while capturing (it is made of torch ops, recorded with the launch).
+"""
+import threading
+from collections import OrderedDict
+from typing import Callable, Dict, Optional, Tuple, Union
+
+import torch
+
+from . import _trace
+from .errors import ConfigError
+
+Tensor = torch.Tensor
+
+# The block snippet that reads a tile map (fa_tiles, the packed aux tensor). Bounds are a tile's,
+# clamped to the sequence (VARIANTS.md), so every index is inside the map.
+TILE_SNIPPET = (
+    "const int* fa_hd = (const int*)fa_tiles;\n"
+    "const unsigned char* fa_m = fa_tiles + 32 + (long long)b * fa_hd[2] + (long long)h * fa_hd[3];\n"
+    "int fa_acc = -1;\n"
+    "for (int i = q_lo / fa_hd[0]; i <= (q_hi - 1) / fa_hd[0]; ++i)\n"
+    "  for (int j = kv_lo / fa_hd[1]; j <= (kv_hi - 1) / fa_hd[1]; ++j) {\n"
+    "    const int v = fa_m[(long long)i * fa_hd[4] + j];\n"
+    "    if (fa_acc < 0) fa_acc = v; else if (fa_acc != v) return PARTIAL;\n"
+    "  }\n"
+    "return fa_acc == 0 ? SKIP : fa_acc == 1 ? FULL : PARTIAL;")
+TILE_AUX = "fa_tiles"
+_ALL_VISIBLE = "return true;"
+_ELEMENTS_PER_CHUNK = 1 << 26  # elements of the mask evaluated at once when classifying tiles
+
+
+def _block_sizes(BLOCK_SIZE) -> Tuple[int, int]:
+    if isinstance(BLOCK_SIZE, int):
+        bq = bk = BLOCK_SIZE
+    else:
+        bq, bk = BLOCK_SIZE
+    if bq < 1 or bk < 1:
+        raise ConfigError(f"BLOCK_SIZE: {BLOCK_SIZE!r}; expected a positive int or (q, kv) pair")
+    return int(bq), int(bk)
+
+
+class BlockMask:
+    """Tile classes of one mask: ``classes`` uint8 (B or 1, H or 1, q blocks, kv blocks), 0 empty,
+    1 full, 2 partial; ``BLOCK_SIZE`` (q, kv); ``seq_lengths`` (Q_LEN, KV_LEN); ``mask_mod`` the
+    Python mask (or None: every element of a non-empty tile is visible)."""
+
+    def __init__(self, classes: Tensor, BLOCK_SIZE, seq_lengths, mask_mod=None):
+        if classes.dim() != 4 or classes.dtype != torch.uint8:
+            raise ConfigError(f"BlockMask: classes must be uint8 (B, H, q blocks, kv blocks), got {classes.dtype} "
+                              f"{tuple(classes.shape)}")
+        self.classes = classes.contiguous()
+        self.BLOCK_SIZE = _block_sizes(BLOCK_SIZE)
+        self.seq_lengths = (int(seq_lengths[0]), int(seq_lengths[1]))
+        self.mask_mod = mask_mod
+        self._traced = None if mask_mod is None else _trace.trace(mask_mod, "mask")
+        self._packed = None
+
+    @property
+    def shape(self):
+        B, H = self.classes.shape[:2]
+        return (B, H, self.seq_lengths[0], self.seq_lengths[1])
+
+    def sparsity(self) -> float:
+        """Percent of tiles that are empty (FlexAttention's BlockMask.sparsity)."""
+        return 100.0 * float((self.classes == 0).float().mean())
+
+    def to_dense(self) -> Tensor:
+        """Whether each tile is computed (empty: 0), as FlexAttention's BlockMask.to_dense()."""
+        return (self.classes != 0).to(torch.int32)
+
+    def packed(self) -> Tensor:
+        """The aux tensor TILE_SNIPPET reads: the header, then the classes (built once, with torch ops,
+        on the classes' device: nothing copies from the host, so capture may record it)."""
+        if self._packed is None:
+            c = self.classes
+            B, H, nq, nk = c.shape
+            header = (self.BLOCK_SIZE[0], self.BLOCK_SIZE[1], 0 if B == 1 else H * nq * nk, 0 if H == 1 else nq * nk,
+                      nk, nq, nk, 0)
+            hd = torch.empty(8, dtype=torch.int32, device=c.device)
+            for i, x in enumerate(header):
+                hd[i] = x
+            self._packed = torch.cat([hd.view(torch.uint8), c.reshape(-1)])
+        return self._packed
+
+    def __repr__(self):
+        return (f"fa4jit.BlockMask(shape={self.shape}, BLOCK_SIZE={self.BLOCK_SIZE}, "
+                f"sparsity={self.sparsity():.2f}%)")
+
+
+def _classify(graph: Callable, uses, B: int, H: int, Q_LEN: int, KV_LEN: int, bq: int, bk: int, device) -> Tensor:
+    """The classes of every tile of a mask: evaluates it over every element (vmap over b, h, q, kv;
+    a dimension the mask does not read is evaluated at 0 and broadcast), in chunks of q blocks."""
+    Bm = B if "b" in uses else 1
+    Hm = H if "h" in uses else 1
+    nq, nk = -(-Q_LEN // bq), -(-KV_LEN // bk)
+    f = graph
+    f = torch.vmap(f, in_dims=(None, None, None, 0))
+    f = torch.vmap(f, in_dims=(None, None, 0, None))
+    f = torch.vmap(f, in_dims=(None, 0, None, None))
+    f = torch.vmap(f, in_dims=(0, None, None, None))
+    bt = torch.arange(Bm, dtype=torch.int32, device=device)
+    ht = torch.arange(Hm, dtype=torch.int32, device=device)
+    kt = torch.arange(KV_LEN, dtype=torch.int32, device=device)
+    out = torch.empty((Bm, Hm, nq, nk), dtype=torch.uint8, device=device)
+    rows_per = max(1, _ELEMENTS_PER_CHUNK // max(1, Bm * Hm * bq * nk * bk)) * bq
+    pad_k = nk * bk - KV_LEN
+    for q0 in range(0, Q_LEN, rows_per):
+        q1 = min(Q_LEN, q0 + rows_per)
+        qt = torch.arange(q0, q1, dtype=torch.int32, device=device)
+        m = f(bt, ht, qt, kt)
+        if m.dtype != torch.bool:
+            m = m != 0
+        m = m.expand(Bm, Hm, q1 - q0, KV_LEN)
+        pad_q = -(-(q1 - q0) // bq) * bq - (q1 - q0)
+        # Elements outside the sequence do not exist: they count as visible for "full", as hidden for "any".
+        anyv = torch.nn.functional.pad(m, (0, pad_k, 0, pad_q), value=False)
+        allv = torch.nn.functional.pad(m, (0, pad_k, 0, pad_q), value=True)
+        n = anyv.shape[2] // bq
+        anyv = anyv.view(Bm, Hm, n, bq, nk, bk).any(dim=5).any(dim=3)
+        allv = allv.view(Bm, Hm, n, bq, nk, bk).all(dim=5).all(dim=3)
+        out[:, :, q0 // bq:q0 // bq + n] = torch.where(allv, 1, torch.where(anyv, 2, 0)).to(torch.uint8)
+    return out
+
+
+def create_block_mask(mask_mod: Callable, B: Optional[int], H: Optional[int], Q_LEN: int, KV_LEN: int,
+                      device="cuda", BLOCK_SIZE: Union[int, Tuple[int, int]] = 128, _compile=False) -> BlockMask:
+    """FlexAttention's create_block_mask: the tile classes of ``mask_mod(b, h, q_idx, kv_idx)`` for
+    B batches and H heads (None: the mask does not depend on it, broadcast) over Q_LEN x KV_LEN, in
+    tiles of BLOCK_SIZE (an int, or (q, kv)). Exact: every element is evaluated once."""
+    traced = _trace.trace(mask_mod, "mask")
+    bq, bk = _block_sizes(BLOCK_SIZE)
+    B1 = 1 if B is None else int(B)
+    H1 = 1 if H is None else int(H)
+    with torch.no_grad():
+        classes = _classify(traced.graph, traced.uses, B1, H1, int(Q_LEN), int(KV_LEN), bq, bk, torch.device(device))
+    return BlockMask(classes, (bq, bk), (Q_LEN, KV_LEN), mask_mod)
+
+
+# ---- FlexAttention's own BlockMask ----------------------------------------------------------------
+
+_from_torch: Dict[int, Tuple[object, BlockMask]] = {}
+
+
+def _dense(num_blocks: Tensor, indices: Tensor, nk: int) -> Tensor:
+    """(B, H, nq) counts and (B, H, nq, n) KV block indices -> (B, H, nq, nk) bool."""
+    n = indices.shape[-1]
+    valid = torch.arange(n, device=indices.device) < num_blocks.unsqueeze(-1)
+    dense = torch.zeros(indices.shape[:-1] + (max(nk, n) + 1,), dtype=torch.bool, device=indices.device)
+    idx = torch.where(valid, indices.long(), max(nk, n))
+    dense.scatter_(-1, idx, True)
+    return dense[..., :nk]
+
+
+def from_torch_block_mask(bm) -> BlockMask:
+    """fa4jit's BlockMask of a torch.nn.attention.flex_attention.BlockMask (cached per object)."""
+    hit = _from_torch.get(id(bm))
+    if hit is not None and hit[0] is bm:
+        return hit[1]
+    Q_LEN, KV_LEN = bm.seq_lengths
+    bq, bk = bm.BLOCK_SIZE
+    nk = -(-KV_LEN // bk)
+    partial = _dense(bm.kv_num_blocks, bm.kv_indices, nk)
+    classes = torch.where(partial, 2, 0)
+    if bm.full_kv_num_blocks is not None:
+        full = _dense(bm.full_kv_num_blocks, bm.full_kv_indices, nk)
+        classes = torch.where(full, 1, classes)
+    nq = -(-Q_LEN // bq)
+    classes = classes[:, :, :nq].to(torch.uint8)
+    mm = bm.mask_mod
+    if mm is not None and getattr(mm, "__name__", "") == "noop_mask":
+        mm = None
+    out = BlockMask(classes, (bq, bk), (Q_LEN, KV_LEN), mm)
+    if len(_from_torch) > 256:
+        _from_torch.clear()
+    _from_torch[id(bm)] = (bm, out)
+    return out
+
+
+def _as_block_mask(bm) -> Optional[BlockMask]:
+    if bm is None or isinstance(bm, BlockMask):
+        return bm
+    if hasattr(bm, "kv_num_blocks") and hasattr(bm, "kv_indices"):
+        return from_torch_block_mask(bm)
+    raise ConfigError(f"block_mask: expected an fa4jit or FlexAttention BlockMask, got {type(bm).__name__}")
+
+
+# ---- lowering traced mods into the attention functions' arguments ---------------------------------
+
+def _merge_aux(aux, *dicts) -> Dict[str, Tensor]:
+    if aux is None:
+        merged: Dict[str, Tensor] = {}
+    elif isinstance(aux, dict):
+        merged = dict(aux)
+    else:
+        raise ConfigError("aux: with Python mask_mod / score_mod, pass aux as a dict (name -> tensor) or not at "
+                          "all: the traced mods add their captured tensors under their own names")
+    for d in dicts:
+        for n, t in d.items():
+            if n in merged and merged[n] is not t:
+                raise ConfigError(f"aux: '{n}' is used by a traced mod; name your aux tensors otherwise")
+            merged[n] = t
+    if len(merged) > 4:
+        raise ConfigError(f"the traced mods and aux need {len(merged)} aux tensors ({', '.join(merged)}); a kernel "
+                          f"reads at most 4: capture fewer tensors (e.g. stack them into one)")
+    return merged
+
+
+_auto: "OrderedDict[tuple, BlockMask]" = OrderedDict()
+_auto_lock = threading.Lock()
+_AUTO_MAX = 64
+AUTO_BLOCK = 128  # block size of automatic tile maps: a kernel tile (64..192 rows) combines whole blocks
+
+
+def _auto_block_mask(traced: _trace.TracedMod, B, H, Q_LEN, KV_LEN, device) -> BlockMask:
+    """The tile map of a traced mask for these shapes, reused while the mask's aux tensors are the
+    same tensors at the same version (an in-place write bumps torch's version counter: rebuilt)."""
+    Bm = B if "b" in traced.uses else 1
+    Hm = H if "h" in traced.uses else 1
+    key = (id(traced), Bm, Hm, Q_LEN, KV_LEN, str(device),
+           tuple((n, t.data_ptr(), t._version) for n, t in traced.aux.items()))
+    with _auto_lock:
+        bm = _auto.get(key)
+        if bm is not None and bm._traced is traced:
+            _auto.move_to_end(key)
+            return bm
+    with torch.no_grad():
+        classes = _classify(traced.graph, traced.uses, Bm, Hm, Q_LEN, KV_LEN, AUTO_BLOCK, AUTO_BLOCK, device)
+    bm = BlockMask(classes, AUTO_BLOCK, (Q_LEN, KV_LEN), None)
+    bm._traced = traced
+    with _auto_lock:
+        _auto[key] = bm
+        while len(_auto) > _AUTO_MAX:
+            _auto.popitem(last=False)
+    return bm
+
+
+def clear_block_mask_cache():
+    with _auto_lock:
+        _auto.clear()
+    _from_torch.clear()
+
+
+def is_traced(mod) -> bool:
+    return mod is not None and not isinstance(mod, str) and (callable(mod) or isinstance(mod, _trace.TracedMod))
+
+
+def lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=None, tiles=None):
+    """Python mods (and a BlockMask) as the snippets and aux dict of fa4jit's attention functions.
+    tiles: (B, H, Q_LEN, KV_LEN, device) to build the automatic tile map of a traced mask without a
+    block_mask_mod or BlockMask (dense attention only); None: no automatic map."""
+    dicts = []
+    mask_snippet = mask_mod
+    if is_traced(mask_mod):
+        tm = _trace.trace(mask_mod, "mask")
+        mask_snippet = tm.snippet
+        dicts.append(tm.aux)
+        if block_mask is None and not block_mask_mod and tiles is not None:
+            block_mask = _auto_block_mask(tm, *tiles)
+    if block_mask is not None:
+        if block_mask_mod:
+            raise ConfigError("block_mask and block_mask_mod: pass one tile classifier")
+        block_mask_mod = TILE_SNIPPET
+        dicts.append({TILE_AUX: block_mask.packed()})
+        if not mask_snippet:
+            mask_snippet = _ALL_VISIBLE
+    score_snippet = score_mod
+    if is_traced(score_mod):
+        ts = _trace.trace(score_mod, "score")
+        score_snippet = ts.snippet
+        dicts.append(ts.aux)
+    return mask_snippet, block_mask_mod, score_snippet, _merge_aux(aux, *dicts)
+
+
+def lower_call(q: Tensor, k: Tensor, layout: Optional[str], mask_mod, block_mask_mod, score_mod, aux):
+    """fa4jit.attention's / attention_varlen's / attention_paged's hook for Python mods and BlockMasks
+    (``block_mask_mod`` may be a BlockMask). layout: "bshd" / "bhsd" for dense attention (an automatic
+    tile map for a traced mask), None for varlen and paged calls (sequence lengths live on the
+    device: the mask runs on every tile, unless a block_mask_mod says otherwise)."""
+    bm = None
+    if block_mask_mod is not None and not isinstance(block_mask_mod, str):
+        bm = _as_block_mask(block_mask_mod)
+        block_mask_mod = None
+        if mask_mod is None and bm._traced is not None:
+            mask_mod = bm._traced
+    tiles = None
+    if layout is not None and isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() == 4 and k.dim() == 4:
+        B, Sq, H = (q.shape[0], q.shape[2], q.shape[1]) if layout == "bhsd" else q.shape[:3]
+        Sk = k.shape[2] if layout == "bhsd" else k.shape[1]
+        tiles = (B, H, Sq, Sk, q.device)
+        if bm is not None and bm.seq_lengths != (Sq, Sk):
+            raise ConfigError(f"block_mask_mod: the BlockMask was created for (Q_LEN, KV_LEN) = {bm.seq_lengths}, "
+                              f"the call has ({Sq}, {Sk})")
+    m, blk, s, a = lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=bm, tiles=tiles)
+    return m or None, blk or None, s or None, a or None
+
+
+def mods_need_lowering(mask_mod, block_mask_mod, score_mod) -> bool:
+    return any(m is not None and not isinstance(m, str) for m in (mask_mod, block_mask_mod, score_mod))
+
+
+# ---- flex_attention ---------------------------------------------------------------------------------
+
+def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optional[Callable] = None,
+                   block_mask=None, scale: Optional[float] = None, enable_gqa: bool = False,
+                   return_lse: bool = False, kernel_options=None, return_aux=None):
+    """FlexAttention's flex_attention (forward only) on fa4jit's kernels.
+
+    query (B, Hq, Sq, D), key / value (B, Hkv, Sk, D) (Hq != Hkv needs enable_gqa=True);
+    score_mod(score, b, h, q_idx, kv_idx) a Python function (traced into a CUDA snippet);
+    block_mask an fa4jit BlockMask (create_block_mask) or FlexAttention's, whose mask_mod is the
+    element mask and whose empty tiles are skipped; scale default 1/sqrt(D). Returns out
+    (B, Hq, Sq, D), or (out, lse) with lse float32 (B, Hq, Sq) (natural log) when return_lse.
+    """
+    from .ops import attention
+    if return_aux is not None:
+        raise ConfigError("return_aux: not supported by fa4jit's flex_attention (use return_lse)")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ConfigError(f"{name}: expected a 4-D (B, H, S, D) tensor")
+    B, Hq, Sq, D = query.shape
+    Hkv, Sk = key.shape[1], key.shape[2]
+    if Hq != Hkv and not enable_gqa:
+        raise ConfigError(f"query has {Hq} heads, key/value {Hkv}: pass enable_gqa=True for GQA (as FlexAttention)")
+    bm = _as_block_mask(block_mask)
+    mask_mod = None
+    if bm is not None:
+        if bm.seq_lengths != (Sq, Sk):
+            raise ConfigError(f"block_mask was created for (Q_LEN, KV_LEN) = {bm.seq_lengths}, but the query and key "
+                              f"lengths are ({Sq}, {Sk})")
+        bB, bH = bm.classes.shape[:2]
+        if bB not in (1, B) or bH not in (1, Hq):
+            raise ConfigError(f"block_mask has batch {bB} and heads {bH}; expected 1 or {B}, 1 or {Hq}")
+        mask_mod = bm._traced
+    mask_s, block_s, score_s, aux = lower(mask_mod, None, score_mod, None, block_mask=bm)
+    return attention(query, key, value, softmax_scale=scale, mask_mod=mask_s or None, block_mask_mod=block_s or None,
+                     score_mod=score_s or None, aux=aux or None, return_lse=return_lse, layout="bhsd")
+
+
+__all__ = ["BlockMask", "create_block_mask", "flex_attention", "from_torch_block_mask", "TILE_SNIPPET"]
