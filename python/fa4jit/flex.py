@@ -77,6 +77,7 @@ class BlockMask:
         self.mask_mod = mask_mod
         self._traced = None if mask_mod is None else _trace.trace(mask_mod, "mask")
         self._packed = None
+        self.band = None  # (lo, hi) when the mask is exactly lo <= q_idx - kv_idx <= hi (create_block_mask)
 
     @property
     def shape(self):
@@ -110,9 +111,12 @@ class BlockMask:
                 f"sparsity={self.sparsity():.2f}%)")
 
 
-def _classify(graph: Callable, uses, B: int, H: int, Q_LEN: int, KV_LEN: int, bq: int, bk: int, device) -> Tensor:
+def _classify(graph: Callable, uses, B: int, H: int, Q_LEN: int, KV_LEN: int, bq: int, bk: int, device,
+              band_out: Optional[list] = None) -> Tensor:
     """The classes of every tile of a mask: evaluates it over every element (vmap over b, h, q, kv;
-    a dimension the mask does not read is evaluated at 0 and broadcast), in chunks of q blocks."""
+    a dimension the mask does not read is evaluated at 0 and broadcast), in chunks of q blocks.
+    band_out: a list that gets (lo, hi) when the mask is exactly lo <= q_idx - kv_idx <= hi (a
+    causal or sliding-window band, which fa4jit's built-in masks compute), else None."""
     Bm = B if "b" in uses else 1
     Hm = H if "h" in uses else 1
     nq, nk = -(-Q_LEN // bq), -(-KV_LEN // bk)
@@ -127,6 +131,7 @@ def _classify(graph: Callable, uses, B: int, H: int, Q_LEN: int, KV_LEN: int, bq
     out = torch.empty((Bm, Hm, nq, nk), dtype=torch.uint8, device=device)
     rows_per = max(1, _ELEMENTS_PER_CHUNK // max(1, Bm * Hm * bq * nk * bk)) * bq
     pad_k = nk * bk - KV_LEN
+    band = None if Bm * Hm != 1 or band_out is None else [None]
     for q0 in range(0, Q_LEN, rows_per):
         q1 = min(Q_LEN, q0 + rows_per)
         qt = torch.arange(q0, q1, dtype=torch.int32, device=device)
@@ -134,6 +139,8 @@ def _classify(graph: Callable, uses, B: int, H: int, Q_LEN: int, KV_LEN: int, bq
         if m.dtype != torch.bool:
             m = m != 0
         m = m.expand(Bm, Hm, q1 - q0, KV_LEN)
+        if band is not None:
+            band = _band_check(m[0, 0], q0, band)
         pad_q = -(-(q1 - q0) // bq) * bq - (q1 - q0)
         # Elements outside the sequence do not exist: they count as visible for "full", as hidden for "any".
         anyv = torch.nn.functional.pad(m, (0, pad_k, 0, pad_q), value=False)
@@ -142,7 +149,27 @@ def _classify(graph: Callable, uses, B: int, H: int, Q_LEN: int, KV_LEN: int, bq
         anyv = anyv.view(Bm, Hm, n, bq, nk, bk).any(dim=5).any(dim=3)
         allv = allv.view(Bm, Hm, n, bq, nk, bk).all(dim=5).all(dim=3)
         out[:, :, q0 // bq:q0 // bq + n] = torch.where(allv, 1, torch.where(anyv, 2, 0)).to(torch.uint8)
+    if band_out is not None:
+        band_out.append(band[0] if band is not None and band[0] is not None and band[0] != "empty" else None)
     return out
+
+
+def _band_check(m: Tensor, q0: int, band):
+    """Whether the rows q0.. of a (rows, KV_LEN) mask keep it a band lo <= q - kv <= hi; band is [None]
+    (no row seen), [(lo, hi)], ["empty"] (no visible element yet), or None (not a band)."""
+    rows, K = m.shape
+    d = torch.arange(q0, q0 + rows, device=m.device)[:, None] - torch.arange(K, device=m.device)[None, :]
+    if band[0] is None or band[0] == "empty":
+        if not bool(m.any()):
+            return ["empty"] if band[0] is None or band[0] == "empty" else band
+        vis = d[m]
+        lo, hi = int(vis.min()), int(vis.max())
+        if band[0] == "empty" and q0 > 0:
+            return None  # earlier rows saw nothing: not one band over every row
+    else:
+        lo, hi = band[0]
+    ok = bool(torch.equal(m, (d >= lo) & (d <= hi)))
+    return [(lo, hi)] if ok else None
 
 
 def create_block_mask(mask_mod: Callable, B: Optional[int], H: Optional[int], Q_LEN: int, KV_LEN: int,
@@ -154,9 +181,13 @@ def create_block_mask(mask_mod: Callable, B: Optional[int], H: Optional[int], Q_
     bq, bk = _block_sizes(BLOCK_SIZE)
     B1 = 1 if B is None else int(B)
     H1 = 1 if H is None else int(H)
+    band: list = []
     with torch.no_grad():
-        classes = _classify(traced.graph, traced.uses, B1, H1, int(Q_LEN), int(KV_LEN), bq, bk, torch.device(device))
-    return BlockMask(classes, (bq, bk), (Q_LEN, KV_LEN), mask_mod)
+        classes = _classify(traced.graph, traced.uses, B1, H1, int(Q_LEN), int(KV_LEN), bq, bk, torch.device(device),
+                            band)
+    bm = BlockMask(classes, (bq, bk), (Q_LEN, KV_LEN), mask_mod)
+    bm.band = band[0]
+    return bm
 
 
 # ---- FlexAttention's own BlockMask ----------------------------------------------------------------
@@ -321,6 +352,24 @@ def mods_need_lowering(mask_mod, block_mask_mod, score_mod) -> bool:
     return any(m is not None and not isinstance(m, str) for m in (mask_mod, block_mask_mod, score_mod))
 
 
+def _builtin_band(bm: Optional[BlockMask], Sq: int, Sk: int) -> Optional[dict]:
+    """fa4jit.attention's causal / window arguments for a BlockMask whose mask is the band
+    lo <= q_idx - kv_idx <= hi (FlexAttention's positions are top-left aligned, fa4jit's built-in masks
+    bottom-right: the same when Sq == Sk), or None."""
+    if bm is None or bm.band is None or Sq != Sk or bm._traced is None:
+        return None
+    lo, hi = bm.band
+    if lo > 0:
+        return None  # the diagonal itself hidden: no built-in mask says so
+    left = -1 if hi >= Sq - 1 else hi
+    right = -1 if lo <= -(Sk - 1) else -lo
+    if right == 0:
+        return dict(causal=True, window=None if left < 0 else (left, 0))
+    if left < 0 and right < 0:
+        return {}
+    return dict(window=(left, right))
+
+
 # ---- flex_attention ---------------------------------------------------------------------------------
 
 def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optional[Callable] = None,
@@ -354,9 +403,13 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optiona
         if bB not in (1, B) or bH not in (1, Hq):
             raise ConfigError(f"block_mask has batch {bB} and heads {bH}; expected 1 or {B}, 1 or {Hq}")
         mask_mod = bm._traced
+    builtin = _builtin_band(bm, Sq, Sk)
+    if builtin is not None:  # a causal or sliding-window mask: fa4jit's built-in mask computes it
+        bm = mask_mod = None
     mask_s, block_s, score_s, aux = lower(mask_mod, None, score_mod, None, block_mask=bm)
     return attention(query, key, value, softmax_scale=scale, mask_mod=mask_s or None, block_mask_mod=block_s or None,
-                     score_mod=score_s or None, aux=aux or None, return_lse=return_lse, layout="bhsd")
+                     score_mod=score_s or None, aux=aux or None, return_lse=return_lse, layout="bhsd",
+                     **(builtin or {}))
 
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention", "from_torch_block_mask", "TILE_SNIPPET"]

@@ -261,3 +261,24 @@ def test_fake_tensor_tracing_of_flex_attention():
         o, lse = fa4jit.flex_attention(q, k, k, score_mod=alibi, return_lse=True)
         assert lse.shape == (2, 4, 256) and lse.dtype == torch.float32
 
+
+
+def test_band_masks_are_recognized_for_the_built_in_masks():
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 7)
+
+    def docmask_like(b, h, q_idx, kv_idx):
+        return (q_idx // 100) == (kv_idx // 100)
+
+    S = 700
+    bands = {}
+    for mod in (causal, sliding, window, prefix_lm, dilated, docmask_like):
+        bm = fa4jit.create_block_mask(mod, None, None, S, S, device="cpu", BLOCK_SIZE=64)
+        bands[mod.__name__] = (bm.band, flex._builtin_band(bm, S, S))
+    assert bands["causal"] == ((0, S - 1), dict(causal=True, window=None))
+    assert bands["sliding"] == ((0, 100), dict(causal=True, window=(100, 0)))
+    assert bands["window"] == ((-7, 100), dict(window=(100, 7)))
+    assert bands["prefix_lm"] == (None, None) and bands["dilated"] == (None, None)
+    assert bands["docmask_like"] == (None, None)
+    bm = fa4jit.create_block_mask(causal, None, None, 300, 500, device="cpu")
+    assert flex._builtin_band(bm, 300, 500) is None  # top-left vs bottom-right alignment differ
