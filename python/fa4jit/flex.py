@@ -24,13 +24,17 @@ built once per (traced mask, shapes, block size, aux tensors' identity and versi
 layers and steps (``_auto_block_mask``). CUDA graphs: build the BlockMask before capture, or let the
 automatic one be built while capturing (it is made of torch ops, recorded with the launch).
 """
+import ctypes
+import json
+import re
+import struct
 import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 
-from . import _trace
+from . import _lib, _snippets, _trace
 from .errors import ConfigError
 
 Tensor = torch.Tensor
@@ -291,6 +295,7 @@ def _auto_block_mask(traced: _trace.TracedMod, B, H, Q_LEN, KV_LEN, device) -> B
 def clear_block_mask_cache():
     with _auto_lock:
         _auto.clear()
+        _snippet_maps.clear()
     _from_torch.clear()
 
 
@@ -322,14 +327,17 @@ def lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=None, tiles=None)
         ts = _trace.trace(score_mod, "score")
         score_snippet = ts.snippet
         dicts.append(ts.aux)
+    if not dicts:
+        return mask_snippet, block_mask_mod, score_snippet, aux  # snippets only: the caller's aux as given
     return mask_snippet, block_mask_mod, score_snippet, _merge_aux(aux, *dicts)
 
 
 def lower_call(q: Tensor, k: Tensor, layout: Optional[str], mask_mod, block_mask_mod, score_mod, aux):
-    """fa4jit.attention's / attention_varlen's / attention_paged's hook for Python mods and BlockMasks
-    (``block_mask_mod`` may be a BlockMask). layout: "bshd" / "bhsd" for dense attention (an automatic
-    tile map for a traced mask), None for varlen and paged calls (sequence lengths live on the
-    device: the mask runs on every tile, unless a block_mask_mod says otherwise)."""
+    """fa4jit.attention's / attention_varlen's / attention_paged's hook for Python mods, BlockMasks
+    (``block_mask_mod`` may be a BlockMask) and CUDA C++ mask snippets without a block snippet.
+    layout: "bshd" / "bhsd" for dense attention (an automatic tile map), None for varlen and paged
+    calls (sequence lengths live on the device: the mask runs on every tile, unless a
+    block_mask_mod says otherwise)."""
     bm = None
     if block_mask_mod is not None and not isinstance(block_mask_mod, str):
         bm = _as_block_mask(block_mask_mod)
@@ -344,12 +352,108 @@ def lower_call(q: Tensor, k: Tensor, layout: Optional[str], mask_mod, block_mask
         if bm is not None and bm.seq_lengths != (Sq, Sk):
             raise ConfigError(f"block_mask_mod: the BlockMask was created for (Q_LEN, KV_LEN) = {bm.seq_lengths}, "
                               f"the call has ({Sq}, {Sk})")
+        if bm is None and isinstance(mask_mod, str) and mask_mod and not block_mask_mod:
+            qs, ks = (q.transpose(1, 2), k.transpose(1, 2)) if layout == "bhsd" else (q, k)
+            bm, aux = _snippet_block_mask(qs, ks, mask_mod, score_mod, aux)
     m, blk, s, a = lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=bm, tiles=tiles)
     return m or None, blk or None, s or None, a or None
 
 
+# ---- tile maps of CUDA C++ mask snippets (the library's generated classifier, jit::build_tile_map) --
+
+_snippet_maps: "OrderedDict[tuple, BlockMask]" = OrderedDict()
+
+
+def _reads(snippet: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.>:]){name}(?!\w)", _snippets._STRIP.sub(" ", snippet)) is not None
+
+
+def _eager_cuda(*ts) -> bool:
+    from . import ops
+    return all(isinstance(t, Tensor) and t.is_cuda for t in ts) and ops._eager(ts[0], ts[1], ts[1], None)
+
+
+def call_tile_map(q: Tensor, k: Tensor, typed_snippet: str, aux: list, out_ptr: int, bq: int, bk: int, per_b: bool,
+                  per_h: bool, arch: str, stream: int, device: int):
+    """fa4jit_tile_map: the classes of a (typed) custom mask snippet for (B, S, H, D) q / k into
+    out_ptr (uint8 (B or 1, H or 1, ceil(Sq / bq), ceil(Sk / bk)) on the device), on `stream`."""
+    fn = _lib.lib.fa4jit_tile_map
+    from . import ops
+    buf = ctypes.create_string_buffer(_lib.LAUNCH_ARGS_SIZE)
+    _lib.fa4jit_launch_args_init(buf)
+    fields = {"device": device}
+    names = [f"{t}.{f}" for t in ("q", "k", "v", "o") for f in
+             ["data", "dtype", "reserved_"] + [f"shape[{i}]" for i in range(4)] + [f"stride[{i}]" for i in range(4)]]
+    fields.update(zip(names, ops._packed_tensors(q=q, k=k, v=k, out=q)))
+    for i, t in enumerate(aux):
+        fields[f"aux_ptr[{i}]"] = t.data_ptr()
+    for name, value in fields.items():
+        struct.pack_into("@" + _lib._CODES[_lib.FIELD_INDEX[name]], buf, _lib.FIELD_OFFSETS[name], value)
+    cfg = {"dtype": ops._DTYPE_NAME[q.dtype], "depth": q.shape[3], "mask": {"kind": "custom", "snippet": typed_snippet}}
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
+                   ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
+    code = fn(json.dumps(cfg).encode(), arch.encode(), buf.raw, out_ptr, bq, bk, int(per_b), int(per_h), stream)
+    if code:
+        _lib.raise_last(code)
+
+
+def _snippet_block_mask(q: Tensor, k: Tensor, snippet: str, score_mod, aux):
+    """(BlockMask or None, aux) for a CUDA C++ mask snippet on (B, S, H, D) q / k: its tile classes,
+    computed by the library's classifier kernel (fa4jit_tile_map) on q's stream, kept while the aux
+    tensors are the same at the same version. None where it cannot apply (no GPU call, scalars read
+    by the mask, aux names the snippets do not determine, other dtypes): the mask then runs on every
+    tile, as before. A list aux becomes the dict it binds (the snippet's undeclared names)."""
+    fn = getattr(_lib.lib, "fa4jit_tile_map", None)
+    if fn is None or not _eager_cuda(q, k) or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype:
+        return None, aux
+    if _reads(snippet, "scalars") or _reads(snippet, "params"):
+        return None, aux
+    if aux is None:
+        named: Dict[str, Tensor] = {}
+    elif isinstance(aux, dict):
+        named = dict(aux)
+    else:
+        tensors = [aux] if isinstance(aux, Tensor) else list(aux)
+        texts = [t for t in (snippet, score_mod) if isinstance(t, str) and t]
+        names = _snippets._names_in_any(texts, ())
+        if len(names) != len(tensors) or any(_reads(t, "aux") or _reads(t, f"aux{i}") for t in texts
+                                             for i in range(4)):
+            return None, aux
+        named = dict(zip(names, tensors))
+    if len(named) >= 4 or any(not isinstance(t, Tensor) or not t.is_cuda for t in named.values()):
+        return None, aux
+    B, Sq, H, D = q.shape
+    Sk = k.shape[1]
+    per_b, per_h = _reads(snippet, "b"), _reads(snippet, "h")
+    key = (snippet, q.dtype, D, B if per_b else 1, H if per_h else 1, Sq, Sk, q.device,
+           tuple((n, t.data_ptr(), t._version, str(t.dtype)) for n, t in named.items()))
+    with _auto_lock:
+        hit = _snippet_maps.get(key)
+        if hit is not None:
+            _snippet_maps.move_to_end(key)
+            return hit, named
+    from . import ops
+    vals = list(named.values())
+    typed = ops._snippet_texts(vals, ",".join(named), snippet, "", "")[0]
+    bq = bk = AUTO_BLOCK
+    classes = torch.empty((B if per_b else 1, H if per_h else 1, -(-Sq // bq), -(-Sk // bk)), dtype=torch.uint8,
+                          device=q.device)
+    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    call_tile_map(q, k, typed, vals, classes.data_ptr(), bq, bk, per_b, per_h, ops._arch(dev), ops._stream(dev), dev)
+    bm = BlockMask(classes, (bq, bk), (Sq, Sk), None)
+    bm.packed()  # on this stream, now (not inside a later capture)
+    with _auto_lock:
+        _snippet_maps[key] = bm
+        while len(_snippet_maps) > _AUTO_MAX:
+            _snippet_maps.popitem(last=False)
+    return bm, named
+
+
 def mods_need_lowering(mask_mod, block_mask_mod, score_mod) -> bool:
-    return any(m is not None and not isinstance(m, str) for m in (mask_mod, block_mask_mod, score_mod))
+    """Python mods, a BlockMask, or a CUDA C++ mask snippet without a block snippet (an automatic map)."""
+    return any(m is not None and not isinstance(m, str) for m in (mask_mod, block_mask_mod, score_mod)) or (
+        isinstance(mask_mod, str) and bool(mask_mod) and not block_mask_mod)
 
 
 def _builtin_band(bm: Optional[BlockMask], Sq: int, Sk: int) -> Optional[dict]:

@@ -282,3 +282,31 @@ def test_band_masks_are_recognized_for_the_built_in_masks():
     assert bands["docmask_like"] == (None, None)
     bm = fa4jit.create_block_mask(causal, None, None, 300, 500, device="cpu")
     assert flex._builtin_band(bm, 300, 500) is None  # top-left vs bottom-right alignment differ
+
+
+def test_snippet_classifier_compiles_before_the_driver_is_needed():
+    # The library's tile-map kernel (jit::build_tile_map) for a CUDA C++ snippet: NVRTC runs, every
+    # argument is checked, and only the launch needs the GPU this machine lacks.
+    q = torch.empty(2, 256, 4, 64, dtype=torch.bfloat16)
+    doc = torch.zeros(256, dtype=torch.int32)
+    typed = ops._snippet_texts([doc], "doc", "return doc[q_idx] == doc[kv_idx] && q_idx >= kv_idx;", "", "")[0]
+    out = torch.empty(2, 4, 2, 2, dtype=torch.uint8)
+    with pytest.raises(fa4jit.DriverError):
+        flex.call_tile_map(q, q, typed, [doc], out.data_ptr(), 128, 128, True, True, "sm_90a", 0, -1)
+    with pytest.raises(fa4jit.CompileError, match=r"mask\(2\)|mask:2"):
+        flex.call_tile_map(q, q, "bool a = true;\nreturn a && nope;", [], out.data_ptr(), 128, 128, True, True,
+                           "sm_90a", 0, -1)
+    with pytest.raises(fa4jit.LaunchError, match="block sizes"):
+        flex.call_tile_map(q, q, "return true;", [], out.data_ptr(), 0, 128, True, True, "sm_90a", 0, -1)
+
+
+def test_snippet_reads_decide_broadcast_dimensions():
+    assert flex._reads("return doc[b * 8 + q_idx] > 0;", "b")
+    assert not flex._reads("return q_idx >= kv_idx; // b h", "b")
+    assert not flex._reads("return params.b > 0 && x.h;", "h")
+    assert flex._reads("return scalars[0] > q_idx;", "scalars")
+    # CPU tensors: no automatic map; the snippet and a list aux pass through unchanged.
+    q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16)
+    doc = torch.zeros(128, dtype=torch.int32)
+    m, blk, s, aux = flex.lower_call(q, q, "bshd", "return doc[q_idx] == doc[kv_idx];", None, None, [doc])
+    assert m == "return doc[q_idx] == doc[kv_idx];" and blk is None and aux == [doc]

@@ -231,3 +231,29 @@ def test_block_mask_as_block_mask_mod_of_attention():
     o = fa4jit.attention(q, k, v, block_mask_mod=bm, layout="bhsd")
     ref_o, _ = reference(q, k, v, prefix_lm)
     assert_close(o, ref_o, torch.bfloat16, what="BlockMask as block_mask_mod")
+
+
+def test_cuda_snippet_mask_gets_a_tile_map_from_the_library_classifier():
+    """A CUDA C++ mask snippet (no block snippet): jit::build_tile_map classifies its tiles on the GPU;
+    the map equals the traced mask's, follows the aux contents, and the results match the reference."""
+    flex.clear_block_mask_cache()
+    B, H, S = 2, 4, 2048
+    q, k, v = bhsd(B, H, H, S, S, seed=16)
+    doc = doc_ids(B, S, seed=7)
+    snippet = "return doc[b * %d + q_idx] == doc[b * %d + kv_idx] && q_idx >= kv_idx;" % (S, S)
+
+    def traced(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+
+    for step in range(2):
+        if step:
+            doc.copy_(doc_ids(B, S, seed=8))
+        out = torch.full((B, H, S, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fa4jit.attention(q, k, v, mask_mod=snippet, aux=[doc], layout="bhsd", out=out)
+        ref_o, _ = reference(q, k, v, traced)
+        assert_close(out, ref_o, torch.bfloat16, what=f"snippet document mask step {step}")
+        mine = list(flex._snippet_maps.values())[-1]
+        assert mine.classes.shape == (B, 1, S // 128, S // 128)  # the snippet reads b, not h
+        want = fa4jit.create_block_mask(traced, B, None, S, S, device="cuda")
+        assert torch.equal(mine.classes, want.classes)
+    assert len(flex._snippet_maps) == 2  # rebuilt after the in-place write
