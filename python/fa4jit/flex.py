@@ -144,7 +144,10 @@ def _classify(graph: Callable, uses, B: int, H: int, Q_LEN: int, KV_LEN: int, bq
             m = m != 0
         m = m.expand(Bm, Hm, q1 - q0, KV_LEN)
         if band is not None:
-            band = _band_check(m[0, 0], q0, band)
+            try:
+                band = _band_check(m[0, 0], q0, band)
+            except Exception:  # noqa: BLE001 - values not readable (fake tensors while tracing): no band
+                band = None
         pad_q = -(-(q1 - q0) // bq) * bq - (q1 - q0)
         # Elements outside the sequence do not exist: they count as visible for "full", as hidden for "any".
         anyv = torch.nn.functional.pad(m, (0, pad_k, 0, pad_q), value=False)
@@ -299,6 +302,32 @@ def clear_block_mask_cache():
     _from_torch.clear()
 
 
+class _SnippetOnly:
+    """What lower() needs of a traced mod without captured tensors: its snippet."""
+    aux: Dict[str, Tensor] = {}
+
+    def __init__(self, snippet: str):
+        self.snippet = snippet
+
+
+@torch._dynamo.assume_constant_result
+def _snippet_if_no_aux(fn, kind: str) -> str:
+    """The snippet of a mod that captures no tensors ("" when it captures some): a constant for
+    torch.compile, which then never traces the tracing (make_fx) itself."""
+    t = _trace.trace(fn, kind)
+    return "" if t.aux else t.snippet
+
+
+def _traced(fn, kind: str):
+    if isinstance(fn, _trace.TracedMod):
+        return fn
+    if torch.compiler.is_compiling():
+        snippet = _snippet_if_no_aux(fn, kind)
+        if snippet:
+            return _SnippetOnly(snippet)
+    return _trace.trace(fn, kind)  # captured tensors: traced where dynamo breaks the graph
+
+
 def is_traced(mod) -> bool:
     return mod is not None and not isinstance(mod, str) and (callable(mod) or isinstance(mod, _trace.TracedMod))
 
@@ -310,9 +339,10 @@ def lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=None, tiles=None)
     dicts = []
     mask_snippet = mask_mod
     if is_traced(mask_mod):
-        tm = _trace.trace(mask_mod, "mask")
+        tm = _traced(mask_mod, "mask")
         mask_snippet = tm.snippet
-        dicts.append(tm.aux)
+        if tm.aux:
+            dicts.append(tm.aux)
         if block_mask is None and not block_mask_mod and tiles is not None:
             block_mask = _auto_block_mask(tm, *tiles)
     if block_mask is not None:
@@ -324,9 +354,10 @@ def lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=None, tiles=None)
             mask_snippet = _ALL_VISIBLE
     score_snippet = score_mod
     if is_traced(score_mod):
-        ts = _trace.trace(score_mod, "score")
+        ts = _traced(score_mod, "score")
         score_snippet = ts.snippet
-        dicts.append(ts.aux)
+        if ts.aux:
+            dicts.append(ts.aux)
     if not dicts:
         return mask_snippet, block_mask_mod, score_snippet, aux  # snippets only: the caller's aux as given
     return mask_snippet, block_mask_mod, score_snippet, _merge_aux(aux, *dicts)
@@ -345,7 +376,10 @@ def lower_call(q: Tensor, k: Tensor, layout: Optional[str], mask_mod, block_mask
         if mask_mod is None and bm._traced is not None:
             mask_mod = bm._traced
     tiles = None
-    if layout is not None and isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() == 4 and k.dim() == 4:
+    dense = layout is not None and isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() == 4 and k.dim() == 4
+    if dense and torch.compiler.is_compiling():
+        dense = False  # no automatic map inside a compiled graph (pass a BlockMask made before)
+    if dense:
         B, Sq, H = (q.shape[0], q.shape[2], q.shape[1]) if layout == "bhsd" else q.shape[:3]
         Sk = k.shape[2] if layout == "bhsd" else k.shape[1]
         tiles = (B, H, Sq, Sk, q.device)

@@ -217,6 +217,7 @@ def _typed_config(mask_mod=None, score_mod=None, tiles=True):
     if mask_mod is not None and tiles:
         bm = fa4jit.create_block_mask(mask_mod, None, None, 256, 256, device="cpu")
     m, blk, s, aux = flex.lower(mask_mod, None, score_mod, None, block_mask=bm)
+    aux = aux or {}
     names = list(aux)
     m, blk, s = ops._snippet_texts(list(aux.values()), ",".join(names), m or "", blk or "", s or "")
     cfg = {"depth": 128}
@@ -310,3 +311,28 @@ def test_snippet_reads_decide_broadcast_dimensions():
     doc = torch.zeros(128, dtype=torch.int32)
     m, blk, s, aux = flex.lower_call(q, q, "bshd", "return doc[q_idx] == doc[kv_idx];", None, None, [doc])
     assert m == "return doc[q_idx] == doc[kv_idx];" and blk is None and aux == [doc]
+
+
+def test_torch_compile_traces_python_mods_without_graph_breaks():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    torch._dynamo.reset()
+    with FakeTensorMode():
+        bm = fa4jit.create_block_mask(causal, None, None, 256, 256, device="cuda")
+        snippet = _trace.trace(sliding, "mask").snippet
+
+        def flex_fn(q, k, v):
+            return fa4jit.flex_attention(q, k, v, score_mod=softcap, block_mask=bm, return_lse=True)
+
+        def traced_fn(q, k, v):  # (B, S, H, D), Python mods: no automatic map inside the graph
+            return fa4jit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask_mod=causal,
+                                    score_mod=alibi)
+
+        def snippet_fn(q, k, v):
+            return fa4jit.attention(q, k, v, mask_mod=snippet, block_mask_mod=bm, layout="bhsd")
+
+        q = torch.empty(2, 4, 256, 64, dtype=torch.bfloat16, device="cuda")
+        for fn in (flex_fn, traced_fn, snippet_fn):
+            explain = torch._dynamo.explain(fn)(q, q, q)
+            assert explain.graph_break_count == 0 and explain.graph_count == 1, (fn.__name__, explain)
+        o, lse = torch.compile(flex_fn, backend="eager", fullgraph=True)(q, q, q)
+        assert o.shape == q.shape and lse.shape == (2, 4, 256)
