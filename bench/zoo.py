@@ -507,7 +507,8 @@ def flex_table(results):
     (goal >= 0.95: within 5%), per call, median (min-max) over paired rounds."""
     lines = [f"B{FLEX_SHAPE[0]} H{FLEX_SHAPE[1]} S{FLEX_SHAPE[2]} D{FLEX_SHAPE[3]} bf16, forward",
              "", "| mod | fa4jit flex ms | flex ms | flex / fa4jit (goal >= 1.3) | built-in ms | built-in / fa4jit "
-             "(goal >= 0.95) | empty tiles fa4jit / flex | rel L2 vs flex | A/A |", "|---|---|---|---|---|---|---|---|---|"]
+             "(goal >= 0.95) | empty tiles fa4jit / flex | rel L2 vs flex | A/A |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, s in results:
         a = s.get("arms", {})
         o = a.get("fa4jit", {})

@@ -25,6 +25,7 @@ layers and steps (``_auto_block_mask``). CUDA graphs: build the BlockMask before
 automatic one be built while capturing (it is made of torch ops, recorded with the launch).
 """
 import ctypes
+import functools
 import json
 import re
 import struct
@@ -288,6 +289,8 @@ def _auto_block_mask(traced: _trace.TracedMod, B, H, Q_LEN, KV_LEN, device) -> B
         classes = _classify(traced.graph, traced.uses, Bm, Hm, Q_LEN, KV_LEN, AUTO_BLOCK, AUTO_BLOCK, device)
     bm = BlockMask(classes, AUTO_BLOCK, (Q_LEN, KV_LEN), None)
     bm._traced = traced
+    if _capturing():
+        return bm  # captured, not run yet: not for later eager calls
     with _auto_lock:
         _auto[key] = bm
         while len(_auto) > _AUTO_MAX:
@@ -398,6 +401,21 @@ def lower_call(q: Tensor, k: Tensor, layout: Optional[str], mask_mod, block_mask
 _snippet_maps: "OrderedDict[tuple, BlockMask]" = OrderedDict()
 
 
+@functools.lru_cache(maxsize=1024)
+def _snippet_facts(snippet: str, score_mod) -> tuple:
+    """(reads b, reads h, usable: no scalars / params, the undeclared names the snippets index) of a
+    mask snippet (cached: this runs on every call of a snippet mask)."""
+    texts = [t for t in (snippet, score_mod) if isinstance(t, str) and t]
+    usable = not (_reads(snippet, "scalars") or _reads(snippet, "params"))
+    positional = any(_reads(t, "aux") or _reads(t, f"aux{i}") for t in texts for i in range(4))
+    return (_reads(snippet, "b"), _reads(snippet, "h"), usable, tuple(_snippets._names_in_any(texts, ())),
+            positional)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _reads(snippet: str, name: str) -> bool:
     return re.search(rf"(?<![\w.>:]){name}(?!\w)", _snippets._STRIP.sub(" ", snippet)) is not None
 
@@ -441,7 +459,8 @@ def _snippet_block_mask(q: Tensor, k: Tensor, snippet: str, score_mod, aux):
     fn = getattr(_lib.lib, "fa4jit_tile_map", None)
     if fn is None or not _eager_cuda(q, k) or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype:
         return None, aux
-    if _reads(snippet, "scalars") or _reads(snippet, "params"):
+    per_b, per_h, usable, names, positional = _snippet_facts(snippet, score_mod if isinstance(score_mod, str) else None)
+    if not usable:
         return None, aux
     if aux is None:
         named: Dict[str, Tensor] = {}
@@ -449,17 +468,13 @@ def _snippet_block_mask(q: Tensor, k: Tensor, snippet: str, score_mod, aux):
         named = dict(aux)
     else:
         tensors = [aux] if isinstance(aux, Tensor) else list(aux)
-        texts = [t for t in (snippet, score_mod) if isinstance(t, str) and t]
-        names = _snippets._names_in_any(texts, ())
-        if len(names) != len(tensors) or any(_reads(t, "aux") or _reads(t, f"aux{i}") for t in texts
-                                             for i in range(4)):
+        if len(names) != len(tensors) or positional:
             return None, aux
         named = dict(zip(names, tensors))
     if len(named) >= 4 or any(not isinstance(t, Tensor) or not t.is_cuda for t in named.values()):
         return None, aux
     B, Sq, H, D = q.shape
     Sk = k.shape[1]
-    per_b, per_h = _reads(snippet, "b"), _reads(snippet, "h")
     key = (snippet, q.dtype, D, B if per_b else 1, H if per_h else 1, Sq, Sk, q.device,
            tuple((n, t.data_ptr(), t._version, str(t.dtype)) for n, t in named.items()))
     with _auto_lock:
@@ -477,6 +492,8 @@ def _snippet_block_mask(q: Tensor, k: Tensor, snippet: str, score_mod, aux):
     call_tile_map(q, k, typed, vals, classes.data_ptr(), bq, bk, per_b, per_h, ops._arch(dev), ops._stream(dev), dev)
     bm = BlockMask(classes, (bq, bk), (Sq, Sk), None)
     bm.packed()  # on this stream, now (not inside a later capture)
+    if _capturing():
+        return bm, named  # captured, not run yet: not for later eager calls
     with _auto_lock:
         _snippet_maps[key] = bm
         while len(_snippet_maps) > _AUTO_MAX:
