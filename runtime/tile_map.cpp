@@ -125,9 +125,16 @@ void build_tile_map(const FA4Config& config, const LaunchArgs& args, const TileM
   if (!out.data) throw LaunchError("build_tile_map: out.data is null");
   if (out.block_q < 1 || out.block_k < 1)
     throw LaunchError(fmt::format("build_tile_map: block sizes {} x {} must be positive", out.block_q, out.block_k));
-  FA4Config c = detail::with_arch(config);
-  c.pack_gqa = false;  // the map is per query head; packing is a property of the attention kernel only
-  c.group = 0;
+  // The mask and what the argument checks read (dtypes, depth); tiles, stages and GQA packing are
+  // the attention kernel's business (the map is per query head).
+  const FA4Config full = detail::with_arch(config);
+  FA4Config c;
+  c.arch = full.arch;
+  c.dtype = full.dtype;
+  c.output_dtype = full.output_dtype;
+  c.kv_dtype = full.kv_dtype;
+  c.depth = full.depth;
+  c.mask = full.mask;
   const ResolvedConfig rc = resolve(c);
   auto module = detail::tile_map_module(rc);  // NVRTC (CompileError at a snippet's line) before the launch checks
   detail::LaunchShape shape;
