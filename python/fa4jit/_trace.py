@@ -298,7 +298,8 @@ class _Emitter:
                 alpha = node.kwargs.get("alpha", args[2] if len(args) > 2 else 1)
                 b = _Scalar(f"({b.expr} * {_lit(alpha, dtype)})", dtype)
             else:
-                a, b = self.value(args[0], env, node), self.value(args[1], env, node)
+                lit = None if packet in _COMPARE else dtype  # Python numbers in the result's type
+                a, b = self.value(args[0], env, node, lit), self.value(args[1], env, node, lit)
             op = _BINARY[packet]
             if packet in _COMPARE:
                 common = torch.promote_types(a.dtype, b.dtype)
