@@ -507,6 +507,30 @@ def mods_need_lowering(mask_mod, block_mask_mod, score_mod) -> bool:
         isinstance(mask_mod, str) and bool(mask_mod) and not block_mask_mod)
 
 
+_NUM = r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)f"
+_SOFTCAP = [re.compile(p) for p in (
+    rf"const float t0 = score / {_NUM};\nconst float t1 = tanh\(t0\);\nconst float t2 = (?:t1 \* {_NUM}|{_NUM} \* t1);"
+    rf"\nreturn t2;",
+    rf"const float t0 = score \* {_NUM};\nconst float t1 = tanh\(t0\);\nconst float t2 = (?:t1 \* {_NUM}|{_NUM} \* t1);"
+    rf"\nreturn t2;")]
+
+
+def _builtin_softcap(score_snippet) -> float:
+    """The cap of a traced score-mod that is exactly cap * tanh(score / cap) (Gemma 2's softcap, which
+    fa4jit computes built in), else 0."""
+    if not isinstance(score_snippet, str):
+        return 0.0
+    for i, pat in enumerate(_SOFTCAP):
+        m = pat.fullmatch(score_snippet)
+        if m:
+            inner = float(m.group(1))
+            outer = float(m.group(2) or m.group(3))
+            cap = inner if i == 0 else (1.0 / inner if inner else 0.0)
+            if cap > 0 and abs(outer - cap) <= 1e-6 * cap:
+                return outer
+    return 0.0
+
+
 def _builtin_band(bm: Optional[BlockMask], Sq: int, Sk: int) -> Optional[dict]:
     """fa4jit.attention's causal / window arguments for a BlockMask whose mask is the band
     lo <= q_idx - kv_idx <= hi (FlexAttention's positions are top-left aligned, fa4jit's built-in masks
@@ -562,6 +586,10 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optiona
     if builtin is not None:  # a causal or sliding-window mask: fa4jit's built-in mask computes it
         bm = mask_mod = None
     mask_s, block_s, score_s, aux = lower(mask_mod, None, score_mod, None, block_mask=bm)
+    cap = _builtin_softcap(score_s)
+    if cap:  # cap * tanh(score / cap): fa4jit's built-in softcap
+        score_s = None
+        builtin = dict(builtin or {}, softcap=cap)
     return attention(query, key, value, softmax_scale=scale, mask_mod=mask_s or None, block_mask_mod=block_s or None,
                      score_mod=score_s or None, aux=aux or None, return_lse=return_lse, layout="bhsd",
                      **(builtin or {}))

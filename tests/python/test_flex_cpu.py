@@ -336,3 +336,20 @@ def test_torch_compile_traces_python_mods_without_graph_breaks():
             assert explain.graph_break_count == 0 and explain.graph_count == 1, (fn.__name__, explain)
         o, lse = torch.compile(flex_fn, backend="eager", fullgraph=True)(q, q, q)
         assert o.shape == q.shape and lse.shape == (2, 4, 256)
+
+
+def test_softcap_score_mods_are_recognized_for_the_built_in_softcap():
+    def mul_first(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / 50.0) * 50.0
+
+    def by_product(score, b, h, q_idx, kv_idx):
+        return 20.0 * torch.tanh(score * (1 / 20.0))
+
+    def other_cap(score, b, h, q_idx, kv_idx):
+        return 30.0 * torch.tanh(score / 20.0)
+
+    assert flex._builtin_softcap(_trace.trace(softcap, "score").snippet) == 30.0
+    assert flex._builtin_softcap(_trace.trace(mul_first, "score").snippet) == 50.0
+    assert flex._builtin_softcap(_trace.trace(by_product, "score").snippet) == pytest.approx(20.0)
+    assert flex._builtin_softcap(_trace.trace(other_cap, "score").snippet) == 0.0
+    assert flex._builtin_softcap(_trace.trace(alibi, "score").snippet) == 0.0
