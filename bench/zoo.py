@@ -3,6 +3,8 @@
     python3 bench/zoo.py --list                         # the rows, no GPU needed
     python3 bench/zoo.py --rows decode --models llama3_8b,qwen2_5_7b --out zoo.json
     python3 bench/zoo.py --bias                         # the thermal bias the harness removes
+    python3 bench/zoo.py --flex all --out flex.json     # FlexAttention's mods: fa4jit.flex_attention vs
+                                                        # torch.compile(flex_attention) and fa4jit's built-ins
 
 Models are Hugging Face config.json files (tests/models/); each is cut into the per-GPU shape of
 every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV heads). Rows
@@ -401,6 +403,152 @@ def combined_table(paths):
     return "\n".join(heads) + "\n\n" + table(list(rows.values()))
 
 
+# ---- FlexAttention's front end: fa4jit.flex_attention vs torch.compile(flex_attention) ----------------
+# The masks and score-mods of FlexAttention's documentation at the issue's shape (B4 H16 S8192 D128,
+# bf16), each run three ways in one process: fa4jit.flex_attention with the mods traced into
+# snippets and fa4jit's exact tile map (create_block_mask), torch.compile(flex_attention) with
+# FlexAttention's create_block_mask, and fa4jit's built-in variant where one is equivalent.
+
+FLEX_SHAPE = (4, 16, 8192, 128)  # B, H, S, D
+FLEX_MODS = ("causal", "sliding_window", "prefix_lm", "document", "alibi", "softcap", "relative_bias", "dilated",
+             "strided")
+
+
+def flex_mods(name, B, H, S, device="cuda"):
+    """(mask_mod, score_mod, fa4jit.attention keywords of the built-in equivalent or None)."""
+    import torch
+
+    def causal(b, h, q, kv):
+        return q >= kv
+    if name == "causal":
+        return causal, None, dict(causal=True)
+    if name == "sliding_window":
+        def mask(b, h, q, kv):
+            return (q >= kv) & (q - kv < 1024)
+        return mask, None, dict(causal=True, window=(1023, 0))
+    if name == "prefix_lm":
+        def mask(b, h, q, kv):
+            return (kv < 2048) | (q >= kv)
+        return mask, None, None
+    if name == "document":
+        g = torch.Generator().manual_seed(0)
+        doc = torch.zeros(B, S, dtype=torch.int32)
+        for b in range(B):  # documents of random lengths, about 1k tokens each
+            for c in sorted(torch.randperm(S - 1, generator=g)[:S // 1024 - 1].add(1).tolist()):
+                doc[b, c:] += 1
+        doc = doc.to(device)
+
+        def mask(b, h, q, kv):
+            return (doc[b, q] == doc[b, kv]) & (q >= kv)
+        return mask, None, None
+    if name == "alibi":
+        def score(s, b, h, q, kv):
+            return s - torch.exp2(-(h + 1) * 8.0 / H) * (q - kv).abs()
+        return causal, score, dict(causal=True, score_mod="alibi")
+    if name == "softcap":
+        def score(s, b, h, q, kv):
+            return 30.0 * torch.tanh(s / 30.0)
+        return causal, score, dict(causal=True, softcap=30.0)
+    if name == "relative_bias":
+        rel = torch.randn(H, 2 * S, device=device) * 0.1
+
+        def score(s, b, h, q, kv):
+            return s + rel[h, q - kv + S]
+        return causal, score, None
+    if name == "dilated":
+        def mask(b, h, q, kv):
+            return (q >= kv) & (q - kv < 4096) & ((q - kv) % 2 == 0)
+        return mask, None, None
+    if name == "strided":  # Sparse Transformer's strided pattern: a local window and every 256th key back
+        def mask(b, h, q, kv):
+            return (q >= kv) & ((q - kv < 256) | ((q - kv) % 256 == 0))
+        return mask, None, None
+    raise ValueError(name)
+
+
+def run_flex_row(name, nvml, rounds, iters, graph=True):
+    import fa4jit
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    B, H, S, D = FLEX_SHAPE
+    mask, score, builtin = flex_mods(name, B, H, S)
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    bb = B if name == "document" else None
+    ours_bm = fa4jit.create_block_mask(mask, bb, None, S, S, device="cuda")
+    theirs_bm = create_block_mask(mask, bb, None, S, S, device="cuda")
+    fx = torch.compile(flex_attention, dynamic=False)
+    arms = {"fa4jit": lambda i: fa4jit.flex_attention(q, k, v, score_mod=score, block_mask=ours_bm),
+            "flex": lambda i: fx(q, k, v, score_mod=score, block_mask=theirs_bm)}
+    if builtin is not None:
+        qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        arms["builtin"] = lambda i: fa4jit.attention(qb, kb, vb, **builtin).transpose(1, 2)
+    arms["fa4jit A/A"] = arms["fa4jit"]
+    checks, errors = {}, {}
+    for a in ("flex", "builtin"):
+        if a in arms:
+            err, ok = check_against(arms["fa4jit"], arms[a])
+            checks[a] = round(err, 5)
+            if not ok:
+                errors[a] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
+    torch.cuda.synchronize()
+    rd = harness.run_rounds(arms, nvml, rounds=rounds, iters=iters, graph=graph, max_calls=64)
+    s = harness.summarize(rd, "fa4jit", "fa4jit A/A", [p for p in ("flex", "builtin") if p in arms])
+    s["vs_flex"] = harness.spread(harness.paired(rd, "flex", "fa4jit", "ms"))
+    s["vs_builtin"] = harness.spread(harness.paired(rd, "builtin", "fa4jit", "ms")) if builtin else None
+    s.update({"checks": checks, "errors": errors, "sparsity": round(ours_bm.sparsity(), 2),
+              "flex_sparsity": round(float(theirs_bm.sparsity()), 2)})
+    del q, k, v
+    torch.cuda.empty_cache()
+    return s
+
+
+def flex_table(results):
+    """Markdown: per mod, fa4jit's time, FlexAttention's over it (goal >= 1.3) and the built-in's over it
+    (goal >= 0.95: within 5%), per call, median (min-max) over paired rounds."""
+    lines = [f"B{FLEX_SHAPE[0]} H{FLEX_SHAPE[1]} S{FLEX_SHAPE[2]} D{FLEX_SHAPE[3]} bf16, forward",
+             "", "| mod | fa4jit flex ms | flex ms | flex / fa4jit (goal >= 1.3) | built-in ms | built-in / fa4jit "
+             "(goal >= 0.95) | empty tiles fa4jit / flex | rel L2 vs flex | A/A |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in results:
+        a = s.get("arms", {})
+        o = a.get("fa4jit", {})
+        if "ms" not in o:
+            lines.append(f"| {name} | error: {o.get('error', s.get('error', '?'))} ||||||||")
+            continue
+        f = a.get("flex", {})
+        b = a.get("builtin", {})
+        vf, vb = s.get("vs_flex"), s.get("vs_builtin")
+        goal = "" if vf is None or math.isnan(vf[0]) else (" ok" if vf[0] >= 1.3 else " BELOW")
+        goal_b = "" if not vb or math.isnan(vb[0]) else (" ok" if vb[0] >= 0.95 else " BELOW")
+        lines.append(f"| {name} | {o['ms']:.3f} | {f.get('ms', float('nan')):.3f} | {fmt_ratio(vf)}{goal} | "
+                     f"{b.get('ms', float('nan')):.3f} | {fmt_ratio(vb) if vb else '-'}{goal_b} | "
+                     f"{s.get('sparsity')}% / {s.get('flex_sparsity')}% | {s.get('checks', {}).get('flex')} | "
+                     f"{s.get('aa', (float('nan'),))[0]:.3f} |")
+    return "\n".join(lines)
+
+
+def flex_main(a, nvml, head):
+    import torch
+    mods = [m for m in a.flex.split(",") if m] if a.flex != "all" else list(FLEX_MODS)
+    results = []
+    for name in mods:
+        try:
+            s = run_flex_row(name, nvml, a.rounds, a.iters, graph=not a.no_graph)
+        except Exception as e:  # noqa: BLE001 - one row's failure is reported, the run goes on
+            torch.cuda.synchronize()
+            s = {"error": f"{type(e).__name__}: {e}"[:300]}
+        results.append((name, s))
+        print(f"{name}: {json.dumps({k: s.get(k) for k in ('vs_flex', 'vs_builtin', 'sparsity', 'errors', 'error')})}",
+              flush=True)
+    print()
+    print(f"{head['gpu']}, {head['date']}, fa4jit {head.get('fa4jit')}, torch {head['torch']}")
+    print(flex_table(results))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"head": head, "flex": [{"mod": n, **s} for n, s in results]}, f, indent=1, default=str)
+    return 0
+
+
 # ---- the bias this harness removes ----------------------------------------------------------------
 
 def bias_demo(nvml):
@@ -435,6 +583,8 @@ def main(argv=None):
     ap.add_argument("--no-graph", action="store_true", help="back to back from eager calls, not CUDA graphs")
     ap.add_argument("--bias", action="store_true", help="show the thermal bias (idle vs steady state) and exit")
     ap.add_argument("--out", default="", help="write every number here as JSON")
+    ap.add_argument("--flex", default="", metavar="MODS",
+                    help=f"the FlexAttention table instead of the zoo: 'all' or some of {','.join(FLEX_MODS)}")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="print one table of the rows of earlier --out files")
     a = ap.parse_args(argv)
     if a.table:
@@ -482,6 +632,8 @@ def main(argv=None):
     head["gemm_tflops"] = harness.gemm_tflops()  # the ceilings, measured warm
     head["copy_tbs"] = harness.copy_rate_tbs(nvml)
     print(json.dumps(head), flush=True)
+    if a.flex:
+        return flex_main(a, nvml, head)
     peers = [p for p in a.peers.split(",") if p]
     results, left = [], []
     for row in rows:

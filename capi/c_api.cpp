@@ -331,6 +331,25 @@ int32_t fa4jit_workspace_bytes(const fa4jit_kernel* kernel, const fa4jit_launch_
   });
 }
 
+int32_t fa4jit_tile_map(const char* config_json, const char* arch, const fa4jit_launch_args* args, uint8_t* out,
+                        int32_t block_q, int32_t block_k, int32_t per_batch, int32_t per_head, void* stream) {
+  fa4jit_launch_args a;
+  if (!out) return invalid("fa4jit_tile_map: out is NULL");
+  if (!read_args(args, &a)) return invalid("fa4jit_tile_map: args is NULL or args->size is too small");
+  return guarded([&] {
+    const jit::LaunchArgs la = to_launch_args(a);
+    jit::TileMapOut o;
+    o.data = out;
+    o.block_q = block_q;
+    o.block_k = block_k;
+    o.per_batch = per_batch != 0;
+    o.per_head = per_head != 0;
+    const jit::FA4Config config = parse_config(config_json, arch);
+    DeviceScope scope(a.device);
+    jit::build_tile_map(config, la, o, stream);
+  });
+}
+
 int32_t fa4jit_generate_source(const char* config_json, const char* arch, char** out) {
   if (!out) return invalid("fa4jit_generate_source: out is NULL");
   *out = nullptr;

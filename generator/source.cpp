@@ -114,6 +114,13 @@ std::string emit_score_mod(SourceWriter& w, const ScoreMod& s) {
 
 }  // namespace
 
+std::string render_mask_decls(const Mask& m, std::string* type) {
+  SourceWriter w;
+  int counter = 0;
+  *type = emit_mask(w, m, counter);
+  return w.str();
+}
+
 int mask_flags(const Mask& m) {
   if (m.top_left) return 1;
   for (const Mask& c : m.children)

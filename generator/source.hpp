@@ -39,6 +39,11 @@ const std::shared_ptr<const Headers>& template_headers(Backend backend);
 // NVRTC options for an arch (part of the cache key).
 std::vector<std::string> nvrtc_options(const ResolvedConfig& rc);
 
+// The declarations of a mask tree (the user mask structs, with their snippets under #line) and, in
+// *type, its C++ type: what the attention kernel's source says for it, for other kernels that
+// evaluate the same mask (runtime/tile_map.cpp).
+std::string render_mask_decls(const Mask& m, std::string* type);
+
 // Mask flags the launch passes for this config (bit 0: top-left causal alignment).
 int mask_flags(const Mask& m);
 

@@ -125,6 +125,16 @@ FA4JIT_C_EXPORT int32_t fa4jit_num_splits(const fa4jit_kernel* kernel, const fa4
 FA4JIT_C_EXPORT int32_t fa4jit_workspace_bytes(const fa4jit_kernel* kernel, const fa4jit_launch_args* args,
                                                uint64_t* out);
 
+/* The tile classes of a config's mask (JSON; `arch` as in fa4jit_kernel_get) for a dense launch with
+ * `args` (jit::build_tile_map; no attention kernel is compiled, only the mask's classifier): one
+ * byte per (batch, q head, block_q x block_k tile), 0 no element visible, 1 all, 2 partial, packed
+ * into device memory `out` (batch, heads, ceil(seqlen_q / block_q), ceil(seqlen_k / block_k));
+ * per_batch / per_head 0: the mask reads no b / h, one batch / head is evaluated and stored.
+ * Enqueued on `stream`; the generated kernel compiles once per mask per process. */
+FA4JIT_C_EXPORT int32_t fa4jit_tile_map(const char* config_json, const char* arch, const fa4jit_launch_args* args,
+                                        uint8_t* out, int32_t block_q, int32_t block_k, int32_t per_batch,
+                                        int32_t per_head, void* stream);
+
 /* jit::generate_source / jit::cache_key for a JSON config (`arch` as in fa4jit_kernel_get). */
 FA4JIT_C_EXPORT int32_t fa4jit_generate_source(const char* config_json, const char* arch, char** out);
 FA4JIT_C_EXPORT int32_t fa4jit_cache_key(const char* config_json, const char* arch, char** out);

@@ -42,4 +42,29 @@ class FA4JIT_API Kernel {
 
 using KernelPtr = std::shared_ptr<const Kernel>;
 
+// Where build_tile_map writes: one byte per (batch, query head, Q block, KV block), the format of
+// LaunchArgs::block_mask (0 no element visible, 1 all visible, 2 partial), in device memory.
+struct TileMapOut {
+  std::uint8_t* data = nullptr;
+  int block_q = 128, block_k = 128;
+  // false: the mask does not read b (h), so it is evaluated at b = 0 (h = 0) only and the map has
+  // one batch (head); read it with batch_stride (head_stride) 0.
+  bool per_batch = true, per_head = true;
+  // Byte strides; 0: packed (row = ceil(seqlen_k / block_k) bytes, head = rows x Q blocks, batch =
+  // heads x head).
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+};
+
+// The tile classes of `kernel`'s mask for the launch `args` (the same arguments as the attention
+// launch: shapes, aux tensors and scalars, window, chunk), computed exactly by a small generated
+// kernel that evaluates the mask (custom snippets included) over every element of every tile, one
+// CTA per (Q block, head, batch), enqueued on `stream` (so CUDA graphs capture it with the launch).
+// Compiled with NVRTC once per distinct mask and arch per process (memory cache). Dense launches only (no
+// varlen or paged). The map is per query head (GQA packing is the attention kernel's business).
+// Throws LaunchError for bad arguments, CompileError where a snippet does not compile.
+FA4JIT_API void build_tile_map(const Kernel& kernel, const LaunchArgs& args, const TileMapOut& out, Stream stream);
+// The same for a config's mask without an attention kernel (only the mask fields matter; arch ""
+// is the current GPU's). A custom mask alone gives the classes a block snippet of it may return.
+FA4JIT_API void build_tile_map(const FA4Config& config, const LaunchArgs& args, const TileMapOut& out, Stream stream);
+
 }  // namespace jit

@@ -37,14 +37,19 @@ else:
 if _torch_error is None:
     from .ops import attention, attention_paged, attention_varlen
     from .flash_attn_interface import merge_state
+    from . import ops as _ops, flex as _flex
+    from .flex import BlockMask, create_block_mask, flex_attention
+    _ops._flex = _flex  # Python mods and BlockMasks in attention / attention_varlen / attention_paged
 else:
     def _needs_torch(*args, **kwargs):
         raise ImportError(f"fa4jit's attention functions need PyTorch ({_torch_error})")
 
     attention = attention_varlen = attention_paged = merge_state = _needs_torch
+    flex_attention = create_block_mask = BlockMask = _needs_torch
 
 __all__ = [
-    "__version__", "attention", "attention_varlen", "attention_paged", "merge_state", "prewarm", "Config", "generate_source",
+    "__version__", "attention", "attention_varlen", "attention_paged", "merge_state", "flex_attention",
+    "create_block_mask", "BlockMask", "prewarm", "Config", "generate_source",
     "cache_key", "resolve", "runtime_info", "set_compile_policy", "stats", "model_configs", "Error", "ConfigError", "CompileError", "CacheError",
     "CacheMissError", "DriverError", "LaunchError",
 ]

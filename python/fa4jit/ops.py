@@ -22,6 +22,8 @@ from ._checks import (_BUILTIN_SCORE_MODS, _DESCALE, _DTYPE_NAME, AuxArg, _aux, 
                       _score_mod, _snippet_texts, _vector32, _window)
 from .errors import ConfigError, LaunchError
 
+_flex = None  # fa4jit.flex, set when it is imported (Python mods and BlockMasks)
+
 Tensor = torch.Tensor
 _FORWARD_ONLY = ("fa4jit attention is forward only: it has no backward. Call it under torch.no_grad() / "
                  "torch.inference_mode(), or detach its inputs")
@@ -547,7 +549,13 @@ def _public(kind: str):
                         f"_meta({n})" if p.annotation == Optional[Tensor] else n if p.annotation in _PLAIN else
                         f"_key({n})" for n, p in ((p.name, p) for p in params))
         q, k, v = (p.name for p in params[:3])
-        src = (f"def {fn.__name__}({args}):\n    key = None\n    if _eager({q}, {k}, {v}, out):\n        try:\n"
+        # Python mods, BlockMasks and mask snippets without a block snippet (fa4jit.flex) are lowered to
+        # snippets, aux tensors and a tile map first: the plan key and the launch see the lowered call.
+        layout = "layout" if "layout" in names else "None"
+        lower = (f"    if _flex is not None and _flex.mods_need_lowering(mask_mod, block_mask_mod, score_mod):\n"
+                 f"        mask_mod, block_mask_mod, score_mod, aux = _flex.lower_call({q}, {k}, {layout}, mask_mod, "
+                 f"block_mask_mod, score_mod, aux)\n")
+        src = (f"def {fn.__name__}({args}):\n{lower}    key = None\n    if _eager({q}, {k}, {v}, out):\n        try:\n"
                f"            key = ({kind!r}, {key})\n            plan = _plans.get(key)\n"
                f"        except (TypeError, AttributeError):  # unhashable: the general path reports it\n"
                f"            key = plan = None\n        if plan is not None:\n            return _run(plan, ({values},))\n"

@@ -1,0 +1,510 @@
+"""Python mask_mod / score_mod callables traced into fa4jit's CUDA C++ snippets.
+
+FlexAttention's mods are Python functions over 0-dim tensors: ``mask_mod(b, h, q_idx, kv_idx)``
+returns a bool, ``score_mod(score, b, h, q_idx, kv_idx)`` a float. ``trace(fn, kind)`` runs the
+function once under ``make_fx`` (fake tensors: data-dependent Python control flow is an error, not a
+silently baked branch) and translates the aten graph, one node per ``const`` line, into the body of
+fa4jit's custom mask or score-mod (docs/VARIANTS.md). What it takes: arithmetic, comparisons,
+logical / bitwise operators, ``torch.where``, tanh / exp / log / sqrt / sigmoid / abs / minimum /
+maximum / clamp / floor / ceil / pow ..., dtype conversions, integer division and modulo (Python's
+floor semantics) and indexing into captured tensors. A captured tensor becomes a typed aux tensor
+(its strides are written into the snippet; the kernel reads its memory live, so later in-place
+writes are seen). Anything else is a ``ConfigError`` naming the operation and the line of the
+function that used it.
+
+``TracedMod.graph`` (the aten graph module) evaluates the same function on tensors, which is how
+``fa4jit.create_block_mask`` classifies tiles (``fa4jit.flex``).
+"""
+import linecache
+import math
+import sys
+import traceback
+import weakref
+from typing import Dict, List, Optional
+
+import torch
+
+from .errors import ConfigError
+
+aten = torch.ops.aten
+
+_ARGS = {"mask": ("b", "h", "q_idx", "kv_idx"), "score": ("score", "b", "h", "q_idx", "kv_idx")}
+_CTYPE = {torch.bool: "bool", torch.int8: "int", torch.uint8: "int", torch.int16: "int", torch.int32: "int",
+          torch.int64: "long long", torch.float16: "float", torch.bfloat16: "float", torch.float32: "float",
+          torch.float64: "double"}
+# Helpers defined at the top of a traced snippet (inside the snippet's own function: a lambda each).
+_HELPERS = {
+    "fdiv": "auto fa_fdiv = [](long long a, long long b) -> long long { long long q = a / b; "
+            "return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; };",
+    "fmod": "auto fa_mod = [](long long a, long long b) -> long long { long long r = a % b; "
+            "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; };",
+    "ffmod": "auto fa_fmodf = [](double a, double b) -> double { double r = fmod(a, b); "
+             "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; };",
+    "bf16": "auto fa_bf16 = [](short x) -> float { return __uint_as_float(((unsigned)(unsigned short)x) << 16); };",
+}
+
+
+class _View:
+    """A captured tensor indexed down to some of its dimensions: offset (a C expression) into aux
+    ``name``; ``sizes`` / ``strides`` of the dimensions left."""
+
+    def __init__(self, name, dtype, offset, sizes, strides, bits16=False):
+        self.name, self.dtype, self.offset, self.sizes, self.strides = name, dtype, offset, sizes, strides
+        self.bits16 = bits16  # a bf16 tensor passed as int16 bits
+
+
+class _Scalar:
+    def __init__(self, expr: str, dtype: torch.dtype):
+        self.expr, self.dtype = expr, dtype
+
+
+class TracedMod:
+    """A traced mod: ``snippet`` (the CUDA C++ body), ``aux`` (snippet name -> tensor, as passed to
+    the kernel), ``uses`` (which of b, h, q_idx, kv_idx, score the result depends on) and ``graph``
+    (the aten graph, callable on tensors)."""
+
+    def __init__(self, kind, fn, snippet, aux, uses, graph):
+        self.kind, self.fn, self.snippet, self.aux, self.uses, self.graph = kind, fn, snippet, aux, uses, graph
+
+    def __repr__(self):
+        return f"TracedMod({self.kind}, {getattr(self.fn, '__name__', self.fn)!r})"
+
+
+def _where_in(fn) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return getattr(fn, "__name__", repr(fn))
+    return f"{code.co_filename}:{code.co_firstlineno} ({fn.__name__})"
+
+
+def _user_line(tb_or_stack: Optional[str], fn) -> str:
+    """The deepest line of a stack trace (text) that is not torch's or fa4jit's: the user's line."""
+    if not tb_or_stack:
+        return _where_in(fn)
+    best = None
+    lines = tb_or_stack.strip().splitlines()
+    for i, line in enumerate(lines):
+        s = line.strip()
+        if s.startswith("File \"") and "/torch/" not in s and "/fa4jit/_trace.py" not in s:
+            src = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].strip().startswith("File") else ""
+            best = s[len("File "):] + (f": {src}" if src else "")
+    return best or _where_in(fn)
+
+
+def _lit(value, dtype: torch.dtype) -> str:
+    ct = _CTYPE[dtype]
+    if ct == "bool":
+        return "true" if value else "false"
+    if ct in ("int", "long long"):
+        v = int(value)
+        return f"{v}LL" if ct == "long long" or not -2 ** 31 <= v < 2 ** 31 else str(v)
+    v = float(value)
+    if math.isnan(v):
+        return "__int_as_float(0x7fffffff)" if ct == "float" else "__longlong_as_double(0x7ff8000000000000LL)"
+    if math.isinf(v):
+        inf = "__int_as_float(0x7f800000)" if ct == "float" else "__longlong_as_double(0x7ff0000000000000LL)"
+        return f"(-{inf})" if v < 0 else inf
+    return (repr(v) + "f") if ct == "float" else repr(v)
+
+
+def _cast(x: _Scalar, dtype: torch.dtype) -> str:
+    if _CTYPE[x.dtype] == _CTYPE[dtype]:
+        return x.expr
+    if dtype == torch.bool:
+        return f"({x.expr} != 0)"
+    return f"(({_CTYPE[dtype]}){x.expr})"
+
+
+_BINARY = {
+    aten.add: "+", aten.sub: "-", aten.mul: "*", aten.eq: "==", aten.ne: "!=", aten.lt: "<", aten.le: "<=",
+    aten.gt: ">", aten.ge: ">=", aten.bitwise_and: "&", aten.bitwise_or: "|", aten.bitwise_xor: "^",
+    aten.__and__: "&", aten.__or__: "|", aten.__xor__: "^", aten.bitwise_left_shift: "<<",
+    aten.bitwise_right_shift: ">>",
+}
+_COMPARE = {aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge}
+# Float functions: (float name, double name).
+_UNARY_FLOAT = {
+    aten.tanh: "tanh", aten.exp: "exp", aten.log: "log", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt",
+    aten.exp2: "exp2", aten.log2: "log2", aten.log10: "log10", aten.log1p: "log1p", aten.expm1: "expm1",
+    aten.sin: "sin", aten.cos: "cos", aten.tan: "tan", aten.atan: "atan", aten.asin: "asin", aten.acos: "acos",
+    aten.sinh: "sinh", aten.cosh: "cosh", aten.erf: "erf", aten.floor: "floor", aten.ceil: "ceil",
+    aten.trunc: "trunc", aten.round: "rint",
+}
+_IDENTITY = {aten.alias, aten.detach, aten.lift_fresh_copy, aten.clone, aten.lift_fresh, aten.view, aten.reshape,
+             aten._unsafe_view, aten.squeeze, aten.unsqueeze, aten.expand, aten.contiguous}
+
+
+class _Emitter:
+    def __init__(self, kind, fn, gm):
+        self.kind, self.fn, self.gm = kind, fn, gm
+        self.lines: List[str] = []
+        self.helpers: List[str] = []
+        self.aux: Dict[str, torch.Tensor] = {}
+        self.aux_by_id: Dict[int, str] = {}
+        self.n = 0
+
+    def fail(self, node, what):
+        where = _user_line(node.meta.get("stack_trace"), self.fn)
+        raise ConfigError(f"{self.kind}_mod: {what} at {where} cannot become a CUDA snippet (fa4jit traces "
+                          f"arithmetic, comparisons, torch.where, math functions, integer // and %, and indexing "
+                          f"into captured tensors)")
+
+    def helper(self, name):
+        if name not in self.helpers:
+            self.helpers.append(name)
+
+    def temp(self, expr: str, dtype) -> _Scalar:
+        name = f"t{self.n}"
+        self.n += 1
+        self.lines.append(f"const {_CTYPE[dtype]} {name} = {expr};")
+        return _Scalar(name, dtype)
+
+    def tensor_const(self, node, t: torch.Tensor):
+        if t.dim() == 0:
+            return _Scalar(_lit(t.item(), t.dtype), t.dtype)
+        name = self.aux_by_id.get(id(t))
+        bits16 = False
+        if name is None:
+            name = f"{self.kind[0]}c{len(self.aux)}"
+            passed = t
+            if t.dtype == torch.bfloat16:
+                passed, bits16 = t.view(torch.int16), True
+            elif t.dtype == torch.float16:
+                passed = t.float()  # a copy: fp16 has no bit-cast reader here
+            if not passed.is_contiguous():
+                passed = passed.contiguous()
+            self.aux[name] = passed
+            self.aux_by_id[id(t)] = name
+        else:
+            bits16 = t.dtype == torch.bfloat16
+        passed = self.aux[name]
+        return _View(name, t.dtype, "0", list(passed.shape), list(passed.stride()), bits16)
+
+    def load(self, v: _View, node) -> _Scalar:
+        if v.sizes:
+            self.fail(node, f"a tensor of shape {tuple(v.sizes)} (indexed down to fewer dimensions than it has)")
+        ref = f"{v.name}[{v.offset}]"
+        if v.bits16:
+            self.helper("bf16")
+            return self.temp(f"fa_bf16({ref})", torch.float32)
+        return self.temp(ref, v.dtype if v.dtype != torch.float16 else torch.float32)
+
+    def value(self, a, env, node, dtype=None):
+        """An argument as a _Scalar (Python numbers as literals of dtype, or of their own kind)."""
+        if isinstance(a, torch.fx.Node):
+            v = env[a]
+            if isinstance(v, _View):
+                v = env[a] = self.load(v, node)
+            return v
+        if isinstance(a, bool):
+            return _Scalar(_lit(a, torch.bool), torch.bool)
+        if isinstance(a, int):
+            return _Scalar(_lit(a, dtype or torch.int64), dtype or torch.int64)
+        if isinstance(a, float):
+            d = dtype if dtype is not None and dtype.is_floating_point else torch.float32
+            return _Scalar(_lit(a, d), d)
+        self.fail(node, f"argument {a!r}")
+
+    def index(self, v: _View, dim: int, idx: _Scalar) -> _View:
+        n, st = v.sizes[dim], v.strides[dim]
+        i = f"({idx.expr} < 0 ? {idx.expr} + {n} : {idx.expr})" if not idx.expr.isdigit() else idx.expr
+        off = f"{v.offset} + (long long){i} * {st}" if v.offset != "0" else f"(long long){i} * {st}"
+        return _View(v.name, v.dtype, off, v.sizes[:dim] + v.sizes[dim + 1:], v.strides[:dim] + v.strides[dim + 1:],
+                     v.bits16)
+
+    def run(self):
+        env = {}
+        names = _ARGS[self.kind]
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        uses = set()
+        for p, name in zip(placeholders, names):
+            env[p] = _Scalar(name, torch.float32 if name == "score" else torch.int32)
+            if p.users:
+                uses.add(name)
+        result = None
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "get_attr":
+                t = getattr(self.gm, node.target)
+                if not isinstance(t, torch.Tensor):
+                    self.fail(node, f"attribute {node.target}")
+                env[node] = self.tensor_const(node, t)
+                continue
+            if node.op == "output":
+                out = node.args[0]
+                if isinstance(out, (tuple, list)):
+                    if len(out) != 1:
+                        self.fail(node, f"returning {len(out)} values")
+                    out = out[0]
+                result = self.value(out, env, node)
+                continue
+            if node.op != "call_function":
+                self.fail(node, f"{node.op} {node.target}")
+            env[node] = self.op(node, env)
+        want = torch.bool if self.kind == "mask" else torch.float32
+        ret = _cast(result, want)
+        body = [_HELPERS[h] for h in self.helpers] + self.lines + [f"return {ret};"]
+        return "\n".join(body), uses
+
+    def op(self, node, env):
+        t = node.target
+        packet = getattr(t, "overloadpacket", None)
+        val = node.meta.get("val")
+        dtype = val.dtype if isinstance(val, torch.Tensor) else None
+        args = node.args
+        name = str(t)
+        if packet in _IDENTITY or t in (torch.ops.aten._assert_tensor_metadata.default,):
+            if not args or not isinstance(args[0], torch.fx.Node):
+                return None
+            v = env[args[0]]
+            if isinstance(v, _View) and packet not in (aten.alias, aten.detach, aten.lift_fresh_copy, aten.clone,
+                                                       aten.lift_fresh, aten.contiguous):
+                if isinstance(val, torch.Tensor) and list(val.shape) != v.sizes:
+                    self.fail(node, f"{packet.__name__} of a captured tensor")
+            return v
+        if packet is aten.index:
+            base = env[args[0]]
+            if not isinstance(base, _View):
+                self.fail(node, "indexing a computed value")
+            dim = 0
+            for ix in args[1]:
+                if ix is None:
+                    dim += 1
+                    continue
+                base = self.index(base, dim, self.value(ix, env, node))
+            return base
+        if packet is aten.select:
+            base = env[args[0]]
+            if not isinstance(base, _View):
+                self.fail(node, "indexing a computed value")
+            dim = args[1] % (len(base.sizes) or 1)
+            return self.index(base, dim, self.value(args[2], env, node, torch.int64))
+        if dtype is None or dtype not in _CTYPE:
+            self.fail(node, f"'{name}'")
+        if isinstance(val, torch.Tensor) and val.dim() != 0:
+            self.fail(node, f"'{name}' making a tensor of shape {tuple(val.shape)}")
+        if packet in (aten.scalar_tensor, aten.full, aten.ones_like, aten.zeros_like, aten.full_like):
+            if packet is aten.ones_like:
+                return _Scalar(_lit(1, dtype), dtype)
+            if packet is aten.zeros_like:
+                return _Scalar(_lit(0, dtype), dtype)
+            return _Scalar(_lit(args[-1] if packet is not aten.scalar_tensor else args[0], dtype), dtype)
+        if packet in (aten._to_copy, aten.to, aten.type_as) or name.startswith("aten.to."):
+            return self.temp(_cast(self.value(args[0], env, node), dtype), dtype)
+        if packet in _BINARY:
+            if len(args) > 2 and args[2] != 1 or node.kwargs.get("alpha", 1) != 1:
+                a, b = self.value(args[0], env, node), self.value(args[1], env, node)
+                alpha = node.kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+                b = _Scalar(f"({b.expr} * {_lit(alpha, dtype)})", dtype)
+            else:
+                lit = None if packet in _COMPARE else dtype  # Python numbers in the result's type
+                a, b = self.value(args[0], env, node, lit), self.value(args[1], env, node, lit)
+            op = _BINARY[packet]
+            if packet in _COMPARE:
+                common = torch.promote_types(a.dtype, b.dtype)
+                return self.temp(f"{_cast(a, common)} {op} {_cast(b, common)}", dtype)
+            if dtype == torch.bool and op in "&|^":
+                op = {"&": "&&", "|": "||", "^": "!="}[op]
+            return self.temp(f"{_cast(a, dtype)} {op} {_cast(b, dtype)}", dtype)
+        if packet is aten.rsub:
+            a, b = self.value(args[0], env, node), self.value(args[1], env, node)
+            return self.temp(f"{_cast(b, dtype)} - {_cast(a, dtype)}", dtype)
+        if packet in (aten.logical_and, aten.logical_or, aten.logical_xor):
+            a, b = self.value(args[0], env, node), self.value(args[1], env, node)
+            op = {aten.logical_and: "&&", aten.logical_or: "||", aten.logical_xor: "!="}[packet]
+            return self.temp(f"{_cast(a, torch.bool)} {op} {_cast(b, torch.bool)}", dtype)
+        if packet in (aten.logical_not, aten.bitwise_not):
+            a = self.value(args[0], env, node)
+            if dtype == torch.bool or packet is aten.logical_not:
+                return self.temp(f"!{_cast(a, torch.bool)}", dtype)
+            return self.temp(f"~{a.expr}", dtype)
+        if packet is aten.neg:
+            return self.temp(f"-{_cast(self.value(args[0], env, node), dtype)}", dtype)
+        if packet in (aten.div, aten.true_divide, aten.floor_divide):
+            a, b = self.value(args[0], env, node), self.value(args[1], env, node)
+            mode = node.kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
+            if packet is aten.floor_divide:
+                mode = "floor"
+            if dtype.is_floating_point:
+                q = f"{_cast(a, dtype)} / {_cast(b, dtype)}"
+                if mode == "floor":
+                    q = f"floor({q})"
+                elif mode == "trunc":
+                    q = f"trunc({q})"
+                return self.temp(q, dtype)
+            if mode == "trunc":
+                return self.temp(f"{_cast(a, dtype)} / {_cast(b, dtype)}", dtype)
+            self.helper("fdiv")
+            return self.temp(f"({_CTYPE[dtype]})fa_fdiv({a.expr}, {b.expr})", dtype)
+        if packet in (aten.remainder, aten.fmod):
+            a, b = self.value(args[0], env, node), self.value(args[1], env, node)
+            if dtype.is_floating_point:
+                if packet is aten.fmod:
+                    return self.temp(f"fmod({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
+                self.helper("ffmod")
+                return self.temp(f"({_CTYPE[dtype]})fa_fmodf({a.expr}, {b.expr})", dtype)
+            if packet is aten.fmod:
+                return self.temp(f"{_cast(a, dtype)} % {_cast(b, dtype)}", dtype)
+            self.helper("fmod")
+            return self.temp(f"({_CTYPE[dtype]})fa_mod({a.expr}, {b.expr})", dtype)
+        if packet is aten.where:
+            c, a, b = (self.value(x, env, node, dtype) for x in args[:3])
+            return self.temp(f"{_cast(c, torch.bool)} ? {_cast(a, dtype)} : {_cast(b, dtype)}", dtype)
+        if packet in (aten.minimum, aten.maximum, aten.clamp_min, aten.clamp_max, aten.fmin, aten.fmax):
+            a, b = self.value(args[0], env, node, dtype), self.value(args[1], env, node, dtype)
+            fn = "min" if packet in (aten.minimum, aten.clamp_max, aten.fmin) else "max"
+            if dtype.is_floating_point and packet in (aten.minimum, aten.maximum):
+                # torch propagates NaN; fmin/fmax would drop it. Scores are never NaN in practice.
+                pass
+            return self.temp(f"{fn}({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
+        if packet is aten.clamp:
+            x = _cast(self.value(args[0], env, node), dtype)
+            lo = args[1] if len(args) > 1 else node.kwargs.get("min")
+            hi = args[2] if len(args) > 2 else node.kwargs.get("max")
+            if lo is not None:
+                x = f"max({x}, {_cast(self.value(lo, env, node, dtype), dtype)})"
+            if hi is not None:
+                x = f"min({x}, {_cast(self.value(hi, env, node, dtype), dtype)})"
+            return self.temp(x, dtype)
+        if packet is aten.abs:
+            a = self.value(args[0], env, node)
+            return self.temp(f"{'fabs' if dtype.is_floating_point else 'abs'}({_cast(a, dtype)})", dtype)
+        if packet is aten.sign:
+            a = _cast(self.value(args[0], env, node), dtype)
+            return self.temp(f"({_CTYPE[dtype]})(({a} > 0) - ({a} < 0))", dtype)
+        if packet is aten.sigmoid:
+            a = _cast(self.value(args[0], env, node), dtype)
+            return self.temp(f"{_lit(1, dtype)} / ({_lit(1, dtype)} + exp(-{a}))", dtype)
+        if packet is aten.reciprocal:
+            a = _cast(self.value(args[0], env, node), dtype)
+            return self.temp(f"{_lit(1, dtype)} / {a}", dtype)
+        if packet is aten.square:
+            a = _cast(self.value(args[0], env, node), dtype)
+            return self.temp(f"{a} * {a}", dtype)
+        if packet is aten.pow:
+            a, b = self.value(args[0], env, node, dtype), self.value(args[1], env, node, dtype)
+            return self.temp(f"pow({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
+        if packet in _UNARY_FLOAT:
+            a = self.value(args[0], env, node)
+            fn = _UNARY_FLOAT[packet]
+            if not dtype.is_floating_point:  # floor / ceil / round / trunc of an integer
+                if fn in ("floor", "ceil", "trunc", "rint"):
+                    return a
+                self.fail(node, f"'{name}' of an integer")
+            if fn == "rsqrt":
+                return self.temp(f"{'rsqrtf' if dtype != torch.float64 else 'rsqrt'}({_cast(a, dtype)})", dtype)
+            # Overloads of the CUDA math library pick float or double from the argument.
+            return self.temp(f"{fn}({_cast(a, dtype)})", dtype)
+        self.fail(node, f"'{name}'")
+
+
+_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _closure_key(fn):
+    cells = getattr(fn, "__closure__", None) or ()
+    out = []
+    for c in cells:
+        try:
+            v = c.cell_contents
+        except ValueError:
+            v = None
+        out.append(id(v) if isinstance(v, torch.Tensor) or callable(v) else
+                   (v if isinstance(v, (int, float, bool, str, type(None))) else id(v)))
+    defaults = getattr(fn, "__defaults__", None) or ()
+    return tuple(out) + tuple(id(d) if isinstance(d, torch.Tensor) else repr(d) for d in defaults)
+
+
+def trace(fn, kind: str, device=None) -> TracedMod:
+    """Traces ``fn`` (a mask_mod when kind is "mask", a score_mod when "score") into a TracedMod.
+    Cached per function object and the identity of what its closure holds."""
+    if isinstance(fn, TracedMod):
+        return fn
+    if not callable(fn):
+        raise ConfigError(f"{kind}_mod: expected a Python callable, got {type(fn).__name__}")
+    try:
+        per_fn = _cache.get(fn)
+    except TypeError:
+        per_fn = None
+    key = (kind, _closure_key(fn))
+    if per_fn is not None and key in per_fn:
+        return per_fn[key]
+    mod = _trace(fn, kind)
+    try:
+        _cache.setdefault(fn, {})[key] = mod
+    except TypeError:
+        pass
+    return mod
+
+
+class _IndexMode(torch.overrides.TorchFunctionMode):
+    """Indexing by 0-dim integer tensors (``doc[q_idx]``, ``bias[h, q_idx - kv_idx]``) as aten.index:
+    Python's indexing would read the index's value (data-dependent under fake tensors). Ints and full
+    slices (``:``) in the same index are kept; anything else falls back to Python's indexing."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # The user's line, for the nodes this call makes (error messages name it).
+        f = sys._getframe(1)
+        while f is not None and ("/torch/" in f.f_code.co_filename or f.f_code.co_filename == __file__):
+            f = f.f_back
+        if f is not None:
+            import torch.fx.traceback as fx_tb
+            fx_tb.set_stack_trace([f'  File "{f.f_code.co_filename}", line {f.f_lineno}, in {f.f_code.co_name}\n'
+                                   f'    {linecache.getline(f.f_code.co_filename, f.f_lineno).strip()}\n'])
+        if func is torch.Tensor.__getitem__ and len(args) == 2:
+            base, idx = args
+            items = idx if isinstance(idx, tuple) else (idx,)
+            if any(isinstance(i, torch.Tensor) and i.dim() == 0 for i in items) and all(
+                    (isinstance(i, torch.Tensor) and i.dim() == 0 and not i.is_floating_point()) or
+                    (isinstance(i, int) and not isinstance(i, bool)) or
+                    (isinstance(i, slice) and i == slice(None)) for i in items):
+                lst = [None if isinstance(i, slice) else
+                       (torch.full((), i, dtype=torch.int64) if isinstance(i, int) else i) for i in items]
+                return torch.ops.aten.index.Tensor(base, lst)
+        return func(*args, **kwargs)
+
+
+def _trace(fn, kind: str) -> TracedMod:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import torch.fx.traceback as fx_tb
+
+    def indexed(*a):
+        with fx_tb.preserve_node_meta(), _IndexMode():
+            return fn(*a)
+    n = len(_ARGS[kind])
+    ints = [torch.zeros((), dtype=torch.int32) for _ in range(4)]
+    args = ([torch.zeros((), dtype=torch.float32)] if kind == "score" else []) + ints
+    try:
+        gm = make_fx(indexed, tracing_mode="fake", record_stack_traces=True, _allow_non_fake_inputs=True)(*args)
+    except TypeError as e:
+        if "record_stack_traces" in str(e) or "_allow_non_fake_inputs" in str(e):
+            gm = make_fx(indexed, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+        else:
+            raise _trace_error(fn, kind, e) from e
+    except ConfigError:
+        raise
+    except Exception as e:  # data-dependent control flow, unsupported Python, wrong arity ...
+        raise _trace_error(fn, kind, e) from e
+    if len([p for p in gm.graph.nodes if p.op == "placeholder"]) != n:
+        raise ConfigError(f"{kind}_mod at {_where_in(fn)}: expected {n} arguments ({', '.join(_ARGS[kind])})")
+    em = _Emitter(kind, fn, gm)
+    body, uses = em.run()
+    return TracedMod(kind, fn, body, dict(em.aux), uses, gm)
+
+
+def _trace_error(fn, kind, e):
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    where = _user_line(tb, fn)
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "data-dependent" in str(e) or "Data dependent" in str(e) or "GuardOnDataDependent" in type(e).__name__:
+        what = "Python control flow on a tensor value (if / and / or / bool() / int() of q_idx etc.; use " \
+               "torch.where, & and | instead)"
+    else:
+        what = f"{type(e).__name__}: {msg}"
+    return ConfigError(f"{kind}_mod: cannot trace {what} at {where}")
+
+
+__all__ = ["TracedMod", "trace"]

@@ -1,0 +1,355 @@
+"""fa4jit.flex and fa4jit._trace without a GPU: Python mods traced into CUDA snippets (text, aux typing,
+errors naming the operation and line), NVRTC compiles of the traced snippets, tile classes against
+brute force, FlexAttention BlockMask conversion, and the automatic tile map's reuse and rebuild."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
+
+import fa4jit  # noqa: E402
+from fa4jit import _trace, flex, ops  # noqa: E402
+
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def sliding(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx <= 100)
+
+
+def prefix_lm(b, h, q_idx, kv_idx):
+    return (kv_idx < 37) | (q_idx >= kv_idx)
+
+
+def dilated(b, h, q_idx, kv_idx):
+    return ((q_idx - kv_idx) % 4 == 0) & (q_idx // 64 >= kv_idx // 64)
+
+
+def softcap(score, b, h, q_idx, kv_idx):
+    return 30.0 * torch.tanh(score / 30.0)
+
+
+def alibi(score, b, h, q_idx, kv_idx):
+    return score - torch.exp2(-(h + 1) * 8.0 / 16) * (q_idx - kv_idx).abs()
+
+
+def test_traced_mask_snippets():
+    assert _trace.trace(causal, "mask").snippet.endswith("return t0;")
+    assert "q_idx >= kv_idx" in _trace.trace(causal, "mask").snippet
+    d = _trace.trace(dilated, "mask")
+    assert "fa_mod" in d.snippet and "fa_fdiv" in d.snippet  # Python's floor // and %
+    assert d.uses == {"q_idx", "kv_idx"} and d.aux == {}
+    s = _trace.trace(softcap, "score").snippet
+    assert "tanh(" in s and s.startswith("const float t0 = score /")
+    a = _trace.trace(alibi, "score")
+    assert "exp2(" in a.snippet and "abs(" in a.snippet and a.uses == {"score", "h", "q_idx", "kv_idx"}
+
+
+def test_where_minimum_casts_and_constants():
+    def mod(score, b, h, q_idx, kv_idx):
+        x = torch.where(q_idx > kv_idx, score * 0.5, torch.minimum(score, torch.tensor(2.0)))
+        return torch.maximum(x, (kv_idx.float() - 3) / 7)
+
+    s = _trace.trace(mod, "score").snippet
+    assert " ? " in s and "min(" in s and "max(" in s and "((float)kv_idx)" in s and "2.0f" in s
+
+
+def test_captured_tensors_become_typed_aux():
+    doc = torch.tensor([0, 0, 1, 1, 2], dtype=torch.int32)
+    bias = torch.randn(4, 9)
+    wide = torch.arange(5, dtype=torch.int64)
+
+    def docmask(b, h, q_idx, kv_idx):
+        return (doc[q_idx] == doc[kv_idx]) & (wide[kv_idx] >= 0)
+
+    def relpos(score, b, h, q_idx, kv_idx):
+        return score + bias[h, q_idx - kv_idx + 4]
+
+    m = _trace.trace(docmask, "mask")
+    assert list(m.aux) == ["mc0", "mc1"] and m.aux["mc0"] is doc and m.aux["mc1"] is wide
+    assert "mc0[" in m.snippet and "mc1[" in m.snippet
+    r = _trace.trace(relpos, "score")
+    assert r.aux["sc0"] is bias and "* 9 +" in r.snippet  # the row stride, written in
+    typed = ops._snippet_texts(list(m.aux.values()), ",".join(m.aux), m.snippet, "", "")
+    assert "const int* mc0 = aux0;" in typed[0] and "const long long* mc1 = aux1;" in typed[0]
+
+
+def test_bf16_capture_is_read_as_bits_and_chained_indexing():
+    table = torch.randn(4, 16).to(torch.bfloat16)
+
+    def mod(score, b, h, q_idx, kv_idx):
+        return score + table[h][kv_idx % 16]
+
+    t = _trace.trace(mod, "score")
+    assert t.aux["sc0"].dtype == torch.int16 and t.aux["sc0"].data_ptr() == table.data_ptr()
+    assert "fa_bf16(sc0[" in t.snippet and "* 16 +" in t.snippet
+
+
+def test_untraceable_mods_name_the_operation_and_line():
+    def branchy(b, h, q_idx, kv_idx):
+        if q_idx > kv_idx:  # the line the error names
+            return q_idx >= 0
+        return q_idx < 0
+
+    with pytest.raises(fa4jit.ConfigError, match=r"control flow.*test_flex_cpu.py\", line \d+, in branchy: "
+                                                  r"if q_idx > kv_idx"):
+        _trace.trace(branchy, "mask")
+
+    def cums(score, b, h, q_idx, kv_idx):
+        return torch.cumsum(score.reshape(1), 0)[0]
+
+    with pytest.raises(fa4jit.ConfigError, match=r"aten.cumsum.*in cums: return torch.cumsum"):
+        _trace.trace(cums, "score")
+    with pytest.raises(fa4jit.ConfigError, match="expected a Python callable"):
+        _trace.trace(3, "mask")
+
+
+def test_trace_is_cached_per_function_and_closure():
+    doc = torch.zeros(4, dtype=torch.int32)
+
+    def make(d):
+        def m(b, h, q_idx, kv_idx):
+            return d[q_idx] == d[kv_idx]
+        return m
+
+    f = make(doc)
+    assert _trace.trace(f, "mask") is _trace.trace(f, "mask")
+    assert _trace.trace(make(doc), "mask") is not _trace.trace(f, "mask")
+
+
+def _brute(mask_mod, B, H, Q, K, bq, bk):
+    full = torch.zeros(B, H, Q, K, dtype=torch.bool)
+    for b in range(B):
+        for h in range(H):
+            qi = torch.arange(Q, dtype=torch.int32)[:, None]
+            ki = torch.arange(K, dtype=torch.int32)[None, :]
+            full[b, h] = torch.vmap(torch.vmap(lambda q, k: mask_mod(torch.tensor(b, dtype=torch.int32),
+                                                                     torch.tensor(h, dtype=torch.int32), q, k),
+                                               in_dims=(None, 0)), in_dims=(0, None))(qi[:, 0], ki[0])
+    nq, nk = -(-Q // bq), -(-K // bk)
+    out = torch.zeros(B, H, nq, nk, dtype=torch.uint8)
+    for i in range(nq):
+        for j in range(nk):
+            t = full[:, :, i * bq:(i + 1) * bq, j * bk:(j + 1) * bk]
+            out[:, :, i, j] = torch.where(t.all(-1).all(-1), 1, torch.where(t.any(-1).any(-1), 2, 0))
+    return out
+
+
+@pytest.mark.parametrize("mask_mod", [causal, sliding, prefix_lm, dilated])
+@pytest.mark.parametrize("shape", [(1, 1, 300, 300, 64, 64), (1, 1, 130, 257, 32, 128), (1, 1, 64, 200, 16, 48)])
+def test_tile_classes_match_brute_force(mask_mod, shape):
+    B, H, Q, K, bq, bk = shape
+    bm = fa4jit.create_block_mask(mask_mod, None, None, Q, K, device="cpu", BLOCK_SIZE=(bq, bk))
+    assert torch.equal(bm.classes, _brute(mask_mod, B, H, Q, K, bq, bk))
+    assert bm.shape == (1, 1, Q, K) and 0 <= bm.sparsity() <= 100
+
+
+def test_tile_classes_per_batch_and_head_and_chunking(monkeypatch):
+    doc = torch.tensor([[0] * 50 + [1] * 90 + [2] * 60, [0] * 120 + [1] * 80], dtype=torch.int32)
+
+    def mod(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & ((h == 0) | (q_idx >= kv_idx))
+
+    monkeypatch.setattr(flex, "_ELEMENTS_PER_CHUNK", 5000)  # many row chunks
+    bm = fa4jit.create_block_mask(mod, 2, 3, 200, 200, device="cpu", BLOCK_SIZE=32)
+    assert bm.classes.shape == (2, 3, 7, 7)
+    assert torch.equal(bm.classes, _brute(mod, 2, 3, 200, 200, 32, 32))
+    # Broadcast dimensions: a mask without b / h is evaluated once.
+    assert fa4jit.create_block_mask(causal, 4, 8, 100, 100, device="cpu", BLOCK_SIZE=32).classes.shape[:2] == (1, 1)
+
+
+def test_packed_tile_map_header():
+    bm = fa4jit.create_block_mask(causal, None, None, 256, 384, device="cpu", BLOCK_SIZE=(64, 128))
+    p = bm.packed()
+    hdr = p[:32].view(torch.int32).tolist()
+    assert hdr == [64, 128, 0, 0, 3, 4, 3, 0]
+    assert torch.equal(p[32:], bm.classes.reshape(-1))
+
+
+def test_from_torch_block_mask_matches_own():
+    fa = pytest.importorskip("torch.nn.attention.flex_attention")
+    for mod in (causal, sliding, prefix_lm, dilated):
+        tbm = fa.create_block_mask(mod, None, None, 512, 640, device="cpu", BLOCK_SIZE=128)
+        mine = flex.from_torch_block_mask(tbm)
+        own = fa4jit.create_block_mask(mod, None, None, 512, 640, device="cpu", BLOCK_SIZE=128)
+        assert torch.equal(mine.classes, own.classes), mod.__name__
+        assert mine._traced is not None and mine.seq_lengths == (512, 640)
+        assert flex.from_torch_block_mask(tbm) is mine
+
+
+def test_lowering_and_automatic_tile_map_reuse_and_rebuild():
+    flex.clear_block_mask_cache()
+    doc = torch.tensor([0] * 200 + [1] * 56, dtype=torch.int32)
+
+    def docmask(b, h, q_idx, kv_idx):
+        return doc[q_idx] == doc[kv_idx]
+
+    q = torch.empty(2, 256, 4, 64)
+    k = torch.empty(2, 256, 4, 64)
+    m, blk, s, aux = flex.lower_call(q, k, "bshd", docmask, None, softcap, None)
+    assert blk == flex.TILE_SNIPPET and "mc0[" in m and "tanh(" in s
+    assert set(aux) == {"mc0", "fa_tiles"} and aux["mc0"] is doc
+    tiles = aux["fa_tiles"]
+    assert tiles[32:].tolist() == [1, 2, 2, 2]  # blocks of 128: the doc boundary at 200 is in block 1
+    # Same aux tensors at the same version: the same map.
+    assert flex.lower_call(q, k, "bshd", docmask, None, None, None)[3]["fa_tiles"] is tiles
+    doc[:] = 0  # an in-place write: rebuilt, every tile full
+    again = flex.lower_call(q, k, "bshd", docmask, None, None, None)[3]["fa_tiles"]
+    assert again is not tiles and again[32:].tolist() == [1, 1, 1, 1]
+    # Varlen / paged: no automatic map (lengths live on the device).
+    assert flex.lower_call(q, k, None, docmask, None, None, None)[1] is None
+    with pytest.raises(fa4jit.ConfigError, match="dict"):
+        flex.lower_call(q, k, "bshd", docmask, None, None, [doc])
+
+
+def test_flex_attention_argument_errors():
+    q = torch.empty(1, 4, 128, 64)
+    k = torch.empty(1, 2, 128, 64)
+    with pytest.raises(fa4jit.ConfigError, match="enable_gqa"):
+        fa4jit.flex_attention(q, k, k)
+    bm = fa4jit.create_block_mask(causal, None, None, 256, 256, device="cpu")
+    with pytest.raises(fa4jit.ConfigError, match="Q_LEN, KV_LEN"):
+        fa4jit.flex_attention(q, k, k, block_mask=bm, enable_gqa=True)
+
+
+def _typed_config(mask_mod=None, score_mod=None, tiles=True):
+    bm = None
+    if mask_mod is not None and tiles:
+        bm = fa4jit.create_block_mask(mask_mod, None, None, 256, 256, device="cpu")
+    m, blk, s, aux = flex.lower(mask_mod, None, score_mod, None, block_mask=bm)
+    aux = aux or {}
+    names = list(aux)
+    m, blk, s = ops._snippet_texts(list(aux.values()), ",".join(names), m or "", blk or "", s or "")
+    cfg = {"depth": 128}
+    if m:
+        mk = {"kind": "custom", "snippet": m}
+        if blk:
+            mk["block_snippet"] = blk
+        cfg["mask"] = mk
+    if s:
+        cfg["score_mod"] = {"kind": "custom", "snippet": s}
+    return cfg
+
+
+def test_traced_snippets_compile_with_nvrtc():
+    doc = torch.tensor([0] * 100 + [1] * 156, dtype=torch.int32)
+    rel = torch.randn(8, 511)
+    table = torch.randn(8).to(torch.bfloat16)
+
+    def docmask(b, h, q_idx, kv_idx):
+        return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+
+    def relpos(score, b, h, q_idx, kv_idx):
+        return score + rel[h, q_idx - kv_idx + 255] + table[h]
+
+    def everything(score, b, h, q_idx, kv_idx):
+        x = torch.where(q_idx // 3 % 2 == 0, torch.sigmoid(score), torch.log(torch.abs(score) + 1.0))
+        return torch.clamp(x * torch.rsqrt(torch.exp(score.double()).float() + 1), -5.0, 5.0) + (b - h) % 3
+
+    cfgs = [_typed_config(docmask, relpos), _typed_config(dilated, alibi), _typed_config(prefix_lm, softcap),
+            _typed_config(None, everything)]
+    report = fa4jit.prewarm(cfgs, archs=["sm_90a"])
+    assert all(r["status"] in ("compiled", "hit") for r in report), report
+
+
+def test_fake_tensor_tracing_of_flex_attention():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(2, 4, 256, 64, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(2, 4, 256, 64, dtype=torch.bfloat16, device="cuda")
+        o = fa4jit.flex_attention(q, k, k, score_mod=softcap)
+        assert o.shape == q.shape and o.dtype == q.dtype
+        o, lse = fa4jit.flex_attention(q, k, k, score_mod=alibi, return_lse=True)
+        assert lse.shape == (2, 4, 256) and lse.dtype == torch.float32
+
+
+
+def test_band_masks_are_recognized_for_the_built_in_masks():
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 7)
+
+    def docmask_like(b, h, q_idx, kv_idx):
+        return (q_idx // 100) == (kv_idx // 100)
+
+    S = 700
+    bands = {}
+    for mod in (causal, sliding, window, prefix_lm, dilated, docmask_like):
+        bm = fa4jit.create_block_mask(mod, None, None, S, S, device="cpu", BLOCK_SIZE=64)
+        bands[mod.__name__] = (bm.band, flex._builtin_band(bm, S, S))
+    assert bands["causal"] == ((0, S - 1), dict(causal=True, window=None))
+    assert bands["sliding"] == ((0, 100), dict(causal=True, window=(100, 0)))
+    assert bands["window"] == ((-7, 100), dict(window=(100, 7)))
+    assert bands["prefix_lm"] == (None, None) and bands["dilated"] == (None, None)
+    assert bands["docmask_like"] == (None, None)
+    bm = fa4jit.create_block_mask(causal, None, None, 300, 500, device="cpu")
+    assert flex._builtin_band(bm, 300, 500) is None  # top-left vs bottom-right alignment differ
+
+
+def test_snippet_classifier_compiles_before_the_driver_is_needed():
+    # The library's tile-map kernel (jit::build_tile_map) for a CUDA C++ snippet: NVRTC runs, every
+    # argument is checked, and only the launch needs the GPU this machine lacks.
+    q = torch.empty(2, 256, 4, 64, dtype=torch.bfloat16)
+    doc = torch.zeros(256, dtype=torch.int32)
+    typed = ops._snippet_texts([doc], "doc", "return doc[q_idx] == doc[kv_idx] && q_idx >= kv_idx;", "", "")[0]
+    out = torch.empty(2, 4, 2, 2, dtype=torch.uint8)
+    with pytest.raises(fa4jit.DriverError):
+        flex.call_tile_map(q, q, typed, [doc], out.data_ptr(), 128, 128, True, True, "sm_90a", 0, -1)
+    with pytest.raises(fa4jit.CompileError, match=r"mask\(2\)|mask:2"):
+        flex.call_tile_map(q, q, "bool a = true;\nreturn a && nope;", [], out.data_ptr(), 128, 128, True, True,
+                           "sm_90a", 0, -1)
+    with pytest.raises(fa4jit.LaunchError, match="block sizes"):
+        flex.call_tile_map(q, q, "return true;", [], out.data_ptr(), 0, 128, True, True, "sm_90a", 0, -1)
+
+
+def test_snippet_reads_decide_broadcast_dimensions():
+    assert flex._reads("return doc[b * 8 + q_idx] > 0;", "b")
+    assert not flex._reads("return q_idx >= kv_idx; // b h", "b")
+    assert not flex._reads("return params.b > 0 && x.h;", "h")
+    assert flex._reads("return scalars[0] > q_idx;", "scalars")
+    # CPU tensors: no automatic map; the snippet and a list aux pass through unchanged.
+    q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16)
+    doc = torch.zeros(128, dtype=torch.int32)
+    m, blk, s, aux = flex.lower_call(q, q, "bshd", "return doc[q_idx] == doc[kv_idx];", None, None, [doc])
+    assert m == "return doc[q_idx] == doc[kv_idx];" and blk is None and aux == [doc]
+
+
+def test_torch_compile_traces_python_mods_without_graph_breaks():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    torch._dynamo.reset()
+    with FakeTensorMode():
+        bm = fa4jit.create_block_mask(causal, None, None, 256, 256, device="cuda")
+        snippet = _trace.trace(sliding, "mask").snippet
+
+        def flex_fn(q, k, v):
+            return fa4jit.flex_attention(q, k, v, score_mod=softcap, block_mask=bm, return_lse=True)
+
+        def traced_fn(q, k, v):  # (B, S, H, D), Python mods: no automatic map inside the graph
+            return fa4jit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask_mod=causal,
+                                    score_mod=alibi)
+
+        def snippet_fn(q, k, v):
+            return fa4jit.attention(q, k, v, mask_mod=snippet, block_mask_mod=bm, layout="bhsd")
+
+        q = torch.empty(2, 4, 256, 64, dtype=torch.bfloat16, device="cuda")
+        for fn in (flex_fn, traced_fn, snippet_fn):
+            explain = torch._dynamo.explain(fn)(q, q, q)
+            assert explain.graph_break_count == 0 and explain.graph_count == 1, (fn.__name__, explain)
+        o, lse = torch.compile(flex_fn, backend="eager", fullgraph=True)(q, q, q)
+        assert o.shape == q.shape and lse.shape == (2, 4, 256)
+
+
+def test_softcap_score_mods_are_recognized_for_the_built_in_softcap():
+    def mul_first(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / 50.0) * 50.0
+
+    def by_product(score, b, h, q_idx, kv_idx):
+        return 20.0 * torch.tanh(score * (1 / 20.0))
+
+    def other_cap(score, b, h, q_idx, kv_idx):
+        return 30.0 * torch.tanh(score / 20.0)
+
+    assert flex._builtin_softcap(_trace.trace(softcap, "score").snippet) == 30.0
+    assert flex._builtin_softcap(_trace.trace(mul_first, "score").snippet) == 50.0
+    assert flex._builtin_softcap(_trace.trace(by_product, "score").snippet) == pytest.approx(20.0)
+    assert flex._builtin_softcap(_trace.trace(other_cap, "score").snippet) == 0.0
+    assert flex._builtin_softcap(_trace.trace(alibi, "score").snippet) == 0.0

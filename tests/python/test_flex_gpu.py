@@ -1,0 +1,259 @@
+"""fa4jit's FlexAttention front end on a GPU: Python mods traced into snippets and tile maps derived from
+masks, against the float64 reference (tests/python/reference.py) and torch's own flex_attention.
+Skips without a CUDA GPU (`tools/gpu.sh python` runs it on the lent machine)."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
+
+import fa4jit  # noqa: E402
+from fa4jit import flex  # noqa: E402
+from reference import REL_L2, assert_close, attention_ref, rel_l2  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA GPU visible to torch (run tools/gpu.sh python on a GPU machine)")
+
+
+def rnd(*shape, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def bhsd(B, H, Hkv, Sq, Sk, D=128, dtype=torch.bfloat16, seed=0):
+    return (rnd(B, H, Sq, D, dtype=dtype, seed=seed), rnd(B, Hkv, Sk, D, dtype=dtype, seed=seed + 1),
+            rnd(B, Hkv, Sk, D, dtype=dtype, seed=seed + 2))
+
+
+def _grid(fn, B, H, Sq, Sk, score=None, device="cuda"):
+    """fn over every (b, h, q, kv) with vmap (FlexAttention's semantics): (B, H, Sq, Sk)."""
+    f = fn
+    for d in ((None, None, None, 0), (None, None, 0, None), (None, 0, None, None), (0, None, None, None)):
+        f = torch.vmap(f, in_dims=d if score is None else (0,) + d)
+    ar = [torch.arange(n, device=device, dtype=torch.int32) for n in (B, H, Sq, Sk)]
+    return f(*ar) if score is None else f(score, *ar)
+
+
+def reference(q, k, v, mask_mod=None, score_mod=None, scale=None):
+    """float64 reference for (B, H, S, D) inputs: returns o (B, H, Sq, D), lse (B, H, Sq)."""
+    B, H, Sq, _ = q.shape
+    Sk = k.shape[2]
+    mask_fn = score_fn = None
+    if mask_mod is not None:
+        m = _grid(mask_mod, B, H, Sq, Sk).expand(B, H, Sq, Sk)
+        mask_fn = lambda b, h, qi, ki: m  # noqa: E731
+    if score_mod is not None:
+        score_fn = lambda s, b, h, qi, ki: _grid(score_mod, B, H, Sq, Sk, score=s)  # noqa: E731
+    o, lse = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale, mask_fn=mask_fn,
+                           score_fn=score_fn)
+    return o.transpose(1, 2), lse
+
+
+def torch_flex():
+    fa = pytest.importorskip("torch.nn.attention.flex_attention")
+    return fa, torch.compile(fa.flex_attention, dynamic=False)
+
+
+# ---- FlexAttention's documented mods ----------------------------------------------------------------
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def sliding_window(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & (q_idx - kv_idx <= 256)
+
+
+def prefix_lm(b, h, q_idx, kv_idx):
+    return (kv_idx <= 300) | (q_idx >= kv_idx)
+
+
+def dilated(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & ((q_idx - kv_idx) % 3 == 0)
+
+
+def strided(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx) & ((kv_idx // 128) % 2 == 0) | (q_idx // 128 == kv_idx // 128) & (q_idx >= kv_idx)
+
+
+def softcap(score, b, h, q_idx, kv_idx):
+    return 20.0 * torch.tanh(score / 20.0)
+
+
+def alibi(score, b, h, q_idx, kv_idx):
+    return score - torch.exp2(-(h + 1) * 8.0 / 8) * (q_idx - kv_idx).abs()
+
+
+def doc_ids(B, S, seed, device="cuda"):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.zeros(B, S, dtype=torch.int32)
+    for b in range(B):
+        cuts = sorted(torch.randperm(S - 1, generator=g)[:5].add(1).tolist())
+        for c in cuts:
+            ids[b, c:] += 1
+    return ids.to(device)
+
+
+MASKS = [causal, sliding_window, prefix_lm, dilated, strided, None]
+SCORES = [None, softcap, alibi]
+
+
+@pytest.mark.parametrize("mask_mod", MASKS, ids=lambda m: getattr(m, "__name__", "none"))
+@pytest.mark.parametrize("score_mod", SCORES, ids=lambda m: getattr(m, "__name__", "none"))
+def test_documented_mods_against_reference_and_flex(mask_mod, score_mod):
+    B, H, S = 2, 4, 1024
+    q, k, v = bhsd(B, H, H, S, S, seed=1)
+    bm = None if mask_mod is None else fa4jit.create_block_mask(mask_mod, None, None, S, S, device="cuda")
+    o, lse = fa4jit.flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, return_lse=True)
+    ref_o, ref_lse = reference(q, k, v, mask_mod, score_mod)
+    assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"{mask_mod} {score_mod}")
+    fa, flex_c = torch_flex()
+    tbm = None if mask_mod is None else fa.create_block_mask(mask_mod, None, None, S, S, device="cuda")
+    theirs = flex_c(q, k, v, score_mod=score_mod, block_mask=tbm)
+    assert rel_l2(o, theirs) <= 2 * REL_L2[torch.bfloat16]
+    if tbm is not None:  # FlexAttention's own BlockMask: the same results
+        o2 = fa4jit.flex_attention(q, k, v, score_mod=score_mod, block_mask=tbm)
+        assert rel_l2(o2, o) <= 1e-3
+
+
+def test_relative_position_bias_captured_tensor_and_gqa():
+    B, H, Hkv, Sq, Sk = 2, 8, 2, 384, 640
+    q, k, v = bhsd(B, H, Hkv, Sq, Sk, seed=2)
+    rel = torch.randn(H, Sq + Sk, device="cuda")
+
+    def relpos(score, b, h, q_idx, kv_idx):
+        return score + rel[h, q_idx - kv_idx + Sk]
+
+    o, lse = fa4jit.flex_attention(q, k, v, score_mod=relpos, enable_gqa=True, return_lse=True, scale=0.07)
+    kr, vr = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    ref_o, ref_lse = reference(q, kr, vr, None, relpos, scale=0.07)
+    assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what="relpos gqa")
+
+
+def test_aux_dependent_document_mask_tile_map_follows_aux_contents():
+    """fa4jit.attention with a Python mask: the tile map is built automatically, reused while the
+    document ids are unchanged, and rebuilt when they are written in place."""
+    flex.clear_block_mask_cache()
+    B, H, S = 2, 4, 2048
+    q, k, v = bhsd(B, H, H, S, S, seed=3)
+    doc = doc_ids(B, S, seed=5)
+
+    def docmask(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+
+    for step, seed in enumerate((5, 6)):
+        if step:
+            doc.copy_(doc_ids(B, S, seed=seed))  # in place: the same tensor, a new version
+        out = torch.full((B, H, S, 128), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+        fa4jit.attention(q, k, v, mask_mod=docmask, layout="bhsd", out=out)
+        ref_o, _ = reference(q, k, v, docmask)
+        assert_close(out, ref_o, torch.bfloat16, what=f"document mask step {step}")
+        maps = [bm.classes.clone() for bm in flex._auto.values()]
+        assert len(maps) == step + 1
+    assert not torch.equal(maps[0], maps[1])  # the tile map changed with the aux contents
+    assert (maps[1] == 0).float().mean() > 0.3  # empty tiles skipped
+
+
+def test_noop_and_fully_masked_rows():
+    S = 512
+    q, k, v = bhsd(1, 2, 2, S, S, seed=4)
+
+    def nothing_first_rows(b, h, q_idx, kv_idx):
+        return (q_idx >= 200) & (kv_idx <= q_idx)
+
+    bm = fa4jit.create_block_mask(nothing_first_rows, 1, 2, S, S, device="cuda")
+    o, lse = fa4jit.flex_attention(q, k, v, block_mask=bm, return_lse=True)
+    assert (o[:, :, :200] == 0).all() and torch.isneginf(lse[:, :, :200]).all()
+    ref_o, ref_lse = reference(q, k, v, nothing_first_rows)
+    assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what="masked rows")
+
+
+def test_varlen_and_paged_take_traced_mods():
+    lens = [300, 129, 512]
+    H, D = 4, 128
+    total = sum(lens)
+    q = rnd(total, H, D, seed=7)
+    k = rnd(total, H, D, seed=8)
+    v = rnd(total, H, D, seed=9)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    o = fa4jit.attention_varlen(q, k, v, cu, cu, max(lens), mask_mod=sliding_window, score_mod=softcap)
+    off = 0
+    for L in lens:
+        ref_o, _ = reference(q[off:off + L].transpose(0, 1)[None], k[off:off + L].transpose(0, 1)[None],
+                             v[off:off + L].transpose(0, 1)[None], sliding_window, softcap)
+        assert_close(o[off:off + L], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"varlen {L}")
+        off += L
+    # Paged decode-style chunk: 16 queries over 1024 keys in pages of 64, a strided mask.
+    B, Sq, Sk, P = 2, 16, 1024, 64
+    qd = rnd(B, Sq, H, D, seed=10)
+    kd, vd = rnd(B, Sk, H, D, seed=11), rnd(B, Sk, H, D, seed=12)
+    perm = torch.randperm(B * Sk // P, generator=torch.Generator().manual_seed(0)).cuda()
+    kc = torch.empty(B * Sk // P, P, H, D, device="cuda", dtype=torch.bfloat16)
+    vc = torch.empty_like(kc)
+    table = perm.view(B, Sk // P).to(torch.int32)
+    kc[table.long()] = kd.view(B, Sk // P, P, H, D)
+    vc[table.long()] = vd.view(B, Sk // P, P, H, D)
+    used = torch.full((B,), Sk, dtype=torch.int32, device="cuda")
+
+    def tail(b, h, q_idx, kv_idx):
+        return kv_idx % 4 != 1
+
+    o = fa4jit.attention_paged(qd, kc, vc, table, used, mask_mod=tail, score_mod=alibi)
+    ref_o, _ = reference(qd.transpose(1, 2), kd.transpose(1, 2), vd.transpose(1, 2), tail, alibi)
+    assert_close(o, ref_o.transpose(1, 2), torch.bfloat16, what="paged")
+
+
+def test_cuda_graph_capture_with_block_mask():
+    B, H, S = 1, 4, 1024
+    q, k, v = bhsd(B, H, H, S, S, seed=13)
+    bm = fa4jit.create_block_mask(sliding_window, None, None, S, S, device="cuda")  # outside capture
+    fa4jit.flex_attention(q, k, v, block_mask=bm, score_mod=softcap)
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fa4jit.flex_attention(q, k, v, block_mask=bm, score_mod=softcap)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fa4jit.flex_attention(q, k, v, block_mask=bm, score_mod=softcap)
+    nq, nk, nv = bhsd(B, H, H, S, S, seed=14)
+    q.copy_(nq), k.copy_(nk), v.copy_(nv)
+    g.replay()
+    torch.cuda.synchronize()
+    ref_o, _ = reference(nq, nk, nv, sliding_window, softcap)
+    assert_close(out, ref_o, torch.bfloat16, what="graph replay")
+
+
+def test_block_mask_as_block_mask_mod_of_attention():
+    S = 768
+    q, k, v = bhsd(2, 4, 4, S, S, seed=15)
+    bm = fa4jit.create_block_mask(prefix_lm, None, None, S, S, device="cuda", BLOCK_SIZE=(64, 128))
+    o = fa4jit.attention(q, k, v, block_mask_mod=bm, layout="bhsd")
+    ref_o, _ = reference(q, k, v, prefix_lm)
+    assert_close(o, ref_o, torch.bfloat16, what="BlockMask as block_mask_mod")
+
+
+def test_cuda_snippet_mask_gets_a_tile_map_from_the_library_classifier():
+    """A CUDA C++ mask snippet (no block snippet): jit::build_tile_map classifies its tiles on the GPU;
+    the map equals the traced mask's, follows the aux contents, and the results match the reference."""
+    flex.clear_block_mask_cache()
+    B, H, S = 2, 4, 2048
+    q, k, v = bhsd(B, H, H, S, S, seed=16)
+    doc = doc_ids(B, S, seed=7)
+    snippet = "return doc[b * %d + q_idx] == doc[b * %d + kv_idx] && q_idx >= kv_idx;" % (S, S)
+
+    def traced(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+
+    for step in range(2):
+        if step:
+            doc.copy_(doc_ids(B, S, seed=8))
+        out = torch.full((B, H, S, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fa4jit.attention(q, k, v, mask_mod=snippet, aux=[doc], layout="bhsd", out=out)
+        ref_o, _ = reference(q, k, v, traced)
+        assert_close(out, ref_o, torch.bfloat16, what=f"snippet document mask step {step}")
+        mine = list(flex._snippet_maps.values())[-1]
+        assert mine.classes.shape == (B, 1, S // 128, S // 128)  # the snippet reads b, not h
+        want = fa4jit.create_block_mask(traced, B, None, S, S, device="cuda")
+        assert torch.equal(mine.classes, want.classes)
+    assert len(flex._snippet_maps) == 2  # rebuilt after the in-place write
