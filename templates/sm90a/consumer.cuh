@@ -18,6 +18,7 @@
 #include "common/pipeline.cuh"
 #include "common/smem.cuh"
 #include "sm90a/layout.cuh"
+#include "sm90a/walk.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"
 #include "sm90a/epilogue.cuh"

@@ -11,6 +11,7 @@
 #include "common/mbarrier.cuh"
 #include "common/smem.cuh"
 #include "sm90a/layout.cuh"
+#include "sm90a/walk.cuh"
 #include "sm90a/softmax.cuh"
 
 namespace fa4 {

@@ -14,6 +14,7 @@
 #include "common/score_mod.cuh"
 #include "common/softmax.cuh"
 #include "sm90a/layout.cuh"
+#include "sm90a/walk.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"
 #include "sm90a/load.cuh"

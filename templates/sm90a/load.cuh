@@ -5,6 +5,7 @@
 #include "common/pipeline.cuh"
 #include "common/smem.cuh"
 #include "sm90a/layout.cuh"
+#include "sm90a/walk.cuh"
 
 namespace fa4 {
 namespace sm90a {

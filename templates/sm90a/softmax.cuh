@@ -10,6 +10,7 @@
 #include "common/score_mod.cuh"
 #include "common/softmax.cuh"
 #include "sm90a/layout.cuh"
+#include "sm90a/walk.cuh"
 
 namespace fa4 {
 namespace sm90a {
