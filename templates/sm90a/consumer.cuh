@@ -17,7 +17,7 @@
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
 #include "common/smem.cuh"
-#include "sm90a/layout.cuh"
+#include "sm90a/smem_layout.cuh"
 #include "sm90a/walk.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"

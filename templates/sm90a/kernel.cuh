@@ -13,7 +13,7 @@
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/softmax.cuh"
-#include "sm90a/layout.cuh"
+#include "sm90a/smem_layout.cuh"
 #include "sm90a/walk.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"
@@ -24,7 +24,7 @@
 namespace fa4 {
 namespace sm90a {
 
-// Every role walks the CTA's tile walk (TileWalker, layout.cuh): GridTiles (one CTA per unit),
+// Every role walks the CTA's tile walk (TileWalker, walk.cuh): GridTiles (one CTA per unit),
 // PersistentTiles (Config::kPersistent = 1: grid (min(#SMs, units), 1, 1)) or SegmentTiles
 // (stream-K, 2); the walks are common/tile_walk.h. Persistent protocol: docs/HOPPER.md
 // "Persistent mode".

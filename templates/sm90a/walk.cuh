@@ -2,7 +2,7 @@
 // Config's kPersistent (TileWalker), and the KV split helpers of the epilogue.
 #pragma once
 #include "common/tile_scheduler.cuh"
-#include "sm90a/layout.cuh"
+#include "sm90a/shape.cuh"
 
 namespace fa4 {
 namespace sm90a {
