@@ -8,8 +8,8 @@ change here that was not regenerated fails CI. The first line (which names the g
 compared, so moving this script does not touch the kernel headers.
 N is kBN for S = Q K^T and the padded depth for O += P V (64, 128, 192, 256). 80 / 112 are the QK
 GEMMs of the d256 / d192 tiles (FA3's), 96 fills the BN steps between, 176 is FA3's d128 non-causal
-tile; dense f16/bf16 wgmma takes any N multiple of 8 in [8, 256]. generator/config.cpp (kHopperBN)
-and the kBN static_assert in layout.cuh list the same values."""
+tile; dense f16/bf16 wgmma takes any N multiple of 8 in [8, 256]. The legal kBN (templates/sm90a/abi.h
+bn_16bit: the host's candidates and the kernel's static_assert) are NS less 256."""
 import sys
 
 NS = [64, 80, 96, 112, 128, 176, 192, 256]

@@ -142,9 +142,10 @@ std::string render_source(const ResolvedConfig& rc) {
   w.line("struct Config {");
   w.line(fmt::format("  using Element = {};", element_type(c.dtype)));
   w.line(fmt::format("  using OutElement = {};", element_type(*c.output_dtype)));
-  // Only for an FP8 KV cache (templates: KVElementOf, else Element), so every other kernel's source
-  // is unchanged.
-  if (c.kv_dtype) w.line(fmt::format("  using KVElement = {};", element_type(*c.kv_dtype)));
+  // K/V storage: e4m3 for an FP8 KV cache under a 16-bit Element, else Element.
+  w.line(fmt::format("  using KVElement = {};", element_type(kv_type(c))));
+  // Every member, for every backend: the templates read them without detecting absent ones.
+  const int pack = detail::pack_heads(rc);
   const std::pair<const char*, int> constants[] = {
       {"kDepth", c.depth},
       {"kPaddedDepth", rc.padded_depth},
@@ -163,16 +164,14 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kPingPong", rc.tuning.pingpong},
       {"kWgSpans", rc.tuning.wg_spans},
       {"kPersistent", rc.tuning.persistent},
-      {"kPack", detail::pack_heads(rc)},                       // GQA packing: query heads per CTA (PackedRow)
+      {"kPack", pack},                                         // GQA packing: query heads per CTA (PackedRow)
       {"kBottomTiles", detail::policy(rc).bottom_q_tiles(c)},  // Q tiles end at the last row (sm90a)
       {"kCtasPerSm", rc.ctas_per_sm},
+      {"kQInRegs", detail::policy(rc).q_in_registers(rc)},  // S = Q K^T takes Q from registers (sm90a)
+      // Groups packed in slices (detail::pack_heads below the group): the slices of a group, else 1.
+      {"kPackSlices", c.pack_gqa && pack > 1 && pack < c.group ? c.group / pack : 1},
   };
   for (const auto& [name, value] : constants) w.line(fmt::format("  static constexpr int {} = {};", name, value));
-  // Only where on (templates: QInRegsOf, else off), so every other kernel's source is unchanged.
-  if (detail::policy(rc).q_in_registers(rc)) w.line("  static constexpr int kQInRegs = 1;");
-  // Groups packed in slices (detail::pack_heads): only there, likewise.
-  if (const int pack = detail::pack_heads(rc); c.pack_gqa && pack > 1 && pack < c.group)
-    w.line(fmt::format("  static constexpr int kPackSlices = {};", c.group / pack));
   w.line("};");
   int counter = 0;
   const std::string mask_type = emit_mask(w, c.mask, counter);

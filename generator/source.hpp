@@ -12,7 +12,9 @@ namespace jit::detail {
 
 // 2: the split-KV combine left the attention kernel's module (generator/combine.hpp).
 constexpr const char* kGeneratorVersion = "fa4jit-generator-2";
-constexpr int kCacheSchema = 1;
+// 2: the generated Config writes every member for every backend (KVElement, kQInRegs and
+// kPackSlices too), so the templates detect none (issue 55).
+constexpr int kCacheSchema = 2;
 constexpr const char* kSourceName = "fa4jit.cu";
 constexpr const char* kEntryName = "fa4_fwd";
 constexpr const char* kCombineEntryName = "fa4_combine";  // split-KV merge, a module of its own

@@ -1,9 +1,12 @@
 // FA4Config: per-arch derivation, validation errors that name the field, JSON round trip.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/jit.hpp"
+#include "sm90a/abi.h"
 #include "tests/support/tune.hpp"
 
 namespace {
@@ -53,6 +56,59 @@ TEST(Config, DerivesHopperDefaults) {
   const auto d64 = jit::resolve(cfg_for("sm_90a", 64));  // FA3's 192-row tiles: 3 consumer warpgroups
   EXPECT_EQ(d64.config.BM, 192);
   EXPECT_EQ(d64.num_threads, 512);
+}
+
+// sm90a's host and kernel share templates/sm90a/abi.h: every resolved sm90a config (16-bit at each
+// depth and walk, FP8, an FP8 KV cache) launches with the shared memory abi::smem_bytes gives its
+// family (with the own-O region exactly where abi::own_o takes it), abi::num_threads, a legal kBN
+// and setmaxnreg budgets that fit its launch registers (the kernel static_asserts the same).
+TEST(Config, HopperBudgetsAreTheKernelAbi) {
+  namespace abi = fa4::sm90a::abi;
+  constexpr int kMaxSmem = 232448;  // sm_90a: 227 KiB
+  struct Case {
+    int depth;
+    jit::DType dtype;
+    bool kv_fp8;
+    bool causal;
+    bool pack;
+    const char* tune;
+  };
+  std::vector<Case> cases;
+  for (int d : {64, 96, 128, 192, 256})
+    for (bool causal : {false, true})
+      for (const char* tune : {"persistent=0", "persistent=1", "persistent=2"})
+        cases.push_back({d, jit::DType::bf16, false, causal, false, tune});
+  cases.push_back({128, jit::DType::bf16, false, true, true, ""});
+  for (int d : {64, 128}) cases.push_back({d, jit::DType::e4m3, false, false, false, ""});
+  cases.push_back({128, jit::DType::bf16, true, false, false, ""});
+  cases.push_back({128, jit::DType::bf16, true, true, true, ""});
+  for (const Case& k : cases) {
+    jit::FA4Config c = cfg_for("sm_90a", k.depth);
+    c.dtype = k.dtype;
+    if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
+    if (k.causal) c.mask = jit::Mask::causal();
+    if (k.pack) {
+      c.num_q_heads = 32;
+      c.group = 8;
+      c.pack_gqa = true;
+    }
+    const std::string what = fmt::format("d{} {} kv_fp8 {} causal {} pack {} [{}]", k.depth, jit::to_string(k.dtype),
+                                         k.kv_fp8, k.causal, k.pack, k.tune);
+    const jit::ResolvedConfig r = jit::resolve(c, tuned(k.tune));
+    const abi::Family f = abi::family_of(k.dtype == jit::DType::e4m3, k.kv_fp8);
+    const int bm = r.config.BM, bn = r.config.BN, dp = r.padded_depth, stages = r.config.num_kv_stages;
+    const bool own_o = abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, stages, kMaxSmem);
+    EXPECT_EQ(r.smem_bytes, abi::smem_bytes(f, bm, bn, dp, stages, own_o)) << what;
+    EXPECT_EQ(own_o, abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, stages, r.smem_bytes)) << what;
+    EXPECT_EQ(r.num_threads, abi::num_threads(bm)) << what;
+    EXPECT_TRUE(abi::bn_legal(f, bn, bm, dp)) << what;
+    EXPECT_TRUE(abi::budgets_fit(f, bm, r.ctas_per_sm, dp, bn)) << what;
+  }
+  // The persistent 16-bit d128 kernel stages O in its own region; d256's does not fit one.
+  const jit::ResolvedConfig d128 = jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=1"));
+  EXPECT_EQ(d128.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, 128, 128, 2, true));
+  const jit::ResolvedConfig d256 = jit::resolve(cfg_for("sm_90a", 256), tuned("persistent=1"));
+  EXPECT_EQ(d256.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, d256.config.BN, 256, 2, false));
 }
 
 // Deeper heads on sm90a: BN from the consumers' registers (O Dp/2 + S BN/2 + P BN/4 floats) and from

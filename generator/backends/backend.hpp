@@ -45,14 +45,14 @@ class BackendPolicy {
   // Whether masked launches may reorder CTAs longest-first.
   virtual bool lpt_order() const = 0;
   // Whether the kernel's Q tiles end at the last query row (a partial tile first, not last):
-  // emitted as Config::kBottomTiles (templates/sm90a/layout.cuh), and the host's model of tile costs.
+  // emitted as Config::kBottomTiles (templates/sm90a/shape.cuh), and the host's model of tile costs.
   virtual bool bottom_q_tiles(const FA4Config&) const { return false; }
   // Whether a cubin built for `rc` runs on a device of compute capability `sm` (major*10 + minor).
   virtual bool runs_on(const ResolvedConfig& rc, int sm) const = 0;
   // Rows of one K/V load box for a paged launch with `page_size` rows per page (LaunchError when
   // this backend cannot load such pages); unpaged launches load BN rows.
   virtual int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const = 0;
-  // sm90a: S = Q K^T with Q in registers (Config::kQInRegs, written only where true).
+  // sm90a: S = Q K^T with Q in registers (Config::kQInRegs).
   virtual bool q_in_registers(const ResolvedConfig&) const { return false; }
 };
 

@@ -7,23 +7,31 @@
 
 #include "fa4jit/errors.hpp"
 #include "generator/backends/backend.hpp"
+#include "sm90a/abi.h"  // templates/sm90a/abi.h: the kernel's legal kBN, shared memory, registers
 
 namespace jit::detail {
 
 namespace {
 
-// sm90a BN candidates: the wgmma N values generated for S = Q K^T (dev/gen_mma.py
-// NS, minus 256, whose S fragment alone is 128 registers). Multiples of 16 (one k16 step of P V).
-constexpr int kHopperBN[] = {64, 80, 96, 112, 128, 176, 192};
+namespace abi = fa4::sm90a::abi;
 
-// Per consumer thread the overlapped schedule keeps O (Dp/2 floats), S (BN/2) and packed P (BN/4)
-// live at once. Largest totals ptxas fits with 0 spills: 196 at 240 registers (d128 BN 176) and 128 at
-// 160 (BM 192: d64 BN 128; BN 192 there needs 176 and spills 400 B). Indices, row state, addresses
-// and the mask take the rest. Per-element masks (all but none and causal) and position-dependent
-// score-mods (ALiBi, snippets) keep ~20 more registers live in the softmax: 176 for their defaults
-// (d192 BN 112 and d256 BN 80 spill 8-180 B with them; FA3 too lowers BN for local masks there).
-int fragment_regs(int dp, int bn) { return dp / 2 + bn / 2 + bn / 4; }
-int fragment_budget(int bm, bool heavy_softmax = false) { return bm == 192 ? 128 : heavy_softmax ? 176 : 196; }
+abi::Family family(const FA4Config& c) {
+  return abi::family_of(c.dtype == DType::e4m3, c.dtype != DType::e4m3 && kv_type(c) == DType::e4m3);
+}
+
+// The kernel's legal kBN for this family, tile and padded depth, ascending (abi.h bn_legal).
+std::vector<int> legal_bns(abi::Family f, int bm, int dp) {
+  std::vector<int> out;
+  for (int bn = 16; bn <= 256; bn += 16)
+    if (abi::bn_legal(f, bn, bm, dp)) out.push_back(bn);
+  return out;
+}
+
+// Two CTAs per SM when both fit (each also takes 1 KiB of reserved shared memory per block):
+// decode (BM 64) at padded depth <= 128; deeper heads run one CTA per SM.
+int ctas_per_sm(int bm, int smem, const ArchInfo& a) {
+  return bm == 64 && 2 * (smem + 1024) <= a.max_smem + 1024 ? 2 : 1;
+}
 
 // Per-element masks (all but none and causal) and position-dependent score-mods (ALiBi, snippets).
 bool heavy_softmax(const FA4Config& c) {
@@ -59,20 +67,21 @@ class Sm90a final : public BackendPolicy {
     std::vector<int> bm_allowed = dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128};
     if (c.pack_gqa) bm_allowed.insert(bm_allowed.begin(), 64);
     c.BM = pick("BM", c.BM, bm_default, bm_allowed);
-    auto smem_for = [&](int bn, int stages) { return 2 * (c.BM * dp + 2 * stages * bn * dp) + 1024; };
+    auto smem_for = [&](int bn, int stages) { return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, stages, false); };
     // BN: every candidate whose fragments fit the consumers' registers and whose tiles fit shared
     // memory with the minimum 2 stages (d192: up to 112, d256: up to 80, FA3's tiles there).
     std::vector<int> bn_allowed;
-    for (int bn : kHopperBN)
-      if (fragment_regs(dp, bn) <= fragment_budget(c.BM) && smem_for(bn, 2) <= a.max_smem) bn_allowed.push_back(bn);
+    for (int bn : legal_bns(abi::Family::k16, c.BM, dp))
+      if (abi::fragment_regs(dp, bn) <= abi::fragment_budget(c.BM, false) && smem_for(bn, 2) <= a.max_smem)
+        bn_allowed.push_back(bn);
     // Default: 128 (BN 176 at d128, FA3's non-causal tile, and 192 at d64 are opt-in), the largest
     // allowed below it at d192 / d256 (112 / 80; 96 / 64 with a heavier softmax); decode (BM 64)
     // streams K/V with BN 64: two CTAs per SM where both fit in shared memory keep twice the loads in flight.
-    const int default_budget = fragment_budget(c.BM, heavy_softmax(c));
+    const int default_budget = abi::fragment_budget(c.BM, heavy_softmax(c));
     int bn_default = 64;
     if (c.BM != 64)
       for (int bn : bn_allowed)
-        if (bn <= 128 && fragment_regs(dp, bn) <= default_budget) bn_default = bn;
+        if (bn <= 128 && abi::fragment_regs(dp, bn) <= default_budget) bn_default = bn;
     if (c.BN != 0 && std::find(bn_allowed.begin(), bn_allowed.end(), c.BN) == bn_allowed.end())
       refuse("BN", std::to_string(c.BN),
              fmt::format("at depth {} (padded {}) with BM {} on {} allowed: {} (S, P and O registers of a consumer "
@@ -86,10 +95,7 @@ class Sm90a final : public BackendPolicy {
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    // Two CTAs per SM when both fit (each also takes 1 KiB of reserved shared memory per block):
-    // decode (BM 64) at padded depth <= 128; deeper heads run one CTA per SM.
-    const int ctas = c.BM == 64 && 2 * (smem + 1024) <= a.max_smem + 1024 ? 2 : 1;
-    return {128 * (1 + c.BM / 64), smem, ctas};
+    return {abi::num_threads(c.BM), smem, ctas_per_sm(c.BM, smem, a)};
   }
 
   // FP8 (e4m3 Q, K, V; templates/sm90a: k32 wgmma, V transposed in shared memory by the producer
@@ -102,7 +108,7 @@ class Sm90a final : public BackendPolicy {
       refuse("depth", fmt::format("{} with dtype e4m3", c.depth), fmt::format("64, 96 or 128 for FP8 on {}", c.arch));
     // Three consumer warpgroups (BM 192) for unmasked and causal attention: with e4m3 GEMMs at twice
     // the 16-bit rate a warpgroup's softmax outlasts its GEMMs, and a third warpgroup keeps the
-    // tensor cores fed (docs/PERF.md run 36: d128 +4-15% over BM 128). Registers (layout.cuh): 152
+    // tensor cores fed (docs/PERF.md run 36: d128 +4-15% over BM 128). Registers (abi.h): 152
     // per consumer at depth 64; 160 at padded depth 128, without the intra-warpgroup overlap (settle).
     // A score-mod or a per-element mask spills there (d64 causal + softcap, window + softcap: 16 B;
     // d128 softcap 16 B, causal + softcap 76 B), so those keep BM 128.
@@ -110,23 +116,22 @@ class Sm90a final : public BackendPolicy {
     const std::vector<int> bm_allowed = c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128, 192};
     c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : plain ? 192 : 128, bm_allowed);
     // BN 160 (FA3's FP8 d64 tile, 192 x 160) for unmasked attention at depth 64: S 80 + P 20 + O 32
-    // per thread with the overlap, the consumers at 160 registers (layout.cuh). docs/PERF.md run 47
+    // per thread with the overlap, the consumers at 160 registers (abi.h). docs/PERF.md run 47
     // (5), H200: unmasked +0.5-4.6% over BN 128 (without the ping-pong turns); causal -3.1..+1.3%, so
     // BN 128 there. FA3's d128 tile (128 x 224) and narrower ones were slower (run 47 (1), (3)).
-    const bool bn160_ok = c.BM == 192 && dp == 64;
+    const bool bn160_ok = abi::bn_fp8(160, c.BM, dp);
     const int bn_default = bn160_ok && plain && c.mask.kind == Mask::Kind::none ? 160 : 128;
-    c.BN = pick("BN", c.BN, bn_default, bn160_ok ? std::vector<int>{128, 160} : std::vector<int>{128});
+    c.BN = pick("BN", c.BN, bn_default, legal_bns(abi::Family::kFp8, c.BM, dp));
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
     // Q regions sized for 16-bit O staging; K and V rings of 1-byte elements; the transposed V ring
-    // in whole blocks of 128 keys (SmemLayout::kVtStageBytes).
-    const int vt_keys = (c.BN + 127) / 128 * 128;
-    const int smem = 2 * c.BM * dp + 2 * c.num_kv_stages * c.BN * dp + c.num_kv_stages * vt_keys * dp + 1024;
+    // in whole blocks of 128 keys.
+    const int smem = abi::smem_bytes(abi::Family::kFp8, c.BM, c.BN, dp, c.num_kv_stages, false);
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} (e4m3) need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    return {128 * (1 + c.BM / 64), smem, 1};
+    return {abi::num_threads(c.BM), smem, 1};
   }
 
   // FP8 KV cache (e4m3 K and V under a 16-bit Q; templates/sm90a: the producer warpgroup's warps 1-3
@@ -142,17 +147,16 @@ class Sm90a final : public BackendPolicy {
     c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : 128, c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128});
     // The consumers run at 224 registers here (the converting producer takes 56): per-element masks
     // and position-dependent score-mods spill at BN 128 (d96 sliding window + softcap: 4 B), so BN 64.
-    c.BN = pick("BN", c.BN, c.BM == 64 || heavy_softmax(c) ? 64 : 128, {64, 128});
+    c.BN = pick("BN", c.BN, c.BM == 64 || heavy_softmax(c) ? 64 : 128, legal_bns(abi::Family::kKvFp8, c.BM, dp));
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
-    const int smem = 2 * c.BM * dp + 6 * c.num_kv_stages * c.BN * dp + 1024;
+    const int smem = abi::smem_bytes(abi::Family::kKvFp8, c.BM, c.BN, dp, c.num_kv_stages, false);
     if (smem > a.max_smem)
       throw ConfigError(
           fmt::format("num_kv_stages: {} stages of BN={} at depth {} (kv_dtype e4m3) need {} bytes; {} allows {}",
                       c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    const int ctas = c.BM == 64 && 2 * (smem + 1024) <= a.max_smem + 1024 ? 2 : 1;
-    return {128 * (1 + c.BM / 64), smem, ctas};
+    return {abi::num_threads(c.BM), smem, ctas_per_sm(c.BM, smem, a)};
   }
 
   static bool fp8_three_wgs(const FA4Config& c, int dp) { return c.dtype == DType::e4m3 && c.BM == 192 && dp == 128; }
@@ -244,11 +248,11 @@ class Sm90a final : public BackendPolicy {
     // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
     if (t.persistent == 2) b.ctas_per_sm = 1;
     // Persistent CTAs stage O in a region of their own where it fits, so the next tile's Q load
-    // overlaps the epilogue (templates/sm90a/layout.cuh SmemLayout::kOwnO takes it when the bytes
-    // are there).
-    const int own_o_bytes = 2 * c.BM * dp;
-    const bool own_o = t.persistent != 0 && b.smem + own_o_bytes <= a.max_smem;
-    if (own_o) b.smem += own_o_bytes;
+    // overlaps the epilogue (abi.h own_o; templates/sm90a/smem_layout.cuh SmemLayout::kOwnO takes it
+    // when kSmemBytes holds it).
+    const abi::Family f = family(c);
+    if (abi::own_o(f, t.persistent != 0, c.BM, c.BN, dp, c.num_kv_stages, a.max_smem))
+      b.smem = abi::smem_bytes(f, c.BM, c.BN, dp, c.num_kv_stages, true);
   }
 
   bool uses_tma() const override { return true; }

@@ -20,24 +20,6 @@ template <> struct DTypeTraits<bf16_t> { static constexpr bool kIsBf16 = true, k
 template <> struct DTypeTraits<half_t> { static constexpr bool kIsBf16 = false, kIsFp8 = false; };
 template <> struct DTypeTraits<e4m3_t> { static constexpr bool kIsBf16 = false, kIsFp8 = true; };
 
-template <class...> struct VoidOf { using type = void; };
-
-// K/V storage type: Config::KVElement where the generator sets it (an FP8 KV cache, "kv_dtype":
-// "e4m3", under a 16-bit Element for Q and the MMAs), else Element.
-template <class C, class = void> struct KVElementOf { using type = typename C::Element; };
-template <class C> struct KVElementOf<C, typename VoidOf<typename C::KVElement>::type> {
-  using type = typename C::KVElement;
-};
-
-// Config::kPackSlices (absent or 1: a packed CTA serves a KV head's whole group; s > 1, groups
-// larger than a Q box: the group's heads in s slices of kPack, one CTA each, so a packed Q/O map's
-// "KV head" coordinate is the slice q_head / kPack; runtime/tma.cpp). The generator writes it only
-// where > 1, so other kernels' source is unchanged.
-template <class C, class = void> struct PackSlicesOf { static constexpr int value = 1; };
-template <class C> struct PackSlicesOf<C, typename VoidOf<decltype(C::kPackSlices)>::type> {
-  static constexpr int value = C::kPackSlices;
-};
-
 // Packs two floats into one 32-bit register of 16-bit values (lo in the low half).
 template <class T>
 __device__ __forceinline__ u32 pack2(float lo, float hi) {

@@ -21,7 +21,7 @@ struct Traits {
   // K/V in global memory: Element, or e4m3 for an FP8 KV cache (Config::KVElement, "kv_dtype":
   // "e4m3" under a 16-bit Element). Then TMA lands K/V tiles as e4m3 in the f8 ring and warps 14-15
   // widen them into the 16-bit K/V rings (convert.cuh); everything after that is the 16-bit kernel's.
-  using KVElement = typename KVElementOf<Config>::type;
+  using KVElement = typename Config::KVElement;
   static constexpr bool kFp8KV = !kFp8 && DTypeTraits<KVElement>::kIsFp8;
   // Scores and O take the launch's descale factors (FP8 inputs: descale_q, _k, _v; an FP8 KV cache:
   // descale_k, _v).
@@ -46,7 +46,7 @@ struct Traits {
   static constexpr int kPPerColumn = 4 / kElemBytes;  // P elements per 32-bit TMEM column (2, or 4 e4m3)
   static constexpr int kThreads = 512;
   static constexpr int kPack = Config::kPack;       // GQA packing: tile row -> (query, head) by Rows
-  static constexpr int kPackSlices = PackSlicesOf<Config>::value;  // groups above 128: slices of kPack heads
+  static constexpr int kPackSlices = Config::kPackSlices;  // groups above 128: slices of kPack heads
   using Rows = PackedRow<kPack, kTileM>;            // common/packed_rows.h: a Q tile is one span (one 5-D box)
 
   static_assert(Config::kNumThreads == kThreads, "sm100a: 16 warps (2 softmax WGs, correction WG, MMA, load)");

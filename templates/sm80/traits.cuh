@@ -13,7 +13,7 @@ struct Traits {
   // K/V in global memory: Element, or e4m3 for an FP8 KV cache (Config::KVElement). An FP8 K/V tile
   // lands by cp.async in an e4m3 staging ring (kStages stages) and is converted into one 16-bit
   // K/V stage, which the MMA code reads as it reads a 16-bit kernel's ring.
-  using KVElement = typename KVElementOf<Config>::type;
+  using KVElement = typename Config::KVElement;
   static constexpr bool kFp8KV = DTypeTraits<KVElement>::kIsFp8;
 
   static constexpr int kDepth = Config::kDepth;

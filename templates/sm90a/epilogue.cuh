@@ -10,7 +10,8 @@
 #include "common/combine.cuh"
 #include "common/mbarrier.cuh"
 #include "common/smem.cuh"
-#include "sm90a/layout.cuh"
+#include "sm90a/smem_layout.cuh"
+#include "sm90a/walk.cuh"
 #include "sm90a/softmax.cuh"
 
 namespace fa4 {

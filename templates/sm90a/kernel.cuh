@@ -13,7 +13,8 @@
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/softmax.cuh"
-#include "sm90a/layout.cuh"
+#include "sm90a/smem_layout.cuh"
+#include "sm90a/walk.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"
 #include "sm90a/load.cuh"
@@ -23,7 +24,7 @@
 namespace fa4 {
 namespace sm90a {
 
-// Every role walks the CTA's tile walk (TileWalker, layout.cuh): GridTiles (one CTA per unit),
+// Every role walks the CTA's tile walk (TileWalker, walk.cuh): GridTiles (one CTA per unit),
 // PersistentTiles (Config::kPersistent = 1: grid (min(#SMs, units), 1, 1)) or SegmentTiles
 // (stream-K, 2); the walks are common/grid_walk.h, persistent_walk.h and stream_k_walk.h.
 // Persistent protocol: docs/HOPPER.md "Persistent mode".

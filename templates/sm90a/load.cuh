@@ -4,7 +4,8 @@
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
 #include "common/smem.cuh"
-#include "sm90a/layout.cuh"
+#include "sm90a/smem_layout.cuh"
+#include "sm90a/walk.cuh"
 
 namespace fa4 {
 namespace sm90a {

@@ -9,7 +9,8 @@
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/softmax.cuh"
-#include "sm90a/layout.cuh"
+#include "sm90a/shape.cuh"
+#include "sm90a/walk.cuh"
 
 namespace fa4 {
 namespace sm90a {

@@ -1,0 +1,146 @@
+// sm90a's compile-time facts, written once for the host (generator/backends/sm90a.cpp derives and
+// checks configs with them) and the kernel (sm90a/shape.cuh and sm90a/smem_layout.cuh assert and
+// lay out with them). Compiled by the host compiler and by NVRTC, as common/params.h and
+// common/tile_walk.h are: plain C++, no headers beyond segments.h's FA4_HOST_DEVICE.
+//   - the legal kBN of each kernel family;
+//   - the shared-memory size of each family (the one formula; SmemLayout's offsets are its terms);
+//   - the own-O rule (persistent CTAs stage O in a region of their own where it fits);
+//   - the register budgets: the consumers' fragments, the setmaxnreg splits, the launch bound.
+#pragma once
+#include "common/segments.h"
+
+namespace fa4 {
+namespace sm90a {
+namespace abi {
+
+// The kernel families. Each reads 16-bit or e4m3 Q/K/V and has its own shared memory:
+//   k16     bf16 / fp16 Q, K, V.
+//   kFp8    e4m3 Q, K, V: the producer warpgroup also writes a transposed copy of each V stage.
+//   kKvFp8  16-bit Q over an e4m3 KV cache: TMA fills e4m3 K / V rings that the producer's helper
+//           warps convert into the 16-bit rings the consumers read.
+enum class Family : int { k16 = 0, kFp8 = 1, kKvFp8 = 2 };
+FA4_HOST_DEVICE constexpr Family family_of(bool fp8, bool kv_fp8) {
+  return fp8 ? Family::kFp8 : kv_fp8 ? Family::kKvFp8 : Family::k16;
+}
+
+// ---- kBN ------------------------------------------------------------------------------------
+// 16-bit kernels: multiples of 16 (one k16 step of P V) with a wgmma N generated for S = Q K^T
+// (dev/gen_mma.py NS, mma_ops.inc; NS also holds 256, P V's N at padded depth 256, whose S fragment
+// alone would be 128 registers a thread, so not a kBN). The host's candidates are these, in order.
+FA4_HOST_DEVICE constexpr bool bn_16bit(int bn) {
+  return bn == 64 || bn == 80 || bn == 96 || bn == 112 || bn == 128 || bn == 176 || bn == 192;
+}
+// FP8: 128 (the transposed V stage is one block of 128 keys a row); 160 (FA3's FP8 d64 tile,
+// 192 x 160: two Vt blocks, the second holding 32 keys) at kBM 192 and padded depth 64.
+FA4_HOST_DEVICE constexpr bool bn_fp8(int bn, int bm, int dp) { return bn == 128 || (bn == 160 && bm == 192 && dp == 64); }
+// An FP8 KV cache: 64 (decode: two CTAs per SM fit) or 128 (prefill).
+FA4_HOST_DEVICE constexpr bool bn_kv_fp8(int bn) { return bn == 64 || bn == 128; }
+FA4_HOST_DEVICE constexpr bool bn_legal(Family f, int bn, int bm, int dp) {
+  return f == Family::kFp8 ? bn_fp8(bn, bm, dp) : f == Family::kKvFp8 ? bn_kv_fp8(bn) : bn_16bit(bn);
+}
+
+// ---- Shared memory --------------------------------------------------------------------------
+// Offsets from the 1024-aligned dynamic base (smem_layout.cuh SmemLayout, dp = padded depth,
+// S = K/V stages):
+//   [Q: bm x dp, 16-bit sized (O is staged there; an FP8 Q fills half)][K ring: S stages][V ring]
+//   [extra: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings][own O: bm x dp 16-bit,
+//   persistent CTAs where it fits][barriers: the last 1024 bytes]
+FA4_HOST_DEVICE constexpr int q_bytes(int bm, int dp) { return 2 * bm * dp; }  // also the own-O region
+// Bytes of an element of the K / V stages the consumers read, and of those TMA fills.
+FA4_HOST_DEVICE constexpr int kv_elem_bytes(Family f) { return f == Family::kFp8 ? 1 : 2; }
+FA4_HOST_DEVICE constexpr int kv_load_elem_bytes(Family f) { return f == Family::k16 ? 2 : 1; }
+FA4_HOST_DEVICE constexpr int kv_stage_bytes(Family f, int bn, int dp) { return bn * dp * kv_elem_bytes(f); }
+FA4_HOST_DEVICE constexpr int kv_load_stage_bytes(Family f, int bn, int dp) { return bn * dp * kv_load_elem_bytes(f); }
+// FP8's transposed V stage: whole SW128 blocks of [dp rows][128 keys].
+FA4_HOST_DEVICE constexpr int vt_blocks(int bn) { return (bn + 127) / 128; }
+FA4_HOST_DEVICE constexpr int vt_stage_bytes(int bn, int dp) { return vt_blocks(bn) * dp * 128; }
+// Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings.
+FA4_HOST_DEVICE constexpr int extra_bytes(Family f, int bn, int dp, int stages) {
+  return f == Family::kFp8     ? stages * vt_stage_bytes(bn, dp)
+         : f == Family::kKvFp8 ? 2 * stages * kv_load_stage_bytes(f, bn, dp)
+                               : 0;
+}
+constexpr int kBarrierBytes = 1024;
+// The dynamic shared memory of a kernel: the one formula (Config::kSmemBytes is this value).
+FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int stages, bool own_o) {
+  return q_bytes(bm, dp) + 2 * stages * kv_stage_bytes(f, bn, dp) + extra_bytes(f, bn, dp, stages) +
+         (own_o ? q_bytes(bm, dp) : 0) + kBarrierBytes;
+}
+
+// ---- Own O ----------------------------------------------------------------------------------
+// Persistent CTAs stage O in a region of their own where it fits in `limit` bytes (not d256): a
+// warpgroup then hands its Q region back right after its KV loop, and the next tile's Q load
+// overlaps this tile's epilogue instead of following it. An FP8 KV cache's kernels stage O in the Q
+// region. The host asks with the arch's shared memory and then adds the region to the budget; the
+// kernel asks with Config::kSmemBytes, which then holds it.
+FA4_HOST_DEVICE constexpr bool own_o(Family f, bool persistent, int bm, int bn, int dp, int stages, int limit) {
+  return persistent && f != Family::kKvFp8 && smem_bytes(f, bm, bn, dp, stages, true) <= limit;
+}
+
+// ---- Registers ------------------------------------------------------------------------------
+// Threads: one producer warpgroup and a consumer warpgroup per 64 rows of Q.
+FA4_HOST_DEVICE constexpr int consumer_wgs(int bm) { return bm / 64; }
+FA4_HOST_DEVICE constexpr int num_threads(int bm) { return 128 * (1 + consumer_wgs(bm)); }
+
+// The host's kBN choice (16-bit): per consumer thread the overlapped schedule keeps O (dp/2 floats),
+// S (bn/2) and packed P (bn/4) live at once. Largest totals ptxas fits with 0 spills: 196 at 240
+// registers (d128 BN 176) and 128 at 160 (BM 192: d64 BN 128; BN 192 there needs 176 and spills
+// 400 B). Indices, row state, addresses and the mask take the rest. Per-element masks (all but none
+// and causal) and position-dependent score-mods (ALiBi, snippets) keep ~20 more registers live in
+// the softmax: 176 for their defaults (d192 BN 112 and d256 BN 80 spill 8-180 B with them; FA3 too
+// lowers BN for local masks there).
+FA4_HOST_DEVICE constexpr int fragment_regs(int dp, int bn) { return dp / 2 + bn / 2 + bn / 4; }
+FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
+  return bm == 192 ? 128 : heavy_softmax ? 176 : 196;
+}
+
+// setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
+// 3 consumer WGs: 128*32 + 384*160 = 65536.
+// 1 consumer WG, 2 CTAs per SM (decode): 2 * (128*24 + 128*232) = 65536.
+// 1 consumer WG, 1 CTA per SM (decode at padded depth > 128, or a large kBN): FA3's 56 / 256
+// (128*56 + 128*256 = 39936). With 24 / 240 there ptxas spills ~470 B (packed GQA + custom mask
+// and score-mod, d128 kBN 128 or d192 kBN 64); 56 / 256 spills none.
+// FP8, 2 consumer WGs: the producer warpgroup also transposes V (16 + 16 registers of bytes in
+// flight): 128*56 + 256*224 = 64512, and P takes 16 fewer consumer registers than at 16 bits.
+// FP8 at depth 64, 3 consumer WGs: 128*56 + 384*152 = 65536 (S 64 + P 16 + O 32 per thread).
+// FP8, 3 consumer WGs, at 160 (fp8_consumers_160): 128*32 + 384*160 = 65536; the ldmatrix
+// transposer fits 32 (the producer spilled 12 B there before it, 4e1d4d4). Padded depth 128:
+// S 64 + P 16 + O 64, no intra-warpgroup overlap (152 spills 1 KB); depth 64 over kBN 160 (FA3's
+// 192 x 160): S 80 + P 20 + O 32 with the overlap (152 spilled 96 B and serialized wgmma).
+// FP8 KV cache, 1 consumer WG at 2 CTAs per SM: 2 * (128*56 + 128*200) = 65536.
+// The producer's helper warps (FP8's V transposers, an FP8 KV cache's converters) work for both
+// FP8 families.
+FA4_HOST_DEVICE constexpr bool fp8_consumers_160(Family f, int wgs, int dp, int bn) {
+  return f == Family::kFp8 && wgs == 3 && (dp == 128 || bn == 160);
+}
+FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
+  return fp8_consumers_160(f, wgs, dp, bn)                ? 32
+         : (wgs == 1 && ctas_per_sm == 1) || f != Family::k16 ? 56
+         : wgs <= 2                                           ? 24
+                                                              : 32;
+}
+FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
+  return ctas_per_sm == 2                              ? (f != Family::k16 ? 200 : 232)
+         : wgs == 1 && ctas_per_sm == 1                ? 256
+         : fp8_consumers_160(f, wgs, dp, bn)           ? 160
+         : f != Family::k16 && wgs == 3                ? 152
+         : f != Family::k16                            ? 224
+         : wgs <= 2                                    ? 240
+                                                       : 160;
+}
+// setmaxnreg moves registers through a per-CTA pool holding what the launch allocated: the
+// __launch_bounds__ count (65536 / (threads x CTAs per SM), at most 255, in units of 8) for every
+// thread. Budgets above it make setmaxnreg.inc wait forever: a hang, not an error (docs/PERF.md
+// run 46 (6): 128*64 + 256*224 against 384*168).
+FA4_HOST_DEVICE constexpr int launch_regs(int threads, int ctas_per_sm) {
+  return (65536 / (threads * ctas_per_sm) < 255 ? 65536 / (threads * ctas_per_sm) : 255) / 8 * 8;
+}
+FA4_HOST_DEVICE constexpr bool budgets_fit(Family f, int bm, int ctas_per_sm, int dp, int bn) {
+  return 128 * producer_regs(f, consumer_wgs(bm), ctas_per_sm, dp, bn) +
+             128 * consumer_wgs(bm) * consumer_regs(f, consumer_wgs(bm), ctas_per_sm, dp, bn) <=
+         launch_regs(num_threads(bm), ctas_per_sm) * num_threads(bm);
+}
+
+}  // namespace abi
+}  // namespace sm90a
+}  // namespace fa4

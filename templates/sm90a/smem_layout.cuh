@@ -1,0 +1,90 @@
+// Shared memory of the sm90a kernel: offsets of Q, the K / V rings, the extra rings of the FP8
+// families, the own-O region and the barriers. Sizes come from sm90a/abi.h (smem_bytes is the one
+// formula, which the host's Config::kSmemBytes also is).
+#pragma once
+#include "common/pipeline.cuh"
+#include "sm90a/abi.h"
+#include "sm90a/shape.cuh"
+
+namespace fa4 {
+namespace sm90a {
+
+// Offsets from the 1024-aligned dynamic base (abi.h smem_bytes: Q, rings, extra rings, own O, barriers):
+//   [Q: kBM/64 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp*e/128 blocks of BNx128B][V ring: same]
+//   [FP8: Vt ring, S x ceil(BN/128) blocks of Dp x 128B (kBN 160: the second block's rows hold 32
+//   keys); FP8 KV cache: the e4m3 K and V rings][own O (kOwnO): kBM x Dp 16-bit][barriers, in the
+//   last 1024 bytes]. Without kOwnO, O is staged in the owning warpgroup's Q region, which is sized
+//   for 16-bit O (an FP8 Q fills half of it).
+template <class Config>
+struct SmemLayout {
+  using Sh = Shape<Config>;
+  static constexpr u32 kQWgBytes = abi::q_bytes(Sh::kWgRows, Sh::kDp);  // one warpgroup's Q (and 16-bit O) region
+  static constexpr u32 kQLoadBytes = Sh::kWgRows * Sh::kQChunks * Sh::kRowBytes;  // the Q tile's bytes in it
+  // The bytes the Q boxes bring (the mbarrier's expect_tx): kQLoadBytes unless packed rows pad the tile.
+  static constexpr u32 kQTxBytes = Sh::kQBoxRows * Sh::kQChunks * Sh::kRowBytes;
+  static constexpr u32 kQBytes = abi::q_bytes(Sh::kBM, Sh::kDp);
+  static constexpr u32 kKVStageBytes = abi::kv_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a stage the consumers read
+  static constexpr u32 kKVLoadStageBytes = abi::kv_load_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a stage TMA fills
+  // FP8's transposed V stage: whole SW128 blocks of [Dp rows][128 keys].
+  static constexpr u32 kVtBlocks = abi::vt_blocks(Sh::kBN);
+  static constexpr u32 kVtStageBytes = abi::vt_stage_bytes(Sh::kBN, Sh::kDp);
+  // A stage of the ring P V reads: V's, or FP8's transposed one.
+  static constexpr u32 kPVStageBytes = Sh::kFp8 ? kVtStageBytes : kKVStageBytes;
+  static constexpr u32 kQOffset = 0;
+  static constexpr u32 kKOffset = kQOffset + kQBytes;
+  static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
+  // Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings.
+  static constexpr u32 kExtraOffset = kVOffset + Sh::kStages * kKVStageBytes;
+  static constexpr u32 kExtraBytes = abi::extra_bytes(Sh::kFamily, Sh::kBN, Sh::kDp, Sh::kStages);
+  // What P V reads: V's ring, or for FP8 the transposed ring behind it (kPVStageBytes a stage).
+  static constexpr u32 kPVOffset = Sh::kFp8 ? kExtraOffset : kVOffset;
+  // Where TMA puts K and V: their rings, or an FP8 KV cache's e4m3 rings.
+  static constexpr u32 kKLoadOffset = Sh::kKvFp8 ? kExtraOffset : kKOffset;
+  static constexpr u32 kVLoadOffset = Sh::kKvFp8 ? kExtraOffset + Sh::kStages * kKVLoadStageBytes : kVOffset;
+  // Persistent CTAs stage O in a region of their own where it fits (abi.h own_o; the host added it
+  // to kSmemBytes): the next tile's Q load then overlaps this tile's epilogue. Otherwise O is
+  // staged in the Q region.
+  static constexpr u32 kOOffset = kExtraOffset + kExtraBytes;
+  static constexpr bool kOwnO =
+      abi::own_o(Sh::kFamily, Sh::kPersistent, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kStages, Config::kSmemBytes);
+  static constexpr u32 kBarOffset = kOOffset + (kOwnO ? kQBytes : 0u);
+  // Warpgroup g's Q tile.
+  __device__ __forceinline__ static constexpr u32 q_offset(int g) { return kQOffset + static_cast<u32>(g) * kQWgBytes; }
+  static constexpr u32 kTotalBytes = kBarOffset + abi::kBarrierBytes;
+
+  struct Barriers {
+    u64 q_full[Sh::kNumConsumerWGs];  // per consumer warpgroup, tx-count of its Q tile
+    pipe::Barriers<Sh::kStages> k;
+    pipe::Barriers<Sh::kStages> v;
+    // Persistent mode only (last, so the other offsets do not move): consumer warpgroup g -> producer,
+    // "Q region g free again" (all 128 threads arrive after their last Q read: the KV loop with kOwnO
+    // or split partials, else the epilogue's O staging reads).
+    u64 q_empty[Sh::kNumConsumerWGs];
+    // Persistent mode: each consumer warp's loop-carried tile state (see consumer_loop).
+    u32 carry[4 * Sh::kNumConsumerWGs];
+    // FP8 only: the transposed V ring (full: every transposer thread arrives; empty: consumer warps).
+    pipe::Barriers<Sh::kStages> vt;
+    // FP8 KV cache only: the e4m3 rings TMA fills (full: tx bytes; empty: the converter warps).
+    pipe::Barriers<Sh::kStages> k_load, v_load;
+  };
+  // The ring P V acquires: V, or for FP8 its transposed copy.
+  __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* pv_barriers(Barriers* b) {
+    return Sh::kFp8 ? &b->vt : &b->v;
+  }
+  // The rings TMA fills: K and V, or an FP8 KV cache's e4m3 rings (the converters feed K and V).
+  __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* k_load_barriers(Barriers* b) {
+    return Sh::kKvFp8 ? &b->k_load : &b->k;
+  }
+  __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* v_load_barriers(Barriers* b) {
+    return Sh::kKvFp8 ? &b->v_load : &b->v;
+  }
+  static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
+  static_assert(kTotalBytes == static_cast<u32>(abi::smem_bytes(Sh::kFamily, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kStages, kOwnO)),
+                "layout must match the ABI smem formula (abi.h smem_bytes)");
+  static_assert(Config::kSmemBytes >= kTotalBytes, "Config::kSmemBytes is smaller than the sm90a layout needs");
+  static_assert(kTotalBytes <= 232448, "sm90a smem layout exceeds 227 KB: lower kNumKVStages or kBN");
+  static_assert(kKVStageBytes % 1024 == 0 && kQWgBytes % 1024 == 0, "blocks must stay 1024-aligned");
+};
+
+}  // namespace sm90a
+}  // namespace fa4
