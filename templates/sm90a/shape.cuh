@@ -8,7 +8,6 @@
 #include "common/mask.cuh"
 #include "common/pipeline.cuh"
 #include "common/sequence.cuh"
-#include "common/tile_scheduler.cuh"
 #include "sm90a/abi.h"
 
 // Dev check only: 0 compiles out the run-time paged-KV and split-KV branches (kernels then serve

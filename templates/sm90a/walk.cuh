@@ -1,13 +1,16 @@
 // The CTA's tile walk as the sm90a roles see it: the work unit type (CtaWork), the walker of the
 // Config's kPersistent (TileWalker), and the KV split helpers of the epilogue.
 #pragma once
-#include "common/tile_scheduler.cuh"
+#include "common/grid_walk.h"
+#include "common/persistent_walk.h"
+#include "common/stream_k_walk.h"
+#include "common/tile_work.cuh"
 #include "sm90a/shape.cuh"
 
 namespace fa4 {
 namespace sm90a {
 
-// One CTA's problem and KV tile list: the shared scheduler (common/tile_scheduler.cuh).
+// One CTA's problem and KV tile list (common/tile_work.cuh).
 template <class Config, class Mask>
 using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Config>::kPack, Shape<Config>::kBottomTiles,
                          Shape<Config>::kWgRows>;
