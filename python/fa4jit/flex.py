@@ -431,21 +431,16 @@ def call_tile_map(q: Tensor, k: Tensor, typed_snippet: str, aux: list, out_ptr: 
     out_ptr (uint8 (B or 1, H or 1, ceil(Sq / bq), ceil(Sk / bk)) on the device), on `stream`."""
     fn = _lib.lib.fa4jit_tile_map
     from . import ops
-    buf = ctypes.create_string_buffer(_lib.LAUNCH_ARGS_SIZE)
-    _lib.fa4jit_launch_args_init(buf)
-    fields = {"device": device}
-    names = [f"{t}.{f}" for t in ("q", "k", "v", "o") for f in
-             ["data", "dtype", "reserved_"] + [f"shape[{i}]" for i in range(4)] + [f"stride[{i}]" for i in range(4)]]
-    fields.update(zip(names, ops._packed_tensors(q=q, k=k, v=k, out=q)))
-    for i, t in enumerate(aux):
-        fields[f"aux_ptr[{i}]"] = t.data_ptr()
-    for name, value in fields.items():
-        struct.pack_into("@" + _lib._CODES[_lib.FIELD_INDEX[name]], buf, _lib.FIELD_OFFSETS[name], value)
+    # The launch's fields by name (launch_table.FIELDS; the others take the table's defaults).
+    f = ops._packed_tensors(q=q, k=k, v=k, o=q)
+    f.update(size=_lib.LAUNCH_ARGS_SIZE, device=device,
+             aux_ptr=[t.data_ptr() for t in aux] + [0] * (4 - len(aux)))
+    buf = _lib.LAUNCH_ARGS.pack(*_lib.launch_values(f))
     cfg = {"dtype": ops._DTYPE_NAME[q.dtype], "depth": q.shape[3], "mask": {"kind": "custom", "snippet": typed_snippet}}
     fn.restype = ctypes.c_int32
     fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
                    ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
-    code = fn(json.dumps(cfg).encode(), arch.encode(), buf.raw, out_ptr, bq, bk, int(per_b), int(per_h), stream)
+    code = fn(json.dumps(cfg).encode(), arch.encode(), buf, out_ptr, bq, bk, int(per_b), int(per_h), stream)
     if code:
         _lib.raise_last(code)
 

@@ -59,21 +59,12 @@ def _arch(device_index: int) -> str:
 
 
 def _mask_json(causal: bool, window: bool, chunked: bool, mask_snippet: str, block_snippet: str):
-    parts = []
-    if window:
-        parts.append("sliding_window")  # causal + window: right extent 0 (set by the caller)
-    elif causal:
-        parts.append("causal")
-    if chunked:
-        parts.append("chunked")
+    parts = ["sliding_window"] if window else ["causal"] if causal else []  # causal + window: right extent 0
+    parts += ["chunked"] if chunked else []
     if mask_snippet:
-        m = {"kind": "custom", "snippet": mask_snippet}
-        if block_snippet:
-            m["block_snippet"] = block_snippet
-        parts.append(m)
-    if not parts:
-        return "none"
-    return parts[0] if len(parts) == 1 else {"kind": "all_of", "masks": parts}
+        block = {"block_snippet": block_snippet} if block_snippet else {}
+        parts.append(dict(kind="custom", snippet=mask_snippet, **block))
+    return "none" if not parts else parts[0] if len(parts) == 1 else {"kind": "all_of", "masks": parts}
 
 
 def _get_kernel(key: tuple) -> _Kernel:
