@@ -24,25 +24,17 @@ bool uses(const Mask& m, Mask::Kind k) {
   return false;
 }
 
+// Bytes per element of a tensor field (the launch table's `itemsize`).
+std::int64_t itemsize(const Tensor& t) { return dtype_size(t.dtype); }
+
 void check_tensor(const char* name, const Tensor& t, DType dtype, int depth) {
   if (!t.data) bad(fmt::format("{}.data is null", name));
   if (t.dtype != dtype)
     bad(fmt::format("{}.dtype is {}, the kernel was built for {}", name, to_string(t.dtype), to_string(dtype)));
   if (t.shape[3] != depth)
     bad(fmt::format("{}.shape[3] (head_dim) is {}, the kernel was built for {}", name, t.shape[3], depth));
-  if (t.stride[3] != 1)
-    bad(fmt::format("{}.stride[3] is {}: head_dim must be contiguous (stride 1)", name, t.stride[3]));
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) bad(fmt::format("{}.data is not 16-byte aligned", name));
-  // TMA (and the 16-byte vector loads of sm80) step rows, heads and batches in 16-byte units:
-  // 8 elements of a 16-bit type, 16 of e4m3.
-  const std::int64_t align = 16 / dtype_size(dtype);
-  for (int i = 0; i < 3; ++i) {
-    if (t.shape[i] < 0) bad(fmt::format("{}.shape[{}] is negative ({})", name, i, t.shape[i]));
-    if (t.shape[i] > INT32_MAX) bad(fmt::format("{}.shape[{}] = {} exceeds 2^31-1", name, i, t.shape[i]));
-    if (t.stride[i] < 0 || t.stride[i] % align != 0)
-      bad(fmt::format("{}.stride[{}] = {} must be a non-negative multiple of {} elements (16 bytes)", name, i,
-                      t.stride[i], align));
-  }
+  // Shapes and strides: the launch table's per-tensor checks (check_launch_fields).
 }
 
 // FP8 dequantisation factors, float32 [B][Hkv] (4-byte aligned): descale_q for e4m3 queries

@@ -12,6 +12,7 @@ GEN_DIR/launch_checks.inc (check_launch_fields, run by runtime/launch_args.cpp:p
 A file is rewritten only when its text changes. Python evaluates the same checks (fa4jit/_lib.py).
 """
 import ast
+import itertools
 import json
 import os
 import re
@@ -38,7 +39,21 @@ def load_table(path):
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             out[stmt.targets[0].id] = lit(stmt.value)
-    return out["FIELDS"], out.get("LETS", []), out.get("CHECKS", [])
+    return out["FIELDS"], out.get("LETS", []), expand(out.get("CHECKS", []))
+
+
+def expand(checks):
+    """The checks with every `each` row made one row per combination of its values (as
+    python/fa4jit/launch_schema.py expand(); tests/python/test_launch_table.py compares the two)."""
+    out = []
+    for c in checks:
+        keys = list(c.get("each", {}))
+        for combo in itertools.product(*(c["each"][k].split(",") for k in keys)):
+            row = {k: v for k, v in c.items() if k != "each"}
+            for k, v in zip(keys, combo):
+                row = {f: (x.replace("{" + k + "}", v) if isinstance(x, str) else x) for f, x in row.items()}
+            out.append(row)
+    return out
 
 
 # ---- types ------------------------------------------------------------------------------------------
@@ -242,6 +257,9 @@ class Translator:
             if n.id in self.fields:
                 return self.field_expr(n.id)
             raise ValueError(f"launch rule: unknown name {n.id!r}")
+        if (isinstance(n, ast.Attribute) and n.attr == "itemsize" and isinstance(n.value, ast.Name) and
+                self.fields.get(n.value.id, {}).get("c") == "fa4jit_tensor"):
+            return f"itemsize({self.field_expr(n.value.id)})"
         if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr in ("shape", "stride"):
             t = n.value.value
             if isinstance(t, ast.Name) and self.fields.get(t.id, {}).get("c") == "fa4jit_tensor":
@@ -263,7 +281,7 @@ PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 
 def gen_checks(fields, lets, checks):
     tr = Translator(fields, lets)
-    out = [HEADER.rstrip(), "// In runtime/launch_args.cpp, where bad() is declared: pack_params runs it.", "",
+    out = [HEADER.rstrip(), "// In runtime/launch_args.cpp, where bad() and itemsize() are declared: pack_params runs it.", "",
            "void check_launch_fields(const LaunchArgs& a) {"]
     for name, src in lets:
         out.append(f"  const auto {name} = {tr(src)};")

@@ -1,6 +1,7 @@
 """The launch table (launch_table.py) for Python: the struct layout _lib.py packs, and the launch
 checks evaluated on tensor metadata, the same rules C++ runs in pack_params (tools/gen_launch.py
 translates them), so the two cannot drift. Imports nothing that needs the library or torch."""
+import itertools
 import re
 import struct
 from types import SimpleNamespace
@@ -60,16 +61,31 @@ def _compile(src):
     return compile(src, "<launch rule>", "eval")
 
 
+def expand(checks):
+    """The checks with every `each` row made one row per combination of its values (tools/gen_launch.py
+    expands them the same way; tests/python/test_launch_table.py compares the two)."""
+    out = []
+    for c in checks:
+        keys = list(c.get("each", {}))
+        for combo in itertools.product(*(c["each"][k].split(",") for k in keys)):
+            row = {k: v for k, v in c.items() if k != "each"}
+            for k, v in zip(keys, combo):
+                row = {f: (x.replace("{" + k + "}", v) if isinstance(x, str) else x) for f, x in row.items()}
+            out.append(row)
+    return out
+
+
 _LETS = [(name, _compile(src)) for name, src in launch_table.LETS]
 _CHECKS = [(_compile(c.get("when") or "True"), _compile(c["rule"]), c["msg"],
             [(m.group(0), _compile(m.group(1))) for m in _PLACEHOLDER.finditer(c["msg"])])
-           for c in launch_table.CHECKS]
+           for c in expand(launch_table.CHECKS)]
 _NO_BUILTINS = {"__builtins__": {}}
 
 
-def tensor(shape, stride=(0, 0, 0, 0)):
-    """A tensor field's view for the rules: .shape and .stride, 4 values each."""
-    return SimpleNamespace(shape=tuple(shape), stride=tuple(stride))
+def tensor(shape, stride=(0, 0, 0, 1), itemsize=2):
+    """A tensor field's view for the rules: .shape and .stride (4 values each) and .itemsize (bytes per
+    element)."""
+    return SimpleNamespace(shape=tuple(shape), stride=tuple(stride), itemsize=itemsize)
 
 
 def check(values: dict):

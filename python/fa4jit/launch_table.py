@@ -22,11 +22,33 @@ FIELDS rows, in C struct order:
   doc      one line, copied into both headers
 
 CHECKS: each a rule the launch arguments must satisfy and the message when they do not, in a small
-Python subset (names, numbers, q.shape[i] / q.stride[i], and/or/not, comparisons, + - * // %,
+Python subset (names, numbers, q.shape[i] / q.stride[i] / q.itemsize, and/or/not, comparisons, + - * // %,
 x if c else y) over the fields (a pointer is 0 when null, else nonzero) and the LETS, which are
 evaluated first, in order. `when` guards the rule. Messages name the field; `{expr}` placeholders
-are formatted with the expression's value (integers only).
+are formatted with the expression's value (integers only). `each` ({"t": "q,k,v,o", ...}) makes one
+check per combination of the values, with {t} (...) replaced in when, rule and msg first.
 """
+
+# The custom ops' arguments, in order: ops.Call's fields and the torch.library schemas of fa4jit::fwd
+# (all but out and lse) and fa4jit::fwd_out (all but return_lse and out_bhsd; out mutated), as
+# (name, schema type, default). What the public functions pass down to the launch: tensors are
+# (B, S, H, D) views (varlen: (1, total, H, D)), snippets str, window_left -2 = no window, pack_gqa
+# -1/0/1 (auto/off/on). Arguments past out_bhsd were appended with C API versions (3: descale_*,
+# 5: max_seqlen_k) and keep schema defaults, so callers written before them call the ops unchanged.
+OP_ARGS = [
+    ("q", "Tensor", None), ("k", "Tensor", None), ("v", "Tensor", None),
+    ("out", "Tensor?", None), ("lse", "Tensor?", None),
+    ("cu_seqlens_q", "Tensor?", None), ("cu_seqlens_k", "Tensor?", None), ("seqused_k", "Tensor?", None),
+    ("page_table", "Tensor?", None), ("sinks", "Tensor?", None), ("alibi_slopes", "Tensor?", None),
+    ("aux", "Tensor[]", []), ("scalars", "float[]", []), ("aux_names", "str", ""),
+    ("causal", "bool", False), ("window_left", "SymInt", -2), ("window_right", "SymInt", -2),
+    ("chunk_size", "SymInt", 0), ("mask_mod", "str", ""), ("block_mask_mod", "str", ""), ("score_mod", "str", ""),
+    ("softcap", "float", 0.0), ("softmax_scale", "float", 0.0), ("max_seqlen_q", "SymInt", 0),
+    ("num_splits", "SymInt", 0), ("pack_gqa", "SymInt", -1), ("return_lse", "bool", False),
+    ("out_bhsd", "bool", False),
+    ("descale_q", "Tensor?", None), ("descale_k", "Tensor?", None), ("descale_v", "Tensor?", None),
+    ("max_seqlen_k", "SymInt", 0),
+]
 
 FIELDS = [
     dict(name="size", c="uint32_t", cpp=None, default="sizeof", since=1, variants="all",
@@ -108,6 +130,18 @@ LETS = [
 ]
 
 CHECKS = [
+    # Every tensor field ("each": one rule per value, {t} and {i} replaced in when, rule and msg):
+    # TMA (and sm80's 16-byte vector loads) step rows, heads and batches in 16-byte units, 8 elements
+    # of a 16-bit type and 16 of e4m3 (itemsize: the tensor's bytes per element).
+    dict(each=dict(t="q,k,v,o"), rule="{t}.stride[3] == 1",
+         msg="{t}.stride[3] is {{t}.stride[3]}: head_dim must be contiguous (stride 1)"),
+    dict(each=dict(t="q,k,v,o", i="0,1,2"), rule="{t}.shape[{i}] >= 0",
+         msg="{t}.shape[{i}] is negative ({{t}.shape[{i}]})"),
+    dict(each=dict(t="q,k,v,o", i="0,1,2"), rule="{t}.shape[{i}] <= 2147483647",
+         msg="{t}.shape[{i}] = {{t}.shape[{i}]} exceeds 2^31-1"),
+    dict(each=dict(t="q,k,v,o", i="0,1,2"), rule="{t}.stride[{i}] >= 0 and {t}.stride[{i}] % (16 // {t}.itemsize) == 0",
+         msg="{t}.stride[{i}] = {{t}.stride[{i}]} must be a non-negative multiple of {16 // {t}.itemsize} elements "
+             "(16 bytes)"),
     dict(when="paged", rule="cu_seqlens_k == 0",
          msg="cu_seqlens_k with page_table: paged keys are located by the page table (pass seqused_k)"),
     dict(when="varlen and not paged", rule="cu_seqlens_q != 0 and cu_seqlens_k != 0",

@@ -7,16 +7,17 @@ have no break at fa4jit calls. The real implementation launches on the current C
 inputs' device without synchronizing or allocating outside torch (the split-KV workspace is a torch
 tensor), so CUDA graphs capture it. Forward only: a backward raises.
 """
+import collections
 import ctypes
 import functools
 import inspect
 import json
 import threading
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
-from . import _lib
+from . import _lib, launch_table
 from ._checks import (_BUILTIN_SCORE_MODS, _DESCALE, _DTYPE_NAME, AuxArg, _aux, _aux_tensors,  # noqa: F401
                       _check_aligned, _check_qkv, _eager, _layout, _lse_shape, _new_out, _packable, _packed_tensors,
                       _score_mod, _snippet_texts, _vector32, _window)
@@ -114,49 +115,12 @@ _stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: torch.cuda.
 
 # ---- one call's arguments ---------------------------------------------------------------------------
 
-class Call(NamedTuple):
-    """One call's arguments in the ops' schema, carried from the public function through the custom
-    ops, their fake kernels, the checks and the plan cache to the launch. The op schemas are its
-    fields (fa4jit::fwd without out and lse, fa4jit::fwd_out without return_lse and out_bhsd): tensors
-    are (B, S, H, D) views (varlen: (1, total, H, D)), snippets and kinds str, window None (-2, -2),
-    pack_gqa -1/0/1 (auto/off/on). The FP8 descale factors and max_seqlen_k come last (appended with C
-    API versions 3 and 5), defaulted, so callers written before them still call the ops unchanged."""
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    out: Optional[Tensor] = None
-    lse: Optional[Tensor] = None
-    cu_seqlens_q: Optional[Tensor] = None
-    cu_seqlens_k: Optional[Tensor] = None
-    seqused_k: Optional[Tensor] = None
-    page_table: Optional[Tensor] = None
-    sinks: Optional[Tensor] = None
-    alibi_slopes: Optional[Tensor] = None
-    aux: List[Tensor] = []
-    scalars: List[float] = []
-    aux_names: str = ""
-    causal: bool = False
-    window_left: int = -2
-    window_right: int = -2
-    chunk_size: int = 0
-    mask_mod: str = ""
-    block_mask_mod: str = ""
-    score_mod: str = ""
-    softcap: float = 0.0
-    softmax_scale: float = 0.0
-    max_seqlen_q: int = 0
-    num_splits: int = 0
-    pack_gqa: int = -1
-    return_lse: bool = False
-    out_bhsd: bool = False
-    descale_q: Optional[Tensor] = None
-    descale_k: Optional[Tensor] = None
-    descale_v: Optional[Tensor] = None
-    max_seqlen_k: int = 0
-
-
-_SCHEMA_TYPE = {Tensor: "Tensor", Optional[Tensor]: "Tensor?", List[Tensor]: "Tensor[]", List[float]: "float[]",
-                str: "str", bool: "bool", int: "SymInt", float: "float"}
+# One call's arguments in the ops' schema (launch_table.OP_ARGS: names, schema types, defaults), carried
+# from the public function through the custom ops, their fake kernels, the checks and the plan cache
+# to the launch. The op schemas are derived from the same rows (_schema).
+Call = collections.namedtuple("Call", [n for n, _, _ in launch_table.OP_ARGS],
+                              defaults=[d for _, _, d in launch_table.OP_ARGS[3:]])
+_OP_TYPE = {n: t for n, t, _ in launch_table.OP_ARGS}
 _FWD = [i for i, n in enumerate(Call._fields) if n not in ("out", "lse")]
 _FWD_OUT = [i for i, n in enumerate(Call._fields) if n not in ("return_lse", "out_bhsd")]
 
@@ -166,7 +130,7 @@ def _schema(fields, mutated=()):
     args = []
     for pos, i in enumerate(fields):
         name = Call._fields[i]
-        t = "Tensor" if name == "out" else _SCHEMA_TYPE[Call.__annotations__[name]]
+        t = "Tensor" if name == "out" else _OP_TYPE[name]
         if name in mutated:
             t = t.replace("Tensor", f"Tensor(a{pos}!)")
         default = Call._field_defaults[name] if i > Call._fields.index("out_bhsd") else ...

@@ -102,9 +102,10 @@ jit::Tensor jit::Tensor::contiguous(void*, DType, std::int64_t, std::int64_t, st
 namespace {
 jit::Tensor to_tensor(const fa4jit_tensor& t, const char*) {
   jit::Tensor r;
-  for (int i = 0; i < 4; ++i) r.shape[i] = t.shape[i];
+  for (int i = 0; i < 4; ++i) r.shape[i] = t.shape[i], r.stride[i] = t.stride[i];
   return r;
 }
+std::int64_t itemsize(const jit::Tensor&) { return 2; }
 [[noreturn]] void bad(const std::string& m) { throw std::runtime_error(m); }
 using jit::LaunchArgs;
 #include "launch_copy.inc"
@@ -116,7 +117,10 @@ int main() {
   launch_args_defaults(&c);
   std::printf("c_default %d\\n", c.test_extra);
   c.test_extra = -3;
-  for (fa4jit_tensor* t : {&c.q, &c.k, &c.v, &c.o}) t->shape[0] = t->shape[1] = t->shape[2] = t->shape[3] = 1;
+  for (fa4jit_tensor* t : {&c.q, &c.k, &c.v, &c.o}) {
+    t->shape[0] = t->shape[1] = t->shape[2] = t->shape[3] = 1;
+    t->stride[3] = 1;
+  }
   static const int table[1] = {0};
   c.page_table = table;
   c.max_pages = 1;
@@ -161,3 +165,30 @@ def test_python_and_c_layouts_of_the_shipped_table_agree(tmp_path):
           str(tmp_path / "o")], tmp_path)
     c_off = {n: int(v) for n, v in (line.split() for line in _run([str(tmp_path / "o")], tmp_path).splitlines())}
     assert c_off == schema.offsets(schema.FIELDS, TENSOR)
+
+
+def test_per_tensor_checks_expand_alike_in_the_generator_and_python(tmp_path):
+    """The `each` rows (one rule per tensor field and dimension) become the same checks, in the same
+    order, in the generator (C++) and in launch_schema (Python)."""
+    gen = _load(GEN, "gen_launch_for_test")
+    schema = _schema(TABLE, tmp_path)
+    _, _, from_gen = gen.load_table(TABLE)
+    from_py = schema.expand(schema.launch_table.CHECKS)
+    assert from_gen == from_py
+    rules = [c["rule"] for c in from_py]
+    assert "k.stride[3] == 1" in rules and "o.stride[2] >= 0 and o.stride[2] % (16 // o.itemsize) == 0" in rules
+    assert not any("{" in c["rule"] or "{t}" in c["msg"] or "{i}" in c["msg"] for c in from_py)
+
+
+@pytest.mark.parametrize("stride, itemsize, msg", [
+    ((1024, 64, 8, 1), 2, None),
+    ((1024, 64, 8, 2), 2, "k.stride[3] is 2: head_dim must be contiguous (stride 1)"),
+    ((1024, 68, 8, 1), 2, "k.stride[1] = 68 must be a non-negative multiple of 8 elements (16 bytes)"),
+    ((1024, 72, 8, 1), 1, "k.stride[1] = 72 must be a non-negative multiple of 16 elements (16 bytes)"),
+    ((-1024, 64, 8, 1), 2, "k.stride[0] = -1024 must be a non-negative multiple of 8 elements (16 bytes)"),
+])
+def test_stride_rules_follow_the_element_size(tmp_path, stride, itemsize, msg):
+    schema = _schema(TABLE, tmp_path)
+    q = schema.tensor((2, 16, 8, 8), (1024, 64, 8, 1))
+    k = schema.tensor((2, 16, 8, 8), stride, itemsize)
+    assert schema.check(dict(q=q, k=k, v=q, o=q)) == msg
