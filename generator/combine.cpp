@@ -12,10 +12,6 @@
 
 namespace jit::detail {
 
-namespace {
-
-// The combine includes templates/common only: a change to a backend's templates does not
-// invalidate it. Built once per process.
 const std::shared_ptr<const Headers>& common_headers() {
   static const std::shared_ptr<const Headers> headers = [] {
     auto out = std::make_shared<Headers>();
@@ -25,6 +21,8 @@ const std::shared_ptr<const Headers>& common_headers() {
   }();
   return headers;
 }
+
+namespace {
 
 std::string render_combine_source(const CombineSpec& s) {
   return fmt::format(

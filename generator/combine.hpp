@@ -45,6 +45,11 @@ struct CombineInputs {
 
 CombineInputs combine_inputs(CombineSpec spec, std::string nvrtc_version);
 
+// The templates/common headers, the only ones the combine (and the tile-map classifier,
+// runtime/tile_map.cpp) include: a change to a backend's templates does not invalidate them. Built
+// once per process.
+const std::shared_ptr<const Headers>& common_headers();
+
 // The key inputs as meta.json records them; "combine" (the spec) marks a combine entry.
 nlohmann::json describe(const CombineInputs& in);
 

@@ -18,6 +18,7 @@
 
 #include "base/log.hpp"
 #include "fa4jit/errors.hpp"
+#include "generator/combine.hpp"
 #include "generator/key.hpp"
 #include "generator/source.hpp"
 #include "runtime/compiled_kernel.hpp"
@@ -32,16 +33,6 @@ namespace {
 
 constexpr const char* kTileMapSourceName = "fa4jit_tile_map.cu";
 constexpr const char* kTileMapEntry = "fa4_tile_map";
-
-const std::shared_ptr<const Headers>& common_headers() {
-  static const std::shared_ptr<const Headers> headers = [] {
-    auto out = std::make_shared<Headers>();
-    for (const auto& h : *template_headers(Backend::portable))
-      if (h.first.starts_with("common/")) out->push_back(h);
-    return out;
-  }();
-  return headers;
-}
 
 struct TileMapModule {
   explicit TileMapModule(std::string cubin) : modules(std::move(cubin), kTileMapEntry, 0) {}
