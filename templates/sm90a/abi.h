@@ -1,7 +1,7 @@
 // sm90a's compile-time facts, written once for the host (generator/backends/sm90a.cpp derives and
 // checks configs with them) and the kernel (sm90a/shape.cuh and sm90a/smem_layout.cuh assert and
 // lay out with them). Compiled by the host compiler and by NVRTC, as common/params.h and
-// common/tile_walk.h are: plain C++, no headers beyond segments.h's FA4_HOST_DEVICE.
+// the common/*_walk.h headers are: plain C++, no headers beyond segments.h's FA4_HOST_DEVICE.
 //   - the legal kBN of each kernel family;
 //   - the shared-memory size of each family (the one formula; SmemLayout's offsets are its terms);
 //   - the own-O rule (persistent CTAs stage O in a region of their own where it fits);
