@@ -184,6 +184,7 @@ def _check_qkv(a):
         _check_device(f"aux[{i}]", t, device)
         if not t.is_contiguous():
             raise LaunchError(f"aux[{i}] must be contiguous (snippets index its memory directly)")
+    _check_block_mask(a, batch, Hq, paged)
     if lse is not None:
         _check_device("lse", lse, device)
         want = _lse_shape(q, varlen_q)
@@ -191,6 +192,30 @@ def _check_qkv(a):
             raise LaunchError(f"lse has dtype {lse.dtype} and shape {tuple(lse.shape)}; expected a contiguous "
                               f"torch.float32 {want}")
     return batch
+
+
+def _check_block_mask(a, batch: int, Hq: int, paged: bool):
+    """The run-time tile map: uint8 (batch or 1, Hq or 1, q blocks, kv blocks), keys contiguous, covering
+    the longest query and key sequences the launch can have (the kernel reads it without bounds)."""
+    t = a.block_mask
+    if t is None:
+        return
+    _check_device("block_mask", t, a.q.device)
+    if a.block_mask_q < 1 or a.block_mask_k < 1:
+        raise LaunchError(f"block_mask_q / block_mask_k are ({a.block_mask_q}, {a.block_mask_k}); block sizes must be "
+                          f"positive")
+    if t.dtype != torch.uint8 or t.dim() != 4:
+        raise LaunchError(f"block_mask has dtype {t.dtype} and shape {tuple(t.shape)}; expected torch.uint8 (batch or "
+                          f"1, heads or 1, q blocks, kv blocks)")
+    sq = a.max_seqlen_q if a.cu_seqlens_q is not None else a.q.shape[1]
+    sk = a.page_table.shape[1] * a.k.shape[1] if paged else a.k.shape[1]
+    need = (-(-sq // a.block_mask_q), -(-sk // a.block_mask_k))
+    if t.shape[0] not in (1, batch) or t.shape[1] not in (1, Hq) or t.shape[2] < need[0] or t.shape[3] < need[1]:
+        raise LaunchError(f"block_mask has shape {tuple(t.shape)}; expected (1 or {batch}, 1 or {Hq}, >= {need[0]}, "
+                          f">= {need[1]}): blocks of ({a.block_mask_q}, {a.block_mask_k}) over {sq} queries and "
+                          f"{sk} keys")
+    if t.stride(3) != 1 or min(t.stride()) < 0:
+        raise LaunchError(f"block_mask has strides {t.stride()}; the kv blocks must be contiguous")
 
 
 def _lse_shape(q: Tensor, varlen_q: bool):  # (B, Hq, Sq), varlen (Hq, total_q)

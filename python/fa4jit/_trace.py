@@ -38,6 +38,12 @@ _HELPERS = {
             "return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; };",
     "fmod": "auto fa_mod = [](long long a, long long b) -> long long { long long r = a % b; "
             "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; };",
+    # int32 results (torch computes int32 tensors in int32): 32-bit division, a few instructions where
+    # the 64-bit one is a long sequence per element of every partial tile.
+    "fdiv32": "auto fa_fdiv32 = [](int a, int b) -> int { int q = a / b; "
+              "return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; };",
+    "fmod32": "auto fa_mod32 = [](int a, int b) -> int { int r = a % b; "
+              "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; };",
     "ffmod": "auto fa_fmodf = [](double a, double b) -> double { double r = fmod(a, b); "
              "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; };",
     "bf16": "auto fa_bf16 = [](short x) -> float { return __uint_as_float(((unsigned)(unsigned short)x) << 16); };",
@@ -48,9 +54,10 @@ class _View:
     """A captured tensor indexed down to some of its dimensions: offset (a C expression) into aux
     ``name``; ``sizes`` / ``strides`` of the dimensions left."""
 
-    def __init__(self, name, dtype, offset, sizes, strides, bits16=False):
+    def __init__(self, name, dtype, offset, sizes, strides, bits16=False, wide=True):
         self.name, self.dtype, self.offset, self.sizes, self.strides = name, dtype, offset, sizes, strides
         self.bits16 = bits16  # a bf16 tensor passed as int16 bits
+        self.wide = wide  # offsets may pass 2^31 (64-bit index math); else int, cheaper per element
 
 
 class _Scalar:
@@ -105,6 +112,15 @@ def _lit(value, dtype: torch.dtype) -> str:
         inf = "__int_as_float(0x7f800000)" if ct == "float" else "__longlong_as_double(0x7ff0000000000000LL)"
         return f"(-{inf})" if v < 0 else inf
     return (repr(v) + "f") if ct == "float" else repr(v)
+
+
+def _pow2(x: _Scalar) -> Optional[int]:
+    """k where x is the integer literal 2^k (k >= 0), else None."""
+    text = x.expr[:-2] if x.expr.endswith("LL") else x.expr
+    if not text.isdigit():
+        return None
+    v = int(text)
+    return v.bit_length() - 1 if v > 0 and v & (v - 1) == 0 else None
 
 
 def _cast(x: _Scalar, dtype: torch.dtype) -> str:
@@ -178,7 +194,8 @@ class _Emitter:
         else:
             bits16 = t.dtype == torch.bfloat16
         passed = self.aux[name]
-        return _View(name, t.dtype, "0", list(passed.shape), list(passed.stride()), bits16)
+        extent = sum((n - 1) * st for n, st in zip(passed.shape, passed.stride()) if n > 0)
+        return _View(name, t.dtype, "0", list(passed.shape), list(passed.stride()), bits16, wide=extent >= 2 ** 31)
 
     def load(self, v: _View, node) -> _Scalar:
         if v.sizes:
@@ -206,11 +223,15 @@ class _Emitter:
         self.fail(node, f"argument {a!r}")
 
     def index(self, v: _View, dim: int, idx: _Scalar) -> _View:
+        """v indexed at idx along dim. Python's negative indices count from the end; the mod's own
+        arguments (b, h, q_idx, kv_idx) are never negative (VARIANTS.md) and need no such test."""
         n, st = v.sizes[dim], v.strides[dim]
-        i = f"({idx.expr} < 0 ? {idx.expr} + {n} : {idx.expr})" if not idx.expr.isdigit() else idx.expr
-        off = f"{v.offset} + (long long){i} * {st}" if v.offset != "0" else f"(long long){i} * {st}"
+        plain = idx.expr.isdigit() or idx.expr in _ARGS["mask"]
+        i = idx.expr if plain else f"({idx.expr} < 0 ? {idx.expr} + {n} : {idx.expr})"
+        term = f"(long long){i} * {st}" if v.wide else (i if st == 1 else f"{i} * {st}")
+        off = f"{v.offset} + {term}" if v.offset != "0" else term
         return _View(v.name, v.dtype, off, v.sizes[:dim] + v.sizes[dim + 1:], v.strides[:dim] + v.strides[dim + 1:],
-                     v.bits16)
+                     v.bits16, v.wide)
 
     def run(self):
         env = {}
@@ -335,6 +356,12 @@ class _Emitter:
                 return self.temp(q, dtype)
             if mode == "trunc":
                 return self.temp(f"{_cast(a, dtype)} / {_cast(b, dtype)}", dtype)
+            k = _pow2(b)
+            if k is not None and _CTYPE[dtype] in ("int", "long long"):  # floor division: an arithmetic shift
+                return self.temp(f"{_cast(a, dtype)} >> {k}", dtype)
+            if _CTYPE[dtype] == "int":
+                self.helper("fdiv32")
+                return self.temp(f"fa_fdiv32({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
             self.helper("fdiv")
             return self.temp(f"({_CTYPE[dtype]})fa_fdiv({a.expr}, {b.expr})", dtype)
         if packet in (aten.remainder, aten.fmod):
@@ -346,6 +373,12 @@ class _Emitter:
                 return self.temp(f"({_CTYPE[dtype]})fa_fmodf({a.expr}, {b.expr})", dtype)
             if packet is aten.fmod:
                 return self.temp(f"{_cast(a, dtype)} % {_cast(b, dtype)}", dtype)
+            k = _pow2(b)
+            if k is not None and _CTYPE[dtype] in ("int", "long long"):  # floor modulo: the low bits
+                return self.temp(f"{_cast(a, dtype)} & {_lit((1 << k) - 1, dtype)}", dtype)
+            if _CTYPE[dtype] == "int":
+                self.helper("fmod32")
+                return self.temp(f"fa_mod32({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
             self.helper("fmod")
             return self.temp(f"({_CTYPE[dtype]})fa_mod({a.expr}, {b.expr})", dtype)
         if packet is aten.where:

@@ -16,9 +16,9 @@ Tile maps. A ``BlockMask`` here is the class of every (Q block, KV block) tile: 
 skips it: no load, no MMA), 1 full (no mask evaluated in it), 2 partial (the mask runs per element).
 ``create_block_mask`` computes it exactly by evaluating the traced mask over every element (on the
 device, in chunks of rows; dimensions the mask does not read, b or h, are evaluated once and
-broadcast). The kernel reads it through a block snippet (``TILE_SNIPPET``) from one uint8 aux tensor:
-a 32-byte header (int32 q block, kv block, batch stride, head stride, row stride, q blocks, kv blocks)
-and the classes; a kernel tile that spans several blocks takes their common class, else partial. A
+broadcast). The launch passes the classes as the run-time tile map (the ops' ``block_mask``,
+LaunchArgs::block_mask): a kernel tile that spans several blocks takes their common class, else
+partial, and each Q tile walks only the KV tiles from its first to its last non-empty block. A
 Python mask_mod passed to ``fa4jit.attention`` without a ``block_mask_mod`` gets one automatically,
 built once per (traced mask, shapes, block size, aux tensors' identity and version) and reused across
 layers and steps (``_auto_block_mask``). CUDA graphs: build the BlockMask before capture, or let the
@@ -40,19 +40,6 @@ from .errors import ConfigError
 
 Tensor = torch.Tensor
 
-# The block snippet that reads a tile map (fa_tiles, the packed aux tensor). Bounds are a tile's,
-# clamped to the sequence (VARIANTS.md), so every index is inside the map.
-TILE_SNIPPET = (
-    "const int* fa_hd = (const int*)fa_tiles;\n"
-    "const unsigned char* fa_m = fa_tiles + 32 + (long long)b * fa_hd[2] + (long long)h * fa_hd[3];\n"
-    "int fa_acc = -1;\n"
-    "for (int i = q_lo / fa_hd[0]; i <= (q_hi - 1) / fa_hd[0]; ++i)\n"
-    "  for (int j = kv_lo / fa_hd[1]; j <= (kv_hi - 1) / fa_hd[1]; ++j) {\n"
-    "    const int v = fa_m[(long long)i * fa_hd[4] + j];\n"
-    "    if (fa_acc < 0) fa_acc = v; else if (fa_acc != v) return PARTIAL;\n"
-    "  }\n"
-    "return fa_acc == 0 ? SKIP : fa_acc == 1 ? FULL : PARTIAL;")
-TILE_AUX = "fa_tiles"
 _ALL_VISIBLE = "return true;"
 _ELEMENTS_PER_CHUNK = 1 << 26  # elements of the mask evaluated at once when classifying tiles
 
@@ -96,20 +83,6 @@ class BlockMask:
     def to_dense(self) -> Tensor:
         """Whether each tile is computed (empty: 0), as FlexAttention's BlockMask.to_dense()."""
         return (self.classes != 0).to(torch.int32)
-
-    def packed(self) -> Tensor:
-        """The aux tensor TILE_SNIPPET reads: the header, then the classes (built once, with torch ops,
-        on the classes' device: nothing copies from the host, so capture may record it)."""
-        if self._packed is None:
-            c = self.classes
-            B, H, nq, nk = c.shape
-            header = (self.BLOCK_SIZE[0], self.BLOCK_SIZE[1], 0 if B == 1 else H * nq * nk, 0 if H == 1 else nq * nk,
-                      nk, nq, nk, 0)
-            hd = torch.empty(8, dtype=torch.int32, device=c.device)
-            for i, x in enumerate(header):
-                hd[i] = x
-            self._packed = torch.cat([hd.view(torch.uint8), c.reshape(-1)])
-        return self._packed
 
     def __repr__(self):
         return (f"fa4jit.BlockMask(shape={self.shape}, BLOCK_SIZE={self.BLOCK_SIZE}, "
@@ -336,7 +309,8 @@ def is_traced(mod) -> bool:
 
 
 def lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=None, tiles=None):
-    """Python mods (and a BlockMask) as the snippets and aux dict of fa4jit's attention functions.
+    """Python mods (and a BlockMask) as the snippets and aux dict of fa4jit's attention functions, with
+    the BlockMask (given or automatic) as block_mask_mod: the tile map ops._prepare launches with.
     tiles: (B, H, Q_LEN, KV_LEN, device) to build the automatic tile map of a traced mask without a
     block_mask_mod or BlockMask (dense attention only); None: no automatic map."""
     dicts = []
@@ -351,8 +325,7 @@ def lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=None, tiles=None)
     if block_mask is not None:
         if block_mask_mod:
             raise ConfigError("block_mask and block_mask_mod: pass one tile classifier")
-        block_mask_mod = TILE_SNIPPET
-        dicts.append({TILE_AUX: block_mask.packed()})
+        block_mask_mod = block_mask  # the launch's run-time tile map (ops._prepare)
         if not mask_snippet:
             mask_snippet = _ALL_VISIBLE
     score_snippet = score_mod
@@ -486,7 +459,6 @@ def _snippet_block_mask(q: Tensor, k: Tensor, snippet: str, score_mod, aux):
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     call_tile_map(q, k, typed, vals, classes.data_ptr(), bq, bk, per_b, per_h, ops._arch(dev), ops._stream(dev), dev)
     bm = BlockMask(classes, (bq, bk), (Sq, Sk), None)
-    bm.packed()  # on this stream, now (not inside a later capture)
     if _capturing():
         return bm, named  # captured, not run yet: not for later eager calls
     with _auto_lock:
@@ -590,4 +562,4 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optiona
                      **(builtin or {}))
 
 
-__all__ = ["BlockMask", "create_block_mask", "flex_attention", "from_torch_block_mask", "TILE_SNIPPET"]
+__all__ = ["BlockMask", "create_block_mask", "flex_attention", "from_torch_block_mask"]

@@ -33,8 +33,10 @@ check per combination of the values, with {t} (...) replaced in when, rule and m
 # (all but out and lse) and fa4jit::fwd_out (all but return_lse and out_bhsd; out mutated), as
 # (name, schema type, default). What the public functions pass down to the launch: tensors are
 # (B, S, H, D) views (varlen: (1, total, H, D)), snippets str, window_left -2 = no window, pack_gqa
-# -1/0/1 (auto/off/on). Arguments past out_bhsd were appended with C API versions (3: descale_*,
-# 5: max_seqlen_k) and keep schema defaults, so callers written before them call the ops unchanged.
+# -1/0/1 (auto/off/on), block_mask uint8 (B or 1, Hq or 1, q blocks, kv blocks) (the run-time tile map,
+# LaunchArgs::block_mask; blocks of block_mask_q rows and block_mask_k keys). Arguments past out_bhsd
+# were appended (descale_* with C API version 3, max_seqlen_k with 5, block_mask later) and keep schema
+# defaults, so callers written before them call the ops unchanged.
 OP_ARGS = [
     ("q", "Tensor", None), ("k", "Tensor", None), ("v", "Tensor", None),
     ("out", "Tensor?", None), ("lse", "Tensor?", None),
@@ -48,6 +50,7 @@ OP_ARGS = [
     ("out_bhsd", "bool", False),
     ("descale_q", "Tensor?", None), ("descale_k", "Tensor?", None), ("descale_v", "Tensor?", None),
     ("max_seqlen_k", "SymInt", 0),
+    ("block_mask", "Tensor?", None), ("block_mask_q", "SymInt", 128), ("block_mask_k", "SymInt", 128),
 ]
 
 FIELDS = [

@@ -181,7 +181,10 @@ _PLANS_MAX = 4096  # distinct signatures kept (scalar values such as softmax_sca
 _POINTERS = (("lse", "lse"), ("alibi_slopes", "alibi_slopes"), ("aux_ptr", "aux"), ("cu_seqlens_q", "cu_seqlens_q"),
              ("cu_seqlens_k", "cu_seqlens_k"), ("seqused_k", "seqused_k"), ("sinks", "sinks"),
              ("page_table", "page_table"), ("workspace", "workspace"), ("descale_q", "descale_q"),
-             ("descale_k", "descale_k"), ("descale_v", "descale_v"))
+             ("descale_k", "descale_k"), ("descale_v", "descale_v"), ("block_mask", "block_mask"))
+# The user functions' argument an op argument comes from where the names differ (block_mask_mod: a
+# BlockMask, whose classes are the tile map).
+_USER_ARG = {"block_mask": "block_mask_mod"}
 _seen = set()  # hashes of the signatures called once, with no plan yet
 _SEEN_MAX = 1 << 16
 
@@ -250,6 +253,11 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
              max_pages=a.page_table.shape[1] if a.page_table is not None else 0, num_splits=a.num_splits,
              descale_q=_ptr(a.descale_q), descale_k=_ptr(a.descale_k), descale_v=_ptr(a.descale_v),
              max_seqlen_k=a.max_seqlen_k)
+    if a.block_mask is not None:  # (B or 1, H or 1, q blocks, kv blocks): a broadcast dimension has stride 0
+        t = a.block_mask
+        f.update(block_mask=t.data_ptr(), block_mask_q=a.block_mask_q, block_mask_k=a.block_mask_k,
+                 block_mask_batch_stride=t.stride(0) if t.shape[0] > 1 else 0,
+                 block_mask_head_stride=t.stride(1) if t.shape[1] > 1 else 0, block_mask_row_stride=t.stride(2))
     nbytes = 0
     if a.num_splits != 1:
         # Split-KV scratch comes from torch's allocator (stream-ordered, CUDA-graph safe) on every
@@ -278,7 +286,8 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
         if patch else None
     at = {n: i for i, n in enumerate(names)}
     plan.at = (at["q"], at["k"], at["v"], at["out"], at.get("lse", -1))
-    plan.pointers, plan.nbytes = tuple((arg, at.get(arg, -1)) for _, arg in pointers), nbytes
+    plan.pointers = tuple((arg, at.get(arg, at.get(_USER_ARG.get(arg), -1))) for _, arg in pointers)
+    plan.nbytes = nbytes
     plan.like_q = plan.o_shape = plan.o_stride = plan.lse_shape = plan.lse_stride = None
     plan.dtype, plan.cast, plan.return_lse = a.out.dtype, False, a.lse is not None
     return plan
@@ -310,6 +319,9 @@ def _run(plan: _Plan, values: tuple):
         elif name == "workspace":
             workspace = torch.empty_strided((plan.nbytes,), (1,), dtype=torch.uint8, device=plan.device)
             ptrs.append(workspace.data_ptr())
+        elif name == "block_mask":
+            t = values[i]
+            ptrs.append(getattr(t, "classes", t).data_ptr())  # a user call's BlockMask, an op's tensor
         else:
             t = values[i]
             ptrs.append((_vector32(t) if plan.cast and name in ("sinks", "alibi_slopes") else t).data_ptr())
@@ -424,13 +436,24 @@ def _prepare(kind: str, u: dict):
     lse = None
     if out is not None and u["return_lse"]:
         lse = torch.empty(_lse_shape(q, get("cu_seqlens_q") is not None), dtype=torch.float32, device=q.device)
+    # A BlockMask (fa4jit.flex: given, or derived from the mask) is the launch's run-time tile map.
+    tiles, block_mask_mod = _tile_map(u["block_mask_mod"])
     a = Call(q, k, v, out, lse, get("cu_seqlens_q"), get("cu_seqlens_k"), get("seqused_k"), get("page_table"),
              _vector32(u["sinks"]), _vector32(u["alibi_slopes"]), aux, scalars, aux_names, bool(u["causal"]), wl, wr,
-             int(u["chunk_size"] or 0), u["mask_mod"] or "", u["block_mask_mod"] or "", score_mod, softcap,
+             int(u["chunk_size"] or 0), u["mask_mod"] or "", block_mask_mod, score_mod, softcap,
              float(u["softmax_scale"] or 0.0), int(get("max_seqlen_q") or 0), int(u["num_splits"]),
              -1 if u["pack_gqa"] is None else int(bool(u["pack_gqa"])), bool(u["return_lse"]), bhsd,
-             u["descale_q"], u["descale_k"], u["descale_v"], int(get("max_seqlen_k") or 0))
+             u["descale_q"], u["descale_k"], u["descale_v"], int(get("max_seqlen_k") or 0),
+             *((tiles.classes, *tiles.BLOCK_SIZE) if tiles is not None else ()))
     return a, squeeze
+
+
+def _tile_map(block_mask_mod):
+    """(BlockMask or None, block snippet) of a user's block_mask_mod: a CUDA C++ snippet, or a BlockMask
+    (fa4jit.flex), whose classes the launch passes as the run-time tile map (Call.block_mask)."""
+    if block_mask_mod is None or isinstance(block_mask_mod, str):
+        return None, block_mask_mod or ""
+    return block_mask_mod, ""
 
 
 def _call(a: Call):
@@ -557,7 +580,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
     read ``aux`` tensors (up to 4, on q's device): a dict names them (``aux={"doc": doc}`` gives
     the snippet ``const int* doc``); a list gives ``aux0``.., a typed ``aux[i]`` when the dtypes
     agree, and binds undeclared names the snippet indexes in order (docs/PYTHON.md). ``scalars``:
-    up to 4 floats, ``scalars[i]``. block_mask_mod: optional tile classifier for mask_mod.
+    up to 4 floats, ``scalars[i]``. block_mask_mod: optional tile classifier for mask_mod, a CUDA C++
+    block snippet or a ``fa4jit.BlockMask`` (its classes are the launch's run-time tile map); a mask
+    snippet or Python mask_mod without one gets a tile map derived from the mask (dense calls).
 
     num_splits: split-KV (0 automatic, 1 none). pack_gqa: pack the query heads of a KV head into
     one tile (None: automatic for short query lengths). out: write into this tensor (q's shape and

@@ -165,6 +165,11 @@ struct Or {
   }
 };
 
+// x / d for x >= 0, d > 0: a shift where d is a power of two (automatic tile maps have blocks of 128).
+// The walk classifies every tile it passes; a division by a run-time d there (a reciprocal and a
+// dozen integer instructions, four per tile) sat between the consumers' MMAs.
+__device__ __forceinline__ int div_block(int x, int d) { return (d & (d - 1)) == 0 ? x >> (__ffs(d) - 1) : x / d; }
+
 // Run-time block mask (FwdParams::block_mask): the class of a tile is the combination of the
 // classes of every mask block it overlaps, for every head it covers.
 __device__ __forceinline__ TileClass combine_classes(TileClass acc, TileClass t, bool first) {
@@ -177,14 +182,44 @@ __device__ __forceinline__ TileClass block_mask_class(int head, int q_lo, int q_
   const unsigned char* base = p.block_mask + c.batch * p.block_mask_batch_stride + head * p.block_mask_head_stride;
   TileClass acc = kPartial;
   bool first = true;
-  for (int bq = q_lo / p.block_mask_q; bq <= (q_hi - 1) / p.block_mask_q; ++bq)
-    for (int bk = k_lo / p.block_mask_k; bk <= (k_hi - 1) / p.block_mask_k; ++bk) {
+  const int bk_lo = div_block(k_lo, p.block_mask_k), bk_hi = div_block(k_hi - 1, p.block_mask_k);
+  for (int bq = div_block(q_lo, p.block_mask_q); bq <= div_block(q_hi - 1, p.block_mask_q); ++bq)
+    for (int bk = bk_lo; bk <= bk_hi; ++bk) {
       const int v = base[bq * p.block_mask_row_stride + bk];
       acc = combine_classes(acc, v == 0 ? kSkip : v == 1 ? kFull : kPartial, first);
       first = false;
       if (acc == kPartial) return kPartial;
     }
   return acc;
+}
+
+// The keys [begin, end) that the run-time block mask lets query rows [q_lo, q_hi) of heads
+// [c.q_head, c.q_head + c.num_heads) see: from the first to one past the last non-empty block of
+// their block rows (whole blocks, so a superset of the visible keys). Lets a walk start at the last
+// non-empty tile instead of testing every tile of the sequence (a document mask's rows see ~1/8 of
+// it). The loads are independent (no early exit), so they issue together. Query rows clamped to
+// the sequence; none: an empty range.
+__device__ __forceinline__ KvRange block_mask_range(int q_lo, int q_hi, const Ctx& c) {
+  const FwdParams& p = *c.params;
+  q_lo = max(q_lo, 0);
+  q_hi = min(q_hi, c.seqlen_q);
+  const int nk = (c.seqlen_k + p.block_mask_k - 1) / p.block_mask_k;
+  int first = nk, last = -1;
+  if (q_lo < q_hi)
+    for (int h = c.q_head; h < c.q_head + c.num_heads; ++h) {
+      const unsigned char* base = p.block_mask + c.batch * p.block_mask_batch_stride + h * p.block_mask_head_stride;
+      for (int bq = div_block(q_lo, p.block_mask_q); bq <= div_block(q_hi - 1, p.block_mask_q); ++bq) {
+        const unsigned char* row = base + bq * p.block_mask_row_stride;
+#pragma unroll 8
+        for (int j = 0; j < nk; ++j)
+          if (row[j] != 0) {
+            first = min(first, j);
+            last = j;
+          }
+      }
+    }
+  if (last < 0) return {0, 0};
+  return {first * p.block_mask_k, min((last + 1) * p.block_mask_k, c.seqlen_k)};
 }
 
 // A user mask (generated from Mask::custom): User::eval is the element snippet, User::block the
@@ -194,7 +229,9 @@ __device__ __forceinline__ TileClass block_mask_class(int head, int q_lo, int q_
 // ids): eval runs for q < seqlen_q and k < seqlen_k only (elsewhere "not visible", without calling
 // it; tiles reach past the sequence), block for tile bounds clamped to the sequence and never for a
 // tile outside it (kSkip). Positions are never negative (every backend counts tile rows and keys up
-// from 0), so eval's check is two compares against the upper bounds.
+// from 0), so eval's check is two compares against the upper bounds. (Calling eval on clamped
+// positions without the branch issued an aux-reading mask's loads together but spilled at the
+// consumers' 168 registers: 8-15% slower on H200, docs/PERF.md run 57.)
 template <class User>
 struct Custom {
   static constexpr bool kIsNone = false;
@@ -202,7 +239,10 @@ struct Custom {
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     return q < c.seqlen_q && k < c.seqlen_k && User::eval(c.batch, c.q_head, q, k, *c.params);
   }
-  __device__ __forceinline__ static KvRange kv_range(int, int, const Ctx& c) { return {0, c.seqlen_k}; }
+  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
+    if (c.params->block_mask) return block_mask_range(q_lo, q_hi, c);
+    return {0, c.seqlen_k};
+  }
   __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
     q_lo = max(q_lo, 0);
     k_lo = max(k_lo, 0);

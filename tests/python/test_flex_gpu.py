@@ -257,3 +257,24 @@ def test_cuda_snippet_mask_gets_a_tile_map_from_the_library_classifier():
         want = fa4jit.create_block_mask(traced, B, None, S, S, device="cuda")
         assert torch.equal(mine.classes, want.classes)
     assert len(flex._snippet_maps) == 2  # rebuilt after the in-place write
+
+
+@pytest.mark.parametrize("block", [(64, 64), (128, 256), (192, 96)], ids=str)
+def test_block_sparse_map_with_holes_per_head_and_gqa(block):
+    """A per-head tile map with empty KV blocks between non-empty ones and empty rows, in blocks that
+    are not the kernel's tiles: each Q tile walks only from its first to its last non-empty block and
+    skips the holes; rows without a visible key get 0 and LSE -inf. GQA (packed when short)."""
+    B, H, Hkv, Sq, Sk = 2, 8, 2, 700, 1500
+
+    def holes(b, h, q_idx, kv_idx):
+        band = (kv_idx // 100 + h + b) % 4 != 1  # whole 100-key stripes hidden, shifted per head
+        return band & (q_idx >= 50 * (h % 3)) & (kv_idx <= q_idx + 800)
+
+    for sq in (Sq, 3):  # prefill, and a decode-like query count (GQA packed)
+        q, k, v = bhsd(B, H, Hkv, sq, Sk, seed=17)
+        bm = fa4jit.create_block_mask(holes, B, H, sq, Sk, device="cuda", BLOCK_SIZE=block)
+        assert bm.classes.shape[:2] == (B, H) and (bm.classes == 0).any()
+        o, lse = fa4jit.flex_attention(q, k, v, block_mask=bm, enable_gqa=True, return_lse=True)
+        kr, vr = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+        ref_o, ref_lse = reference(q, kr, vr, holes)
+        assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"holes {block} sq {sq}")

@@ -161,6 +161,36 @@ def test_fake_varlen_and_paged_shapes(fake):
             fa4jit.attention_paged(qd, kc, kc, table, used, max_seqlen_k=-5)
 
 
+def test_block_mask_tile_map_checks(fake):
+    """A BlockMask reaches the ops as their block_mask (the run-time tile map), checked before launch:
+    dtype, rank, broadcast dimensions, and blocks covering every query and key (read without bounds)."""
+    with fake:
+        q, k, v = qkv(B=2, Sq=300, Sk=500, Hq=4, Hkv=4)
+        ok = fa4jit.BlockMask(torch.empty(2, 1, 3, 4, dtype=torch.uint8, device="cuda"), 128, (300, 500))
+        assert fa4jit.attention(q, k, v, mask_mod="return true;", block_mask_mod=ok).shape == q.shape
+        a = torch.empty(1, 4, 5, 8, dtype=torch.uint8, device="cuda")
+        assert fa4jit.attention(q, k, v, mask_mod="return true;", block_mask_mod=fa4jit.BlockMask(a, 64, (300, 500))
+                                ).shape == q.shape
+        for classes, size, match in (
+                (torch.empty(2, 1, 2, 4, dtype=torch.uint8, device="cuda"), 128, r">= 3, >= 4"),  # rows short
+                (torch.empty(2, 1, 3, 3, dtype=torch.uint8, device="cuda"), 128, r">= 3, >= 4"),  # keys short
+                (torch.empty(3, 1, 3, 4, dtype=torch.uint8, device="cuda"), 128, r"1 or 2, 1 or 4"),
+                (torch.empty(2, 2, 3, 4, dtype=torch.uint8, device="cuda"), 128, r"1 or 2, 1 or 4"),
+                (torch.empty(2, 1, 4, 3, dtype=torch.uint8, device="cuda").transpose(2, 3), 128, "contiguous")):
+            bm = fa4jit.BlockMask(torch.empty(1, 1, 1, 1, dtype=torch.uint8, device="cuda"), size, (300, 500))
+            bm.classes = classes  # as given (the constructor makes them contiguous)
+            with pytest.raises(fa4jit.LaunchError, match=match):
+                fa4jit.attention(q, k, v, mask_mod="return true;", block_mask_mod=bm)
+        bad = fa4jit.BlockMask(ok.classes, 128, (300, 500))
+        bad.classes = ok.classes.int()
+        with pytest.raises(fa4jit.LaunchError, match="expected torch.uint8"):
+            fa4jit.attention(q, k, v, mask_mod="return true;", block_mask_mod=bad)
+        bad = fa4jit.BlockMask(ok.classes, 128, (300, 500))
+        bad.BLOCK_SIZE = (0, 128)
+        with pytest.raises(fa4jit.LaunchError, match="block sizes must be positive"):
+            fa4jit.attention(q, k, v, mask_mod="return true;", block_mask_mod=bad)
+
+
 def test_snippet_aux_errors_at_trace_time(fake):
     with fake:
         q, k, v = qkv()
