@@ -70,8 +70,12 @@ class TracedMod:
     the kernel), ``uses`` (which of b, h, q_idx, kv_idx, score the result depends on) and ``graph``
     (the aten graph, callable on tensors)."""
 
-    def __init__(self, kind, fn, snippet, aux, uses, graph):
+    def __init__(self, kind, fn, snippet, aux, uses, graph, sources=None):
         self.kind, self.fn, self.snippet, self.aux, self.uses, self.graph = kind, fn, snippet, aux, uses, graph
+        # Where each aux tensor comes from, for torch.compile (fa4jit.flex fetches them from the function
+        # inside the graph): ((name, "cell" or "global", closure index or global name, transforms), ...),
+        # None when some captured tensor is reachable only otherwise (an attribute, a list).
+        self.sources = sources
 
     def __repr__(self):
         return f"TracedMod({self.kind}, {getattr(self.fn, '__name__', self.fn)!r})"
@@ -157,6 +161,7 @@ class _Emitter:
         self.helpers: List[str] = []
         self.aux: Dict[str, torch.Tensor] = {}
         self.aux_by_id: Dict[int, str] = {}
+        self.origin: Dict[str, tuple] = {}  # aux name -> (the captured tensor, steps to the passed one)
         self.n = 0
 
     def fail(self, node, what):
@@ -168,6 +173,21 @@ class _Emitter:
     def helper(self, name):
         if name not in self.helpers:
             self.helpers.append(name)
+
+    def floor_int(self, op: str, a: _Scalar, b: _Scalar, dtype) -> _Scalar:
+        """Python's (and torch's) integer a // b ("div") or a % b ("mod"): by a power-of-two literal an
+        arithmetic shift or the low bits (two's complement: exact); int32 results in 32-bit helpers,
+        int64 ones in 64-bit helpers."""
+        k = _pow2(b)
+        if k is not None:
+            lowbits = _lit((1 << k) - 1, dtype)
+            return self.temp(f"{_cast(a, dtype)} >> {k}" if op == "div" else f"{_cast(a, dtype)} & {lowbits}", dtype)
+        fn = {"div": "fa_fdiv", "mod": "fa_mod"}[op]
+        if _CTYPE[dtype] == "int":
+            self.helper({"div": "fdiv32", "mod": "fmod32"}[op])
+            return self.temp(f"{fn}32({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
+        self.helper({"div": "fdiv", "mod": "fmod"}[op])
+        return self.temp(f"({_CTYPE[dtype]}){fn}({a.expr}, {b.expr})", dtype)
 
     def temp(self, expr: str, dtype) -> _Scalar:
         name = f"t{self.n}"
@@ -187,10 +207,13 @@ class _Emitter:
                 passed, bits16 = t.view(torch.int16), True
             elif t.dtype == torch.float16:
                 passed = t.float()  # a copy: fp16 has no bit-cast reader here
+            steps = ("view_int16",) if bits16 else ("float",) if t.dtype == torch.float16 else ()
             if not passed.is_contiguous():
                 passed = passed.contiguous()
+                steps += ("contiguous",)
             self.aux[name] = passed
             self.aux_by_id[id(t)] = name
+            self.origin[name] = (t, steps)
         else:
             bits16 = t.dtype == torch.bfloat16
         passed = self.aux[name]
@@ -356,14 +379,7 @@ class _Emitter:
                 return self.temp(q, dtype)
             if mode == "trunc":
                 return self.temp(f"{_cast(a, dtype)} / {_cast(b, dtype)}", dtype)
-            k = _pow2(b)
-            if k is not None and _CTYPE[dtype] in ("int", "long long"):  # floor division: an arithmetic shift
-                return self.temp(f"{_cast(a, dtype)} >> {k}", dtype)
-            if _CTYPE[dtype] == "int":
-                self.helper("fdiv32")
-                return self.temp(f"fa_fdiv32({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
-            self.helper("fdiv")
-            return self.temp(f"({_CTYPE[dtype]})fa_fdiv({a.expr}, {b.expr})", dtype)
+            return self.floor_int("div", a, b, dtype)
         if packet in (aten.remainder, aten.fmod):
             a, b = self.value(args[0], env, node), self.value(args[1], env, node)
             if dtype.is_floating_point:
@@ -373,14 +389,7 @@ class _Emitter:
                 return self.temp(f"({_CTYPE[dtype]})fa_fmodf({a.expr}, {b.expr})", dtype)
             if packet is aten.fmod:
                 return self.temp(f"{_cast(a, dtype)} % {_cast(b, dtype)}", dtype)
-            k = _pow2(b)
-            if k is not None and _CTYPE[dtype] in ("int", "long long"):  # floor modulo: the low bits
-                return self.temp(f"{_cast(a, dtype)} & {_lit((1 << k) - 1, dtype)}", dtype)
-            if _CTYPE[dtype] == "int":
-                self.helper("fmod32")
-                return self.temp(f"fa_mod32({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
-            self.helper("fmod")
-            return self.temp(f"({_CTYPE[dtype]})fa_mod({a.expr}, {b.expr})", dtype)
+            return self.floor_int("mod", a, b, dtype)
         if packet is aten.where:
             c, a, b = (self.value(x, env, node, dtype) for x in args[:3])
             return self.temp(f"{_cast(c, torch.bool)} ? {_cast(a, dtype)} : {_cast(b, dtype)}", dtype)
@@ -525,7 +534,40 @@ def _trace(fn, kind: str) -> TracedMod:
         raise ConfigError(f"{kind}_mod at {_where_in(fn)}: expected {n} arguments ({', '.join(_ARGS[kind])})")
     em = _Emitter(kind, fn, gm)
     body, uses = em.run()
-    return TracedMod(kind, fn, body, dict(em.aux), uses, gm)
+    return TracedMod(kind, fn, body, dict(em.aux), uses, gm, _sources(fn, em.origin))
+
+
+def _sources(fn, origin: dict):
+    """TracedMod.sources: each aux tensor as a closure cell or a global of fn (the captured tensor
+    itself), with the steps that made the passed tensor; None if one is neither."""
+    cells = getattr(fn, "__closure__", None) or ()
+    glob = getattr(fn, "__globals__", {})
+    names = getattr(getattr(fn, "__code__", None), "co_names", ())
+    out = []
+    for name, (t, steps) in origin.items():
+        where = None
+        for i, c in enumerate(cells):
+            try:
+                if c.cell_contents is t:
+                    where = ("cell", i)
+                    break
+            except ValueError:  # an empty cell
+                continue
+        if where is None:
+            where = next((("global", n) for n in names if glob.get(n) is t), None)
+        if where is None:
+            return None
+        out.append((name,) + where + (steps,))
+    return tuple(out)
+
+
+def fetch(fn, where: str, key, steps: tuple) -> torch.Tensor:
+    """A captured tensor of fn as the kernel reads it (TracedMod.sources): plain attribute and torch
+    calls, which torch.compile traces, so the tensor becomes an input of the graph."""
+    t = fn.__closure__[key].cell_contents if where == "cell" else fn.__globals__[key]
+    for step in steps:
+        t = t.view(torch.int16) if step == "view_int16" else t.float() if step == "float" else t.contiguous()
+    return t
 
 
 def _trace_error(fn, kind, e):

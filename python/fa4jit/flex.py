@@ -278,30 +278,32 @@ def clear_block_mask_cache():
     _from_torch.clear()
 
 
-class _SnippetOnly:
-    """What lower() needs of a traced mod without captured tensors: its snippet."""
-    aux: Dict[str, Tensor] = {}
+class _Lowered:
+    """What lower() needs of a traced mod inside a torch.compile graph: its snippet and its aux tensors
+    fetched from the function there (graph inputs)."""
 
-    def __init__(self, snippet: str):
-        self.snippet = snippet
+    def __init__(self, snippet: str, aux: Dict[str, Tensor]):
+        self.snippet, self.aux = snippet, aux
 
 
 @torch._dynamo.assume_constant_result
-def _snippet_if_no_aux(fn, kind: str) -> str:
-    """The snippet of a mod that captures no tensors ("" when it captures some): a constant for
-    torch.compile, which then never traces the tracing (make_fx) itself."""
-    t = _trace.trace(fn, kind)
-    return "" if t.aux else t.snippet
+def _compile_plan(fn, kind: str) -> tuple:
+    """(snippet, sources) of a mod (_trace.TracedMod.sources), constants for torch.compile, which then
+    never traces the tracing (make_fx) itself; ("", None) when a captured tensor has no source."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():  # make_fx's own fake mode, not the compiler's, traces the mod
+        t = _trace.trace(fn, kind)
+    return (t.snippet, t.sources) if t.sources is not None else ("", None)
 
 
 def _traced(fn, kind: str):
     if isinstance(fn, _trace.TracedMod):
         return fn
     if torch.compiler.is_compiling():
-        snippet = _snippet_if_no_aux(fn, kind)
+        snippet, sources = _compile_plan(fn, kind)
         if snippet:
-            return _SnippetOnly(snippet)
-    return _trace.trace(fn, kind)  # captured tensors: traced where dynamo breaks the graph
+            return _Lowered(snippet, {name: _trace.fetch(fn, where, key, steps) for name, where, key, steps in sources})
+    return _trace.trace(fn, kind)  # a captured tensor held otherwise (an attribute): dynamo breaks the graph
 
 
 def is_traced(mod) -> bool:

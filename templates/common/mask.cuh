@@ -167,8 +167,18 @@ struct Or {
 
 // x / d for x >= 0, d > 0: a shift where d is a power of two (automatic tile maps have blocks of 128).
 // The walk classifies every tile it passes; a division by a run-time d there (a reciprocal and a
-// dozen integer instructions, four per tile) sat between the consumers' MMAs.
-__device__ __forceinline__ int div_block(int x, int d) { return (d & (d - 1)) == 0 ? x >> (__ffs(d) - 1) : x / d; }
+// dozen integer instructions, four per tile) sat between the consumers' MMAs: H200, the four custom
+// masks below goal 6-12% faster with the shift than with the division, and than with a multiply-high
+// by a host-made reciprocal (docs/PERF.md run 57). sm_100a keeps the division: its packed-GQA
+// custom-mask kernels sit at their register limit and either form spilled there
+// (tests/blackwell_compile_test.cpp; no Blackwell GPU here to weigh them).
+__device__ __forceinline__ int div_block(int x, int d) {
+#if __CUDA_ARCH__ >= 1000
+  return x / d;
+#else
+  return (d & (d - 1)) == 0 ? x >> (__ffs(d) - 1) : x / d;
+#endif
+}
 
 // Run-time block mask (FwdParams::block_mask): the class of a tile is the combination of the
 // classes of every mask block it overlaps, for every head it covers.

@@ -345,6 +345,39 @@ def test_snippet_reads_decide_broadcast_dimensions():
     assert m == "return doc[q_idx] == doc[kv_idx];" and blk is None and aux == [doc]
 
 
+_GLOBAL_BIAS = None
+
+
+def _global_head_bias(score, b, h, q_idx, kv_idx):
+    return score + _GLOBAL_BIAS[h]
+
+
+def test_captured_tensor_sources_for_compiled_graphs():
+    """TracedMod.sources: each aux tensor as the closure cell or global it was captured from, with the
+    steps that made the kernel's copy; _trace.fetch rebuilds it; None when a tensor is held otherwise."""
+    doc = torch.tensor([0, 0, 1, 1], dtype=torch.int32)
+    rel = torch.randn(2, 8, dtype=torch.bfloat16)
+    cols = torch.randn(8, 2)[:, 0]  # not contiguous
+    holder = {"t": doc}
+
+    def mod(score, b, h, q_idx, kv_idx):
+        return score + rel[h, q_idx] + cols[kv_idx] + (doc[q_idx] == doc[kv_idx]).float()
+
+    def held(b, h, q_idx, kv_idx):
+        return holder["t"][q_idx] == 0
+
+    global _GLOBAL_BIAS
+    _GLOBAL_BIAS = torch.randn(4)
+    t = _trace.trace(mod, "score")
+    assert t.sources is not None and len(t.sources) == 3
+    for name, where, key, steps in t.sources:
+        assert where == "cell" and torch.equal(_trace.fetch(mod, where, key, steps), t.aux[name])
+    assert {steps for *_, steps in t.sources} == {("view_int16",), ("contiguous",), ()}
+    g = _trace.trace(_global_head_bias, "score")
+    assert g.sources == (("sc0", "global", "_GLOBAL_BIAS", ()),)
+    assert _trace.trace(held, "mask").sources is None
+
+
 def test_torch_compile_traces_python_mods_without_graph_breaks():
     from torch._subclasses.fake_tensor import FakeTensorMode
     torch._dynamo.reset()
@@ -362,8 +395,31 @@ def test_torch_compile_traces_python_mods_without_graph_breaks():
         def snippet_fn(q, k, v):
             return fa4jit.attention(q, k, v, mask_mod=snippet, block_mask_mod=bm, layout="bhsd")
 
+        # Mods that capture tensors, in a closure and as a module global: fetched inside the graph.
+        doc = torch.zeros(256, dtype=torch.int32, device="cuda")
+        rel = torch.zeros(4, 512, dtype=torch.bfloat16, device="cuda")
+
+        def docmask(b, h, q_idx, kv_idx):
+            return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+
+        def relbias(score, b, h, q_idx, kv_idx):
+            return score + rel[h, q_idx - kv_idx + 256]
+
+        global _GLOBAL_BIAS
+        _GLOBAL_BIAS = torch.zeros(4, device="cuda")
+
+        # Traced before the graph (make_fx under dynamo's own fake mode would mix it with this test's;
+        # on a GPU, tests/python/test_flex_gpu.py compiles the first trace too).
+        _trace.trace(docmask, "mask"), _trace.trace(relbias, "score"), _trace.trace(_global_head_bias, "score")
+
+        def captured_fn(q, k, v):
+            return fa4jit.attention(q, k, v, mask_mod=docmask, score_mod=relbias, layout="bhsd")
+
+        def global_fn(q, k, v):
+            return fa4jit.flex_attention(q, k, v, score_mod=_global_head_bias)
+
         q = torch.empty(2, 4, 256, 64, dtype=torch.bfloat16, device="cuda")
-        for fn in (flex_fn, traced_fn, snippet_fn):
+        for fn in (flex_fn, traced_fn, snippet_fn, captured_fn, global_fn):
             explain = torch._dynamo.explain(fn)(q, q, q)
             assert explain.graph_break_count == 0 and explain.graph_count == 1, (fn.__name__, explain)
         o, lse = torch.compile(flex_fn, backend="eager", fullgraph=True)(q, q, q)

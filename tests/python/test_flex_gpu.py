@@ -278,3 +278,29 @@ def test_block_sparse_map_with_holes_per_head_and_gqa(block):
         kr, vr = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
         ref_o, ref_lse = reference(q, kr, vr, holes)
         assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"holes {block} sq {sq}")
+
+
+def test_torch_compile_fullgraph_with_captured_tensors():
+    """Mods that capture tensors (document ids in a closure, a bias table) inside torch.compile with
+    fullgraph=True: the snippets are constants of the graph and the captured tensors its inputs, so
+    nothing breaks the graph; new document ids (an in-place write) reach the kernel on the next call."""
+    torch._dynamo.reset()
+    B, H, S = 2, 4, 1024
+    q, k, v = bhsd(B, H, H, S, S, seed=21)
+    doc = doc_ids(B, S, seed=22)
+    rel = torch.randn(H, 2 * S, device="cuda") * 0.1
+
+    def docmask(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+
+    def relbias(score, b, h, q_idx, kv_idx):
+        return score + rel[h, q_idx - kv_idx + S]
+
+    fn = torch.compile(lambda q, k, v: fa4jit.attention(q, k, v, mask_mod=docmask, score_mod=relbias,
+                                                        layout="bhsd"), fullgraph=True)
+    for step in range(2):
+        if step:
+            doc.copy_(doc_ids(B, S, seed=23))
+        out = fn(q, k, v)
+        ref_o, _ = reference(q, k, v, docmask, relbias)
+        assert_close(out, ref_o, torch.bfloat16, what=f"compiled captured tensors, step {step}")
