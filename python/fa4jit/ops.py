@@ -160,6 +160,9 @@ def _key(x):
         return tuple(map(_key, x))
     if isinstance(x, dict):
         return ("dict",) + tuple((n, _key(t)) for n, t in x.items())
+    classes = getattr(x, "classes", None)
+    if isinstance(classes, Tensor):  # a BlockMask (fa4jit.flex): the launch reads its classes and block sizes
+        return ("BlockMask", _key(classes), x.BLOCK_SIZE)
     return x
 
 
@@ -523,8 +526,11 @@ def _public(kind: str):
         names = tuple({"k_cache": "k", "v_cache": "v"}.get(p.name, p.name) for p in params)
         args = ", ".join(p.name + ("" if p.default is p.empty else f"=_d[{i}]") for i, p in enumerate(params))
         values = ", ".join(p.name for p in params)
+        # block_mask_mod: a snippet, or a BlockMask (a new one each time a mask's aux changes) keyed by
+        # its classes' metadata, so its calls share one plan.
         key = ", ".join(f"{n}.shape, {n}.stride(), {n}.dtype, {n}.device" if p.annotation is Tensor else
-                        f"_meta({n})" if p.annotation == Optional[Tensor] else n if p.annotation in _PLAIN else
+                        f"_meta({n})" if p.annotation == Optional[Tensor] else
+                        n if p.annotation in _PLAIN and n != "block_mask_mod" else
                         f"_key({n})" for n, p in ((p.name, p) for p in params))
         q, k, v = (p.name for p in params[:3])
         # Python mods, BlockMasks and mask snippets without a block snippet (fa4jit.flex) are lowered to
