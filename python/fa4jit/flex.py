@@ -68,7 +68,6 @@ class BlockMask:
         self.seq_lengths = (int(seq_lengths[0]), int(seq_lengths[1]))
         self.mask_mod = mask_mod
         self._traced = None if mask_mod is None else _trace.trace(mask_mod, "mask")
-        self._packed = None
         self.band = None  # (lo, hi) when the mask is exactly lo <= q_idx - kv_idx <= hi (create_block_mask)
 
     @property
