@@ -49,7 +49,7 @@ std::string render_combine_source(const CombineSpec& s) {
 }  // namespace
 
 CombineSpec combine_spec(const ResolvedConfig& rc) {
-  return {rc.config.arch, rc.config.output_dtype.value_or(rc.config.dtype), rc.config.depth};
+  return {rc.config.arch, rc.config.output_dtype.value_or(rc.config.dtype), value_depth(rc.config)};  // O's head dim
 }
 
 nlohmann::json to_json(const CombineSpec& s) {
@@ -67,7 +67,13 @@ CombineSpec combine_spec_from_json(const nlohmann::json& j) {
   CombineSpec s;
   s.arch = arch.get<std::string>();
   s.out = dtype_from_string(out.get<std::string>());
-  const std::vector<int> depths = policy(parse_arch(s.arch).backend).depths();  // ConfigError for unknown archs
+  // O's head dims: the backend's depths and the narrower V depths it pairs with them.
+  const BackendPolicy& backend = policy(parse_arch(s.arch).backend);  // ConfigError for unknown archs
+  std::vector<int> depths = backend.depths();
+  for (int d : backend.depths()) {
+    const std::vector<int> dvs = backend.depths_v(d);
+    depths.insert(depths.end(), dvs.begin(), dvs.end());
+  }
   const long long d = depth.get<long long>();
   if (std::find(depths.begin(), depths.end(), d) == depths.end())
     throw ConfigError(fmt::format("combine.depth: {} is not a head dim of {}", d, s.arch));

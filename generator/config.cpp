@@ -34,6 +34,7 @@ DType dtype_from_string(const std::string& s) {
 
 int dtype_size(DType t) { return t == DType::e4m3 ? 1 : 2; }
 DType kv_type(const FA4Config& c) { return c.kv_dtype.value_or(c.dtype); }
+int value_depth(const FA4Config& c) { return c.depth_v != 0 ? c.depth_v : c.depth; }
 
 const char* to_string(Backend b) {
   switch (b) {
@@ -142,6 +143,21 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   if (std::find(depths.begin(), depths.end(), c.depth) == depths.end())
     refuse("depth", std::to_string(c.depth),
            fmt::format("the {} backend supports {}", to_string(arch.backend), fmt::join(depths, ", ")));
+  // depth_v: 0 and the depth itself are one config (normalized to 0, so the key is the plain
+  // kernel's); a narrower V is a pair the backend serves, 16-bit only.
+  if (c.depth_v == c.depth) c.depth_v = 0;
+  if (c.depth_v != 0) {
+    const std::vector<int> dvs = backend.depths_v(c.depth);
+    if (std::find(dvs.begin(), dvs.end(), c.depth_v) == dvs.end())
+      refuse("depth_v", std::to_string(c.depth_v),
+             dvs.empty() ? fmt::format("the {} backend runs depth {} with depth_v = depth only", to_string(arch.backend),
+                                       c.depth)
+                         : fmt::format("the {} backend runs depth {} with depth_v {} or the depth",
+                                       to_string(arch.backend), c.depth, fmt::join(dvs, ", ")));
+    if (c.dtype == DType::e4m3 || c.kv_dtype)
+      refuse("depth_v", fmt::format("{} with {} {}", c.depth_v, c.kv_dtype ? "kv_dtype" : "dtype", "e4m3"),
+             "a V head dim other than the depth runs with 16-bit Q, K and V (bf16, fp16)");
+  }
   // Rows padded to whole swizzle rows: 128 bytes (64 bf16/fp16 elements, 128 e4m3 ones; an FP8 KV
   // cache pads to its e4m3 rows on the TMA backends), or the backend's narrower rows (sm90a: 64-byte
   // e4m3 rows at depth 64).
@@ -168,7 +184,8 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
     throw ConfigError(
         fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
   backend.settle(tuning, b, c, dp, arch);
-  ResolvedConfig rc{c, tuning, arch.backend, arch.sm, dp, b.threads, b.smem, b.ctas_per_sm};
+  ResolvedConfig rc{c, tuning, arch.backend, arch.sm, dp, detail::padded_depth_v(c, dp), b.threads, b.smem,
+                    b.ctas_per_sm};
   rc.walk = tuning.persistent == 1   ? TileWalk::persistent
             : tuning.persistent == 2 ? TileWalk::stream_k
                                      : TileWalk::grid;

@@ -12,6 +12,7 @@ namespace {
 
 constexpr IntField kIntFields[] = {
     {"depth", 1, 1024, &FA4Config::depth},
+    {"depth_v", 0, 1024, &FA4Config::depth_v},
     {"BM", 0, 1024, &FA4Config::BM},
     {"BN", 0, 1024, &FA4Config::BN},
     {"BK0", 0, 1024, &FA4Config::BK0},

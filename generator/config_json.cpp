@@ -191,6 +191,7 @@ json to_json(const FA4Config& c) {
   // Written only when set (an FP8 KV cache): the JSON, and so the cache key, of every other config
   // is the one it was before the field existed.
   if (c.kv_dtype) j["kv_dtype"] = to_string(*c.kv_dtype);
+  if (c.depth_v != 0) j["depth_v"] = c.depth_v;  // likewise: only a V head dim of its own
   json sm = {{"kind", kind_name(kScoreModKinds, c.score_mod.kind)}};
   if (c.score_mod.kind == ScoreMod::Kind::custom) sm["snippet"] = c.score_mod.snippet;
   j["score_mod"] = sm;
@@ -214,7 +215,7 @@ FA4Config config_from_json_at(const json& j, const std::string& prefix) {
       throw ConfigError(
           fmt::format("{}: removed, it accepted one value only ({}); delete the field", json_path(prefix, field), why));
   reject_unknown(j, where,
-                 {"dtype", "output_dtype", "kv_dtype", "depth", "BM", "BN", "BK0", "num_q_heads", "group",
+                 {"dtype", "output_dtype", "kv_dtype", "depth", "depth_v", "BM", "BN", "BK0", "num_q_heads", "group",
                   "num_kv_stages", "num_qk_stages", "arch", "mask", "score_mod", "pack_gqa"});
   auto path = [&](const std::string& field) { return json_path(prefix, field); };
   FA4Config c;

@@ -149,6 +149,8 @@ std::string render_source(const ResolvedConfig& rc) {
   const std::pair<const char*, int> constants[] = {
       {"kDepth", c.depth},
       {"kPaddedDepth", rc.padded_depth},
+      {"kDepthV", value_depth(c)},  // V and O (FA4Config::depth_v)
+      {"kPaddedDepthV", rc.padded_depth_v},
       {"kBM", c.BM},
       {"kBN", c.BN},
       {"kBK0", c.BK0},

@@ -108,7 +108,7 @@ int lpt_section_heads(const LaunchShape& shape, const LaunchArgs& args, const FA
   const long long keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
   const long long kv_heads = std::max<long long>(1, args.k.shape[2]);
   const long long sharing = std::max<long long>(1, shape.grid_heads / kv_heads);
-  return fa4::PersistentWalk::l2_section_heads(l2, keys, 1LL * c.depth * 2 * dtype_size(kv_type(c)), sharing);
+  return fa4::PersistentWalk::l2_section_heads(l2, keys, 1LL * (c.depth + value_depth(c)) * dtype_size(kv_type(c)), sharing);
 }
 
 }  // namespace
@@ -156,10 +156,10 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   if (splits > 1) {
     const long long rows = p.partial_rows;
     const long long units = p.split_from + (tiles - p.split_from) * splits;  // CTAs' work items
-    if (units > INT32_MAX || rows * splits * (c.depth + 1) > (1LL << 40))
+    if (units > INT32_MAX || rows * splits * (value_depth(c) + 1) > (1LL << 40))
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));
     plan.combine_grid = static_cast<unsigned>((rows + fa4::kCombineRowsPerCta - 1) / fa4::kCombineRowsPerCta);
-    plan.split = SplitLayout{rows, splits, c.depth, config_.walk == TileWalk::stream_k};
+    plan.split = SplitLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k};
     if (args.workspace && args.workspace_bytes < plan.split.bytes())
       throw LaunchError(fmt::format("launch: workspace_bytes is {}, {} splits need {} (Kernel::workspace_bytes)",
                                     args.workspace_bytes, splits, plan.split.bytes()));

@@ -59,8 +59,8 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   const DType kv = kv_type(c);
   check_tensor("q", a.q, c.dtype, c.depth);
   check_tensor("k", a.k, kv, c.depth);
-  check_tensor("v", a.v, kv, c.depth);
-  check_tensor("o", a.o, *c.output_dtype, c.depth);
+  check_tensor("v", a.v, kv, value_depth(c));  // depth_v where set
+  check_tensor("o", a.o, *c.output_dtype, value_depth(c));
   check_descale("descale_q", a.descale_q, c.dtype, "dtype");
   check_descale("descale_k", a.descale_k, kv, c.kv_dtype ? "kv_dtype" : "dtype");
   check_descale("descale_v", a.descale_v, kv, c.kv_dtype ? "kv_dtype" : "dtype");

@@ -125,6 +125,7 @@ void build_tile_map(const FA4Config& config, const LaunchArgs& args, const TileM
   c.output_dtype = full.output_dtype;
   c.kv_dtype = full.kv_dtype;
   c.depth = full.depth;
+  c.depth_v = full.depth_v;
   c.mask = full.mask;
   const ResolvedConfig rc = resolve(c);
   auto module = detail::tile_map_module(rc);  // NVRTC (CompileError at a snippet's line) before the launch checks

@@ -72,6 +72,7 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
     bool causal;
     bool pack;
     const char* tune;
+    int depth_v = 0;
   };
   std::vector<Case> cases;
   for (int d : {64, 96, 128, 192, 256})
@@ -79,11 +80,15 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
       for (const char* tune : {"persistent=0", "persistent=1", "persistent=2"})
         cases.push_back({d, jit::DType::bf16, false, causal, false, tune});
   cases.push_back({128, jit::DType::bf16, false, true, true, ""});
+  // depth 192 with a V of 128 (DeepSeek-V3 prefill): its V ring and own-O region are 128 wide.
+  for (const char* tune : {"persistent=0", "persistent=1", "persistent=2"})
+    for (bool causal : {false, true}) cases.push_back({192, jit::DType::bf16, false, causal, false, tune, 128});
   for (int d : {64, 128}) cases.push_back({d, jit::DType::e4m3, false, false, false, ""});
   cases.push_back({128, jit::DType::bf16, true, false, false, ""});
   cases.push_back({128, jit::DType::bf16, true, true, true, ""});
   for (const Case& k : cases) {
     jit::FA4Config c = cfg_for("sm_90a", k.depth);
+    c.depth_v = k.depth_v;
     c.dtype = k.dtype;
     if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
     if (k.causal) c.mask = jit::Mask::causal();
@@ -92,23 +97,25 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
       c.group = 8;
       c.pack_gqa = true;
     }
-    const std::string what = fmt::format("d{} {} kv_fp8 {} causal {} pack {} [{}]", k.depth, jit::to_string(k.dtype),
-                                         k.kv_fp8, k.causal, k.pack, k.tune);
+    const std::string what = fmt::format("d{}/{} {} kv_fp8 {} causal {} pack {} [{}]", k.depth, k.depth_v,
+                                         jit::to_string(k.dtype), k.kv_fp8, k.causal, k.pack, k.tune);
     const jit::ResolvedConfig r = jit::resolve(c, tuned(k.tune));
     const abi::Family f = abi::family_of(k.dtype == jit::DType::e4m3, k.kv_fp8);
     const int bm = r.config.BM, bn = r.config.BN, dp = r.padded_depth, stages = r.config.num_kv_stages;
-    const bool own_o = abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, stages, kMaxSmem);
-    EXPECT_EQ(r.smem_bytes, abi::smem_bytes(f, bm, bn, dp, stages, own_o)) << what;
-    EXPECT_EQ(own_o, abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, stages, r.smem_bytes)) << what;
+    const int dpv = r.padded_depth_v;
+    EXPECT_EQ(dpv, k.depth_v ? k.depth_v : dp) << what;
+    const bool own_o = abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, dpv, stages, kMaxSmem);
+    EXPECT_EQ(r.smem_bytes, abi::smem_bytes(f, bm, bn, dp, dpv, stages, own_o)) << what;
+    EXPECT_EQ(own_o, abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, dpv, stages, r.smem_bytes)) << what;
     EXPECT_EQ(r.num_threads, abi::num_threads(bm)) << what;
     EXPECT_TRUE(abi::bn_legal(f, bn, bm, dp)) << what;
     EXPECT_TRUE(abi::budgets_fit(f, bm, r.ctas_per_sm, dp, bn)) << what;
   }
   // The persistent 16-bit d128 kernel stages O in its own region; d256's does not fit one.
   const jit::ResolvedConfig d128 = jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=1"));
-  EXPECT_EQ(d128.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, 128, 128, 2, true));
+  EXPECT_EQ(d128.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, 128, 128, 128, 2, true));
   const jit::ResolvedConfig d256 = jit::resolve(cfg_for("sm_90a", 256), tuned("persistent=1"));
-  EXPECT_EQ(d256.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, d256.config.BN, 256, 2, false));
+  EXPECT_EQ(d256.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, d256.config.BN, 256, 256, 2, false));
 }
 
 // Deeper heads on sm90a: BN from the consumers' registers (O Dp/2 + S BN/2 + P BN/4 floats) and from

@@ -25,6 +25,9 @@ class BackendPolicy {
   virtual Backend backend() const = 0;
   // Head dims (FA4Config::depth) this backend's templates serve.
   virtual std::vector<int> depths() const = 0;
+  // V head dims (FA4Config::depth_v) other than `depth` this backend serves with Q/K head dim
+  // `depth` (16-bit only); empty: V as wide as Q and K.
+  virtual std::vector<int> depths_v(int /*depth*/) const { return {}; }
   // Bytes of the swizzled shared-memory row the depth is padded to (in the narrower of Q's and
   // K/V's element types): 128 (SW128), unless the backend keeps narrower rows for this config.
   virtual int swizzle_row_bytes(const FA4Config&) const { return 128; }
@@ -55,6 +58,10 @@ class BackendPolicy {
   // sm90a: S = Q K^T with Q in registers (Config::kQInRegs).
   virtual bool q_in_registers(const ResolvedConfig&) const { return false; }
 };
+
+// V's and O's padded depth: `dp` (Q's and K's), or for a narrower 16-bit V its depth in whole
+// 64-element (128-byte) rows.
+inline int padded_depth_v(const FA4Config& c, int dp) { return c.depth_v == 0 ? dp : (c.depth_v + 63) / 64 * 64; }
 
 // The policy of a backend (one static instance each).
 const BackendPolicy& policy(Backend b);

@@ -50,6 +50,8 @@ class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
   std::vector<int> depths() const override { return {64, 96, 128, 192, 256}; }  // 96 runs padded to 128
+  // DeepSeek-V3 / Kimi-K2 prefill (MLA without absorption): Q/K 128 + 64 rope columns, V 128.
+  std::vector<int> depths_v(int depth) const override { return depth == 192 ? std::vector<int>{128} : std::vector<int>{}; }
   // FP8 at depth 64: 64-byte e4m3 rows (SW64 TMA boxes and wgmma descriptors) instead of padding to
   // 128, which doubled S = Q K^T and the K bytes (docs/PERF.md run 32).
   int swizzle_row_bytes(const FA4Config& c) const override {
@@ -67,12 +69,15 @@ class Sm90a final : public BackendPolicy {
     std::vector<int> bm_allowed = dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128};
     if (c.pack_gqa) bm_allowed.insert(bm_allowed.begin(), 64);
     c.BM = pick("BM", c.BM, bm_default, bm_allowed);
-    auto smem_for = [&](int bn, int stages) { return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, stages, false); };
+    const int dpv = padded_depth_v(c, dp);  // V and O (FA4Config::depth_v)
+    auto smem_for = [&](int bn, int stages) {
+      return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, dpv, stages, false);
+    };
     // BN: every candidate whose fragments fit the consumers' registers and whose tiles fit shared
     // memory with the minimum 2 stages (d192: up to 112, d256: up to 80, FA3's tiles there).
     std::vector<int> bn_allowed;
     for (int bn : legal_bns(abi::Family::k16, c.BM, dp))
-      if (abi::fragment_regs(dp, bn) <= abi::fragment_budget(c.BM, false) && smem_for(bn, 2) <= a.max_smem)
+      if (abi::fragment_regs(dpv, bn) <= abi::fragment_budget(c.BM, false) && smem_for(bn, 2) <= a.max_smem)
         bn_allowed.push_back(bn);
     // Default: 128 (BN 176 at d128, FA3's non-causal tile, and 192 at d64 are opt-in), the largest
     // allowed below it at d192 / d256 (112 / 80; 96 / 64 with a heavier softmax); decode (BM 64)
@@ -81,7 +86,7 @@ class Sm90a final : public BackendPolicy {
     int bn_default = 64;
     if (c.BM != 64)
       for (int bn : bn_allowed)
-        if (bn <= 128 && abi::fragment_regs(dp, bn) <= default_budget) bn_default = bn;
+        if (bn <= 128 && abi::fragment_regs(dpv, bn) <= default_budget) bn_default = bn;
     if (c.BN != 0 && std::find(bn_allowed.begin(), bn_allowed.end(), c.BN) == bn_allowed.end())
       refuse("BN", std::to_string(c.BN),
              fmt::format("at depth {} (padded {}) with BM {} on {} allowed: {} (S, P and O registers of a consumer "
@@ -127,7 +132,7 @@ class Sm90a final : public BackendPolicy {
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
     // Q regions sized for 16-bit O staging; K and V rings of 1-byte elements; the transposed V ring
     // in whole blocks of 128 keys.
-    const int smem = abi::smem_bytes(abi::Family::kFp8, c.BM, c.BN, dp, c.num_kv_stages, false);
+    const int smem = abi::smem_bytes(abi::Family::kFp8, c.BM, c.BN, dp, dp, c.num_kv_stages, false);
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} (e4m3) need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
@@ -151,7 +156,7 @@ class Sm90a final : public BackendPolicy {
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
-    const int smem = abi::smem_bytes(abi::Family::kKvFp8, c.BM, c.BN, dp, c.num_kv_stages, false);
+    const int smem = abi::smem_bytes(abi::Family::kKvFp8, c.BM, c.BN, dp, dp, c.num_kv_stages, false);
     if (smem > a.max_smem)
       throw ConfigError(
           fmt::format("num_kv_stages: {} stages of BN={} at depth {} (kv_dtype e4m3) need {} bytes; {} allows {}",
@@ -251,8 +256,9 @@ class Sm90a final : public BackendPolicy {
     // overlaps the epilogue (abi.h own_o; templates/sm90a/smem_layout.cuh SmemLayout::kOwnO takes it
     // when kSmemBytes holds it).
     const abi::Family f = family(c);
-    if (abi::own_o(f, t.persistent != 0, c.BM, c.BN, dp, c.num_kv_stages, a.max_smem))
-      b.smem = abi::smem_bytes(f, c.BM, c.BN, dp, c.num_kv_stages, true);
+    const int dpv = padded_depth_v(c, dp);
+    if (abi::own_o(f, t.persistent != 0, c.BM, c.BN, dp, dpv, c.num_kv_stages, a.max_smem))
+      b.smem = abi::smem_bytes(f, c.BM, c.BN, dp, dpv, c.num_kv_stages, true);
   }
 
   bool uses_tma() const override { return true; }

@@ -123,9 +123,10 @@ def _check_qkv(a):
                            dt != _FP8 else ""))
     qs, ks, vs = q.shape, k.shape, v.shape
     D = qs[3]
-    for name, shape in (("k", ks), ("v", vs)):
-        if shape[3] != D:
-            raise LaunchError(f"{name} has head_dim {shape[3]}, q has {D}")
+    if ks[3] != D:
+        raise LaunchError(f"k has head_dim {ks[3]}, q has {D}")
+    # v may be narrower than q and k (DeepSeek-V3 prefill: 192 / 128): the kernel's depth_v, whose
+    # pairs the library checks when it builds the kernel; out is then v's width.
     Hq, Hkv = qs[2], ks[2]
     varlen_q = cu_seqlens_q is not None
     paged = page_table is not None
@@ -140,8 +141,9 @@ def _check_qkv(a):
         batch = q.shape[0]
     if out is not None:
         _check_device("out", out, device)
-        if tuple(out.shape) != tuple(q.shape):
-            raise LaunchError(f"out has shape {tuple(out.shape)}; expected q's {tuple(q.shape)}")
+        if tuple(out.shape) != (*q.shape[:3], vs[3]):
+            want = f"q's {tuple(q.shape)}" if vs[3] == D else f"{(*q.shape[:3], vs[3])} (q's, v's head_dim)"
+            raise LaunchError(f"out has shape {tuple(out.shape)}; expected {want}")
         if _FP8 is not None and q.dtype == _FP8:
             if out.dtype not in (torch.bfloat16, torch.float16):
                 raise LaunchError(f"out has dtype {out.dtype}; float8_e4m3fn inputs write torch.bfloat16 or "
@@ -154,7 +156,7 @@ def _check_qkv(a):
     def view(t):
         return launch_schema.tensor(t.shape, t.stride(), t.element_size())
 
-    o = view(out) if out is not None else launch_schema.tensor(q.shape, (0, 0, 0, 1))
+    o = view(out) if out is not None else launch_schema.tensor((*q.shape[:3], vs[3]), (0, 0, 0, 1))
     msg = launch_schema.check(dict(
         q=view(q), k=view(k), v=view(v), o=o, cu_seqlens_q=int(varlen_q), cu_seqlens_k=int(cu_seqlens_k is not None),
         seqused_k=int(seqused_k is not None), page_table=int(paged), batch=batch if varlen_q else 0,
@@ -243,12 +245,16 @@ def _packed_tensors(**tensors):
     return {name: (t.data_ptr(), _DTYPE_CODE[t.dtype], 0, *t.shape, *t.stride()) for name, t in tensors.items()}
 
 
-def _new_out(q: Tensor, out_bhsd: bool) -> Tensor:
-    if out_bhsd:  # (B, H, S, D) memory, returned as its (B, S, H, D) view
-        B, S, H, D = q.shape
-        return torch.empty((B, H, S, D), dtype=_out_dtype(q.dtype), device=q.device).transpose(1, 2)
+def _new_out(q: Tensor, out_bhsd: bool, v: Tensor) -> Tensor:
+    """The output of q's queries over v's head dim (narrower than q's for a depth_v kernel)."""
+    B, S, H, D = q.shape
+    Dv = v.shape[-1]
+    if out_bhsd:  # (B, H, S, Dv) memory, returned as its (B, S, H, Dv) view
+        return torch.empty((B, H, S, Dv), dtype=_out_dtype(q.dtype), device=q.device).transpose(1, 2)
     if _FP8 is not None and q.dtype == _FP8:
-        return torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+        return torch.empty((B, S, H, Dv), dtype=torch.bfloat16, device=q.device)
+    if Dv != D:
+        return torch.empty((B, S, H, Dv), dtype=q.dtype, device=q.device)
     return torch.empty_like(q, memory_format=torch.contiguous_format)  # torch.empty(q.shape, ...), a few us cheaper
 
 

@@ -167,15 +167,16 @@ CHECKS = [
     dict(when="paged", rule="max_pages * k.shape[1] <= 2147483647",
          msg="max_pages * page_size = {max_pages * k.shape[1]} exceeds 2^31-1 keys"),
     dict(when="not paged", rule="max_pages == 0", msg="max_pages is {max_pages} without a page_table"),
-    dict(rule="k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1] and k.shape[2] == v.shape[2] and "
-              "k.shape[3] == v.shape[3]",
+    # V's head dim may differ from K's (FA4Config::depth_v); the kernel checks both against its own.
+    dict(rule="k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1] and k.shape[2] == v.shape[2]",
          msg="k ({k.shape[0]}, {k.shape[1]}, {k.shape[2]}, {k.shape[3]}) and v ({v.shape[0]}, {v.shape[1]}, "
-             "{v.shape[2]}, {v.shape[3]}) must have the same shape"),
+             "{v.shape[2]}, {v.shape[3]}) must agree in all but head_dim"),
     dict(rule="q.shape[1] >= 1", msg="q.shape[1] (seqlen_q) is {q.shape[1]}"),
     dict(rule="(max_pages * k.shape[1] if paged else k.shape[1]) >= 1",
          msg="k.shape[1] (seqlen_k) is {k.shape[1]}"),
     dict(rule="o.shape[1] == q.shape[1] and o.shape[2] == Hq",
          msg="o.shape ({o.shape[1]}, {o.shape[2]}) must match q's (seqlen {q.shape[1]}, heads {Hq})"),
+    dict(rule="o.shape[3] == v.shape[3]", msg="o has head_dim {o.shape[3]}, v {v.shape[3]}: O is as wide as V"),
     dict(rule="Hq >= 1 and Hkv >= 1 and Hq % Hkv == 0",
          msg="q has {Hq} heads, k/v {Hkv}: the q heads must be a positive multiple of the k/v heads (GQA)"),
     dict(rule="B <= 65535 and Hq <= 65535", msg="batch ({B}) and heads ({Hq}) must be at most 65535"),

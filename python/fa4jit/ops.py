@@ -72,11 +72,13 @@ def _get_kernel(key: tuple) -> _Kernel:
     k = _kernels.get(key)
     if k is not None:
         return k
-    (arch, dtype, kv_dtype, depth, causal, window, chunked, mask_snippet, block_snippet, score_kind, score_snippet,
-     pack, group, out_dtype) = key
+    (arch, dtype, kv_dtype, depth, depth_v, causal, window, chunked, mask_snippet, block_snippet, score_kind,
+     score_snippet, pack, group, out_dtype) = key
     score = {"kind": score_kind, "snippet": score_snippet} if score_kind == "custom" else score_kind
     cfg = {"dtype": dtype, "depth": depth, "mask": _mask_json(causal, window, chunked, mask_snippet, block_snippet),
            "score_mod": score, "pack_gqa": pack}
+    if depth_v != depth:  # a V narrower than Q and K (written only then, as the library does)
+        cfg["depth_v"] = depth_v
     if kv_dtype != dtype:  # FP8 KV cache: e4m3 K and V under a 16-bit Q (written only then, as the library does)
         cfg["kv_dtype"] = kv_dtype
     if out_dtype != dtype:  # FP8 inputs: O in bf16 or fp16
@@ -242,8 +244,8 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
         pack = group > 1 and sq * group <= max(128, group) and _packable(group)
     else:
         pack = bool(a.pack_gqa) and group > 1
-    kernel = _get_kernel((_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.causal, window,
-                          a.chunk_size > 0, mask_mod, block_mask_mod, score_kind, score_snippet, pack,
+    kernel = _get_kernel((_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3], a.causal,
+                          window, a.chunk_size > 0, mask_mod, block_mask_mod, score_kind, score_snippet, pack,
                           group if pack else 0, _DTYPE_NAME[a.out.dtype]))
     # The struct's fields by name (launch_table.FIELDS; the ones not set here take the table's defaults).
     f.update(size=_lib.LAUNCH_ARGS_SIZE, device=dev, lse=_ptr(a.lse), softmax_scale=a.softmax_scale,
@@ -364,7 +366,7 @@ def _fwd(*args, **kw):
 
 
 def _fwd_impl(a: Call, cached=True):
-    out = _new_out(a.q, a.out_bhsd)
+    out = _new_out(a.q, a.out_bhsd, a.v)
     lse = torch.empty(_lse_shape(a.q, a.cu_seqlens_q is not None) if a.return_lse else (0,), dtype=torch.float32,
                       device=a.q.device)
     _launch(a._replace(out=out, lse=lse if a.return_lse else None), cached)
@@ -377,7 +379,7 @@ def _fwd_fake(*args, **kw):
     _check_qkv(a)
     _snippet_texts(a.aux, a.aux_names, a.mask_mod, a.block_mask_mod, a.score_mod)  # snippet/aux errors at trace time
     lse_shape = _lse_shape(a.q, a.cu_seqlens_q is not None) if a.return_lse else (0,)
-    return _new_out(a.q, a.out_bhsd), a.q.new_empty(lse_shape, dtype=torch.float32)
+    return _new_out(a.q, a.out_bhsd, a.v), a.q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("fa4jit::fwd_out", mutates_args=("out", "lse"),
@@ -498,7 +500,7 @@ def _plan_user(a: Call, u: dict, names: tuple, squeeze: bool) -> _Plan:
     """The plan of a user call (u: its arguments, a: as prepared): _make_plan's, plus how _run
     allocates out and lse as the general path does and what the call returns."""
     q_user = u["q"]
-    o = a.out if a.out is not None else _new_out(a.q, a.out_bhsd)
+    o = a.out if a.out is not None else _new_out(a.q, a.out_bhsd, a.v)
     lse = a.lse
     if a.return_lse and lse is None:
         lse = torch.empty(_lse_shape(a.q, a.cu_seqlens_q is not None), dtype=torch.float32, device=a.q.device)

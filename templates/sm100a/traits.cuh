@@ -54,6 +54,8 @@ struct Traits {
   static_assert(Config::kSwizzleBytes == 128, "sm100a: 128-byte swizzle");
   static_assert(kDp % kBox == 0 && kDp >= 64 && kDp <= 128, "sm100a: padded depth 64 or 128");
   static_assert(kDepth <= kDp, "depth fits the padded depth");
+  static_assert(Config::kDepthV == Config::kDepth && Config::kPaddedDepthV == Config::kPaddedDepth,
+                "this backend runs V as wide as Q and K (BackendPolicy::depths_v)");
   static_assert(Config::kBK0 == kBK0 && kBK0 % kBox == 0, "K chunk = whole TMA boxes (128-byte rows)");
   static_assert(kBN % 32 == 0 && kBN >= 64 && kBN <= 256, "BN: MMA N (M = 128 needs N % 16 == 0, <= 256), 32-col batches");
   static_assert(kStages >= 2, "V(n) is held until O1 += P1 V(n) one iteration later: needs 2 V slots");

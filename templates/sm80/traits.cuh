@@ -55,6 +55,8 @@ struct Traits {
   static_assert(kWarpRows % 16 == 0 && kMTiles >= 1, "sm80: kBM must be a multiple of 64 (16 rows per warp)");
   static_assert(kBN % 16 == 0, "sm80: kBN must be a multiple of 16");
   static_assert(D % 16 == 0, "sm80: kPaddedDepth must be a multiple of 16");
+  static_assert(Config::kDepthV == Config::kDepth && Config::kPaddedDepthV == Config::kPaddedDepth,
+                "this backend runs V as wide as Q and K (BackendPolicy::depths_v)");
   static_assert(kDepth % 8 == 0 && kDepth <= D, "sm80: kDepth must be a multiple of 8 and <= kPaddedDepth");
   static_assert(kPack >= 1, "sm80: kPack is the GQA group when packed, else 1");
   static_assert(kStages >= 2, "sm80: cp.async ring needs kNumKVStages >= 2");

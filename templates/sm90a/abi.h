@@ -61,10 +61,12 @@ FA4_HOST_DEVICE constexpr int extra_bytes(Family f, int bn, int dp, int stages) 
                                : 0;
 }
 constexpr int kBarrierBytes = 1024;
-// The dynamic shared memory of a kernel: the one formula (Config::kSmemBytes is this value).
-FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int stages, bool own_o) {
-  return q_bytes(bm, dp) + 2 * stages * kv_stage_bytes(f, bn, dp) + extra_bytes(f, bn, dp, stages) +
-         (own_o ? q_bytes(bm, dp) : 0) + kBarrierBytes;
+// The dynamic shared memory of a kernel: the one formula (Config::kSmemBytes is this value). dpv:
+// V's and O's padded depth (dp, or narrower for a 16-bit V of its own: FA4Config::depth_v); V's
+// ring and the own-O region are that wide.
+FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int dpv, int stages, bool own_o) {
+  return q_bytes(bm, dp) + stages * (kv_stage_bytes(f, bn, dp) + kv_stage_bytes(f, bn, dpv)) +
+         extra_bytes(f, bn, dp, stages) + (own_o ? q_bytes(bm, dpv) : 0) + kBarrierBytes;
 }
 
 // ---- Own O ----------------------------------------------------------------------------------
@@ -73,8 +75,8 @@ FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int s
 // overlaps this tile's epilogue instead of following it. An FP8 KV cache's kernels stage O in the Q
 // region. The host asks with the arch's shared memory and then adds the region to the budget; the
 // kernel asks with Config::kSmemBytes, which then holds it.
-FA4_HOST_DEVICE constexpr bool own_o(Family f, bool persistent, int bm, int bn, int dp, int stages, int limit) {
-  return persistent && f != Family::kKvFp8 && smem_bytes(f, bm, bn, dp, stages, true) <= limit;
+FA4_HOST_DEVICE constexpr bool own_o(Family f, bool persistent, int bm, int bn, int dp, int dpv, int stages, int limit) {
+  return persistent && f != Family::kKvFp8 && smem_bytes(f, bm, bn, dp, dpv, stages, true) <= limit;
 }
 
 // ---- Registers ------------------------------------------------------------------------------
@@ -89,7 +91,7 @@ FA4_HOST_DEVICE constexpr int num_threads(int bm) { return 128 * (1 + consumer_w
 // and causal) and position-dependent score-mods (ALiBi, snippets) keep ~20 more registers live in
 // the softmax: 176 for their defaults (d192 BN 112 and d256 BN 80 spill 8-180 B with them; FA3 too
 // lowers BN for local masks there).
-FA4_HOST_DEVICE constexpr int fragment_regs(int dp, int bn) { return dp / 2 + bn / 2 + bn / 4; }
+FA4_HOST_DEVICE constexpr int fragment_regs(int dpv, int bn) { return dpv / 2 + bn / 2 + bn / 4; }  // O is V's width
 FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
   return bm == 192 ? 128 : heavy_softmax ? 176 : 196;
 }

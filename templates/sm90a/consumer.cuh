@@ -99,20 +99,20 @@ struct WgKeySpan {
 
 // O += P V over the warpgroup's span of the tile (no wgmma for kNone).
 template <class Config>
-__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDp / 2], const u32 (&pr)[Shape<Config>::kPRegs],
+__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDpV / 2], const u32 (&pr)[Shape<Config>::kPRegs],
                                              Span span, u32 v_addr) {
   using Sh = Shape<Config>;
   using E = typename Sh::MmaElement;
   if constexpr (Sh::kFp8) {  // v_addr: the transposed V stage
     if (span == Span::kFull) {
-      gemm_pv_fp8<Sh::kDp, Sh::kBN>(o, pr, v_addr);
+      gemm_pv_fp8<Sh::kDpV, Sh::kBN>(o, pr, v_addr);
     } else if constexpr (Sh::kHalfSpans) {
-      if (span == Span::kHalf) gemm_pv_fp8<Sh::kDp, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
+      if (span == Span::kHalf) gemm_pv_fp8<Sh::kDpV, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
     }
   } else if (span == Span::kFull) {
-    gemm_pv<E, Sh::kDp, Sh::kBN>(o, pr, v_addr);
+    gemm_pv<E, Sh::kDpV, Sh::kBN>(o, pr, v_addr);
   } else if constexpr (Sh::kHalfSpans) {
-    if (span == Span::kHalf) gemm_pv<E, Sh::kDp, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
+    if (span == Span::kHalf) gemm_pv<E, Sh::kDpV, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
   }
 }
 
@@ -206,7 +206,7 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
 
 // O += P V alone, waited: every tile of the simple schedule, the last of the overlapped one.
 template <class Config, class VRing>
-__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 (&pr)[Shape<Config>::kPRegs],
+__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDpV / 2], u32 (&pr)[Shape<Config>::kPRegs],
                                         VRing& v_ring, u32 v_addr, Span span) {
   auto vs = v_ring.acquire();
   fence_operand(o);
@@ -227,7 +227,7 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDp / 2], u32 
 // warpgroup's span of n_prev (an empty span still commits its wgmma group, empty, so the waits
 // below count the same groups).
 template <class Config, bool kCorrectO, class KRing, class VRing, class Sched, class Q, class CorrectFn, class SoftmaxFn>
-__device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDp / 2],
+__device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDpV / 2],
                                                 u32 (&pr)[Shape<Config>::kPRegs], KRing& k_ring, VRing& v_ring,
                                                 const Sched& sched, Q q, u32 k_addr, u32 v_addr,
                                                 Span pv_span, CorrectFn correct_o, SoftmaxFn softmax) {
@@ -270,7 +270,7 @@ template <class Config, class Mask, class ScoreMod, bool kCorrectO, class KRing,
 __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
                                                    KRing& k_ring, VRing& v_ring, const Sched& sched,
                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                                   float (&o)[Shape<Config>::kDp / 2],
+                                                   float (&o)[Shape<Config>::kDpV / 2],
                                                    float (&s)[Shape<Config>::kBN / 2],
                                                    u32 (&pr)[Shape<Config>::kPRegs], Q q,
                                                    u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span) {
@@ -296,7 +296,7 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
 template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
 __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
                                             VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                            float (&o)[Shape<Config>::kDp / 2], float (&s)[Shape<Config>::kBN / 2],
+                                            float (&o)[Shape<Config>::kDpV / 2], float (&s)[Shape<Config>::kBN / 2],
                                             u32 (&pr)[Shape<Config>::kPRegs], u32 q_addr, u32 k_addr, u32 v_addr,
                                             int wg) {
   using Sh = Shape<Config>;
@@ -386,16 +386,16 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
-  constexpr int kBN = Sh::kBN, kDp = Sh::kDp;
+  constexpr int kBN = Sh::kBN, kDpV = Sh::kDpV;
   constexpr bool kPersistent = Tiles::kPersistent;
   using Release = pipe::ArriveOnePerWarp;
 
   const u32 base = smem_u32(smem);
   const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
-  const u32 o_addr = L::kOwnO ? base + L::kOOffset + wg * L::kQWgBytes : q_addr;  // O staging
+  const u32 o_addr = base + L::o_offset(wg);  // O staging
   const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset;
 
-  float o[kDp / 2];
+  float o[kDpV / 2];  // O is V's width
   float s[kBN / 2];
   u32 pr[Sh::kPRegs];
   zero(s);

@@ -4,8 +4,8 @@
 // its (query, head) (SeqInfo::o_row / lse_row). Split-KV: float32 partials instead (no staging).
 // O is always stored manually (never by TMA): varlen tiles end inside the next sequence, and a
 // TMA store would overwrite its rows. Coalescing is the same (16 lanes per 256-byte row at d128).
-// Padded depth (kDepth < kDp): only columns < kDepth are staged and stored; the rest of the O
-// fragment (P times V's zero-filled padding) is never written.
+// O is V's width (kDepthV, padded kDpV). Padded depth (kDepthV < kDpV): only columns < kDepthV are
+// staged and stored; the rest of the O fragment (P times V's zero-filled padding) is never written.
 #pragma once
 #include "common/combine.cuh"
 #include "common/mbarrier.cuh"
@@ -35,7 +35,7 @@ __device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
 // operands and the PTX of the kernels before padded spans changed.
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void store_split_partials(const FwdParams& p, const Work& w, int row_base,
-                                                     const float (&o)[Shape<Config>::kDp / 2],
+                                                     const float (&o)[Shape<Config>::kDpV / 2],
                                                      const WgSoftmax<Config, Mask, ScoreMod>& sm,
                                                      const float (&inv)[2]) {
   using Sh = Shape<Config>;
@@ -47,9 +47,9 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
     if ((Sh::Rows::kDense ? r < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(r, w.seq.seqlen_q)) &&
         (!Sh::kBottomTiles || r >= 0)) {
       const long long row = w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, r);
-      float* dst = split::partial_o(p, split, row, Sh::kDepth) + 2 * (lane & 3);
+      float* dst = split::partial_o(p, split, row, Sh::kDepthV) + 2 * (lane & 3);
 #pragma unroll
-      for (int j = 0; j < Sh::kDepth / 8; ++j)  // the partial rows are kDepth wide (combine reads them so)
+      for (int j = 0; j < Sh::kDepthV / 8; ++j)  // the partial rows are kDepth wide (combine reads them so)
         st_global_v2f(dst + 8 * j, o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
       if ((lane & 3) == 0) {
         split::store_partial_lse(p, split, row, sm.row[h].lse(sm.scale));
@@ -61,11 +61,11 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
 }
 
 // o_smem: shared address of this warpgroup's O staging (its Q region, or its own O region with
-// SmemLayout::kOwnO; Dp/64 blocks of [64 rows][128 B]); all wgmma reads of Q by this warpgroup
+// SmemLayout::kOwnO; DpV/64 blocks of [64 rows][128 B]); all wgmma reads of Q by this warpgroup
 // have completed (waited) before this is called.
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int wg,
-                                         float (&o)[Shape<Config>::kDp / 2],
+                                         float (&o)[Shape<Config>::kDpV / 2],
                                          WgSoftmax<Config, Mask, ScoreMod>& sm, u32 o_smem) {
   using Sh = Shape<Config>;
   using Out = typename Sh::OutElement;
@@ -96,7 +96,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   // 16-byte chunk (j%8) ^ (r%8) (the SW128 pattern), byte 4*(l%4) inside the chunk.
   const int r0 = warp * 16 + (lane >> 2);
 #pragma unroll
-  for (int j = 0; j < Sh::kDepth / 8; ++j) {
+  for (int j = 0; j < Sh::kDepthV / 8; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
@@ -107,7 +107,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
 
   // smem -> global, 16 bytes (8 elements) per access; consecutive threads walk one row's kDepth columns.
-  constexpr int kChunksPerRow = Sh::kDepth / 8;
+  constexpr int kChunksPerRow = Sh::kDepthV / 8;
   static_assert(Sh::kWgRows * kChunksPerRow % 128 == 0, "epilogue: rows x 16-byte chunks must split over 128 threads");
   Out* o_base = static_cast<Out*>(p.o) + w.seq.o_offset;
 #pragma unroll

@@ -37,7 +37,8 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
 // own page. The bytes are the same either way, so the stage's expect_tx does not change. Which one: kPaged (per-CTA mode: the producer loop is chosen once per
 // CTA on p.page_table), or, persistent, a uniform branch per tile on c.pages (a second copy of the
 // persistent loop pushed the kBN 176 consumers into spills).
-template <class Config, bool kPaged>
+// kChunks: swizzle blocks per row (K's, or V's, which may be narrower: Shape::kVChunks).
+template <class Config, bool kPaged, int kChunks>
 __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
                                              unsigned char* dst, u64* bar, int n) {
   using Sh = Shape<Config>;
@@ -45,26 +46,29 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
     for (int r = 0; r < Sh::kBN; r += p.kv_box_rows) {
       const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
 #pragma unroll
-      for (int ch = 0; ch < Sh::kKvChunks; ++ch)
+      for (int ch = 0; ch < kChunks; ++ch)
         tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bar, ch * Sh::kKvBlockElems, b.row,
                     c.kv_head, b.batch);
     }
   } else {
     const int row = c.kv_row0 + n * Sh::kBN;
 #pragma unroll
-    for (int ch = 0; ch < Sh::kKvChunks; ++ch)
+    for (int ch = 0; ch < kChunks; ++ch)
       tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes), map, bar, ch * Sh::kKvBlockElems, row, c.kv_head, c.kv_batch);
   }
 }
 
-// One TMA stage (K or V ring) of KV tile n.
-template <class Config, bool kPaged>
+// One TMA stage of KV tile n: K's ring, or V's (kV; narrower where V has a depth of its own).
+template <class Config, bool kPaged, bool kV>
 __device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer<Shape<Config>::kStages>& ring,
                                               const TmaDesc* map, unsigned char* ring_base, int n, const TmaCoords& c) {
+  using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
+  constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
   auto st = ring.acquire();
-  st.expect_bytes(L::kKVLoadStageBytes);
-  load_kv_tile<Config, kPaged>(p, map, c, ring_base + st.index() * L::kKVLoadStageBytes, st.full_barrier(), n);
+  st.expect_bytes(kBytes);
+  load_kv_tile<Config, kPaged, kV ? Sh::kVChunks : Sh::kKvChunks>(p, map, c, ring_base + st.index() * kBytes,
+                                                                  st.full_barrier(), n);
 }
 
 // Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's earlier
@@ -120,8 +124,8 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
   pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
   for (; w.has(n); n = w.next_tile(n)) {
     // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-    load_kv_stage<Config, kPaged>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
-    load_kv_stage<Config, kPaged>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
+    load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+    load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
   }
 }
 
@@ -169,12 +173,12 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       const TmaCoords c = TmaCoords::make(p, w.seq);
       int n = w.first_tile();  // none when !w.valid (empty KV range)
       if (w.has(n)) {
-        load_kv_stage<Config, false>(p, k_ring, &tma.k, k_dst, n, c);
+        load_kv_stage<Config, false, false>(p, k_ring, &tma.k, k_dst, n, c);
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, true);
-        load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
+        load_kv_stage<Config, false, true>(p, v_ring, &tma.v, v_dst, n, c);
         for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-          load_kv_stage<Config, false>(p, k_ring, &tma.k, k_dst, n, c);
-          load_kv_stage<Config, false>(p, v_ring, &tma.v, v_dst, n, c);
+          load_kv_stage<Config, false, false>(p, k_ring, &tma.k, k_dst, n, c);
+          load_kv_stage<Config, false, true>(p, v_ring, &tma.v, v_dst, n, c);
         }
       } else {
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, false);
@@ -271,7 +275,7 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
   pipe::Relay<Sh::kStages> v_to_vt(&bars->v, &bars->vt);
   auto transpose_stage = [&] {
     auto st = v_to_vt.acquire();
-    transpose_v<Config>(base + L::kVOffset + st.index() * L::kKVStageBytes,
+    transpose_v<Config>(base + L::kVOffset + st.index() * L::kVStageBytes,
                         base + L::kPVOffset + st.index() * L::kPVStageBytes, t);
     fence_proxy_async();  // this thread's Vt writes (and V reads) before the wgmma / TMA that follow
     st.publish();

@@ -49,6 +49,10 @@ struct Shape {
   using OutElement = typename Config::OutElement;
   static constexpr int kDepth = Config::kDepth;
   static constexpr int kDp = Config::kPaddedDepth;
+  // V and O (FA4Config::depth_v): kDepth / kDp, or a narrower 16-bit V (Q/K 192, V 128): V's ring
+  // stages, P V's N, the O fragment, the epilogue and the split partials are then kDpV wide.
+  static constexpr int kDepthV = Config::kDepthV;
+  static constexpr int kDpV = Config::kPaddedDepthV;
   static constexpr int kBM = Config::kBM;
   static constexpr int kBN = Config::kBN;
   static constexpr int kStages = Config::kNumKVStages;
@@ -76,6 +80,7 @@ struct Shape {
   static constexpr int kKvRowBytes = kDp * kKvElemBytes < 128 ? kDp * kKvElemBytes : 128;  // as kRowBytes
   static constexpr int kKvChunks = kDp * kKvElemBytes / kKvRowBytes;  // swizzle blocks per K / V row loaded
   static constexpr int kKvBlockElems = kKvRowBytes / kKvElemBytes;
+  static constexpr int kVChunks = kDpV * kKvElemBytes / kKvRowBytes;  // swizzle blocks per V row loaded
   // The 16-bit type the MMAs read (Q, the converted K / V stages, P): Element, except under an FP8
   // KV cache with a bf16 Q, where it is fp16: e4m3 -> fp16 is one instruction per pair (to bf16 it
   // is four, and that conversion bounded the decode kernel: docs/PERF.md run 30), and every bf16
@@ -154,6 +159,9 @@ struct Shape {
                 "sm90a kernel: turns around the softmax (kPingPong 2) are for the simple schedule (kIntraWGOverlap 0)");
   static_assert(Config::kNumThreads == kNumThreads,
                 "sm90a kernel: kNumThreads must be 128 * (1 + kBM / 64) (1 producer + kBM/64 consumer warpgroups)");
+  static_assert(kDpV == kDp || (!kFp8 && !kKvFp8 && kDpV < kDp && kDpV % 64 == 0 && kDepthV % 16 == 0 &&
+                                 kDepthV <= kDpV && kDpV - kDepthV < 64),
+                "sm90a kernel: a V narrower than Q and K (kDepthV) is 16-bit, in whole 64-element swizzle blocks");
   static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256,
                 "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks)");
   static_assert(kDepth % 16 == 0 && kDepth <= kDp && kDp - kDepth < kKvBlockElems,

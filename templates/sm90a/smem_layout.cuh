@@ -10,9 +10,10 @@ namespace fa4 {
 namespace sm90a {
 
 // Offsets from the 1024-aligned dynamic base (abi.h smem_bytes: Q, rings, extra rings, own O, barriers):
-//   [Q: kBM/64 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp*e/128 blocks of BNx128B][V ring: same]
+//   [Q: kBM/64 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp*e/128 blocks of BNx128B][V ring: same,
+//   DpV wide]
 //   [FP8: Vt ring, S x ceil(BN/128) blocks of Dp x 128B (kBN 160: the second block's rows hold 32
-//   keys); FP8 KV cache: the e4m3 K and V rings][own O (kOwnO): kBM x Dp 16-bit][barriers, in the
+//   keys); FP8 KV cache: the e4m3 K and V rings][own O (kOwnO): kBM x DpV 16-bit][barriers, in the
 //   last 1024 bytes]. Without kOwnO, O is staged in the owning warpgroup's Q region, which is sized
 //   for 16-bit O (an FP8 Q fills half of it).
 template <class Config>
@@ -23,18 +24,21 @@ struct SmemLayout {
   // The bytes the Q boxes bring (the mbarrier's expect_tx): kQLoadBytes unless packed rows pad the tile.
   static constexpr u32 kQTxBytes = Sh::kQBoxRows * Sh::kQChunks * Sh::kRowBytes;
   static constexpr u32 kQBytes = abi::q_bytes(Sh::kBM, Sh::kDp);
-  static constexpr u32 kKVStageBytes = abi::kv_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a stage the consumers read
-  static constexpr u32 kKVLoadStageBytes = abi::kv_load_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a stage TMA fills
+  static constexpr u32 kKVStageBytes = abi::kv_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a K stage the consumers read
+  static constexpr u32 kKVLoadStageBytes = abi::kv_load_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a K stage TMA fills
+  // V's stages: as K's, or narrower for a V of its own depth (kDpV).
+  static constexpr u32 kVStageBytes = abi::kv_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDpV);
+  static constexpr u32 kVLoadStageBytes = abi::kv_load_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDpV);
   // FP8's transposed V stage: whole SW128 blocks of [Dp rows][128 keys].
   static constexpr u32 kVtBlocks = abi::vt_blocks(Sh::kBN);
   static constexpr u32 kVtStageBytes = abi::vt_stage_bytes(Sh::kBN, Sh::kDp);
   // A stage of the ring P V reads: V's, or FP8's transposed one.
-  static constexpr u32 kPVStageBytes = Sh::kFp8 ? kVtStageBytes : kKVStageBytes;
+  static constexpr u32 kPVStageBytes = Sh::kFp8 ? kVtStageBytes : kVStageBytes;
   static constexpr u32 kQOffset = 0;
   static constexpr u32 kKOffset = kQOffset + kQBytes;
   static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
   // Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings.
-  static constexpr u32 kExtraOffset = kVOffset + Sh::kStages * kKVStageBytes;
+  static constexpr u32 kExtraOffset = kVOffset + Sh::kStages * kVStageBytes;
   static constexpr u32 kExtraBytes = abi::extra_bytes(Sh::kFamily, Sh::kBN, Sh::kDp, Sh::kStages);
   // What P V reads: V's ring, or for FP8 the transposed ring behind it (kPVStageBytes a stage).
   static constexpr u32 kPVOffset = Sh::kFp8 ? kExtraOffset : kVOffset;
@@ -46,10 +50,15 @@ struct SmemLayout {
   // staged in the Q region.
   static constexpr u32 kOOffset = kExtraOffset + kExtraBytes;
   static constexpr bool kOwnO =
-      abi::own_o(Sh::kFamily, Sh::kPersistent, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kStages, Config::kSmemBytes);
-  static constexpr u32 kBarOffset = kOOffset + (kOwnO ? kQBytes : 0u);
+      abi::own_o(Sh::kFamily, Sh::kPersistent, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kDpV, Sh::kStages, Config::kSmemBytes);
+  static constexpr u32 kBarOffset = kOOffset + (kOwnO ? static_cast<u32>(abi::q_bytes(Sh::kBM, Sh::kDpV)) : 0u);
   // Warpgroup g's Q tile.
   __device__ __forceinline__ static constexpr u32 q_offset(int g) { return kQOffset + static_cast<u32>(g) * kQWgBytes; }
+  // Warpgroup g's O staging: its own O region ([64 rows] x DpV per warpgroup), or its Q region.
+  static constexpr u32 kOWgBytes = abi::q_bytes(Sh::kWgRows, Sh::kDpV);
+  __device__ __forceinline__ static constexpr u32 o_offset(int g) {
+    return kOwnO ? kOOffset + static_cast<u32>(g) * kOWgBytes : q_offset(g);
+  }
   static constexpr u32 kTotalBytes = kBarOffset + abi::kBarrierBytes;
 
   struct Barriers {
@@ -79,11 +88,12 @@ struct SmemLayout {
     return Sh::kKvFp8 ? &b->v_load : &b->v;
   }
   static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
-  static_assert(kTotalBytes == static_cast<u32>(abi::smem_bytes(Sh::kFamily, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kStages, kOwnO)),
+  static_assert(kTotalBytes == static_cast<u32>(abi::smem_bytes(Sh::kFamily, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kDpV, Sh::kStages, kOwnO)),
                 "layout must match the ABI smem formula (abi.h smem_bytes)");
   static_assert(Config::kSmemBytes >= kTotalBytes, "Config::kSmemBytes is smaller than the sm90a layout needs");
   static_assert(kTotalBytes <= 232448, "sm90a smem layout exceeds 227 KB: lower kNumKVStages or kBN");
-  static_assert(kKVStageBytes % 1024 == 0 && kQWgBytes % 1024 == 0, "blocks must stay 1024-aligned");
+  static_assert(kKVStageBytes % 1024 == 0 && kVStageBytes % 1024 == 0 && kQWgBytes % 1024 == 0,
+                "blocks must stay 1024-aligned");
 };
 
 }  // namespace sm90a
