@@ -177,8 +177,9 @@ struct Paged {
   int num_pages = 0, max_pages = 0;
   std::vector<int> table;
   std::vector<std::uint16_t> k, v;
+  // row_elems / v_row_elems: a key's and a value's elements (all heads); V may be narrower (depth_v).
   Paged(std::mt19937_64& rng, DType t, const Lengths& L, int ps, const std::vector<std::uint16_t>& kpad,
-        const std::vector<std::uint16_t>& vpad, std::size_t row_elems) {
+        const std::vector<std::uint16_t>& vpad, std::size_t row_elems, std::size_t v_row_elems) {
     std::vector<int> pages_of(L.batch);
     for (int b = 0; b < L.batch; ++b) {
       pages_of[b] = (L.k[b] + ps - 1) / ps;
@@ -193,7 +194,7 @@ struct Paged {
     std::uniform_int_distribution<int> any_page(0, num_pages - 1);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     k.resize(static_cast<std::size_t>(num_pages) * ps * row_elems);
-    v.resize(k.size());
+    v.resize(static_cast<std::size_t>(num_pages) * ps * v_row_elems);
     for (auto& x : k) x = host::to_bits(t, dist(rng));  // spare rows: finite garbage
     for (auto& x : v) x = host::to_bits(t, dist(rng));
     table.assign(static_cast<std::size_t>(L.batch) * max_pages, 0);
@@ -204,10 +205,10 @@ struct Paged {
         table[static_cast<std::size_t>(b) * max_pages + lp] = page;
         if (lp >= pages_of[b]) continue;
         for (int r = 0; r < ps && lp * ps + r < L.k[b]; ++r) {
-          const std::size_t src = (static_cast<std::size_t>(b) * L.max_k + lp * ps + r) * row_elems;
-          const std::size_t dst = (static_cast<std::size_t>(page) * ps + r) * row_elems;
-          std::copy_n(kpad.begin() + src, row_elems, k.begin() + dst);
-          std::copy_n(vpad.begin() + src, row_elems, v.begin() + dst);
+          const std::size_t src = static_cast<std::size_t>(b) * L.max_k + lp * ps + r;
+          const std::size_t dst = static_cast<std::size_t>(page) * ps + r;
+          std::copy_n(kpad.begin() + src * row_elems, row_elems, k.begin() + dst * row_elems);
+          std::copy_n(vpad.begin() + src * v_row_elems, v_row_elems, v.begin() + dst * v_row_elems);
         }
       }
   }
@@ -219,7 +220,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const FA4Config& cfg = kernel.config().config;
   // t: Q (and the kernel's arithmetic); tk: K and V (e4m3 for an FP8 KV cache); to: O.
   const DType t = cfg.dtype, tk = kv_type(cfg), to = *cfg.output_dtype;
-  const int D = cfg.depth;
+  const int D = cfg.depth, Dv = value_depth(cfg);  // Q / K, and V / O (depth_v)
   CheckResult res;
   res.dtype = kernel.config().config.dtype;
   res.seed = c.seed ? c.seed : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -234,14 +235,16 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   p.num_q_heads = Hq;
   p.num_kv_heads = Hkv;
   p.depth = D;
+  p.depth_v = Dv;
   p.seqlens_q = L.q;
   p.seqlens_k = L.k;
   const std::size_t q_row = static_cast<std::size_t>(Hq) * D, k_row = static_cast<std::size_t>(Hkv) * D;
-  const std::size_t nq = B * Sq * q_row, nk = B * Sk * k_row;
+  const std::size_t v_row = static_cast<std::size_t>(Hkv) * Dv;
+  const std::size_t nq = B * Sq * q_row, nk = B * Sk * k_row, nv = B * Sk * v_row;
   std::vector<std::uint16_t> qb, kb, vb;
   p.q = random_tensor(rng, nq, t, qb, c.q_stddev);
   p.k = random_tensor(rng, nk, tk, kb);
-  p.v = random_tensor(rng, nk, tk, vb);
+  p.v = random_tensor(rng, nv, tk, vb);
   if (c.custom_visible) {
     p.visible = c.custom_visible;
   } else {
@@ -276,7 +279,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
       for (float& x : descale[i]) x = factor(rng);
     }
     const int group = Hq / Hkv;
-    auto apply = [D](std::vector<float>& x, const std::vector<float>& d, int S, int H, int heads_per_factor, int Hk) {
+    auto apply = [](std::vector<float>& x, const std::vector<float>& d, int S, int H, int heads_per_factor, int Hk,
+                    int D) {
       const std::size_t B_ = d.size() / Hk;
       for (std::size_t b = 0; b < B_; ++b)
         for (int s = 0; s < S; ++s)
@@ -286,9 +290,9 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
             for (int i = 0; i < D; ++i) row[i] *= f;
           }
     };
-    if (!descale[0].empty()) apply(p.q, descale[0], Sq, Hq, group, Hkv);
-    apply(p.k, descale[1], Sk, Hkv, 1, Hkv);
-    apply(p.v, descale[2], Sk, Hkv, 1, Hkv);
+    if (!descale[0].empty()) apply(p.q, descale[0], Sq, Hq, group, Hkv, D);
+    apply(p.k, descale[1], Sk, Hkv, 1, Hkv, D);
+    apply(p.v, descale[2], Sk, Hkv, 1, Hkv, Dv);
   }
 
   // Device layouts.
@@ -298,16 +302,16 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   std::vector<std::uint16_t> k_dev = kb, v_dev = vb;
   std::optional<Paged> paged;
   if (c.page_size > 0) {
-    paged.emplace(rng, tk, L, c.page_size, kb, vb, k_row);
+    paged.emplace(rng, tk, L, c.page_size, kb, vb, k_row, v_row);
     k_dev = paged->k;
     v_dev = paged->v;
   } else if (L.varlen_k) {
     k_dev = pack_rows(kb, L.k, Sk, k_row);
-    v_dev = pack_rows(vb, L.k, Sk, k_row);
+    v_dev = pack_rows(vb, L.k, Sk, v_row);
   }
   if (c.o_head_pad < 0 || c.o_head_pad % 8 != 0)
     throw std::invalid_argument("CheckCase: o_head_pad must be a multiple of 8");
-  const int DO = D + c.o_head_pad;  // O head stride
+  const int DO = Dv + c.o_head_pad;  // O head stride (O is V's width)
   const std::size_t o_row = static_cast<std::size_t>(Hq) * DO;
   const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * o_row;
   const std::size_t nl = static_cast<std::size_t>(Hq) * std::max(total_q, 1);
@@ -342,19 +346,19 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     a.q = Tensor::contiguous(dq.get(), t, B, Sq, Hq, D);
     a.o = Tensor::contiguous(doo.get(), to, B, Sq, Hq, DO);
   }
-  a.o.shape[3] = D;  // head stride DO, only D columns are O's
+  a.o.shape[3] = Dv;  // head stride DO, only Dv columns are O's
   if (paged) {
     a.k = Tensor::contiguous(dk.get(), tk, paged->num_pages, c.page_size, Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), tk, paged->num_pages, c.page_size, Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), tk, paged->num_pages, c.page_size, Hkv, Dv);
     a.page_table = static_cast<const int*>(dtable.get());
     a.max_pages = paged->max_pages;
   } else if (L.varlen_k) {
     a.k = Tensor::contiguous(dk.get(), tk, 1, std::max(cu_k.back(), 1), Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), tk, 1, std::max(cu_k.back(), 1), Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), tk, 1, std::max(cu_k.back(), 1), Hkv, Dv);
     a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
   } else {
     a.k = Tensor::contiguous(dk.get(), tk, B, Sk, Hkv, D);
-    a.v = Tensor::contiguous(dv.get(), tk, B, Sk, Hkv, D);
+    a.v = Tensor::contiguous(dv.get(), tk, B, Sk, Hkv, Dv);
   }
   if (L.seqused_k) a.seqused_k = static_cast<const int*>(dused.get());
   a.lse = c.with_lse ? static_cast<float*>(dlse.get()) : nullptr;
@@ -411,7 +415,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
 
   double err2 = 0, ref2 = 0;
   for (std::size_t i = 0; i < no; ++i) {
-    const bool pad = static_cast<int>(i % DO) >= D;
+    const bool pad = static_cast<int>(i % DO) >= Dv;
     if (pad)
       res.clobbered += ob[i] != 0xffff;
     else
@@ -424,9 +428,9 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     for (int i = 0; i < L.q[b]; ++i) {
       const std::size_t krow = L.varlen_q ? cu_q[b] + i : static_cast<std::size_t>(b) * Sq + i;
       for (int h = 0; h < Hq; ++h) {
-        for (int d = 0; d < D; ++d) {
+        for (int d = 0; d < Dv; ++d) {
           const double o = host::from_bits(to, ob[(krow * Hq + h) * DO + d]);
-          const double r = ref.o[((static_cast<std::size_t>(b) * Sq + i) * Hq + h) * D + d];
+          const double r = ref.o[((static_cast<std::size_t>(b) * Sq + i) * Hq + h) * Dv + d];
           if (std::isnan(o)) continue;  // counted above
           err2 += (o - r) * (o - r);
           ref2 += r * r;

@@ -43,10 +43,11 @@ std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int sq, in
 
 Reference reference_attention(const Problem& p) {
   const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.num_q_heads, Hkv = p.num_kv_heads, D = p.depth;
+  const int Dv = p.depth_v ? p.depth_v : D;
   const int group = Hq / Hkv;
   const double scale = p.softmax_scale > 0 ? p.softmax_scale : 1.0 / std::sqrt(static_cast<double>(D));
   Reference r;
-  r.o.assign(static_cast<size_t>(B) * Sq * Hq * D, 0.0);
+  r.o.assign(static_cast<size_t>(B) * Sq * Hq * Dv, 0.0);
   r.lse.assign(static_cast<size_t>(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
 
   auto row = [&](int b, int h, int i, std::vector<double>& s) {
@@ -74,12 +75,12 @@ Reference reference_attention(const Problem& p) {
     if (mx == -std::numeric_limits<double>::infinity()) return;  // no visible key: O = 0, LSE = -inf
     double sum = has_sink ? std::exp(sink - mx) : 0.0;
     for (int j = 0; j < Sk_b; ++j) sum += (s[j] = std::exp(s[j] - mx));
-    double* o = &r.o[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D];
+    double* o = &r.o[((static_cast<size_t>(b) * Sq + i) * Hq + h) * Dv];
     for (int j = 0; j < Sk_b; ++j) {
       if (s[j] == 0.0) continue;
       const double w = s[j] / sum;
-      const float* vr = &p.v[((static_cast<size_t>(b) * Sk + j) * Hkv + hk) * D];
-      for (int d = 0; d < D; ++d) o[d] += w * vr[d];
+      const float* vr = &p.v[((static_cast<size_t>(b) * Sk + j) * Hkv + hk) * Dv];
+      for (int d = 0; d < Dv; ++d) o[d] += w * vr[d];
     }
     r.lse[(static_cast<size_t>(b) * Hq + h) * Sq + i] = mx + std::log(sum);
   };

@@ -12,6 +12,7 @@ namespace jit::testing {
 // descale), (B, S, H, D) contiguous.
 struct Problem {
   int batch = 1, seqlen_q = 1, seqlen_k = 1, num_q_heads = 1, num_kv_heads = 1, depth = 64;
+  int depth_v = 0;           // V's and O's head dim; 0: depth
   double softmax_scale = 0;  // 0: 1/sqrt(depth)
   std::vector<float> q, k, v;
   // Semantics hooks (identity / all-visible when empty).
@@ -24,7 +25,7 @@ struct Problem {
 };
 
 struct Reference {
-  std::vector<double> o;    // (B, Sq, Hq, D)
+  std::vector<double> o;    // (B, Sq, Hq, Dv)
   std::vector<double> lse;  // [B][Hq][Sq], natural log; -inf for rows with no visible key
 };
 

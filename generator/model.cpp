@@ -41,14 +41,15 @@ constexpr Family kFamilies[] = {
     {"gemma3", WindowLayout::every_nth_full, false},
     {"gemma3_text", WindowLayout::every_nth_full, false},
     {"gpt_oss", WindowLayout::all, true},
+    // Multi-head latent attention, as transformers runs it (up-projections not absorbed): per head
+    // Q/K of qk_nope_head_dim + qk_rope_head_dim (192), V of v_head_dim (128).
+    {"deepseek_v3", WindowLayout::all, false},
+    {"kimi_k2", WindowLayout::all, false},
 };
 
 // Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
 // (checked before model_type, so the answer names the feature, not just the family).
 constexpr std::pair<const char*, const char*> kUnsupportedKeys[] = {
-    {"kv_lora_rank", "multi-head latent attention (compressed K/V, DeepSeek-style) has no fa4jit kernel"},
-    {"q_lora_rank", "multi-head latent attention (DeepSeek-style) has no fa4jit kernel"},
-    {"v_head_dim", "a V head dim apart from Q/K's has no fa4jit kernel (one head dim serves Q, K and V)"},
     {"attention_chunk_size", "chunked local-attention layers (Llama 4) are not derived by the model prewarm yet"},
 };
 
@@ -162,14 +163,17 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
   if (heads % kv_heads != 0)
     refuse("num_key_value_heads", fmt::format("{} does not divide num_attention_heads ({})", kv_heads, heads));
   const int group = heads / kv_heads;
-  int depth = 0;
-  if (set(c, "head_dim")) {
+  int depth = 0, depth_v = 0;
+  if (set(c, "qk_nope_head_dim") || set(c, "qk_rope_head_dim")) {  // MLA: Q/K carry the rope columns
+    depth = positive_int(c, "qk_nope_head_dim") + positive_int(c, "qk_rope_head_dim");
+  } else if (set(c, "head_dim")) {
     depth = positive_int(c, "head_dim");
   } else {
     const int hidden = positive_int(c, "hidden_size");
     if (hidden % heads != 0) refuse("hidden_size", fmt::format("{} is not a multiple of num_attention_heads", hidden));
     depth = hidden / heads;
   }
+  if (set(c, "v_head_dim")) depth_v = positive_int(c, "v_head_dim");  // FA4Config::depth_v (0: depth)
   const int layers = positive_int(c, "num_hidden_layers");
   const bool use_window = !c.contains("use_sliding_window") || !c.at("use_sliding_window").is_boolean() ||
                           c.at("use_sliding_window").get<bool>();
@@ -192,6 +196,7 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     FA4Config k;
     k.dtype = dtype;
     k.depth = depth;
+    k.depth_v = depth_v == depth ? 0 : depth_v;
     k.mask = window ? Mask::sliding_window() : Mask::causal();
     k.score_mod = score;
     const std::string layers_text =

@@ -550,3 +550,46 @@ TEST(ConfigJson, AcceptsShorthandsAndRejectsUnknownFields) {
 }
 
 }  // namespace
+
+namespace {
+
+// FA4Config::depth_v: 0 and the depth itself are one kernel (normalized to 0, so its JSON and cache
+// key are the plain kernel's); a narrower V is a pair the backend lists, 16-bit only, and every
+// refusal names the field.
+TEST(Config, ValueHeadDimIsAPairTheBackendServes) {
+  jit::FA4Config c = cfg_for("sm_90a", 192);
+  c.mask = jit::Mask::causal();
+  const jit::ResolvedConfig plain = jit::resolve(c);
+  c.depth_v = 192;
+  EXPECT_EQ(jit::resolve(c).config, plain.config);
+  EXPECT_FALSE(jit::to_json(jit::resolve(c).config).contains("depth_v"));
+
+  c.depth_v = 128;
+  const jit::ResolvedConfig r = jit::resolve(c);
+  EXPECT_EQ(r.config.depth_v, 128);
+  EXPECT_EQ(jit::value_depth(r.config), 128);
+  EXPECT_EQ(r.padded_depth, 192);
+  EXPECT_EQ(r.padded_depth_v, 128);
+  // V's ring is narrower, so the kernel needs less shared memory than the 192-wide one.
+  EXPECT_LT(r.smem_bytes, plain.smem_bytes);
+  EXPECT_EQ(jit::config_from_json(jit::to_json(r.config)), r.config);
+  EXPECT_EQ(jit::to_json(r.config).at("depth_v"), 128);
+
+  auto refused = [](jit::FA4Config x, const std::string& want) {
+    std::string why;
+    EXPECT_FALSE(jit::supported(x, &why)) << want;
+    EXPECT_NE(why.find(want), std::string::npos) << why;
+  };
+  jit::FA4Config bad = c;
+  bad.depth_v = 64;
+  refused(bad, "depth_v: 64 is not allowed");
+  bad = cfg_for("sm_90a", 128);
+  bad.depth_v = 64;
+  refused(bad, "depth_v = depth only");
+  bad = c;
+  bad.kv_dtype = jit::DType::e4m3;
+  refused(bad, "depth_v");
+  EXPECT_THROW(jit::config_from_json(nlohmann::json{{"depth", 192}, {"depth_v", -1}}), jit::ConfigError);
+}
+
+}  // namespace

@@ -118,4 +118,58 @@ TEST(GpuVariants, MasksScoreModsSnippetsAndSinksMatchReference) {
       }
 }
 
+// DeepSeek-V3-style heads: Q and K 192 wide, V and O 128 (FA4Config::depth_v), through every mask
+// and score-mod above and the layouts that read V or write O their own way: varlen, paged, split-KV
+// with its combine, packed-GQA decode, and O rows padded with poison past their 128 columns.
+TEST(GpuVariants, NarrowerValueHeadsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  std::vector<Variant> all = variants();
+  auto layout = [](const char* name, auto&& set) {
+    Variant x{name, Mask::causal(), ScoreMod::identity(), {}};
+    x.c.batch = 3;
+    x.c.num_q_heads = 8;
+    x.c.num_kv_heads = 2;
+    x.c.o_head_pad = 8;
+    set(x.c);
+    return x;
+  };
+  all.push_back(layout("varlen", [](CheckCase& c) {
+    c.seqlens_q = {1, 300, 77};
+    c.seqlens_k = {500, 300, 1000};
+  }));
+  all.push_back(layout("paged 64", [](CheckCase& c) {
+    c.seqlen_q = 5;
+    c.seqlens_k = {700, 64, 1};
+    c.page_size = 64;
+  }));
+  all.push_back(layout("paged 16", [](CheckCase& c) {
+    c.seqlen_q = 1;
+    c.seqlens_k = {333, 16, 1000};
+    c.page_size = 16;
+  }));
+  all.push_back(layout("split-KV 3", [](CheckCase& c) {
+    c.seqlen_q = 1;
+    c.seqlen_k = 3000;
+    c.num_splits = 3;
+  }));
+  for (const std::string& arch : runnable_archs())
+    for (bool pack : {false, true})
+      for (const Variant& v : all) {
+        if (pack && v.c.seqlen_q > 16 && v.c.seqlens_q.empty()) continue;  // packing is for decode rows
+        jit::FA4Config cfg;
+        cfg.arch = arch;
+        cfg.depth = 192;
+        cfg.depth_v = 128;
+        cfg.mask = v.mask;
+        cfg.score_mod = v.mod;
+        if (pack) {
+          cfg.group = v.c.num_q_heads / v.c.num_kv_heads;
+          cfg.pack_gqa = true;
+        }
+        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+        jit::testing::expect_matches(jit::testing::run_and_check(*kernel, v.c),
+                                     fmt::format("{} d192/v128 {}{}", arch, v.name, pack ? " packed" : ""));
+      }
+}
+
 }  // namespace

@@ -120,8 +120,6 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
 }
 
 TEST(ModelKernels, UnsupportedFeaturesAreNamed) {
-  EXPECT_NE(refusal(model("deepseek_v3")).find("config.json: kv_lora_rank: multi-head latent attention"),
-            std::string::npos);
   nlohmann::json j = model("llama3_8b");
   j["model_type"] = "bert";
   EXPECT_NE(refusal(j).find("config.json: model_type: 'bert' is not a model fa4jit knows"), std::string::npos);
@@ -199,6 +197,30 @@ TEST_F(Cli, PrewarmModelRefusalsNameTheFileKeyAndArch) {
       << r.out;
   r = run("prewarm --dtype bf16 --arch sm_90a --print");
   EXPECT_EQ(r.rc, 2) << r.out;  // --dtype without --model: a usage error
+}
+
+}  // namespace
+
+namespace {
+
+// DeepSeek-V3 and Kimi-K2 (MLA as transformers runs it, up-projections not absorbed): one causal
+// kernel with Q/K 128 + 64 rope columns and V 128, for prefill and decode (one KV head per query
+// head, so nothing packs). Each resolves on sm_90a.
+TEST(ModelKernels, DeepSeekStyleLatentAttentionRunsQk192AndV128) {
+  for (const char* name : {"deepseek_v3", "kimi_k2"}) {
+    const auto ks = jit::model_kernels(model(name), {});
+    ASSERT_EQ(ks.size(), 1u) << name;
+    FA4Config want = expected(DType::bf16, 192, Mask::causal());
+    want.depth_v = 128;
+    EXPECT_EQ(ks[0].config, want) << name;
+    FA4Config c = ks[0].config;
+    c.arch = "sm_90a";
+    std::string why;
+    EXPECT_TRUE(jit::supported(c, &why)) << name << ": " << why;
+  }
+  nlohmann::json j = model("deepseek_v3");
+  j["qk_rope_head_dim"] = 0;
+  EXPECT_NE(refusal(j).find("qk_rope_head_dim"), std::string::npos);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 module (``is_causal``), ``sliding_window`` and ``softcap`` from the layer (Mistral, Gemma 2/3), and
 ``s_aux`` as attention sinks (gpt-oss); decode steps with a KV cache (fewer queries than keys) use
 fa4jit's bottom-right causal alignment. Padding masks arrive as transformers' 2-D flash-attention
-mask (registered for this name) and run as varlen attention over the unpadded tokens. Forward only
+mask (registered for this name) and run as varlen attention over the unpadded tokens. Values may be
+narrower than queries and keys (DeepSeek-V3 / Kimi-K2 MLA prefill: 192 / 128). Forward only
 (inference); bf16 / fp16 models.
 """
 from typing import Optional, Tuple
@@ -31,23 +32,22 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, dropout: float = 0.0,
                       sliding_window: Optional[int] = None, softcap: Optional[float] = None,
                       s_aux: Optional[torch.Tensor] = None, **kwargs) -> Tuple[torch.Tensor, None]:
-    """transformers AttentionInterface function. query (B, Hq, Sq, D), key/value (B, Hkv, Sk, D);
-    returns (attn_output (B, Sq, Hq, D), None)."""
+    """transformers AttentionInterface function. query/key (B, Hq|Hkv, S, D), value (B, Hkv, Sk, Dv) with Dv
+    = D or a head dim the kernels pair with D (DeepSeek-V3: 192 / 128); returns (attn_output (B, Sq, Hq, Dv),
+    None)."""
     if dropout:
         raise LaunchError(f"dropout is {dropout}: fa4jit is forward only (inference); use model.eval()")
     if kwargs.get("output_attentions"):
         raise LaunchError("output_attentions: fa4jit does not materialize attention weights; use 'eager'")
     if query.dtype not in (torch.bfloat16, torch.float16):
         raise LaunchError(f"query has dtype {query.dtype}: fa4jit runs bf16 / fp16 models (load with dtype=torch.bfloat16)")
-    if value.shape[-1] != query.shape[-1]:
-        raise LaunchError(f"value head_dim {value.shape[-1]} differs from query's {query.shape[-1]}")
     is_causal = kwargs.get("is_causal")
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
     is_causal = bool(is_causal)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # (B, S, H, D) views
-    B, Sq, Hq, D = q.shape
-    Sk = k.shape[1]
+    B, Sq, Hq, _ = q.shape
+    Sk, D = k.shape[1], v.shape[-1]  # O is V's width: DeepSeek-V3's attention passes V narrower than Q (192 / 128)
     # transformers' sliding_window W: each query sees itself and the W - 1 keys before it.
     window = (sliding_window - 1, 0 if is_causal else sliding_window - 1) if sliding_window else None
     common = dict(causal=is_causal, window=window, softcap=float(softcap or 0.0), softmax_scale=scaling, sinks=s_aux)

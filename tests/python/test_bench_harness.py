@@ -135,9 +135,18 @@ def test_models_with_the_same_per_gpu_shape_share_rows():
     assert by_name["prefill 1x2k, 14/2 d128"] == ["qwen2_5_7b@tp2"]
 
 
-def test_mla_models_are_listed_as_pending_not_dropped():
+def test_mla_models_get_prefill_rows_and_their_decode_is_pending():
     rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"])
-    assert rows == [] and [m for m, _ in pending] == ["deepseek_v3", "kimi_k2"]
+    assert {r.kind for r in rows} == {"prefill", "varlen"}
+    by_name = {r.name: r for r in rows}
+    ds = by_name["prefill 1x2k, 128/128 d192/v128"]
+    assert ds.models == ["deepseek_v3"] and by_name["prefill 1x16k, 16/16 d192/v128"].models == ["deepseek_v3@tp8"]
+    assert "prefill 1x2k, 64/64 d192/v128" in by_name  # Kimi-K2: 64 heads
+    # K and V bytes and FLOPs count V's 128 columns, not 192.
+    assert ds.kv_bytes() == 2048 * 128 * (192 + 128) * 2
+    assert ds.flops() == 2 * (192 + 128) * 128 * (2048 * 2049 // 2)
+    assert [m for m, _ in pending] == ["deepseek_v3", "kimi_k2"]
+    assert all("MLA decode" in why for _, why in pending)
 
 
 def test_model_features_reach_the_shape():

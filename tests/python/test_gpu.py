@@ -247,6 +247,70 @@ def test_split_kv_decode_matches_unsplit():
         assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"splits {splits}")
 
 
+# ---- V narrower than Q and K (DeepSeek-V3 / Kimi-K2 prefill: 192 / 128) ----------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv", [(2, 300, 300, 16, 16), (1, 197, 1000, 8, 2), (3, 1, 700, 16, 4)])
+def test_value_head_dim_narrower_than_query(causal, B, Sq, Sk, Hq, Hkv):
+    q, k = rnd(B, Sq, Hq, 192, seed=40), rnd(B, Sk, Hkv, 192, seed=41)
+    v = rnd(B, Sk, Hkv, 128, seed=42)
+    scale = 0.1352  # DeepSeek's is not 1/sqrt(192): the caller's scale must be used
+    o, lse = fa4jit.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+    assert o.shape == (B, Sq, Hq, 128)
+    ref, ref_lse = attention_ref(q, k, v, causal=causal, scale=scale)
+    assert_close(o, ref, torch.bfloat16, lse, ref_lse, what="d192 / v128")
+    # out= of V's width (poisoned), the bhsd layout, and split-KV with its combine.
+    out = torch.full((B, Sq, Hq, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert fa4jit.attention(q, k, v, causal=causal, softmax_scale=scale, out=out) is out
+    assert_close(out, ref, torch.bfloat16, what="d192 / v128 out=")
+    ob = fa4jit.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, softmax_scale=scale,
+                          layout="bhsd")
+    assert ob.shape == (B, Hq, Sq, 128)
+    assert_close(ob.transpose(1, 2), ref, torch.bfloat16, what="d192 / v128 bhsd")
+    o3 = fa4jit.attention(q, k, v, causal=causal, softmax_scale=scale, num_splits=3)
+    assert_close(o3, ref, torch.bfloat16, what="d192 / v128 splits 3")
+    with pytest.raises(fa4jit.LaunchError, match="out has shape"):
+        fa4jit.attention(q, k, v, causal=causal, out=torch.empty_like(q))
+
+
+def test_value_head_dim_narrower_varlen_paged_and_masks():
+    Hq, Hkv = 16, 4
+    lq, lk = [5, 300, 1], [400, 300, 1000]
+    q = rnd(sum(lq), Hq, 192, seed=43)
+    k, v = rnd(sum(lk), Hkv, 192, seed=44), rnd(sum(lk), Hkv, 128, seed=45)
+    cu_q = torch.tensor([0, 5, 305, 306], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 400, 700, 1700], dtype=torch.int32, device="cuda")
+    o = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, 300, 1000, causal=True, window=(128, 0), softcap=20.0)
+    assert o.shape == (306, Hq, 128)
+    for b in range(3):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        ref, _ = attention_ref(q[qs][None], k[ks][None], v[ks][None], causal=True, window=(128, 0), softcap=20.0)
+        assert_close(o[qs][None], ref, torch.bfloat16, what=f"varlen d192 / v128 seq {b}")
+    # Paged decode (page 64 and 16), packed and unpacked, split.
+    B = 3
+    used = torch.tensor([1000, 64, 333], dtype=torch.int32, device="cuda")
+    for page in (16, 64):
+        max_pages = (1000 + page - 1) // page
+        n = B * max_pages + 3
+        kc, vc = rnd(n, page, Hkv, 192, seed=46), rnd(n, page, Hkv, 128, seed=47)
+        table = torch.randperm(n, device="cuda")[:B * max_pages].view(B, max_pages).to(torch.int32)
+        qd = rnd(B, 2, Hq, 192, seed=48)
+        kr = kc[table.long()].reshape(B, max_pages * page, Hkv, 192)
+        vr = vc[table.long()].reshape(B, max_pages * page, Hkv, 128)
+        ref, ref_lse = attention_ref(qd, kr, vr, causal=True, seqused_k=used)
+        for pack, splits in ((None, 0), (False, 1), (True, 3)):
+            o, lse = fa4jit.attention_paged(qd, kc, vc, table, used, causal=True, pack_gqa=pack, num_splits=splits,
+                                            return_lse=True)
+            assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"paged {page} pack {pack} splits {splits}")
+    # A snippet mask and score-mod read V's narrower rows like any other.
+    qd, kd, vd = rnd(1, 256, Hq, 192, seed=49), rnd(1, 256, Hkv, 192, seed=50), rnd(1, 256, Hkv, 128, seed=51)
+    o = fa4jit.attention(qd, kd, vd, mask_mod="return (q_idx ^ kv_idx) % 3 != 1 || kv_idx == 0;",
+                         score_mod="return score * 0.5f;")
+    ref, _ = attention_ref(qd, kd, vd, score_fn=lambda s, b, h, qi, ki: s * 0.5,
+                           mask_fn=lambda b, h, qi, ki: ((qi ^ ki) % 3 != 1) | (ki == 0))
+    assert_close(o, ref, torch.bfloat16, what="snippets d192 / v128")
+
+
 @pytest.mark.parametrize("Hq,Hkv", [(28, 4), (48, 4)])  # groups 7 (Qwen2.5-7B) and 12: no divisor of 64
 @pytest.mark.parametrize("Sq", [1, 5])
 def test_decode_packs_any_group(Hq, Hkv, Sq, monkeypatch):

@@ -347,7 +347,7 @@ def test_launch_path_reaches_the_driver(no_gpu_launch):
     # softcap, chunked + custom, packed ALiBi, packed causal (paged decode: Sq x group <= 128).
     keys = list(no_gpu_launch._kernels)
     assert len(keys) == 5, keys
-    assert sum(1 for k in keys if k[11]) == 2  # packed
+    assert sum(1 for k in keys if k[12]) == 2  # packed
 
 
 def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, launches, monkeypatch):
@@ -801,4 +801,4 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
     with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
         fa4jit.attention_varlen(qv, kv, kv, cu_q, cu_k, 200, causal=True, num_splits=1, descale_k=torch.ones(2, 2))
     keys = [key for key in ops._kernels if key[2] == "e4m3"]
-    assert {(key[11], key[12]) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4
+    assert {(key[12], key[13]) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4

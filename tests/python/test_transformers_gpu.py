@@ -125,6 +125,22 @@ def test_gemma2_softcap_and_sliding_window():
     _compare(models, ids, what="gemma2", ref="eager")
 
 
+def test_deepseek_v3_value_heads_narrower_than_queries():
+    """DeepSeek-V3's attention (MLA, unabsorbed in transformers): Q/K 192 wide (128 + 64 rope), V 128,
+    its own softmax scale; the backend gets V narrower than Q and returns O of V's width."""
+    if not hasattr(transformers, "DeepseekV3Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no DeepSeek-V3")
+    cfg = transformers.DeepseekV3Config(
+        vocab_size=1024, hidden_size=512, intermediate_size=1024, moe_intermediate_size=256, num_hidden_layers=2,
+        first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1,
+        topk_group=1, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=256, kv_lora_rank=128,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, max_position_embeddings=1024)
+    models = _models(cfg)
+    torch.manual_seed(4)
+    ids = torch.randint(0, 1024, (2, 130), device="cuda")
+    _compare(models, ids, what="deepseek-v3")
+
+
 def test_torch_compile_of_the_model_has_no_graph_break():
     models = _models(_llama_config(), with_ref=False)
     m = models["fa4jit"]
