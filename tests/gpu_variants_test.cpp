@@ -166,9 +166,13 @@ TEST(GpuVariants, NarrowerValueHeadsMatchReference) {
           cfg.group = v.c.num_q_heads / v.c.num_kv_heads;
           cfg.pack_gqa = true;
         }
-        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
-        jit::testing::expect_matches(jit::testing::run_and_check(*kernel, v.c),
-                                     fmt::format("{} d192/v128 {}{}", arch, v.name, pack ? " packed" : ""));
+        const std::string what = fmt::format("{} d192/v128 {}{}", arch, v.name, pack ? " packed" : "");
+        try {  // every arch and case reports, rather than the first failure ending the test
+          const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+          jit::testing::expect_matches(jit::testing::run_and_check(*kernel, v.c), what);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << what << ": " << e.what();
+        }
       }
 }
 

@@ -27,6 +27,7 @@ On the GPU machine (repository root, .device carried):
                         d96), decode
                         (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
                         anygroup (packed GQA groups 7, 12 (padded spans) and 128 (sliced, sm_90a)),
+                        depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen); default: prefill decode
@@ -168,6 +169,21 @@ sanitize() {
           [[ $tune == - ]] && tune=""
           for tool in memcheck racecheck synccheck; do
             san_check "$tune" $tool sm_90a "{\"depth\":$d,\"mask\":\"$m\"}" $rest
+          done
+        done ;;
+      depthv)  # V narrower than Q and K (depth 192, depth_v 128): every tile walk, varlen, paged, split, packed
+        local cases=(
+          '- causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+          'persistent=1 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+          'persistent=1 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
+          'persistent=2 causal --batch 2 --heads 8 --seqlen-q 1 --seqlen-k 3000'
+          '- causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          '- causal --batch 3 --heads 8 --seqlen-q 2 --seqlens-k 900 64 333 --page-size 64 --pack-gqa --splits 3')
+        for c in "${cases[@]}"; do
+          read -r tune m rest <<<"$c"
+          [[ $tune == - ]] && tune=""
+          for tool in memcheck racecheck synccheck; do
+            san_check "$tune" $tool sm_90a "{\"depth\":192,\"depth_v\":128,\"mask\":\"$m\"}" $rest
           done
         done ;;
       anygroup)  # packed GQA of groups that do not divide 64 rows (padded spans) and above (slices)
