@@ -232,6 +232,61 @@ TEST(Compile, PortableBackendCompilesForEveryArch) {
   }
 }
 
+// Head dims 192 and 256 on the portable backend, and 192 with a 128-wide V (DeepSeek-V3 prefill),
+// at their default tiles: no spills or stack on sm_80 and on plain sm_90 (which the portable backend
+// serves on Hopper) for each built-in mask kind and a snippet mask (paged and varlen K/V, split-KV
+// partials and packed GQA are run-time paths of the same cubin). The PTX has exactly the MMAs and
+// stores of the tile: per warp and KV tile, S = Q K^T over the Q/K depth and O += P V over V's
+// padded depth only; the epilogue stores V's columns (16-byte O chunks, float2 split partials).
+TEST(Compile, PortableDeepHeadsCompileWithoutSpills) {
+  using jit::Mask;
+  struct Case {
+    const char* arch;
+    int depth, depth_v;
+    Mask mask;
+  };
+  const Mask swa = Mask::sliding_window(), snippet = Mask::custom("return (q_idx - kv_idx) % 2 == 0;");
+  std::vector<Case> cases;
+  for (const char* arch : {"sm_80", "sm_90"})
+    for (const Mask& m : {Mask::none(), Mask::causal(), swa, snippet}) cases.push_back({arch, 192, 128, m});
+  cases.insert(cases.end(), {{"sm_80", 192, 0, Mask::causal()},
+                             {"sm_80", 192, 0, swa},
+                             {"sm_90", 192, 0, Mask::none()},
+                             {"sm_90", 192, 0, snippet},
+                             {"sm_80", 256, 0, Mask::causal()},
+                             {"sm_80", 256, 0, snippet},
+                             {"sm_90", 256, 0, Mask::none()},
+                             {"sm_90", 256, 0, swa}});
+  auto count = [](const std::string& text, const std::string& needle) {
+    int n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  for (const Case& k : cases) {
+    jit::FA4Config c;
+    c.arch = k.arch;
+    c.depth = k.depth;
+    c.depth_v = k.depth_v;
+    c.mask = k.mask;
+    const jit::ResolvedConfig r = jit::resolve(c);
+    ASSERT_EQ(r.backend, jit::Backend::portable);
+    const int bm = r.config.BM, bn = r.config.BN, dp = r.padded_depth, dpv = r.padded_depth_v;
+    const int dv = k.depth_v ? k.depth_v : k.depth;
+    const std::string what =
+        fmt::format("{} d{}/{} mask {} BM {} BN {}", k.arch, k.depth, dv, static_cast<int>(k.mask.kind), bm, bn);
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    const auto use = jit::detail::parse_ptxas_log(out.log);
+    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
+    const int m_tiles = bm / 64;  // 16-row blocks per warp (4 warps)
+    EXPECT_EQ(count(out.ptx, "mma.sync.aligned.m16n8k16"), m_tiles * (bn / 8 * dp / 16 + dpv / 8 * bn / 16)) << what;
+    EXPECT_EQ(count(out.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"), bn / 16 * dpv / 16) << what;  // V
+    EXPECT_EQ(count(out.ptx, "st.global.v2.f32"), m_tiles * 2 * dv / 8) << what;                   // partial O
+    EXPECT_EQ(count(out.ptx, "st.global.v4.b32"), bm / 4 * dv / 8 / 32) << what;                   // O
+  }
+}
+
 // FP8 KV cache on the portable backend ("kv_dtype": "e4m3" under bf16/fp16 Q): K/V tiles land by
 // cp.async in e4m3 staging stages and are converted into the 16-bit stage the mma.sync code reads
 // (templates/sm80 E4m3Tile::convert, e4m3x2_to). On sm_80 the conversion is e4m3x2_to's software

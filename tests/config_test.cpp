@@ -45,6 +45,95 @@ TEST(Config, DerivesPortableDefaults) {
   EXPECT_EQ(jit::resolve(cfg_for("sm_86", 64)).config.BN, 128);
 }
 
+// Head dims 192 and 256 on the portable backend: O and S stay in registers, (BM / 64) * (DpV / 8 +
+// BN / 8) * 4 <= 192 floats per thread (templates/sm80/traits.cuh), so a V of 192 or 256 runs BM 64;
+// BN halves to 32 where two stages do not fit (99 KiB on sm_86 / sm_120). Depth 192 with a V of 128
+// (DeepSeek-V3 prefill) keeps BM 128 at BN 32 and a 128-wide V ring: smem 2*(BM*Dp + S*BN*(Dp + DpV)).
+TEST(Config, DerivesPortableTilesForDeepHeads) {
+  struct Want {
+    const char* arch;
+    int depth, depth_v, bm, bn;
+  };
+  for (const Want& w :
+       {Want{"sm_80", 192, 0, 64, 64}, Want{"sm_80", 256, 0, 64, 64}, Want{"sm_80", 192, 128, 128, 32},
+        Want{"sm_90", 192, 0, 64, 64}, Want{"sm_90", 256, 0, 64, 64}, Want{"sm_90", 192, 128, 128, 32},
+        Want{"sm_86", 192, 0, 64, 32}, Want{"sm_86", 256, 0, 64, 32}, Want{"sm_120", 192, 128, 128, 32}}) {
+    auto c = cfg_for(w.arch, w.depth);
+    c.depth_v = w.depth_v;
+    const auto r = jit::resolve(c);
+    const std::string what = fmt::format("{} d{}/{}", w.arch, w.depth, w.depth_v);
+    const int dpv = w.depth_v ? w.depth_v : w.depth;
+    EXPECT_EQ(r.backend, jit::Backend::portable) << what;
+    EXPECT_EQ(r.config.depth_v, w.depth_v) << what;
+    EXPECT_EQ(r.padded_depth, w.depth) << what;
+    EXPECT_EQ(r.padded_depth_v, dpv) << what;
+    EXPECT_EQ(r.config.BM, w.bm) << what;
+    EXPECT_EQ(r.config.BN, w.bn) << what;
+    EXPECT_EQ(r.config.num_kv_stages, 2) << what;
+    EXPECT_EQ(r.num_threads, 128) << what;
+    EXPECT_EQ(r.smem_bytes, 2 * (w.bm * w.depth + 2 * w.bn * (w.depth + dpv))) << what;
+    EXPECT_LE(w.bm / 64 * (dpv / 8 + w.bn / 8) * 4, 192) << what;
+  }
+  // depth_v equal to the depth is the plain config (one cache key).
+  auto same = cfg_for("sm_80", 192);
+  same.depth_v = 192;
+  EXPECT_EQ(jit::resolve(same).config.depth_v, 0);
+  EXPECT_EQ(jit::resolve(same).config.BM, 64);
+
+  // A V of 64 at depth 192 and a V of 128 at depth 256 are not served; the refusals name depth_v.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_80", 192);
+        c.depth_v = 64;
+        jit::resolve(c);
+      },
+      {"depth_v", "64", "depth 192", "128"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_86", 256);
+        c.depth_v = 128;
+        jit::resolve(c);
+      },
+      {"depth_v", "128", "depth_v = depth only"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_80", 192);
+        c.depth_v = 128;
+        c.kv_dtype = jit::DType::e4m3;
+        jit::resolve(c);
+      },
+      {"depth_v", "kv_dtype e4m3"});
+  // The FP8 KV cache stays at depths 64 and 128 here.
+  for (int d : {192, 256})
+    expect_config_error(
+        [d] {
+          auto c = cfg_for("sm_80", d);
+          c.kv_dtype = jit::DType::e4m3;
+          jit::resolve(c);
+        },
+        {"depth", fmt::format("{} with kv_dtype e4m3", d).c_str(), "64 or 128", "sm_80"});
+  // Accumulators beyond the register file are refused before anything compiles: BM 128 at depth
+  // 256 (2 * (32 + 8) * 4 = 320 floats); over a 128-wide V at BM 128, BN 64 (192) is kept, BN 128 not.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90", 256);
+        c.BM = 128;
+        jit::resolve(c);
+      },
+      {"BM", "BN", "320 accumulator", "192"});
+  auto v128 = cfg_for("sm_90", 192);
+  v128.depth_v = 128;
+  v128.BN = 64;
+  EXPECT_EQ(jit::resolve(v128).smem_bytes, 2 * (128 * 192 + 2 * 64 * (192 + 128)));
+  v128.BN = 128;
+  expect_config_error([&] { jit::resolve(v128); }, {"BM", "BN", "depth 192 (depth_v 128)", "256 accumulator"});
+  // The shared-memory refusal counts V's narrower stages: BN 128 at BM 64 takes 2 * (64 * 192 + 2 *
+  // 128 * (192 + 128)) bytes, more than sm_80's 166912.
+  v128.arch = "sm_80";
+  v128.BM = 64;
+  expect_config_error([&] { jit::resolve(v128); }, {"shared memory", "depth 192 (depth_v 128)", "188416", "166912"});
+}
+
 TEST(Config, DerivesHopperDefaults) {
   const auto r = jit::resolve(cfg_for("sm_90a"));
   EXPECT_EQ(r.backend, jit::Backend::hopper);

@@ -59,6 +59,68 @@ TEST(GpuAttention, PortableBackendMatchesReference) {
   run_matrix(plain);
 }
 
+// The portable backend's head dims 192 and 256 (BM 64) and 192 with a 128-wide V (BM 128, BN 32;
+// V ring, P V, O and the split partials 128 wide) on the GPU's plain arch: none and causal, MHA and
+// GQA 4:1, odd lengths and Sq != Sk, and with O rows padded by 32 poisoned elements that must stay
+// untouched (stores past V's head dim). Then varlen, paged K/V (page 48: pages end inside a tile)
+// and split-KV (float32 partials of V's width into the combine) on each depth's causal kernel.
+TEST(GpuAttention, PortableDeepHeadsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const std::string dev = jit::current_device_arch();
+  const std::string plain = dev.back() == 'a' ? dev.substr(0, dev.size() - 1) : dev;
+  const Shape shapes[] = {{1, 1}, {17, 17}, {300, 300}, {113, 203}, {1, 300}, {1000, 17}};
+  struct Depths {
+    int depth, depth_v;
+  };
+  for (const Depths& d : {Depths{192, 0}, Depths{256, 0}, Depths{192, 128}})
+    for (bool causal : {false, true}) {
+      jit::FA4Config cfg;
+      cfg.arch = plain;
+      cfg.depth = d.depth;
+      cfg.depth_v = d.depth_v;
+      cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
+      const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+      ASSERT_EQ(kernel->config().backend, jit::Backend::portable);
+      const std::string name =
+          fmt::format("{} d{}/{} {} BM {} BN {}", plain, d.depth, d.depth_v ? d.depth_v : d.depth,
+                      causal ? "causal" : "none", kernel->config().config.BM, kernel->config().config.BN);
+      int i = 0;
+      for (const Shape& s : shapes) {
+        CheckCase c;
+        const bool gqa = i++ % 2 == 1;
+        c.batch = 2;
+        c.num_kv_heads = 2;
+        c.num_q_heads = gqa ? 8 : 2;
+        c.seqlen_q = s.sq;
+        c.seqlen_k = s.sk;
+        c.o_head_pad = 32;
+        expect_matches(*kernel, c, fmt::format("{} {} Sq {} Sk {}", name, gqa ? "GQA 4:1" : "MHA", s.sq, s.sk));
+      }
+      if (!causal) continue;
+      CheckCase v;  // varlen queries and keys, an empty sequence included
+      v.num_q_heads = 4;
+      v.seqlens_q = {17, 0, 300, 1};
+      v.seqlens_k = {40, 5, 300, 129};
+      expect_matches(*kernel, v, name + " varlen");
+      CheckCase paged;
+      paged.batch = 3;
+      paged.num_q_heads = 8;
+      paged.seqlen_q = 33;
+      paged.seqlens_k = {1000, 64, 517};
+      paged.page_size = 48;
+      expect_matches(*kernel, paged, name + " paged 48");
+      for (int splits : {3, 9}) {
+        CheckCase split;
+        split.num_q_heads = 8;
+        split.seqlen_q = splits == 3 ? 3 : 130;
+        split.seqlen_k = splits == 3 ? 3000 : 200;  // 9 splits of 200 keys: empty splits too
+        split.num_splits = splits;
+        split.with_sinks = splits == 3;
+        expect_matches(*kernel, split, fmt::format("{} splits {}", name, splits));
+      }
+    }
+}
+
 TEST(GpuAttention, HopperBackendMatchesReference) {
   SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "needs an sm_90 GPU";

@@ -144,7 +144,7 @@ TEST(ModelKernels, UnsupportedFeaturesAreNamed) {
   EXPECT_NE(refusal(nlohmann::json::array()).find("expected an object"), std::string::npos);
 }
 
-// Every kernel a listed model needs resolves on sm_90a (d256 included); sm_80 refuses d256.
+// Every kernel a listed model needs resolves on sm_90a (d256 included); sm_100a refuses d256.
 TEST(ModelKernels, EveryModelKernelResolvesOnHopper) {
   jit::ModelOptions o;
   o.dtype = DType::bf16;
@@ -190,11 +190,13 @@ TEST_F(Cli, PrewarmModelRefusalsNameTheFileKeyAndArch) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("--model " + dir + "gemma2_9b.json: config.json: torch_dtype: 'float32'"), std::string::npos)
       << r.out;
-  r = run("prewarm --model " + dir + "gemma2_9b.json --dtype bf16 --arch sm_80 --print");
+  r = run("prewarm --model " + dir + "gemma2_9b.json --dtype bf16 --arch sm_100a --print");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find("prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more) on sm_80: depth: 256"),
+  EXPECT_NE(r.out.find("prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more) on sm_100a: depth: 256"),
             std::string::npos)
       << r.out;
+  // The portable backend runs d256 (BM 64).
+  EXPECT_EQ(run("prewarm --model " + dir + "gemma2_9b.json --dtype bf16 --arch sm_80 --print").rc, 0);
   r = run("prewarm --dtype bf16 --arch sm_90a --print");
   EXPECT_EQ(r.rc, 2) << r.out;  // --dtype without --model: a usage error
 }

@@ -1,6 +1,7 @@
 // Epilogue: finish the row sums (quad reduction, optional sink), O = acc / sum converted to
-// OutElement, staged through this warp's own rows of the Q tile so that global stores are
-// 16-byte and row-contiguous, clipped to seqlen_q. LSE (natural log) when p.lse is set.
+// OutElement, staged through the Q tile (this warp's rows at V's row pitch) so that global stores
+// are 16-byte and row-contiguous, clipped to seqlen_q. LSE (natural log) when p.lse is set. O is
+// V's width: kDepthV columns (of DV) are stored, and the split partials are kDepthV wide.
 // Packed GQA (kPack > 1): tile row r is query r / kPack of head q_head + r % kPack
 // (SeqInfo::o_row / lse_row), rows valid below seqlen_q * kPack.
 #pragma once
@@ -13,8 +14,8 @@
 namespace fa4 {
 namespace sm80 {
 
-// Precondition: all cp.async into the Q tile have completed CTA-wide (the caller waits and
-// syncs), and this warp no longer reads its Q rows.
+// Precondition: all cp.async into the Q tile have completed CTA-wide and no warp reads Q any
+// more (the caller waits and syncs: a narrower V's staging rows overlap other warps' Q rows).
 //
 // Split-KV (p.num_splits > 1, uniform): instead of O and LSE, this split's O normalised by its
 // own sum, in float32, and its LSE go to the partial buffers (common/combine.cuh) for
@@ -27,7 +28,8 @@ template <class T>
 __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], softmax::RowState (&rs)[T::kMTiles][2],
                                          float scale, const FwdParams& p, const SeqInfo& seq, int q_lo, int split,
                                          u32 smem_q, int warp, int lane) {
-  using Tile = SmemTile<T, T::kBM>;
+  using V = typename T::VRows;
+  using Tile = SmemTile<T, T::kBM, V>;  // O staging, V's rows
   using Out = typename T::OutElement;
   const int g = lane >> 2, t = lane & 3;
   const int warp_row0 = warp * T::kWarpRows;
@@ -48,10 +50,10 @@ __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], 
       if (to_partial) {
         if (q < seq.seqlen_q * T::kPack) {
           const long long lse_row = seq.lse_row<T::kPack>(p, q);
-          float* dst = split::partial_o(p, split, lse_row, T::kDepth) + 2 * t;
+          float* dst = split::partial_o(p, split, lse_row, V::kDepth) + 2 * t;  // combine reads kDepthV-wide rows
 #pragma unroll
           for (int d = 0; d < T::kDTiles; ++d)  // C fragment (row, 8d + 2t..2t+1)
-            if (T::kDepth == T::D || d * 8 < T::kDepth)
+            if (V::kDepth == V::D || d * 8 < V::kDepth)
               st_global_v2_f32(dst + 8 * d, o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
           if (t == 0) split::store_partial_lse(p, split, lse_row, r.lse(scale));
         }
@@ -72,14 +74,14 @@ __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], 
   // Each lane copies 16-byte chunks of the warp's rows: consecutive lanes take consecutive
   // chunks of a row, so a warp stores whole rows.
   Out* out = static_cast<Out*>(p.o) + (T::kPack == 1 ? seq.o_offset : 0);
-  constexpr int kTotal = T::kWarpRows * T::kChunks;
+  constexpr int kTotal = T::kWarpRows * V::kChunks;
   static_assert(kTotal % 32 == 0, "epilogue: warp rows * chunks must be a multiple of 32");
 #pragma unroll
   for (int i = 0; i < kTotal / 32; ++i) {
     const int idx = lane + i * 32;
-    const int row = warp_row0 + idx / T::kChunks, chunk = idx % T::kChunks;
+    const int row = warp_row0 + idx / V::kChunks, chunk = idx % V::kChunks;
     const int q = q_lo + row;
-    if (q < seq.seqlen_q * T::kPack && (T::kDepth == T::D || chunk * 8 < T::kDepth)) {
+    if (q < seq.seqlen_q * T::kPack && (V::kDepth == V::D || chunk * 8 < V::kDepth)) {
       u32 v[4];
       ld_shared_v4(smem_q + Tile::offset(row, chunk), v);
       if constexpr (T::kPack == 1) st_global_v4(out + (long long)q * p.o_row_stride + chunk * 8, v);

@@ -11,6 +11,10 @@
 //     O += P V             P re-packed from S fragments in registers (no smem round trip)
 //   O / sum -> smem staging -> 16-byte stores; LSE
 //
+// V's head dim (T::kDepthV, FA4Config::depth_v) may be narrower than Q's and K's (192 / 128): the
+// V ring, P V's N, the O accumulator, the staging and the stores are then V's width (T::VRows);
+// S = Q K^T keeps the Q/K depth.
+//
 // Variants (docs: common/tile_work.cuh, common/sequence.cuh, common/combine.cuh):
 //   split-KV   blockIdx.x = m_linear * num_splits + split; TileWork::keep_share gives the split's
 //              share of the KV tiles; the epilogue writes float32 partial O / LSE instead of O.
@@ -65,9 +69,9 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
 // S = Q K^T for one KV tile (raw scores, f32).
 template <class T>
 __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], const QTile<T>& q,
-                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_q_in,
-                                        const LaneOffset<T>& lane_k_in, int stage) {
-  const LaneOffset<T> lane_q = lane_q_in.refreshed(), lane_k = lane_k_in.refreshed();
+                                        const KVBuffer<T>& kv, const QKLane<T>& lane_q_in,
+                                        const QKLane<T>& lane_k_in, int stage) {
+  const QKLane<T> lane_q = lane_q_in.refreshed(), lane_k = lane_k_in.refreshed();
 #pragma unroll
   for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -93,11 +97,11 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], c
 }
 
 // O += P V for one KV tile, P taken from the S fragments (already exponentiated) and packed
-// to 16-bit A fragments one k-step at a time.
+// to 16-bit A fragments one k-step at a time. N: V's padded depth (T::kDTiles n8 blocks).
 template <class T>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], const float (&s)[T::kMTiles][T::kNTiles][4],
-                                        const KVBuffer<T>& kv, const LaneOffset<T>& lane_in, int stage) {
-  const LaneOffset<T> lane = lane_in.refreshed();
+                                        const KVBuffer<T>& kv, const VLane<T>& lane_in, int stage) {
+  const VLane<T> lane = lane_in.refreshed();
 #pragma unroll
   for (int kk = 0; kk < T::kBN / 16; ++kk) {
     u32 a[T::kMTiles][4];
@@ -113,6 +117,19 @@ __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], c
         mma_16816<typename T::Element>(o[mt][2 * j + 1], a[mt], b[2], b[3]);
       }
     }
+  }
+}
+
+// V's ldmatrix lane offset (row l % 16, chunk l / 16, as Q's): Q's own when V's rows are Q's (one
+// type then); for a narrower V rebuilt from a fresh %tid per tile, so that no second offset stays
+// live across the KV loop.
+template <class T>
+__device__ __forceinline__ VLane<T> v_lane(const QKLane<T>& lane_qv) {
+  if constexpr (T::kNarrowV) {
+    const int l = fresh_tid_x() & 31;
+    return VLane<T>::make(l & 15, l >> 4);
+  } else {
+    return lane_qv;
   }
 }
 
@@ -175,8 +192,8 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   // ldmatrix lane offsets (the swizzle term is always lane & 7). Q and V: lane l addresses
   // row l % 16, chunk l / 16 of a 16x16 block. K: row (l & 7) + 8 * (l / 16), chunk (l / 8) % 2,
   // so that each n8 block's (b0, b1) land in adjacent registers as mma wants them (no moves).
-  const LaneOffset<T> lane_qv = LaneOffset<T>::make(lane & 15, lane >> 4);
-  const LaneOffset<T> lane_k = LaneOffset<T>::make((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const QKLane<T> lane_qv = QKLane<T>::make(lane & 15, lane >> 4);
+  const QKLane<T> lane_k = QKLane<T>::make((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
 
   // Prologue: Q joins the first group; the first S-1 tiles go to their stages (see the loop).
   // Every stage commits a group, empty or not, so wait_group counts stay uniform.
@@ -254,7 +271,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     }
     online_softmax<T>(s, o, rs, scale);
 
-    gemm_pv<T>(o, s, kv, lane_qv, mma_stage);
+    gemm_pv<T>(o, s, kv, v_lane<T>(lane_qv), mma_stage);
     if constexpr (kMaySkip) stage_tracked = stage + 1 == S ? 0 : stage + 1;
   }
 

@@ -1,5 +1,6 @@
-// KVBuffer: the K and V rings of kStages tiles of [kBN][D] in shared memory (the seeds'
-// KVBufferImpl, with cp.async replacing the register-staged global -> register -> shared hop):
+// KVBuffer: the K and V rings of kStages tiles of [kBN][D] (V: [kBN][DV], narrower with
+// FA4Config::depth_v) in shared memory (the seeds' KVBufferImpl, with cp.async replacing the
+// register-staged global -> register -> shared hop):
 //   load_from_dram(n, stage)  issue 16-byte cp.async copies of K and V tile n into one stage
 //                             (through the page table when p.page_table is set);
 //   copy_to_shared<N>()       wait until the stage's copies landed and are visible CTA-wide;
@@ -16,12 +17,14 @@ namespace sm80 {
 
 template <class T>
 struct KVBuffer {
-  using Tile = SmemTile<T, T::kBN>;
+  using Tile = SmemTile<T, T::kBN>;                      // a K stage
+  using VTile = SmemTile<T, T::kBN, typename T::VRows>;  // a V stage
   using Element = typename T::Element;
   using KVElement = typename T::KVElement;  // in global memory: Element, or e4m3 (FP8 KV cache)
   using Staging = E4m3Tile<T, T::kBN>;      // FP8 KV cache only
-  // Bytes between the ring stages the copies fill (16-bit: the K/V stages; FP8: the e4m3 stages).
+  // Bytes between the ring stages the copies fill (16-bit: the K and V stages; FP8: the e4m3 stages).
   static constexpr int kLoadStageBytes = T::kFp8KV ? T::kKV8StageBytes : T::kKVStageBytes;
+  static constexpr int kLoadVStageBytes = T::kFp8KV ? T::kKV8StageBytes : T::kVStageBytes;
 
   // Not the two 64-bit base pointers: those would stay live across the whole KV loop, where
   // the O and S accumulators need every register. The bases are rebuilt per tile from the
@@ -29,12 +32,14 @@ struct KVBuffer {
   int kv_head;      // seq.kv_head
   int k_row_start;  // first K/V row of this sequence (varlen: cu_seqlens_k[b]; else 0)
   int seqlen_k;
-  u32 k_smem, v_smem;  // ring bases (stage s at + s * kKVStageBytes); FP8 KV cache: the one 16-bit stage
+  // Ring bases (K stage s at + s * kKVStageBytes, V's at + s * kVStageBytes); FP8 KV cache: the
+  // one 16-bit stage.
+  u32 k_smem, v_smem;
 
   // FP8 KV cache: the e4m3 rings, after the V stage (kernel.cuh: k_smem = Q + kQBytes, v_smem =
   // k_smem + kKBytes), stage s at + s * kKV8StageBytes.
-  __device__ __forceinline__ u32 k8_smem() const { return k_smem + 2 * T::kKBytes; }
-  __device__ __forceinline__ u32 v8_smem() const { return k_smem + 2 * T::kKBytes + T::kKV8Bytes; }
+  __device__ __forceinline__ u32 k8_smem() const { return k_smem + T::kKBytes + T::kVBytes; }
+  __device__ __forceinline__ u32 v8_smem() const { return k_smem + T::kKBytes + T::kVBytes + T::kKV8Bytes; }
 
   __device__ __forceinline__ void init(const FwdParams& p, const SeqInfo& seq, u32 smem_k, u32 smem_v) {
     kv_head = seq.kv_head;
@@ -65,7 +70,7 @@ struct KVBuffer {
       Staging::load_async(v8_smem() + stage * T::kKV8StageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
     } else {
       Tile::load_async(k_smem + stage * T::kKVStageBytes, k, p.k_row_stride, row0, seqlen_k, tid);
-      Tile::load_async(v_smem + stage * T::kKVStageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
+      VTile::load_async(v_smem + stage * T::kVStageBytes, v, p.v_row_stride, row0, seqlen_k, tid);
     }
   }
 
@@ -96,21 +101,25 @@ struct KVBuffer {
   // FP8 KV cache: k_smem / v_smem are the e4m3 rings (E4m3Tile rows, kLoadStageBytes apart).
   __device__ __noinline__ static void load_paged(const FwdParams& p, int kv_head, int seqlen_k, u32 k_smem, u32 v_smem,
                                                  int n, int stage, int tid) {
-    load_paged_one(p, static_cast<const KVElement*>(p.k) + (long long)kv_head * p.k_head_stride, p.k_batch_stride,
-                   p.k_row_stride, k_smem + stage * kLoadStageBytes, seqlen_k, n, tid);
-    load_paged_one(p, static_cast<const KVElement*>(p.v) + (long long)kv_head * p.v_head_stride, p.v_batch_stride,
-                   p.v_row_stride, v_smem + stage * kLoadStageBytes, seqlen_k, n, tid);
+    load_paged_one<typename T::QKRows>(p, static_cast<const KVElement*>(p.k) + (long long)kv_head * p.k_head_stride,
+                                       p.k_batch_stride, p.k_row_stride, k_smem + stage * kLoadStageBytes, seqlen_k, n,
+                                       tid);
+    load_paged_one<typename T::VRows>(p, static_cast<const KVElement*>(p.v) + (long long)kv_head * p.v_head_stride,
+                                      p.v_batch_stride, p.v_row_stride, v_smem + stage * kLoadVStageBytes, seqlen_k, n,
+                                      tid);
   }
   // One of K or V (g: the KV head's base; page_stride: the batch stride, one page). A thread
   // walks its rows with a running (page index, row in page), as SmemTile::load_async assigns
-  // them when kThreads % kChunks == 0 (rows tid / kChunks + i * kRowStep), otherwise (e.g.
-  // depth 96) copy idx = tid + i * kThreads is (row idx / kChunks, chunk idx % kChunks). Rows
+  // them when kThreads % kChunks == 0 (rows tid / kChunks + i * kRowStep), otherwise (depth
+  // 192: 24 chunks) copy idx = tid + i * kThreads is (row idx / kChunks, chunk idx % kChunks). Rows
   // >= seqlen_k are zero-filled and never use their page entry. The row loop stays rolled:
   // short code, few registers. FP8 KV cache: e4m3 rows, chunks of 16 elements (E4m3Tile layout).
+  // R: the row layout (T::QKRows for K, T::VRows for V).
+  template <class R>
   __device__ __forceinline__ static void load_paged_one(const FwdParams& p, const KVElement* g, long long page_stride,
                                                         long long row_stride, u32 smem, int seqlen_k, int n, int tid) {
     constexpr int kPer = 16 / static_cast<int>(sizeof(KVElement));  // elements per 16-byte chunk
-    constexpr int kRowChunks = T::D / kPer;                          // T::kChunks, or E4m3Tile::kChunks
+    constexpr int kRowChunks = R::D / kPer;                          // R::kChunks, or E4m3Tile::kChunks
     const int* pages = p.page_table + (long long)blockIdx.z * p.max_pages;
     const unsigned ps = p.page_size, last_page = p.max_pages - 1;
     constexpr bool kFixedChunk = T::kThreads % kRowChunks == 0;
@@ -145,11 +154,11 @@ struct KVBuffer {
         in = kr - pg * ps;
       }
       const int page = pages[min(pg, last_page)];  // L1-resident: a tile reads one or a few entries
-      const bool valid = n * T::kBN + row < seqlen_k && (T::kDepth == T::D || chunk * kPer < T::kDepth);
+      const bool valid = n * T::kBN + row < seqlen_k && (R::kDepth == R::D || chunk * kPer < R::kDepth);
       const KVElement* src = g + (long long)page * page_stride + (long long)in * row_stride + chunk * kPer;
       u32 dst;
       if constexpr (T::kFp8KV) dst = Staging::offset(row, chunk);
-      else dst = Tile::offset(row, chunk);
+      else dst = SmemTile<T, T::kBN, R>::offset(row, chunk);
       cp_async_16(smem + dst, valid ? src : g, valid);
     }
   }
@@ -166,17 +175,17 @@ struct KVBuffer {
   // K, non-trans, keys 16j.., depth k-step kk, lane l at key (l & 7) + 8 * (l / 16), chunk
   // 2kk + (l / 8) % 2: matrices {keys 0-7, k 0-7}, {keys 0-7, k 8-15}, {keys 8-15, k 0-7},
   // {keys 8-15, k 8-15}, i.e. b = {b0, b1 of n-block 2j, b0, b1 of 2j+1}.
-  __device__ __forceinline__ void load_k_from_shared(u32 (&b)[4], const LaneOffset<T>& lane, int stage, int j,
+  __device__ __forceinline__ void load_k_from_shared(u32 (&b)[4], const QKLane<T>& lane, int stage, int j,
                                                      int kk) const {
     ldmatrix_x4(b, k_smem + stage * T::kKVStageBytes + j * 16 * T::kRowBytes + lane.at(2 * kk));
   }
   // V, trans, keys 16kk.. (k-step of P*V), depth 16j.., lane l at key l % 16, chunk
   // 2j + l / 16: matrices {keys 0-7, d 0-7},
   // {keys 8-15, d 0-7}, {keys 0-7, d 8-15}, {keys 8-15, d 8-15}, i.e. b = {b0, b1 of depth
-  // block 2j, b0, b1 of 2j+1}.
-  __device__ __forceinline__ void load_v_from_shared(u32 (&b)[4], const LaneOffset<T>& lane, int stage, int kk,
+  // block 2j, b0, b1 of 2j+1}. V's rows (T::VRows): DV wide.
+  __device__ __forceinline__ void load_v_from_shared(u32 (&b)[4], const VLane<T>& lane, int stage, int kk,
                                                      int j) const {
-    ldmatrix_x4_trans(b, v_smem + stage * T::kKVStageBytes + kk * 16 * T::kRowBytes + lane.at(2 * j));
+    ldmatrix_x4_trans(b, v_smem + stage * T::kVStageBytes + kk * 16 * T::VRows::kRowBytes + lane.at(2 * j));
   }
 };
 

@@ -1,7 +1,8 @@
 // The Q tile: [kBM][D] in shared memory, loaded once per CTA with cp.async and read back as
 // MMA A fragments by ldmatrix for every KV tile (keeping Q in registers would cost 64 more
 // registers at d128, which the O accumulator needs). Warp w only ever touches its own rows
-// [w*kWarpRows, (w+1)*kWarpRows), which the epilogue relies on to reuse them as O staging.
+// [w*kWarpRows, (w+1)*kWarpRows); the epilogue reuses the tile as O staging (after a CTA barrier,
+// so a narrower V's staging rows, at V's row pitch, may cross into another warp's Q rows).
 #pragma once
 #include "common/sequence.cuh"
 #include "sm80/smem_tile.cuh"
@@ -37,7 +38,7 @@ struct QTile {
   // addressing row l % 16, chunk 2kk + l / 16 (lane_qv in kernel.cuh):
   // matrices {rows 0-7, k 0-7}, {rows 8-15, k 0-7}, {rows 0-7, k 8-15}, {rows 8-15, k 8-15}
   // = a0..a3 of the m16k16 A fragment.
-  __device__ __forceinline__ void load_from_shared(u32 (&a)[4], const LaneOffset<T>& lane, int mt, int kk) const {
+  __device__ __forceinline__ void load_from_shared(u32 (&a)[4], const QKLane<T>& lane, int mt, int kk) const {
     ldmatrix_x4(a, smem_warp + mt * 16 * T::kRowBytes + lane.at(2 * kk));
   }
 };

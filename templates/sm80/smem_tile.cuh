@@ -1,6 +1,7 @@
 // A [kRows][D] tile of 16-bit elements in shared memory, row-major with the 16-byte chunks of
 // each row XOR-swizzled by (row & kSwizzleMask). Both the cp.async writer and the ldmatrix
-// reader go through offset(), so they agree by construction.
+// reader go through offset(), so they agree by construction. The row layout R (Rows in
+// traits.cuh) is Q's and K's, or V's (T::VRows, narrower with FA4Config::depth_v).
 #pragma once
 #include "sm80/copy.cuh"
 #include "sm80/traits.cuh"
@@ -13,18 +14,19 @@ namespace sm80 {
 // chunk0 + step == chunk0 ^ step, the swizzled chunk is (chunk0 ^ sw) ^ step. The part of
 // `step` above the swizzle period is a plain add (no carry: chunk0 ^ sw < period), which
 // ptxas folds into the ldmatrix immediate, so a k-loop needs only period/2 distinct bases.
-template <class T>
+// R: the row layout (Rows: T::QKRows for Q and K, T::VRows for V).
+template <class R>
 struct LaneOffset {
-  static constexpr bool kPow2Row = (T::kRowBytes & (T::kRowBytes - 1)) == 0;
+  static constexpr bool kPow2Row = (R::kRowBytes & (R::kRowBytes - 1)) == 0;
   u32 off;    // pow2 rows: row * kRowBytes + (chunk0 ^ sw) * 16; else the row part only
   u32 chunk;  // (chunk0 ^ sw) * 16 (unused for pow2 rows, where the XOR cannot carry into the row part)
   __device__ __forceinline__ static LaneOffset make(int row, int chunk0) {
-    const u32 c = static_cast<u32>((chunk0 ^ (row & T::kSwizzleMask)) << 4);
-    const u32 r = static_cast<u32>(row * T::kRowBytes);
+    const u32 c = static_cast<u32>((chunk0 ^ (row & R::kSwizzleMask)) << 4);
+    const u32 r = static_cast<u32>(row * R::kRowBytes);
     return kPow2Row ? LaneOffset{r + c, 0u} : LaneOffset{r, c};
   }
   __device__ __forceinline__ u32 at(int step) const {
-    const u32 lo = static_cast<u32>((step & T::kSwizzleMask) << 4), hi = static_cast<u32>((step & ~T::kSwizzleMask) << 4);
+    const u32 lo = static_cast<u32>((step & R::kSwizzleMask) << 4), hi = static_cast<u32>((step & ~R::kSwizzleMask) << 4);
     if constexpr (kPow2Row) return (off ^ lo) + hi;
     else return off + (chunk ^ lo) + hi;
   }
@@ -37,42 +39,57 @@ struct LaneOffset {
   }
 };
 
-template <class T, int kRows>
+// Q's and K's ldmatrix lane offsets, and V's.
+template <class T>
+using QKLane = LaneOffset<typename T::QKRows>;
+template <class T>
+using VLane = LaneOffset<typename T::VRows>;
+
+template <class T, int kRows, class R = typename T::QKRows>
 struct SmemTile {
-  static constexpr int kBytes = kRows * T::kRowBytes;
+  static constexpr int kBytes = kRows * R::kRowBytes;
 
   // Byte offset of 16-byte chunk `chunk` of row `row`.
   __device__ __forceinline__ static u32 offset(int row, int chunk) {
-    return row * T::kRowBytes + ((chunk ^ (row & T::kSwizzleMask)) << 4);
+    return row * R::kRowBytes + ((chunk ^ (row & R::kSwizzleMask)) << 4);
   }
 
   // Issues cp.async for rows [row0, row0 + kRows) of a global [rows][depth] view (element row
   // stride `stride`, depth stride 1). Rows >= rows_valid and chunks past kDepth are zero-filled.
   // The caller commits the group. Thread `tid` copies chunk tid % kChunks of rows
   // tid / kChunks + i * kRowStep: one 64-bit pointer walked by a fixed step, so per tile the
-  // address cost is one multiply-add plus one add per copy.
+  // address cost is one multiply-add plus one add per copy. Rows of 24 chunks (depth 192), which
+  // 128 threads do not split into whole rows, go 8 threads to a row, each copying chunks c, c + 8
+  // and c + 16 (kReps): the swizzle only XORs the low 3 bits, so those land 128 bytes apart.
   __device__ __forceinline__ static void load_async(u32 smem, const typename T::Element* g, long long stride,
                                                     int row0, int rows_valid, int tid) {
-    if constexpr (T::kThreads % T::kChunks == 0) {
-      constexpr int kRowStep = T::kThreads / T::kChunks;
+    constexpr bool kWholeRows = T::kThreads % R::kChunks == 0;
+    if constexpr (kWholeRows || (R::kChunks % 8 == 0 && R::kSwizzleMask == 7 && T::kThreads % 8 == 0)) {
+      constexpr int kRowThreads = kWholeRows ? R::kChunks : 8;  // threads sharing one row
+      constexpr int kReps = R::kChunks / kRowThreads;           // chunks per thread and row, 8 apart
+      constexpr int kRowStep = T::kThreads / kRowThreads;
       static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the copy row step");
-      const int r = tid / T::kChunks;
+      const int r = tid / kRowThreads;
       // Opaque to the optimiser: otherwise it splits (row0 + r) * stride + chunk * 8 and hoists
       // the per-thread 64-bit parts out of the KV loop, holding registers the accumulators need.
-      int row = row0 + r, chunk = tid % T::kChunks;
+      int row = row0 + r, chunk = tid % kRowThreads;
       asm volatile("" : "+r"(row), "+r"(chunk));
-      const bool chunk_ok = T::kDepth == T::D || chunk * 8 < T::kDepth;
       const typename T::Element* src = g + (long long)row * stride + chunk * 8;
       const long long step = kRowStep * stride;
       const int remaining = rows_valid - row0 - r;  // rows of this thread still inside the view
 #pragma unroll
       for (int i = 0; i < kRows / kRowStep; ++i) {
-        const bool valid = chunk_ok && i * kRowStep < remaining;
-        // The swizzle term (row & 7) is periodic in 8 rows: with kRowStep % 8 == 0 the
-        // destination moves by whole rows.
-        const u32 dst = kRowStep % 8 == 0 ? offset(r, chunk) + i * kRowStep * T::kRowBytes
-                                          : offset(r + i * kRowStep, chunk);
-        cp_async_16(smem + dst, valid ? src : g, valid);  // invalid: a mapped address, 0 bytes read
+#pragma unroll
+        for (int j = 0; j < kReps; ++j) {
+          const bool chunk_ok = R::kDepth == R::D || (chunk + 8 * j) * 8 < R::kDepth;
+          const bool valid = chunk_ok && i * kRowStep < remaining;
+          // The swizzle term (row & 7) is periodic in 8 rows: with kRowStep % 8 == 0 the
+          // destination moves by whole rows.
+          const u32 dst = (kRowStep % 8 == 0 ? offset(r, chunk) + i * kRowStep * R::kRowBytes
+                                             : offset(r + i * kRowStep, chunk)) +
+                          j * 128;
+          cp_async_16(smem + dst, valid ? src + 64 * j : g, valid);  // invalid: a mapped address, 0 bytes read
+        }
         src += step;
       }
     } else {  // threads do not split into whole rows: the generic per-chunk walk
@@ -87,13 +104,13 @@ struct SmemTile {
   __device__ __forceinline__ static void load_async_rows(u32 smem, const RowSrc& row_src,
                                                          const typename T::Element* fallback, int row0,
                                                          int rows_valid, int tid) {
-    constexpr int kTotal = kRows * T::kChunks;
+    constexpr int kTotal = kRows * R::kChunks;
 #pragma unroll
     for (int i = 0; i < (kTotal + T::kThreads - 1) / T::kThreads; ++i) {
       const int idx = tid + i * T::kThreads;
       if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
-      const int row = idx / T::kChunks, chunk = idx % T::kChunks;
-      const bool valid = row0 + row < rows_valid && (T::kDepth == T::D || chunk * 8 < T::kDepth);
+      const int row = idx / R::kChunks, chunk = idx % R::kChunks;
+      const bool valid = row0 + row < rows_valid && (R::kDepth == R::D || chunk * 8 < R::kDepth);
       const auto* src = valid ? row_src(row0 + row) + chunk * 8 : fallback;
       cp_async_16(smem + offset(row, chunk), src, valid);
     }
