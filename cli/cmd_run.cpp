@@ -185,7 +185,8 @@ void add_run(CLI::App& app) {
     const KernelPtr kernel = get_kernel(with_cli_arch(c), cli_resolve_options());
     require_runs_here(*kernel);
     const DType out_t = *kernel->config().config.output_dtype;
-    const std::size_t o_bytes = q.bytes.size() / dtype_size(c.dtype) * dtype_size(out_t);  // FP8 in, 16-bit out
+    // FP8 in, 16-bit out; O is V's width (depth_v).
+    const std::size_t o_bytes = q.bytes.size() / q.shape[3] * v.shape[3] / dtype_size(c.dtype) * dtype_size(out_t);
     testing::DeviceBuffer dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(o_bytes);
     const std::size_t lse_n = static_cast<std::size_t>(q.shape[0] * q.shape[2] * q.shape[1]);
     testing::DeviceBuffer dlse(lse_n * 4);
@@ -207,7 +208,7 @@ void add_run(CLI::App& app) {
     const DType kv_t = kv_type(c);
     a.k = Tensor::contiguous(dk.get(), kv_t, k.shape[0], k.shape[1], k.shape[2], k.shape[3]);
     a.v = Tensor::contiguous(dv.get(), kv_t, v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
-    a.o = Tensor::contiguous(dout.get(), out_t, q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    a.o = Tensor::contiguous(dout.get(), out_t, q.shape[0], q.shape[1], q.shape[2], v.shape[3]);
     a.lse = static_cast<float*>(dlse.get());
     a.softmax_scale = o->scale;
     a.descale_q = descale[0];
@@ -338,6 +339,7 @@ void add_bench(CLI::App& app) {
     const FA4Config& rc = kernel->config().config;
     const bool varlen = !packed.empty();
     const int B = varlen ? packed.batch() : o->shape.batch, H = o->shape.heads, Hkv = o->shape.kv_heads, D = rc.depth;
+    const int Dv = value_depth(rc);  // V and O (depth_v)
     // Varlen: Sq / Sk are the longest sequences, the tensors hold the totals.
     const int Sq = varlen ? packed.max_q : o->shape.sq();
     const int Sk = varlen ? packed.max_k : o->shape.sk();
@@ -346,12 +348,13 @@ void add_bench(CLI::App& app) {
     const int page = o->shape.page_size;
     const int pages_per_seq = page ? (Sk + page - 1) / page : 0, num_pages = B * pages_per_seq;
     const std::size_t nq = rows_q * H * D;
-    const std::size_t nk = page ? static_cast<std::size_t>(num_pages) * page * Hkv * D : rows_k * Hkv * D;
+    const std::size_t k_rows = page ? static_cast<std::size_t>(num_pages) * page : rows_k;
+    const std::size_t nk = k_rows * Hkv * D, nv = k_rows * Hkv * Dv, no = rows_q * H * Dv;
     const DType kv_t = kv_type(rc);  // e4m3 for an FP8 KV cache
     const std::size_t in_size = static_cast<std::size_t>(dtype_size(rc.dtype));
     const std::size_t kv_size = static_cast<std::size_t>(dtype_size(kv_t));
     const std::size_t out_size = static_cast<std::size_t>(dtype_size(*rc.output_dtype));
-    testing::DeviceBuffer dq(nq * in_size), dk(nk * kv_size), dv(nk * kv_size), dout(nq * out_size),
+    testing::DeviceBuffer dq(nq * in_size), dk(nk * kv_size), dv(nv * kv_size), dout(no * out_size),
         dlse(rows_q * H * 4);
     testing::DeviceBuffer dtable(std::max(num_pages, 1) * 4);
     std::mt19937 rng(std::random_device{}());
@@ -383,20 +386,22 @@ void add_bench(CLI::App& app) {
     }
     if (page) {
       a.k = Tensor::contiguous(dk.get(), kv_t, num_pages, page, Hkv, D);
-      a.v = Tensor::contiguous(dv.get(), kv_t, num_pages, page, Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), kv_t, num_pages, page, Hkv, Dv);
       a.page_table = static_cast<const int*>(dtable.get());
       a.max_pages = pages_per_seq;  // every sequence holds Sk keys: max_pages * page >= Sk
     } else if (varlen) {
       dcu_k.upload(packed.cu_k.data(), packed.cu_k.size() * 4);
       a.k = Tensor::contiguous(dk.get(), kv_t, 1, static_cast<std::int64_t>(rows_k), Hkv, D);
-      a.v = Tensor::contiguous(dv.get(), kv_t, 1, static_cast<std::int64_t>(rows_k), Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), kv_t, 1, static_cast<std::int64_t>(rows_k), Hkv, Dv);
       a.cu_seqlens_k = static_cast<const int*>(dcu_k.get());
     } else {
       a.k = Tensor::contiguous(dk.get(), kv_t, B, Sk, Hkv, D);
-      a.v = Tensor::contiguous(dv.get(), kv_t, B, Sk, Hkv, D);
+      a.v = Tensor::contiguous(dv.get(), kv_t, B, Sk, Hkv, Dv);
       if (o->kv_heads_major)  // each head's rows contiguous: (B, H, S, D) memory seen as (B, S, H, D)
-        for (Tensor* t : {&a.k, &a.v})
-          t->stride = {static_cast<std::int64_t>(Hkv) * Sk * D, D, static_cast<std::int64_t>(Sk) * D, 1};
+        for (Tensor* t : {&a.k, &a.v}) {
+          const std::int64_t d = t->shape[3];
+          t->stride = {static_cast<std::int64_t>(Hkv) * Sk * d, d, static_cast<std::int64_t>(Sk) * d, 1};
+        }
     }
     testing::DeviceBuffer dused(B * 4);
     if (page && (varlen || pages_per_seq * page != Sk)) {  // keys per sequence in its pages
@@ -404,9 +409,7 @@ void add_bench(CLI::App& app) {
       dused.upload(used.data(), used.size() * 4);
       a.seqused_k = static_cast<const int*>(dused.get());
     }
-    a.o = a.q;
-    a.o.data = dout.get();
-    a.o.dtype = *rc.output_dtype;
+    a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, a.q.shape[0], a.q.shape[1], H, Dv);
     a.lse = static_cast<float*>(dlse.get());
     a.num_splits = o->shape.splits;
     a.softcap = o->shape.softcap;  // the softcap score-mod's cap (its config refuses none)
@@ -430,10 +433,10 @@ void add_bench(CLI::App& app) {
     const double host_us = testing::host_launch_us(*kernel, a, o->iters);
     const bool causal = rc.mask.kind == Mask::Kind::causal;
     const double pairs = varlen ? packed.score_pairs : static_cast<double>(B) * Sq * Sk;
-    const double flops = 4.0 * pairs * H * D * (causal ? 0.5 : 1.0);
+    const double flops = 2.0 * pairs * H * (D + Dv) * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
     const double kv_bytes =
-        2.0 * static_cast<double>(rows_k) * Hkv * D * kv_size;  // K and V read once: the decode roofline
+        static_cast<double>(rows_k) * Hkv * (D + Dv) * kv_size;  // K and V read once: the decode roofline
     const double kv_tbps = kv_bytes / (ms * 1e-3) / 1e12;
     nlohmann::json j = {{"arch", rc.arch},
                         {"backend", to_string(kernel->config().backend)},
