@@ -135,6 +135,7 @@ json resolved_json(const jit::ResolvedConfig& rc) {
               {"backend", jit::to_string(rc.backend)},
               {"sm", rc.sm},
               {"padded_depth", rc.padded_depth},
+              {"padded_depth_v", rc.padded_depth_v},  // V's and O's (depth_v)
               {"num_threads", rc.num_threads},
               {"smem_bytes", rc.smem_bytes},
               {"ctas_per_sm", rc.ctas_per_sm},
