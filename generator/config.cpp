@@ -150,8 +150,8 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
     const std::vector<int> dvs = backend.depths_v(c.depth);
     if (std::find(dvs.begin(), dvs.end(), c.depth_v) == dvs.end())
       refuse("depth_v", std::to_string(c.depth_v),
-             dvs.empty() ? fmt::format("the {} backend runs depth {} with depth_v = depth only", to_string(arch.backend),
-                                       c.depth)
+             dvs.empty() ? fmt::format("the {} backend runs depth {} with depth_v = depth only",
+                                       to_string(arch.backend), c.depth)
                          : fmt::format("the {} backend runs depth {} with depth_v {} or the depth",
                                        to_string(arch.backend), c.depth, fmt::join(dvs, ", ")));
     if (c.dtype == DType::e4m3 || c.kv_dtype)
@@ -184,8 +184,8 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
     throw ConfigError(
         fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
   backend.settle(tuning, b, c, dp, arch);
-  ResolvedConfig rc{c, tuning, arch.backend, arch.sm, dp, detail::padded_depth_v(c, dp), b.threads, b.smem,
-                    b.ctas_per_sm};
+  ResolvedConfig rc{c,         tuning, arch.backend, arch.sm, dp, detail::padded_depth_v(c, dp),
+                    b.threads, b.smem, b.ctas_per_sm};
   rc.walk = tuning.persistent == 1   ? TileWalk::persistent
             : tuning.persistent == 2 ? TileWalk::stream_k
                                      : TileWalk::grid;

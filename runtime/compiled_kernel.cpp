@@ -108,7 +108,8 @@ int lpt_section_heads(const LaunchShape& shape, const LaunchArgs& args, const FA
   const long long keys = shape.max_seqlen_k > 0 ? shape.max_seqlen_k : shape.max_seqlen_q;
   const long long kv_heads = std::max<long long>(1, args.k.shape[2]);
   const long long sharing = std::max<long long>(1, shape.grid_heads / kv_heads);
-  return fa4::PersistentWalk::l2_section_heads(l2, keys, 1LL * (c.depth + value_depth(c)) * dtype_size(kv_type(c)), sharing);
+  return fa4::PersistentWalk::l2_section_heads(l2, keys, 1LL * (c.depth + value_depth(c)) * dtype_size(kv_type(c)),
+                                               sharing);
 }
 
 }  // namespace

@@ -51,7 +51,9 @@ class Sm90a final : public BackendPolicy {
   Backend backend() const override { return Backend::hopper; }
   std::vector<int> depths() const override { return {64, 96, 128, 192, 256}; }  // 96 runs padded to 128
   // DeepSeek-V3 / Kimi-K2 prefill (MLA without absorption): Q/K 128 + 64 rope columns, V 128.
-  std::vector<int> depths_v(int depth) const override { return depth == 192 ? std::vector<int>{128} : std::vector<int>{}; }
+  std::vector<int> depths_v(int depth) const override {
+    return depth == 192 ? std::vector<int>{128} : std::vector<int>{};
+  }
   // FP8 at depth 64: 64-byte e4m3 rows (SW64 TMA boxes and wgmma descriptors) instead of padding to
   // 128, which doubled S = Q K^T and the K bytes (docs/PERF.md run 32).
   int swizzle_row_bytes(const FA4Config& c) const override {

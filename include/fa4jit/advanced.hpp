@@ -77,8 +77,8 @@ struct ResolvedConfig {
   FA4Config config;  // all fields set
   Tuning tuning;
   Backend backend;
-  int sm = 0;            // 80, 86, 89, 90, 100, 103, 120, ...
-  int padded_depth = 0;  // depth rounded up to whole swizzle rows (64 bf16/fp16, 128 e4m3; sm_90a e4m3 d64: 64)
+  int sm = 0;              // 80, 86, 89, 90, 100, 103, 120, ...
+  int padded_depth = 0;    // depth rounded up to whole swizzle rows (64 bf16/fp16, 128 e4m3; sm_90a e4m3 d64: 64)
   int padded_depth_v = 0;  // V / O's: padded_depth, or value_depth rounded up to 64 (16-bit only)
   int num_threads = 0;
   int smem_bytes = 0;

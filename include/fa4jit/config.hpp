@@ -22,7 +22,7 @@ FA4JIT_API const char* to_string(DType t);
 FA4JIT_API DType dtype_from_string(const std::string& s);  // "bf16" | "fp16" | "e4m3"; ConfigError otherwise
 FA4JIT_API int dtype_size(DType t);                        // bytes per element: 2, 2, 1
 struct FA4Config;
-FA4JIT_API DType kv_type(const FA4Config& c);  // the K/V storage type: kv_dtype where set, else dtype
+FA4JIT_API DType kv_type(const FA4Config& c);    // the K/V storage type: kv_dtype where set, else dtype
 FA4JIT_API int value_depth(const FA4Config& c);  // the V / O head dim: depth_v where set, else depth
 
 // Which attention pattern a kernel computes. Window sizes and chunk sizes are launch
@@ -74,7 +74,7 @@ struct FA4Config {
   // K, V in memory; unset: dtype. e4m3 with a bf16/fp16 dtype is an FP8 KV cache: the kernel reads
   // e4m3 K/V (LaunchArgs::descale_k/v per (batch, KV head)) and computes in dtype.
   std::optional<DType> kv_dtype;
-  int depth = 128;              // head dim of Q and K
+  int depth = 128;  // head dim of Q and K
   // Head dim of V and O; 0 (or depth): depth. Narrower than depth for DeepSeek-V3-style prefill
   // (Q/K 192, V 128); the backend lists the pairs it serves (docs/CONFIG.md).
   int depth_v = 0;
@@ -93,10 +93,9 @@ struct FA4Config {
   // Every field (a new field must be added here; tests/public_api_test.cpp checks each one).
   bool operator==(const FA4Config& o) const {
     return dtype == o.dtype && output_dtype == o.output_dtype && kv_dtype == o.kv_dtype && depth == o.depth &&
-           depth_v == o.depth_v &&
-           BM == o.BM && BN == o.BN && BK0 == o.BK0 && num_q_heads == o.num_q_heads && group == o.group &&
-           num_kv_stages == o.num_kv_stages && num_qk_stages == o.num_qk_stages && arch == o.arch && mask == o.mask &&
-           score_mod == o.score_mod && pack_gqa == o.pack_gqa;
+           depth_v == o.depth_v && BM == o.BM && BN == o.BN && BK0 == o.BK0 && num_q_heads == o.num_q_heads &&
+           group == o.group && num_kv_stages == o.num_kv_stages && num_qk_stages == o.num_qk_stages && arch == o.arch &&
+           mask == o.mask && score_mod == o.score_mod && pack_gqa == o.pack_gqa;
   }
   bool operator!=(const FA4Config& o) const { return !(*this == o); }
 };
