@@ -13,6 +13,9 @@
 // FP8 (dtype e4m3, bf16/fp16 O): both MMAs tcgen05 kind::f8f6f4 (no kind::f16), P rounded to e4m3
 // (cvt.rn.satfinite.e4m3x2.f32), descale_q / descale_k / descale_v read, shared memory exactly the
 // formula with 1-byte K/V stages at Dp 128; the SASS MMA is UTCQMMA (16-bit kernels: UTCHMMA).
+// Depth 192 (Q/K): with V 128 (depth_v, DeepSeek-V3 prefill) and with V 192. Every kernel's MMA
+// shapes are read from its instruction descriptors: S = Q K^T is 128 x BN over the Q/K depth, P V
+// 128 x V's padded depth; the shared memory is the layout the host derived (d192/v128: 231424 bytes).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -70,10 +73,11 @@ std::vector<Variant> matrix() {
   std::vector<Variant> out;
   auto add = [&](int depth, jit::DType dt, const std::pair<std::string, Mask>& m,
                  const std::pair<std::string, ScoreMod>& s, int group, bool pack = false, bool kv_e4m3 = false,
-                 jit::DType out_dt = jit::DType::bf16) {
+                 jit::DType out_dt = jit::DType::bf16, int depth_v = 0) {
     jit::FA4Config c;
     c.arch = "sm_100a";
     c.depth = depth;
+    c.depth_v = depth_v;
     c.dtype = dt;
     if (kv_e4m3) c.kv_dtype = jit::DType::e4m3;
     if (dt == jit::DType::e4m3) c.output_dtype = out_dt;
@@ -81,9 +85,10 @@ std::vector<Variant> matrix() {
     c.score_mod = s.second;
     c.group = group;
     c.pack_gqa = pack;
-    out.push_back({c, fmt::format("d{} {} {} {} group{}{}{}{}", depth, jit::to_string(dt), m.first, s.first, group,
-                                  pack ? " packed" : "", kv_e4m3 ? " kv_e4m3" : "",
-                                  dt == jit::DType::e4m3 ? fmt::format(" out_{}", jit::to_string(out_dt)) : "")});
+    out.push_back(
+        {c, fmt::format("d{}{} {} {} {} group{}{}{}{}", depth, depth_v ? fmt::format("v{}", depth_v) : "",
+                        jit::to_string(dt), m.first, s.first, group, pack ? " packed" : "", kv_e4m3 ? " kv_e4m3" : "",
+                        dt == jit::DType::e4m3 ? fmt::format(" out_{}", jit::to_string(out_dt)) : "")});
   };
   for (const auto& m : masks)  // every mask x every score-mod at the flagship shape
     for (const auto& s : mods) add(128, jit::DType::bf16, m, s, 1);
@@ -99,6 +104,17 @@ std::vector<Variant> matrix() {
       for (int mi : {0, 1, 7}) add(depth, jit::DType::bf16, masks[mi], mods[0], group, true);
   add(128, jit::DType::fp16, masks[7], mods[3], 8, true);
   add(64, jit::DType::bf16, masks[1], mods[2], 4, true);  // ALiBi: slope of each packed row's head
+  // Depth 192: Q/K 192 with V 128 (DeepSeek-V3 prefill: K ring at 192 in 3 chunks, V ring, P V's N,
+  // O, the epilogue and the split partials at 128) over the masks, score-mods, fp16, GQA and packed
+  // GQA; V 192 (BN 64) at the common masks, snippets and packed.
+  for (int mi : {0, 1, 3, 5, 7}) add(192, jit::DType::bf16, masks[mi], mods[0], 1, false, false, jit::DType::bf16, 128);
+  for (int si : {1, 2, 3}) add(192, jit::DType::bf16, masks[1], mods[si], 1, false, false, jit::DType::bf16, 128);
+  add(192, jit::DType::fp16, masks[1], mods[0], 4, false, false, jit::DType::bf16, 128);
+  for (int mi : {0, 1, 7}) add(192, jit::DType::bf16, masks[mi], mods[0], 8, true, false, jit::DType::bf16, 128);
+  add(192, jit::DType::fp16, masks[7], mods[3], 8, true, false, jit::DType::bf16, 128);
+  for (int mi : {0, 1}) add(192, jit::DType::bf16, masks[mi], mods[0], 1);
+  add(192, jit::DType::bf16, masks[7], mods[3], 8);
+  add(192, jit::DType::bf16, masks[1], mods[0], 8, true);
   // FP8 KV cache: depth x dtype x none/causal; score-mods (descale_k in the logit multiplier), a
   // block-snippet mask at GQA 8, packed GQA at both depths.
   for (int depth : {64, 128})
@@ -181,6 +197,34 @@ Checked check_one(const Variant& v) {
       if (wanted && !reads) missing.push_back(fmt::format("a read of params.{}", field));
       if (!wanted && reads) r.failure += fmt::format("the kernel reads params.{}; ", field);
     }
+    // The MMAs' shapes (MmaIssuer's instruction descriptors, PTX globals): S = Q K^T is M 128 x N BN,
+    // K-major B, over the Q/K padded depth (2 Q tiles x Dp / K-per-MMA unrolled SS MMAs); P V is
+    // M 128 x N = V's padded depth (depth_v: 128 at Q/K 192), MN-major B.
+    const jit::ResolvedConfig& rc = in.config;
+    auto idesc = [&](const char* name) -> long long {
+      std::smatch m;
+      const std::regex re(fmt::format(R"(MmaIssuer\w*{}E = (\d+);)", name));
+      return std::regex_search(out.ptx, m, re) ? std::stoll(m[1]) : -1;
+    };
+    const long long qk = idesc("kIdescQK"), pv = idesc("kIdescPV");
+    auto n_of = [](long long d) { return static_cast<int>((d >> 17) & 0x3f) * 8; };
+    auto m_of = [](long long d) { return static_cast<int>((d >> 24) & 0x1f) * 16; };
+    if (qk < 0 || pv < 0) {
+      missing.push_back("MmaIssuer::kIdescQK / kIdescPV");
+    } else {
+      if (m_of(qk) != 128 || n_of(qk) != rc.config.BN || ((qk >> 16) & 1) != 0)
+        r.failure +=
+            fmt::format("S = Q K^T is M {} N {} (want 128 x BN {}, K-major B); ", m_of(qk), n_of(qk), rc.config.BN);
+      if (m_of(pv) != 128 || n_of(pv) != rc.padded_depth_v || ((pv >> 16) & 1) != 1)
+        r.failure += fmt::format("P V is M {} N {} (want 128 x V's padded depth {}, MN-major B); ", m_of(pv), n_of(pv),
+                                 rc.padded_depth_v);
+    }
+    const std::regex ss_mma(R"(tcgen05\.mma\.cta_group::1\.kind::\w+ \[%r\d+\], %rd)");  // A from smem
+    const std::ptrdiff_t ss =
+        std::distance(std::sregex_iterator(out.ptx.begin(), out.ptx.end(), ss_mma), std::sregex_iterator());
+    if (ss != 2 * rc.padded_depth / (fp8 ? 32 : 16))
+      r.failure +=
+          fmt::format("{} SS MMAs (S = Q K^T), want 2 Q tiles x {} / {}; ", ss, rc.padded_depth, fp8 ? 32 : 16);
     if (v.config.pack_gqa)
       for (const char* needle :
            {"cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.5d.global.shared::cta"})
@@ -209,6 +253,14 @@ Checked check_one(const Variant& v) {
       if (dp != 128 || c.num_qk_stages != 1 || in.config.smem_bytes != formula)
         r.failure += fmt::format("shared memory {} is not the e4m3 formula {} (Dp {}, qk stages {}); ",
                                  in.config.smem_bytes, formula, dp, c.num_qk_stages);
+    }
+    // Depth 192: with V 128 (BN 128) Q 96 KiB, 2 V stages of 32 KiB and the 4 K chunks of 16 KiB that
+    // fit beside them; with V 192 (BN 64) Q and 2 whole K / V stages.
+    if (v.config.depth == 192) {
+      const int want = v.config.depth_v == 128 ? 231424 : 198656;
+      if (in.config.smem_bytes != want || in.config.config.BN != (v.config.depth_v == 128 ? 128 : 64))
+        r.failure += fmt::format("depth 192 / V {}: shared memory {} (want {}), BN {}; ", v.config.depth_v,
+                                 in.config.smem_bytes, want, in.config.config.BN);
     }
     if (in.config.smem_bytes > 232448 || r.use.smem_static > 0)
       r.failure += fmt::format("shared memory {} dynamic + {} static exceeds 227 KiB; ", in.config.smem_bytes,
@@ -258,7 +310,8 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
 
   const std::string cuobjdump = find_cuobjdump();
   if (cuobjdump.empty()) GTEST_SKIP() << "cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)";
-  // d128 none identity; d64 block-snippet mask with snippets at GQA 8; a packed kernel (5-D TMA load and store).
+  // d128 none identity; d64 block-snippet mask with snippets at GQA 8; a packed kernel (5-D TMA load and
+  // store); FP8 KV cache and FP8 kernels; depth 192 with V 128 and with V 192.
   auto index_of = [&](const std::string& name) {
     for (size_t i = 0; i < variants.size(); ++i)
       if (variants[i].name == name) return i;
@@ -269,7 +322,8 @@ TEST(BlackwellCompile, EveryVariantCompilesWithTheDesignedInstructionsAndBudgets
        {size_t{0}, index_of("d64 bf16 custom_block custom group8"),
         index_of("d128 fp16 custom_block custom group8 packed"), index_of("d128 bf16 causal identity group1 kv_e4m3"),
         index_of("d128 e4m3 causal identity group1 out_bf16"),
-        index_of("d64 e4m3 causal identity group8 packed out_bf16")}) {
+        index_of("d64 e4m3 causal identity group8 packed out_bf16"), index_of("d192v128 bf16 causal identity group1"),
+        index_of("d192 bf16 custom_block custom group8")}) {
     const fs::path cubin = fs::temp_directory_path() / fmt::format("fa4jit_sm100a_{}.cubin", i);
     std::ofstream(cubin, std::ios::binary) << results[i].cubin;
     const std::string cmd = fmt::format("PATH=\"{}:$PATH\" '{}' -sass '{}' 2>&1",

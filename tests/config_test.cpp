@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/jit.hpp"
+#include "generator/combine.hpp"
+#include "sm100a/abi.h"
 #include "sm90a/abi.h"
 #include "tests/support/tune.hpp"
 
@@ -388,6 +390,203 @@ TEST(Config, DerivesBlackwellDefaultsFromBudgets) {
   EXPECT_EQ(r64.config.BN, 192);
   EXPECT_EQ(r64.config.num_kv_stages, 4);
   EXPECT_LE(r64.smem_bytes, 232448);
+}
+
+// sm100a's host and kernel share templates/sm100a/abi.h: every resolved sm100a config (16-bit at
+// each depth, Q/K 192 with V 128, FP8, an FP8 KV cache, packed GQA) launches with exactly the shared
+// memory abi::smem_bytes gives it for the K chunk slots abi::k_slots reads back from those bytes (as
+// the kernel's Traits do; an FP8 KV cache: whole stages and 2..4 e4m3 slots beyond), a legal kBN and
+// S0, S1, O0 (V's width), O1 in the 512 TMEM columns (the kernel static_asserts the same).
+TEST(Config, BlackwellBudgetsAreTheKernelAbi) {
+  namespace abi = fa4::sm100a::abi;
+  struct Case {
+    int depth;
+    int depth_v;
+    jit::DType dtype;
+    bool kv_fp8;
+    bool causal;
+    bool pack;
+  };
+  std::vector<Case> cases;
+  for (int d : {64, 128, 192})
+    for (bool causal : {false, true}) cases.push_back({d, 0, jit::DType::bf16, false, causal, false});
+  for (bool causal : {false, true}) cases.push_back({192, 128, jit::DType::bf16, false, causal, false});
+  cases.push_back({192, 128, jit::DType::fp16, false, true, true});
+  cases.push_back({192, 0, jit::DType::bf16, false, true, true});
+  for (int d : {64, 128}) cases.push_back({d, 0, jit::DType::e4m3, false, false, false});
+  for (int d : {64, 128}) cases.push_back({d, 0, jit::DType::bf16, true, true, false});
+  for (const Case& k : cases) {
+    jit::FA4Config c = cfg_for("sm_100a", k.depth);
+    c.depth_v = k.depth_v;
+    c.dtype = k.dtype;
+    if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
+    if (k.causal) c.mask = jit::Mask::causal();
+    if (k.pack) {
+      c.group = 8;
+      c.pack_gqa = true;
+    }
+    const std::string what = fmt::format("d{}/{} {} kv_fp8 {} causal {} pack {}", k.depth, k.depth_v,
+                                         jit::to_string(k.dtype), k.kv_fp8, k.causal, k.pack);
+    const jit::ResolvedConfig r = jit::resolve(c);
+    const int e = jit::dtype_size(k.dtype), bm = r.config.BM, bn = r.config.BN, dp = r.padded_depth;
+    const int dpv = r.padded_depth_v, stages = r.config.num_kv_stages, qk = r.config.num_qk_stages;
+    EXPECT_EQ(dpv, k.depth_v ? k.depth_v : dp) << what;
+    EXPECT_TRUE(abi::bn_legal(bn, dpv)) << what;
+    EXPECT_EQ(abi::tmem_columns(bn, dpv), abi::kTmemColumns) << what << ": BN is the largest TMEM allows";
+    EXPECT_EQ(r.config.BK0 * qk, dp) << what;
+    EXPECT_EQ(r.num_threads, 512) << what;
+    const int k_slots = abi::k_slots(e, bm, bn, dp, dpv, stages, qk, r.smem_bytes);
+    EXPECT_GE(k_slots, qk) << what;
+    const int smem16 = abi::smem_bytes(e, bm, bn, dp, dpv, stages, qk, k.kv_fp8 ? stages * qk : k_slots);
+    if (k.kv_fp8) {
+      EXPECT_EQ(k_slots, stages * qk) << what;
+      const int f8 = abi::f8_slots(smem16, bn, dp, r.smem_bytes);
+      EXPECT_TRUE(f8 >= 2 && f8 <= 4) << what << ": " << f8 << " e4m3 slots";
+      EXPECT_EQ(r.smem_bytes, smem16 + f8 * abi::f8_slot_bytes(bn, dp)) << what;
+    } else {
+      EXPECT_EQ(r.smem_bytes, smem16) << what;
+    }
+    EXPECT_LE(r.smem_bytes, 232448) << what;
+  }
+}
+
+// Q/K 192 with V 128 (DeepSeek-V3 prefill), FA4's Blackwell shape: BN 128 fills TMEM (S0, S1, O0, O1:
+// 4 x 128 columns); beside Q (2 x 128 x 192 x 2 B = 96 KiB) and 2 V stages (128 x 128 x 2 B each)
+// two whole K stages (48 KiB each) do not fit, so the K ring holds the 4 chunks of 128 x 64 that do:
+// 231424 bytes. Depth 192 with V 192 runs at BN 64 (O0 and O1 take 384 columns) with whole stages.
+TEST(Config, BlackwellDepth192Tiles) {
+  namespace abi = fa4::sm100a::abi;
+  jit::FA4Config c = cfg_for("sm_100a", 192);
+  c.depth_v = 128;
+  const jit::ResolvedConfig r = jit::resolve(c);
+  EXPECT_EQ(r.config.depth_v, 128);
+  EXPECT_EQ(r.padded_depth, 192);
+  EXPECT_EQ(r.padded_depth_v, 128);
+  EXPECT_EQ(r.config.BM, 256);
+  EXPECT_EQ(r.config.BN, 128);
+  EXPECT_EQ(r.config.num_qk_stages, 3);
+  EXPECT_EQ(r.config.BK0, 64);
+  EXPECT_EQ(r.config.num_kv_stages, 2);
+  EXPECT_EQ(abi::tmem_columns(128, 128), 512);
+  EXPECT_EQ(abi::k_slots(2, 256, 128, 192, 128, 2, 3, r.smem_bytes), 4);
+  EXPECT_EQ(r.smem_bytes, 2 * 256 * 192 + 4 * 128 * 64 * 2 + 2 * 128 * 128 * 2 + 256 * 4 + 1024);
+  EXPECT_EQ(r.smem_bytes, 231424);
+  // One K chunk of the whole depth: a single K tile fits beside the 2 V stages.
+  jit::FA4Config one_chunk = c;
+  one_chunk.num_qk_stages = 1;
+  const jit::ResolvedConfig r1 = jit::resolve(one_chunk);
+  EXPECT_EQ(r1.config.BK0, 192);
+  EXPECT_EQ(r1.smem_bytes, 2 * 256 * 192 + 128 * 192 * 2 + 2 * 128 * 128 * 2 + 256 * 4 + 1024);
+  // A narrower BN keeps whole K stages: 2 x (96 x 192 + 96 x 128) x 2 B beside Q.
+  jit::FA4Config bn96 = c;
+  bn96.BN = 96;
+  EXPECT_EQ(jit::resolve(bn96).smem_bytes, 2 * 256 * 192 + 2 * (96 * 192 + 96 * 128) * 2 + 256 * 4 + 1024);
+
+  // depth_v = depth is the plain kernel (normalized to 0, the same cache key): BN 64, 2 whole stages.
+  jit::FA4Config same = cfg_for("sm_100a", 192);
+  same.depth_v = 192;
+  const jit::ResolvedConfig r192 = jit::resolve(same);
+  EXPECT_EQ(r192.config.depth_v, 0);
+  EXPECT_EQ(jit::cache_key(same), jit::cache_key(cfg_for("sm_100a", 192)));
+  EXPECT_EQ(r192.padded_depth_v, 192);
+  EXPECT_EQ(r192.config.BN, 64);
+  EXPECT_EQ(r192.config.num_qk_stages, 3);
+  EXPECT_EQ(r192.config.num_kv_stages, 2);
+  EXPECT_EQ(abi::tmem_columns(64, 192), 512);
+  EXPECT_EQ(r192.smem_bytes, 2 * 256 * 192 + 2 * (64 * 192 + 64 * 192) * 2 + 256 * 4 + 1024);
+  // The split-KV combine kernel of (192, 128) is keyed by O's head dim.
+  EXPECT_EQ(jit::detail::combine_spec(r).depth, 128);
+}
+
+TEST(Config, BlackwellDepth192RefusalsNameTheField) {
+  // V 192: O0 and O1 take 384 TMEM columns, so S0 and S1 get 64 each.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.BN = 128;
+        jit::resolve(c);
+      },
+      {"BN", "128", "TMEM", "padded_depth (192)", "max 64"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.depth_v = 128;
+        c.BN = 160;
+        jit::resolve(c);
+      },
+      {"BN", "160", "TMEM", "padded depth_v (128)", "max 128"});
+  // A multiple of 32 (the softmax's 32-column TMEM loads), which the kernel static_asserts.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 128);
+        c.BN = 80;
+        jit::resolve(c);
+      },
+      {"BN", "80", "multiple of 32"});
+  // The V widths the backend pairs with each depth.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.depth_v = 64;
+        jit::resolve(c);
+      },
+      {"depth_v", "64", "depth 192 with depth_v 128"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 128);
+        c.depth_v = 64;
+        jit::resolve(c);
+      },
+      {"depth_v", "64", "depth_v = depth only"});
+  // A narrower V is 16-bit only; FP8 at depth 192 pads to two 128-byte e4m3 rows (256).
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.depth_v = 128;
+        c.dtype = jit::DType::e4m3;
+        jit::resolve(c);
+      },
+      {"depth_v", "dtype e4m3"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.depth_v = 128;
+        c.kv_dtype = jit::DType::e4m3;
+        jit::resolve(c);
+      },
+      {"depth_v", "kv_dtype e4m3"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.dtype = jit::DType::e4m3;
+        jit::resolve(c);
+      },
+      {"depth", "192 (padded 256)", "e4m3", "64 or 128"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.kv_dtype = jit::DType::e4m3;
+        jit::resolve(c);
+      },
+      {"kv_dtype", "padded depth 256", "128"});
+  // 3 V stages beside Q leave less than one K tile (3 chunks of 16 KiB).
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.depth_v = 128;
+        c.num_kv_stages = 3;
+        jit::resolve(c);
+      },
+      {"num_kv_stages", "3", "allows 2..2"});
+  // K chunks are whole 64-column boxes.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_100a", 192);
+        c.depth_v = 128;
+        c.num_qk_stages = 2;
+        jit::resolve(c);
+      },
+      {"num_qk_stages", "2", "allowed: 1, 3"});
 }
 
 TEST(Config, RefusalsNameFieldValueAndAllowed) {

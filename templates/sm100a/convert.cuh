@@ -100,7 +100,7 @@ __device__ __forceinline__ void convert(const FwdParams& p, unsigned char* smem,
       auto src = f8_cons.acquire();  // V_n in e4m3
       auto dst = v_prod.acquire();
       widen_boxes<Config>(base + T::kF8Off + src.index() * T::kF8StageBytes,
-                          base + T::kVOff + dst.index() * T::kKVStageBytes, 0, T::kDp / T::kBox, t);
+                          base + T::kVOff + dst.index() * T::kVStageBytes, 0, T::kDpV / T::kBox, t);
       fence_proxy_async();
       dst.arrive();
     }

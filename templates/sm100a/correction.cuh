@@ -14,7 +14,7 @@ template <class Config>
 __device__ __forceinline__ void rescale_o(u32 t_o, float f) {
   using T = Traits<Config>;
 #pragma unroll 1
-  for (int c = 0; c < T::kDp; c += 32) {
+  for (int c = 0; c < T::kDpV; c += 32) {  // O is V's width
     u32 v[32];
     tmem::ld_32x32b_x32(t_o + c, v);
     tmem::wait_ld();

@@ -67,15 +67,15 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
     // Split-KV (uniform): this split's O, normalised by its own sum, as float32 partials and its
     // LSE (-inf when it saw no key); fa4_combine writes O and p.lse. Per-thread row stores.
     const long long lse_row = w.seq.template lse_row<kPack, T::kTileM>(p, row);
-    float* dst = split::partial_o(p, w.split, lse_row, T::kDepth);
+    float* dst = split::partial_o(p, w.split, lse_row, T::kDepthV);  // rows of O's head dim
 #pragma unroll 1
-    for (int col = 0; col < T::kDp; col += 32) {
+    for (int col = 0; col < T::kDpV; col += 32) {
       float o[32];
       load_o(col, o);
       if (row_valid) {
 #pragma unroll
         for (int c = 0; c < 8; ++c)
-          if (col + 4 * c < T::kDepth)  // padded depth columns are not in the tensor
+          if (col + 4 * c < T::kDepthV)  // padded depth columns are not in the tensor
             st_global_v4_f32(dst + col + 4 * c, o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
       }
     }
@@ -87,8 +87,11 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
   unsigned char* stage = smem + T::kQOff + tile * T::kQTileBytes;
   const u32 stage_row = smem_u32(stage) + r * 128;
   Out* o_row = reinterpret_cast<Out*>(p.o) + w.seq.template o_row<kPack, T::kTileM>(p, row);
-#pragma unroll
-  for (int b = 0; b < T::kDp / T::kOBox; ++b) {
+  // O boxes: unrolled up to 2 (V 64, 128); rolled at 3 (V 192), where the unrolled copies made ptxas
+  // spill the batch index the TMA store needs (20 bytes over the softmax warpgroup's KV loop).
+  constexpr int kOBoxes = T::kDpV / T::kOBox;
+#pragma unroll(kOBoxes <= 2 ? kOBoxes : 1)
+  for (int b = 0; b < kOBoxes; ++b) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int col = b * T::kOBox + half * 32;
@@ -108,7 +111,7 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
       } else if (row_valid) {
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-          if (col + 8 * c < T::kDepth)  // padded depth columns are not in the tensor
+          if (col + 8 * c < T::kDepthV)  // padded depth columns are not in the tensor
             st_global_v4(o_row + col + 8 * c, pk[4 * c], pk[4 * c + 1], pk[4 * c + 2], pk[4 * c + 3]);
       }
     }
@@ -119,7 +122,7 @@ __device__ __forceinline__ void epilogue(const Work<Config, Mask>& w, const FwdP
     if (r == 0) {
       const TmaCoords c = TmaCoords::make(p, w.seq);
 #pragma unroll
-      for (int b = 0; b < T::kDp / T::kOBox; ++b) {
+      for (int b = 0; b < T::kDpV / T::kOBox; ++b) {
         if constexpr (kPack == 1) {
           tma_store_4d(&tma.o, stage + b * T::kTileM * 128, b * T::kOBox, c.q_row0 + r0, c.q_head, c.q_batch);
         } else {  // 5-D map: the span's real rows (T::Rows), its padding is not stored; queries past seqlen_q are clipped

@@ -1,7 +1,8 @@
 // SM100MHA2Q.load: the TMA warp (warp 13). One elected thread issues every copy.
 // Order (MAX): Q0, K0, Q1, V0, then K_n, V_n over the CTA's KV tiles (Work: descending, kSkip
 // tiles skipped, this split's share only). K_n arrives in qk_stages chunks along depth,
-// each on its own barrier, so the MMA can start on the first chunk while the rest lands.
+// each on its own barrier, so the MMA can start on the first chunk while the rest lands. V_n
+// lands in kDpV columns (a V narrower than Q and K: FA4Config::depth_v).
 // FP8 KV cache (Traits::kFp8KV): K_n and V_n land whole, as e4m3, in consecutive slots of the f8
 // ring (same order); the converter warps (convert.cuh) fill the 16-bit K chunks and V stages.
 #pragma once
@@ -80,7 +81,9 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
   } else {
     pipe::Producer<T::kKSlots> k_prod(&bars.k);
     pipe::Producer<T::kStages> v_prod(&bars.v);
-    auto load_k = [&](int n) {  // one acquire per depth chunk; chunk slots of a stage are contiguous
+    // One acquire per depth chunk, each chunk its own slot: a tile's chunks may wrap around the ring
+    // (Q/K 192 with V 128 has 4 chunk slots for 3-chunk tiles, so K_{n+1}'s first chunk lands early).
+    auto load_k = [&](int n) {
 #pragma unroll
       for (int ch = 0; ch < T::kQKStages; ++ch) {
         auto st = k_prod.acquire();
@@ -91,8 +94,8 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
     };
     auto load_v = [&](int n) {
       auto st = v_prod.acquire();
-      st.expect_bytes(T::kKVStageBytes);
-      load_rows(smem + T::kVOff + st.index() * T::kKVStageBytes, &tma.v, st.full_barrier(), 0, T::kDp / T::kBox,
+      st.expect_bytes(T::kVStageBytes);
+      load_rows(smem + T::kVOff + st.index() * T::kVStageBytes, &tma.v, st.full_barrier(), 0, T::kDpV / T::kBox,
                 n * T::kBN);
     };
     load_q(0);

@@ -20,10 +20,10 @@ template <class Config>
 struct MmaIssuer {
   using T = Traits<Config>;
   using Element = typename T::Element;
-  // S = Q K': M 128, N BN, both K-major. O += P V: M 128, N Dp, A (P) from TMEM, V MN-major (also
+  // S = Q K': M 128, N BN, K Dp, both K-major. O += P V: M 128, N DpV (V's width), A (P) from TMEM, V MN-major (also
   // for e4m3: kind::f8f6f4 takes an MN-major B for 8-bit types, so V needs no transpose).
   static constexpr u32 kIdescQK = umma::instr_desc<Element>(128, T::kBN, false, false);
-  static constexpr u32 kIdescPV = umma::instr_desc<Element>(128, T::kDp, false, true);
+  static constexpr u32 kIdescPV = umma::instr_desc<Element>(128, T::kDpV, false, true);
 
   u32 tmem;     // TMEM base (lane 0, column 0)
   u32 q_smem;   // shared addresses
@@ -47,15 +47,15 @@ struct MmaIssuer {
   }
 
   // O_tile (+)= P_tile V. P: BN values per lane packed in BN/kPPerColumn columns (2 x 16-bit or
-  // 4 x e4m3), a K step (32 bytes of P) is 8 columns. V slot: Dp/kBox boxes of [BN keys][128 B of
+  // 4 x e4m3), a K step (32 bytes of P) is 8 columns. V slot: DpV/kBox boxes of [BN keys][128 B of
   // depth]; a K step is kMmaK key rows (16-bit: 2048 bytes, e4m3: 4096, whole swizzle atoms); LBO
   // steps between the 128-byte depth boxes (16-bit d128: two; e4m3: one, LBO unused).
   // k_steps < BN/16 on the tile crossing seqlen_k: key blocks entirely past seqlen_k are not multiplied
   // (MAX's mma_maybe_partial_k), so rows there (padding, seqused_k tail) never reach O.
   __device__ __forceinline__ void pv(int tile, u32 v_slot, bool accumulate, int k_steps) const {
     // Rolled: one descriptor and one TMEM address advance per step keeps the MMA warp
-    // within its 48 registers; issue cost is a few instructions per 128 x Dp x 16 MMA.
-    u64 b = umma::smem_desc_sw128(v_smem + v_slot * T::kKVStageBytes, T::kBN * 128, 1024);
+    // within its 48 registers; issue cost is a few instructions per 128 x DpV x 16 MMA.
+    u64 b = umma::smem_desc_sw128(v_smem + v_slot * T::kVStageBytes, T::kBN * 128, 1024);
     u32 a = tmem + T::tmem_s(tile);
     const u32 d = tmem + T::tmem_o(tile);
 #pragma unroll 1

@@ -3,7 +3,8 @@
 //
 //   ring        full (arrivals)                    empty (arrivals)                    slots
 //   q[i]        TMA bytes (1, expect_tx)           -                                   1 use
-//   k           TMA bytes (1)                      MMA tcgen05.commit (1)              S * qk_stages
+//   k           TMA bytes (1)                      MMA tcgen05.commit (1)              S * qk_stages chunks
+//                                                                                      (or fewer: Traits::kKSlots)
 //   v           TMA bytes (1)                      MMA tcgen05.commit (1)              S
 //   s[i]        MMA commit: S_i ready (1)          softmax_i: P_i in TMEM (128)        1
 //   c[i]        softmax_i: factor in smem (128)    correction: factor read (128)       1

@@ -6,12 +6,13 @@
 // only touch lanes 32 * (warp % 4) .. + 31, so a warpgroup covers all 128 rows, one row per thread.
 #pragma once
 #include "common/prelude.cuh"
+#include "sm100a/abi.h"
 
 namespace fa4 {
 namespace sm100a {
 namespace tmem {
 
-constexpr int kColumns = 512;  // the whole TMEM of one SM; one CTA per SM owns all of it
+constexpr int kColumns = abi::kTmemColumns;  // the whole TMEM of one SM; one CTA per SM owns all of it
 
 // Whole warp. Writes the allocated base address to shared memory.
 __device__ __forceinline__ void alloc(u32* smem_dst, u32 ncols) {

@@ -6,6 +6,7 @@
 #include "common/prelude.cuh"
 #include "common/sequence.cuh"
 #include "common/mask.cuh"
+#include "sm100a/abi.h"
 
 namespace fa4 {
 namespace sm100a {
@@ -32,12 +33,15 @@ struct Traits {
   static constexpr int kTileM = 128;                // one Q tile = one MMA M = the 128 TMEM lanes
   static constexpr int kNumQTiles = kBM / kTileM;   // 2
   static constexpr int kBN = Config::kBN;
-  static constexpr int kDepth = Config::kDepth;
+  static constexpr int kDepth = Config::kDepth;  // Q and K: S = Q K^T runs over kDp
   static constexpr int kDp = Config::kPaddedDepth;
-  static constexpr int kStages = Config::kNumKVStages;
+  // V and O (FA4Config::depth_v): kDepth / kDp, or a narrower 16-bit V (Q/K 192, V 128): V's ring
+  // stages, P V's N, O in TMEM, the correction, the epilogue and the split partials are kDpV wide.
+  static constexpr int kDepthV = Config::kDepthV;
+  static constexpr int kDpV = Config::kPaddedDepthV;
+  static constexpr int kStages = Config::kNumKVStages;  // V stages (and K's, where whole K stages fit)
   static constexpr int kQKStages = Config::kNumQKStages;
   static constexpr int kBK0 = kDp / kQKStages;      // depth per K chunk (one K barrier each)
-  static constexpr int kKSlots = kStages * kQKStages;
   static constexpr int kBox = 128 / kElemBytes;     // Q/K/V TMA box width: one 128-byte swizzle row
   static constexpr int kOBox = 64;                  // O (16-bit) TMA box width: one 128-byte swizzle row
   // K per tcgen05.mma: 32 bytes of K (kind::f16: 16 elements, kind::f8f6f4: 32), so a K step is
@@ -52,12 +56,13 @@ struct Traits {
   static_assert(Config::kNumThreads == kThreads, "sm100a: 16 warps (2 softmax WGs, correction WG, MMA, load)");
   static_assert(kBM == 256 && kNumQTiles == 2, "sm100a: BM = 256 = two Q tiles of 128 rows");
   static_assert(Config::kSwizzleBytes == 128, "sm100a: 128-byte swizzle");
-  static_assert(kDp % kBox == 0 && kDp >= 64 && kDp <= 128, "sm100a: padded depth 64 or 128");
+  static_assert(kDp % kBox == 0 && kDp >= 64 && kDp <= 192, "sm100a: padded depth 64, 128 or 192");
   static_assert(kDepth <= kDp, "depth fits the padded depth");
-  static_assert(Config::kDepthV == Config::kDepth && Config::kPaddedDepthV == Config::kPaddedDepth,
-                "this backend runs V as wide as Q and K (BackendPolicy::depths_v)");
+  static_assert(kDpV == kDp || (!kFp8 && !kFp8KV && kDpV < kDp && kDpV % kOBox == 0 && kDepthV % 16 == 0 &&
+                                 kDepthV <= kDpV && kDpV - kDepthV < kOBox),
+                "sm100a: a V narrower than Q and K (kDepthV) is 16-bit, in whole 64-element swizzle rows");
   static_assert(Config::kBK0 == kBK0 && kBK0 % kBox == 0, "K chunk = whole TMA boxes (128-byte rows)");
-  static_assert(kBN % 32 == 0 && kBN >= 64 && kBN <= 256, "BN: MMA N (M = 128 needs N % 16 == 0, <= 256), 32-col batches");
+  static_assert(abi::bn_legal(kBN, kDpV), "BN (abi.h): MMA N (M = 128 needs N % 16 == 0, <= 256), 32-col batches");
   static_assert(kStages >= 2, "V(n) is held until O1 += P1 V(n) one iteration later: needs 2 V slots");
   static_assert((sizeof(Element) == 2 || kFp8) && sizeof(OutElement) == 2, "16-bit or e4m3 Q/K/V, 16-bit O");
   static_assert(!kFp8 || (kDp == 128 && kQKStages == 1),
@@ -69,42 +74,55 @@ struct Traits {
   // ---- TMEM columns (fp32, 128 lanes) ----
   static constexpr u32 kTmemS0 = 0;                 // S0, then P0 (packed kPPerColumn per column) over it
   static constexpr u32 kTmemS1 = kBN;
-  static constexpr u32 kTmemO0 = 2 * kBN;
-  static constexpr u32 kTmemO1 = 2 * kBN + kDp;
-  static_assert(2 * kBN + 2 * kDp <= 512, "TMEM budget: S0, S1, O0, O1 in 512 columns");
+  static constexpr u32 kTmemO0 = 2 * kBN;           // O: V's width
+  static constexpr u32 kTmemO1 = 2 * kBN + kDpV;
+  static_assert(kTmemO1 + kDpV == abi::tmem_columns(kBN, kDpV) && abi::tmem_columns(kBN, kDpV) <= abi::kTmemColumns,
+                "TMEM budget (abi.h): S0, S1, O0, O1 in 512 columns");
   __device__ __forceinline__ static constexpr u32 tmem_s(int tile) { return tile == 0 ? kTmemS0 : kTmemS1; }
   __device__ __forceinline__ static constexpr u32 tmem_o(int tile) { return tile == 0 ? kTmemO0 : kTmemO1; }
 
-  // ---- shared memory (byte offsets from a 1024-aligned base) ----
-  // A Q tile's region is sized for the 16-bit O staged there (FP8: the e4m3 Q fills half of it).
-  static constexpr int kQTileBytes = kTileM * kDp * 2;            // O: Dp/64 boxes of [128][64 x 16-bit]
+  // ---- shared memory (byte offsets from a 1024-aligned base; abi.h smem_bytes) ----
+  // A Q tile's region is sized for the 16-bit O staged there (FP8: the e4m3 Q fills half of it; a
+  // narrower V: O takes its first kDpV / 64 boxes).
+  static constexpr int kQTileBytes = abi::q_bytes(kTileM, kDp);  // O: DpV/64 boxes of [128][64 x 16-bit]
   // Q: Dp/kBox boxes of [128][128 B] (packed rows: of the span's real rows, Rows::kSpanRows).
   static constexpr int kQLoadBytes = Rows::kSpanRows * kDp * kElemBytes;
-  static constexpr int kKChunkBytes = kBN * kBK0 * kElemBytes;   // BK0/kBox boxes of [BN][128 B]
-  static constexpr int kKVStageBytes = kBN * kDp * kElemBytes;   // Dp/kBox boxes of [BN][128 B]
+  // A K chunk: BK0/kBox boxes of [BN][128 B]; a V stage: DpV/kBox boxes of [BN][128 B].
+  static constexpr int kKChunkBytes = abi::k_chunk_bytes(kElemBytes, kBN, kDp, kQKStages);
+  static constexpr int kVStageBytes = abi::v_stage_bytes(kElemBytes, kBN, kDpV);
+  // K chunk slots: whole stages (kStages x kQKStages), or as many chunks as kSmemBytes holds beside
+  // the V ring (Q/K 192 with V 128: 4 chunks of 64 columns, one K tile and a third). The FP8 KV
+  // cache's e4m3 ring takes what the host adds beyond whole stages.
+  static constexpr int kKSlots =
+      kFp8KV ? kStages * kQKStages
+             : abi::k_slots(kElemBytes, kBM, kBN, kDp, kDpV, kStages, kQKStages, Config::kSmemBytes);
+  static_assert(kKSlots >= kQKStages, "the K ring holds a whole K tile (S = Q K^T waits for all its chunks)");
   static constexpr int kQOff = 0;                                 // Q0, Q1; O staging reuses them
   static constexpr int kKOff = kQOff + kNumQTiles * kQTileBytes;
-  static constexpr int kVOff = kKOff + kStages * kKVStageBytes;
+  static constexpr int kVOff = kKOff + kKSlots * kKChunkBytes;
   // FP8 KV cache only: the e4m3 ring, one slot per K or V tile in load order (K0 V0 K1 V1 ...),
   // Dp/128 TMA boxes of [BN][128 bytes] each. The host sizes it (generator/backends/sm100a.cpp):
-  // whatever kSmemBytes holds beyond the 16-bit formula, 2..4 slots.
+  // whatever kSmemBytes holds beyond the 16-bit layout, 2..4 slots (abi.h f8_slots).
   static constexpr int kBoxF8 = 128;                              // e4m3 TMA box width: one 128-byte row
-  static constexpr int kF8StageBytes = kFp8KV ? kBN * kDp : 0;    // Dp/128 boxes of [BN][128]
-  // The DEVICE_ABI formula: Q regions (16-bit O staging) + the K and V rings + factors + barriers.
-  static constexpr int kSmemBytes16 = 2 * kBM * kDp + kElemBytes * 2 * kStages * kBN * kDp + kBM * 4 + 1024;
-  static constexpr int kF8Slots = kFp8KV ? (Config::kSmemBytes - kSmemBytes16) / (kBN * kDp) : 0;
-  static constexpr int kF8Off = kVOff + kStages * kKVStageBytes;
+  static constexpr int kF8StageBytes = kFp8KV ? abi::f8_slot_bytes(kBN, kDp) : 0;  // Dp/128 boxes of [BN][128]
+  // The DEVICE_ABI formula (abi.h): Q regions (16-bit O staging) + the K and V rings + factors + barriers.
+  static constexpr int kSmemBytes16 = abi::smem_bytes(kElemBytes, kBM, kBN, kDp, kDpV, kStages, kQKStages, kKSlots);
+  static constexpr int kF8Slots = kFp8KV ? abi::f8_slots(kSmemBytes16, kBN, kDp, Config::kSmemBytes) : 0;
+  static constexpr int kF8Off = kVOff + kStages * kVStageBytes;
   static constexpr int kCorrOff = kF8Off + kF8Slots * kF8StageBytes;
-  static constexpr int kBarOff = kCorrOff + kBM * 4;
-  static constexpr int kSmemBytes = kBarOff + 1024;
+  static constexpr int kBarOff = kCorrOff + abi::corr_bytes(kBM);
+  static constexpr int kSmemBytes = kBarOff + abi::kBarrierBytes;
   static_assert(kSmemBytes == kSmemBytes16 + kF8Slots * kF8StageBytes,
                 "the DEVICE_ABI sm100a shared-memory formula (+ the e4m3 ring of an FP8 KV cache)");
   static_assert(!kFp8 || Config::kSmemBytes == kSmemBytes, "FP8: the host launches with exactly the formula's bytes");
   static_assert(!kFp8KV || (kF8Slots >= 2 && kF8Slots <= 4 && Config::kSmemBytes == kSmemBytes),
                 "FP8 KV cache: kSmemBytes = the 16-bit formula + 2..4 e4m3 slots of BN x Dp bytes");
+  static_assert(kKSlots == kStages * kQKStages || Config::kSmemBytes == kSmemBytes,
+                "a K ring of fewer than whole stages fills exactly the host's kSmemBytes");
   static_assert(Config::kSmemBytes >= kSmemBytes, "host launches with the formula's bytes");
   static_assert(kSmemBytes <= 232448, "B200: 228 KiB - 1 KiB per CTA");
-  static_assert(kKOff % 1024 == 0 && kVOff % 1024 == 0 && kKChunkBytes % 1024 == 0 && kQTileBytes % 1024 == 0,
+  static_assert(kKOff % 1024 == 0 && kVOff % 1024 == 0 && kKChunkBytes % 1024 == 0 && kVStageBytes % 1024 == 0 &&
+                    kQTileBytes % 1024 == 0,
                 "swizzle atoms are 1024-byte aligned");
   static_assert(kF8Off % 1024 == 0 && kF8StageBytes % 1024 == 0, "e4m3 swizzle atoms are 1024-byte aligned");
 };
