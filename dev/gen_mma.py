@@ -30,14 +30,16 @@ out.append("#pragma once")
 for n in NS:
     na = n // 2
     for ty, isbf in TYPES:
-        # SS: A and B from shared-memory descriptors, both K-major (trans-a = trans-b = 0).
+        # SS: A and B from shared-memory descriptors, A K-major; kTransB selects MN-major B (P V
+        # with P in shared memory: the O-split warpgroups, templates/sm90a/consumer.cuh).
         out.append("template <> struct Wgmma<%d, %s> {" % (n, isbf))
+        out.append("  template <int kTransB = 0>")
         out.append("  __device__ __forceinline__ static void ss(float (&d)[%d], u64 desc_a, u64 desc_b, int scale_d) {" % na)
         out.append('    asm volatile("{\\n .reg .pred p;\\n setp.ne.b32 p, %%%d, 0;\\n"' % (na + 2))
-        out.append('                 " wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}"'
-                   % (n, ty, ty, acc_list(n), na, na + 1))
+        out.append('                 " wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, %%%d;\\n}"'
+                   % (n, ty, ty, acc_list(n), na, na + 1, na + 3))
         out.append("                 : %s" % acc_constraints(n))
-        out.append('                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
+        out.append('                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));')
         out.append("  }")
         # RS: A from registers (4 x b32 of packed 16-bit pairs), B from smem; kTransB selects MN-major B.
         out.append("  template <int kTransB>")

@@ -174,6 +174,8 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   // depth 192 with a V of 128 (DeepSeek-V3 prefill): its V ring and own-O region are 128 wide.
   for (const char* tune : {"persistent=0", "persistent=1", "persistent=2"})
     for (bool causal : {false, true}) cases.push_back({192, jit::DType::bf16, false, causal, false, tune, 128});
+  // MLA's absorbed decode (576 / 512, packed): no V ring (V is K's prefix), O over two warpgroups.
+  for (bool causal : {false, true}) cases.push_back({576, jit::DType::bf16, false, causal, true, "", 512});
   for (int d : {64, 128}) cases.push_back({d, jit::DType::e4m3, false, false, false, ""});
   cases.push_back({128, jit::DType::bf16, true, false, false, ""});
   cases.push_back({128, jit::DType::bf16, true, true, true, ""});
@@ -198,15 +200,26 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
     const bool own_o = abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, dpv, stages, kMaxSmem);
     EXPECT_EQ(r.smem_bytes, abi::smem_bytes(f, bm, bn, dp, dpv, stages, own_o)) << what;
     EXPECT_EQ(own_o, abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, dpv, stages, r.smem_bytes)) << what;
-    EXPECT_EQ(r.num_threads, abi::num_threads(bm)) << what;
+    EXPECT_EQ(r.num_threads, abi::num_threads(bm, dpv)) << what;
     EXPECT_TRUE(abi::bn_legal(f, bn, bm, dp)) << what;
-    EXPECT_TRUE(abi::budgets_fit(f, bm, r.ctas_per_sm, dp, bn)) << what;
+    EXPECT_TRUE(abi::budgets_fit(f, bm, r.ctas_per_sm, dp, dpv, bn)) << what;
   }
   // The persistent 16-bit d128 kernel stages O in its own region; d256's does not fit one.
   const jit::ResolvedConfig d128 = jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=1"));
   EXPECT_EQ(d128.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, 128, 128, 128, 2, true));
   const jit::ResolvedConfig d256 = jit::resolve(cfg_for("sm_90a", 256), tuned("persistent=1"));
   EXPECT_EQ(d256.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, d256.config.BN, 256, 256, 2, false));
+  // MLA: Q and two 576-wide K stages (64 x 576 x 2 bytes each), no V ring, the shared P ([64][64]
+  // 16-bit, 64 corrections and 64 1 / sums); a producer and two consumers that split O.
+  jit::FA4Config mla = cfg_for("sm_90a", 576);
+  mla.depth_v = 512;
+  mla.group = 16;
+  mla.pack_gqa = true;
+  const jit::ResolvedConfig m = jit::resolve(mla);
+  EXPECT_EQ(m.smem_bytes, 3 * 64 * 576 * 2 + 64 * 64 * 2 + 2 * 64 * 4 + 1024);
+  EXPECT_EQ(m.num_threads, 384);
+  EXPECT_EQ(m.config.BM, 64);
+  EXPECT_EQ(m.config.BN, 64);
 }
 
 // Deeper heads on sm90a: BN from the consumers' registers (O Dp/2 + S BN/2 + P BN/4 floats) and from

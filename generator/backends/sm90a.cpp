@@ -49,11 +49,14 @@ bool plain_softmax(const FA4Config& c) {
 class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
-  std::vector<int> depths() const override { return {64, 96, 128, 192, 256}; }  // 96 runs padded to 128
+  // 96 runs padded to 128; 576 is MLA's latent (with depth_v 512 only).
+  std::vector<int> depths() const override { return {64, 96, 128, 192, 256, 576}; }
   // DeepSeek-V3 / Kimi-K2 prefill (MLA without absorption): Q/K 128 + 64 rope columns, V 128.
+  // Their decode (absorbed MLA): Q/K 512 latent + 64 rope columns, V the latent (abi.h v_in_k).
   std::vector<int> depths_v(int depth) const override {
-    return depth == 192 ? std::vector<int>{128} : std::vector<int>{};
+    return depth == 192 ? std::vector<int>{128} : depth == 576 ? std::vector<int>{512} : std::vector<int>{};
   }
+  bool v_in_k(const ResolvedConfig& rc) const override { return abi::v_in_k(rc.padded_depth, rc.padded_depth_v); }
   // FP8 at depth 64: 64-byte e4m3 rows (SW64 TMA boxes and wgmma descriptors) instead of padding to
   // 128, which doubled S = Q K^T and the K bytes (docs/PERF.md run 32).
   int swizzle_row_bytes(const FA4Config& c) const override {
@@ -67,11 +70,16 @@ class Sm90a final : public BackendPolicy {
     // 160 registers per consumer thread still hold the S and O fragments.
     // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
     // warpgroup would mostly compute padding (Sq of 1..16), so BM 64 halves the tensor work.
-    const int bm_default = c.pack_gqa ? 64 : dp <= 64 ? 192 : 128;
-    std::vector<int> bm_allowed = dp <= 64 ? std::vector<int>{128, 192} : std::vector<int>{128};
-    if (c.pack_gqa) bm_allowed.insert(bm_allowed.begin(), 64);
-    c.BM = pick("BM", c.BM, bm_default, bm_allowed);
+    // A V wider than 256 (MLA's 512) splits O over two warpgroups on one 64-row Q tile (abi.h
+    // o_split), whose 576-wide Q and K stages leave room for BM 64 only.
     const int dpv = padded_depth_v(c, dp);  // V and O (FA4Config::depth_v)
+    const bool wide_o = abi::o_split(dpv) > 1;
+    const int bm_default = c.pack_gqa || wide_o ? 64 : dp <= 64 ? 192 : 128;
+    std::vector<int> bm_allowed = wide_o     ? std::vector<int>{64}
+                                  : dp <= 64 ? std::vector<int>{128, 192}
+                                             : std::vector<int>{128};
+    if (c.pack_gqa && !wide_o) bm_allowed.insert(bm_allowed.begin(), 64);
+    c.BM = pick("BM", c.BM, bm_default, bm_allowed);
     auto smem_for = [&](int bn, int stages) {
       return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, dpv, stages, false);
     };
@@ -102,7 +110,7 @@ class Sm90a final : public BackendPolicy {
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    return {abi::num_threads(c.BM), smem, ctas_per_sm(c.BM, smem, a)};
+    return {abi::num_threads(c.BM, dpv), smem, ctas_per_sm(c.BM, smem, a)};
   }
 
   // FP8 (e4m3 Q, K, V; templates/sm90a: k32 wgmma, V transposed in shared memory by the producer
@@ -138,7 +146,7 @@ class Sm90a final : public BackendPolicy {
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} (e4m3) need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    return {abi::num_threads(c.BM), smem, 1};
+    return {abi::num_threads(c.BM, dp), smem, 1};
   }
 
   // FP8 KV cache (e4m3 K and V under a 16-bit Q; templates/sm90a: the producer warpgroup's warps 1-3
@@ -163,7 +171,7 @@ class Sm90a final : public BackendPolicy {
       throw ConfigError(
           fmt::format("num_kv_stages: {} stages of BN={} at depth {} (kv_dtype e4m3) need {} bytes; {} allows {}",
                       c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    return {abi::num_threads(c.BM), smem, ctas_per_sm(c.BM, smem, a)};
+    return {abi::num_threads(c.BM, dp), smem, ctas_per_sm(c.BM, smem, a)};
   }
 
   static bool fp8_three_wgs(const FA4Config& c, int dp) { return c.dtype == DType::e4m3 && c.BM == 192 && dp == 128; }
@@ -186,7 +194,9 @@ class Sm90a final : public BackendPolicy {
     // loads now overlap the epilogue), unmasked d256 within the noise (docs/PERF.md run 40).
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
-    t.persistent = !c.pack_gqa && deep_ok && plain ? 1 : 0;
+    // O split over warpgroups (V 512, abi.h o_split): the grid walk, its one measured shape.
+    const bool wide_o = abi::o_split(padded_depth_v(c, dp)) > 1;
+    t.persistent = !c.pack_gqa && !wide_o && deep_ok && plain ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -249,6 +259,11 @@ class Sm90a final : public BackendPolicy {
           fmt::format("tune: persistent={}: packed GQA with group {} (packed in slices of {} heads) "
                       "runs the grid walk (0) on {}",
                       t.persistent, c.group, pack_heads(c, q_box_rows(c)), c.arch));
+    if (abi::o_split(padded_depth_v(c, dp)) > 1 && t.persistent != 0)
+      throw ConfigError(
+          fmt::format("tune: persistent={}: a V of {} columns (O split over two warpgroups) runs the "
+                      "grid walk (0) on {}",
+                      t.persistent, value_depth(c), c.arch));
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
     if (c.kv_dtype) return;                                 // the kernel's O is staged in the Q region
     if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups

@@ -52,6 +52,10 @@ struct ArriveOnePerWarp {  // lane 0 of each consumer warp arrives (empty count 
   }
 };
 
+struct NoRelease {  // a watcher: waits for a stage's data and releases nothing (another consumer does)
+  __device__ __forceinline__ void operator()(u64*) const {}
+};
+
 template <int kStages>
 class Producer {
  public:

@@ -5,7 +5,8 @@
 //   - the legal kBN of each kernel family;
 //   - the shared-memory size of each family (the one formula; SmemLayout's offsets are its terms);
 //   - the own-O rule (persistent CTAs stage O in a region of their own where it fits);
-//   - the register budgets: the consumers' fragments, the setmaxnreg splits, the launch bound.
+//   - the register budgets: the consumers' fragments, the setmaxnreg splits, the launch bound;
+//   - wide O (a V of 512 columns: split across warpgroups) and latent KV (MLA: V is K's prefix).
 #pragma once
 #include "common/segments.h"
 
@@ -39,11 +40,27 @@ FA4_HOST_DEVICE constexpr bool bn_legal(Family f, int bn, int bm, int dp) {
   return f == Family::kFp8 ? bn_fp8(bn, bm, dp) : f == Family::kKvFp8 ? bn_kv_fp8(bn) : bn_16bit(bn);
 }
 
+// ---- Wide O and latent KV -------------------------------------------------------------------
+// A warpgroup's O fragment holds at most 256 columns (128 registers a thread). A wider V (512:
+// MLA's latent, head dim 512) is split across o_split warpgroups that share their 64 Q rows: each
+// computes the same S = Q K^T and softmax, P V's and stores its own dpv / o_split columns
+// (FlashMLA's split of the 512-wide accumulator over two warpgroups, without its S exchange).
+FA4_HOST_DEVICE constexpr int o_split(int dpv) { return dpv > 256 ? (dpv + 255) / 256 : 1; }
+// MLA's absorbed attention (DeepSeek-V3, Kimi-K2 decode): Q and K 576 wide (512 latent + 64
+// rope), V = the first 512 columns of the same K rows. The kernel loads each latent row once and
+// P V reads V from K's stage (no V ring); the launch passes v as k's 512-column prefix view.
+FA4_HOST_DEVICE constexpr bool v_in_k(int dp, int dpv) { return dp == 576 && dpv == 512; }
+// O-split warpgroups share P: the row group's first warpgroup computes S = Q K^T and the softmax
+// and hands the others P (16-bit [64 rows][bn keys], SW128 blocks), each row's O correction and
+// its final 1 / sum through shared memory, so S is computed once (consumer.cuh SharedP).
+FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) { return o_split(dpv) > 1 ? 2 * 64 * bn + 2 * 64 * 4 : 0; }
+
 // ---- Shared memory --------------------------------------------------------------------------
 // Offsets from the 1024-aligned dynamic base (smem_layout.cuh SmemLayout, dp = padded depth,
 // S = K/V stages):
 //   [Q: bm x dp, 16-bit sized (O is staged there; an FP8 Q fills half)][K ring: S stages][V ring]
-//   [extra: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings][own O: bm x dp 16-bit,
+//   [extra: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings][shared P: O-split
+//   warpgroups][own O: bm x dp 16-bit,
 //   persistent CTAs where it fits][barriers: the last 1024 bytes]
 FA4_HOST_DEVICE constexpr int q_bytes(int bm, int dp) { return 2 * bm * dp; }  // also the own-O region
 // Bytes of an element of the K / V stages the consumers read, and of those TMA fills.
@@ -64,9 +81,13 @@ constexpr int kBarrierBytes = 1024;
 // The dynamic shared memory of a kernel: the one formula (Config::kSmemBytes is this value). dpv:
 // V's and O's padded depth (dp, or narrower for a 16-bit V of its own: FA4Config::depth_v); V's
 // ring and the own-O region are that wide.
+// Latent KV (v_in_k) has no V ring. Warpgroups that split O (o_split) share one Q region per 64 rows.
+FA4_HOST_DEVICE constexpr int v_stage_bytes(Family f, int bn, int dp, int dpv) {
+  return v_in_k(dp, dpv) ? 0 : kv_stage_bytes(f, bn, dpv);
+}
 FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int dpv, int stages, bool own_o) {
-  return q_bytes(bm, dp) + stages * (kv_stage_bytes(f, bn, dp) + kv_stage_bytes(f, bn, dpv)) +
-         extra_bytes(f, bn, dp, stages) + (own_o ? q_bytes(bm, dpv) : 0) + kBarrierBytes;
+  return q_bytes(bm, dp) + stages * (kv_stage_bytes(f, bn, dp) + v_stage_bytes(f, bn, dp, dpv)) +
+         extra_bytes(f, bn, dp, stages) + shared_p_bytes(bn, dpv) + (own_o ? q_bytes(bm, dpv) : 0) + kBarrierBytes;
 }
 
 // ---- Own O ----------------------------------------------------------------------------------
@@ -80,9 +101,9 @@ FA4_HOST_DEVICE constexpr bool own_o(Family f, bool persistent, int bm, int bn, 
 }
 
 // ---- Registers ------------------------------------------------------------------------------
-// Threads: one producer warpgroup and a consumer warpgroup per 64 rows of Q.
-FA4_HOST_DEVICE constexpr int consumer_wgs(int bm) { return bm / 64; }
-FA4_HOST_DEVICE constexpr int num_threads(int bm) { return 128 * (1 + consumer_wgs(bm)); }
+// Threads: one producer warpgroup and o_split(dpv) consumer warpgroups per 64 rows of Q.
+FA4_HOST_DEVICE constexpr int consumer_wgs(int bm, int dpv) { return bm / 64 * o_split(dpv); }
+FA4_HOST_DEVICE constexpr int num_threads(int bm, int dpv) { return 128 * (1 + consumer_wgs(bm, dpv)); }
 
 // The host's kBN choice (16-bit): per consumer thread the overlapped schedule keeps O (dp/2 floats),
 // S (bn/2) and packed P (bn/4) live at once. Largest totals ptxas fits with 0 spills: 196 at 240
@@ -91,7 +112,9 @@ FA4_HOST_DEVICE constexpr int num_threads(int bm) { return 128 * (1 + consumer_w
 // and causal) and position-dependent score-mods (ALiBi, snippets) keep ~20 more registers live in
 // the softmax: 176 for their defaults (d192 BN 112 and d256 BN 80 spill 8-180 B with them; FA3 too
 // lowers BN for local masks there).
-FA4_HOST_DEVICE constexpr int fragment_regs(int dpv, int bn) { return dpv / 2 + bn / 2 + bn / 4; }  // O is V's width
+FA4_HOST_DEVICE constexpr int fragment_regs(int dpv, int bn) {  // O: the warpgroup's share of V's width
+  return dpv / o_split(dpv) / 2 + bn / 2 + bn / 4;
+}
 FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
   return bm == 192 ? 128 : heavy_softmax ? 176 : 196;
 }
@@ -137,10 +160,10 @@ FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, 
 FA4_HOST_DEVICE constexpr int launch_regs(int threads, int ctas_per_sm) {
   return (65536 / (threads * ctas_per_sm) < 255 ? 65536 / (threads * ctas_per_sm) : 255) / 8 * 8;
 }
-FA4_HOST_DEVICE constexpr bool budgets_fit(Family f, int bm, int ctas_per_sm, int dp, int bn) {
-  return 128 * producer_regs(f, consumer_wgs(bm), ctas_per_sm, dp, bn) +
-             128 * consumer_wgs(bm) * consumer_regs(f, consumer_wgs(bm), ctas_per_sm, dp, bn) <=
-         launch_regs(num_threads(bm), ctas_per_sm) * num_threads(bm);
+FA4_HOST_DEVICE constexpr bool budgets_fit(Family f, int bm, int ctas_per_sm, int dp, int dpv, int bn) {
+  return 128 * producer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) +
+             128 * consumer_wgs(bm, dpv) * consumer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) <=
+         launch_regs(num_threads(bm, dpv), ctas_per_sm) * num_threads(bm, dpv);
 }
 
 }  // namespace abi

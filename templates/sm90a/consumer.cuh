@@ -22,6 +22,7 @@
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"
 #include "sm90a/epilogue.cuh"
+#include "sm90a/shared_p.cuh"
 
 namespace fa4 {
 namespace sm90a {
@@ -99,20 +100,20 @@ struct WgKeySpan {
 
 // O += P V over the warpgroup's span of the tile (no wgmma for kNone).
 template <class Config>
-__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDpV / 2], const u32 (&pr)[Shape<Config>::kPRegs],
+__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDpVWg / 2], const u32 (&pr)[Shape<Config>::kPRegs],
                                              Span span, u32 v_addr) {
   using Sh = Shape<Config>;
   using E = typename Sh::MmaElement;
   if constexpr (Sh::kFp8) {  // v_addr: the transposed V stage
     if (span == Span::kFull) {
-      gemm_pv_fp8<Sh::kDpV, Sh::kBN>(o, pr, v_addr);
+      gemm_pv_fp8<Sh::kDpVWg, Sh::kBN>(o, pr, v_addr);
     } else if constexpr (Sh::kHalfSpans) {
-      if (span == Span::kHalf) gemm_pv_fp8<Sh::kDpV, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
+      if (span == Span::kHalf) gemm_pv_fp8<Sh::kDpVWg, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
     }
   } else if (span == Span::kFull) {
-    gemm_pv<E, Sh::kDpV, Sh::kBN>(o, pr, v_addr);
+    gemm_pv<E, Sh::kDpVWg, Sh::kBN>(o, pr, v_addr);
   } else if constexpr (Sh::kHalfSpans) {
-    if (span == Span::kHalf) gemm_pv<E, Sh::kDpV, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
+    if (span == Span::kHalf) gemm_pv<E, Sh::kDpVWg, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
   }
 }
 
@@ -206,7 +207,7 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
 
 // O += P V alone, waited: every tile of the simple schedule, the last of the overlapped one.
 template <class Config, class VRing>
-__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDpV / 2], u32 (&pr)[Shape<Config>::kPRegs],
+__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDpVWg / 2], u32 (&pr)[Shape<Config>::kPRegs],
                                         VRing& v_ring, u32 v_addr, Span span) {
   auto vs = v_ring.acquire();
   fence_operand(o);
@@ -227,7 +228,7 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDpV / 2], u32
 // warpgroup's span of n_prev (an empty span still commits its wgmma group, empty, so the waits
 // below count the same groups).
 template <class Config, bool kCorrectO, class KRing, class VRing, class Sched, class Q, class CorrectFn, class SoftmaxFn>
-__device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDpV / 2],
+__device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDpVWg / 2],
                                                 u32 (&pr)[Shape<Config>::kPRegs], KRing& k_ring, VRing& v_ring,
                                                 const Sched& sched, Q q, u32 k_addr, u32 v_addr,
                                                 Span pv_span, CorrectFn correct_o, SoftmaxFn softmax) {
@@ -270,10 +271,11 @@ template <class Config, class Mask, class ScoreMod, bool kCorrectO, class KRing,
 __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
                                                    KRing& k_ring, VRing& v_ring, const Sched& sched,
                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                                   float (&o)[Shape<Config>::kDpV / 2],
+                                                   float (&o)[Shape<Config>::kDpVWg / 2],
                                                    float (&s)[Shape<Config>::kBN / 2],
                                                    u32 (&pr)[Shape<Config>::kPRegs], Q q,
-                                                   u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span) {
+                                                   u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span,
+                                                   SharedP<Config>& share) {
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   float corr[2] = {1.0f, 1.0f};  // the first tile's: none (kCorrectO)
   for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
@@ -285,6 +287,7 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
         });
     if constexpr (!kCorrectO) Softmax::rescale_o(o, corr);
     Softmax::pack_p(s, pr);
+    share.publish(pr, corr);
   }
   if constexpr (kCorrectO) Softmax::rescale_o(o, corr);  // the last tile's, before its P V
   return n;
@@ -296,14 +299,14 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
 template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
 __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
                                             VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                            float (&o)[Shape<Config>::kDpV / 2], float (&s)[Shape<Config>::kBN / 2],
+                                            float (&o)[Shape<Config>::kDpVWg / 2], float (&s)[Shape<Config>::kBN / 2],
                                             u32 (&pr)[Shape<Config>::kPRegs], u32 q_addr, u32 k_addr, u32 v_addr,
-                                            int wg) {
+                                            int row_group, SharedP<Config>& share) {
   using Sh = Shape<Config>;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   // Q (landed): its address for SS wgmma, or its fragments (Shape::kQInRegs).
   const typename QOf<Config>::type q = QOf<Config>::make(q_addr);
-  const auto span = WgKeySpan<Config, Mask>::make(w, wg);
+  const auto span = WgKeySpan<Config, Mask>::make(w, row_group);
   float corr[2];
 
   if constexpr (!Sh::kIntraWGOverlap) {
@@ -314,6 +317,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
       sm.online(s, corr);
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
+      share.publish(pr, corr);
       sched.template pass_turn<Turn::kSoftmax>();
       pv_step<Config>(o, pr, v_ring, v_addr, span.of(n));
     }
@@ -323,14 +327,50 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
     sm.logits(s, n, w.needs_mask(n), p, w);
     sm.online(s, corr);
     Softmax::pack_p(s, pr);
+    share.publish(pr, corr);
     // O's correction between the GEMM issues (overlapped_step) with two consumer warpgroups, the
     // lazy rescale: +1.5-4.6% on the d128 kernels, +2-4% at d96, window, softcap, splits (run 51).
     // Not at kBM 192 (the eager rescale at 160 registers: 3-6% slower, run 51), nor beside P V
     // spans (the run-time span's branches around it made ptxas serialize the wgmma, C7515).
     constexpr bool kCorrectO = Sh::kNumConsumerWGs == 2 && !WgKeySpan<Config, Mask>::kOn;
     n = kv_overlapped_tiles<Config, Mask, ScoreMod, kCorrectO>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q, k_addr,
-                                                                v_addr, span);
+                                                                v_addr, span, share);
     pv_step<Config>(o, pr, v_ring, v_addr, span.of(n + 1));  // Tail: P V of the last tile.
+  }
+}
+
+// The partner warpgroup of an O split (Shape::kOSplit > 1, shared_p.cuh): per KV tile, wait for
+// the S warpgroup's P(n) and correction, correct O, O += P(n) V(n) over its columns with P from
+// shared memory, hand P back. Latent KV (V is K's prefix): V's full barrier is the producer's
+// plain arrival, so the partner also waits for K(n)'s bytes itself (k_watch, which releases
+// nothing: the S warpgroup releases K; the producer refills the slot only after this P V released V).
+template <class Config, class Mask, class KWatch, class VRing>
+__device__ __forceinline__ void follow_p(const CtaWork<Config, Mask>& w, int n, KWatch& k_watch, VRing& v_ring,
+                                         const SharedP<Config>& share, float (&o)[Shape<Config>::kDpVWg / 2],
+                                         u32 v_addr) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  for (bool first = true; w.has(n); n = w.next_tile(n), first = false) {
+    SharedP<Config>::wait();
+    if (!first) {  // O is zero before the first tile
+      float corr[2];
+      share.corr(corr);
+      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < Sh::kDpVWg / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+      }
+    }
+    {
+      if constexpr (Sh::kVInK) k_watch.acquire();  // K(n) landed: V(n) is its prefix
+      auto vs = v_ring.acquire();
+      fence_operand(o);
+      wgmma_fence();
+      gemm_pv_ss<typename Sh::MmaElement, Sh::kDpVWg, Sh::kBN>(o, share.p_addr(), v_addr + vs.index() * L::kPVStageBytes);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operand(o);
+    }  // release V(n)
+    if (w.has(w.next_tile(n))) SharedP<Config>::release();
   }
 }
 
@@ -355,6 +395,33 @@ __device__ __forceinline__ void convert_q(u32 q_addr, int wg) {
   }
   fence_proxy_async();  // the generic writes before the wgmma reads (async proxy)
   named_barrier_sync(EpilogueBarrier<Sh::kNumConsumerWGs>::value + wg, 128);
+}
+
+// The partner warpgroup of an O split over the CTA's tile (the grid walk): follow_p, then its
+// columns of O (epilogue_partner). It reads no Q and no K (but K's full barrier under latent KV).
+template <class Config, class Mask, class Tiles>
+__device__ __forceinline__ void partner_loop(const FwdParams& p, Tiles tiles, unsigned char* smem,
+                                             typename SmemLayout<Config>::Barriers* bars, int wg) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  static_assert(!Tiles::kPersistent, "O-split warpgroups run the grid walk");
+  const u32 base = smem_u32(smem);
+  const u32 v_addr = base + L::kPVOffset + L::pv_slice_offset(wg);
+  for (;; tiles.advance()) {
+    if (!tiles.valid(p, Tiles::loop_zero())) break;
+    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
+    if (!w.valid) continue;  // uniform over the CTA, as the S warpgroup's
+    const SharedP<Config> share = SharedP<Config>::make(base);
+    float o[Sh::kDpVWg / 2];
+    zero(o);
+    const int n = w.first_tile();
+    if (w.has(n)) {
+      pipe::Consumer<Sh::kStages, pipe::NoRelease> k_watch(&bars->k);
+      pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp> v_ring(L::pv_barriers(bars));
+      follow_p<Config>(w, n, k_watch, v_ring, share, o, v_addr);
+    }
+    epilogue_partner<Config>(p, w, wg, o, share);
+  }
 }
 
 // Persistent mode: per-warp word in shared memory, word = (word & keep) + add, by every lane of
@@ -386,21 +453,26 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
-  constexpr int kBN = Sh::kBN, kDpV = Sh::kDpV;
+  constexpr int kBN = Sh::kBN;
   constexpr bool kPersistent = Tiles::kPersistent;
   using Release = pipe::ArriveOnePerWarp;
 
+  // The warpgroup's 64-row group: its Q tile and rows (the kOSplit warpgroups of a group share them).
+  const int rg = Sh::row_wg(wg);
   const u32 base = smem_u32(smem);
-  const u32 q_addr = base + L::kQOffset + wg * L::kQWgBytes;
-  const u32 o_addr = base + L::o_offset(wg);  // O staging
-  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset;
+  const u32 q_addr = base + L::q_offset(rg);
+  const u32 o_addr = base + L::o_offset(rg);  // O staging (not used where O is split: epilogue)
+  const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset + L::pv_slice_offset(wg);
 
-  float o[kDpV / 2];  // O is V's width
+  float o[Sh::kDpVWg / 2];  // the warpgroup's columns of O (V's width, or its slice of it)
   float s[kBN / 2];
   u32 pr[Sh::kPRegs];
   zero(s);
   zero(pr);  // S and P: written before read in every tile
 
+  if constexpr (Sh::kOSplit > 1) {
+    if (Sh::o_slice(wg) != 0) return partner_loop<Config, Mask>(p, tiles, smem, bars, wg);
+  }
   const Scheduler<Sh::kTurns, Sh::kNumConsumerWGs> sched{wg};
   // Persistent: tile state carried from one tile to the next, packed in one word: bits 0-1 ring
   // index, bit 2 ring phase (the K and V consumer rings are in the same state at a tile boundary:
@@ -428,8 +500,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
     if constexpr (kPersistent) mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
       zero(o);
+      SharedP<Config> share = SharedP<Config>::make(base);  // O split: P, corrections, 1 / sums to the partner
       Softmax sm;
-      sm.init(p, w.q_lo, wg);
+      sm.init(p, w.q_lo, rg);
       sm.descale(p, w);
       const int n = w.first_tile();
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
@@ -437,10 +510,11 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
         pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(L::pv_barriers(bars), st);
         if constexpr (!kPersistent) {
           sched.start();
-          mbar_wait(&bars->q_full[wg], 0);
+          mbar_wait(&bars->q_full[rg], 0);
         }
         if constexpr (Sh::kQToMma) convert_q<Config>(q_addr, wg);  // this tile's Q, landed
-        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, wg);
+        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, rg,
+                                            share);
         if constexpr (kPersistent) {
           const pipe::PipelineState e = k_ring.state();
           update_carry(carry_addr, ~7u, e.index | (e.phase << 2));
@@ -454,9 +528,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
         // 64 B otherwise (nvcc). Without a mask this choice spills instead, so it is not taken.
         CtaWork<Config, Mask> we = w;
         we.seq = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(w.seq.batch))), w.seq.q_head);
-        epilogue<Config, Mask, ScoreMod>(p, we, wg, o, sm, o_addr);
+        epilogue<Config, Mask, ScoreMod>(p, we, wg, o, sm, o_addr, share);
       } else {
-        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, o_addr);
+        epilogue<Config, Mask, ScoreMod>(p, w, wg, o, sm, o_addr, share);
       }
       if constexpr (kPersistent && !L::kOwnO) fence_proxy_async();  // O staged in Q's region, which TMA writes next
     }

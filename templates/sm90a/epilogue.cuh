@@ -13,6 +13,7 @@
 #include "sm90a/smem_layout.cuh"
 #include "sm90a/walk.cuh"
 #include "sm90a/softmax.cuh"
+#include "sm90a/shared_p.cuh"
 
 namespace fa4 {
 namespace sm90a {
@@ -20,6 +21,9 @@ namespace sm90a {
 __device__ __forceinline__ void st_global_v4(void* ptr, const u32 (&v)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");
+}
+__device__ __forceinline__ void st_global_u32(void* ptr, u32 v) {
+  asm volatile("st.global.b32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
 }
 __device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
   asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(x), "f"(y) : "memory");
@@ -33,11 +37,12 @@ __device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
 // their padding rows), nor rows < 0 (Shape::kBottomTiles: the padding above row 0). Dense rows spell
 // real() out as r < seqlen_q * kPack here and below: through the call, NVVM swapped the comparison's
 // operands and the PTX of the kernels before padded spans changed.
-template <class Config, class Mask, class ScoreMod, class Work>
+// O split over warpgroups: each stores its slice of the columns; the S warpgroup (sm non-null)
+// also the LSE.
+template <class Config, class Softmax, class Work>
 __device__ __forceinline__ void store_split_partials(const FwdParams& p, const Work& w, int row_base,
-                                                     const float (&o)[Shape<Config>::kDpV / 2],
-                                                     const WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                                     const float (&inv)[2]) {
+                                                     const float (&o)[Shape<Config>::kDpVWg / 2], const Softmax* sm,
+                                                     const float (&inv)[2], int slice) {
   using Sh = Shape<Config>;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
   const int split = split_of<Config>(p, w);
@@ -47,12 +52,13 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
     if ((Sh::Rows::kDense ? r < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(r, w.seq.seqlen_q)) &&
         (!Sh::kBottomTiles || r >= 0)) {
       const long long row = w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, r);
-      float* dst = split::partial_o(p, split, row, Sh::kDepthV) + 2 * (lane & 3);
+      // The partial rows are kDepthV wide (combine reads them so); this warpgroup's slice of them.
+      float* dst = split::partial_o(p, split, row, Sh::kDepthV) + slice * Sh::kDpVWg + 2 * (lane & 3);
 #pragma unroll
-      for (int j = 0; j < Sh::kDepthV / 8; ++j)  // the partial rows are kDepth wide (combine reads them so)
+      for (int j = 0; j < Sh::kDepthVWg / 8; ++j)
         st_global_v2f(dst + 8 * j, o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
-      if ((lane & 3) == 0) {
-        split::store_partial_lse(p, split, row, sm.row[h].lse(sm.scale));
+      if ((lane & 3) == 0 && sm != nullptr) {
+        split::store_partial_lse(p, split, row, sm->row[h].lse(sm->scale));
         if constexpr (Sh::kStreamK)
           if (split == 0) p.split_count[split::slice_row(p, 0, row)] = w.splits;  // the combine merges this many slots
       }
@@ -60,13 +66,65 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
   }
 }
 
+// The rows' LSE (natural log), by one lane of each quad.
+template <class Config, class Work, class Softmax>
+__device__ __forceinline__ void store_lse(const FwdParams& p, const Work& w, int row_base, const Softmax& sm) {
+  using Sh = Shape<Config>;
+  const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  if (p.lse != nullptr && (lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (Sh::kPack == 1) {
+        const int q = row_base + r0 + 8 * h;
+        if (q < w.seq.seqlen_q && (!Sh::kBottomTiles || q >= 0)) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
+      } else {
+        const int tr = row_base + r0 + 8 * h;
+        if (Sh::Rows::kDense ? tr < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(tr, w.seq.seqlen_q))
+          p.lse[w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, tr)] = sm.row[h].lse(sm.scale);
+      }
+    }
+  }
+}
+
+// O split across warpgroups (Shape::kOSplit > 1, V 512 wide): each warpgroup stores its columns
+// straight from the fragment, a quad's 16 consecutive bytes per row and 8-column block. Staging
+// would need the Q region its partner warpgroup may still be reading (and its 256 columns are
+// half of a 512-wide row's bytes anyway); decode writes few rows.
+template <class Config, class Work>
+__device__ __forceinline__ void store_o_slice(const FwdParams& p, const Work& w, int row_base, int slice,
+                                              const float (&o)[Shape<Config>::kDpVWg / 2], const float (&inv)[2]) {
+  using Sh = Shape<Config>;
+  using Out = typename Sh::OutElement;
+  const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int tr = row_base + warp * 16 + (lane >> 2) + 8 * h;  // tile row
+    Out* row = nullptr;
+    if constexpr (Sh::kPack == 1) {
+      if (tr < w.seq.seqlen_q && (!Sh::kBottomTiles || tr >= 0))
+        row = static_cast<Out*>(p.o) + w.seq.o_offset + static_cast<long long>(tr) * p.o_row_stride;
+    } else if (Sh::Rows::kDense ? tr < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(tr, w.seq.seqlen_q)) {
+      row = static_cast<Out*>(p.o) + w.seq.template o_row<Sh::kPack, Sh::kWgRows>(p, tr);
+    }
+    if (row == nullptr) continue;
+    Out* dst = row + slice * Sh::kDpVWg + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < Sh::kDepthVWg / 8; ++j)
+      st_global_u32(dst + 8 * j, pack2<Out>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]));
+  }
+}
+
 // o_smem: shared address of this warpgroup's O staging (its Q region, or its own O region with
 // SmemLayout::kOwnO; DpV/64 blocks of [64 rows][128 B]); all wgmma reads of Q by this warpgroup
 // have completed (waited) before this is called.
+// Where O is split over warpgroups this is the S warpgroup's (the first of its row group), which
+// hands its partner the rows' 1 / sums (share); the partner's is epilogue_partner.
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int wg,
-                                         float (&o)[Shape<Config>::kDpV / 2],
-                                         WgSoftmax<Config, Mask, ScoreMod>& sm, u32 o_smem) {
+                                         float (&o)[Shape<Config>::kDpVWg / 2],
+                                         WgSoftmax<Config, Mask, ScoreMod>& sm, u32 o_smem,
+                                         const SharedP<Config>& share) {
   using Sh = Shape<Config>;
   using Out = typename Sh::OutElement;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
@@ -79,13 +137,19 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
     inv[0] *= f;
     inv[1] *= f;
   }
-  const int row_base = w.q_lo + wg * Sh::kWgRows;  // tile row of local row 0
+  const int row_base = w.q_lo + Sh::row_wg(wg) * Sh::kWgRows;  // tile row of local row 0
+  share.publish_inv(inv);
 
   if constexpr (Sh::kRuntimeVariants) {
     if (writes_partials<Config>(p, w)) {  // uniform over the CTA; no staging, so no epilogue barrier either
-      store_split_partials<Config, Mask, ScoreMod>(p, w, row_base, o, sm, inv);
+      store_split_partials<Config>(p, w, row_base, o, &sm, inv, 0);
       return;
     }
+  }
+  if constexpr (Sh::kOSplit > 1) {
+    store_o_slice<Config>(p, w, row_base, 0, o, inv);
+    store_lse<Config>(p, w, row_base, sm);
+    return;
   }
 
   // Own O region (persistent, SmemLayout::kOwnO): Q was handed back before this epilogue, so no
@@ -131,19 +195,33 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
     }
   }
 
-  if (p.lse != nullptr && (lane & 3) == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if constexpr (Sh::kPack == 1) {
-        const int q = row_base + r0 + 8 * h;
-        if (q < w.seq.seqlen_q && (!Sh::kBottomTiles || q >= 0)) p.lse[w.seq.lse_offset + q] = sm.row[h].lse(sm.scale);
-      } else {
-        const int tr = row_base + r0 + 8 * h;
-        if (Sh::Rows::kDense ? tr < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(tr, w.seq.seqlen_q))
-          p.lse[w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, tr)] = sm.row[h].lse(sm.scale);
-      }
+  store_lse<Config>(p, w, row_base, sm);
+}
+
+// The softmax type of a warpgroup that writes no LSE (store_split_partials' null sm).
+struct NoLse {
+  softmax::RowState row[2];
+  float scale;
+};
+
+// The partner warpgroup of an O split (Shape::kOSplit > 1): its columns of O, with the rows'
+// 1 / sums of the S warpgroup (the P full barrier's last publication).
+template <class Config, class Work>
+__device__ __forceinline__ void epilogue_partner(const FwdParams& p, const Work& w, int wg,
+                                                 const float (&o)[Shape<Config>::kDpVWg / 2],
+                                                 const SharedP<Config>& share) {
+  using Sh = Shape<Config>;
+  SharedP<Config>::wait();
+  float inv[2];
+  share.inv(inv);
+  const int row_base = w.q_lo + Sh::row_wg(wg) * Sh::kWgRows;
+  if constexpr (Sh::kRuntimeVariants) {
+    if (writes_partials<Config>(p, w)) {
+      store_split_partials<Config, NoLse>(p, w, row_base, o, nullptr, inv, Sh::o_slice(wg));
+      return;
     }
   }
+  store_o_slice<Config>(p, w, row_base, Sh::o_slice(wg), o, inv);
 }
 
 }  // namespace sm90a

@@ -63,7 +63,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       bars->k.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
       bars->v.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
     } else {
-      bars->k.init(1, Sh::kNumConsumerWGs * 4);
+      bars->k.init(1, Sh::kKReaderWGs * 4);  // O-split: only the warpgroups computing S read K
       bars->v.init(1, Sh::kNumConsumerWGs * 4);
     }
     fence_barrier_init();

@@ -83,7 +83,7 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
 #pragma unroll
-  for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
+  for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
     mbar_wait(&bars->q_empty[g], q_empty_phase);
     u64* bar = &bars->q_full[g];
     if (load) {
@@ -114,7 +114,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 
   // Q: one tile of 64 rows per consumer warpgroup, Dp/64 boxes of [64 rows][64 depth] each.
 #pragma unroll
-  for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
+  for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
     u64* bar = &bars->q_full[g];
     mbar_expect_tx(bar, L::kQTxBytes);
     load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
@@ -123,9 +123,18 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
   // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
   pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
   for (; w.has(n); n = w.next_tile(n)) {
-    // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-    load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
-    load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
+    if constexpr (Sh::kVInK) {
+      // Latent KV: V(n) is K(n)'s stage, so the slot is refilled only once P V(n - stages) is done
+      // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
+      // after it waited for K(n)'s bytes.
+      auto vs = v_ring.acquire();
+      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      vs.arrive();
+    } else {
+      // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
+      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
+    }
   }
 }
 

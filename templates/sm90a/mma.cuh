@@ -140,6 +140,18 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Dp / 2], const u32 (&p)[BN / 
 // p[4k..4k+3], softmax.cuh pack_p); Vt K-major SW128 blocks of [Dp rows][128 keys] (load.cuh
 // transpose_v, which orders the keys of each k32 step as pack_p leaves them). kKeys < BN: the first
 // kKeys keys only.
+// O += P V with P from shared memory (a warpgroup that splits O with the one that computed P:
+// consumer.cuh SharedP): P is [64 rows][kBN keys] in SW128 blocks of 64 keys (K-major, as Q), V
+// MN-major as in gemm_pv.
+template <class Element, int Dp, int BN>
+__device__ __forceinline__ void gemm_pv_ss(float (&o)[Dp / 2], u32 p_addr, u32 v_addr) {
+  constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;
+  const DescAt pa = DescAt::of(desc_kmajor(p_addr)), v = DescAt::of(desc_mnmajor(v_addr, BN * 128));
+#pragma unroll
+  for (int k = 0; k < BN / 16; ++k)
+    Wgmma<Dp, kBf16>::template ss<1>(o, pa.at((k / 4) * (64 * 128) + 32 * (k % 4)), v.at(k * 2048), 1);
+}
+
 template <int Dp, int BN, int kKeys = BN>
 __device__ __forceinline__ void gemm_pv_fp8(float (&o)[Dp / 2], const u32 (&p)[BN / 8], u32 vt_addr) {
   static_assert(kKeys % 32 == 0 && kKeys <= BN, "gemm_pv_fp8: whole k32 steps of the tile");

@@ -57,7 +57,19 @@ struct Shape {
   static constexpr int kBN = Config::kBN;
   static constexpr int kStages = Config::kNumKVStages;
   static constexpr int kWgRows = 64;           // rows of Q per consumer warpgroup (one wgmma M)
-  static constexpr int kNumConsumerWGs = abi::consumer_wgs(kBM);  // 2 (kBM 128), 3 (kBM 192: depth 64, FP8) or 1 (kBM 64, decode)
+  // Consumer warpgroups: one per 64 rows (kRowWGs: 2 at kBM 128, 3 at kBM 192 (depth 64, FP8), 1 at
+  // kBM 64 (decode)), times kOSplit where V is wider than one warpgroup's O (abi.h o_split: the
+  // kOSplit warpgroups of a row group share its Q rows and each owns kDpVWg of O's columns).
+  static constexpr int kOSplit = abi::o_split(kDpV);
+  static constexpr int kRowWGs = kBM / kWgRows;
+  static constexpr int kNumConsumerWGs = abi::consumer_wgs(kBM, kDpV);
+  static constexpr int kDpVWg = kDpV / kOSplit;        // O columns of one warpgroup (its P V's N)
+  static constexpr int kDepthVWg = kDepthV / kOSplit;  // ... of them real
+  // Latent KV (abi.h v_in_k, MLA): V is K's first kDpV columns, read from K's stage; no V loads.
+  static constexpr bool kVInK = abi::v_in_k(kDp, kDpV);
+  // Consumer warpgroup wg: its 64-row group (Q region, rows, q_full) and its slice of O's columns.
+  __device__ __forceinline__ static constexpr int row_wg(int wg) { return wg / kOSplit; }
+  __device__ __forceinline__ static constexpr int o_slice(int wg) { return wg % kOSplit; }
   // FP8 (e4m3 Q, K, V): 1-byte elements, so a 128-byte swizzle row holds 128 of them; the grid walk
   // only, with a transposed copy of each V tile (load.cuh transpose_v: FP8 wgmma reads B K-major).
   static constexpr bool kFp8 = DTypeTraits<Element>::kIsFp8;
@@ -108,7 +120,10 @@ struct Shape {
   // 192: +2-7% over no turns, docs/PERF.md run 48 (7); with the overlap it measured neutral.
   static_assert(Config::kPingPong >= 0 && Config::kPingPong <= 2,
                 "sm90a kernel: kPingPong is 0 (no turns), 1 (around the GEMMs) or 2 (around the softmax)");
-  static constexpr Turn kTurns = kNumConsumerWGs > 1 ? static_cast<Turn>(Config::kPingPong) : Turn::kNone;
+  // O-split warpgroups do not take turns: one computes S and the softmax, the others follow its P.
+  static constexpr Turn kTurns = kRowWGs > 1 ? static_cast<Turn>(Config::kPingPong) : Turn::kNone;
+  // Warpgroups that read K (and arrive on its empty barriers): each row group's first one where O is split.
+  static constexpr int kKReaderWGs = kOSplit > 1 ? kRowWGs : kNumConsumerWGs;
   // Q in registers (consumer.cuh QFragments) for S = Q K^T in the KV loop of consumer_loop: the
   // 16-bit kernels at kBM 128 and padded depth 128 with the overlap (generator/backends/sm90a.cpp
   // says which).
@@ -135,9 +150,9 @@ struct Shape {
   static constexpr int kProducerRegs = abi::producer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
   static constexpr int kConsumerRegs = abi::consumer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
   static constexpr bool kFp8Consumers160 = abi::fp8_consumers_160(kFamily, kNumConsumerWGs, kDp, kBN);
-  static constexpr int kNumThreads = abi::num_threads(kBM);
+  static constexpr int kNumThreads = abi::num_threads(kBM, kDpV);
   // Budgets above the launch's registers make setmaxnreg.inc wait forever (abi.h launch_regs).
-  static_assert(abi::budgets_fit(kFamily, kBM, kCtasPerSm, kDp, kBN),
+  static_assert(abi::budgets_fit(kFamily, kBM, kCtasPerSm, kDp, kDpV, kBN),
                 "sm90a kernel: the producer's and consumers' setmaxnreg budgets exceed the CTA's launch registers");
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
@@ -162,8 +177,13 @@ struct Shape {
   static_assert(kDpV == kDp || (!kFp8 && !kKvFp8 && kDpV < kDp && kDpV % 64 == 0 && kDepthV % 16 == 0 &&
                                  kDepthV <= kDpV && kDpV - kDepthV < 64),
                 "sm90a kernel: a V narrower than Q and K (kDepthV) is 16-bit, in whole 64-element swizzle blocks");
-  static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256,
-                "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks)");
+  static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256 || kVInK,
+                "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks), or "
+                "MLA's 576 (latent KV)");
+  static_assert(kOSplit == 1 || (kDpVWg == 256 && kDepthV == kDpV && !kFp8 && !kKvFp8 && kBM == 64 &&
+                                 !kPersistent && !kQInRegs && !kWgSpans),
+                "sm90a kernel: O split across warpgroups (V wider than 256) is 16-bit, 256 whole columns a "
+                "warpgroup, kBM 64 (two consumer warpgroups on one Q tile), the grid walk");
   static_assert(kDepth % 16 == 0 && kDepth <= kDp && kDp - kDepth < kKvBlockElems,
                 "sm90a kernel: kDepth must be a multiple of 16 (one k16 step of Q K^T) in the last 128-byte "
                 "block of kPaddedDepth (of the K/V rows: an FP8 KV cache pads a 16-bit Q to its e4m3 rows)");
@@ -211,6 +231,14 @@ template <int kNumWGs>
 struct EpilogueBarrier {
   static constexpr int value = kSchedBarrier + kNumWGs;
   static_assert(value + kNumWGs <= 16, "named barrier ids must be < 16");
+};
+// O-split warpgroups (one row group, W = 2): P full (the S warpgroup arrives, its partner syncs:
+// P, the corrections or the final 1 / sums written) and P empty (the partner's P V is done), 256
+// threads each: ids 5 and 6.
+template <int kNumWGs>
+struct SharedPBarrier {
+  static constexpr int kFull = EpilogueBarrier<kNumWGs>::value + kNumWGs, kEmpty = kFull + 1;
+  static_assert(kEmpty < 16, "named barrier ids must be < 16");
 };
 
 }  // namespace sm90a

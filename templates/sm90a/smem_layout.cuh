@@ -26,33 +26,46 @@ struct SmemLayout {
   static constexpr u32 kQBytes = abi::q_bytes(Sh::kBM, Sh::kDp);
   static constexpr u32 kKVStageBytes = abi::kv_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a K stage the consumers read
   static constexpr u32 kKVLoadStageBytes = abi::kv_load_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp);  // a K stage TMA fills
-  // V's stages: as K's, or narrower for a V of its own depth (kDpV).
-  static constexpr u32 kVStageBytes = abi::kv_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDpV);
+  // V's stages: as K's, or narrower for a V of its own depth (kDpV); none for latent KV (kVInK).
+  static constexpr u32 kVStageBytes = abi::v_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDp, Sh::kDpV);
   static constexpr u32 kVLoadStageBytes = abi::kv_load_stage_bytes(Sh::kFamily, Sh::kBN, Sh::kDpV);
   // FP8's transposed V stage: whole SW128 blocks of [Dp rows][128 keys].
   static constexpr u32 kVtBlocks = abi::vt_blocks(Sh::kBN);
   static constexpr u32 kVtStageBytes = abi::vt_stage_bytes(Sh::kBN, Sh::kDp);
-  // A stage of the ring P V reads: V's, or FP8's transposed one.
-  static constexpr u32 kPVStageBytes = Sh::kFp8 ? kVtStageBytes : kVStageBytes;
+  // A stage of the ring P V reads: V's, FP8's transposed one, or K's (latent KV: V is its prefix).
+  static constexpr u32 kPVStageBytes = Sh::kFp8 ? kVtStageBytes : Sh::kVInK ? kKVStageBytes : kVStageBytes;
   static constexpr u32 kQOffset = 0;
   static constexpr u32 kKOffset = kQOffset + kQBytes;
   static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
   // Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings.
   static constexpr u32 kExtraOffset = kVOffset + Sh::kStages * kVStageBytes;
   static constexpr u32 kExtraBytes = abi::extra_bytes(Sh::kFamily, Sh::kBN, Sh::kDp, Sh::kStages);
-  // What P V reads: V's ring, or for FP8 the transposed ring behind it (kPVStageBytes a stage).
-  static constexpr u32 kPVOffset = Sh::kFp8 ? kExtraOffset : kVOffset;
+  // What P V reads: V's ring, for FP8 the transposed ring behind it (kPVStageBytes a stage), or
+  // for latent KV K's ring.
+  static constexpr u32 kPVOffset = Sh::kFp8 ? kExtraOffset : Sh::kVInK ? kKOffset : kVOffset;
+  // Where consumer warpgroup wg's columns of V start in a stage: its O slice's 64-column blocks
+  // ([block][kBN rows][128 B], as TMA lands them).
+  __device__ __forceinline__ static constexpr u32 pv_slice_offset(int wg) {
+    return static_cast<u32>(Sh::o_slice(wg) * (Sh::kDpVWg / 64) * Sh::kBN * 128);
+  }
   // Where TMA puts K and V: their rings, or an FP8 KV cache's e4m3 rings.
   static constexpr u32 kKLoadOffset = Sh::kKvFp8 ? kExtraOffset : kKOffset;
   static constexpr u32 kVLoadOffset = Sh::kKvFp8 ? kExtraOffset + Sh::kStages * kKVLoadStageBytes : kVOffset;
   // Persistent CTAs stage O in a region of their own where it fits (abi.h own_o; the host added it
   // to kSmemBytes): the next tile's Q load then overlaps this tile's epilogue. Otherwise O is
   // staged in the Q region.
-  static constexpr u32 kOOffset = kExtraOffset + kExtraBytes;
+  // O-split warpgroups (Shape::kOSplit > 1): P [64 rows][kBN] in SW128 blocks of 64 keys, then
+  // each row's O correction and final 1 / sum (float), which the row group's first warpgroup
+  // hands the others (consumer.cuh SharedP).
+  static constexpr u32 kSharedPOffset = kExtraOffset + kExtraBytes;
+  static constexpr u32 kSharedPBytes = abi::shared_p_bytes(Sh::kBN, Sh::kDpV);
+  static constexpr u32 kSharedCorrOffset = kSharedPOffset + 2 * 64 * Sh::kBN;
+  static constexpr u32 kSharedInvOffset = kSharedCorrOffset + 64 * 4;
+  static constexpr u32 kOOffset = kSharedPOffset + kSharedPBytes;
   static constexpr bool kOwnO =
       abi::own_o(Sh::kFamily, Sh::kPersistent, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kDpV, Sh::kStages, Config::kSmemBytes);
   static constexpr u32 kBarOffset = kOOffset + (kOwnO ? static_cast<u32>(abi::q_bytes(Sh::kBM, Sh::kDpV)) : 0u);
-  // Warpgroup g's Q tile.
+  // Row group g's Q tile (the warpgroups that split O read the same one).
   __device__ __forceinline__ static constexpr u32 q_offset(int g) { return kQOffset + static_cast<u32>(g) * kQWgBytes; }
   // Warpgroup g's O staging: its own O region ([64 rows] x DpV per warpgroup), or its Q region.
   static constexpr u32 kOWgBytes = abi::q_bytes(Sh::kWgRows, Sh::kDpV);
