@@ -207,6 +207,10 @@ class Sm90a final : public BackendPolicy {
     // MUFU keeps up with the tensor cores here: FA4's exp2 split (sm100a) measured 8-13% slower
     // (docs/PERF.md), so every exp2 stays on MUFU.
     t.exp2_emulate_every = 0;
+    // O split over two warpgroups (MLA's latent): S, softmax and P V one tile at a time, so each K/V
+    // stage is released a GEMM earlier (H200, 3 decode shapes, 2 rounds each: as fast or up to 12%
+    // faster than the overlap, separate processes; docs/PERF.md run 59).
+    if (abi::o_split(padded_depth_v(c, dp)) > 1) t.intra_wg_overlap = 0;
     // FP8 BM 192 at padded depth 128: S (64 floats) and O (64) leave no room for P(n-1) beside
     // S(n) in 160 registers (the overlap spills 144 B and serializes wgmma), so one step at a time;
     // the three warpgroups take turns around their softmax (pingpong 2), not their GEMM issue:
