@@ -10,6 +10,10 @@ cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) la
 - FlashAttention-4: ``flash_attn.cute`` (flash-attn-4; ``FA4_SITE`` from ../shared/bench/fa4_peer.sh).
 - FlexAttention: ``torch.compile(flex_attention)`` with ``create_block_mask``, prefill rows only
   (each new shape compiles).
+- FlashInfer: ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` on the MLA decode rows (kind "mla":
+  the absorbed decode over the latent cache), planned once per page table; it reads the cache's
+  512 latent and 64 rope columns as two views of fa4jit's (pages, page, 1, 576) cache, no copies.
+  The other peers have no latent-cache form and skip those rows; FlashInfer runs no other row.
 """
 import os
 
@@ -27,8 +31,15 @@ def _bhsd(t):
     return t.transpose(1, 2)
 
 
+def _no_latent(row, who):
+    """The MLA decode rows read one latent cache as K and (its first columns) V: no form here."""
+    if row.kind == "mla":
+        raise Unsupported(f"{who} has no latent-cache (absorbed MLA) decode")
+
+
 def _sdpa_arm(backend):
     def arm(row, data):
+        _no_latent(row, "SDPA")
         import torch
         import torch.nn.functional as F
         from torch.nn.attention import sdpa_kernel
@@ -86,6 +97,7 @@ def fa4_module():
 
 
 def fa4_arm(row, data):
+    _no_latent(row, "FA4")
     import torch
     m = fa4_module()
     sh = row.shape
@@ -140,4 +152,52 @@ def flex_arm(row, data):
     return fn
 
 
-PEERS = {"cudnn": cudnn_arm, "fa2": fa2_arm, "fa4": fa4_arm, "flex": flex_arm}
+_flashinfer_mla = None
+
+
+def flashinfer_mla_module():
+    """flashinfer.mla, or Unsupported with the import failure (the peer may be absent)."""
+    global _flashinfer_mla
+    if _flashinfer_mla is None:
+        try:
+            import flashinfer.mla as m
+            _flashinfer_mla = m
+        except Exception as e:  # noqa: BLE001 - any import failure means "no FlashInfer here"
+            _flashinfer_mla = f"FlashInfer not importable: {type(e).__name__}: {e}"[:140]
+    if isinstance(_flashinfer_mla, str):
+        raise Unsupported(_flashinfer_mla)
+    return _flashinfer_mla
+
+
+def flashinfer_arm(row, data):
+    if row.kind != "mla":
+        raise Unsupported("timed on the MLA decode rows only")
+    m = flashinfer_mla_module()
+    import torch
+    sh = row.shape
+    B, Sq, H = row.B, row.Sq, sh.Hq
+    ckv_dim, kpe_dim = sh.dv, sh.D - sh.dv  # 512 latent, 64 rope
+    dev = data["kv_pages"].device
+    cache = data["kv_pages"][:, :, 0]  # (pages, page, 576)
+    ckv, kpe = cache[..., :ckv_dim], cache[..., ckv_dim:]
+    per_seq = row.Sk // row.page
+    i32 = dict(dtype=torch.int32, device=dev)
+    qo_indptr = torch.arange(B + 1, **i32) * Sq
+    kv_indptr = torch.arange(B + 1, **i32) * per_seq
+    kv_len = data["seqused_k"]
+    wrappers = []
+    for table in data["page_table"]:  # one plan per input set's page table
+        w = m.BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.int8, device=dev))
+        w.plan(qo_indptr, kv_indptr, table.reshape(-1), kv_len, H, ckv_dim, kpe_dim, row.page, True,
+               sh.softmax_scale, data["q"][0].dtype, cache.dtype)
+        wrappers.append(w)
+
+    def fn(i):
+        q = rot(data["q"], i).reshape(B * Sq, H, sh.D)
+        return rot(wrappers, i).run(q[..., :ckv_dim], q[..., ckv_dim:], ckv, kpe).view(B, Sq, H, ckv_dim)
+    fn(0)
+    torch.cuda.synchronize()
+    return fn
+
+
+PEERS = {"cudnn": cudnn_arm, "fa2": fa2_arm, "fa4": fa4_arm, "flex": flex_arm, "flashinfer": flashinfer_arm}

@@ -11,8 +11,12 @@ every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV
 (``ROWSETS``): prefill (one 2k and one 16k prompt, a varlen batch of mixed lengths), decode
 (batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 16 and 64), speculative decode
 (4 queries), FP8-KV decode, and a continuous-batching step (48 decode rows and two prefill chunks in
-one varlen call). Rows of models with the same per-GPU shape are measured once and name
-every model. Every row runs fa4jit (``fa4jit.attention`` / ``attention_paged`` /
+one varlen call). Models with multi-head latent attention (DeepSeek-V3, Kimi-K2) get the prefill
+rows of their unabsorbed heads (Q/K 192, V 128) and, for decode, the ``mla`` rows: the absorbed
+decode serving engines run over the latent cache (one KV head of 576 columns in pages of 64, V its
+first 512 columns, every query head of the GPU; fa4jit passes V as a view of the cache, FlashInfer's
+MLA wrapper takes the 512 latent and 64 rope columns). Rows of models with the same per-GPU shape are
+measured once and name every model. Every row runs fa4jit (``fa4jit.attention`` / ``attention_paged`` /
 ``attention_varlen``, in this process), fa4jit again under another name (the A/A arm: the table is
 noise if it reads outside 1 +- 2%), and every peer of bench/peers.py that supports the row, in
 interleaved rounds at steady state (bench/harness.py). Each measurement records the SM clock, the
@@ -61,10 +65,15 @@ class Shape:
     softcap: float = 0.0
     window: int = 0  # keys a query sees, itself included (0: all)
     Dv: int = 0  # V's and O's head dim (0: D); DeepSeek-V3 prefill: D 192, Dv 128
+    scale: float = 0.0  # softmax scale (0: 1/sqrt(D)); MLA's absorbed decode keeps 1/sqrt(192)
 
     @property
     def dv(self):
         return self.Dv or self.D
+
+    @property
+    def softmax_scale(self):
+        return self.scale or 1.0 / math.sqrt(self.D)
 
     @property
     def label(self):
@@ -76,7 +85,7 @@ class Shape:
 
 @dataclasses.dataclass
 class Row:
-    kind: str  # prefill | varlen | decode | paged | spec | fp8kv
+    kind: str  # prefill | varlen | mixed | decode | paged | spec | fp8kv | mla (latent-cache decode, paged)
     shape: Shape
     B: int
     Sq: int
@@ -94,6 +103,9 @@ class Row:
             return f"mixed step {sum(q == 1 for q, _ in self.lens)} decode + {sum(q > 1 for q, _ in self.lens)} chunks, {s}"
         if self.kind == "prefill":
             return f"prefill {self.B}x{self.Sk // 1024}k, {s}"
+        if self.kind == "mla":
+            what = "mla decode" if self.Sq == 1 else f"mla Sq{self.Sq}"
+            return f"{what} {self.B}x{self.Sk // 1024}k, {s}"
         what = {"decode": "decode", "paged": f"paged{self.page} decode", "spec": f"spec Sq{self.Sq}",
                 "fp8kv": "fp8kv decode"}[self.kind]
         return f"{what} {self.B}x{self.Sk // 1024}k, {s}"
@@ -112,11 +124,20 @@ class Row:
         return list(self.lens) if self.lens else [(self.Sq, self.Sk)] * self.B
 
     def flops(self):
-        """Attention FLOPs: 2 * (D + Dv) * Hq per visible (query, key) pair (causal, bottom-right)."""
-        pairs = sum(visible_pairs(q, k, self.shape.window) for q, k in self.seqs())
+        """Attention FLOPs: 2 * (D + Dv) * Hq per visible (query, key) pair (causal, bottom-right);
+        MLA decode rows count every (query, key) pair, 2 * B * Hq * Sq * keys * (576 + 512), as
+        FlashMLA and FlashInfer report theirs."""
+        if self.kind == "mla":
+            pairs = sum(q * k for q, k in self.seqs())
+        else:
+            pairs = sum(visible_pairs(q, k, self.shape.window) for q, k in self.seqs())
         return 2 * (self.shape.D + self.shape.dv) * self.shape.Hq * pairs
 
     def kv_bytes(self):
+        """K and V bytes a call reads; MLA decode reads the latent cache once (V is its first
+        columns): B * keys * 576 * 2."""
+        if self.kind == "mla":
+            return self.shape.Hkv * self.shape.D * 2 * sum(k for _, k in self.seqs())
         per = 1 if self.kind == "fp8kv" else 2
         return self.shape.Hkv * (self.shape.D + self.shape.dv) * per * sum(k for _, k in self.seqs())
 
@@ -151,8 +172,26 @@ def model_shape(name):
     return Shape(hq, hkv, d, sinks, softcap), ""
 
 
+def mla_shape(name):
+    """The absorbed MLA decode's Shape at TP 1 (Q/K kv_lora_rank + qk_rope_head_dim, V kv_lora_rank,
+    one KV head, the unabsorbed head dim's softmax scale), or None for a model without a latent cache."""
+    with open(os.path.join(MODEL_DIR, name + ".json"), encoding="utf-8") as f:
+        cfg = text_config(json.load(f))
+    if "kv_lora_rank" not in cfg:
+        return None
+    rank, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    return Shape(cfg["num_attention_heads"], 1, rank + rope, Dv=rank,
+                 scale=1.0 / math.sqrt(cfg["qk_nope_head_dim"] + rope))
+
+
 def shard(s, tp):
     return dataclasses.replace(s, Hq=s.Hq // tp, Hkv=max(1, s.Hkv // tp))
+
+
+# MLA decode rows: (batch, queries, keys), pages of MLA_PAGE; the latent kernel packs 16..128 heads.
+MLA_ROWS = ((64, 1, 4096), (8, 1, 32768), (132, 1, 2048), (64, 4, 4096))
+MLA_PAGE = 64
+MLA_HEADS = (16, 128)
 
 
 def rows_of(shape, rowsets):
@@ -172,7 +211,11 @@ def rows_of(shape, rowsets):
     return out
 
 
-ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed")
+def mla_rows(shape):
+    return [Row("mla", shape, b, sq, k, page=MLA_PAGE) for b, sq, k in MLA_ROWS]
+
+
+ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "mla")
 
 
 def zoo(models=None, rowsets=ROWSETS):
@@ -184,15 +227,26 @@ def zoo(models=None, rowsets=ROWSETS):
         if base is None:
             pending.append((m, why))
             continue
-        # MLA decode reads the latent cache (absorbed up-projections), a kernel of its own: only the
-        # prefill rows (Q/K 192, V 128) run on these models yet.
-        sets = tuple(k for k in rowsets if k == "prefill") if base.Dv else rowsets
-        if base.Dv and sets != tuple(rowsets):
-            pending.append((m, "MLA decode over the latent cache: no kernel yet (prefill rows only)"))
+        latent = mla_shape(m)
+        # MLA models decode over the latent cache (absorbed up-projections): the mla rows. Their
+        # unabsorbed heads (Q/K 192, V 128) are timed on the prefill rows.
+        keep = ("prefill", "mla") if latent else tuple(k for k in ROWSETS if k != "mla")
+        sets = tuple(k for k in rowsets if k in keep)
+        left = [k for k in rowsets if k not in sets and k != "mla"]
+        if latent and left:
+            pending.append((m, f"{', '.join(left)} rows: MLA decodes over the latent cache (the mla rows)"))
         for tp in MODELS[m]:
-            for r in rows_of(shard(base, tp), sets):
+            tag = m if tp == 1 else f"{m}@tp{tp}"
+            rows = rows_of(shard(base, tp), sets)
+            if "mla" in sets:
+                heads = latent.Hq // tp
+                if MLA_HEADS[0] <= heads <= MLA_HEADS[1]:
+                    rows += mla_rows(shard(latent, tp))
+                else:
+                    pending.append((tag, f"mla rows: {heads} heads per GPU, the latent kernel packs "
+                                         f"{MLA_HEADS[0]}..{MLA_HEADS[1]}"))
+            for r in rows:
                 key = (r.kind, r.shape, r.B, r.Sq, r.Sk, r.page, r.lens)
-                tag = m if tp == 1 else f"{m}@tp{tp}"
                 by_key.setdefault(key, r).models.append(tag)
     return list(by_key.values()), pending
 
@@ -210,6 +264,17 @@ def make_data(row, sets):
     def rnd(*shape):
         return torch.randn(*shape, device=dev, dtype=bf)
     d = {}
+    if row.kind == "mla":
+        # One latent cache (pages, page, 1 KV head, 576): fa4jit's V is its first 512 columns (a
+        # view), FlashInfer reads the 512 latent and 64 rope columns as two views of it.
+        per_seq = row.Sk // row.page
+        n = row.B * per_seq
+        d["q"] = [rnd(row.B, row.Sq, sh.Hq, sh.D) for _ in range(sets)]
+        d["kv_pages"] = rnd(sets * n, row.page, 1, sh.D)
+        perm = torch.randperm(n, device=dev, dtype=torch.int64)
+        d["page_table"] = [(perm + s * n).to(torch.int32).reshape(row.B, per_seq).contiguous() for s in range(sets)]
+        d["seqused_k"] = torch.full((row.B,), row.Sk, dtype=torch.int32, device=dev)
+        return d
     if row.lens:
         tq, tk = sum(q for q, _ in row.lens), sum(k for _, k in row.lens)
         d["q"] = [rnd(tq, sh.Hq, sh.D) for _ in range(sets)]
@@ -262,7 +327,15 @@ def fa4jit_arm(row, data):
     if sh.sinks:
         kw["sinks"] = data["sinks"]
     r = rot
-    if row.lens:
+    if row.kind == "mla":
+        cache = data["kv_pages"]
+        latent = cache[..., :sh.dv]  # V: the cache's first 512 columns (same storage, same strides)
+
+        # Every query head over the one KV head, packed (the kernel `prewarm --model` derives).
+        def fn(i):
+            return fa4jit.attention_paged(r(data["q"], i), cache, latent, r(data["page_table"], i), data["seqused_k"],
+                                          max_seqlen_k=row.Sk, softmax_scale=sh.softmax_scale, pack_gqa=True, **kw)
+    elif row.lens:
         mq, mk = row.max_seqlens()
 
         def fn(i):
@@ -591,9 +664,10 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true", help="print the rows and exit (no GPU)")
     ap.add_argument("--models", default="", help="comma-separated model names (default: all)")
     ap.add_argument("--rows", default=",".join(ROWSETS), help=f"comma-separated row sets of {ROWSETS}")
-    ap.add_argument("--batches", default="", help="keep only decode / paged / fp8kv rows of these batch sizes (e.g. 1,32)")
+    ap.add_argument("--batches", default="",
+                    help="keep only decode / paged / fp8kv / mla rows of these batch sizes (e.g. 1,32)")
     ap.add_argument("--pages", default="", help="keep only paged rows of these page sizes (e.g. 64)")
-    ap.add_argument("--peers", default="cudnn,fa2,fa4,flex")
+    ap.add_argument("--peers", default="cudnn,fa2,fa4,flex,flashinfer")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; rows left when it runs out are listed")
@@ -618,7 +692,7 @@ def main(argv=None):
     rows, pending = zoo(models, rowsets)
     if a.batches:
         keep = {int(b) for b in a.batches.split(",")}
-        rows = [r for r in rows if r.kind not in ("decode", "paged", "fp8kv") or r.B in keep]
+        rows = [r for r in rows if r.kind not in ("decode", "paged", "fp8kv", "mla") or r.B in keep]
     if a.pages:
         keep_p = {int(p) for p in a.pages.split(",")}
         rows = [r for r in rows if r.kind != "paged" or r.page in keep_p]

@@ -227,6 +227,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   std::mt19937_64 rng(res.seed);
   const Lengths L(c);
   const int B = L.batch, Sq = L.max_q, Sk = L.max_k, Hq = c.num_q_heads, Hkv = c.num_kv_heads;
+  if (c.latent_kv && (Dv > D || tk == DType::e4m3))
+    throw std::invalid_argument("CheckCase: latent_kv needs depth_v <= depth and a 16-bit K");
 
   Problem p;
   p.batch = B;
@@ -236,10 +238,12 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   p.num_kv_heads = Hkv;
   p.depth = D;
   p.depth_v = Dv;
+  p.v_from_k = c.latent_kv;
   p.seqlens_q = L.q;
   p.seqlens_k = L.k;
   const std::size_t q_row = static_cast<std::size_t>(Hq) * D, k_row = static_cast<std::size_t>(Hkv) * D;
-  const std::size_t v_row = static_cast<std::size_t>(Hkv) * Dv;
+  // Latent KV: no V elements of its own (V is K's prefix), so nothing is drawn or stored for it.
+  const std::size_t v_row = c.latent_kv ? 0 : static_cast<std::size_t>(Hkv) * Dv;
   const std::size_t nq = B * Sq * q_row, nk = B * Sk * k_row, nv = B * Sk * v_row;
   std::vector<std::uint16_t> qb, kb, vb;
   p.q = random_tensor(rng, nq, t, qb, c.q_stddev);
@@ -315,7 +319,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const std::size_t o_row = static_cast<std::size_t>(Hq) * DO;
   const std::size_t no = static_cast<std::size_t>(std::max(total_q, 1)) * o_row;
   const std::size_t nl = static_cast<std::size_t>(Hq) * std::max(total_q, 1);
-  DeviceBuffer dq = upload_elements(q_dev, t), dk = upload_elements(k_dev, tk), dv = upload_elements(v_dev, tk);
+  DeviceBuffer dq = upload_elements(q_dev, t), dk = upload_elements(k_dev, tk);
+  DeviceBuffer dv = c.latent_kv ? DeviceBuffer() : upload_elements(v_dev, tk);
   DeviceBuffer doo(no * 2);  // O is 16-bit (FP8 kernels write bf16 or fp16)
   DeviceBuffer dlse(nl * 4), dsinks(std::max<std::size_t>(p.sinks.size(), 1) * 4);
   DeviceBuffer dcu_q(cu_q.size() * 4), dcu_k(cu_k.size() * 4), dused(L.k.size() * 4);
@@ -359,6 +364,10 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   } else {
     a.k = Tensor::contiguous(dk.get(), tk, B, Sk, Hkv, D);
     a.v = Tensor::contiguous(dv.get(), tk, B, Sk, Hkv, Dv);
+  }
+  if (c.latent_kv) {  // V: K's first Dv columns (the same data pointer and strides)
+    a.v = a.k;
+    a.v.shape[3] = Dv;
   }
   if (L.seqused_k) a.seqused_k = static_cast<const int*>(dused.get());
   a.lse = c.with_lse ? static_cast<float*>(dlse.get()) : nullptr;

@@ -67,6 +67,11 @@ struct CheckCase {
   // Q's random normal standard deviation (K and V keep 1): magnitudes far from 1 exercise a
   // kernel's Q conversions (an FP8-KV kernel's bf16 -> fp16, docs/VARIANTS.md).
   float q_stddev = 1.0f;
+  // Latent KV (MLA absorbed decode, depth 576 / depth_v 512): one K buffer of `depth` columns and
+  // no V allocation; LaunchArgs::v is a view of K's first depth_v columns (k's data pointer and
+  // strides, shape[3] = depth_v), in every layout (padded, varlen, paged), and the reference reads
+  // V = K[..., :depth_v]. 16-bit K only.
+  bool latent_kv = false;
 };
 
 // METHOD.md's acceptance of a kernel against the float64 reference, one rule for the GPU tests

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <thread>
 
 namespace jit::testing {
@@ -45,6 +46,10 @@ Reference reference_attention(const Problem& p) {
   const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.num_q_heads, Hkv = p.num_kv_heads, D = p.depth;
   const int Dv = p.depth_v ? p.depth_v : D;
   const int group = Hq / Hkv;
+  // V's rows: their own tensor (row stride Dv), or K's rows read to Dv (latent KV, row stride D).
+  const float* const v_base = p.v_from_k ? p.k.data() : p.v.data();
+  const int v_stride = p.v_from_k ? D : Dv;
+  if (p.v_from_k && Dv > D) throw std::invalid_argument("reference: v_from_k needs depth_v <= depth");
   const double scale = p.softmax_scale > 0 ? p.softmax_scale : 1.0 / std::sqrt(static_cast<double>(D));
   Reference r;
   r.o.assign(static_cast<size_t>(B) * Sq * Hq * Dv, 0.0);
@@ -79,7 +84,7 @@ Reference reference_attention(const Problem& p) {
     for (int j = 0; j < Sk_b; ++j) {
       if (s[j] == 0.0) continue;
       const double w = s[j] / sum;
-      const float* vr = &p.v[((static_cast<size_t>(b) * Sk + j) * Hkv + hk) * Dv];
+      const float* vr = v_base + ((static_cast<size_t>(b) * Sk + j) * Hkv + hk) * v_stride;
       for (int d = 0; d < Dv; ++d) o[d] += w * vr[d];
     }
     r.lse[(static_cast<size_t>(b) * Hq + h) * Sq + i] = mx + std::log(sum);

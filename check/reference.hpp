@@ -15,6 +15,9 @@ struct Problem {
   int depth_v = 0;           // V's and O's head dim; 0: depth
   double softmax_scale = 0;  // 0: 1/sqrt(depth)
   std::vector<float> q, k, v;
+  // Latent KV (MLA absorbed decode): V is K's first depth_v columns, V = K[..., :depth_v]; `v` is
+  // not read (leave it empty).
+  bool v_from_k = false;
   // Semantics hooks (identity / all-visible when empty).
   std::function<bool(int b, int h, int q, int k)> visible;
   std::function<double(double score, int b, int h, int q, int k)> score_mod;

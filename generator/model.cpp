@@ -42,10 +42,21 @@ constexpr Family kFamilies[] = {
     {"gemma3_text", WindowLayout::every_nth_full, false},
     {"gpt_oss", WindowLayout::all, true},
     // Multi-head latent attention, as transformers runs it (up-projections not absorbed): per head
-    // Q/K of qk_nope_head_dim + qk_rope_head_dim (192), V of v_head_dim (128).
+    // Q/K of qk_nope_head_dim + qk_rope_head_dim (192), V of v_head_dim (128); and as serving
+    // engines decode it (absorbed, over the latent cache: kMlaTensorParallel below).
     {"deepseek_v3", WindowLayout::all, false},
     {"kimi_k2", WindowLayout::all, false},
 };
+
+// MLA absorbed decode (configs with kv_lora_rank): serving engines fold the K and V up-projections
+// into Q and O and attend over the latent cache, one KV head of kv_lora_rank + qk_rope_head_dim
+// columns (576) whose first kv_lora_rank (512) are V, shared by every query head on the GPU (so the
+// group is the heads per GPU, packed). Which heads per GPU depends on the tensor-parallel degree:
+// the degrees these models are served at (bench/zoo.py MODELS: one GPU's worth of every head, as
+// data-parallel attention runs, and an 8-GPU node), where they leave a head count the latent
+// kernel packs (16 .. 128; Kimi-K2 at TP 8 leaves 8 and has no kernel).
+constexpr int kMlaTensorParallel[] = {1, 8};
+constexpr int kMlaMinHeads = 16, kMlaMaxHeads = 128;
 
 // Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
 // (checked before model_type, so the answer names the feature, not just the family).
@@ -174,6 +185,9 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     depth = hidden / heads;
   }
   if (set(c, "v_head_dim")) depth_v = positive_int(c, "v_head_dim");  // FA4Config::depth_v (0: depth)
+  // MLA absorbed decode: Q/K the latent and rope columns, V the latent's (kMlaTensorParallel).
+  const int latent = set(c, "kv_lora_rank") ? positive_int(c, "kv_lora_rank") : 0;
+  const int latent_rope = latent ? positive_int(c, "qk_rope_head_dim") : 0;
   const int layers = positive_int(c, "num_hidden_layers");
   const bool use_window = !c.contains("use_sliding_window") || !c.at("use_sliding_window").is_boolean() ||
                           c.at("use_sliding_window").get<bool>();
@@ -214,6 +228,22 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
       out.push_back(
           {fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks),
            k});
+    }
+    if (latent == 0 || window) continue;  // MLA models have no sliding-window layers
+    for (int tp : kMlaTensorParallel) {
+      const int per_gpu = heads / tp;
+      if (heads % tp != 0 || per_gpu < kMlaMinHeads || per_gpu > kMlaMaxHeads) continue;
+      FA4Config m;
+      m.dtype = dtype;
+      m.depth = latent + latent_rope;
+      m.depth_v = latent;
+      m.mask = Mask::causal();
+      m.score_mod = score;
+      m.group = per_gpu;  // one KV head: every query head of the GPU
+      m.pack_gqa = true;
+      out.push_back({fmt::format("MLA decode, absorbed (latent KV {} + rope {}), {} heads per GPU (TP {}): {}{}",
+                                 latent, latent_rope, per_gpu, tp, layers_text, sinks),
+                     m});
     }
   }
   return out;

@@ -24,8 +24,11 @@ struct ModelOptions {
 };
 
 // Throws ConfigError naming the key (as `config.json: <key>`) for a feature fa4jit cannot serve
-// (multi-head latent attention, head dims that differ for K and V, float32, an unknown
-// model_type, ...) instead of leaving it out: a missing kernel would compile in serving.
+// (chunked local-attention layers, float32, an unknown model_type, ...) instead of leaving it out:
+// a missing kernel would compile in serving. Models with multi-head latent attention (kv_lora_rank:
+// DeepSeek-V3, Kimi-K2) get the unabsorbed kernel (Q/K 192, V 128: prefill, and transformers'
+// decode) and the absorbed decode over the latent cache (Q/K 576, V its first 512 columns, one KV
+// head, packed) at the heads per GPU of tensor-parallel degrees 1 and 8 (generator/model.cpp).
 std::vector<ModelKernel> model_kernels(const nlohmann::json& hf_config, const ModelOptions& options = {});
 
 // The model types model_kernels() knows the attention of.

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/errors.hpp"
@@ -211,10 +212,11 @@ namespace {
 TEST(ModelKernels, DeepSeekStyleLatentAttentionRunsQk192AndV128) {
   for (const char* name : {"deepseek_v3", "kimi_k2"}) {
     const auto ks = jit::model_kernels(model(name), {});
-    ASSERT_EQ(ks.size(), 1u) << name;
+    ASSERT_GE(ks.size(), 1u) << name;
     FA4Config want = expected(DType::bf16, 192, Mask::causal());
     want.depth_v = 128;
     EXPECT_EQ(ks[0].config, want) << name;
+    EXPECT_EQ(ks[0].use, "prefill and decode: full-attention all layers") << name;
     FA4Config c = ks[0].config;
     c.arch = "sm_90a";
     std::string why;
@@ -223,6 +225,96 @@ TEST(ModelKernels, DeepSeekStyleLatentAttentionRunsQk192AndV128) {
   nlohmann::json j = model("deepseek_v3");
   j["qk_rope_head_dim"] = 0;
   EXPECT_NE(refusal(j).find("qk_rope_head_dim"), std::string::npos);
+}
+
+// The MLA decode kernel serving engines run (up-projections absorbed, attention over the latent
+// cache): Q/K kv_lora_rank + qk_rope_head_dim = 576, V kv_lora_rank = 512 (K's first columns), one
+// KV head for every query head on the GPU, so group = heads per GPU, packed; causal, the model's
+// dtype. One per tensor-parallel degree 1 and 8 that leaves 16 .. 128 heads: DeepSeek-V3 128 and
+// 16, Kimi-K2 64 (at TP 8 its 8 heads have no kernel). These are the derived configs, before
+// resolve(): resolving them (jit::supported on sm_90a) needs the sm90a latent kernel (issue 56),
+// which this test does not assume.
+TEST(ModelKernels, LatentAttentionModelsDeriveAbsorbedDecodePerTensorParallelDegree) {
+  struct Want {
+    const char* name;
+    std::vector<int> heads_per_gpu;
+    std::vector<int> tp;
+  };
+  for (const Want& w : {Want{"deepseek_v3", {128, 16}, {1, 8}}, Want{"kimi_k2", {64}, {1}}}) {
+    const auto ks = jit::model_kernels(model(w.name), {});
+    ASSERT_EQ(ks.size(), 1 + w.heads_per_gpu.size()) << w.name;
+    for (std::size_t i = 0; i < w.heads_per_gpu.size(); ++i) {
+      const ModelKernel& k = ks[1 + i];
+      const int heads = w.heads_per_gpu[i];
+      FA4Config want = expected(DType::bf16, 512 + 64, Mask::causal(), ScoreMod::identity(), heads);
+      want.depth_v = 512;
+      EXPECT_EQ(k.config, want) << w.name << " " << k.use;
+      EXPECT_EQ(k.config.depth, 576) << w.name;
+      EXPECT_EQ(k.config.depth_v, 512) << w.name;
+      EXPECT_EQ(jit::value_depth(k.config), 512) << w.name;
+      EXPECT_EQ(k.config.group, heads) << w.name;
+      EXPECT_EQ(heads / k.config.group, 1) << w.name << ": one KV head";
+      EXPECT_TRUE(k.config.pack_gqa) << w.name;
+      EXPECT_EQ(k.config.num_q_heads, 0) << w.name << ": any head count of that group (checked at launch)";
+      EXPECT_TRUE(k.config.arch.empty()) << w.name;
+      EXPECT_EQ(k.use, fmt::format("MLA decode, absorbed (latent KV 512 + rope 64), {} heads per GPU (TP {}): "
+                                   "full-attention all layers",
+                                   heads, w.tp[i]))
+          << w.name;
+    }
+  }
+
+  // The model's dtype (or --dtype) and latent width; fewer heads leave fewer TP degrees.
+  jit::ModelOptions fp16;
+  fp16.dtype = DType::fp16;
+  const auto half = jit::model_kernels(model("deepseek_v3"), fp16);
+  ASSERT_EQ(half.size(), 3u);
+  EXPECT_EQ(half[1].config.dtype, DType::fp16);
+  EXPECT_EQ(half[2].config.dtype, DType::fp16);
+  nlohmann::json j = model("deepseek_v3");
+  j["kv_lora_rank"] = 256;
+  j["num_attention_heads"] = 16;
+  j["num_key_value_heads"] = 16;
+  const auto small = jit::model_kernels(j, {});
+  ASSERT_EQ(small.size(), 2u);  // TP 8 would leave 2 heads: no latent kernel
+  EXPECT_EQ(small[1].config.depth, 256 + 64);
+  EXPECT_EQ(small[1].config.depth_v, 256);
+  EXPECT_EQ(small[1].config.group, 16);
+
+  // Without kv_lora_rank (MLA-shaped heads, no latent cache): the unabsorbed kernel only.
+  j = model("deepseek_v3");
+  j.erase("kv_lora_rank");
+  EXPECT_EQ(jit::model_kernels(j, {}).size(), 1u);
+  j = model("deepseek_v3");
+  j["kv_lora_rank"] = "512";
+  EXPECT_NE(refusal(j).find("config.json: kv_lora_rank: expected a positive integer"), std::string::npos) << refusal(j);
+}
+
+// `prewarm --model` lists the latent decode kernels (--print without --arch resolves nothing), and
+// on an arch without the latent kernel (sm_100a, this round) the refusal names the kernel's use.
+TEST_F(Cli, PrewarmModelListsTheLatentDecodeKernels) {
+  const std::string file = std::string(FA4JIT_TEST_MODELS) + "/deepseek_v3.json";
+  auto r = run("prewarm --model " + file + " --print");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
+  ASSERT_EQ(j.size(), 3u) << r.out;
+  EXPECT_EQ(j[0]["config"]["depth"], 192);
+  for (int i : {1, 2}) {
+    EXPECT_EQ(j[i]["config"]["depth"], 576) << r.out;
+    EXPECT_EQ(j[i]["config"]["depth_v"], 512) << r.out;
+    EXPECT_EQ(j[i]["config"]["pack_gqa"], true) << r.out;
+  }
+  EXPECT_EQ(j[1]["config"]["group"], 128);
+  EXPECT_EQ(j[2]["config"]["group"], 16);
+  EXPECT_NE(j[2]["use"].get<std::string>().find("16 heads per GPU (TP 8)"), std::string::npos) << r.out;
+  r = run("prewarm --model " + file + " --arch sm_100a --print");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("--model " + file +
+                       ": MLA decode, absorbed (latent KV 512 + rope 64), 128 heads per GPU (TP 1): full-attention all "
+                       "layers on sm_100a: "),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(run("cache ls").out, "") << "--print compiles nothing";
 }
 
 }  // namespace

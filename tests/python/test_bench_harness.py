@@ -135,9 +135,9 @@ def test_models_with_the_same_per_gpu_shape_share_rows():
     assert by_name["prefill 1x2k, 14/2 d128"] == ["qwen2_5_7b@tp2"]
 
 
-def test_mla_models_get_prefill_rows_and_their_decode_is_pending():
+def test_mla_models_get_prefill_rows_and_latent_decode_rows():
     rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"])
-    assert {r.kind for r in rows} == {"prefill", "varlen"}
+    assert {r.kind for r in rows} == {"prefill", "varlen", "mla"}
     by_name = {r.name: r for r in rows}
     ds = by_name["prefill 1x2k, 128/128 d192/v128"]
     assert ds.models == ["deepseek_v3"] and by_name["prefill 1x16k, 16/16 d192/v128"].models == ["deepseek_v3@tp8"]
@@ -145,8 +145,68 @@ def test_mla_models_get_prefill_rows_and_their_decode_is_pending():
     # K and V bytes and FLOPs count V's 128 columns, not 192.
     assert ds.kv_bytes() == 2048 * 128 * (192 + 128) * 2
     assert ds.flops() == 2 * (192 + 128) * 128 * (2048 * 2049 // 2)
-    assert [m for m, _ in pending] == ["deepseek_v3", "kimi_k2"]
-    assert all("MLA decode" in why for _, why in pending)
+    # Their decode is the mla rows; the unabsorbed decode row sets are not run on them.
+    assert [m for m, _ in pending] == ["deepseek_v3", "kimi_k2", "kimi_k2@tp8"]
+    why = dict(pending)
+    assert why["deepseek_v3"] == ("decode, paged, spec, fp8kv, mixed rows: MLA decodes over the latent cache "
+                                  "(the mla rows)")
+    assert why["kimi_k2@tp8"] == "mla rows: 8 heads per GPU, the latent kernel packs 16..128"
+
+
+def test_mla_decode_rows_read_the_latent_cache():
+    rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"], ["mla"])
+    assert {r.kind for r in rows} == {"mla"}
+    # DeepSeek-V3: 128 heads (TP 1) and 16 (TP 8); Kimi-K2: 64 (TP 1; its 8 at TP 8 are pending). One
+    # KV head of 576 columns, V its first 512.
+    by_label = {}
+    for r in rows:
+        by_label.setdefault(r.shape.label, []).append(r)
+    assert set(by_label) == {"128/1 d576/v512", "16/1 d576/v512", "64/1 d576/v512"}
+    assert {m for r in by_label["128/1 d576/v512"] for m in r.models} == {"deepseek_v3"}
+    assert {m for r in by_label["16/1 d576/v512"] for m in r.models} == {"deepseek_v3@tp8"}
+    assert {m for r in by_label["64/1 d576/v512"] for m in r.models} == {"kimi_k2"}
+    assert pending == [("kimi_k2@tp8", "mla rows: 8 heads per GPU, the latent kernel packs 16..128")]
+    for label, rs in by_label.items():
+        assert sorted((r.B, r.Sq, r.Sk) for r in rs) == [(8, 1, 32768), (64, 1, 4096), (64, 4, 4096), (132, 1, 2048)]
+        for r in rs:
+            sh = r.shape
+            assert (sh.Hkv, sh.D, sh.dv, r.page) == (1, 576, 512, 64), label
+            assert sh.softmax_scale == pytest.approx(1 / math.sqrt(128 + 64))  # the unabsorbed head dim's
+            assert r.memory_bound
+            # FLOPs: 2 B H Sq keys (576 + 512); bytes: the latent cache read once, B keys 576 2.
+            assert r.flops() == 2 * r.B * sh.Hq * r.Sq * r.Sk * (576 + 512)
+            assert r.kv_bytes() == r.B * r.Sk * 576 * 2
+    by_name = {r.name: r for r in rows}
+    assert by_name["mla decode 64x4k, 128/1 d576/v512"].flops() == 2 * 64 * 128 * 4096 * 1088
+    assert by_name["mla decode 132x2k, 16/1 d576/v512"].kv_bytes() == 132 * 2048 * 576 * 2
+    assert by_name["mla Sq4 64x4k, 16/1 d576/v512"].flops() == 2 * 64 * 16 * 4 * 4096 * 1088
+    assert by_name["mla decode 8x32k, 64/1 d576/v512"].kv_bytes() == 8 * 32768 * 576 * 2
+    # Models without a latent cache have no mla rows; --batches keeps mla rows of the batch sizes given.
+    assert zoo.zoo(["llama3_8b"], ["mla"]) == ([], [])
+    assert zoo.mla_shape("llama3_8b") is None
+
+
+def test_mla_rows_list_and_filter_by_batch(capsys):
+    assert zoo.main(["--list", "--models", "deepseek_v3", "--rows", "mla", "--batches", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "mla decode 64x4k, 128/1 d576/v512" in out and "mla Sq4 64x4k, 16/1 d576/v512" in out
+    assert "132x2k" not in out and out.strip().endswith("4 rows")
+
+
+def test_only_flashinfer_peers_the_mla_rows_and_its_absence_is_a_skip(monkeypatch):
+    import peers
+    mla = zoo.Row("mla", zoo.Shape(16, 1, 576, Dv=512), 8, 1, 32768, page=64)
+    for name in ("cudnn", "fa2", "fa4", "flex"):
+        with pytest.raises(peers.Unsupported):
+            peers.PEERS[name](mla, {})
+    with pytest.raises(peers.Unsupported, match="MLA decode rows only"):
+        peers.PEERS["flashinfer"](zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096), {})
+    # FlashInfer may be absent: the arm is then Unsupported (a skipped peer), not a failed row.
+    monkeypatch.setattr(peers, "_flashinfer_mla", None)
+    monkeypatch.setitem(sys.modules, "flashinfer", None)
+    monkeypatch.setitem(sys.modules, "flashinfer.mla", None)
+    with pytest.raises(peers.Unsupported, match="FlashInfer not importable"):
+        peers.PEERS["flashinfer"](mla, {})
 
 
 def test_model_features_reach_the_shape():

@@ -533,9 +533,13 @@ def test_model_configs_and_their_refusals():
     assert fa4jit.model_configs(json.load(open(llama)), dtype="fp16")[0]["config"]["dtype"] == "fp16"
     with pytest.raises(fa4jit.ConfigError, match="torch_dtype: 'float32'"):
         fa4jit.model_configs(os.path.join(REPO, "tests", "models", "gemma2_9b.json"))
-    # DeepSeek-V3 (MLA as transformers runs it): one causal kernel, Q/K 192 and V 128.
-    (ds,) = fa4jit.model_configs(os.path.join(REPO, "tests", "models", "deepseek_v3.json"))
+    # DeepSeek-V3: MLA as transformers runs it (one causal kernel, Q/K 192 and V 128), then the
+    # absorbed decode over the latent cache (Q/K 576, V 512, one KV head) at 128 and 16 heads per GPU.
+    ds, *latent = fa4jit.model_configs(os.path.join(REPO, "tests", "models", "deepseek_v3.json"))
     assert (ds["config"]["depth"], ds["config"]["depth_v"]) == (192, 128)
+    assert [(k["config"]["depth"], k["config"]["depth_v"], k["config"]["group"], k["config"]["pack_gqa"])
+            for k in latent] == [(576, 512, 128, True), (576, 512, 16, True)]
+    assert all("MLA decode" in k["use"] for k in latent)
 
 
 def test_compile_policy_forbid_raises_before_compiling_and_stats_count():
