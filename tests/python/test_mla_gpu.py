@@ -233,3 +233,21 @@ def test_argument_errors_before_anything_runs():
                           out=poisoned(3, 1, 16, 576))
     torch.cuda.synchronize()
     assert torch.isnan(out).all()  # nothing was launched
+
+
+def test_docs_snippets_run_as_written():
+    # docs/PYTHON.md's "MLA decode" and README.md's lines, with their names bound.
+    cache = Cache([300, 64], 64, seed=20)
+    kv, page_table = cache.buffer, cache.table
+    block_table, cache_seqlens, lens, scale = page_table, cache.seqlens, cache.seqlens, SCALE
+    q_nope, q_pe = queries(2, 2, 16, seed=21)
+    q = torch.cat([q_nope, q_pe], -1)
+    o = fa4jit.mla_decode(q_nope, q_pe, kv[..., :512], kv[..., 512:], page_table, cache_seqlens,
+                          softmax_scale=scale, causal=True)
+    o2, lse = fa4jit.mla_with_kvcache(q, kv.unsqueeze(2), block_table, cache_seqlens,
+                                      softmax_scale=scale, causal=True)
+    o3 = fa4jit.mla_decode(q_nope, q_pe, kv[..., :512], kv[..., 512:], page_table, lens, softmax_scale=scale)
+    ref, _ = reference(q, cache, True)
+    assert_close(o, ref, bf16, what="docs mla_decode")
+    assert_close(o2, ref, bf16, what="docs mla_with_kvcache")
+    assert_close(o3, reference(q, cache, False)[0], bf16, what="README mla_decode")
