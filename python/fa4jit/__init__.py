@@ -5,8 +5,10 @@
     fa4jit.prewarm([{"depth": 128, "mask": "causal"}], archs=["sm_90a", "sm_100a"])   # no GPU
 
 FlashAttention-3's calls (flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache) are in
-``fa4jit.flash_attn_interface``; ``fa4jit.merge_state`` merges partial results (base-e LSE). The
-library's messages (one info line per compile) go to ``logging.getLogger("fa4jit")``.
+``fa4jit.flash_attn_interface``; ``fa4jit.merge_state`` merges partial results (base-e LSE);
+``fa4jit.mla_decode`` (FlashInfer's MLA tensors) and ``fa4jit.mla_with_kvcache`` (FlashMLA's) run
+absorbed MLA decode (DeepSeek) over a paged latent cache. The library's messages (one info line per
+compile) go to ``logging.getLogger("fa4jit")``.
 
 The attention functions are PyTorch custom ops (``torch.ops.fa4jit.*``): torch.compile traces them
 without graph breaks and CUDA graphs capture them. Forward only. The package talks to libfa4jit
@@ -39,6 +41,7 @@ if _torch_error is None:
     from .flash_attn_interface import merge_state
     from . import ops as _ops, flex as _flex
     from .flex import BlockMask, create_block_mask, flex_attention
+    from .mla import mla_decode, mla_with_kvcache
     _ops._flex = _flex  # Python mods and BlockMasks in attention / attention_varlen / attention_paged
 else:
     def _needs_torch(*args, **kwargs):
@@ -46,10 +49,11 @@ else:
 
     attention = attention_varlen = attention_paged = merge_state = _needs_torch
     flex_attention = create_block_mask = BlockMask = _needs_torch
+    mla_decode = mla_with_kvcache = _needs_torch
 
 __all__ = [
     "__version__", "attention", "attention_varlen", "attention_paged", "merge_state", "flex_attention",
-    "create_block_mask", "BlockMask", "prewarm", "Config", "generate_source",
+    "create_block_mask", "BlockMask", "mla_decode", "mla_with_kvcache", "prewarm", "Config", "generate_source",
     "cache_key", "resolve", "runtime_info", "set_compile_policy", "stats", "model_configs", "Error", "ConfigError", "CompileError", "CacheError",
     "CacheMissError", "DriverError", "LaunchError",
 ]
