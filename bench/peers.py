@@ -10,8 +10,9 @@ cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) la
 - FlashAttention-4: ``flash_attn.cute`` (flash-attn-4; ``FA4_SITE`` from ../shared/bench/fa4_peer.sh).
 - FlexAttention: ``torch.compile(flex_attention)`` with ``create_block_mask``, prefill rows only
   (each new shape compiles).
-- FlashInfer: ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` on the MLA decode rows (kind "mla":
-  the absorbed decode over the latent cache), planned once per page table; it reads the cache's
+- FlashInfer (``FI_SITE``: ../shared/bench/flashinfer_peer.sh's $HOME/fisite):
+  ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` on the MLA decode rows (kind "mla": the absorbed
+  decode over the latent cache), planned once per page table; it reads the cache's
   512 latent and 64 rope columns as two views of fa4jit's (pages, page, 1, 576) cache, no copies.
   The other peers have no latent-cache form and skip those rows; FlashInfer runs no other row.
 """
@@ -159,6 +160,10 @@ def flashinfer_mla_module():
     """flashinfer.mla, or Unsupported with the import failure (the peer may be absent)."""
     global _flashinfer_mla
     if _flashinfer_mla is None:
+        site_dir = os.environ.get("FI_SITE")  # ../shared/bench/flashinfer_peer.sh's $HOME/fisite
+        if site_dir:
+            import site
+            site.addsitedir(site_dir)
         try:
             import flashinfer.mla as m
             _flashinfer_mla = m

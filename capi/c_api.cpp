@@ -136,6 +136,7 @@ json resolved_json(const jit::ResolvedConfig& rc) {
               {"sm", rc.sm},
               {"padded_depth", rc.padded_depth},
               {"padded_depth_v", rc.padded_depth_v},  // V's and O's (depth_v)
+              {"v_in_k", rc.v_in_k},                  // latent KV: pass v as k's first depth_v columns
               {"num_threads", rc.num_threads},
               {"smem_bytes", rc.smem_bytes},
               {"ctas_per_sm", rc.ctas_per_sm},

@@ -286,6 +286,7 @@ void add_check(CLI::App& app) {
     cc.softcap = s.softcap;
     cc.with_sinks = s.sinks;
     cc.descale = !o->no_descale;
+    cc.latent_kv = kernel->config().v_in_k;  // MLA: V is K's prefix (one K buffer)
     const auto r = testing::run_and_check(*kernel, cc);
     const bool ok = r.passes();
     const FA4Config& kc = kernel->config().config;
@@ -403,6 +404,10 @@ void add_bench(CLI::App& app) {
           t->stride = {static_cast<std::int64_t>(Hkv) * Sk * d, d, static_cast<std::int64_t>(Sk) * d, 1};
         }
     }
+    if (kernel->config().v_in_k) {  // MLA's latent KV: V is K's first Dv columns (the kernel reads V from K's rows)
+      a.v = a.k;
+      a.v.shape[3] = Dv;
+    }
     testing::DeviceBuffer dused(B * 4);
     if (page && (varlen || pages_per_seq * page != Sk)) {  // keys per sequence in its pages
       const std::vector<int> used = varlen ? o->shape.seqlens_k : std::vector<int>(B, Sk);
@@ -435,8 +440,8 @@ void add_bench(CLI::App& app) {
     const double pairs = varlen ? packed.score_pairs : static_cast<double>(B) * Sq * Sk;
     const double flops = 2.0 * pairs * H * (D + Dv) * (causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
-    const double kv_bytes =
-        static_cast<double>(rows_k) * Hkv * (D + Dv) * kv_size;  // K and V read once: the decode roofline
+    const double kv_bytes =  // K and V read once (latent KV: K's rows only): the decode roofline
+        static_cast<double>(rows_k) * Hkv * (kernel->config().v_in_k ? D : D + Dv) * kv_size;
     const double kv_tbps = kv_bytes / (ms * 1e-3) / 1e12;
     nlohmann::json j = {{"arch", rc.arch},
                         {"backend", to_string(kernel->config().backend)},

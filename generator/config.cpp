@@ -191,6 +191,7 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
                                      : TileWalk::grid;
   rc.uses_tma = backend.uses_tma();
   rc.lpt_order = backend.lpt_order();
+  rc.v_in_k = backend.v_in_k(rc);
   return rc;
 }
 

@@ -78,7 +78,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   check_descale("descale_v", a.descale_v, kv, c.kv_dtype ? "kv_dtype" : "dtype");
 
   check_launch_fields(a);
-  if (policy(rc).v_in_k(rc)) check_v_is_k_prefix(a.k, a.v, value_depth(c));
+  if (rc.v_in_k) check_v_is_k_prefix(a.k, a.v, value_depth(c));
   const bool paged = a.page_table != nullptr;
   const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;
   const std::int64_t B = varlen ? a.batch : a.q.shape[0];

@@ -28,6 +28,7 @@ On the GPU machine (repository root, .device carried):
                         (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
                         anygroup (packed GQA groups 7, 12 (padded spans) and 128 (sliced, sm_90a)),
                         depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
+                        mla (depth 576 / depth_v 512, MLA's latent KV: paged, varlen keys, split, Sq 1-4),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen); default: prefill decode
@@ -184,6 +185,17 @@ sanitize() {
           [[ $tune == - ]] && tune=""
           for tool in memcheck racecheck synccheck; do
             san_check "$tune" $tool sm_90a "{\"depth\":192,\"depth_v\":128,\"mask\":\"$m\"}" $rest
+          done
+        done ;;
+      mla)  # MLA's absorbed decode (depth 576, depth_v 512: latent KV, O split over two warpgroups sharing P)
+        local cases=(
+          'causal --batch 3 --heads 16 --kv-heads 1 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 64 --pack-gqa'
+          'causal --batch 2 --heads 128 --kv-heads 1 --seqlen-q 4 --seqlen-k 700 --pack-gqa --splits 3'
+          'none --batch 2 --heads 32 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 1000 --page-size 16 --pack-gqa --splits 0')
+        for c in "${cases[@]}"; do
+          read -r m rest <<<"$c"
+          for tool in memcheck racecheck synccheck; do
+            san_check "" $tool sm_90a "{\"depth\":576,\"depth_v\":512,\"mask\":\"$m\"}" $rest
           done
         done ;;
       anygroup)  # packed GQA of groups that do not divide 64 rows (padded spans) and above (slices)

@@ -28,8 +28,8 @@ class BackendPolicy {
   // V head dims (FA4Config::depth_v) other than `depth` this backend serves with Q/K head dim
   // `depth` (16-bit only); empty: V as wide as Q and K.
   virtual std::vector<int> depths_v(int /*depth*/) const { return {}; }
-  // Latent KV (MLA's absorbed attention): V is the first depth_v columns of K's rows, which the
-  // kernel reads from K's stage; the launch passes v as that view of k.
+  // Latent KV (MLA's absorbed attention, ResolvedConfig::v_in_k): V is the first depth_v columns of
+  // K's rows, which the kernel reads from K's stage; the launch passes v as that view of k.
   virtual bool v_in_k(const ResolvedConfig&) const { return false; }
   // Bytes of the swizzled shared-memory row the depth is padded to (in the narrower of Q's and
   // K/V's element types): 128 (SW128), unless the backend keeps narrower rows for this config.

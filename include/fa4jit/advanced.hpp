@@ -86,6 +86,9 @@ struct ResolvedConfig {
   TileWalk walk = TileWalk::grid;
   bool uses_tma = false;   // Q, K, V tiles come through TMA descriptors built at launch
   bool lpt_order = false;  // masked launches may reorder CTAs longest-first (sm80 keeps grid order)
+  // Latent KV (MLA's absorbed decode, sm_90a depth 576 / depth_v 512): V is K's first depth_v
+  // columns, read from K's rows; the launch's v must be that view of k (same data and strides).
+  bool v_in_k = false;
 };
 
 // Fills defaults for cfg.arch (which must be set), applies options.tune, and validates; throws

@@ -341,18 +341,19 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
 
 // The partner warpgroup of an O split (Shape::kOSplit > 1, shared_p.cuh): per KV tile, wait for
 // the S warpgroup's P(n) and correction, correct O, O += P(n) V(n) over its columns with P from
-// shared memory, hand P back. Latent KV (V is K's prefix): V's full barrier is the producer's
-// plain arrival, so the partner also waits for K(n)'s bytes itself (k_watch, which releases
-// nothing: the S warpgroup releases K; the producer refills the slot only after this P V released V).
+// shared memory, hand P's slot back (shared_p.cuh). Latent KV (V is K's prefix): V's
+// full barrier is the producer's plain arrival, so the partner also waits for K(n)'s bytes itself
+// (k_watch, which releases nothing: the S warpgroup releases K; the producer refills the slot only
+// after this P V released V).
 template <class Config, class Mask, class KWatch, class VRing>
 __device__ __forceinline__ void follow_p(const CtaWork<Config, Mask>& w, int n, KWatch& k_watch, VRing& v_ring,
-                                         const SharedP<Config>& share, float (&o)[Shape<Config>::kDpVWg / 2],
+                                         SharedPReader<Config>& share, float (&o)[Shape<Config>::kDpVWg / 2],
                                          u32 v_addr) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   for (bool first = true; w.has(n); n = w.next_tile(n), first = false) {
-    SharedP<Config>::wait();
-    if (!first) {  // O is zero before the first tile
+    auto p_slot = share.take();  // P(n) and n's correction
+    if (!first) {                // O is zero before the first tile
       float corr[2];
       share.corr(corr);
       if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
@@ -360,18 +361,15 @@ __device__ __forceinline__ void follow_p(const CtaWork<Config, Mask>& w, int n, 
         for (int i = 0; i < Sh::kDpVWg / 2; ++i) o[i] *= corr[(i >> 1) & 1];
       }
     }
-    {
-      if constexpr (Sh::kVInK) k_watch.acquire();  // K(n) landed: V(n) is its prefix
-      auto vs = v_ring.acquire();
-      fence_operand(o);
-      wgmma_fence();
-      gemm_pv_ss<typename Sh::MmaElement, Sh::kDpVWg, Sh::kBN>(o, share.p_addr(), v_addr + vs.index() * L::kPVStageBytes);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operand(o);
-    }  // release V(n)
-    if (w.has(w.next_tile(n))) SharedP<Config>::release();
-  }
+    if constexpr (Sh::kVInK) k_watch.acquire();  // K(n) landed: V(n) is its prefix
+    auto vs = v_ring.acquire();
+    fence_operand(o);
+    wgmma_fence();
+    gemm_pv_ss<typename Sh::MmaElement, Sh::kDpVWg, Sh::kBN>(o, share.p_addr(), v_addr + vs.index() * L::kPVStageBytes);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operand(o);
+  }  // release V(n), then P's slot
 }
 
 // Under an FP8 KV cache with a bf16 Q the MMAs run in fp16 (Shape::MmaElement): the consumer
@@ -411,7 +409,7 @@ __device__ __forceinline__ void partner_loop(const FwdParams& p, Tiles tiles, un
     if (!tiles.valid(p, Tiles::loop_zero())) break;
     const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
     if (!w.valid) continue;  // uniform over the CTA, as the S warpgroup's
-    const SharedP<Config> share = SharedP<Config>::make(base);
+    SharedPReader<Config> share = SharedPReader<Config>::make(base, bars);
     float o[Sh::kDpVWg / 2];
     zero(o);
     const int n = w.first_tile();
@@ -500,7 +498,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
     if constexpr (kPersistent) mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
       zero(o);
-      SharedP<Config> share = SharedP<Config>::make(base);  // O split: P, corrections, 1 / sums to the partner
+      SharedP<Config> share = SharedP<Config>::make(base, bars);  // O split: P, corrections, 1 / sums to the partner
       Softmax sm;
       sm.init(p, w.q_lo, rg);
       sm.descale(p, w);

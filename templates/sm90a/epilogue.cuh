@@ -124,7 +124,7 @@ template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int wg,
                                          float (&o)[Shape<Config>::kDpVWg / 2],
                                          WgSoftmax<Config, Mask, ScoreMod>& sm, u32 o_smem,
-                                         const SharedP<Config>& share) {
+                                         SharedP<Config>& share) {
   using Sh = Shape<Config>;
   using Out = typename Sh::OutElement;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
@@ -209,11 +209,13 @@ struct NoLse {
 template <class Config, class Work>
 __device__ __forceinline__ void epilogue_partner(const FwdParams& p, const Work& w, int wg,
                                                  const float (&o)[Shape<Config>::kDpVWg / 2],
-                                                 const SharedP<Config>& share) {
+                                                 SharedPReader<Config>& share) {
   using Sh = Shape<Config>;
-  SharedP<Config>::wait();
   float inv[2];
-  share.inv(inv);
+  {
+    auto slot = share.take();
+    share.inv(inv);
+  }
   const int row_base = w.q_lo + Sh::row_wg(wg) * Sh::kWgRows;
   if constexpr (Sh::kRuntimeVariants) {
     if (writes_partials<Config>(p, w)) {

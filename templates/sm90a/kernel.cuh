@@ -66,6 +66,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       bars->k.init(1, Sh::kKReaderWGs * 4);  // O-split: only the warpgroups computing S read K
       bars->v.init(1, Sh::kNumConsumerWGs * 4);
     }
+    if constexpr (Sh::kOSplit > 1) bars->p.init(128, 128);  // the S warpgroup's threads -> the partner's
     fence_barrier_init();
   }
   __syncthreads();

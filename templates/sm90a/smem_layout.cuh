@@ -88,6 +88,9 @@ struct SmemLayout {
     pipe::Barriers<Sh::kStages> vt;
     // FP8 KV cache only: the e4m3 rings TMA fills (full: tx bytes; empty: the converter warps).
     pipe::Barriers<Sh::kStages> k_load, v_load;
+    // O split only (shared_p.cuh): P's one-slot ring from the S warpgroup (full: its 128 threads
+    // arrive) to its partner (empty: its 128 threads).
+    pipe::Barriers<1> p;
   };
   // The ring P V acquires: V, or for FP8 its transposed copy.
   __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* pv_barriers(Barriers* b) {
