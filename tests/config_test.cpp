@@ -220,6 +220,27 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   EXPECT_EQ(m.num_threads, 384);
   EXPECT_EQ(m.config.BM, 64);
   EXPECT_EQ(m.config.BN, 64);
+  EXPECT_TRUE(m.v_in_k);  // the launch passes v as k's first 512 columns
+  EXPECT_EQ(m.tuning.intra_wg_overlap, 0);
+  EXPECT_EQ(m.walk, jit::TileWalk::grid);
+  EXPECT_FALSE(jit::resolve(cfg_for("sm_90a", 128)).v_in_k);
+  // The grid walk only (the partner warpgroup follows one tile), and only sm_90a serves depth 576.
+  try {
+    (void)jit::resolve(mla, tuned("persistent=2"));
+    ADD_FAILURE() << "persistent=2 with an O split resolved";
+  } catch (const jit::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("persistent=2"), std::string::npos) << e.what();
+  }
+  for (const char* arch : {"sm_80", "sm_100a"}) {
+    jit::FA4Config other = mla;
+    other.arch = arch;
+    try {
+      (void)jit::resolve(other);
+      ADD_FAILURE() << arch << " resolved depth 576";
+    } catch (const jit::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("depth"), std::string::npos) << arch << ": " << e.what();
+    }
+  }
 }
 
 // Deeper heads on sm90a: BN from the consumers' registers (O Dp/2 + S BN/2 + P BN/4 floats) and from

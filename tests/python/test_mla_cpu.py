@@ -2,14 +2,13 @@
 the one-buffer test and the 576-wide view of the latent cache (or its copy), shapes with fake CUDA
 tensors, torch.compile without graph breaks, and the arguments each call passes to attention_paged,
 checked against a float64 reference with a CPU stand-in for the kernel."""
-import contextlib
-import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
 import fa4jit  # noqa: E402
 from fa4jit import mla, ops  # noqa: E402
+from mla_warnings import copy_warning, fresh_copy_warning  # noqa: E402,F401 (an autouse fixture)
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
 
 bf16 = torch.bfloat16
@@ -19,23 +18,6 @@ SCALE = 0.1352  # DeepSeek-V3's (1/sqrt(192) x the YaRN mscale squared), not 1/s
 @pytest.fixture
 def fake():
     return FakeTensorMode()
-
-
-@pytest.fixture(autouse=True)
-def fresh_copy_warning(monkeypatch):
-    monkeypatch.setattr(mla, "_copy_warned", False)
-
-
-@contextlib.contextmanager
-def copy_warning(expected: bool):
-    """Expects the slow path's one warning, or makes any warning an error (no copy, no warning)."""
-    if expected:
-        with pytest.warns(UserWarning, match="separate tensors, so every call copies both whole caches"):
-            yield
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            yield
 
 
 def latent_buffer(pages, page, dtype=bf16, device="cpu", width=576):

@@ -1,16 +1,15 @@
 """fa4jit.mla_decode and fa4jit.mla_with_kvcache on a GPU against a float64 reference: each sequence's
 keys gathered from its pages, scores = q576 . k576 x scale, softmax, O = P . k[:, :512]. Decode and
-MTP (Sq 1 and 4, causal bottom-right), pages of 1 and 64 rows, 16 and 128 heads, caches sliced from
+MTP (Sq 1 and 4, causal bottom-right), pages of 16 and 64 rows, 16 and 128 heads, caches sliced from
 one buffer or separate, FlashMLA's form, varlen queries, split-KV, CUDA graphs and torch.compile.
 Skips without a CUDA GPU (`tools/gpu.sh python` runs it on the lent machine)."""
-import contextlib
-import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
 import fa4jit  # noqa: E402
 from fa4jit import mla  # noqa: E402
+from mla_warnings import copy_warning, fresh_copy_warning  # noqa: E402,F401 (an autouse fixture)
 from reference import assert_close  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -18,23 +17,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 
 bf16 = torch.bfloat16
 SCALE = 0.1352  # DeepSeek-V3's (1/sqrt(192) x the YaRN mscale squared), not 1/sqrt(576)
-
-
-@pytest.fixture(autouse=True)
-def fresh_copy_warning(monkeypatch):
-    monkeypatch.setattr(mla, "_copy_warned", False)
-
-
-@contextlib.contextmanager
-def copy_warning(expected: bool):
-    """Expects the slow path's one warning, or makes any warning an error (no copy, no warning)."""
-    if expected:
-        with pytest.warns(UserWarning, match="separate tensors, so every call copies both whole caches"):
-            yield
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            yield
 
 
 def rnd(*shape, seed, dtype=bf16):
