@@ -16,6 +16,7 @@ cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) la
   512 latent and 64 rope columns as two views of fa4jit's (pages, page, 1, 576) cache, no copies.
   The other peers have no latent-cache form and skip those rows; FlashInfer runs no other row.
 """
+import importlib
 import os
 
 
@@ -76,25 +77,30 @@ def fa2_arm(row, data):
     return _sdpa_arm(SDPBackend.FLASH_ATTENTION)(row, data)
 
 
-_fa4_module = None
+_peer_modules = {}
+
+
+def peer_module(name: str, site_env: str, label: str):
+    """The peer's module `name` (its site directory from the environment variable `site_env`,
+    whose .pth files must run before the import), or Unsupported with the import failure: the
+    peer may be absent. Imported once per process."""
+    if name not in _peer_modules:
+        site_dir = os.environ.get(site_env)
+        if site_dir:
+            import site
+            site.addsitedir(site_dir)
+        try:
+            _peer_modules[name] = importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - any import failure means "no such peer here"
+            _peer_modules[name] = f"{label} not importable: {type(e).__name__}: {e}"[:140]
+    if isinstance(_peer_modules[name], str):
+        raise Unsupported(_peer_modules[name])
+    return _peer_modules[name]
 
 
 def fa4_module():
-    """flash_attn.cute, or Unsupported with the import failure."""
-    global _fa4_module
-    if _fa4_module is None:
-        site_dir = os.environ.get("FA4_SITE")
-        if site_dir:
-            import site
-            site.addsitedir(site_dir)  # its .pth files must run before flash_attn.cute imports
-        try:
-            import flash_attn.cute as m
-            _fa4_module = m
-        except Exception as e:  # noqa: BLE001 - any import failure means "no FA4 here"
-            _fa4_module = f"FA4 not importable: {type(e).__name__}: {e}"[:140]
-    if isinstance(_fa4_module, str):
-        raise Unsupported(_fa4_module)
-    return _fa4_module
+    """flash_attn.cute (FA4_SITE: ../shared/bench/fa4_peer.sh), or Unsupported."""
+    return peer_module("flash_attn.cute", "FA4_SITE", "FA4")
 
 
 def fa4_arm(row, data):
@@ -153,25 +159,9 @@ def flex_arm(row, data):
     return fn
 
 
-_flashinfer_mla = None
-
-
 def flashinfer_mla_module():
-    """flashinfer.mla, or Unsupported with the import failure (the peer may be absent)."""
-    global _flashinfer_mla
-    if _flashinfer_mla is None:
-        site_dir = os.environ.get("FI_SITE")  # ../shared/bench/flashinfer_peer.sh's $HOME/fisite
-        if site_dir:
-            import site
-            site.addsitedir(site_dir)
-        try:
-            import flashinfer.mla as m
-            _flashinfer_mla = m
-        except Exception as e:  # noqa: BLE001 - any import failure means "no FlashInfer here"
-            _flashinfer_mla = f"FlashInfer not importable: {type(e).__name__}: {e}"[:140]
-    if isinstance(_flashinfer_mla, str):
-        raise Unsupported(_flashinfer_mla)
-    return _flashinfer_mla
+    """flashinfer.mla (FI_SITE: ../shared/bench/flashinfer_peer.sh's $HOME/fisite), or Unsupported."""
+    return peer_module("flashinfer.mla", "FI_SITE", "FlashInfer")
 
 
 def flashinfer_arm(row, data):

@@ -202,7 +202,7 @@ def test_only_flashinfer_peers_the_mla_rows_and_its_absence_is_a_skip(monkeypatc
     with pytest.raises(peers.Unsupported, match="MLA decode rows only"):
         peers.PEERS["flashinfer"](zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096), {})
     # FlashInfer may be absent: the arm is then Unsupported (a skipped peer), not a failed row.
-    monkeypatch.setattr(peers, "_flashinfer_mla", None)
+    monkeypatch.setattr(peers, "_peer_modules", {})  # not imported yet in this process
     monkeypatch.setitem(sys.modules, "flashinfer", None)
     monkeypatch.setitem(sys.modules, "flashinfer.mla", None)
     with pytest.raises(peers.Unsupported, match="FlashInfer not importable"):
