@@ -12,7 +12,9 @@
 //   take the exponential unit one at a time while the others' GEMMs run.
 //
 // Stage scopes: K and V are separate rings; every stage is released only after the wgmma that
-// reads it has been waited for. All consumer warpgroups read every stage (empty count = 4 per WG).
+// reads it has been waited for. All consumer warpgroups read every stage (empty count = 4 per WG),
+// except where O is split over two warpgroups (V 512 wide, shared_p.cuh): the partner reads no K
+// and P V's from the S warpgroup's P (partner_loop, follow_p).
 #pragma once
 #include "common/mbarrier.cuh"
 #include "common/pipeline.cuh"
