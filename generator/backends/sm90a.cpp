@@ -39,6 +39,9 @@ bool heavy_softmax(const FA4Config& c) {
          c.score_mod.kind == ScoreMod::Kind::alibi || c.score_mod.kind == ScoreMod::Kind::custom;
 }
 
+// A V wider than one warpgroup's O (MLA's 512): O split over two warpgroups (abi.h o_split).
+bool wide_o(const FA4Config& c, int dp) { return abi::o_split(padded_depth_v(c, dp)) > 1; }
+
 // Unmasked or causal attention without a score-mod: where FP8 takes three consumer warpgroups and
 // the 16-bit kernels persistent tiles by default.
 bool plain_softmax(const FA4Config& c) {
@@ -73,12 +76,12 @@ class Sm90a final : public BackendPolicy {
     // A V wider than 256 (MLA's 512) splits O over two warpgroups on one 64-row Q tile (abi.h
     // o_split), whose 576-wide Q and K stages leave room for BM 64 only.
     const int dpv = padded_depth_v(c, dp);  // V and O (FA4Config::depth_v)
-    const bool wide_o = abi::o_split(dpv) > 1;
-    const int bm_default = c.pack_gqa || wide_o ? 64 : dp <= 64 ? 192 : 128;
-    std::vector<int> bm_allowed = wide_o     ? std::vector<int>{64}
+    const bool split_o = wide_o(c, dp);
+    const int bm_default = c.pack_gqa || split_o ? 64 : dp <= 64 ? 192 : 128;
+    std::vector<int> bm_allowed = split_o    ? std::vector<int>{64}
                                   : dp <= 64 ? std::vector<int>{128, 192}
                                              : std::vector<int>{128};
-    if (c.pack_gqa && !wide_o) bm_allowed.insert(bm_allowed.begin(), 64);
+    if (c.pack_gqa && !split_o) bm_allowed.insert(bm_allowed.begin(), 64);
     c.BM = pick("BM", c.BM, bm_default, bm_allowed);
     auto smem_for = [&](int bn, int stages) {
       return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, dpv, stages, false);
@@ -195,8 +198,7 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     // O split over warpgroups (V 512, abi.h o_split): the grid walk, its one measured shape.
-    const bool wide_o = abi::o_split(padded_depth_v(c, dp)) > 1;
-    t.persistent = !c.pack_gqa && !wide_o && deep_ok && plain ? 1 : 0;
+    t.persistent = !c.pack_gqa && !wide_o(c, dp) && deep_ok && plain ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -210,7 +212,7 @@ class Sm90a final : public BackendPolicy {
     // O split over two warpgroups (MLA's latent): S, softmax and P V one tile at a time, so each K/V
     // stage is released a GEMM earlier (H200, 3 decode shapes, 2 rounds each: as fast or up to 12%
     // faster than the overlap, separate processes; docs/PERF.md run 59).
-    if (abi::o_split(padded_depth_v(c, dp)) > 1) t.intra_wg_overlap = 0;
+    if (wide_o(c, dp)) t.intra_wg_overlap = 0;
     // FP8 BM 192 at padded depth 128: S (64 floats) and O (64) leave no room for P(n-1) beside
     // S(n) in 160 registers (the overlap spills 144 B and serializes wgmma), so one step at a time;
     // the three warpgroups take turns around their softmax (pingpong 2), not their GEMM issue:
@@ -263,7 +265,7 @@ class Sm90a final : public BackendPolicy {
           fmt::format("tune: persistent={}: packed GQA with group {} (packed in slices of {} heads) "
                       "runs the grid walk (0) on {}",
                       t.persistent, c.group, pack_heads(c, q_box_rows(c)), c.arch));
-    if (abi::o_split(padded_depth_v(c, dp)) > 1 && t.persistent != 0)
+    if (wide_o(c, dp) && t.persistent != 0)
       throw ConfigError(
           fmt::format("tune: persistent={}: a V of {} columns (O split over two warpgroups) runs the "
                       "grid walk (0) on {}",
