@@ -10,8 +10,9 @@ Models are Hugging Face config.json files (tests/models/); each is cut into the 
 every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV heads). Rows
 (``ROWSETS``): prefill (one 2k and one 16k prompt, a varlen batch of mixed lengths), decode
 (batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 16 and 64), speculative decode
-(4 queries), FP8-KV decode, and a continuous-batching step (48 decode rows and two prefill chunks in
-one varlen call). Models with multi-head latent attention (DeepSeek-V3, Kimi-K2) get the prefill
+(4 queries), FP8-KV decode, a continuous-batching step (48 decode rows and two prefill chunks in
+one varlen call), and head dim 512 (``d512``: one synthetic GQA shape, no model file having it).
+Models with multi-head latent attention (DeepSeek-V3, Kimi-K2) get the prefill
 rows of their unabsorbed heads (Q/K 192, V 128) and, for decode, the ``mla`` rows: the absorbed
 decode serving engines run over the latent cache (one KV head of 576 columns in pages of 64, V its
 first 512 columns, every query head of the GPU; fa4jit passes V as a view of the cache, FlashInfer's
@@ -215,7 +216,18 @@ def mla_rows(shape):
     return [Row("mla", shape, b, sq, k, page=MLA_PAGE) for b, sq, k in MLA_ROWS]
 
 
-ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "mla")
+# Head dim 512 (MAX's mha_depth512 family; no model file here has it): one GQA shape, 16 query and 4
+# KV heads, on prefill (2k, 16k), decode and paged-64 decode (32 x 4k) rows.
+D512 = Shape(16, 4, 512)
+
+
+def d512_rows():
+    return [Row("prefill", D512, 1, s, s) for s in (2048, 16384)] + \
+           [Row(kind, D512, 32, 1, 4096, page=page) for kind, page in (("decode", 0), ("paged", 64))]
+
+
+ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "mla", "d512")
+MODEL_FREE = ("mla", "d512")  # row sets a model's own layers do not make
 
 
 def zoo(models=None, rowsets=ROWSETS):
@@ -230,9 +242,9 @@ def zoo(models=None, rowsets=ROWSETS):
         latent = mla_shape(m)
         # MLA models decode over the latent cache (absorbed up-projections): the mla rows. Their
         # unabsorbed heads (Q/K 192, V 128) are timed on the prefill rows.
-        keep = ("prefill", "mla") if latent else tuple(k for k in ROWSETS if k != "mla")
+        keep = ("prefill", "mla") if latent else tuple(k for k in ROWSETS if k not in MODEL_FREE)
         sets = tuple(k for k in rowsets if k in keep)
-        left = [k for k in rowsets if k not in sets and k != "mla"]
+        left = [k for k in rowsets if k not in sets and k not in MODEL_FREE]
         if latent and left:
             pending.append((m, f"{', '.join(left)} rows: MLA decodes over the latent cache (the mla rows)"))
         for tp in MODELS[m]:
@@ -248,7 +260,12 @@ def zoo(models=None, rowsets=ROWSETS):
             for r in rows:
                 key = (r.kind, r.shape, r.B, r.Sq, r.Sk, r.page, r.lens)
                 by_key.setdefault(key, r).models.append(tag)
-    return list(by_key.values()), pending
+    out = list(by_key.values())
+    if "d512" in rowsets:
+        for r in d512_rows():
+            r.models.append("head dim 512")
+            out.append(r)
+    return out, pending
 
 
 # ---- inputs and arms (GPU) -------------------------------------------------------------------------

@@ -8,11 +8,12 @@ change here that was not regenerated fails CI. The first line (which names the g
 compared, so moving this script does not touch the kernel headers.
 N is kBN for S = Q K^T and the padded depth for O += P V (64, 128, 192, 256). 80 / 112 are the QK
 GEMMs of the d256 / d192 tiles (FA3's), 96 fills the BN steps between, 176 is FA3's d128 non-causal
-tile; dense f16/bf16 wgmma takes any N multiple of 8 in [8, 256]. The legal kBN (templates/sm90a/abi.h
-bn_16bit: the host's candidates and the kernel's static_assert) are NS less 256."""
+tile, 32 head dim 512's (two 64 KiB K / V stages would not fit beside its Q); dense f16/bf16 wgmma
+takes any N multiple of 8 in [8, 256]. The legal kBN (templates/sm90a/abi.h bn_16bit: the host's
+candidates and the kernel's static_assert) are NS less 256, 32 at padded depth 512 only."""
 import sys
 
-NS = [64, 80, 96, 112, 128, 176, 192, 256]
+NS = [32, 64, 80, 96, 112, 128, 176, 192, 256]
 TYPES = [("bf16", "true"), ("f16", "false")]
 NS_FP8 = [64, 128, 160, 256]
 

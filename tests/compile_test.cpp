@@ -90,6 +90,52 @@ TEST(Compile, HopperDeepHeadsCompileWithoutSpills) {
   }
 }
 
+// sm90a's O split over two warpgroups (a V 512 wide, abi.h o_split): head dim 512 (BN 32: two K
+// and two V stages beside its 64 KiB Q) for each mask kind, a score-mod and packed GQA decode, and
+// MLA's latent 576 / 512. 384 threads, 0 spills, no serialized wgmma; S = Q K^T at N = BN, P V at
+// N = 256 (each warpgroup's half of O), the partner's P V an SS wgmma reading P from shared memory.
+TEST(Compile, HopperSplitOCompilesWithoutSpills) {
+  struct Case {
+    int depth, depth_v;
+    jit::Mask mask;
+    jit::ScoreMod mod;
+    int group;
+  };
+  const jit::Mask swa = jit::Mask::sliding_window(), snippet = jit::Mask::custom("return (q_idx - kv_idx) % 2 == 0;");
+  for (const Case& k :
+       {Case{512, 0, jit::Mask::none(), jit::ScoreMod::identity(), 0},
+        Case{512, 0, jit::Mask::causal(), jit::ScoreMod::identity(), 0},
+        Case{512, 0, swa, jit::ScoreMod::identity(), 0}, Case{512, 0, snippet, jit::ScoreMod::softcap(), 0},
+        Case{512, 0, jit::Mask::causal(), jit::ScoreMod::identity(), 8},
+        Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128}}) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = k.depth;
+    c.depth_v = k.depth_v;
+    c.mask = k.mask;
+    c.score_mod = k.mod;
+    c.group = k.group;
+    c.pack_gqa = k.group > 0;
+    const jit::ResolvedConfig r = jit::resolve(c);
+    const std::string what =
+        fmt::format("sm_90a d{}/{} mask {} mod {} group {} BM {} BN {}", k.depth, k.depth_v,
+                    static_cast<int>(k.mask.kind), static_cast<int>(k.mod.kind), k.group, r.config.BM, r.config.BN);
+    EXPECT_EQ(r.config.BM, 64) << what;
+    EXPECT_EQ(r.config.BN, k.depth == 512 ? 32 : 64) << what;
+    EXPECT_EQ(r.num_threads, 384) << what;
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    const auto use = jit::detail::parse_ptxas_log(out.log);
+    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
+    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+    const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.bf16", r.config.BN);
+    expect_ptx_has(
+        out.ptx, {qk.c_str(), "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16", "cp.async.bulk.tensor", "setmaxnreg"},
+        what);
+  }
+}
+
 // sm90a per-warpgroup P V spans (Tuning::wg_spans, WgKeySpan: a consumer warpgroup's P V runs over
 // half of a KV tile or none of it where its rows see no more): on by default for causal kBM 192
 // (d64), off elsewhere (d128 measured slower, docs/PERF.md run 17). Forced on, every head depth and

@@ -176,6 +176,9 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
     for (bool causal : {false, true}) cases.push_back({192, jit::DType::bf16, false, causal, false, tune, 128});
   // MLA's absorbed decode (576 / 512, packed): no V ring (V is K's prefix), O over two warpgroups.
   for (bool causal : {false, true}) cases.push_back({576, jit::DType::bf16, false, causal, true, "", 512});
+  // Head dim 512: O over two warpgroups, K and V rings of BN 32.
+  for (bool causal : {false, true})
+    for (bool pack : {false, true}) cases.push_back({512, jit::DType::bf16, false, causal, pack, ""});
   for (int d : {64, 128}) cases.push_back({d, jit::DType::e4m3, false, false, false, ""});
   cases.push_back({128, jit::DType::bf16, true, false, false, ""});
   cases.push_back({128, jit::DType::bf16, true, true, true, ""});
@@ -231,6 +234,31 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
     other.arch = arch;
     expect_config_error([&] { jit::resolve(other); }, {"depth"});
   }
+  // Head dim 512: Q (64 KiB), two K and two V stages of 32 keys (32 KiB each), the shared P (one
+  // SW128 block of [64][64] 16-bit, half used at 32 keys; corrections, 1 / sums); BN 32 only.
+  const jit::ResolvedConfig d512 = jit::resolve(cfg_for("sm_90a", 512));
+  EXPECT_EQ(d512.smem_bytes, 64 * 512 * 2 + 2 * 2 * 32 * 512 * 2 + 64 * 128 + 2 * 64 * 4 + 1024);
+  EXPECT_EQ(d512.num_threads, 384);
+  EXPECT_EQ(d512.config.BM, 64);
+  EXPECT_EQ(d512.config.BN, 32);
+  EXPECT_EQ(d512.config.num_kv_stages, 2);
+  EXPECT_FALSE(d512.v_in_k);
+  EXPECT_EQ(d512.walk, jit::TileWalk::grid);
+  jit::FA4Config wide_bn = cfg_for("sm_90a", 512);
+  wide_bn.BN = 64;
+  expect_config_error([&] { jit::resolve(wide_bn); }, {"BN", "64", "32"});
+  jit::FA4Config three = cfg_for("sm_90a", 512);
+  three.num_kv_stages = 3;
+  expect_config_error([&] { jit::resolve(three); }, {"num_kv_stages"});
+  expect_config_error([&] { jit::resolve(cfg_for("sm_90a", 512), tuned("persistent=1")); }, {"persistent=1"});
+  jit::FA4Config fp8 = cfg_for("sm_90a", 512);
+  fp8.dtype = jit::DType::e4m3;
+  expect_config_error([&] { jit::resolve(fp8); }, {"depth"});
+  jit::FA4Config kv_fp8 = cfg_for("sm_90a", 512);
+  kv_fp8.kv_dtype = jit::DType::e4m3;
+  expect_config_error([&] { jit::resolve(kv_fp8); }, {"depth"});
+  jit::FA4Config blackwell = cfg_for("sm_100a", 512);
+  expect_config_error([&] { jit::resolve(blackwell); }, {"depth"});
 }
 
 // Deeper heads on sm90a: BN from the consumers' registers (O Dp/2 + S BN/2 + P BN/4 floats) and from

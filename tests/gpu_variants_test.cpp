@@ -121,9 +121,10 @@ TEST(GpuVariants, MasksScoreModsSnippetsAndSinksMatchReference) {
 // DeepSeek-V3-style heads: Q and K 192 wide, V and O 128 (FA4Config::depth_v), through every mask
 // and score-mod above and the layouts that read V or write O their own way: varlen, paged, split-KV
 // with its combine, packed-GQA decode, and O rows padded with poison past their 128 columns.
-TEST(GpuVariants, NarrowerValueHeadsMatchReference) {
-  SKIP_WITHOUT_GPU();
-  std::vector<Variant> all = variants();
+// The variants of `cases` (plus varlen, paged and split-KV layouts of a causal GQA case) at Q/K
+// head dim `depth` and V head dim `depth_v` (0: depth), on every arch that runs here, unpacked
+// and (decode rows) with packed GQA.
+void expect_depths_match(int depth, int depth_v, std::vector<Variant> cases) {
   auto layout = [](const char* name, auto&& set) {
     Variant x{name, Mask::causal(), ScoreMod::identity(), {}};
     x.c.batch = 3;
@@ -133,40 +134,41 @@ TEST(GpuVariants, NarrowerValueHeadsMatchReference) {
     set(x.c);
     return x;
   };
-  all.push_back(layout("varlen", [](CheckCase& c) {
+  cases.push_back(layout("varlen", [](CheckCase& c) {
     c.seqlens_q = {1, 300, 77};
     c.seqlens_k = {500, 300, 1000};
   }));
-  all.push_back(layout("paged 64", [](CheckCase& c) {
+  cases.push_back(layout("paged 64", [](CheckCase& c) {
     c.seqlen_q = 5;
     c.seqlens_k = {700, 64, 1};
     c.page_size = 64;
   }));
-  all.push_back(layout("paged 16", [](CheckCase& c) {
+  cases.push_back(layout("paged 16", [](CheckCase& c) {
     c.seqlen_q = 1;
     c.seqlens_k = {333, 16, 1000};
     c.page_size = 16;
   }));
-  all.push_back(layout("split-KV 3", [](CheckCase& c) {
+  cases.push_back(layout("split-KV 3", [](CheckCase& c) {
     c.seqlen_q = 1;
     c.seqlen_k = 3000;
     c.num_splits = 3;
   }));
+  const std::string dims = fmt::format("d{}/v{}", depth, depth_v ? depth_v : depth);
   for (const std::string& arch : runnable_archs())
     for (bool pack : {false, true})
-      for (const Variant& v : all) {
+      for (const Variant& v : cases) {
         if (pack && v.c.seqlen_q > 16 && v.c.seqlens_q.empty()) continue;  // packing is for decode rows
         jit::FA4Config cfg;
         cfg.arch = arch;
-        cfg.depth = 192;
-        cfg.depth_v = 128;
+        cfg.depth = depth;
+        cfg.depth_v = depth_v;
         cfg.mask = v.mask;
         cfg.score_mod = v.mod;
         if (pack) {
           cfg.group = v.c.num_q_heads / v.c.num_kv_heads;
           cfg.pack_gqa = true;
         }
-        const std::string what = fmt::format("{} d192/v128 {}{}", arch, v.name, pack ? " packed" : "");
+        const std::string what = fmt::format("{} {} {}{}", arch, dims, v.name, pack ? " packed" : "");
         try {  // every arch and case reports, rather than the first failure ending the test
           const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
           jit::testing::expect_matches(jit::testing::run_and_check(*kernel, v.c), what);
@@ -174,6 +176,33 @@ TEST(GpuVariants, NarrowerValueHeadsMatchReference) {
           ADD_FAILURE() << what << ": " << e.what();
         }
       }
+}
+
+// DeepSeek-V3 prefill's Q/K 192 with a 128-wide V: every variant.
+TEST(GpuVariants, NarrowerValueHeadsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  expect_depths_match(192, 128, variants());
+}
+
+// Head dim 512 (sm_90a: O split over two warpgroups, BN 32): unmasked, causal (both corners),
+// sliding windows, a snippet mask, softcap and sinks, then the layouts (GQA, varlen, paged 16 and
+// 64, split-KV, packed decode).
+TEST(GpuVariants, HeadDim512MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  std::vector<Variant> cases;
+  for (const Variant& v : variants())
+    if (v.name.rfind("sliding", 0) == 0 || v.name.rfind("causal top-left", 0) == 0 ||
+        v.name.rfind("causal bottom-right", 0) == 0 || v.name == "custom mask snippet" || v.name == "softcap 5" ||
+        v.name == "sinks")
+      cases.push_back(v);
+  CheckCase plain;
+  plain.batch = 2;
+  plain.seqlen_q = 200;
+  plain.seqlen_k = 333;
+  plain.num_q_heads = 4;
+  plain.num_kv_heads = 4;
+  cases.push_back({"unmasked MHA", Mask::none(), ScoreMod::identity(), plain});
+  expect_depths_match(512, 0, cases);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ On the GPU machine (repository root, .device carried):
                         anygroup (packed GQA groups 7, 12 (padded spans) and 128 (sliced, sm_90a)),
                         depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
                         mla (depth 576 / depth_v 512, MLA's latent KV: paged, varlen keys, split, Sq 1-4),
+                        d512 (head dim 512: GQA prefill, a window, varlen, packed paged decode + splits),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen); default: prefill decode
@@ -196,6 +197,19 @@ sanitize() {
           read -r m rest <<<"$c"
           for tool in memcheck racecheck synccheck; do
             san_check "" $tool sm_90a "{\"depth\":576,\"depth_v\":512,\"mask\":\"$m\"}" $rest
+          done
+        done ;;
+      d512)  # head dim 512 (O split over two warpgroups sharing P; K and V rings of BN 32): GQA prefill,
+        # a window, varlen, packed paged decode with splits, on sm_90a
+        local cases=(
+          'causal --batch 2 --heads 4 --kv-heads 2 --seqlen-q 150 --seqlen-k 200'
+          'sliding_window --batch 1 --heads 2 --seqlen-q 300 --seqlen-k 300 --window 70,0'
+          'causal --heads 4 --seqlens-q 100 0 1 --seqlens-k 100 50 129'
+          'causal --batch 3 --heads 8 --kv-heads 2 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 16 --pack-gqa --splits 3')
+        for c in "${cases[@]}"; do
+          read -r m rest <<<"$c"
+          for tool in memcheck racecheck synccheck; do
+            san_check "" $tool sm_90a "{\"depth\":512,\"mask\":\"$m\"}" $rest
           done
         done ;;
       anygroup)  # packed GQA of groups that do not divide 64 rows (padded spans) and above (slices)

@@ -52,8 +52,8 @@ bool plain_softmax(const FA4Config& c) {
 class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
-  // 96 runs padded to 128; 576 is MLA's latent (with depth_v 512 only).
-  std::vector<int> depths() const override { return {64, 96, 128, 192, 256, 576}; }
+  // 96 runs padded to 128; 512 splits O over two warpgroups; 576 is MLA's latent (with depth_v 512 only).
+  std::vector<int> depths() const override { return {64, 96, 128, 192, 256, 512, 576}; }
   // DeepSeek-V3 / Kimi-K2 prefill (MLA without absorption): Q/K 128 + 64 rope columns, V 128.
   // Their decode (absorbed MLA): Q/K 512 latent + 64 rope columns, V the latent (abi.h v_in_k).
   std::vector<int> depths_v(int depth) const override {
@@ -73,8 +73,8 @@ class Sm90a final : public BackendPolicy {
     // 160 registers per consumer thread still hold the S and O fragments.
     // Packed-GQA decode: one 64-row warpgroup holds 64 / group queries of a KV head; a second
     // warpgroup would mostly compute padding (Sq of 1..16), so BM 64 halves the tensor work.
-    // A V wider than 256 (MLA's 512) splits O over two warpgroups on one 64-row Q tile (abi.h
-    // o_split), whose 576-wide Q and K stages leave room for BM 64 only.
+    // A V wider than 256 (head dim 512, MLA's latent) splits O over two warpgroups on one 64-row Q
+    // tile (abi.h o_split), whose 512- or 576-wide Q and K stages leave room for BM 64 only.
     const int dpv = padded_depth_v(c, dp);  // V and O (FA4Config::depth_v)
     const bool split_o = wide_o(c, dp);
     const int bm_default = c.pack_gqa || split_o ? 64 : dp <= 64 ? 192 : 128;
@@ -94,12 +94,12 @@ class Sm90a final : public BackendPolicy {
         bn_allowed.push_back(bn);
     // Default: 128 (BN 176 at d128, FA3's non-causal tile, and 192 at d64 are opt-in), the largest
     // allowed below it at d192 / d256 (112 / 80; 96 / 64 with a heavier softmax); decode (BM 64)
-    // streams K/V with BN 64: two CTAs per SM where both fit in shared memory keep twice the loads in flight.
+    // streams K/V with BN 64: two CTAs per SM where both fit in shared memory keep twice the loads in
+    // flight (head dim 512: 32, its one legal BN, abi.h bn_16bit).
     const int default_budget = abi::fragment_budget(c.BM, heavy_softmax(c));
-    int bn_default = 64;
-    if (c.BM != 64)
-      for (int bn : bn_allowed)
-        if (bn <= 128 && abi::fragment_regs(dpv, bn) <= default_budget) bn_default = bn;
+    int bn_default = 0;
+    for (int bn : bn_allowed)  // ascending: the largest that qualifies
+      if (c.BM == 64 ? bn <= 64 : bn <= 128 && abi::fragment_regs(dpv, bn) <= default_budget) bn_default = bn;
     if (c.BN != 0 && std::find(bn_allowed.begin(), bn_allowed.end(), c.BN) == bn_allowed.end())
       refuse("BN", std::to_string(c.BN),
              fmt::format("at depth {} (padded {}) with BM {} on {} allowed: {} (S, P and O registers of a consumer "

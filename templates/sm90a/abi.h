@@ -28,8 +28,10 @@ FA4_HOST_DEVICE constexpr Family family_of(bool fp8, bool kv_fp8) {
 // 16-bit kernels: multiples of 16 (one k16 step of P V) with a wgmma N generated for S = Q K^T
 // (dev/gen_mma.py NS, mma_ops.inc; NS also holds 256, P V's N at padded depth 256, whose S fragment
 // alone would be 128 registers a thread, so not a kBN). The host's candidates are these, in order.
-FA4_HOST_DEVICE constexpr bool bn_16bit(int bn) {
-  return bn == 64 || bn == 80 || bn == 96 || bn == 112 || bn == 128 || bn == 176 || bn == 192;
+// Head dim 512 (padded depth 512, V as wide): 32, so that two K and two V stages of 32 KiB fit
+// beside its 64 KiB Q tile (at 64 a stage of each alone takes 128 KiB).
+FA4_HOST_DEVICE constexpr bool bn_16bit(int bn, int dp) {
+  return dp == 512 ? bn == 32 : bn == 64 || bn == 80 || bn == 96 || bn == 112 || bn == 128 || bn == 176 || bn == 192;
 }
 // FP8: 128 (the transposed V stage is one block of 128 keys a row); 160 (FA3's FP8 d64 tile,
 // 192 x 160: two Vt blocks, the second holding 32 keys) at kBM 192 and padded depth 64.
@@ -37,23 +39,27 @@ FA4_HOST_DEVICE constexpr bool bn_fp8(int bn, int bm, int dp) { return bn == 128
 // An FP8 KV cache: 64 (decode: two CTAs per SM fit) or 128 (prefill).
 FA4_HOST_DEVICE constexpr bool bn_kv_fp8(int bn) { return bn == 64 || bn == 128; }
 FA4_HOST_DEVICE constexpr bool bn_legal(Family f, int bn, int bm, int dp) {
-  return f == Family::kFp8 ? bn_fp8(bn, bm, dp) : f == Family::kKvFp8 ? bn_kv_fp8(bn) : bn_16bit(bn);
+  return f == Family::kFp8 ? bn_fp8(bn, bm, dp) : f == Family::kKvFp8 ? bn_kv_fp8(bn) : bn_16bit(bn, dp);
 }
 
 // ---- Wide O and latent KV -------------------------------------------------------------------
 // A warpgroup's O fragment holds at most 256 columns (128 registers a thread). A wider V (512:
-// MLA's latent, head dim 512) is split across o_split warpgroups that share their 64 Q rows: each
-// computes the same S = Q K^T and softmax, P V's and stores its own dpv / o_split columns
-// (FlashMLA's split of the 512-wide accumulator over two warpgroups, without its S exchange).
+// MLA's latent, head dim 512) is split across o_split warpgroups that share their 64 Q rows: the
+// first computes S = Q K^T and the softmax and hands P to the others (shared_p_bytes below); each
+// P V's and stores its own dpv / o_split columns (FlashMLA's split of the 512-wide accumulator).
 FA4_HOST_DEVICE constexpr int o_split(int dpv) { return dpv > 256 ? (dpv + 255) / 256 : 1; }
 // MLA's absorbed attention (DeepSeek-V3, Kimi-K2 decode): Q and K 576 wide (512 latent + 64
 // rope), V = the first 512 columns of the same K rows. The kernel loads each latent row once and
 // P V reads V from K's stage (no V ring); the launch passes v as k's 512-column prefix view.
 FA4_HOST_DEVICE constexpr bool v_in_k(int dp, int dpv) { return dp == 576 && dpv == 512; }
 // O-split warpgroups share P: the row group's first warpgroup computes S = Q K^T and the softmax
-// and hands the others P (16-bit [64 rows][bn keys], SW128 blocks), each row's O correction and
-// its final 1 / sum through shared memory, so S is computed once (consumer.cuh SharedP).
-FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) { return o_split(dpv) > 1 ? 2 * 64 * bn + 2 * 64 * 4 : 0; }
+// and hands the others P (16-bit [64 rows][bn keys] in whole SW128 blocks of 64 keys: a 32-key P
+// fills half of each 128-byte row), each row's O correction and its final 1 / sum through shared
+// memory, so S is computed once (shared_p.cuh SharedP).
+FA4_HOST_DEVICE constexpr int shared_p_tile_bytes(int bn) { return (bn + 63) / 64 * 64 * 128; }
+FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
+  return o_split(dpv) > 1 ? shared_p_tile_bytes(bn) + 2 * 64 * 4 : 0;
+}
 
 // ---- Shared memory --------------------------------------------------------------------------
 // Offsets from the 1024-aligned dynamic base (smem_layout.cuh SmemLayout, dp = padded depth,

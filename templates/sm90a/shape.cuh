@@ -177,9 +177,9 @@ struct Shape {
   static_assert(kDpV == kDp || (!kFp8 && !kKvFp8 && kDpV < kDp && kDpV % 64 == 0 && kDepthV % 16 == 0 &&
                                  kDepthV <= kDpV && kDpV - kDepthV < 64),
                 "sm90a kernel: a V narrower than Q and K (kDepthV) is 16-bit, in whole 64-element swizzle blocks");
-  static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256 || kVInK,
-                "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks), or "
-                "MLA's 576 (latent KV)");
+  static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256 || (kDp == 512 && kDpV == 512) || kVInK,
+                "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks), 512 "
+                "(O split over two warpgroups) or MLA's 576 (latent KV)");
   static_assert(kOSplit == 1 || (kDpVWg == 256 && kDepthV == kDpV && !kFp8 && !kKvFp8 && kBM == 64 &&
                                  !kPersistent && !kQInRegs && !kWgSpans),
                 "sm90a kernel: O split across warpgroups (V wider than 256) is 16-bit, 256 whole columns a "

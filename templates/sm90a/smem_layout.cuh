@@ -59,7 +59,7 @@ struct SmemLayout {
   // hands the others (consumer.cuh SharedP).
   static constexpr u32 kSharedPOffset = kExtraOffset + kExtraBytes;
   static constexpr u32 kSharedPBytes = abi::shared_p_bytes(Sh::kBN, Sh::kDpV);
-  static constexpr u32 kSharedCorrOffset = kSharedPOffset + 2 * 64 * Sh::kBN;
+  static constexpr u32 kSharedCorrOffset = kSharedPOffset + abi::shared_p_tile_bytes(Sh::kBN);
   static constexpr u32 kSharedInvOffset = kSharedCorrOffset + 64 * 4;
   static constexpr u32 kOOffset = kSharedPOffset + kSharedPBytes;
   static constexpr bool kOwnO =

@@ -136,7 +136,7 @@ def test_models_with_the_same_per_gpu_shape_share_rows():
 
 
 def test_mla_models_get_prefill_rows_and_latent_decode_rows():
-    rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"])
+    rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"], [k for k in zoo.ROWSETS if k != "d512"])
     assert {r.kind for r in rows} == {"prefill", "varlen", "mla"}
     by_name = {r.name: r for r in rows}
     ds = by_name["prefill 1x2k, 128/128 d192/v128"]
@@ -151,6 +151,18 @@ def test_mla_models_get_prefill_rows_and_latent_decode_rows():
     assert why["deepseek_v3"] == ("decode, paged, spec, fp8kv, mixed rows: MLA decodes over the latent cache "
                                   "(the mla rows)")
     assert why["kimi_k2@tp8"] == "mla rows: 8 heads per GPU, the latent kernel packs 16..128"
+
+
+def test_head_dim_512_rows_are_their_own_set():
+    rows, pending = zoo.zoo(["llama3_8b"], ["d512"])
+    assert pending == []
+    assert [r.name for r in rows] == ["prefill 1x2k, 16/4 d512", "prefill 1x16k, 16/4 d512", "decode 32x4k, 16/4 d512",
+                                      "paged64 decode 32x4k, 16/4 d512"]
+    assert all(r.models == ["head dim 512"] for r in rows)
+    assert rows[0].flops() == 2 * (512 + 512) * 16 * (2048 * 2049 // 2)
+    assert rows[2].kv_bytes() == 32 * 4096 * 4 * (512 + 512) * 2
+    # A model's own rows never include them, and they are not rows of the model.
+    assert all(r.shape.D != 512 for r in zoo.zoo(["llama3_8b"], ["prefill", "decode"])[0])
 
 
 def test_mla_decode_rows_read_the_latent_cache():

@@ -311,6 +311,32 @@ def test_value_head_dim_narrower_varlen_paged_and_masks():
     assert_close(o, ref, torch.bfloat16, what="snippets d192 / v128")
 
 
+# ---- head dim 512 (sm_90a: O split over two warpgroups) --------------------------------------------
+
+def test_head_dim_512_prefill_decode_paged_and_window():
+    Hq, Hkv, D = 8, 2, 512
+    q, k, v = rnd(2, 333, Hq, D, seed=60), rnd(2, 333, Hkv, D, seed=61), rnd(2, 333, Hkv, D, seed=62)
+    for causal, window in ((False, None), (True, None), (True, (100, 0))):
+        o, lse = fa4jit.attention(q, k, v, causal=causal, window=window, return_lse=True)
+        ref, ref_lse = attention_ref(q, k, v, causal=causal, window=window)
+        assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"d512 causal {causal} window {window}")
+    # Decode over paged K/V (page 64), packed and unpacked, split.
+    B, page = 3, 64
+    used = torch.tensor([700, 64, 1], dtype=torch.int32, device="cuda")
+    max_pages = (700 + page - 1) // page
+    n = B * max_pages + 2
+    kc, vc = rnd(n, page, Hkv, D, seed=63), rnd(n, page, Hkv, D, seed=64)
+    table = torch.randperm(n, device="cuda")[:B * max_pages].view(B, max_pages).to(torch.int32)
+    qd = rnd(B, 1, Hq, D, seed=65)
+    kr = kc[table.long()].reshape(B, max_pages * page, Hkv, D)
+    vr = vc[table.long()].reshape(B, max_pages * page, Hkv, D)
+    ref, ref_lse = attention_ref(qd, kr, vr, causal=True, seqused_k=used)
+    for pack, splits in ((None, 0), (False, 1), (True, 3)):
+        o, lse = fa4jit.attention_paged(qd, kc, vc, table, used, causal=True, pack_gqa=pack, num_splits=splits,
+                                        return_lse=True)
+        assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"d512 paged pack {pack} splits {splits}")
+
+
 @pytest.mark.parametrize("Hq,Hkv", [(28, 4), (48, 4)])  # groups 7 (Qwen2.5-7B) and 12: no divisor of 64
 @pytest.mark.parametrize("Sq", [1, 5])
 def test_decode_packs_any_group(Hq, Hkv, Sq, monkeypatch):
