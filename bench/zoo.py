@@ -189,10 +189,10 @@ def shard(s, tp):
     return dataclasses.replace(s, Hq=s.Hq // tp, Hkv=max(1, s.Hkv // tp))
 
 
-# MLA decode rows: (batch, queries, keys), pages of MLA_PAGE; the latent kernel packs 16..128 heads.
+# MLA decode rows: (batch, queries, keys), pages of MLA_PAGE; the latent kernel packs 8..128 heads.
 MLA_ROWS = ((64, 1, 4096), (8, 1, 32768), (132, 1, 2048), (64, 4, 4096))
 MLA_PAGE = 64
-MLA_HEADS = (16, 128)
+MLA_HEADS = (8, 128)
 
 
 def rows_of(shape, rowsets):

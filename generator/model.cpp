@@ -54,9 +54,9 @@ constexpr Family kFamilies[] = {
 // group is the heads per GPU, packed). Which heads per GPU depends on the tensor-parallel degree:
 // the degrees these models are served at (bench/zoo.py MODELS: one GPU's worth of every head, as
 // data-parallel attention runs, and an 8-GPU node), where they leave a head count the latent
-// kernel packs (16 .. 128; Kimi-K2 at TP 8 leaves 8 and has no kernel).
+// kernel is tested at (8 .. 128: Kimi-K2 at TP 8 leaves 8, DeepSeek-V3 16).
 constexpr int kMlaTensorParallel[] = {1, 8};
-constexpr int kMlaMinHeads = 16, kMlaMaxHeads = 128;
+constexpr int kMlaMinHeads = 8, kMlaMaxHeads = 128;
 
 // Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
 // (checked before model_type, so the answer names the feature, not just the family).

@@ -230,8 +230,8 @@ TEST(ModelKernels, DeepSeekStyleLatentAttentionRunsQk192AndV128) {
 // The MLA decode kernel serving engines run (up-projections absorbed, attention over the latent
 // cache): Q/K kv_lora_rank + qk_rope_head_dim = 576, V kv_lora_rank = 512 (K's first columns), one
 // KV head for every query head on the GPU, so group = heads per GPU, packed; causal, the model's
-// dtype. One per tensor-parallel degree 1 and 8 that leaves 16 .. 128 heads: DeepSeek-V3 128 and
-// 16, Kimi-K2 64 (at TP 8 its 8 heads have no kernel). These are the derived configs, before
+// dtype. One per tensor-parallel degree 1 and 8 that leaves 8 .. 128 heads: DeepSeek-V3 128 and
+// 16, Kimi-K2 64 and 8. These are the derived configs, before
 // resolve(): resolving them (jit::supported on sm_90a) needs the sm90a latent kernel (issue 56),
 // which this test does not assume.
 TEST(ModelKernels, LatentAttentionModelsDeriveAbsorbedDecodePerTensorParallelDegree) {
@@ -240,7 +240,7 @@ TEST(ModelKernels, LatentAttentionModelsDeriveAbsorbedDecodePerTensorParallelDeg
     std::vector<int> heads_per_gpu;
     std::vector<int> tp;
   };
-  for (const Want& w : {Want{"deepseek_v3", {128, 16}, {1, 8}}, Want{"kimi_k2", {64}, {1}}}) {
+  for (const Want& w : {Want{"deepseek_v3", {128, 16}, {1, 8}}, Want{"kimi_k2", {64, 8}, {1, 8}}}) {
     const auto ks = jit::model_kernels(model(w.name), {});
     ASSERT_EQ(ks.size(), 1 + w.heads_per_gpu.size()) << w.name;
     for (std::size_t i = 0; i < w.heads_per_gpu.size(); ++i) {

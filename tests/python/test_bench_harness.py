@@ -146,11 +146,10 @@ def test_mla_models_get_prefill_rows_and_latent_decode_rows():
     assert ds.kv_bytes() == 2048 * 128 * (192 + 128) * 2
     assert ds.flops() == 2 * (192 + 128) * 128 * (2048 * 2049 // 2)
     # Their decode is the mla rows; the unabsorbed decode row sets are not run on them.
-    assert [m for m, _ in pending] == ["deepseek_v3", "kimi_k2", "kimi_k2@tp8"]
+    assert [m for m, _ in pending] == ["deepseek_v3", "kimi_k2"]
     why = dict(pending)
     assert why["deepseek_v3"] == ("decode, paged, spec, fp8kv, mixed rows: MLA decodes over the latent cache "
                                   "(the mla rows)")
-    assert why["kimi_k2@tp8"] == "mla rows: 8 heads per GPU, the latent kernel packs 16..128"
 
 
 def test_head_dim_512_rows_are_their_own_set():
@@ -168,16 +167,17 @@ def test_head_dim_512_rows_are_their_own_set():
 def test_mla_decode_rows_read_the_latent_cache():
     rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"], ["mla"])
     assert {r.kind for r in rows} == {"mla"}
-    # DeepSeek-V3: 128 heads (TP 1) and 16 (TP 8); Kimi-K2: 64 (TP 1; its 8 at TP 8 are pending). One
-    # KV head of 576 columns, V its first 512.
+    # DeepSeek-V3: 128 heads (TP 1) and 16 (TP 8); Kimi-K2: 64 (TP 1) and 8 (TP 8). One KV head of
+    # 576 columns, V its first 512.
     by_label = {}
     for r in rows:
         by_label.setdefault(r.shape.label, []).append(r)
-    assert set(by_label) == {"128/1 d576/v512", "16/1 d576/v512", "64/1 d576/v512"}
+    assert set(by_label) == {"128/1 d576/v512", "16/1 d576/v512", "64/1 d576/v512", "8/1 d576/v512"}
     assert {m for r in by_label["128/1 d576/v512"] for m in r.models} == {"deepseek_v3"}
     assert {m for r in by_label["16/1 d576/v512"] for m in r.models} == {"deepseek_v3@tp8"}
     assert {m for r in by_label["64/1 d576/v512"] for m in r.models} == {"kimi_k2"}
-    assert pending == [("kimi_k2@tp8", "mla rows: 8 heads per GPU, the latent kernel packs 16..128")]
+    assert {m for r in by_label["8/1 d576/v512"] for m in r.models} == {"kimi_k2@tp8"}
+    assert pending == []
     for label, rs in by_label.items():
         assert sorted((r.B, r.Sq, r.Sk) for r in rs) == [(8, 1, 32768), (64, 1, 4096), (64, 4, 4096), (132, 1, 2048)]
         for r in rs:
