@@ -132,8 +132,10 @@ fa4::TmaDescs TmaDescCache::get(const ResolvedConfig& rc, const LaunchArgs& a, i
     descs_.q = encode(a.q, in, q_rows, q_row);
     descs_.o = encode(a.o, out, q_rows, o_row);
   }
-  descs_.k = encode(a.k, kv, kv_box_rows, kv_row);
-  descs_.v = encode(a.v, kv, kv_box_rows, kv_row);
+  // Gathered pages (kv_box_rows 0): the kernel reads K and V by cp.async; their maps go unused.
+  const int kv_box = kv_box_rows > 0 ? kv_box_rows : 1;
+  descs_.k = encode(a.k, kv, kv_box, kv_row);
+  descs_.v = encode(a.v, kv, kv_box, kv_row);
   last_ = sig;
   valid_ = true;
   return descs_;

@@ -31,16 +31,16 @@ int pick(const char* field, int explicit_value, int derived, const std::vector<i
   return explicit_value;
 }
 
-int tma_paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) {
+int tma_paged_kv_box_rows(const ResolvedConfig& rc, long long page_size, const char* tma_only) {
   const int bn = rc.config.BN;
   const int rows = static_cast<int>(std::gcd(page_size, static_cast<long long>(bn)));
-  if (rows % 8 != 0)
-    throw LaunchError(
-        fmt::format("launch: k.shape[1] (page_size) is {}: with BN = {} the {} backend loads pages by TMA "
-                    "boxes of gcd(page_size, BN) rows, which must be a multiple of 8 (use page sizes that "
-                    "are multiples of 8)",
-                    page_size, bn, to_string(rc.backend)));
-  return rows;
+  if (rows % 8 == 0) return rows;
+  if (!tma_only) return 0;
+  throw LaunchError(
+      fmt::format("launch: k.shape[1] (page_size) is {}: with BN = {} the {} backend loads pages by TMA boxes of "
+                  "gcd(page_size, BN) rows, which must be a multiple of 8, and {} (use page sizes that are "
+                  "multiples of 8)",
+                  page_size, bn, to_string(rc.backend), tma_only));
 }
 
 }  // namespace jit::detail

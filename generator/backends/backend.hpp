@@ -55,8 +55,9 @@ class BackendPolicy {
   virtual bool bottom_q_tiles(const FA4Config&) const { return false; }
   // Whether a cubin built for `rc` runs on a device of compute capability `sm` (major*10 + minor).
   virtual bool runs_on(const ResolvedConfig& rc, int sm) const = 0;
-  // Rows of one K/V load box for a paged launch with `page_size` rows per page (LaunchError when
-  // this backend cannot load such pages); unpaged launches load BN rows.
+  // Rows of one K/V load box for a paged launch with `page_size` rows per page, or 0 where the
+  // kernel gathers the rows itself (sm90a: cp.async, FwdParams::kv_box_rows 0); LaunchError when
+  // this backend cannot load such pages. Unpaged launches load BN rows.
   virtual int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const = 0;
   // sm90a: S = Q K^T with Q in registers (Config::kQInRegs).
   virtual bool q_in_registers(const ResolvedConfig&) const { return false; }
@@ -83,8 +84,10 @@ inline int pack_heads(const ResolvedConfig& rc) { return pack_heads(rc.config, p
 int pick(const char* field, int explicit_value, int derived, const std::vector<int>& allowed);
 [[noreturn]] void refuse(const char* field, const std::string& value, const std::string& allowed);
 
-// The TMA backends' paged rule: pages load by boxes of gcd(page_size, BN) rows, a multiple of 8.
-int tma_paged_kv_box_rows(const ResolvedConfig& rc, long long page_size);
+// The TMA backends' paged rule: pages load by boxes of gcd(page_size, BN) rows, a multiple of 8
+// (whole swizzle periods); other page sizes are gathered (0), or refused where the kernel loads
+// pages by TMA only (tma_only: why, for the error).
+int tma_paged_kv_box_rows(const ResolvedConfig& rc, long long page_size, const char* tma_only);
 
 const BackendPolicy& sm80_policy();
 const BackendPolicy& sm90a_policy();

@@ -117,7 +117,7 @@ class Sm100a final : public BackendPolicy {
   }
 
   int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const override {
-    return tma_paged_kv_box_rows(rc, page_size);
+    return tma_paged_kv_box_rows(rc, page_size, "its kernels have no gather path for other pages yet");
   }
 };
 

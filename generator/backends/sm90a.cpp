@@ -296,8 +296,18 @@ class Sm90a final : public BackendPolicy {
   // 'a' targets run on their own family only.
   bool runs_on(const ResolvedConfig&, int sm) const override { return sm == 90; }
 
+  // Pages no TMA box takes (gcd(page_size, BN) not a multiple of 8 rows: page sizes 1, 2, 4, 12,
+  // ...) are gathered row by row (abi.h gathers; templates/sm90a/load.cuh GatherTile).
   int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const override {
-    return tma_paged_kv_box_rows(rc, page_size);
+    const bool persistent = rc.tuning.persistent != 0;
+    if (abi::gathers(family(rc.config), persistent, rc.padded_depth))
+      return tma_paged_kv_box_rows(rc, page_size, nullptr);
+    return tma_paged_kv_box_rows(
+        rc, page_size,
+        rc.config.dtype == DType::e4m3
+            ? "FP8 (e4m3) kernels load no other pages"
+            : "persistent kernels at head dim above 128 load no other pages (this kernel's walk: tune persistent=0 "
+              "runs the grid walk, which gathers them)");
   }
   // Q in registers for S = Q K^T (templates/sm90a/consumer.cuh QFragments): the 16-bit kernels at
   // kBM 128 and padded depth 128 with the overlap, unmasked or causal without a score-mod, where it

@@ -6,6 +6,20 @@
 
 namespace fa4 {
 
+// 16-byte async copy global -> shared (sm_80+, bypassing registers and L1); `valid == false` copies
+// 0 source bytes and zero-fills the 16 bytes (rows past seqlen read as zero, so their S is 0 and
+// P*V adds 0, never NaN). The portable kernel's loads and sm90a's gathered paged K / V rows.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }

@@ -61,6 +61,16 @@ FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
   return o_split(dpv) > 1 ? shared_p_tile_bytes(bn) + 2 * 64 * 4 : 0;
 }
 
+// ---- Gathered pages ----
+// Paged K / V whose pages no TMA box takes (gcd(page_size, kBN) not a multiple of 8 rows: page
+// sizes 1, 2, 4, 12, ...) are gathered by the producer warp with cp.async (load.cuh GatherTile):
+// by the 16-bit kernels and an FP8 KV cache's, except persistent walks at padded depth above 128,
+// whose 24-register producer spills the gather (4-8 B at d192 / d256 causal), and FP8 (e4m3 Q, K,
+// V; 72 B at d128 causal). The launch refuses such pages for those (naming page_size).
+FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
+  return f != Family::kFp8 && (!persistent || dp <= 128);
+}
+
 // ---- Shared memory --------------------------------------------------------------------------
 // Offsets from the 1024-aligned dynamic base (smem_layout.cuh SmemLayout, dp = padded depth,
 // S = K/V stages):

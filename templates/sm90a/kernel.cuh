@@ -52,19 +52,21 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       mbar_init(&bars->q_full[g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
       if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[g], 128);  // warpgroup g's threads, done with Q
     }
-    // full: the producer's expect_tx arrival; empty: every consumer warp (8 or 12) arrives once.
+    // full: the producer's expect_tx arrival, or each gathering lane's (32); empty: every consumer
+    // warp (8 or 12) arrives once.
+    const u32 fills = gathers_kv<Config>(p) ? 32 : 1;
     if constexpr (Sh::kFp8) {  // V -> transposer warps (3) -> Vt (every transposer thread) -> consumers
-      bars->k.init(1, Sh::kNumConsumerWGs * 4);
-      bars->v.init(1, kHelperThreads / 32);
+      bars->k.init(fills, Sh::kNumConsumerWGs * 4);
+      bars->v.init(fills, kHelperThreads / 32);
       bars->vt.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
     } else if constexpr (Sh::kKvFp8) {  // e4m3 K, V -> converter warps (3) -> K, V (every converter thread) -> consumers
-      bars->k_load.init(1, kHelperThreads / 32);
-      bars->v_load.init(1, kHelperThreads / 32);
+      bars->k_load.init(fills, kHelperThreads / 32);
+      bars->v_load.init(fills, kHelperThreads / 32);
       bars->k.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
       bars->v.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
     } else {
-      bars->k.init(1, Sh::kKReaderWGs * 4);  // O-split: only the warpgroups computing S read K
-      bars->v.init(1, Sh::kNumConsumerWGs * 4);
+      bars->k.init(fills, Sh::kKReaderWGs * 4);  // O-split: only the warpgroups computing S read K
+      bars->v.init(fills, Sh::kNumConsumerWGs * 4);
     }
     if constexpr (Sh::kOSplit > 1) bars->p.init(128, 128);  // the S warpgroup's threads -> the partner's
     fence_barrier_init();
@@ -84,7 +86,9 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
         return;
       }
     }
-    if (threadIdx.x < 32 && elect_one_sync()) {
+    if (threadIdx.x < 32 && gathers_kv<Config>(p)) {
+      gather_producer<Config, Mask>(p, tma, w, smem, bars);  // the whole warp: lane 0 loads Q, every lane K / V rows
+    } else if (threadIdx.x < 32 && elect_one_sync()) {
       tma_prefetch(&tma.q);
       tma_prefetch(&tma.k);
       tma_prefetch(&tma.v);

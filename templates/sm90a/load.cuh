@@ -71,11 +71,122 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer
                                                                   st.full_barrier(), n);
 }
 
+// ---- Gather: paged K / V rows by cp.async ----
+// Whether this launch gathers (the host's kv_box_rows 0: paged, pages no TMA box takes).
+template <class Config>
+__device__ __forceinline__ bool gathers_kv(const FwdParams& p) {
+  return Shape<Config>::kGathers && p.page_table && p.kv_box_rows == 0;
+}
+// Page sizes whose gcd with kBN is not a multiple of 8 rows (1, 2, 4, 12, ...; launch: kv_box_rows
+// 0) cannot come in TMA boxes, which must hold whole 8-row swizzle periods. The producer warp's 32
+// lanes then copy each tile row by row, 16 bytes a cp.async, into the layout TMA would have left
+// (chunk c of tile row r: swizzle block c / 8, 16-byte unit (c % 8) ^ (r % 8)), so the consumers,
+// the V transposers and the e4m3 converters read it unchanged. kLanesPerRow lanes take consecutive
+// chunks of one row (reads of 128 bytes or more); each lane looks up the rows r = lane + 32 j of
+// the tile once (page table, in-page row) and the lanes copying a row take its offset by shuffle.
+// Keys past the sequence are zero-filled (P V then never meets a NaN).
+template <class Config, int kChunks>  // kChunks: 128-byte swizzle blocks per row (K's, or V's)
+struct GatherTile {
+  using Sh = Shape<Config>;
+  static_assert(Sh::kKvRowBytes == 128, "gather: SW128 K / V rows (not FP8's 64-byte rows at depth 64)");
+  static constexpr int kRowChunks = kChunks * 8;  // 16-byte chunks of a row
+  static constexpr int kLanesPerRow = kRowChunks % 32 == 0 ? 32 : kRowChunks % 16 == 0 ? 16 : 8;
+  static constexpr int kRowsPerStep = 32 / kLanesPerRow;
+  static constexpr int kSteps = kRowChunks / kLanesPerRow;  // cp.async per lane and row group
+  static constexpr int kLookups = (Sh::kBN + 31) / 32;      // rows a lane looks up
+  static_assert(Sh::kBN % kRowsPerStep == 0, "gather: whole row groups per tile");
+
+  // Tile n of a sequence (s: its page-table row and keys) from base (K or V at the sequence's KV
+  // head; element strides page_stride, row_stride) into the stage at dst (1024-aligned). Each
+  // 32-row block's lookups are made just before its rows are copied, so a lane holds one row
+  // offset at a time (the producer warpgroup runs at 24 registers).
+  __device__ __forceinline__ static void copy(const FwdParams& p, const SeqInfo& s, const char* base,
+                                              long long page_stride, long long row_stride, u32 dst, int n, int lane) {
+    const int keys_left = s.seqlen_k - n * Sh::kBN;
+    // The lane's chunk c = k kLanesPerRow + c0 of row r = g kRowsPerStep + r0: its swizzle unit
+    // (c % 8) ^ (r % 8) = (c0 % 8) ^ r0 ^ (g kRowsPerStep % 8) (kRowsPerStep divides 8 and r0 <
+    // kRowsPerStep, so the sum is an or), and every other term is a multiple of 128 bytes: one
+    // per-lane address, then per g a xor of bits 4-6 and per (g, k) an immediate offset.
+    const int r0 = lane / kLanesPerRow, c0 = lane % kLanesPerRow;
+    const u32 lane_dst = dst + (c0 / 8) * (Sh::kBN * 128) + r0 * 128 + (((c0 % 8) ^ r0) << 4);
+#pragma unroll 1
+    for (int j = 0; j < kLookups; ++j) {
+      // Row 32 j + lane's element offset (0 past the keys: a mapped address, zero bytes read).
+      const int mine = 32 * j + lane, key = n * Sh::kBN + mine;
+      const long long off =
+          mine < keys_left ? s.page_of(p, key) * page_stride + (key % p.page_size) * row_stride : 0;
+      // Not unrolled: a group's addresses are a few instructions, and unrolled they were hoisted
+      // out of the walk and spilled.
+      const int end = min((32 * j + 32) / kRowsPerStep, Sh::kBN / kRowsPerStep);
+#pragma unroll 1
+      for (int g = 32 * j / kRowsPerStep; g < end; ++g) {
+        const int r = g * kRowsPerStep + r0;
+        const char* row = base + __shfl_sync(0xffffffffu, off, r % 32) * Sh::kKvElemBytes;
+        const bool valid = r < keys_left;
+        const u32 group_dst = (lane_dst ^ (((g * kRowsPerStep) % 8) << 4)) + g * kRowsPerStep * 128;
+#pragma unroll 1
+        for (int k = 0; k < kSteps; ++k)
+          cp_async_16(group_dst + (k * kLanesPerRow / 8) * (Sh::kBN * 128), row + 16 * (k * kLanesPerRow + c0), valid);
+      }
+    }
+  }
+};
+
+// The gathering lanes' arrivals on the stages' full barriers (32 a stage: kernel.cuh). cp.async
+// writes through the generic proxy and wgmma reads through the async one, so a lane arrives only
+// once its copies are done (cp.async.wait_group) and fenced to the async proxy. The arrival trails
+// one stage, so the next stage's copies are in flight while this one's complete; finish() before
+// any wait on the consumers' progress past the pending stage (the next tile's Q region).
+struct GatherArrival {
+  u32 pending = 0;  // the stage's full barrier (shared address), 0: none
+  __device__ __forceinline__ void issued(u64* full) {  // after the copies into full's stage, committed
+    cp_async_wait<1>();
+    arrive();
+    pending = smem_u32(full);
+  }
+  __device__ __forceinline__ void finish() {
+    cp_async_wait<0>();
+    arrive();
+    pending = 0;
+  }
+
+ private:
+  __device__ __forceinline__ void arrive() const {
+    if (pending) {
+      fence_proxy_async();
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pending) : "memory");
+    }
+  }
+};
+
+// One gathered stage of KV tile n: K's ring, or V's (kV).
+// The sequence (its page-table row, keys, KV head) is re-derived per stage from its batch and q
+// head (opaque, so not held across the walk: the producer warpgroup runs at 24 registers).
+template <class Config, bool kV>
+__device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInfo& seq,
+                                                pipe::Producer<Shape<Config>::kStages>& ring, unsigned char* ring_base,
+                                                int n, GatherArrival& arrival) {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
+  auto st = ring.acquire();
+  const SeqInfo s = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
+  // Paged K / V: the KV head's offset is its only term besides the page and the row.
+  const char* base = static_cast<const char*>(kV ? p.v : p.k) +
+                     s.kv_head * (kV ? p.v_head_stride : p.k_head_stride) * Sh::kKvElemBytes;
+  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks>::copy(p, s, base, kV ? p.v_batch_stride : p.k_batch_stride,
+                                                              kV ? p.v_row_stride : p.k_row_stride,
+                                                              smem_u32(ring_base) + st.index() * kBytes, n,
+                                                              static_cast<int>(threadIdx.x % 32));
+  cp_async_commit();
+  arrival.issued(st.full_barrier());
+}
+
 // Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's earlier
 // epilogue is done with its Q region). load == false (tile without KV tiles or without Q rows):
 // plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per tile on both
-// sides.
-template <class Config, class Mask>
+// sides. kWholeWarp (gathering producers): the warp's lanes wait, lane 0 loads or arrives.
+template <class Config, class Mask, bool kWholeWarp = false>
 __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                   const TmaCoords& c, unsigned char* smem,
                                                   typename SmemLayout<Config>::Barriers* bars, u32 q_empty_phase,
@@ -85,6 +196,7 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
 #pragma unroll
   for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
     mbar_wait(&bars->q_empty[g], q_empty_phase);
+    if (kWholeWarp && threadIdx.x % 32 != 0) continue;
     u64* bar = &bars->q_full[g];
     if (load) {
       mbar_expect_tx(bar, L::kQTxBytes);
@@ -98,47 +210,63 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
 // The grid walk's one unit: loads nothing when the CTA has no KV tile (the consumers then skip Q
 // as well), so no barrier is left waiting for bytes that never come (this includes a KV split
 // whose share of the tiles is empty); else Q of every consumer warpgroup, then K(n), V(n) per KV
-// tile. Rings live for this unit only.
-template <class Config, class Mask, bool kPaged>
+// tile. Rings live for this unit only. kGather (paged, pages TMA cannot take): the producer warp's
+// 32 lanes run this, lane 0 loads Q and every lane gathers its share of each K / V stage.
+template <class Config, class Mask, bool kPaged, bool kGather = false>
 __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                               unsigned char* smem, typename SmemLayout<Config>::Barriers* bars) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
+  static_assert(kPaged || !kGather, "gathered K / V rows are paged");
   int n = w.first_tile();
   if (!w.has(n)) return;
   // Paged: the sequence's page-table row is re-derived here (opaque batch, so not CSE'd) instead of
   // taken from the CTA prologue's SeqInfo, which would hold it across the role split (it spills
   // there: the producer runs at 24 registers).
-  const TmaCoords c = TmaCoords::make(
-      p, kPaged ? SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(w.seq.batch))), w.seq.q_head) : w.seq);
+  const SeqInfo s =
+      kPaged ? SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(w.seq.batch))), w.seq.q_head) : w.seq;
+  const TmaCoords c = TmaCoords::make(p, s);
 
   // Q: one tile of 64 rows per consumer warpgroup, Dp/64 boxes of [64 rows][64 depth] each.
+  if (!kGather || threadIdx.x % 32 == 0) {
 #pragma unroll
-  for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
-    u64* bar = &bars->q_full[g];
-    mbar_expect_tx(bar, L::kQTxBytes);
-    load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
+    for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
+      u64* bar = &bars->q_full[g];
+      mbar_expect_tx(bar, L::kQTxBytes);
+      load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
+    }
   }
 
   // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
   pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
+  GatherArrival arrival;
+  auto load_k = [&](int t) {
+    if constexpr (kGather)
+      gather_kv_stage<Config, false>(p, s, k_ring, smem + L::kKLoadOffset, t, arrival);
+    else
+      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, t, c);
+  };
   for (; w.has(n); n = w.next_tile(n)) {
     if constexpr (Sh::kVInK) {
       // Latent KV: V(n) is K(n)'s stage, so the slot is refilled only once P V(n - stages) is done
       // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
       // after it waited for K(n)'s bytes.
       auto vs = v_ring.acquire();
-      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_k(n);
       vs.arrive();
     } else {
       // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
-      load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
+      load_k(n);
+      if constexpr (kGather)
+        gather_kv_stage<Config, true>(p, s, v_ring, smem + L::kVLoadOffset, n, arrival);
+      else
+        load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
     }
   }
+  if constexpr (kGather) arrival.finish();  // the last stage's arrival
 }
 
-// Called by exactly one thread; walks the consumers' tile walk (TileWalker), so both sides see
+// Called by exactly one thread (kGather: by the producer warp); walks the consumers' tile walk (TileWalker), so both sides see
 // the same tiles in the same order.
 // Grid (GridTiles): its one unit, producer_unit; kPaged: paged K/V (a separate copy, chosen once
 // per CTA). Persistent: tiles t = blockIdx.x + i * gridDim.x (PersistentTiles), or the CTA's stream-K
@@ -151,7 +279,9 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 //   any other tile (no KV tile, or no Q rows): the q_empty waits + plain q_full arrivals only.
 // So q_full[g] / q_empty[g] complete exactly one phase per tile i on both sides (paged K/V: a
 // uniform branch per tile in load_kv_tile).
-template <class Config, class Mask, bool kPaged, class Tiles>
+// kGather: every lane of the producer warp runs this (lane 0 loads Q; the lanes gather K / V rows,
+// GatherTile), each tile's last arrival made before the next tile's q_empty waits.
+template <class Config, class Mask, bool kPaged, class Tiles, bool kGather = false>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, Tiles tiles, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars) {
   using Sh = Shape<Config>;
@@ -165,7 +295,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     // window_softcap_gqa and both packed decode presets, SASS identical for all of them. The loop
     // alone removes no branch (the persistent tile's Q handshake and carried rings still differ),
     // so it is kept out and the PTX stays as it was.
-    producer_unit<Config, Mask, kPaged>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p), smem, bars);
+    producer_unit<Config, Mask, kPaged, kGather>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p), smem, bars);
   } else {
     // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
     pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
@@ -181,7 +311,21 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
       const TmaCoords c = TmaCoords::make(p, w.seq);
       int n = w.first_tile();  // none when !w.valid (empty KV range)
-      if (w.has(n)) {
+      if constexpr (kGather) {
+        GatherArrival arrival;
+        if (w.has(n)) {
+          gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, arrival);
+          load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, true);
+          gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, arrival);
+          for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
+            gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, arrival);
+            gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, arrival);
+          }
+          arrival.finish();
+        } else {
+          load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, false);
+        }
+      } else if (w.has(n)) {
         load_kv_stage<Config, false, false>(p, k_ring, &tma.k, k_dst, n, c);
         load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, true);
         load_kv_stage<Config, false, true>(p, v_ring, &tma.v, v_dst, n, c);
@@ -194,6 +338,20 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       }
     }
   }
+}
+
+// The producer of a launch that gathers its pages (gathers_kv): the producer warp's 32 lanes walk
+// the CTA's tiles (w: a grid CTA's one unit), lane 0 loading Q, every lane its share of K / V.
+template <class Config, class Mask>
+__device__ __forceinline__ void gather_producer(const FwdParams& p, const TmaDescs& tma, const CtaWork<Config, Mask>& w,
+                                                unsigned char* smem, typename SmemLayout<Config>::Barriers* bars) {
+  using Sh = Shape<Config>;
+  if constexpr (Sh::kGathers && Sh::kPersistent)
+    producer_loop<Config, Mask, false, TileWalker<Config, Mask>, true>(p, tma, TileWalker<Config, Mask>::make(), smem,
+                                                                       bars);
+  else if constexpr (Sh::kGathers)
+    producer_loop<Config, Mask, true, GridTiles<CtaWork<Config, Mask>>, true>(p, tma, GridTiles<CtaWork<Config, Mask>>{w, 0},
+                                                                              smem, bars);
 }
 
 // ---- FP8: V transposed in shared memory ----

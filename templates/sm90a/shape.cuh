@@ -139,6 +139,8 @@ struct Shape {
   static constexpr int kQBoxRows = Rows::kSpanRows;  // rows one Q box loads: 64, or the real rows of a padded span
   static constexpr bool kBottomTiles = Config::kBottomTiles != 0;  // Q tiles end at the last row
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
+  // Paged launches whose pages no TMA box takes gather K / V rows (abi.h gathers, load.cuh GatherTile).
+  static constexpr bool kGathers = kRuntimeVariants && abi::gathers(kFamily, kPersistent, kDp);
   // Per-warpgroup key spans (consumer.cuh, WgKeySpan; Config::kWgSpans): a consumer
   // warpgroup's P V skips the keys of a KV tile its own 64 rows cannot see (masked kernels). Half
   // spans need whole k16 steps and kBN / 2 a generated wgmma N.
