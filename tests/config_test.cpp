@@ -229,6 +229,16 @@ TEST(Config, DerivesPortableTilesForHeadDim512) {
         jit::resolve(c);
       },
       {"BN", "16", "32, 64, 128"});
+  // One K/V stage (which would fit BM 64 and BN 16 on sm_86) is no ring: refused naming the field
+  // before anything compiles.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_86", 512);
+        c.BM = 64;
+        c.num_kv_stages = 1;
+        jit::resolve(c);
+      },
+      {"num_kv_stages", "1", "allowed: 2"});
   // No FP8 KV cache at 512 (its staging stays at depths 64 and 128).
   expect_config_error(
       [] {

@@ -66,8 +66,10 @@ class Sm80 final : public BackendPolicy {
     c.BN = pick("BN", c.BN, bn_default, o_split ? std::vector<int>{16, 32, 64, 128} : std::vector<int>{32, 64, 128});
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
+    // The 16-bit cp.async ring fills one stage while the MMAs read another: two stages (templates/sm80
+    // Traits asserts at least two; a refusal here names the field before anything compiles).
     c.num_kv_stages =
-        pick("num_kv_stages", c.num_kv_stages, 2, fp8_kv ? std::vector<int>{2, 3, 4} : std::vector<int>{1, 2});
+        pick("num_kv_stages", c.num_kv_stages, 2, fp8_kv ? std::vector<int>{2, 3, 4} : std::vector<int>{2});
     const int smem = smem_for(c.BM, c.BN, c.num_kv_stages);
     const std::string at_depth = c.depth_v != 0
                                      ? fmt::format("{} (depth_v {})", c.depth, c.depth_v)
