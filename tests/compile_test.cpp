@@ -278,12 +278,14 @@ TEST(Compile, PortableBackendCompilesForEveryArch) {
   }
 }
 
-// Head dims 192 and 256 on the portable backend, and 192 with a 128-wide V (DeepSeek-V3 prefill),
-// at their default tiles: no spills or stack on sm_80 and on plain sm_90 (which the portable backend
-// serves on Hopper) for each built-in mask kind and a snippet mask (paged and varlen K/V, split-KV
-// partials and packed GQA are run-time paths of the same cubin). The PTX has exactly the MMAs and
-// stores of the tile: per warp and KV tile, S = Q K^T over the Q/K depth and O += P V over V's
-// padded depth only; the epilogue stores V's columns (16-byte O chunks, float2 split partials).
+// Head dims 192, 256 and 512 on the portable backend, and 192 with a 128-wide V (DeepSeek-V3
+// prefill), at their default tiles: no spills or stack on sm_80 and on plain sm_90 (which the portable
+// backend serves on Hopper), and for 512 on the 99 KiB sm_86, for each built-in mask kind and a snippet
+// mask (paged and varlen K/V, split-KV partials and packed GQA are run-time paths of the same cubin).
+// The PTX has exactly the MMAs, ldmatrix and stores of the tile: per warp and KV tile, S = Q K^T over
+// the Q/K depth and O += P V over the warp's share of V's padded depth only; the epilogue stores V's
+// columns (16-byte O chunks, float2 split partials). Depth 512 splits O's columns over two warps per
+// 16 rows (8 warps at BM 64; BM 32 on sm_86: 2 row warps, 4 in all), each with half the P V and stores.
 TEST(Compile, PortableDeepHeadsCompileWithoutSpills) {
   using jit::Mask;
   struct Case {
@@ -303,6 +305,8 @@ TEST(Compile, PortableDeepHeadsCompileWithoutSpills) {
                              {"sm_80", 256, 0, snippet},
                              {"sm_90", 256, 0, Mask::none()},
                              {"sm_90", 256, 0, swa}});
+  for (const char* arch : {"sm_80", "sm_86", "sm_90"})
+    for (const Mask& m : {Mask::none(), Mask::causal(), swa, snippet}) cases.push_back({arch, 512, 0, m});
   auto count = [](const std::string& text, const std::string& needle) {
     int n = 0;
     for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -325,11 +329,44 @@ TEST(Compile, PortableDeepHeadsCompileWithoutSpills) {
     const auto use = jit::detail::parse_ptxas_log(out.log);
     EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
     EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
-    const int m_tiles = bm / 64;  // 16-row blocks per warp (4 warps)
-    EXPECT_EQ(count(out.ptx, "mma.sync.aligned.m16n8k16"), m_tiles * (bn / 8 * dp / 16 + dpv / 8 * bn / 16)) << what;
-    EXPECT_EQ(count(out.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"), bn / 16 * dpv / 16) << what;  // V
-    EXPECT_EQ(count(out.ptx, "st.global.v2.f32"), m_tiles * 2 * dv / 8) << what;                   // partial O
-    EXPECT_EQ(count(out.ptx, "st.global.v4.b32"), bm / 4 * dv / 8 / 32) << what;                   // O
+    const int o_split = dv == 512 ? 2 : 1;    // warps sharing 16 rows, each with dv / o_split columns of O
+    const int row_warps = bm == 32 ? 2 : 4;   // warps over the rows of one O slice
+    const int m_tiles = bm / row_warps / 16;  // 16-row blocks per warp
+    const int ov = dpv / o_split;             // a warp's O columns
+    EXPECT_EQ(r.num_threads, 32 * row_warps * o_split) << what;
+    EXPECT_NE(out.ptx.find(fmt::format(".maxntid {}, 1, 1", r.num_threads)), std::string::npos) << what;
+    EXPECT_EQ(count(out.ptx, "mma.sync.aligned.m16n8k16"), m_tiles * (bn / 8 * dp / 16 + ov / 8 * bn / 16)) << what;
+    EXPECT_EQ(count(out.ptx, "ldmatrix.sync.aligned.m8n8.x4.shared"), dp / 16 * (m_tiles + bn / 16)) << what;  // Q, K
+    EXPECT_EQ(count(out.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"), bn / 16 * ov / 16) << what;               // V
+    EXPECT_EQ(count(out.ptx, "st.global.v2.f32"), m_tiles * 2 * dv / o_split / 8) << what;          // partial O
+    EXPECT_EQ(count(out.ptx, "st.global.v4.b32"), bm / row_warps * dv / o_split / 8 / 32) << what;  // O
+  }
+  // Depth 512 with score-mods and packed GQA (per-row heads and positions live in the softmax beside
+  // the split O) on each of its tiles: no spills or stack either.
+  struct Modded {
+    const char* arch;
+    Mask mask;
+    jit::ScoreMod mod;
+    int group;  // > 0: packed GQA
+  };
+  for (const Modded& k :
+       {Modded{"sm_80", Mask::causal(), jit::ScoreMod::alibi(), 8},
+        Modded{"sm_86", swa, jit::ScoreMod::custom("return score - 0.01f * (float)(q_idx - kv_idx);"), 0},
+        Modded{"sm_90", snippet, jit::ScoreMod::softcap(), 4}}) {
+    jit::FA4Config c;
+    c.arch = k.arch;
+    c.depth = 512;
+    c.mask = k.mask;
+    c.score_mod = k.mod;
+    c.group = k.group;
+    c.pack_gqa = k.group > 0;
+    const std::string what = fmt::format("{} d512 mask {} mod {} group {}", k.arch, static_cast<int>(k.mask.kind),
+                                         static_cast<int>(k.mod.kind), k.group);
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    const auto use = jit::detail::parse_ptxas_log(out.log);
+    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
   }
 }
 

@@ -136,6 +136,123 @@ TEST(Config, DerivesPortableTilesForDeepHeads) {
   expect_config_error([&] { jit::resolve(v128); }, {"shared memory", "depth 192 (depth_v 128)", "188416", "166912"});
 }
 
+// Head dim 512 on the portable backend: a warp's O would be 256 floats a thread, so O is split over
+// two warps per 16 rows (templates/sm80/abi.h), 8 warps at BM 64. Q alone is 64 KiB at BM 64: two
+// stages of BN 32 fit 227 KiB (sm_90, sm_100), of BN 16 sm_80's 163 KiB; the 99 KiB parts run BM 32
+// (2 row warps, 4 in all) and BN 16. Smem 2*(BM*512 + 2*BN*(512 + 512)).
+TEST(Config, DerivesPortableTilesForHeadDim512) {
+  struct Want {
+    const char* arch;
+    int bm, bn, threads;
+  };
+  for (const Want& w :
+       {Want{"sm_80", 64, 16, 256}, Want{"sm_87", 64, 16, 256}, Want{"sm_86", 32, 16, 128}, Want{"sm_89", 32, 16, 128},
+        Want{"sm_120", 32, 16, 128}, Want{"sm_90", 64, 32, 256}, Want{"sm_100", 64, 32, 256}})
+    for (const jit::Mask& m : {jit::Mask::none(), jit::Mask::causal(), jit::Mask::sliding_window()}) {
+      auto c = cfg_for(w.arch, 512);
+      c.mask = m;
+      const auto r = jit::resolve(c);
+      const std::string what = fmt::format("{} d512 mask {}", w.arch, static_cast<int>(m.kind));
+      EXPECT_EQ(r.backend, jit::Backend::portable) << what;
+      EXPECT_EQ(r.padded_depth, 512) << what;
+      EXPECT_EQ(r.padded_depth_v, 512) << what;
+      EXPECT_EQ(r.config.BM, w.bm) << what;
+      EXPECT_EQ(r.config.BN, w.bn) << what;
+      EXPECT_EQ(r.config.num_kv_stages, 2) << what;
+      EXPECT_EQ(r.num_threads, w.threads) << what;
+      EXPECT_EQ(r.smem_bytes, 2 * (w.bm * 512 + 2 * w.bn * 1024)) << what;
+    }
+  // Packed GQA keeps the tile.
+  auto packed = cfg_for("sm_86", 512);
+  packed.group = 8;
+  packed.pack_gqa = true;
+  EXPECT_EQ(jit::resolve(packed).config.BM, 32);
+  // Explicit tiles the kernel runs: sm_80's and the 99 KiB parts' on sm_90.
+  for (const auto [bm, bn] : {std::pair{64, 16}, std::pair{32, 16}, std::pair{32, 32}}) {
+    auto c = cfg_for("sm_90", 512);
+    c.BM = bm;
+    c.BN = bn;
+    const auto r = jit::resolve(c);
+    EXPECT_EQ(r.num_threads, bm == 64 ? 256 : 128) << bm << " " << bn;
+    EXPECT_EQ(r.smem_bytes, 2 * (bm * 512 + 2 * bn * 1024)) << bm << " " << bn;
+  }
+  // Refusals name the field: BN 48 is no tile; BN 64 needs 2 * (64 * 512 + 2 * 64 * 1024) = 327680
+  // bytes, more than sm_90's 232448, and BN 32 more than sm_80's 166912; BM 32 at sm_86 leaves no room
+  // for BN 32; BM 128 would hold 2 * (32 + 2) * 4 = 272 accumulator floats (refused as a tile).
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90", 512);
+        c.BN = 48;
+        jit::resolve(c);
+      },
+      {"BN", "48", "16, 32, 64, 128"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90", 512);
+        c.BN = 64;
+        jit::resolve(c);
+      },
+      {"BN", "shared memory", "327680", "232448"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_80", 512);
+        c.BN = 32;
+        jit::resolve(c);
+      },
+      {"BN", "shared memory", "196608", "166912"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_86", 512);
+        c.BN = 32;
+        jit::resolve(c);
+      },
+      {"BN", "shared memory", "163840", "101376"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90", 512);
+        c.BM = 128;
+        jit::resolve(c);
+      },
+      {"BM", "128", "32, 64"});
+  // BM 32 and BN 16 are depth 512's tiles only (its O split; other depths keep 4 row warps).
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_86", 256);
+        c.BM = 32;
+        jit::resolve(c);
+      },
+      {"BM", "32", "64, 128"});
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_86", 256);
+        c.BN = 16;
+        jit::resolve(c);
+      },
+      {"BN", "16", "32, 64, 128"});
+  // One K/V stage (which would fit BM 64 and BN 16 on sm_86) is no ring: refused naming the field
+  // before anything compiles.
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_86", 512);
+        c.BM = 64;
+        c.num_kv_stages = 1;
+        jit::resolve(c);
+      },
+      {"num_kv_stages", "1", "allowed: 2"});
+  // No FP8 KV cache at 512 (its staging stays at depths 64 and 128).
+  expect_config_error(
+      [] {
+        auto c = cfg_for("sm_90", 512);
+        c.kv_dtype = jit::DType::e4m3;
+        jit::resolve(c);
+      },
+      {"depth", "512 with kv_dtype e4m3", "64 or 128"});
+  // The split-KV combine of a d512 launch: a spec (arch, 512) that the cache's JSON reader takes back.
+  const jit::detail::CombineSpec spec = jit::detail::combine_spec(jit::resolve(cfg_for("sm_86", 512)));
+  EXPECT_EQ(spec.depth, 512);
+  EXPECT_EQ(jit::detail::combine_spec_from_json(jit::detail::to_json(spec)), spec);
+}
+
 TEST(Config, DerivesHopperDefaults) {
   const auto r = jit::resolve(cfg_for("sm_90a"));
   EXPECT_EQ(r.backend, jit::Backend::hopper);

@@ -64,6 +64,8 @@ TEST(GpuAttention, PortableBackendMatchesReference) {
 // GQA 4:1, odd lengths and Sq != Sk, and with O rows padded by 32 poisoned elements that must stay
 // untouched (stores past V's head dim). Then varlen, paged K/V (page 48: pages end inside a tile)
 // and split-KV (float32 partials of V's width into the combine) on each depth's causal kernel.
+// Head dim 512 (O split over two warps per 16 rows) at the default tile and at the 99 KiB parts'
+// (BM 32, BN 16: 2 row warps) and sm_80's (BM 64, BN 16), which run here as explicit tiles.
 TEST(GpuAttention, PortableDeepHeadsMatchReference) {
   SKIP_WITHOUT_GPU();
   const std::string dev = jit::current_device_arch();
@@ -71,13 +73,17 @@ TEST(GpuAttention, PortableDeepHeadsMatchReference) {
   const Shape shapes[] = {{1, 1}, {17, 17}, {300, 300}, {113, 203}, {1, 300}, {1000, 17}};
   struct Depths {
     int depth, depth_v;
+    int bm = 0, bn = 0;  // 0: the default
   };
-  for (const Depths& d : {Depths{192, 0}, Depths{256, 0}, Depths{192, 128}})
+  for (const Depths& d : {Depths{192, 0}, Depths{256, 0}, Depths{192, 128}, Depths{512, 0}, Depths{512, 0, 32, 16},
+                          Depths{512, 0, 64, 16}})
     for (bool causal : {false, true}) {
       jit::FA4Config cfg;
       cfg.arch = plain;
       cfg.depth = d.depth;
       cfg.depth_v = d.depth_v;
+      cfg.BM = d.bm;
+      cfg.BN = d.bn;
       cfg.mask = causal ? jit::Mask::causal() : jit::Mask::none();
       const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
       ASSERT_EQ(kernel->config().backend, jit::Backend::portable);

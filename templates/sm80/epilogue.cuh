@@ -1,7 +1,9 @@
 // Epilogue: finish the row sums (quad reduction, optional sink), O = acc / sum converted to
 // OutElement, staged through the Q tile (this warp's rows at V's row pitch) so that global stores
 // are 16-byte and row-contiguous, clipped to seqlen_q. LSE (natural log) when p.lse is set. O is
-// V's width: kDepthV columns (of DV) are stored, and the split partials are kDepthV wide.
+// V's width: kDepthV columns (of DV) are stored, and the split partials are kDepthV wide. Each warp
+// stores its O slice (columns o_slice * kOCols ..; all of them unless O is split); the LSE, which
+// both warps of a split O hold, goes out from slice 0.
 // Packed GQA (kPack > 1): tile row r is query r / kPack of head q_head + r % kPack
 // (SeqInfo::o_row / lse_row), rows valid below seqlen_q * kPack.
 #pragma once
@@ -32,7 +34,9 @@ __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], 
   using Tile = SmemTile<T, T::kBM, V>;  // O staging, V's rows
   using Out = typename T::OutElement;
   const int g = lane >> 2, t = lane & 3;
-  const int warp_row0 = warp * T::kWarpRows;
+  const int warp_row0 = T::row_warp(warp) * T::kWarpRows;
+  const int slice = T::o_slice(warp);
+  const int d0 = slice * T::kDTiles;  // the slice's first n8 block (16-byte chunk) of O's row
   const bool to_partial = p.num_splits > 1;
   const float o_mul = kv_descaled<T>(1.0f, p.descale_v, p, seq.batch, seq.kv_head);  // 16-bit K/V: 1 (folded away)
 
@@ -52,34 +56,36 @@ __device__ __forceinline__ void epilogue(float (&o)[T::kMTiles][T::kDTiles][4], 
           const long long lse_row = seq.lse_row<T::kPack>(p, q);
           float* dst = split::partial_o(p, split, lse_row, V::kDepth) + 2 * t;  // combine reads kDepthV-wide rows
 #pragma unroll
-          for (int d = 0; d < T::kDTiles; ++d)  // C fragment (row, 8d + 2t..2t+1)
-            if (V::kDepth == V::D || d * 8 < V::kDepth)
-              st_global_v2_f32(dst + 8 * d, o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
-          if (t == 0) split::store_partial_lse(p, split, lse_row, r.lse(scale));
+          for (int d = 0; d < T::kDTiles; ++d)  // C fragment (row, 8(d0 + d) + 2t..2t+1)
+            if (V::kDepth == V::D || (d0 + d) * 8 < V::kDepth)
+              st_global_v2_f32(dst + 8 * (d0 + d), o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
+          if (t == 0 && slice == 0) split::store_partial_lse(p, split, lse_row, r.lse(scale));
         }
         continue;
       }
 #pragma unroll
-      for (int d = 0; d < T::kDTiles; ++d)  // C fragment (row, 8d + 2t..2t+1): one 32-bit word
-        st_shared_b32(smem_q + Tile::offset(row, d) + t * 4, pack2<Out>(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv));
+      for (int d = 0; d < T::kDTiles; ++d)  // C fragment (row, 8(d0 + d) + 2t..2t+1): one 32-bit word
+        st_shared_b32(smem_q + Tile::offset(row, d0 + d) + t * 4,
+                      pack2<Out>(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv));
       if constexpr (T::kPack == 1) {
-        if (p.lse != nullptr && t == 0 && q < seq.seqlen_q) p.lse[seq.lse_offset + q] = r.lse(scale);
+        if (p.lse != nullptr && t == 0 && slice == 0 && q < seq.seqlen_q) p.lse[seq.lse_offset + q] = r.lse(scale);
       } else {
-        if (p.lse != nullptr && t == 0 && q < seq.seqlen_q * T::kPack) p.lse[seq.lse_row<T::kPack>(p, q)] = r.lse(scale);
+        if (p.lse != nullptr && t == 0 && slice == 0 && q < seq.seqlen_q * T::kPack)
+          p.lse[seq.lse_row<T::kPack>(p, q)] = r.lse(scale);
       }
     }
   if (to_partial) return;
   __syncwarp();
 
-  // Each lane copies 16-byte chunks of the warp's rows: consecutive lanes take consecutive
-  // chunks of a row, so a warp stores whole rows.
+  // Each lane copies 16-byte chunks of the warp's rows and O slice (kDTiles chunks a row):
+  // consecutive lanes take consecutive chunks of a row, so a warp stores whole row slices.
   Out* out = static_cast<Out*>(p.o) + (T::kPack == 1 ? seq.o_offset : 0);
-  constexpr int kTotal = T::kWarpRows * V::kChunks;
+  constexpr int kTotal = T::kWarpRows * T::kDTiles;
   static_assert(kTotal % 32 == 0, "epilogue: warp rows * chunks must be a multiple of 32");
 #pragma unroll
   for (int i = 0; i < kTotal / 32; ++i) {
     const int idx = lane + i * 32;
-    const int row = warp_row0 + idx / V::kChunks, chunk = idx % V::kChunks;
+    const int row = warp_row0 + idx / T::kDTiles, chunk = d0 + idx % T::kDTiles;
     const int q = q_lo + row;
     if (q < seq.seqlen_q * T::kPack && (V::kDepth == V::D || chunk * 8 < V::kDepth)) {
       u32 v[4];

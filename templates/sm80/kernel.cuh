@@ -1,6 +1,9 @@
 // sm80 forward attention (FlashAttention-2 structure, portable to sm_80..sm_120):
 // one CTA = kBM query rows of one (batch, head) (or kBM packed rows of one KV head's group);
-// 4 warps, each owning kBM/4 rows end to end.
+// 4 warps, each owning kBM/4 rows end to end. A V of 512 (sm80/abi.h o_split) runs twice the warps
+// over the rows (8 at BM 64; 4 at BM 32, which 99 KiB parts run): warps w and w + kRowWarps own the
+// same rows, compute the same S and softmax, and each P V's and stores one half of O's columns
+// (Traits::row_warp, o_slice).
 //
 //   Q tile + first KV tiles --cp.async--> smem          (zero-filled past seqlen)
 //   for each non-skipped KV tile n in Mask::kv_range:   (same order for loads and compute)
@@ -97,7 +100,8 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kMTiles][T::kNTiles][4], c
 }
 
 // O += P V for one KV tile, P taken from the S fragments (already exponentiated) and packed
-// to 16-bit A fragments one k-step at a time. N: V's padded depth (T::kDTiles n8 blocks).
+// to 16-bit A fragments one k-step at a time. N: the warp's O slice of V's padded depth (T::kDTiles
+// n8 blocks, from the slice's first column: v_lane).
 template <class T>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], const float (&s)[T::kMTiles][T::kNTiles][4],
                                         const KVBuffer<T>& kv, const VLane<T>& lane_in, int stage) {
@@ -120,14 +124,14 @@ __device__ __forceinline__ void gemm_pv(float (&o)[T::kMTiles][T::kDTiles][4], c
   }
 }
 
-// V's ldmatrix lane offset (row l % 16, chunk l / 16, as Q's): Q's own when V's rows are Q's (one
-// type then); for a narrower V rebuilt from a fresh %tid per tile, so that no second offset stays
-// live across the KV loop.
+// V's ldmatrix lane offset (row l % 16, chunk l / 16, as Q's) in the warp's O slice: Q's own when
+// V's rows are Q's (one type then) and O is not split; else rebuilt from a fresh %tid per tile, so
+// that no second offset stays live across the KV loop.
 template <class T>
 __device__ __forceinline__ VLane<T> v_lane(const QKLane<T>& lane_qv) {
-  if constexpr (T::kNarrowV) {
-    const int l = fresh_tid_x() & 31;
-    return VLane<T>::make(l & 15, l >> 4);
+  if constexpr (T::kNarrowV || T::kOSplit > 1) {
+    const int tid = fresh_tid_x(), l = tid & 31;
+    return VLane<T>::make(l & 15, l >> 4).plus(T::o_slice(tid >> 5) * T::kOCols * 2);
   } else {
     return lane_qv;
   }
@@ -186,7 +190,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
   unsigned char* smem = dynamic_smem();
   const u32 smem_q = smem_u32(smem);
   QTile<T> q_tile;
-  q_tile.init(smem_q, warp);
+  q_tile.init(smem_q, T::row_warp(warp));
   KVBuffer<T> kv;
   kv.init(p, seq, smem_q + T::kQBytes, smem_q + T::kQBytes + T::kKBytes);
   // ldmatrix lane offsets (the swizzle term is always lane & 7). Q and V: lane l addresses
@@ -265,7 +269,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p) {
     {
       // This lane's first query row and first key column of the tile (C fragment layout);
       // derived here from threadIdx so they hold no registers across the loop.
-      const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
+      const int l = threadIdx.x & 31, w = T::row_warp(threadIdx.x >> 5);
       score_mod_and_mask<T, Mask, ScoreMod>(s, partial, q_lo + w * T::kWarpRows + (l >> 2), n * kBN + 2 * (l & 3),
                                             ctx, p, qk_mul);
     }

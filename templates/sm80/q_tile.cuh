@@ -1,8 +1,9 @@
 // The Q tile: [kBM][D] in shared memory, loaded once per CTA with cp.async and read back as
 // MMA A fragments by ldmatrix for every KV tile (keeping Q in registers would cost 64 more
-// registers at d128, which the O accumulator needs). Warp w only ever touches its own rows
-// [w*kWarpRows, (w+1)*kWarpRows); the epilogue reuses the tile as O staging (after a CTA barrier,
-// so a narrower V's staging rows, at V's row pitch, may cross into another warp's Q rows).
+// registers at d128, which the O accumulator needs). Warp w only ever reads its own rows
+// [r*kWarpRows, (r+1)*kWarpRows), r = Traits::row_warp(w) (an O split's warps share them); the
+// epilogue reuses the tile as O staging (after a CTA barrier, so a narrower V's staging rows, at
+// V's row pitch, may cross into another warp's Q rows).
 #pragma once
 #include "common/sequence.cuh"
 #include "sm80/smem_tile.cuh"
@@ -16,9 +17,9 @@ struct QTile {
   u32 smem;       // the tile
   u32 smem_warp;  // this warp's first row
 
-  __device__ __forceinline__ void init(u32 smem_q, int warp) {
+  __device__ __forceinline__ void init(u32 smem_q, int row_warp) {
     smem = smem_q;
-    smem_warp = smem_q + warp * T::kWarpRows * T::kRowBytes;
+    smem_warp = smem_q + row_warp * T::kWarpRows * T::kRowBytes;
   }
 
   // Tile rows [q_lo, q_lo + kBM); packed GQA: tile row r is SeqInfo::q_row<kPack>(r), and the

@@ -30,6 +30,9 @@ struct LaneOffset {
     if constexpr (kPow2Row) return (off ^ lo) + hi;
     else return off + (chunk ^ lo) + hi;
   }
+  // The same lane `bytes` further along the row (a whole number of swizzle periods, 16 *
+  // (kSwizzleMask + 1) bytes, so the XOR bits stay clear): an O slice's first column (kernel.cuh v_lane).
+  __device__ __forceinline__ LaneOffset plus(u32 bytes) const { return LaneOffset{off + bytes, chunk}; }
   // Hides the value from loop-invariant code motion: the per-step XORs are then recomputed
   // per tile (one LOP3 each) instead of being held in registers across the KV loop.
   __device__ __forceinline__ LaneOffset refreshed() const {

@@ -2,6 +2,7 @@
 // header takes these instead of re-deriving tile arithmetic, so load, MMA and epilogue agree.
 #pragma once
 #include "common/prelude.cuh"
+#include "sm80/abi.h"
 
 namespace fa4 {
 namespace sm80 {
@@ -46,11 +47,17 @@ struct Traits {
   static constexpr int kStages = Config::kNumKVStages;
   static constexpr int kPack = Config::kPack;  // GQA packing: q heads per tile row group (1: unpacked)
   static constexpr int kThreads = Config::kNumThreads;
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kWarpRows = kBM / kWarps;  // query rows owned by one warp
-  static constexpr int kMTiles = kWarpRows / 16;  // m16 row blocks per warp
-  static constexpr int kNTiles = kBN / 8;         // n8 column blocks of S
-  static constexpr int kDTiles = DV / 8;          // n8 column blocks of O (V's width)
+  // Warp w owns rows [row_warp(w) * kWarpRows, + kWarpRows) and O's columns [o_slice(w) * kOCols,
+  // + kOCols) (abi.h: a V of 512 is split over kOSplit warps sharing their rows).
+  static constexpr int kOSplit = abi::o_split(DV);
+  static constexpr int kRowWarps = abi::row_warps(kBM);
+  static constexpr int kWarpRows = kBM / kRowWarps;  // query rows owned by one warp
+  static constexpr int kMTiles = kWarpRows / 16;     // m16 row blocks per warp
+  static constexpr int kNTiles = kBN / 8;            // n8 column blocks of S
+  static constexpr int kOCols = DV / kOSplit;        // O columns of one warp (its slice of V's width)
+  static constexpr int kDTiles = kOCols / 8;         // n8 column blocks of a warp's O
+  __device__ __forceinline__ static int row_warp(int warp) { return kOSplit == 1 ? warp : warp % kRowWarps; }
+  __device__ __forceinline__ static int o_slice(int warp) { return kOSplit == 1 ? 0 : warp / kRowWarps; }
   static constexpr int kChunks = QKRows::kChunks;  // 16-byte chunks per Q / K smem row
   static constexpr int kSwizzleMask = QKRows::kSwizzleMask;
 
@@ -65,7 +72,6 @@ struct Traits {
   static constexpr int kKV8StageBytes = kBN * D;
   static constexpr int kKV8Bytes = kFp8KV ? kStages * kKV8StageBytes : 0;
   static constexpr int kKVChunks8 = D / 16;  // 16-byte chunks (16 e4m3) per staging row
-  // DEVICE_ABI: 2*(BM*Dp + S*BN*(Dp + DpV)); FP8 KV cache: 2*(BM*Dp + 2*BN*Dp) + 2*S*BN*Dp.
   static constexpr int kSmemBytes = kQBytes + kKBytes + kVBytes + 2 * kKV8Bytes;
 
   static_assert(sizeof(Element) == 2 && sizeof(OutElement) == 2, "sm80: 16-bit Q/O (and MMAs) only");
@@ -73,8 +79,10 @@ struct Traits {
                 "sm80: K/V are Element, or e4m3 (FP8 KV cache)");
   static_assert(!kFp8KV || (kDepth % 16 == 0 && kThreads % kKVChunks8 == 0 && (kBN * kKVChunks8) % kThreads == 0),
                 "sm80 FP8 KV cache: whole 16-byte e4m3 chunks, split evenly over the threads");
-  static_assert(kThreads == 128, "sm80: 4 warps per CTA (kNumThreads = 128)");
-  static_assert(kWarpRows % 16 == 0 && kMTiles >= 1, "sm80: kBM must be a multiple of 64 (16 rows per warp)");
+  static_assert(kThreads == abi::num_threads(kBM, DV), "sm80: kNumThreads is abi::num_threads (row warps x O split)");
+  static_assert(kWarpRows % 16 == 0 && kMTiles >= 1 && kMTiles == abi::m_tiles(kBM),
+                "sm80: kBM must be 32 (O split only) or a multiple of 64 (16 rows per warp)");
+  static_assert(kOSplit == 1 || kOCols % 64 == 0, "sm80: O slices start on whole swizzle periods (LaneOffset::plus)");
   static_assert(kBN % 16 == 0, "sm80: kBN must be a multiple of 16");
   static_assert(D % 16 == 0, "sm80: kPaddedDepth must be a multiple of 16");
   // A narrower V: 16-bit, whole 64-element rows (resolve() pads it so), never wider than Q and K.
@@ -83,13 +91,10 @@ struct Traits {
   static_assert(kNarrowV || kDepthV == kDepth, "sm80: a V as wide as Q and K has their depth");
   static_assert(kPack >= 1, "sm80: kPack is the GQA group when packed, else 1");
   static_assert(kStages >= 2, "sm80: cp.async ring needs kNumKVStages >= 2");
-  static_assert(kSmemBytes <= Config::kSmemBytes,
-                "sm80: layout needs 2*(kBM*Dp + kNumKVStages*kBN*(Dp + DpV)) bytes of dynamic shared memory "
-                "(FP8 KV cache: 2*(kBM*Dp + 2*kBN*Dp) + 2*kNumKVStages*kBN*Dp)");
-  // O and S accumulators live in registers for the whole kernel: kMTiles*(kDTiles+kNTiles)*4
-  // floats per thread (O at V's width). Beyond ~192 the kernel spills (V 192 and 256 need kBM = 64,
-  // as in FA2).
-  static_assert(kMTiles * (kDTiles + kNTiles) * 4 <= 192,
+  static_assert(kSmemBytes == abi::smem_bytes(kBM, kBN, D, DV, kStages, kFp8KV) && kSmemBytes <= Config::kSmemBytes,
+                "sm80: the layout is abi::smem_bytes, within the dynamic shared memory the host derived");
+  static_assert(kMTiles * (kDTiles + kNTiles) * 4 == abi::accumulators(kBM, kBN, DV) &&
+                    abi::accumulators(kBM, kBN, DV) <= abi::kMaxAccumulators,
                 "sm80: accumulators exceed the register file; use kBM=64 for a V of 192 or 256 or a smaller kBN");
 };
 
