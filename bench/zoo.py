@@ -9,7 +9,7 @@
 Models are Hugging Face config.json files (tests/models/); each is cut into the per-GPU shape of
 every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV heads). Rows
 (``ROWSETS``): prefill (one 2k and one 16k prompt, a varlen batch of mixed lengths), decode
-(batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 16 and 64), speculative decode
+(batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 1, 16 and 64), speculative decode
 (4 queries), FP8-KV decode, a continuous-batching step (48 decode rows and two prefill chunks in
 one varlen call), and head dim 512 (``d512``: one synthetic GQA shape, no model file having it).
 Models with multi-head latent attention (DeepSeek-V3, Kimi-K2) get the prefill
@@ -202,7 +202,7 @@ def rows_of(shape, rowsets):
         out.append(Row("varlen", shape, len(VARLEN_LENS), 0, 0, lens=VARLEN_LENS))
     if "mixed" in rowsets:
         out.append(Row("mixed", shape, len(MIXED_LENS), 0, 0, lens=MIXED_LENS))
-    for kind, page in (("decode", 0), ("paged", 16), ("paged", 64)):
+    for kind, page in (("decode", 0), ("paged", 1), ("paged", 16), ("paged", 64)):
         if kind in rowsets:
             out += [Row(kind, shape, b, 1, k, page=page) for b in (1, 32, 128) for k in (4096, 32768)]
     if "spec" in rowsets:

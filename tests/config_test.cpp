@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fa4jit/jit.hpp"
+#include "generator/backends/backend.hpp"
 #include "generator/combine.hpp"
 #include "sm100a/abi.h"
 #include "sm90a/abi.h"
@@ -1047,6 +1048,57 @@ TEST(Config, ValueHeadDimIsAPairTheBackendServes) {
   bad.kv_dtype = jit::DType::e4m3;
   refused(bad, "depth_v");
   EXPECT_THROW(jit::config_from_json(nlohmann::json{{"depth", 192}, {"depth_v", -1}}), jit::ConfigError);
+}
+
+// Paged launches: pages load by TMA boxes of gcd(page_size, BN) rows where that is a multiple of 8
+// (FwdParams::kv_box_rows), and are gathered row by row (kv_box_rows 0) where it is not, by every
+// sm90a kernel that gathers (abi.h gathers); the others refuse such pages naming page_size and why.
+TEST(Config, PagesNoTmaBoxTakesAreGatheredOrRefusedByName) {
+  auto rows = [](const jit::FA4Config& c, long long page, const std::string& tune = "") {
+    const jit::ResolvedConfig r = jit::resolve(c, tuned(tune));
+    return jit::detail::policy(r).paged_kv_box_rows(r, page);
+  };
+  auto expect_refused = [&](const jit::FA4Config& c, long long page, std::initializer_list<const char*> words,
+                            const std::string& tune = "") {
+    try {
+      rows(c, page, tune);
+      ADD_FAILURE() << "page " << page << ": no LaunchError";
+    } catch (const jit::LaunchError& e) {
+      const std::string msg = e.what();
+      for (const char* w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+    }
+  };
+  jit::FA4Config causal = cfg_for("sm_90a");
+  causal.mask = jit::Mask::causal();
+  ASSERT_EQ(jit::resolve(causal).tuning.persistent, 1);
+  EXPECT_EQ(rows(causal, 16), 16);
+  EXPECT_EQ(rows(causal, 256), 128);                                                        // BN 128: one box a tile
+  for (long long page : {1, 2, 4, 12, 100, 255}) EXPECT_EQ(rows(causal, page), 0) << page;  // gathered
+  jit::FA4Config decode = causal;
+  decode.group = 7;
+  decode.pack_gqa = true;
+  EXPECT_EQ(rows(decode, 1), 0);
+  EXPECT_EQ(rows(decode, 24), 8);  // BN 64: gcd 8, TMA
+  jit::FA4Config kv_fp8 = decode;
+  kv_fp8.kv_dtype = jit::DType::e4m3;
+  EXPECT_EQ(rows(kv_fp8, 1), 0);
+  jit::FA4Config mla = cfg_for("sm_90a", 576);
+  mla.depth_v = 512;
+  mla.group = 16;
+  mla.pack_gqa = true;
+  EXPECT_EQ(rows(mla, 1), 0);
+  EXPECT_EQ(rows(cfg_for("sm_90a", 512), 1), 0);
+  // Persistent walks past padded depth 128 load by TMA only; their grid walk gathers.
+  jit::FA4Config deep = cfg_for("sm_90a", 256);
+  deep.mask = jit::Mask::causal();
+  ASSERT_EQ(jit::resolve(deep).tuning.persistent, 1);
+  expect_refused(deep, 1, {"page_size", "1", "persistent=0"});
+  EXPECT_EQ(rows(deep, 1, "persistent=0"), 0);
+  jit::FA4Config fp8 = cfg_for("sm_90a");
+  fp8.dtype = jit::DType::e4m3;
+  expect_refused(fp8, 12, {"page_size", "12", "FP8"});
+  expect_refused(cfg_for("sm_100a"), 1, {"page_size", "sm100a"});
+  EXPECT_EQ(rows(cfg_for("sm_80"), 1), jit::resolve(cfg_for("sm_80")).config.BN);  // plain loads: any page
 }
 
 }  // namespace

@@ -126,10 +126,9 @@ struct MlaCase {
 };
 
 // Per head count: Sq 1 (decode) and Sq 4 (speculative / MTP decode, causal bottom-right), in padded
-// K with seqused_k, pages of 16 and of 64 (sequences shorter than, equal to and across pages; sm_90a
-// loads pages in TMA boxes of a multiple of 8 rows, so page size 1 is refused), and KV split 3 and
-// 4 ways. A sequence with fewer keys than queries has rows that see no key (O 0,
-// LSE -inf); one of a single key has a one-key softmax.
+// K with seqused_k, pages of 16 and of 64 (sequences shorter than, equal to and across pages) and of
+// 1 (SGLang's; rows sm_90a gathers, as no TMA box takes them), and KV split 3 and 4 ways. A sequence with fewer keys
+// than queries has rows that see no key (O 0, LSE -inf); one of a single key has a one-key softmax.
 std::vector<MlaCase> mla_cases(int heads) {
   std::vector<MlaCase> v;
   auto add = [&](const std::string& name, CheckCase c) { v.push_back({name, std::move(c)}); };
@@ -140,7 +139,9 @@ std::vector<MlaCase> mla_cases(int heads) {
     add(s + " unpaged, seqused_k", padded);
     add(s + " paged 16", mla_case(heads, sq, {300, sq == 1 ? 1 : 3, 65}, 16));
     add(s + " paged 64", mla_case(heads, sq, {700, 64, sq == 1 ? 1 : 2}, 64));
+    add(s + " paged 1 (gathered rows)", mla_case(heads, sq, {333, 1, 64 + sq}, 1));
   }
+  add("Sq4 paged 1, split-KV 3", mla_case(heads, 4, {1500, 200}, 1, 3));
   add("Sq1 paged 64, split-KV 4", mla_case(heads, 1, {3000, 1500}, 64, 4));
   add("Sq4 paged 16, split-KV 3", mla_case(heads, 4, {2100, 900}, 16, 3));
   add("Sq4 unpaged, split-KV 3", mla_case(heads, 4, {2500, 700, 3}, 0, 3));

@@ -4,7 +4,7 @@
 // (16, the dense rows every earlier kernel used), 48 (one query per span) and groups above 64 (96,
 // 128: sliced into CTAs of 48 / 64 heads on sm90a). Decode and speculative lengths (Sq 1, 5, 16:
 // 16 queries of group 7 cross a span), causal (bottom-right: each padded row's mask is its own
-// query's), contiguous and paged K/V (pages of 16 and 64), split-KV (automatic and 3, with the
+// query's), contiguous and paged K/V (pages of 1, 16 and 64), split-KV (automatic and 3, with the
 // combine), varlen batches, sinks and an FP8 KV cache. Skips without a GPU.
 // Run: --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
@@ -50,13 +50,14 @@ CheckCase decode_case(int group, int sq) {
   return c;
 }
 
-// Every layout of one decode shape: contiguous (automatic splits), paged 16 and 64 (page 64 with
-// sinks), split-KV 3, and a varlen batch (Sq, 1, Sq + 3 queries over 777, 40, 300 keys).
+// Every layout of one decode shape: contiguous (automatic splits), paged 1 (sm90a gathers its rows),
+// 16 and 64 (page 64 with sinks), split-KV 3, and a varlen batch (Sq, 1, Sq + 3 queries over 777,
+// 40, 300 keys).
 void check_layouts(const jit::Kernel& kernel, int group, int sq, const std::string& what) {
   CheckCase c = decode_case(group, sq);
   c.num_splits = 0;
   expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} contiguous", what));
-  for (int page : {16, 64}) {
+  for (int page : {1, 16, 64}) {
     CheckCase p = decode_case(group, sq);
     p.page_size = page;
     p.num_splits = 0;
@@ -130,10 +131,10 @@ TEST(GpuPackGqa, AnyGroupOverFp8KvCacheMatchesReference) {
       cfg.kv_dtype = DType::e4m3;
       const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
       for (int sq : {1, 5})
-        for (int page : {0, 16}) {
+        for (int page : {0, 1, 16}) {
           CheckCase c = decode_case(group, sq);
           c.page_size = page;
-          c.num_splits = page == 16 ? 3 : 0;
+          c.num_splits = page > 0 ? 3 : 0;
           expect_matches(
               jit::testing::run_and_check(*kernel, c),
               fmt::format("{} e4m3 KV group {} Sq {} page {} splits {}", arch, group, sq, page, c.num_splits));

@@ -205,4 +205,68 @@ TEST(GpuVariants, HeadDim512MatchesReference) {
   expect_depths_match(512, 0, cases);
 }
 
+// Pages no TMA box takes (gcd(page_size, BN) not a multiple of 8 rows): sm_90a's producer warp
+// gathers their rows (cp.async, load.cuh GatherTile), the portable kernel loads them as any page.
+// Prefill through the persistent walk (d128 and d64 causal, pages 1, 3 and 100) and the grid walk
+// (a window; d256 under persistent=0; head dim 512), varlen queries, split-KV, packed decode over
+// an FP8 KV cache. Keys past a sequence come from table entries of other sequences' pages.
+TEST(GpuVariants, GatheredPagesMatchReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    int depth;
+    Mask mask;
+    const char* tune;
+    int page;
+    CheckCase c;
+  };
+  auto prefill = [](int sq, std::vector<int> keys) {
+    CheckCase c;
+    c.batch = static_cast<int>(keys.size());
+    c.seqlen_q = sq;
+    c.seqlens_k = std::move(keys);
+    c.num_q_heads = 4;
+    c.num_kv_heads = 2;
+    return c;
+  };
+  std::vector<Case> cases;
+  for (int page : {1, 3, 100})
+    cases.push_back({"d128 causal", 128, Mask::causal(), "", page, prefill(300, {300, 517})});
+  cases.push_back({"d64 causal", 64, Mask::causal(), "", 1, prefill(200, {700, 201})});
+  {
+    Case w{"d128 window 100", 128, Mask::sliding_window(), "", 12, prefill(250, {640, 250})};
+    w.c.window_left = 100;
+    w.c.window_right = 0;
+    cases.push_back(w);
+  }
+  cases.push_back({"d256 causal grid", 256, Mask::causal(), "persistent=0", 1, prefill(130, {130, 400})});
+  cases.push_back({"d512 causal", 512, Mask::causal(), "", 1, prefill(70, {70, 333})});
+  {
+    Case v{"d128 causal varlen queries", 128, Mask::causal(), "", 1, prefill(0, {400, 40, 129})};
+    v.c.seqlens_q = {17, 0, 129};
+    cases.push_back(v);
+  }
+  {
+    Case s{"d128 causal split 3", 128, Mask::causal(), "persistent=0", 1, prefill(2, {3000, 900})};
+    s.c.num_splits = 3;
+    cases.push_back(s);
+  }
+  for (const std::string& arch : runnable_archs())
+    for (const Case& k : cases) {
+      jit::FA4Config cfg;
+      cfg.arch = arch;
+      cfg.depth = k.depth;
+      cfg.mask = k.mask;
+      CheckCase c = k.c;
+      c.page_size = k.page;
+      const std::string what = fmt::format("{} {} page {}{}{}", arch, k.name, k.page, *k.tune ? " " : "", k.tune);
+      try {
+        const auto kernel = jit::get_kernel(cfg, *k.tune ? jit::testing::tuned(k.tune) : jit::testing::env_tune());
+        jit::testing::expect_matches(jit::testing::run_and_check(*kernel, c), what);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": " << e.what();
+      }
+    }
+}
+
 }  // namespace

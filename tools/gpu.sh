@@ -30,6 +30,7 @@ On the GPU machine (repository root, .device carried):
                         depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
                         mla (depth 576 / depth_v 512, MLA's latent KV: paged, varlen keys, split, Sq 1-4),
                         d512 (head dim 512: GQA prefill, a window, varlen, packed paged decode + splits),
+                        gather (pages 1 and 3: persistent prefill, packed decode + splits, FP8 KV, MLA),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen); default: prefill decode
@@ -210,6 +211,17 @@ sanitize() {
           read -r m rest <<<"$c"
           for tool in memcheck racecheck synccheck; do
             san_check "" $tool sm_90a "{\"depth\":512,\"mask\":\"$m\"}" $rest
+          done
+        done ;;
+      gather)  # pages no TMA box takes (page 1, 3): the producer warp's cp.async gather, on sm_90a
+        local cases=(
+          '{"depth":128,"mask":"causal"}|--batch 2 --heads 4 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
+          '{"depth":128,"mask":"causal","group":7,"pack_gqa":true}|--batch 3 --heads 14 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 3 --splits 3'
+          '{"depth":128,"mask":"causal","group":8,"pack_gqa":true,"kv_dtype":"e4m3"}|--batch 2 --heads 16 --seqlen-q 1 --seqlens-k 700 64 --page-size 1'
+          '{"depth":576,"depth_v":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa')
+        for c in "${cases[@]}"; do
+          for tool in memcheck racecheck synccheck; do
+            san_check "" $tool sm_90a "${c%%|*}" ${c#*|}
           done
         done ;;
       anygroup)  # packed GQA of groups that do not divide 64 rows (padded spans) and above (slices)

@@ -60,8 +60,8 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       bars->v.init(fills, kHelperThreads / 32);
       bars->vt.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
     } else if constexpr (Sh::kKvFp8) {  // e4m3 K, V -> converter warps (3) -> K, V (every converter thread) -> consumers
-      bars->k_load.init(fills, kHelperThreads / 32);
-      bars->v_load.init(fills, kHelperThreads / 32);
+      bars->k_load.init(fills, kHelperThreads);  // every converter thread releases (load.cuh convert_loop)
+      bars->v_load.init(fills, kHelperThreads);
       bars->k.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
       bars->v.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
     } else {

@@ -80,11 +80,13 @@ __device__ __forceinline__ bool gathers_kv(const FwdParams& p) {
 // Page sizes whose gcd with kBN is not a multiple of 8 rows (1, 2, 4, 12, ...; launch: kv_box_rows
 // 0) cannot come in TMA boxes, which must hold whole 8-row swizzle periods. The producer warp's 32
 // lanes then copy each tile row by row, 16 bytes a cp.async, into the layout TMA would have left
-// (chunk c of tile row r: swizzle block c / 8, 16-byte unit (c % 8) ^ (r % 8)), so the consumers,
-// the V transposers and the e4m3 converters read it unchanged. kLanesPerRow lanes take consecutive
-// chunks of one row (reads of 128 bytes or more); each lane looks up the rows r = lane + 32 j of
-// the tile once (page table, in-page row) and the lanes copying a row take its offset by shuffle.
-// Keys past the sequence are zero-filled (P V then never meets a NaN).
+// (chunk c of tile row r: swizzle block c / 8, 16-byte unit (c % 8) ^ (r % 8)), so the consumers
+// and the e4m3 converters read it unchanged. kLanesPerRow lanes take consecutive chunks of one row
+// (reads of 128 bytes or more); each lane looks up the rows lane + 32 j (page table, in-page row)
+// and the lanes copying a row take its offset by shuffle. Keys past the sequence are zero-filled
+// (P V then never meets a NaN). One warp is latency-bound at decode (docs/PERF.md run 60): the
+// warpgroup's other warps idle, but every variant that spread the rows over them spilled the
+// 24-register producer.
 template <class Config, int kChunks>  // kChunks: 128-byte swizzle blocks per row (K's, or V's)
 struct GatherTile {
   using Sh = Shape<Config>;
@@ -93,7 +95,7 @@ struct GatherTile {
   static constexpr int kLanesPerRow = kRowChunks % 32 == 0 ? 32 : kRowChunks % 16 == 0 ? 16 : 8;
   static constexpr int kRowsPerStep = 32 / kLanesPerRow;
   static constexpr int kSteps = kRowChunks / kLanesPerRow;  // cp.async per lane and row group
-  static constexpr int kLookups = (Sh::kBN + 31) / 32;      // rows a lane looks up
+  static constexpr int kLookups = (Sh::kBN + 31) / 32;  // rows a lane looks up
   static_assert(Sh::kBN % kRowsPerStep == 0, "gather: whole row groups per tile");
 
   // Tile n of a sequence (s: its page-table row and keys) from base (K or V at the sequence's KV
@@ -135,8 +137,9 @@ struct GatherTile {
 // The gathering lanes' arrivals on the stages' full barriers (32 a stage: kernel.cuh). cp.async
 // writes through the generic proxy and wgmma reads through the async one, so a lane arrives only
 // once its copies are done (cp.async.wait_group) and fenced to the async proxy. The arrival trails
-// one stage, so the next stage's copies are in flight while this one's complete; finish() before
-// any wait on the consumers' progress past the pending stage (the next tile's Q region).
+// one stage, so the next stage's copies are in flight while this one's complete (two trailing
+// stages measured no faster, docs/PERF.md run 60); finish() before any wait on the consumers'
+// progress past the pending stage (the next tile's Q region).
 struct GatherArrival {
   u32 pending = 0;  // the stage's full barrier (shared address), 0: none
   __device__ __forceinline__ void issued(u64* full) {  // after the copies into full's stage, committed
@@ -280,7 +283,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 // So q_full[g] / q_empty[g] complete exactly one phase per tile i on both sides (paged K/V: a
 // uniform branch per tile in load_kv_tile).
 // kGather: every lane of the producer warp runs this (lane 0 loads Q; the lanes gather K / V rows,
-// GatherTile), each tile's last arrival made before the next tile's q_empty waits.
+// GatherTile), each tile's last arrivals made before the next tile's q_empty waits.
 template <class Config, class Mask, bool kPaged, class Tiles, bool kGather = false>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, Tiles tiles, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars) {
@@ -524,7 +527,8 @@ __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
 // e4m3 ring and the 16-bit ring move in lockstep (one stage each per K or V tile), so one Relay
 // serves both, as for FP8's V transposers.
 template <class Config>
-__device__ __forceinline__ void convert_stage(pipe::Relay<Shape<Config>::kStages>& relay, u32 src_ring, u32 dst_ring,
+__device__ __forceinline__ void convert_stage(pipe::Relay<Shape<Config>::kStages, pipe::ArriveEachThread>& relay,
+                                              u32 src_ring, u32 dst_ring,
                                               int t) {
   using L = SmemLayout<Config>;
   auto st = relay.acquire();
@@ -543,7 +547,10 @@ __device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, un
   using L = SmemLayout<Config>;
   static_assert(Sh::kKvFp8, "convert_loop: FP8 KV caches only");
   const u32 base = smem_u32(smem);
-  pipe::Relay<Sh::kStages> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
+  // Every converter thread releases the e4m3 stage it read (the empty barriers count 96): a gathered
+  // stage's next cp.async writes then follow each thread's own reads (compute-sanitizer's racecheck
+  // flagged the one-lane-per-warp release there, which TMA's writes never meet).
+  pipe::Relay<Sh::kStages, pipe::ArriveEachThread> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
   // The walk's constants re-read per tile from an opaque zero, as the transposers' (transpose_loop):
   // held across it, they spilled the 56-register warpgroup (28 B at causal d128).
   for (; tiles.valid(p, Tiles::loop_zero()); tiles.advance()) {
