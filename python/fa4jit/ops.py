@@ -182,11 +182,15 @@ def _key(x):
 
 _plans: Dict[tuple, object] = {}
 _PLANS_MAX = 4096  # distinct signatures kept (scalar values such as softmax_scale are part of a key)
-# The optional pointer fields in struct order, each with the argument it comes from.
-_POINTERS = (("lse", "lse"), ("alibi_slopes", "alibi_slopes"), ("aux_ptr", "aux"), ("cu_seqlens_q", "cu_seqlens_q"),
-             ("cu_seqlens_k", "cu_seqlens_k"), ("seqused_k", "seqused_k"), ("sinks", "sinks"),
-             ("page_table", "page_table"), ("workspace", "workspace"), ("descale_q", "descale_q"),
-             ("descale_k", "descale_k"), ("descale_v", "descale_v"), ("block_mask", "block_mask"))
+# The optional pointer fields, each with the argument it comes from, in the launch struct's field
+# order (launch_table.FIELDS; PointerPatch packs them in that order: block_mask listed last here
+# once made every Flex call with a workspace fail).
+_POINTERS = tuple(sorted(
+    (("lse", "lse"), ("alibi_slopes", "alibi_slopes"), ("aux_ptr", "aux"), ("cu_seqlens_q", "cu_seqlens_q"),
+     ("cu_seqlens_k", "cu_seqlens_k"), ("seqused_k", "seqused_k"), ("sinks", "sinks"), ("page_table", "page_table"),
+     ("workspace", "workspace"), ("descale_q", "descale_q"), ("descale_k", "descale_k"), ("descale_v", "descale_v"),
+     ("block_mask", "block_mask")),
+    key=lambda p: _lib.FIELD_INDEX[p[0] + "[0]" if p[0] == "aux_ptr" else p[0]]))
 # The user functions' argument an op argument comes from where the names differ (block_mask_mod: a
 # BlockMask, whose classes are the tile map).
 _USER_ARG = {"block_mask": "block_mask_mod"}

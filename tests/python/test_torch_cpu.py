@@ -802,3 +802,18 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
         fa4jit.attention_varlen(qv, kv, kv, cu_q, cu_k, 200, causal=True, num_splits=1, descale_k=torch.ones(2, 2))
     keys = [key for key in ops._kernels if key[2] == "e4m3"]
     assert {(key[12], key[13]) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4
+
+
+def test_every_optional_pointer_packs_in_struct_order():
+    """A call that passes every optional pointer at once (block_mask with a split's workspace, the
+    Flex front end's case) packs them: the fields are in the launch struct's order."""
+    from fa4jit import _lib, ops
+    fields = [f + "[0]" if f == "aux_ptr" else f for f, _ in ops._POINTERS]
+    assert fields == sorted(fields, key=_lib.FIELD_INDEX.__getitem__)
+    values = _lib.LAUNCH_ARGS.unpack(bytes(_lib.LAUNCH_ARGS_SIZE))
+    patch = _lib.PointerPatch(list(values), ["q.data", "k.data", "v.data", "o.data"] + fields)
+    packed = patch.pack([i + 1 for i in range(4 + len(fields))])
+    assert len(packed) == _lib.LAUNCH_ARGS_SIZE
+    for i, name in enumerate(["q.data", "k.data", "v.data", "o.data"] + fields):
+        off = _lib.FIELD_OFFSETS[name]
+        assert int.from_bytes(packed[off:off + 8], "little") == i + 1, name
