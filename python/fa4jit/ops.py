@@ -642,7 +642,9 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
     row r is row r % page_size of page page_table[b, r // page_size] (entries past a sequence's pages
     must still be valid page indices); seqused_k: int32 (B,) keys per sequence (None: every page).
     q: (B, Sq, Hq, D), or packed (total_q, Hq, D) with cu_seqlens_q and max_seqlen_q (varlen queries).
-    On TMA backends page_size must be a multiple of 8 (gcd with the tile's 128 rows). max_seqlen_k:
+    Any page_size on sm_90a and the portable backend (sm_90a gathers pages no TMA box takes, such as
+    1, row by row: correct, slower than 16 or 64; FP8 and persistent kernels above head dim 128 refuse
+    them, naming page_size); sm_100a takes multiples of 8. max_seqlen_k:
     the longest sequence's keys (None: max_pages x page_size bounds it), a hint as in
     attention_varlen(). Other arguments as attention().
     """
