@@ -15,6 +15,7 @@ function that used it.
 ``TracedMod.graph`` (the aten graph module) evaluates the same function on tensors, which is how
 ``fa4jit.create_block_mask`` classifies tiles (``fa4jit.flex``).
 """
+import contextlib
 import linecache
 import math
 import sys
@@ -508,6 +509,18 @@ class _IndexMode(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _outside_dynamo() -> contextlib.ExitStack:
+    """Under torch.compile a mod is traced while dynamo traces the call: make_fx would take dynamo's
+    fake mode (the active one, and its tracing context's), which refuses the tensors the mod captures
+    (document ids, a bias table: 'Mixing fake modes', or real ones 'convert all Tensors to FakeTensors
+    first'). The trace runs outside both, in a fake mode of its own."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    stack = contextlib.ExitStack()
+    stack.enter_context(unset_fake_temporarily())
+    stack.enter_context(torch._guards.tracing(None))
+    return stack
+
+
 def _trace(fn, kind: str) -> TracedMod:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -520,10 +533,12 @@ def _trace(fn, kind: str) -> TracedMod:
     ints = [torch.zeros((), dtype=torch.int32) for _ in range(4)]
     args = ([torch.zeros((), dtype=torch.float32)] if kind == "score" else []) + ints
     try:
-        gm = make_fx(indexed, tracing_mode="fake", record_stack_traces=True, _allow_non_fake_inputs=True)(*args)
+        with _outside_dynamo():
+            gm = make_fx(indexed, tracing_mode="fake", record_stack_traces=True, _allow_non_fake_inputs=True)(*args)
     except TypeError as e:
         if "record_stack_traces" in str(e) or "_allow_non_fake_inputs" in str(e):
-            gm = make_fx(indexed, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+            with _outside_dynamo():
+                gm = make_fx(indexed, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
         else:
             raise _trace_error(fn, kind, e) from e
     except ConfigError:

@@ -817,3 +817,24 @@ def test_every_optional_pointer_packs_in_struct_order():
     for i, name in enumerate(["q.data", "k.data", "v.data", "o.data"] + fields):
         off = _lib.FIELD_OFFSETS[name]
         assert int.from_bytes(packed[off:off + 8], "little") == i + 1, name
+
+
+def test_torch_compile_traces_python_mods_that_capture_tensors(fake):
+    """A Python mask_mod / score_mod capturing tensors (document ids, a bias table) inside
+    torch.compile(fullgraph=True): the mods are traced outside dynamo's fake mode (which refused the
+    captured tensors: 'Mixing fake modes', or real ones 'convert all Tensors to FakeTensors first')."""
+    torch._dynamo.reset()
+    with fake:
+        q, k, v = qkv(Sq=128, Sk=128, Hq=4, Hkv=4)
+        doc = torch.empty(2, 128, dtype=torch.int32, device="cuda")
+        rel = torch.empty(4, 256, device="cuda")
+
+        def docmask(b, h, q_idx, kv_idx):
+            return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+
+        def relbias(score, b, h, q_idx, kv_idx):
+            return score + rel[h, q_idx - kv_idx + 128]
+
+        f = torch.compile(lambda q, k, v: fa4jit.attention(q, k, v, mask_mod=docmask, score_mod=relbias),
+                          backend="eager", fullgraph=True)
+        assert f(q, k, v).shape == q.shape
