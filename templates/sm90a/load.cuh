@@ -84,7 +84,7 @@ __device__ __forceinline__ bool gathers_kv(const FwdParams& p) {
 // and the e4m3 converters read it unchanged. kLanesPerRow lanes take consecutive chunks of one row
 // (reads of 128 bytes or more); each lane looks up the rows lane + 32 j (page table, in-page row)
 // and the lanes copying a row take its offset by shuffle. Keys past the sequence are zero-filled
-// (P V then never meets a NaN). One warp is latency-bound at decode (docs/PERF.md run 60): the
+// (P V then never meets a NaN). One warp is latency-bound at decode (docs/PERF.md run 61): the
 // warpgroup's other warps idle, but every variant that spread the rows over them spilled the
 // 24-register producer.
 template <class Config, int kChunks>  // kChunks: 128-byte swizzle blocks per row (K's, or V's)
@@ -138,7 +138,7 @@ struct GatherTile {
 // writes through the generic proxy and wgmma reads through the async one, so a lane arrives only
 // once its copies are done (cp.async.wait_group) and fenced to the async proxy. The arrival trails
 // one stage, so the next stage's copies are in flight while this one's complete (two trailing
-// stages measured no faster, docs/PERF.md run 60); finish() before any wait on the consumers'
+// stages measured no faster, docs/PERF.md run 61); finish() before any wait on the consumers'
 // progress past the pending stage (the next tile's Q region).
 struct GatherArrival {
   u32 pending = 0;  // the stage's full barrier (shared address), 0: none
