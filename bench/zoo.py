@@ -334,11 +334,14 @@ def make_data(row, sets):
     return d
 
 
-def fa4jit_arm(row, data):
+def fa4jit_arm(row, data, pack=None):
+    """fa4jit on this row; pack: the op's pack_gqa (None: its automatic choice)."""
     import fa4jit
     import torch
     sh = row.shape
     kw = dict(causal=True, softcap=sh.softcap)
+    if pack is not None and row.kind != "mla":
+        kw["pack_gqa"] = pack
     if sh.window:
         kw["window"] = (sh.window - 1, 0)
     if sh.sinks:
@@ -387,7 +390,7 @@ def check_against(ours, peer, tol=2e-2):
     return err, err <= tol
 
 
-def run_row(row, nvml, peers, rounds, iters, graph=True):
+def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False):
     import peers as P
     import torch
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -412,6 +415,10 @@ def run_row(row, nvml, peers, rounds, iters, graph=True):
             errors[name] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
             continue
         arms[name] = fn
+    if pack_ab and row.shape.Hq > row.shape.Hkv:  # --pack-ab: the automatic pack_gqa choice's two sides
+        for name, pack in (("fa4jit packed", True), ("fa4jit unpacked", False)):
+            arms[name] = fa4jit_arm(row, data, pack=pack)
+        peers = list(peers) + ["fa4jit packed", "fa4jit unpacked"]
     out_bytes = 2 * row.shape.Hq * row.shape.dv * sum(q for q, _ in row.seqs())
     max_calls = int(min(400, max(8, (2 << 30) // out_bytes)))  # graph outputs stay under ~2 GiB
     rounds_ = harness.run_rounds(arms, nvml, rounds=rounds, iters=iters, graph=graph, max_calls=max_calls)
@@ -684,11 +691,15 @@ def main(argv=None):
     ap.add_argument("--batches", default="",
                     help="keep only decode / paged / fp8kv / mla rows of these batch sizes (e.g. 1,32)")
     ap.add_argument("--pages", default="", help="keep only paged rows of these page sizes (e.g. 64)")
+    ap.add_argument("--kinds", default="", help="keep only rows of these kinds (e.g. varlen,mixed of --rows prefill,mixed)")
     ap.add_argument("--peers", default="cudnn,fa2,fa4,flex,flashinfer")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; rows left when it runs out are listed")
     ap.add_argument("--no-graph", action="store_true", help="back to back from eager calls, not CUDA graphs")
+    ap.add_argument("--pack-ab", action="store_true",
+                    help="GQA rows: two more fa4jit arms, pack_gqa forced on and off (the automatic choice's "
+                         "evidence; they count as peers in the table)")
     ap.add_argument("--bias", action="store_true", help="show the thermal bias (idle vs steady state) and exit")
     ap.add_argument("--out", default="", help="write every number here as JSON")
     ap.add_argument("--flex", default="", metavar="MODS",
@@ -713,6 +724,8 @@ def main(argv=None):
     if a.pages:
         keep_p = {int(p) for p in a.pages.split(",")}
         rows = [r for r in rows if r.kind != "paged" or r.page in keep_p]
+    if a.kinds:
+        rows = [r for r in rows if r.kind in a.kinds.split(",")]
     if a.list:
         for r in rows:
             print(f"{r.name:48s} {', '.join(r.models)}")
@@ -749,7 +762,7 @@ def main(argv=None):
             left.append(row)
             continue
         try:
-            s = run_row(row, nvml, peers, a.rounds, a.iters, graph=not a.no_graph)
+            s = run_row(row, nvml, peers, a.rounds, a.iters, graph=not a.no_graph, pack_ab=a.pack_ab)
         except Exception as e:  # noqa: BLE001 - one row's failure is reported, the run goes on
             torch.cuda.synchronize()
             s = {"arms": {"fa4jit": {"error": f"{type(e).__name__}: {e}"[:200]}}}

@@ -142,6 +142,11 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   const ScheduleModel model = schedule_model(shape, args, c);
   if (config_.lpt_order && masked) in.lpt_heads = lpt_section_heads(model.shape, args, c);
   in.causal_known_lengths = model.causal_known_lengths;
+  // Varlen grid launches list each sequence's own tiles (a decode row takes one, not max_seqlen_q /
+  // BM); total_q (q's rows) bounds them.
+  if (args.cu_seqlens_q && config_.walk == TileWalk::grid && policy(config_).lists_varlen_tiles())
+    in.varlen_tiles = fa4::GridWalk::varlen_tile_bound(args.q.shape[1], shape.batch, pack_heads(config_),
+                                                       pack_span(config_), c.BM, p.num_m_blocks);
   in.balance = [this, &model](int ctas, int max_heads) { return balanced_lpt_sections(model.shape, ctas, max_heads); };
   const long long tiles = in.tiles();
 

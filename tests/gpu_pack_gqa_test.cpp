@@ -82,6 +82,48 @@ TEST(GpuPackGqa, AnyGroupDecodeMatchesReference) {
     }
 }
 
+// A continuous-batching step in one varlen call (issue 53's mixed batch): 36 decode rows, 2
+// speculative rows (Sq 5) and 2 prefill chunks (Sq 300 over 500 keys, causal bottom-right), 40
+// sequences so sm90a's varlen grid walk (FwdParams::varlen_tiles) scans cu_seqlens_q in two warp
+// chunks; contiguous, paged 16 and split 3. Packed (groups 4 and 7), and unpacked with softcap (the
+// grid walk over unpacked rows) and plain causal (the persistent walk).
+void check_mixed_batch(const jit::Kernel& kernel, int group, const std::string& what) {
+  CheckCase c;
+  for (int i = 0; i < 40; ++i) {
+    const int sq = i < 36 ? 1 : i < 38 ? 5 : 300;
+    c.seqlens_q.push_back(sq);
+    c.seqlens_k.push_back(i < 38 ? 60 + (i * 97) % 900 : 500);
+  }
+  c.batch = 40;
+  c.seqlen_q = 300;
+  c.seqlen_k = 960;
+  c.num_q_heads = 2 * group;
+  c.num_kv_heads = 2;
+  c.softcap = kernel.config().config.score_mod.kind == jit::ScoreMod::Kind::softcap ? 30.0f : 0.0f;
+  expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} contiguous", what));
+  c.page_size = 16;
+  expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} paged 16", what));
+  c.page_size = 0;
+  c.num_splits = 3;
+  expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} splits 3", what));
+}
+
+TEST(GpuPackGqa, MixedVarlenBatchMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int group : {4, 7}) {
+      check_mixed_batch(*jit::get_kernel(packed(arch, group), jit::testing::env_tune()), group,
+                        fmt::format("{} packed group {}", arch, group));
+      FA4Config unpacked = packed(arch, group);
+      unpacked.pack_gqa = false;
+      check_mixed_batch(*jit::get_kernel(unpacked, jit::testing::env_tune()), group,
+                        fmt::format("{} unpacked group {}", arch, group));
+      unpacked.score_mod = jit::ScoreMod::softcap();
+      check_mixed_batch(*jit::get_kernel(unpacked, jit::testing::env_tune()), group,
+                        fmt::format("{} unpacked softcap group {}", arch, group));
+    }
+}
+
 // Unmasked (every padded row sees every key) and a query count that fills whole spans exactly
 // (group 7: 9 queries a span, Sq 18) or leaves one query in the last (Sq 19).
 TEST(GpuPackGqa, UnmaskedWholeAndPartialSpansMatchReference) {

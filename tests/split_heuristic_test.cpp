@@ -314,6 +314,55 @@ TEST(GridWalkPlan, GridIsTilesTimesSplitsAndLptOnlyUnsplit) {
   EXPECT_EQ(GridWalk::plan(in, p).splits, 1);  // unknown keys (varlen): no automatic split
 }
 
+// Varlen grid walk: the listed tile count bounds every sequence's own tiles (dense and padded packs,
+// unpacked), never exceeds the batch grid, and the plan lists them in x with z = 1 and no
+// longest-first remap (a continuous-batching step: 48 decode rows and 2 chunks of 2048).
+TEST(GridWalkPlan, VarlenTilesBoundEverySequencesOwnTiles) {
+  struct Pack {
+    int pack, span, bm;
+  };
+  unsigned seed = 7;
+  auto next = [&seed](int n) {
+    seed = seed * 1103515245u + 12345u;
+    return static_cast<int>((seed >> 8) % static_cast<unsigned>(n));
+  };
+  for (const Pack k : {Pack{1, 0, 128}, Pack{4, 64, 64}, Pack{7, 64, 64}, Pack{12, 64, 128}, Pack{48, 64, 64}})
+    for (int trial = 0; trial < 50; ++trial) {
+      const int batch = 1 + next(80);
+      long long total = 0, exact = 0;
+      int longest = 0;
+      for (int b = 0; b < batch; ++b) {
+        const int len = next(4) == 0 ? next(3000) : 1 + next(6);  // decode rows, some chunks, empty ones
+        total += len;
+        longest = std::max(longest, len);
+        exact += (fa4::packed_row_count(len, k.pack, k.span) + k.bm - 1) / k.bm;
+      }
+      const int m_blocks = static_cast<int>((fa4::packed_row_count(longest, k.pack, k.span) + k.bm - 1) / k.bm);
+      const int bound = GridWalk::varlen_tile_bound(total + next(5), batch, k.pack, k.span, k.bm, m_blocks);
+      SCOPED_TRACE(testing::Message() << "pack " << k.pack << " batch " << batch << " total " << total);
+      EXPECT_GE(bound, exact);
+      EXPECT_LE(bound, 1LL * batch * m_blocks);
+      EXPECT_LE(bound, exact + batch + 2 + 5 * k.pack);  // tight: at most a tile per sequence above
+    }
+  const int tiles = GridWalk::varlen_tile_bound(48 + 2 * 2048, 50, 4, 64, 64, 128);
+  EXPECT_EQ(tiles, (4144 * 4 + 63) / 64 + 50);  // against 50 * 128 in the batch grid
+  fa4::WalkInput in = walk_input(128, 8, 50, 137, 132);
+  in.lpt_heads = 5;
+  in.varlen_tiles = tiles;
+  in.keys_known = false;
+  EXPECT_EQ(in.tiles(), 8LL * tiles);
+  fa4::FwdParams p = fresh_params(in, 0);
+  fa4::WalkPlan w = GridWalk::plan(in, p);
+  EXPECT_EQ(w.grid[0], static_cast<unsigned>(tiles));
+  EXPECT_EQ(w.grid[1], 8u);
+  EXPECT_EQ(w.grid[2], 1u);
+  EXPECT_EQ(p.varlen_tiles, tiles);
+  EXPECT_EQ(p.lpt_heads, 0);  // lpt_cta decodes gridDim.z as the batch
+  in.requested_splits = 3;
+  p = fresh_params(in, 0);
+  EXPECT_EQ(GridWalk::plan(in, p).grid[0], 3u * static_cast<unsigned>(tiles));
+}
+
 // The longest-first order is a permutation of the grid and puts every pair's heaviest position of a
 // section before any of its pairs' next one.
 TEST(GridWalkPlan, LongestFirstIsASectionedPermutation) {

@@ -50,6 +50,10 @@ class BackendPolicy {
   virtual bool uses_tma() const = 0;
   // Whether masked launches may reorder CTAs longest-first.
   virtual bool lpt_order() const = 0;
+  // Whether the grid walk's varlen launches list every sequence's Q tiles in grid x instead of
+  // sizing each sequence by the longest (FwdParams::varlen_tiles; TileWork::locate_varlen, whose
+  // warp scan needs the CTA's work built by converged warps).
+  virtual bool lists_varlen_tiles() const { return false; }
   // Whether the kernel's Q tiles end at the last query row (a partial tile first, not last):
   // emitted as Config::kBottomTiles (templates/sm90a/shape.cuh), and the host's model of tile costs.
   virtual bool bottom_q_tiles(const FA4Config&) const { return false; }

@@ -286,6 +286,8 @@ class Sm90a final : public BackendPolicy {
 
   bool uses_tma() const override { return true; }
   bool lpt_order() const override { return true; }
+  // The CTA's work is built at kernel entry by every thread (templates/sm90a/kernel.cuh).
+  bool lists_varlen_tiles() const override { return true; }
   // The built-in causal mask, unpacked, at BM 192 (measured +4-9%). At BM 128 = BN a partial tile
   // costs the same KV tiles at either end, and the shifted diagonal then crosses two KV tiles per
   // Q tile instead of one: 1.5-2% slower at S 4000 (docs/PERF.md run 41 (6)).

@@ -224,6 +224,19 @@ class _Plan:
                  "o_shape", "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
 
 
+def _auto_pack(group: int, sq: int, varlen_batch: int, total_q: int, kv_heads: int) -> bool:
+    """The automatic pack_gqa (pack_gqa=None) for a packable group: short queries (decode and speculative
+    rows, sq * group <= 128) always. A varlen batch (varlen_batch sequences, total_q queries) also when
+    its mean query length is at most 512, a continuous-batching step of decode rows and prefill chunks,
+    whose decode rows then read their K/V once per KV head (H200: 48 decode rows + 2 chunks of 2048 at
+    0.23-0.48x the unpacked time, docs/PERF.md run 62), or it has at most 2 KV heads (a tensor-parallel
+    shard: its packed tiles fill the GPU better; varlen prefill 8/1 and 4/1 at 0.77-0.78x, 14/2 even;
+    with 4-16 KV heads packed prefill was 1.12-1.19x slower)."""
+    if sq * group <= max(128, group):
+        return True
+    return varlen_batch > 0 and (total_q <= 512 * varlen_batch or kv_heads <= 2)
+
+
 def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     """Checks the arguments, gets the kernel and packs the launch arguments of this signature. Without
     patch, the plan is for this call only: plan.values are the struct's values with this call's pointers
@@ -243,9 +256,9 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     mask_mod, block_mask_mod, score_snippet = _snippet_texts(aux, a.aux_names, a.mask_mod, a.block_mask_mod, score_mod)
     group = q.shape[2] // k.shape[2]
     varlen = a.cu_seqlens_q is not None
-    if a.pack_gqa < 0:  # automatic: pack the group's heads into one tile when the queries are few (decode)
-        sq = a.max_seqlen_q if varlen else q.shape[1]
-        pack = group > 1 and sq * group <= max(128, group) and _packable(group)
+    if a.pack_gqa < 0:
+        pack = group > 1 and _packable(group) and _auto_pack(group, a.max_seqlen_q if varlen else q.shape[1],
+                                                             batch if varlen else 0, q.shape[1], k.shape[2])
     else:
         pack = bool(a.pack_gqa) and group > 1
     kernel = _get_kernel((_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3], a.causal,

@@ -4,6 +4,7 @@
 //   grid (m blocks * KV splits, heads (KV heads when packed), batch); masked unsplit grids run
 //   longest-first over sections of p.lpt_heads (batch, head) pairs (lpt_cta).
 #pragma once
+#include "common/packed_rows.h"
 #include "common/walk_plan.h"
 
 #if !defined(__CUDACC_RTC__)
@@ -52,17 +53,32 @@ struct GridWalk {
     return in.keys_known ? choose_splits(in.tiles(), in.kv_blocks, in.sms) : 1;
   }
   // Grid (m_blocks * splits, heads, batch); p.num_splits (automatic: choose_splits) and, for
-  // unsplit masked launches, p.lpt_heads.
+  // unsplit masked launches, p.lpt_heads. A varlen grid walk (in.varlen_tiles): grid
+  // (varlen_tiles * splits, heads, 1), every sequence's tiles listed in x (TileWork::locate_varlen).
   static WalkPlan plan(const WalkInput& in, FwdParams& p) {
     WalkPlan w;
     w.splits = in.requested_splits > 0 ? in.requested_splits : auto_splits(in);
-    w.grid[0] = static_cast<unsigned>(in.m_blocks) * static_cast<unsigned>(w.splits);
+    const bool listed = in.varlen_tiles > 0;
+    w.grid[0] = static_cast<unsigned>(listed ? in.varlen_tiles : in.m_blocks) * static_cast<unsigned>(w.splits);
     w.grid[1] = static_cast<unsigned>(in.heads);
-    w.grid[2] = static_cast<unsigned>(in.batch);
+    w.grid[2] = listed ? 1u : static_cast<unsigned>(in.batch);
     p.num_splits = w.splits;
-    // The longest-first order assumes gridDim.x is the m blocks (lpt_cta): unsplit launches only.
-    if (w.splits == 1) p.lpt_heads = in.lpt_heads;
+    p.varlen_tiles = in.varlen_tiles;
+    // The longest-first order assumes gridDim.x is the m blocks and z the batch (lpt_cta): unsplit
+    // launches of the batch grid only.
+    if (w.splits == 1 && !listed) p.lpt_heads = in.lpt_heads;
     return w;
+  }
+  // The varlen grid walk's tile count: an upper bound of sum over sequences of ceil(rows_b / bm),
+  // from what the host knows, total_q (the packed Q tensor's rows) and the batch, never above the
+  // batch grid's batch * m_blocks. rows_b = packed_row_count(seqlen_b, pack, span) is at most
+  // seqlen_b * span / (span / pack) (a padded span of span / pack queries), seqlen_b * pack when
+  // dense, so the sum of the ceilings is at most (those rows over total_q) / bm + batch.
+  static int varlen_tile_bound(long long total_q, int batch, int pack, int span, int bm, int m_blocks) {
+    const long long rows = packed_dense(pack, span) ? total_q * pack
+                                                    : (total_q * span + span / pack - 1) / (span / pack);
+    const long long bound = (rows + bm - 1) / bm + batch;
+    return static_cast<int>(std::min<long long>(bound, 1LL * batch * m_blocks));
   }
 #endif
 

@@ -83,6 +83,12 @@ struct FwdParams {
   // pairs whose K/V fit in L2 together (GridWalk::longest_first, PersistentTiles); 0: grid order
   // (plain grid) or one section (persistent).
   int lpt_heads;
+  // Varlen grid walk (GridWalk::plan, sm90a): grid x lists the Q tiles of every sequence, at most
+  // varlen_tiles of them (times num_splits), grid z is 1, and each CTA finds its sequence by
+  // scanning cu_seqlens_q (TileWork::locate_varlen). 0: num_m_blocks tiles per (batch, head), grid
+  // z the batch, so every sequence is sized by the longest (a decode row took max_seqlen_q / BM
+  // CTAs, all but one empty).
+  int varlen_tiles;
 
   // Stream-K persistent decode (sm90a Tuning::persistent = 2; common/stream_k_walk.h): the grid's CTAs
   // split tiles * tile_units work units evenly, units_per_cta each and one more for the first

@@ -67,27 +67,71 @@ struct TileWork {
   bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
 
   // The unit of a plain grid's CTA (GridWalk): grid (num_m_blocks * num_splits, heads (KV heads if
-  // packed), batch), longest-first CTA order for masked launches with p.lpt_heads. (Written out rather than forwarding to the overload below: that reorders the special-register
-  // reads and changes the PTX of the GPU-verified kernels.)
+  // packed), batch), longest-first CTA order for masked launches with p.lpt_heads; or, for a varlen
+  // grid walk (p.varlen_tiles), grid x lists every sequence's tiles (locate_varlen). With
+  // varlen_tiles set, every thread of the CTA calls it converged (sm90a: at kernel entry), for
+  // locate_varlen's shuffles; sm100a calls it per role from one elected lane, with varlen_tiles 0.
   __device__ __forceinline__ static TileWork make(const FwdParams& p) {
     TileWork w;
     int x = static_cast<int>(blockIdx.x), m_blocks = static_cast<int>(gridDim.x);
     int hy = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     if (!Mask::kIsNone && p.lpt_heads > 0) GridWalk::lpt_cta(p.lpt_heads, x, hy, b);
-    const int h = hy * kPack;
-    w.seq = SeqInfo::make(p, b, h);
-    w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
     w.split = 0;
     if (p.num_splits > 1) {
       w.split = x % p.num_splits;
       x /= p.num_splits;
       m_blocks /= p.num_splits;
     }
+    // A listed tile past the batch's last one (the grid holds an upper bound of them) builds
+    // sequence 0's first tile and is then marked invalid: an early return here spilled registers.
+    const bool listed = p.varlen_tiles <= 0 || locate_varlen(p, x, b, m_blocks);
+    const int h = hy * kPack;
+    w.seq = SeqInfo::make(p, b, h);
+    w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
     // Masked problems: the last Q tiles see the most keys; start them first (LPT-like).
     w.m_block = Mask::kIsNone ? x : m_blocks - 1 - x;
     w.finish(p);
+    w.valid = w.valid && listed;
     if (p.num_splits > 1) w.keep_share(w.split, w.split + 1, p.num_splits);
     return w;
+  }
+  // Varlen grid walk: the sequence b that holds listed tile x, x's index among that sequence's
+  // tiles and their count (m_blocks). The tiles are listed sequence after sequence, each sequence
+  // with its own ceil(rows / kBM) (rows: Row::count of its query length), in batch order: serving
+  // engines put a continuous-batching step's decode rows first, whose tiles (a whole KV cache each)
+  // are its long poles; listing the prefill chunks first ran 0.65-0.99x as fast back to back
+  // (docs/PERF.md run 62). Each warp scans cu_seqlens_q 32 sequences at a time (a shuffle prefix
+  // sum of their tile counts), so the whole warp must be converged: sm90a builds its CTA's work at
+  // kernel entry. (sm100a builds it per role after electing one lane, so its launches keep the
+  // batch grid: BackendPolicy::lists_varlen_tiles.) False: x is past the last sequence's tiles
+  // (b, x = 0, m_blocks = 1 then).
+  __device__ __forceinline__ static bool locate_varlen(const FwdParams& p, int& x, int& b, int& m_blocks) {
+    constexpr unsigned kAll = 0xffffffffu;
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    int before = 0;  // tiles of the sequences scanned so far
+    for (int b0 = 0; b0 < p.batch; b0 += 32) {
+      const int i = b0 + lane;
+      const int tiles = i < p.batch ? ceil_div(Row::count(max(p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i], 0)), kBM) : 0;
+      int incl = tiles;  // inclusive prefix sum over the warp's sequences
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(kAll, incl, d);
+        if (lane >= d) incl += v;
+      }
+      const unsigned hit = __ballot_sync(kAll, before + incl > x);
+      if (hit != 0u) {
+        const int l = __ffs(hit) - 1;
+        b = b0 + l;
+        m_blocks = __shfl_sync(kAll, tiles, l);
+        x -= before + __shfl_sync(kAll, incl, l) - m_blocks;
+        return true;
+      }
+      before += __shfl_sync(kAll, incl, 31);
+    }
+    b = 0;
+    x = 0;
+    m_blocks = 1;
+    return false;
   }
   // Any (m_block, q head, batch), e.g. from a persistent walker: every visible KV tile (the walker
   // then keeps its split's share).

@@ -68,7 +68,10 @@ struct WalkInput {
   // the launch runs one CTA per unit), memoized by the caller. Unset: L2 bound only.
   bool causal_known_lengths = false;
   std::function<LptSections(int ctas, int max_heads)> balance;
-  long long tiles() const { return 1LL * m_blocks * heads * batch; }
+  // Varlen grid walk (FwdParams::varlen_tiles): the most Q tiles the batch's sequences can hold
+  // together (GridWalk::varlen_tile_bound), per grid head; 0: m_blocks per (batch, head).
+  int varlen_tiles = 0;
+  long long tiles() const { return varlen_tiles > 0 ? 1LL * varlen_tiles * heads : 1LL * m_blocks * heads * batch; }
 };
 
 // What a walk's plan decided besides the FwdParams fields: the grid and the partial slots per

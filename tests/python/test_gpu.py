@@ -194,11 +194,39 @@ def test_varlen_max_seqlen_k_hint_only_picks_the_schedule():
     for b in range(len(lq)):
         qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
         refs.append((qs, attention_ref(q[qs][None], k[ks][None], v[ks][None], causal=True)))
-    for hint in (None, max(lk), 1000):
-        o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), hint, causal=True, return_lse=True)
+    for hint in (None, max(lk), 1000):  # unpacked: the persistent walk (2 KV heads would pack automatically)
+        o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), hint, causal=True, return_lse=True,
+                                         pack_gqa=False)
         for b, (qs, (ref, ref_lse)) in enumerate(refs):
             assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse,
                          what=f"max_seqlen_k {hint} seq {b}")
+
+
+def test_continuous_batching_step_packs_and_matches_reference(monkeypatch):
+    """One varlen call holding 36 decode rows, 2 speculative rows (Sq 4) and 2 prefill chunks (300 queries
+    over 500 keys), group 7: the automatic choice packs it (mean query length 19), and packed, unpacked and
+    split-KV all match the float64 reference per sequence (bottom-right causal). 40 sequences: sm90a's
+    varlen grid walk scans cu_seqlens_q in two warp-sized chunks."""
+    from fa4jit import ops
+    keys = []
+    get = ops._get_kernel
+    monkeypatch.setattr(ops, "_get_kernel", lambda key: keys.append(key) or get(key))
+    lq = [1] * 36 + [4, 4, 300, 300]
+    lk = [60 + (i * 97) % 900 for i in range(38)] + [500, 500]
+    q, k, v, cu_q, cu_k, off_q, off_k = packed_batch(lq, lk, 28, 4, 128, seed=31)
+    refs = []
+    for b in range(len(lq)):
+        qs, ks = slice(off_q[b], off_q[b + 1]), slice(off_k[b], off_k[b + 1])
+        refs.append((qs, attention_ref(q[qs][None], k[ks][None], v[ks][None], causal=True)))
+    for pack, splits in ((None, 0), (False, 0), (None, 3)):
+        keys.clear()
+        o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, return_lse=True,
+                                         pack_gqa=pack, num_splits=splits)
+        if keys:
+            assert keys[-1][12] == (pack is None), keys[-1]
+        for b, (qs, (ref, ref_lse)) in enumerate(refs):
+            assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse,
+                         what=f"pack {pack} splits {splits} seq {b}")
 
 
 @pytest.mark.parametrize("page_size", [16, 64, 256])
@@ -355,7 +383,7 @@ def test_decode_packs_any_group(Hq, Hkv, Sq, monkeypatch):
             o, lse = fa4jit.attention(q, k, v, causal=True, num_splits=splits, pack_gqa=pack, return_lse=True)
             assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"pack {pack} splits {splits}")
             if keys:  # the kernel key's pack flag (ops._prepare): None packs decode for every group
-                assert keys[-1][11] == (pack is not False), keys[-1]
+                assert keys[-1][12] == (pack is not False), keys[-1]
     page, max_pages = 16, (2100 + 15) // 16  # paged: the same keys in randomly placed pages of 16
     kc, vc = rnd(3 * max_pages + 5, page, Hkv, 128, seed=7), rnd(3 * max_pages + 5, page, Hkv, 128, seed=8)
     perm = torch.randperm(3 * max_pages + 5, device="cuda")[:3 * max_pages].view(3, max_pages).to(torch.int32)

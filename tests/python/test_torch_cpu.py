@@ -799,9 +799,24 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
     cu_q = torch.tensor([0, 100, 300], dtype=torch.int32)
     cu_k = torch.tensor([0, 250, 500], dtype=torch.int32)
     with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
-        fa4jit.attention_varlen(qv, kv, kv, cu_q, cu_k, 200, causal=True, num_splits=1, descale_k=torch.ones(2, 2))
+        fa4jit.attention_varlen(qv, kv, kv, cu_q, cu_k, 200, causal=True, num_splits=1, descale_k=torch.ones(2, 2),
+                                pack_gqa=False)  # unpacked (automatic: 2 KV heads pack)
     keys = [key for key in ops._kernels if key[2] == "e4m3"]
     assert {(key[12], key[13]) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4
+
+
+def test_automatic_packing_takes_decode_rows_and_continuous_batching_steps():
+    """ops._auto_pack (pack_gqa=None): short queries pack; a varlen batch packs when its mean query
+    length is at most 512 (decode rows beside prefill chunks) or it has at most 2 KV heads; a long
+    prompt or a varlen prefill batch over more KV heads stays unpacked."""
+    from fa4jit.ops import _auto_pack
+    assert _auto_pack(7, 1, 0, 1, 4) and _auto_pack(4, 16, 0, 16, 8)  # decode, speculative
+    assert _auto_pack(4, 1, 48, 48, 8)  # varlen decode
+    assert not _auto_pack(4, 2048, 0, 2048, 8)  # one prompt
+    assert _auto_pack(4, 2048, 50, 48 + 2 * 2048, 8)  # 48 decode rows + 2 chunks (mean 83)
+    assert _auto_pack(4, 2048, 20, 16 + 4 * 2048, 8)  # 16 decode rows + 4 chunks (mean 410)
+    assert not _auto_pack(4, 7000, 8, 16048, 8)  # varlen prefill, mean 2006
+    assert _auto_pack(8, 7000, 8, 16048, 1) and _auto_pack(7, 7000, 8, 16048, 2)  # a tensor-parallel shard
 
 
 def test_every_optional_pointer_packs_in_struct_order():
