@@ -204,7 +204,7 @@ def test_varlen_max_seqlen_k_hint_only_picks_the_schedule():
 
 def test_continuous_batching_step_packs_and_matches_reference(monkeypatch):
     """One varlen call holding 36 decode rows, 2 speculative rows (Sq 4) and 2 prefill chunks (300 queries
-    over 500 keys), group 7: the automatic choice packs it (mean query length 19), and packed, unpacked and
+    over 500 keys), group 7: the automatic choice packs it (mean query length 16), and packed, unpacked and
     split-KV all match the float64 reference per sequence (bottom-right causal). 40 sequences: sm90a's
     varlen grid walk scans cu_seqlens_q in two warp-sized chunks."""
     from fa4jit import ops
