@@ -416,9 +416,16 @@ def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False):
             continue
         arms[name] = fn
     if pack_ab and row.shape.Hq > row.shape.Hkv:  # --pack-ab: the automatic pack_gqa choice's two sides
+        peers = list(peers)
         for name, pack in (("fa4jit packed", True), ("fa4jit unpacked", False)):
-            arms[name] = fa4jit_arm(row, data, pack=pack)
-        peers = list(peers) + ["fa4jit packed", "fa4jit unpacked"]
+            fn = fa4jit_arm(row, data, pack=pack)
+            err, ok = check_against(arms["fa4jit"], fn)  # checked as a peer is
+            checks[name] = round(err, 5)
+            if not ok:
+                errors[name] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
+                continue
+            arms[name] = fn
+            peers.append(name)
     out_bytes = 2 * row.shape.Hq * row.shape.dv * sum(q for q, _ in row.seqs())
     max_calls = int(min(400, max(8, (2 << 30) // out_bytes)))  # graph outputs stay under ~2 GiB
     rounds_ = harness.run_rounds(arms, nvml, rounds=rounds, iters=iters, graph=graph, max_calls=max_calls)

@@ -37,7 +37,9 @@ std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int sq, in
         return all;
       };
     }
-    case Mask::Kind::custom: break;  // the test supplies its own
+    case Mask::Kind::custom:  // the test supplies its own (CheckCase::custom_visible)
+      throw std::invalid_argument(
+          "reference: a custom mask snippet has no host reference; set CheckCase::custom_visible");
   }
   return {};
 }

@@ -260,7 +260,8 @@ TEST(Config, DerivesHopperDefaults) {
   EXPECT_EQ(r.config.BM, 128);
   EXPECT_EQ(r.config.BN, 128);
   EXPECT_EQ(r.num_threads, 384);
-  EXPECT_EQ(r.smem_bytes, 2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 1024);  // persistent: Q, O, 2 K/V stages
+  // persistent: Q, O, 2 K/V stages; barriers (512) and the page ring (2 x 128 page numbers)
+  EXPECT_EQ(r.smem_bytes, 2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 512 + 2 * 128 * 4);
   EXPECT_EQ(jit::resolve(cfg_for("sm_90")).backend, jit::Backend::portable);
   const auto d64 = jit::resolve(cfg_for("sm_90a", 64));  // FA3's 192-row tiles: 3 consumer warpgroups
   EXPECT_EQ(d64.config.BM, 192);
@@ -319,7 +320,7 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
     const int dpv = r.padded_depth_v;
     EXPECT_EQ(dpv, k.depth_v ? k.depth_v : dp) << what;
     const bool own_o = abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, dpv, stages, kMaxSmem);
-    EXPECT_EQ(r.smem_bytes, abi::smem_bytes(f, bm, bn, dp, dpv, stages, own_o)) << what;
+    EXPECT_EQ(r.smem_bytes, abi::smem_bytes(f, bm, bn, dp, dpv, stages, r.tuning.persistent != 0, own_o)) << what;
     EXPECT_EQ(own_o, abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, dpv, stages, r.smem_bytes)) << what;
     EXPECT_EQ(r.num_threads, abi::num_threads(bm, dpv)) << what;
     EXPECT_TRUE(abi::bn_legal(f, bn, bm, dp)) << what;
@@ -327,9 +328,20 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   }
   // The persistent 16-bit d128 kernel stages O in its own region; d256's does not fit one.
   const jit::ResolvedConfig d128 = jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=1"));
-  EXPECT_EQ(d128.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, 128, 128, 128, 2, true));
+  EXPECT_EQ(d128.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, 128, 128, 128, 2, true, true));
   const jit::ResolvedConfig d256 = jit::resolve(cfg_for("sm_90a", 256), tuned("persistent=1"));
-  EXPECT_EQ(d256.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, d256.config.BN, 256, 256, 2, false));
+  EXPECT_EQ(d256.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, d256.config.BN, 256, 256, 2, true, false));
+  // Kernels that gather pages keep two tiles of page numbers behind the barriers (abi.h
+  // page_ring_bytes): the grid walk at d128 (BN 128) has a 512 + 2 x 128 x 4 byte tail; packed
+  // decode (BN 64) keeps the 1024 bytes it had; d256's persistent walk gathers nothing.
+  const jit::ResolvedConfig grid = jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=0"));
+  EXPECT_EQ(grid.smem_bytes, 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 512 + 1024);
+  jit::FA4Config decode = cfg_for("sm_90a", 128);
+  decode.num_q_heads = 32;
+  decode.group = 8;
+  decode.pack_gqa = true;
+  EXPECT_EQ(jit::resolve(decode).smem_bytes, 64 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 1024);
+  EXPECT_EQ(d256.smem_bytes, 128 * 256 * 2 + 2 * 2 * d256.config.BN * 256 * 2 + 1024);
   // MLA: Q and two 576-wide K stages (64 x 576 x 2 bytes each), no V ring, the shared P ([64][64]
   // 16-bit, 64 corrections and 64 1 / sums); a producer and two consumers that split O.
   jit::FA4Config mla = cfg_for("sm_90a", 576);
@@ -385,10 +397,11 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
   struct Want {
     int depth, padded, bn, bn_heavy, smem;
   };
-  // (d96 is persistent by default: its smem holds an O region too.)
-  for (const Want& w : {Want{96, 128, 128, 128, 2 * (2 * 128 * 128 + 4 * 128 * 128) + 1024},
-                        Want{192, 192, 112, 96, 2 * (128 * 192 + 4 * 112 * 192) + 1024},
-                        Want{256, 256, 80, 64, 2 * (128 * 256 + 4 * 80 * 256) + 1024}}) {
+  // (d96 is persistent by default: its smem holds an O region too. Each ends with the barriers (512)
+  // and the page ring, 2 x BN page numbers: d192 and d256 run the grid walk, which gathers too.)
+  for (const Want& w : {Want{96, 128, 128, 128, 2 * (2 * 128 * 128 + 4 * 128 * 128) + 512 + 8 * 128},
+                        Want{192, 192, 112, 96, 2 * (128 * 192 + 4 * 112 * 192) + 512 + 8 * 112},
+                        Want{256, 256, 80, 64, 2 * (128 * 256 + 4 * 80 * 256) + 512 + 8 * 80}}) {
     const auto r = jit::resolve(cfg_for("sm_90a", w.depth));
     EXPECT_EQ(r.padded_depth, w.padded) << w.depth;
     EXPECT_EQ(r.config.BM, 128) << w.depth;
@@ -422,7 +435,8 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       const auto sk = jit::resolve(decode, tuned("persistent=2"));
       EXPECT_EQ(sk.tuning.persistent, 2) << w.depth;
       EXPECT_EQ(sk.ctas_per_sm, 1) << w.depth;
-      EXPECT_EQ(sk.smem_bytes, d.smem_bytes + 2 * 64 * w.padded) << w.depth;  // + its own O region
+      // + its own O region (at BN 64 the page ring leaves the tail at 1024 bytes, gathering or not)
+      EXPECT_EQ(sk.smem_bytes, d.smem_bytes + 2 * 64 * w.padded) << w.depth;
     }
   }
   {
@@ -434,8 +448,10 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     EXPECT_EQ(jit::resolve(decode, lpt).tuning.persistent, 2);
     EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128), lpt).tuning.persistent, 1);
     // Persistent CTAs stage O in a region of their own (SmemLayout::kOwnO) where it fits in 227 KB.
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128), lpt).smem_bytes, 2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 1024);
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64), lpt).smem_bytes, 2 * (2 * 192 * 64 + 2 * 2 * 128 * 64) + 1024);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 128), lpt).smem_bytes,
+              2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 512 + 8 * 128);
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64), lpt).smem_bytes,
+              2 * (2 * 192 * 64 + 2 * 2 * 128 * 64) + 512 + 8 * 128);
     EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 256), lpt).smem_bytes, 2 * (128 * 256 + 4 * 80 * 256) + 1024);  // no room
   }
   {

@@ -208,8 +208,9 @@ TEST(GpuVariants, HeadDim512MatchesReference) {
 // Pages no TMA box takes (gcd(page_size, BN) not a multiple of 8 rows): sm_90a's producer warp
 // gathers their rows (cp.async, load.cuh GatherTile), the portable kernel loads them as any page.
 // Prefill through the persistent walk (d128 and d64 causal, pages 1, 3 and 100) and the grid walk
-// (a window; d256 under persistent=0; head dim 512), varlen queries, split-KV, packed decode over
-// an FP8 KV cache. Keys past a sequence come from table entries of other sequences' pages.
+// (a window; a custom mask whose walk skips tiles; d256 under persistent=0; head dim 512), varlen
+// queries, split-KV, packed decode over an FP8 KV cache. Keys past a sequence come from table
+// entries of other sequences' pages.
 TEST(GpuVariants, GatheredPagesMatchReference) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -238,6 +239,19 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
     w.c.window_left = 100;
     w.c.window_right = 0;
     cases.push_back(w);
+  }
+  // A walk that skips KV tiles (the block snippet's): each tile's page numbers are fetched with the
+  // stage before it (load.cuh GatherState), which must follow the walk, not n - 1.
+  {
+    Case m{
+        "d128 skipping custom mask",
+        128,
+        Mask::custom("return kv_idx < 100 || kv_idx >= 700;", "return kv_lo >= 100 && kv_hi <= 700 ? SKIP : PARTIAL;"),
+        "",
+        1,
+        prefill(150, {1000, 760})};
+    m.c.custom_visible = [](int, int, int, int k) { return k < 100 || k >= 700; };
+    cases.push_back(m);
   }
   cases.push_back({"d256 causal grid", 256, Mask::causal(), "persistent=0", 1, prefill(130, {130, 400})});
   cases.push_back({"d512 causal", 512, Mask::causal(), "", 1, prefill(70, {70, 333})});

@@ -84,7 +84,7 @@ class Sm90a final : public BackendPolicy {
     if (c.pack_gqa && !split_o) bm_allowed.insert(bm_allowed.begin(), 64);
     c.BM = pick("BM", c.BM, bm_default, bm_allowed);
     auto smem_for = [&](int bn, int stages) {
-      return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, dpv, stages, false);
+      return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, dpv, stages, /*persistent=*/false, false);
     };
     // BN: every candidate whose fragments fit the consumers' registers and whose tiles fit shared
     // memory with the minimum 2 stages (d192: up to 112, d256: up to 80, FA3's tiles there).
@@ -145,7 +145,8 @@ class Sm90a final : public BackendPolicy {
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
     // Q regions sized for 16-bit O staging; K and V rings of 1-byte elements; the transposed V ring
     // in whole blocks of 128 keys.
-    const int smem = abi::smem_bytes(abi::Family::kFp8, c.BM, c.BN, dp, dp, c.num_kv_stages, false);
+    const int smem =
+        abi::smem_bytes(abi::Family::kFp8, c.BM, c.BN, dp, dp, c.num_kv_stages, /*persistent=*/false, false);
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} (e4m3) need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
@@ -169,7 +170,8 @@ class Sm90a final : public BackendPolicy {
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
-    const int smem = abi::smem_bytes(abi::Family::kKvFp8, c.BM, c.BN, dp, dp, c.num_kv_stages, false);
+    const int smem =
+        abi::smem_bytes(abi::Family::kKvFp8, c.BM, c.BN, dp, dp, c.num_kv_stages, /*persistent=*/false, false);
     if (smem > a.max_smem)
       throw ConfigError(
           fmt::format("num_kv_stages: {} stages of BN={} at depth {} (kv_dtype e4m3) need {} bytes; {} allows {}",
@@ -271,17 +273,20 @@ class Sm90a final : public BackendPolicy {
                       "grid walk (0) on {}",
                       t.persistent, value_depth(c), c.arch));
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
-    if (c.kv_dtype) return;                                 // the kernel's O is staged in the Q region
-    if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
-    // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
-    if (t.persistent == 2) b.ctas_per_sm = 1;
-    // Persistent CTAs stage O in a region of their own where it fits, so the next tile's Q load
-    // overlaps the epilogue (abi.h own_o; templates/sm90a/smem_layout.cuh SmemLayout::kOwnO takes it
-    // when kSmemBytes holds it).
+    if (!c.kv_dtype) {  // an FP8 KV cache's kernel stages O in the Q region, and runs no stream-K
+      if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups
+      // Stream-K launches one CTA per SM, so the kernel takes the whole SM's registers.
+      if (t.persistent == 2) b.ctas_per_sm = 1;
+    }
+    // The walk's shared memory (derive sized the grid walk's): persistent CTAs stage O in a region
+    // of their own where it fits, so the next tile's Q load overlaps the epilogue (abi.h own_o;
+    // templates/sm90a/smem_layout.cuh SmemLayout::kOwnO takes it when kSmemBytes holds it), and
+    // those at padded depth above 128 gather no pages (abi.h gathers: no page ring).
     const abi::Family f = family(c);
     const int dpv = padded_depth_v(c, dp);
-    if (abi::own_o(f, t.persistent != 0, c.BM, c.BN, dp, dpv, c.num_kv_stages, a.max_smem))
-      b.smem = abi::smem_bytes(f, c.BM, c.BN, dp, dpv, c.num_kv_stages, true);
+    const bool persistent = t.persistent != 0;
+    b.smem = abi::smem_bytes(f, c.BM, c.BN, dp, dpv, c.num_kv_stages, persistent,
+                             abi::own_o(f, persistent, c.BM, c.BN, dp, dpv, c.num_kv_stages, a.max_smem));
   }
 
   bool uses_tma() const override { return true; }

@@ -70,6 +70,13 @@ FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
 FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
   return f != Family::kFp8 && (!persistent || dp <= 128);
 }
+// The gathering warp reads each key row's page number from shared memory, fetched by cp.async one
+// KV tile ahead (load.cuh GatherState): two slots of bn page numbers (4 bytes a key row), behind
+// the barriers. A page-table read per 32 rows, made just before their copies, left every stage
+// waiting on a global load's latency (page 1 at 0.31-0.43x page 16, docs/PERF.md run 63).
+FA4_HOST_DEVICE constexpr int page_ring_bytes(Family f, bool persistent, int dp, int bn) {
+  return gathers(f, persistent, dp) ? 2 * 4 * bn : 0;
+}
 
 // ---- Shared memory --------------------------------------------------------------------------
 // Offsets from the 1024-aligned dynamic base (smem_layout.cuh SmemLayout, dp = padded depth,
@@ -77,7 +84,8 @@ FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
 //   [Q: bm x dp, 16-bit sized (O is staged there; an FP8 Q fills half)][K ring: S stages][V ring]
 //   [extra: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings][shared P: O-split
 //   warpgroups][own O: bm x dp 16-bit,
-//   persistent CTAs where it fits][barriers: the last 1024 bytes]
+//   persistent CTAs where it fits][tail: the barriers (at most kBarrierBytes), then the page ring of
+//   kernels that gather pages; 1024 bytes at least]
 FA4_HOST_DEVICE constexpr int q_bytes(int bm, int dp) { return 2 * bm * dp; }  // also the own-O region
 // Bytes of an element of the K / V stages the consumers read, and of those TMA fills.
 FA4_HOST_DEVICE constexpr int kv_elem_bytes(Family f) { return f == Family::kFp8 ? 1 : 2; }
@@ -93,7 +101,14 @@ FA4_HOST_DEVICE constexpr int extra_bytes(Family f, int bn, int dp, int stages) 
          : f == Family::kKvFp8 ? 2 * stages * kv_load_stage_bytes(f, bn, dp)
                                : 0;
 }
-constexpr int kBarrierBytes = 1024;
+constexpr int kBarrierBytes = 512;
+// The tail: at least the 1024 bytes every layout had before the page ring, so the kernels that
+// gather at kBN 64 (decode, where BM 64 BN 64 at 3 stages is exactly two CTAs per SM) keep their size.
+FA4_HOST_DEVICE constexpr int tail_bytes(Family f, bool persistent, int dp, int bn) {
+  return kBarrierBytes + page_ring_bytes(f, persistent, dp, bn) > 1024
+             ? kBarrierBytes + page_ring_bytes(f, persistent, dp, bn)
+             : 1024;
+}
 // The dynamic shared memory of a kernel: the one formula (Config::kSmemBytes is this value). dpv:
 // V's and O's padded depth (dp, or narrower for a 16-bit V of its own: FA4Config::depth_v); V's
 // ring and the own-O region are that wide.
@@ -101,9 +116,13 @@ constexpr int kBarrierBytes = 1024;
 FA4_HOST_DEVICE constexpr int v_stage_bytes(Family f, int bn, int dp, int dpv) {
   return v_in_k(dp, dpv) ? 0 : kv_stage_bytes(f, bn, dpv);
 }
-FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int dpv, int stages, bool own_o) {
+// persistent: the walk (gathers above); the host's derive, before the walk is tuned, asks for the
+// grid walk's, which is the larger.
+FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int dpv, int stages, bool persistent,
+                                         bool own_o) {
   return q_bytes(bm, dp) + stages * (kv_stage_bytes(f, bn, dp) + v_stage_bytes(f, bn, dp, dpv)) +
-         extra_bytes(f, bn, dp, stages) + shared_p_bytes(bn, dpv) + (own_o ? q_bytes(bm, dpv) : 0) + kBarrierBytes;
+         extra_bytes(f, bn, dp, stages) + shared_p_bytes(bn, dpv) + (own_o ? q_bytes(bm, dpv) : 0) +
+         tail_bytes(f, persistent, dp, bn);
 }
 
 // ---- Own O ----------------------------------------------------------------------------------
@@ -113,7 +132,7 @@ FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int d
 // region. The host asks with the arch's shared memory and then adds the region to the budget; the
 // kernel asks with Config::kSmemBytes, which then holds it.
 FA4_HOST_DEVICE constexpr bool own_o(Family f, bool persistent, int bm, int bn, int dp, int dpv, int stages, int limit) {
-  return persistent && f != Family::kKvFp8 && smem_bytes(f, bm, bn, dp, dpv, stages, true) <= limit;
+  return persistent && f != Family::kKvFp8 && smem_bytes(f, bm, bn, dp, dpv, stages, persistent, true) <= limit;
 }
 
 // ---- Registers ------------------------------------------------------------------------------
@@ -137,7 +156,10 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 
 // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
 // 3 consumer WGs: 128*32 + 384*160 = 65536.
-// 1 consumer WG, 2 CTAs per SM (decode): 2 * (128*24 + 128*232) = 65536.
+// 1 consumer WG, 2 CTAs per SM (decode): 2 * (128*56 + 128*200) = 65536. The producer's 56 let the
+// gathering warp (pages no TMA box takes) unroll its row copies (load.cuh GatherTile); at 24 it
+// issued one dependent shuffle, address and cp.async at a time (page 1 at 0.31-0.43x page 16,
+// docs/PERF.md run 63). The consumer's fragments there are 112 registers (d128 BN 64).
 // 1 consumer WG, 1 CTA per SM (decode at padded depth > 128, or a large kBN): FA3's 56 / 256
 // (128*56 + 128*256 = 39936). With 24 / 240 there ptxas spills ~470 B (packed GQA + custom mask
 // and score-mod, d128 kBN 128 or d192 kBN 64); 56 / 256 spills none.
@@ -148,20 +170,20 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 // transposer fits 32 (the producer spilled 12 B there before it, 4e1d4d4). Padded depth 128:
 // S 64 + P 16 + O 64, no intra-warpgroup overlap (152 spills 1 KB); depth 64 over kBN 160 (FA3's
 // 192 x 160): S 80 + P 20 + O 32 with the overlap (152 spilled 96 B and serialized wgmma).
-// FP8 KV cache, 1 consumer WG at 2 CTAs per SM: 2 * (128*56 + 128*200) = 65536.
+// FP8 KV cache, 1 consumer WG at 2 CTAs per SM: the same 56 / 200.
 // The producer's helper warps (FP8's V transposers, an FP8 KV cache's converters) work for both
 // FP8 families.
 FA4_HOST_DEVICE constexpr bool fp8_consumers_160(Family f, int wgs, int dp, int bn) {
   return f == Family::kFp8 && wgs == 3 && (dp == 128 || bn == 160);
 }
 FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
-  return fp8_consumers_160(f, wgs, dp, bn)                ? 32
-         : (wgs == 1 && ctas_per_sm == 1) || f != Family::k16 ? 56
-         : wgs <= 2                                           ? 24
-                                                              : 32;
+  return fp8_consumers_160(f, wgs, dp, bn)  ? 32
+         : wgs == 1 || f != Family::k16 ? 56
+         : wgs <= 2                     ? 24
+                                        : 32;
 }
 FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
-  return ctas_per_sm == 2                              ? (f != Family::k16 ? 200 : 232)
+  return ctas_per_sm == 2                              ? 200
          : wgs == 1 && ctas_per_sm == 1                ? 256
          : fp8_consumers_160(f, wgs, dp, bn)           ? 160
          : f != Family::k16 && wgs == 3                ? 152

@@ -82,11 +82,16 @@ __device__ __forceinline__ bool gathers_kv(const FwdParams& p) {
 // lanes then copy each tile row by row, 16 bytes a cp.async, into the layout TMA would have left
 // (chunk c of tile row r: swizzle block c / 8, 16-byte unit (c % 8) ^ (r % 8)), so the consumers
 // and the e4m3 converters read it unchanged. kLanesPerRow lanes take consecutive chunks of one row
-// (reads of 128 bytes or more); each lane looks up the rows lane + 32 j (page table, in-page row)
-// and the lanes copying a row take its offset by shuffle. Keys past the sequence are zero-filled
-// (P V then never meets a NaN). One warp is latency-bound at decode (docs/PERF.md run 61): the
-// warpgroup's other warps idle, but every variant that spread the rows over them spilled the
-// 24-register producer.
+// (reads of 128 bytes or more); each lane reads the page numbers of rows lane + 32 j from the page
+// ring (GatherState) and the lanes copying a row take its offset by shuffle. Keys past the
+// sequence are zero-filled (P V then never meets a NaN). The warpgroup's other warps idle: every
+// variant that spread the rows over them spilled the producer at 24 registers (docs/PERF.md run 61).
+// Decode kernels (one consumer warpgroup; the producer at 56 registers, abi.h producer_regs)
+// copy 4 row groups at a time (GatherTile); the others, whose producers at 24 registers (FP8 KV
+// prefill: 56 beside its converters) spilled so, one.
+template <class Config>
+constexpr bool kWideGather = Shape<Config>::kNumConsumerWGs == 1 && Shape<Config>::kProducerRegs >= 56;
+
 template <class Config, int kChunks>  // kChunks: 128-byte swizzle blocks per row (K's, or V's)
 struct GatherTile {
   using Sh = Shape<Config>;
@@ -97,14 +102,19 @@ struct GatherTile {
   static constexpr int kSteps = kRowChunks / kLanesPerRow;  // cp.async per lane and row group
   static constexpr int kLookups = (Sh::kBN + 31) / 32;  // rows a lane looks up
   static_assert(Sh::kBN % kRowsPerStep == 0, "gather: whole row groups per tile");
+  // Row groups in flight at once: one warp issuing one shuffle, address and cp.async at a time is
+  // bound by their latencies (kWideGather: 4; unrolled at 24 registers, the addresses were hoisted
+  // out of the walk and spilled).
+  static constexpr int kUnroll = kWideGather<Config> ? 4 : 1;
 
-  // Tile n of a sequence (s: its page-table row and keys) from base (K or V at the sequence's KV
-  // head; element strides page_stride, row_stride) into the stage at dst (1024-aligned). Each
-  // 32-row block's lookups are made just before its rows are copied, so a lane holds one row
-  // offset at a time (the producer warpgroup runs at 24 registers).
+  // Tile n of a sequence (s: its keys) from base (K or V at the sequence's KV head; element
+  // strides page_stride, row_stride) into the stage at dst (1024-aligned); pages: the tile's slot of
+  // the page ring. Each 32-row block's offsets are made just before its rows are copied, so a lane
+  // holds one row offset at a time (the producer warpgroup runs at 24 registers in prefill).
   __device__ __forceinline__ static void copy(const FwdParams& p, const SeqInfo& s, const char* base,
-                                              long long page_stride, long long row_stride, u32 dst, int n, int lane) {
-    const int keys_left = s.seqlen_k - n * Sh::kBN;
+                                              long long page_stride, long long row_stride, u32 dst, u32 pages, int n,
+                                              int lane) {
+    const int keys_left = min(s.seqlen_k - n * Sh::kBN, Sh::kBN);
     // The lane's chunk c = k kLanesPerRow + c0 of row r = g kRowsPerStep + r0: its swizzle unit
     // (c % 8) ^ (r % 8) = (c0 % 8) ^ r0 ^ (g kRowsPerStep % 8) (kRowsPerStep divides 8 and r0 <
     // kRowsPerStep, so the sum is an or), and every other term is a multiple of 128 bytes: one
@@ -113,14 +123,12 @@ struct GatherTile {
     const u32 lane_dst = dst + (c0 / 8) * (Sh::kBN * 128) + r0 * 128 + (((c0 % 8) ^ r0) << 4);
 #pragma unroll 1
     for (int j = 0; j < kLookups; ++j) {
-      // Row 32 j + lane's element offset (0 past the keys: a mapped address, zero bytes read).
+      // Row 32 j + lane's element offset (0 past the keys or the tile: a mapped address, zero bytes read).
       const int mine = 32 * j + lane, key = n * Sh::kBN + mine;
-      const long long off =
-          mine < keys_left ? s.page_of(p, key) * page_stride + (key % p.page_size) * row_stride : 0;
-      // Not unrolled: a group's addresses are a few instructions, and unrolled they were hoisted
-      // out of the walk and spilled.
+      const long long page = mine < keys_left ? static_cast<int>(ld_shared_u32(pages + 4 * mine)) : 0;
+      const long long off = mine < keys_left ? page * page_stride + (key % p.page_size) * row_stride : 0;
       const int end = min((32 * j + 32) / kRowsPerStep, Sh::kBN / kRowsPerStep);
-#pragma unroll 1
+#pragma unroll kUnroll
       for (int g = 32 * j / kRowsPerStep; g < end; ++g) {
         const int r = g * kRowsPerStep + r0;
         const char* row = base + __shfl_sync(0xffffffffu, off, r % 32) * Sh::kKvElemBytes;
@@ -134,16 +142,53 @@ struct GatherTile {
   }
 };
 
-// The gathering lanes' arrivals on the stages' full barriers (32 a stage: kernel.cuh). cp.async
-// writes through the generic proxy and wgmma reads through the async one, so a lane arrives only
-// once its copies are done (cp.async.wait_group) and fenced to the async proxy. The arrival trails
-// one stage, so the next stage's copies are in flight while this one's complete (two trailing
-// stages measured no faster, docs/PERF.md run 61); finish() before any wait on the consumers'
-// progress past the pending stage (the next tile's Q region).
-struct GatherArrival {
+// The gathering warp's state over one unit of work.
+//   Arrivals on the stages' full barriers (32 a stage: kernel.cuh): cp.async writes through the
+//   generic proxy and wgmma reads through the async one, so a lane arrives only once its copies are
+//   done (cp.async.wait_group) and fenced to the async proxy. The arrival trails one stage, so the
+//   next stage's copies are in flight while this one's complete (two trailing stages measured no
+//   faster, docs/PERF.md run 61, and 12-14% slower once the page numbers came from the ring, run
+//   63); finish() before any wait on the consumers' progress past the pending stage (the next
+//   tile's Q region).
+//   The page ring (SmemLayout::kPageRingOffset): two slots of kBN page numbers, the current KV
+//   tile's and the next one's. K(n)'s stage fetches the next tile's (cp.async, 4 bytes a row) into
+//   its commit group, which V(n)'s stage waits for; latent KV (no V stage) into a group of their
+//   own before K's rows, which K(n)'s wait takes with the previous stage. No stage waits on a
+//   page-table read. Each lane fetches and reads the entries of its own rows (32 j + lane): its own
+//   wait_group makes them visible.
+template <class Config>
+struct GatherState {
+  using Sh = Shape<Config>;
+  static constexpr u32 kSlotBytes = 4 * Sh::kBN;
   u32 pending = 0;  // the stage's full barrier (shared address), 0: none
+  u32 ring;         // the page ring
+  u32 slot = 0;     // the current KV tile's slot (0 or 1)
+
+  // The unit's first KV tile n: its page numbers fetched and waited for (the unit's one wait on them).
+  __device__ __forceinline__ GatherState(const FwdParams& p, const SeqInfo& s, unsigned char* smem, int n)
+      : ring(smem_u32(smem) + SmemLayout<Config>::kPageRingOffset) {
+    fetch_pages(p, s, ring, n);
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+  __device__ __forceinline__ u32 pages() const { return ring + slot * kSlotBytes; }
+  __device__ __forceinline__ u32 next_pages() const { return ring + (slot ^ 1u) * kSlotBytes; }
+  __device__ __forceinline__ void advance() { slot ^= 1u; }  // after the last stage of a KV tile
+
+  // Tile n's page numbers into the slot at dst (cp.async; the caller commits). Rows past the table
+  // (the tile's padding past the keys) fetch its last entry, which the copies then skip.
+  __device__ __forceinline__ static void fetch_pages(const FwdParams& p, const SeqInfo& s, u32 dst, int n) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+    for (int j = 0; j < (Sh::kBN + 31) / 32; ++j) {
+      const int r = 32 * j + lane;
+      if (Sh::kBN % 32 == 0 || r < Sh::kBN)
+        cp_async_4(dst + 4 * r, s.pages + min((n * Sh::kBN + r) / p.page_size, p.max_pages - 1));
+    }
+  }
+
   __device__ __forceinline__ void issued(u64* full) {  // after the copies into full's stage, committed
-    cp_async_wait<1>();
+    cp_async_wait<1>();  // all but this stage's rows: the previous stage, and any page numbers
     arrive();
     pending = smem_u32(full);
   }
@@ -162,27 +207,31 @@ struct GatherArrival {
   }
 };
 
-// One gathered stage of KV tile n: K's ring, or V's (kV).
+// One gathered stage of KV tile n: K's ring, or V's (kV). K's stage also fetches the page numbers of
+// the unit's next KV tile (next; none when !has_next) into the page ring (GatherState).
 // The sequence (its page-table row, keys, KV head) is re-derived per stage from its batch and q
-// head (opaque, so not held across the walk: the producer warpgroup runs at 24 registers).
+// head (opaque, so not held across the walk: the producer warpgroup runs at 24 registers in prefill).
 template <class Config, bool kV>
 __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInfo& seq,
                                                 pipe::Producer<Shape<Config>::kStages>& ring, unsigned char* ring_base,
-                                                int n, GatherArrival& arrival) {
+                                                int n, bool has_next, int next, GatherState<Config>& gs) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
   auto st = ring.acquire();
   const SeqInfo s = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
+  if (!kV && has_next) {
+    GatherState<Config>::fetch_pages(p, s, gs.next_pages(), next);
+    if constexpr (Sh::kVInK) cp_async_commit();  // latent KV: their own group (GatherState)
+  }
   // Paged K / V: the KV head's offset is its only term besides the page and the row.
   const char* base = static_cast<const char*>(kV ? p.v : p.k) +
                      s.kv_head * (kV ? p.v_head_stride : p.k_head_stride) * Sh::kKvElemBytes;
-  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks>::copy(p, s, base, kV ? p.v_batch_stride : p.k_batch_stride,
-                                                              kV ? p.v_row_stride : p.k_row_stride,
-                                                              smem_u32(ring_base) + st.index() * kBytes, n,
-                                                              static_cast<int>(threadIdx.x % 32));
+  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks>::copy(
+      p, s, base, kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_row_stride : p.k_row_stride,
+      smem_u32(ring_base) + st.index() * kBytes, gs.pages(), n, static_cast<int>(threadIdx.x % 32));
   cp_async_commit();
-  arrival.issued(st.full_barrier());
+  gs.issued(st.full_barrier());
 }
 
 // Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's earlier
@@ -242,31 +291,36 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 
   // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
   pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
-  GatherArrival arrival;
-  auto load_k = [&](int t) {
-    if constexpr (kGather)
-      gather_kv_stage<Config, false>(p, s, k_ring, smem + L::kKLoadOffset, t, arrival);
-    else
-      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, t, c);
-  };
+  if constexpr (kGather) {
+    GatherState<Config> gs(p, s, smem, n);
+    for (int next; w.has(n); n = next, gs.advance()) {
+      next = w.next_tile(n);
+      if constexpr (Sh::kVInK) {  // as below
+        auto vs = v_ring.acquire();
+        gather_kv_stage<Config, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
+        vs.arrive();
+      } else {
+        gather_kv_stage<Config, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
+        gather_kv_stage<Config, true>(p, s, v_ring, smem + L::kVLoadOffset, n, false, 0, gs);
+      }
+    }
+    gs.finish();  // the last stage's arrival
+    return;
+  }
   for (; w.has(n); n = w.next_tile(n)) {
     if constexpr (Sh::kVInK) {
       // Latent KV: V(n) is K(n)'s stage, so the slot is refilled only once P V(n - stages) is done
       // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
       // after it waited for K(n)'s bytes.
       auto vs = v_ring.acquire();
-      load_k(n);
+      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
       vs.arrive();
     } else {
       // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-      load_k(n);
-      if constexpr (kGather)
-        gather_kv_stage<Config, true>(p, s, v_ring, smem + L::kVLoadOffset, n, arrival);
-      else
-        load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
     }
   }
-  if constexpr (kGather) arrival.finish();  // the last stage's arrival
 }
 
 // Called by exactly one thread (kGather: by the producer warp); walks the consumers' tile walk (TileWalker), so both sides see
@@ -315,16 +369,18 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       const TmaCoords c = TmaCoords::make(p, w.seq);
       int n = w.first_tile();  // none when !w.valid (empty KV range)
       if constexpr (kGather) {
-        GatherArrival arrival;
         if (w.has(n)) {
-          gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, arrival);
+          GatherState<Config> gs(p, w.seq, smem, n);
+          int next = w.next_tile(n);
+          gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, w.has(next), next, gs);
           load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, true);
-          gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, arrival);
-          for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-            gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, arrival);
-            gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, arrival);
+          gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
+          for (n = next, gs.advance(); w.has(n); n = next, gs.advance()) {
+            next = w.next_tile(n);
+            gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, w.has(next), next, gs);
+            gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
           }
-          arrival.finish();
+          gs.finish();
         } else {
           load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, false);
         }

@@ -13,8 +13,9 @@ namespace sm90a {
 //   [Q: kBM/64 warpgroups x Dp/64 blocks of 64x128B][K ring: S x Dp*e/128 blocks of BNx128B][V ring: same,
 //   DpV wide]
 //   [FP8: Vt ring, S x ceil(BN/128) blocks of Dp x 128B (kBN 160: the second block's rows hold 32
-//   keys); FP8 KV cache: the e4m3 K and V rings][own O (kOwnO): kBM x DpV 16-bit][barriers, in the
-//   last 1024 bytes]. Without kOwnO, O is staged in the owning warpgroup's Q region, which is sized
+//   keys); FP8 KV cache: the e4m3 K and V rings][own O (kOwnO): kBM x DpV 16-bit][tail: the
+//   barriers, then the page ring of kernels that gather pages (abi.h tail_bytes)]. Without kOwnO,
+//   O is staged in the owning warpgroup's Q region, which is sized
 //   for 16-bit O (an FP8 Q fills half of it).
 template <class Config>
 struct SmemLayout {
@@ -72,7 +73,10 @@ struct SmemLayout {
   __device__ __forceinline__ static constexpr u32 o_offset(int g) {
     return kOwnO ? kOOffset + static_cast<u32>(g) * kOWgBytes : q_offset(g);
   }
-  static constexpr u32 kTotalBytes = kBarOffset + abi::kBarrierBytes;
+  // Gathering kernels: two slots of kBN page numbers behind the barriers (load.cuh GatherState).
+  static constexpr u32 kPageRingOffset = kBarOffset + abi::kBarrierBytes;
+  static constexpr u32 kTotalBytes =
+      kBarOffset + static_cast<u32>(abi::tail_bytes(Sh::kFamily, Sh::kPersistent, Sh::kDp, Sh::kBN));
 
   struct Barriers {
     u64 q_full[Sh::kNumConsumerWGs];  // per consumer warpgroup, tx-count of its Q tile
@@ -103,8 +107,9 @@ struct SmemLayout {
   __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* v_load_barriers(Barriers* b) {
     return Sh::kKvFp8 ? &b->v_load : &b->v;
   }
-  static_assert(sizeof(Barriers) <= 1024, "barriers must fit in the last 1024 bytes");
-  static_assert(kTotalBytes == static_cast<u32>(abi::smem_bytes(Sh::kFamily, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kDpV, Sh::kStages, kOwnO)),
+  static_assert(sizeof(Barriers) <= abi::kBarrierBytes, "barriers must fit in abi::kBarrierBytes");
+  static_assert(kTotalBytes == static_cast<u32>(abi::smem_bytes(Sh::kFamily, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kDpV,
+                                                                Sh::kStages, Sh::kPersistent, kOwnO)),
                 "layout must match the ABI smem formula (abi.h smem_bytes)");
   static_assert(Config::kSmemBytes >= kTotalBytes, "Config::kSmemBytes is smaller than the sm90a layout needs");
   static_assert(kTotalBytes <= 232448, "sm90a smem layout exceeds 227 KB: lower kNumKVStages or kBN");
