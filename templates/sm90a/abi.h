@@ -176,7 +176,7 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 FA4_HOST_DEVICE constexpr bool fp8_consumers_160(Family f, int wgs, int dp, int bn) {
   return f == Family::kFp8 && wgs == 3 && (dp == 128 || bn == 160);
 }
-FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
+FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int dp, int bn) {  // any CTAs per SM
   return fp8_consumers_160(f, wgs, dp, bn)  ? 32
          : wgs == 1 || f != Family::k16 ? 56
          : wgs <= 2                     ? 24
@@ -199,7 +199,7 @@ FA4_HOST_DEVICE constexpr int launch_regs(int threads, int ctas_per_sm) {
   return (65536 / (threads * ctas_per_sm) < 255 ? 65536 / (threads * ctas_per_sm) : 255) / 8 * 8;
 }
 FA4_HOST_DEVICE constexpr bool budgets_fit(Family f, int bm, int ctas_per_sm, int dp, int dpv, int bn) {
-  return 128 * producer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) +
+  return 128 * producer_regs(f, consumer_wgs(bm, dpv), dp, bn) +
              128 * consumer_wgs(bm, dpv) * consumer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) <=
          launch_regs(num_threads(bm, dpv), ctas_per_sm) * num_threads(bm, dpv);
 }

@@ -149,7 +149,7 @@ struct Shape {
 
   // setmaxnreg budgets (abi.h: FA3's splits, and why each).
   static constexpr int kCtasPerSm = Config::kCtasPerSm;
-  static constexpr int kProducerRegs = abi::producer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
+  static constexpr int kProducerRegs = abi::producer_regs(kFamily, kNumConsumerWGs, kDp, kBN);
   static constexpr int kConsumerRegs = abi::consumer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
   static constexpr bool kFp8Consumers160 = abi::fp8_consumers_160(kFamily, kNumConsumerWGs, kDp, kBN);
   static constexpr int kNumThreads = abi::num_threads(kBM, kDpV);
