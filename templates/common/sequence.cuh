@@ -46,9 +46,10 @@ struct SeqInfo {
 
   // Paged KV: (page, row inside the page) of key row r. Rows past the table (only in the padding
   // of the last tile, which the key bound masks) read the last page: finite data, never faults.
-  __device__ __forceinline__ int page_of(const FwdParams& p, int r) const {
-    return pages[min(r / p.page_size, p.max_pages - 1)];
+  __device__ __forceinline__ const int* page_entry(const FwdParams& p, int r) const {
+    return pages + min(r / p.page_size, p.max_pages - 1);
   }
+  __device__ __forceinline__ int page_of(const FwdParams& p, int r) const { return *page_entry(p, r); }
   // Element offsets of key row r in K and V, through the page table when paged.
   __device__ __forceinline__ long long k_row(const FwdParams& p, int r) const {
     if (pages) return k_offset + page_of(p, r) * p.k_batch_stride + (r % p.page_size) * p.k_row_stride;

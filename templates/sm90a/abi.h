@@ -105,9 +105,8 @@ constexpr int kBarrierBytes = 512;
 // The tail: at least the 1024 bytes every layout had before the page ring, so the kernels that
 // gather at kBN 64 (decode, where BM 64 BN 64 at 3 stages is exactly two CTAs per SM) keep their size.
 FA4_HOST_DEVICE constexpr int tail_bytes(Family f, bool persistent, int dp, int bn) {
-  return kBarrierBytes + page_ring_bytes(f, persistent, dp, bn) > 1024
-             ? kBarrierBytes + page_ring_bytes(f, persistent, dp, bn)
-             : 1024;
+  const int bytes = kBarrierBytes + page_ring_bytes(f, persistent, dp, bn);
+  return bytes > 1024 ? bytes : 1024;
 }
 // The dynamic shared memory of a kernel: the one formula (Config::kSmemBytes is this value). dpv:
 // V's and O's padded depth (dp, or narrower for a 16-bit V of its own: FA4Config::depth_v); V's

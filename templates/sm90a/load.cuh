@@ -176,14 +176,15 @@ struct GatherState {
   __device__ __forceinline__ void advance() { slot ^= 1u; }  // after the last stage of a KV tile
 
   // Tile n's page numbers into the slot at dst (cp.async; the caller commits). Rows past the table
-  // (the tile's padding past the keys) fetch its last entry, which the copies then skip.
+  // (the tile's padding past the keys) fetch its last entry (SeqInfo::page_entry), which the copies
+  // then skip.
   __device__ __forceinline__ static void fetch_pages(const FwdParams& p, const SeqInfo& s, u32 dst, int n) {
     const int lane = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
     for (int j = 0; j < (Sh::kBN + 31) / 32; ++j) {
       const int r = 32 * j + lane;
       if (Sh::kBN % 32 == 0 || r < Sh::kBN)
-        cp_async_4(dst + 4 * r, s.pages + min((n * Sh::kBN + r) / p.page_size, p.max_pages - 1));
+        cp_async_4(dst + 4 * r, s.page_entry(p, n * Sh::kBN + r));
     }
   }
 
