@@ -89,11 +89,14 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
 // the driver's occupancy calculator fits on one SM; its decode (B 8, Hq/Hkv 32/8, 32k keys) ran one
 // 4-warp CTA per SM at 2 splits, DRAM 27%, and 4 splits read K/V 1.33x faster on an H100, bf16 and
 // e4m3 alike (docs/PERF.md run 31). sm90a's kernels are sized for one or two CTAs per SM
-// (ctas_per_sm); FP8 KV caches count both (their converters are latency-bound: 1.33x, run 30),
-// 16-bit K/V one (the same speed at 2, 4 and 8 splits; more splits only cost combine work).
-int CompiledKernel::split_slots_per_sm() const {
+// (ctas_per_sm); FP8 KV caches count both (their converters are latency-bound: 1.33x, run 30), and
+// so do paged launches, whose producers are latency-bound too (a page-table read per TMA box, or
+// gathered rows: 16-18 GB/s per CTA at page 16 and page 1, where contiguous TMA reads 33; Qwen2.5-7B
+// 32 x 32k at 128 CTAs 2.28 TB/s, run 64); contiguous 16-bit K/V one (the same speed at 2, 4 and 8
+// splits; more splits only cost combine work).
+int CompiledKernel::split_slots_per_sm(bool paged) const {
   if (config_.backend == Backend::portable) return module_for_current_context().resident_ctas();
-  return config_.config.kv_dtype ? std::max(1, config_.ctas_per_sm) : 1;
+  return config_.config.kv_dtype || paged ? std::max(1, config_.ctas_per_sm) : 1;
 }
 
 namespace {
@@ -134,7 +137,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   in.kv_blocks = (shape.max_seqlen_k + c.BN - 1) / c.BN;
   in.keys_known = shape.max_seqlen_k != 0;
   in.requested_splits = args.num_splits;
-  in.sms = sm_count() * split_slots_per_sm();
+  in.sms = sm_count() * split_slots_per_sm(args.page_table != nullptr);
   in.equal_tiles = !masked && !c.pack_gqa && !args.cu_seqlens_q;
   in.max_seqlen_q = shape.max_seqlen_q;
   in.bm = c.BM;

@@ -86,7 +86,12 @@ class Producer {
   PipelineState state_;
 };
 
-template <int kStages, class Release = ArriveEachThread>
+// What a consumer does once a stage's full barrier completed, before it reads the stage.
+struct Landed {  // nothing: TMA (async proxy) or threads that fenced before arriving filled it
+  __device__ __forceinline__ void operator()() const {}
+};
+
+template <int kStages, class Release = ArriveEachThread, class OnLanded = Landed>
 class Consumer {
  public:
   class Stage {
@@ -105,18 +110,22 @@ class Consumer {
     u32 index_;
   };
 
-  __device__ __forceinline__ explicit Consumer(Barriers<kStages>* bars) : bars_(bars), state_{0, 0} {}
+  __device__ __forceinline__ explicit Consumer(Barriers<kStages>* bars, OnLanded landed = {})
+      : bars_(bars), state_{0, 0}, landed_(landed) {}
   // Resuming a ring (persistent kernels that carry the state between tiles in packed form).
-  __device__ __forceinline__ Consumer(Barriers<kStages>* bars, PipelineState state) : bars_(bars), state_(state) {}
+  __device__ __forceinline__ Consumer(Barriers<kStages>* bars, PipelineState state, OnLanded landed = {})
+      : bars_(bars), state_(state), landed_(landed) {}
   __device__ __forceinline__ PipelineState state() const { return state_; }
   __device__ __forceinline__ Stage acquire() {
     mbar_wait(&bars_->full[state_.index], state_.phase);
+    landed_();
     return Stage(*this, state_.index);
   }
 
  private:
   Barriers<kStages>* bars_;
   PipelineState state_;
+  OnLanded landed_;
 };
 
 // A relay between two rings of the same depth that move in lockstep: each stage consumes slot i

@@ -14,11 +14,17 @@ __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid
                : "memory");
 }
 // 4-byte async copy global -> shared (through L1: .ca, the only cache op below 16 bytes): sm90a's
-// gathering warp fetches page numbers with it (load.cuh GatherState).
+// gathering warps fetch page numbers with it (load.cuh GatherState).
 __device__ __forceinline__ void cp_async_4(u32 dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// The mbarrier at bar (shared address) receives one arrival once every cp.async this thread issued
+// before it has landed (noinc: the arrival is one of those the barrier was initialised to expect).
+// The thread itself does not wait: sm90a's gathering warps keep every free stage in flight, as TMA does.
+__device__ __forceinline__ void cp_async_arrive_noinc(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -29,6 +29,22 @@
 namespace fa4 {
 namespace sm90a {
 
+// What a consumer does once a K / V stage landed (pipe::Consumer's OnLanded). The gathering warps'
+// cp.async writes go through the generic proxy and arrive on their own (load.cuh GatherState), so
+// each consumer thread fences to the async proxy after its wait, before the wgmma that reads the
+// stage: a uniform branch, taken only by launches that gather (false at compile time in kernels
+// that cannot). TMA fills and an FP8 KV cache's converters (which fence before arriving) need nothing.
+struct KvLanded {
+  bool gathered;
+  __device__ __forceinline__ void operator()() const {
+    if (gathered) fence_proxy_async();
+  }
+};
+template <class Config>
+__device__ __forceinline__ KvLanded kv_landed(const FwdParams& p) {
+  return KvLanded{!Shape<Config>::kKvFp8 && gathers_kv<Config>(p)};
+}
+
 // The consumer warpgroups' round robin of turns (named barriers) around one phase of their KV step:
 // kAround = Turn::kGemm, the GEMM issue (FA3's ping-pong: one warpgroup issues while the others run
 // their softmax); Turn::kSoftmax, the softmax (simple schedule: one warpgroup's exponentials at a
@@ -416,8 +432,9 @@ __device__ __forceinline__ void partner_loop(const FwdParams& p, Tiles tiles, un
     zero(o);
     const int n = w.first_tile();
     if (w.has(n)) {
-      pipe::Consumer<Sh::kStages, pipe::NoRelease> k_watch(&bars->k);
-      pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp> v_ring(L::pv_barriers(bars));
+      pipe::Consumer<Sh::kStages, pipe::NoRelease, KvLanded> k_watch(&bars->k, kv_landed<Config>(p));
+      pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp, KvLanded> v_ring(L::pv_barriers(bars),
+                                                                                  kv_landed<Config>(p));
       follow_p<Config>(w, n, k_watch, v_ring, share, o, v_addr);
     }
     epilogue_partner<Config>(p, w, wg, o, share);
@@ -507,7 +524,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       const int n = w.first_tile();
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
-        pipe::Consumer<Sh::kStages, Release> k_ring(&bars->k, st), v_ring(L::pv_barriers(bars), st);
+        pipe::Consumer<Sh::kStages, Release, KvLanded> k_ring(&bars->k, st, kv_landed<Config>(p)),
+            v_ring(L::pv_barriers(bars), st, kv_landed<Config>(p));
         if constexpr (!kPersistent) {
           sched.start();
           mbar_wait(&bars->q_full[rg], 0);

@@ -52,9 +52,9 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       mbar_init(&bars->q_full[g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
       if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[g], 128);  // warpgroup g's threads, done with Q
     }
-    // full: the producer's expect_tx arrival, or each gathering lane's (32); empty: every consumer
-    // warp (8 or 12) arrives once.
-    const u32 fills = gathers_kv<Config>(p) ? 32 : 1;
+    // full: the producer's expect_tx arrival, or each gathering thread's (32 a gathering warp);
+    // empty: every consumer warp (8 or 12) arrives once.
+    const u32 fills = gathers_kv<Config>(p) ? 32 * kGatherWarps<Config> : 1;
     if constexpr (Sh::kFp8) {  // V -> transposer warps (3) -> Vt (every transposer thread) -> consumers
       bars->k.init(fills, Sh::kNumConsumerWGs * 4);
       bars->v.init(fills, kHelperThreads / 32);
@@ -86,8 +86,8 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
         return;
       }
     }
-    if (threadIdx.x < 32 && gathers_kv<Config>(p)) {
-      gather_producer<Config, Mask>(p, tma, w, smem, bars);  // the whole warp: lane 0 loads Q, every lane K / V rows
+    if (threadIdx.x < 32 * kGatherWarps<Config> && gathers_kv<Config>(p)) {
+      gather_producer<Config, Mask>(p, tma, w, smem, bars);  // the gathering warps: thread 0 loads Q, every lane K / V rows
     } else if (threadIdx.x < 32 && elect_one_sync()) {
       tma_prefetch(&tma.q);
       tma_prefetch(&tma.k);

@@ -72,27 +72,44 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer
 }
 
 // ---- Gather: paged K / V rows by cp.async ----
-// Whether this launch gathers (the host's kv_box_rows 0: paged, pages no TMA box takes).
-template <class Config>
-__device__ __forceinline__ bool gathers_kv(const FwdParams& p) {
-  return Shape<Config>::kGathers && p.page_table && p.kv_box_rows == 0;
-}
 // Page sizes whose gcd with kBN is not a multiple of 8 rows (1, 2, 4, 12, ...; launch: kv_box_rows
-// 0) cannot come in TMA boxes, which must hold whole 8-row swizzle periods. The producer warp's 32
+// 0) cannot come in TMA boxes, which must hold whole 8-row swizzle periods. The gathering warps'
 // lanes then copy each tile row by row, 16 bytes a cp.async, into the layout TMA would have left
 // (chunk c of tile row r: swizzle block c / 8, 16-byte unit (c % 8) ^ (r % 8)), so the consumers
 // and the e4m3 converters read it unchanged. kLanesPerRow lanes take consecutive chunks of one row
-// (reads of 128 bytes or more); each lane reads the page numbers of rows lane + 32 j from the page
-// ring (GatherState) and the lanes copying a row take its offset by shuffle. Keys past the
-// sequence are zero-filled (P V then never meets a NaN). The warpgroup's other warps idle: every
-// variant that spread the rows over them spilled the producer at 24 registers (docs/PERF.md run 61).
-// Decode kernels (one consumer warpgroup; the producer at 56 registers, abi.h producer_regs)
-// copy 4 row groups at a time (GatherTile); the others, whose producers at 24 registers (FP8 KV
-// prefill: 56 beside its converters) spilled so, one.
+// (reads of 128 bytes or more); each lane reads the page numbers of its warp's rows row0 + lane +
+// 32 j from the page ring (GatherState) and the lanes copying a row take its offset by shuffle.
+// Keys past the sequence are zero-filled (P V then never meets a NaN).
+// Who gathers (kGatherWarps): decode kernels (one consumer warpgroup; the producer warpgroup at 56
+// registers, abi.h producer_regs) without helper warps use all four producer warps, a quarter of
+// each tile's rows each: one warp's cp.async in flight was the bound (page 1 at 0.66-0.76x page 16;
+// four warps 0.79-1.01x, docs/PERF.md run 64). Elsewhere the producer warp alone: at 24 registers
+// (prefill) every variant that spread the rows spilled (run 61), and an FP8 KV cache's warps 1-3
+// are its converters.
 template <class Config>
 constexpr bool kWideGather = Shape<Config>::kNumConsumerWGs == 1 && Shape<Config>::kProducerRegs >= 56;
+template <class Config>
+constexpr int kGatherWarps = kWideGather<Config> && !Shape<Config>::kProducerHelpers ? 4 : 1;
 
-template <class Config, int kChunks>  // kChunks: 128-byte swizzle blocks per row (K's, or V's)
+// The gathering thread that loads Q (thread 0), written per lane where one warp gathers: the
+// 24-register producers spilled on threadIdx.x == 0 (4 B at d512, O split).
+template <class Config>
+__device__ __forceinline__ bool gather_leader() {
+  return kGatherWarps<Config> > 1 ? threadIdx.x == 0 : threadIdx.x % 32 == 0;
+}
+
+// Row groups a gathering warp issues at once (GatherTile): one warp issuing one shuffle, address
+// and cp.async at a time is bound by their latencies. 4 at 56 registers (the FP8 KV decode's warp
+// alone; four warps under masks whose tile walk is a range), 2 in four warps beside a mask that
+// skips tiles (4 spilled 20 B beside a block snippet's walk: page 1 5-7% slower at 2), 1 at 24
+// registers (the addresses were hoisted out of the walk and spilled).
+template <class Config, class Mask>
+constexpr int gather_unroll() {
+  return !kWideGather<Config> ? 1 : kGatherWarps<Config> > 1 && !Mask::kContiguous ? 2 : 4;
+}
+
+// kChunks: 128-byte swizzle blocks per row (K's, or V's); kUnroll: gather_unroll.
+template <class Config, int kChunks, int kUnroll>
 struct GatherTile {
   using Sh = Shape<Config>;
   static_assert(Sh::kKvRowBytes == 128, "gather: SW128 K / V rows (not FP8's 64-byte rows at depth 64)");
@@ -100,20 +117,17 @@ struct GatherTile {
   static constexpr int kLanesPerRow = kRowChunks % 32 == 0 ? 32 : kRowChunks % 16 == 0 ? 16 : 8;
   static constexpr int kRowsPerStep = 32 / kLanesPerRow;
   static constexpr int kSteps = kRowChunks / kLanesPerRow;  // cp.async per lane and row group
-  static constexpr int kLookups = (Sh::kBN + 31) / 32;  // rows a lane looks up
-  static_assert(Sh::kBN % kRowsPerStep == 0, "gather: whole row groups per tile");
-  // Row groups in flight at once: one warp issuing one shuffle, address and cp.async at a time is
-  // bound by their latencies (kWideGather: 4; unrolled at 24 registers, the addresses were hoisted
-  // out of the walk and spilled).
-  static constexpr int kUnroll = kWideGather<Config> ? 4 : 1;
+  static constexpr int kWarpRows = Sh::kBN / kGatherWarps<Config>;  // a warp's rows: [warp kWarpRows, +kWarpRows)
+  static constexpr int kLookups = (kWarpRows + 31) / 32;               // rows a lane looks up
+  static_assert(kWarpRows % kRowsPerStep == 0, "gather: whole row groups per warp");
 
-  // Tile n of a sequence (s: its keys) from base (K or V at the sequence's KV head; element
-  // strides page_stride, row_stride) into the stage at dst (1024-aligned); pages: the tile's slot of
-  // the page ring. Each 32-row block's offsets are made just before its rows are copied, so a lane
+  // Warp `warp`'s rows of tile n of a sequence (s: its keys) from base (K or V at the sequence's KV
+  // head; element strides page_stride, row_stride) into the stage at dst (1024-aligned); pages: the
+  // tile's slot of the page ring. Each 32-row block's offsets are made just before its rows are copied, so a lane
   // holds one row offset at a time (the producer warpgroup runs at 24 registers in prefill).
   __device__ __forceinline__ static void copy(const FwdParams& p, const SeqInfo& s, const char* base,
                                               long long page_stride, long long row_stride, u32 dst, u32 pages, int n,
-                                              int lane) {
+                                              int lane, int warp) {
     const int keys_left = min(s.seqlen_k - n * Sh::kBN, Sh::kBN);
     // The lane's chunk c = k kLanesPerRow + c0 of row r = g kRowsPerStep + r0: its swizzle unit
     // (c % 8) ^ (r % 8) = (c0 % 8) ^ r0 ^ (g kRowsPerStep % 8) (kRowsPerStep divides 8 and r0 <
@@ -121,17 +135,22 @@ struct GatherTile {
     // per-lane address, then per g a xor of bits 4-6 and per (g, k) an immediate offset.
     const int r0 = lane / kLanesPerRow, c0 = lane % kLanesPerRow;
     const u32 lane_dst = dst + (c0 / 8) * (Sh::kBN * 128) + r0 * 128 + (((c0 % 8) ^ r0) << 4);
+    const int row0 = warp * kWarpRows;
 #pragma unroll 1
     for (int j = 0; j < kLookups; ++j) {
-      // Row 32 j + lane's element offset (0 past the keys or the tile: a mapped address, zero bytes read).
-      const int mine = 32 * j + lane, key = n * Sh::kBN + mine;
-      const long long page = mine < keys_left ? static_cast<int>(ld_shared_u32(pages + 4 * mine)) : 0;
-      const long long off = mine < keys_left ? page * page_stride + (key % p.page_size) * row_stride : 0;
-      const int end = min((32 * j + 32) / kRowsPerStep, Sh::kBN / kRowsPerStep);
+      // Row row0 + 32 j + lane's element offset (0 past the keys or the warp's rows: a mapped
+      // address, zero bytes read).
+      // (Written so that row0 0, one gathering warp, folds to the expressions the 24-register
+      // producers compiled without spills.)
+      const int mine = row0 + 32 * j + lane, key = n * Sh::kBN + mine;
+      const bool have = (kWarpRows % 32 == 0 || 32 * j + lane < kWarpRows) && mine < keys_left;
+      const long long page = have ? static_cast<int>(ld_shared_u32(pages + 4 * mine)) : 0;
+      const long long off = have ? page * page_stride + (key % p.page_size) * row_stride : 0;
+      const int end = (row0 + min(32 * j + 32, kWarpRows)) / kRowsPerStep;
 #pragma unroll kUnroll
-      for (int g = 32 * j / kRowsPerStep; g < end; ++g) {
+      for (int g = (row0 + 32 * j) / kRowsPerStep; g < end; ++g) {
         const int r = g * kRowsPerStep + r0;
-        const char* row = base + __shfl_sync(0xffffffffu, off, r % 32) * Sh::kKvElemBytes;
+        const char* row = base + __shfl_sync(0xffffffffu, off, (r - row0) % 32) * Sh::kKvElemBytes;
         const bool valid = r < keys_left;
         const u32 group_dst = (lane_dst ^ (((g * kRowsPerStep) % 8) << 4)) + g * kRowsPerStep * 128;
 #pragma unroll 1
@@ -142,34 +161,48 @@ struct GatherTile {
   }
 };
 
-// The gathering warp's state over one unit of work.
-//   Arrivals on the stages' full barriers (32 a stage: kernel.cuh): cp.async writes through the
-//   generic proxy and wgmma reads through the async one, so a lane arrives only once its copies are
-//   done (cp.async.wait_group) and fenced to the async proxy. The arrival trails one stage, so the
-//   next stage's copies are in flight while this one's complete (two trailing stages measured no
-//   faster, docs/PERF.md run 61, and 12-14% slower once the page numbers came from the ring, run
-//   63); finish() before any wait on the consumers' progress past the pending stage (the next
-//   tile's Q region).
+// A gathering warp's state over one unit of work.
+//   Arrivals on the stages' full barriers (32 a stage per gathering warp: kernel.cuh): each lane's
+//   cp.async.mbarrier.arrive.noinc arrives once its copies into the stage have landed, so no lane
+//   waits for its own copies and every free stage can be in flight, as with TMA. (The lanes used to
+//   arrive themselves after a wait_group, one stage behind; alone, this change measured the same,
+//   docs/PERF.md run 64: the bound was one warp's copies, kGatherWarps.) cp.async writes through
+//   the generic proxy and wgmma reads through the async one, so the consumers fence after their
+//   wait (consumer.cuh KvLanded).
 //   The page ring (SmemLayout::kPageRingOffset): two slots of kBN page numbers, the current KV
-//   tile's and the next one's. K(n)'s stage fetches the next tile's (cp.async, 4 bytes a row) into
-//   its commit group, which V(n)'s stage waits for; latent KV (no V stage) into a group of their
-//   own before K's rows, which K(n)'s wait takes with the previous stage. No stage waits on a
-//   page-table read. Each lane fetches and reads the entries of its own rows (32 j + lane): its own
-//   wait_group makes them visible.
+//   tile's and the next one's. K(n)'s stage fetches the next tile's (cp.async, 4 bytes a row) as a
+//   commit group of its own before K(n)'s rows; K(n + 1)'s stage waits for it, which leaves K(n)'s
+//   and V(n)'s rows in flight (kGroupsAfterPages). Each lane fetches and reads the entries of its
+//   own rows (own_row): its own wait_group makes them visible.
 template <class Config>
 struct GatherState {
   using Sh = Shape<Config>;
   static constexpr u32 kSlotBytes = 4 * Sh::kBN;
-  u32 pending = 0;  // the stage's full barrier (shared address), 0: none
+  static constexpr int kWarpRows = Sh::kBN / kGatherWarps<Config>;  // as GatherTile
+  static constexpr int kLookups = (kWarpRows + 31) / 32;
+  // The tile row whose page number this lane fetches in its j-th look-up (GatherTile reads it), and
+  // the end of its warp's rows.
+  __device__ __forceinline__ static int warp() {  // 0 at compile time where one warp gathers
+    return kGatherWarps<Config> > 1 ? static_cast<int>(warp_uniform(threadIdx.x / 32)) : 0;
+  }
+  __device__ __forceinline__ static int own_row(int j) {
+    return warp() * kWarpRows + 32 * j + static_cast<int>(threadIdx.x % 32);
+  }
+  __device__ __forceinline__ static int row_end() { return (warp() + 1) * kWarpRows; }
+  // Commit groups after a tile's page numbers: its K stage's rows, and V's (latent KV: none).
+  static constexpr int kGroupsAfterPages = Sh::kVInK ? 1 : 2;
   u32 ring;         // the page ring
   u32 slot = 0;     // the current KV tile's slot (0 or 1)
 
-  // The unit's first KV tile n: its page numbers fetched and waited for (the unit's one wait on them).
+  // The unit's first KV tile n: its page numbers read and stored by plain loads (a wait_group would
+  // also wait for the previous unit's copies still in flight: persistent walks).
   __device__ __forceinline__ GatherState(const FwdParams& p, const SeqInfo& s, unsigned char* smem, int n)
       : ring(smem_u32(smem) + SmemLayout<Config>::kPageRingOffset) {
-    fetch_pages(p, s, ring, n);
-    cp_async_commit();
-    cp_async_wait<0>();
+#pragma unroll
+    for (int j = 0; j < kLookups; ++j) {
+      const int r = own_row(j);
+      if (kWarpRows % 32 == 0 || r < row_end()) st_shared_u32(ring + 4 * r, static_cast<u32>(*s.page_entry(p, n * Sh::kBN + r)));
+    }
   }
   __device__ __forceinline__ u32 pages() const { return ring + slot * kSlotBytes; }
   __device__ __forceinline__ u32 next_pages() const { return ring + (slot ^ 1u) * kSlotBytes; }
@@ -179,40 +212,28 @@ struct GatherState {
   // (the tile's padding past the keys) fetch its last entry (SeqInfo::page_entry), which the copies
   // then skip.
   __device__ __forceinline__ static void fetch_pages(const FwdParams& p, const SeqInfo& s, u32 dst, int n) {
-    const int lane = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
-    for (int j = 0; j < (Sh::kBN + 31) / 32; ++j) {
-      const int r = 32 * j + lane;
-      if (Sh::kBN % 32 == 0 || r < Sh::kBN)
-        cp_async_4(dst + 4 * r, s.page_entry(p, n * Sh::kBN + r));
+    for (int j = 0; j < kLookups; ++j) {
+      const int r = own_row(j);
+      if (kWarpRows % 32 == 0 || r < row_end()) cp_async_4(dst + 4 * r, s.page_entry(p, n * Sh::kBN + r));
     }
   }
+  // Before K(n)'s stage reads the current slot: its page numbers, fetched one KV tile earlier, landed.
+  __device__ __forceinline__ static void pages_landed() { cp_async_wait<kGroupsAfterPages>(); }
 
-  __device__ __forceinline__ void issued(u64* full) {  // after the copies into full's stage, committed
-    cp_async_wait<1>();  // all but this stage's rows: the previous stage, and any page numbers
-    arrive();
-    pending = smem_u32(full);
+  __device__ __forceinline__ static void issued(u64* full) {  // after the copies into full's stage
+    cp_async_commit();
+    cp_async_arrive_noinc(smem_u32(full));
   }
-  __device__ __forceinline__ void finish() {
-    cp_async_wait<0>();
-    arrive();
-    pending = 0;
-  }
-
- private:
-  __device__ __forceinline__ void arrive() const {
-    if (pending) {
-      fence_proxy_async();
-      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pending) : "memory");
-    }
-  }
+  // The end of the walk: no copy outlives the warp.
+  __device__ __forceinline__ static void finish() { cp_async_wait<0>(); }
 };
 
 // One gathered stage of KV tile n: K's ring, or V's (kV). K's stage also fetches the page numbers of
 // the unit's next KV tile (next; none when !has_next) into the page ring (GatherState).
 // The sequence (its page-table row, keys, KV head) is re-derived per stage from its batch and q
 // head (opaque, so not held across the walk: the producer warpgroup runs at 24 registers in prefill).
-template <class Config, bool kV>
+template <class Config, class Mask, bool kV>
 __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInfo& seq,
                                                 pipe::Producer<Shape<Config>::kStages>& ring, unsigned char* ring_base,
                                                 int n, bool has_next, int next, GatherState<Config>& gs) {
@@ -221,24 +242,27 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
   auto st = ring.acquire();
   const SeqInfo s = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
-  if (!kV && has_next) {
-    GatherState<Config>::fetch_pages(p, s, gs.next_pages(), next);
-    if constexpr (Sh::kVInK) cp_async_commit();  // latent KV: their own group (GatherState)
+  if constexpr (!kV) {
+    GatherState<Config>::pages_landed();
+    if (has_next) {
+      GatherState<Config>::fetch_pages(p, s, gs.next_pages(), next);
+      cp_async_commit();  // a group of their own (GatherState)
+    }
   }
   // Paged K / V: the KV head's offset is its only term besides the page and the row.
   const char* base = static_cast<const char*>(kV ? p.v : p.k) +
                      s.kv_head * (kV ? p.v_head_stride : p.k_head_stride) * Sh::kKvElemBytes;
-  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks>::copy(
+  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, gather_unroll<Config, Mask>()>::copy(
       p, s, base, kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_row_stride : p.k_row_stride,
-      smem_u32(ring_base) + st.index() * kBytes, gs.pages(), n, static_cast<int>(threadIdx.x % 32));
-  cp_async_commit();
-  gs.issued(st.full_barrier());
+      smem_u32(ring_base) + st.index() * kBytes, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
+      GatherState<Config>::warp());
+  GatherState<Config>::issued(st.full_barrier());
 }
 
 // Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's earlier
 // epilogue is done with its Q region). load == false (tile without KV tiles or without Q rows):
 // plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per tile on both
-// sides. kWholeWarp (gathering producers): the warp's lanes wait, lane 0 loads or arrives.
+// sides. kWholeWarp (gathering producers): every gathering thread waits, thread 0 loads or arrives.
 template <class Config, class Mask, bool kWholeWarp = false>
 __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                   const TmaCoords& c, unsigned char* smem,
@@ -249,7 +273,7 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
 #pragma unroll
   for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
     mbar_wait(&bars->q_empty[g], q_empty_phase);
-    if (kWholeWarp && threadIdx.x % 32 != 0) continue;
+    if (kWholeWarp && !gather_leader<Config>()) continue;
     u64* bar = &bars->q_full[g];
     if (load) {
       mbar_expect_tx(bar, L::kQTxBytes);
@@ -263,8 +287,8 @@ __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const Cta
 // The grid walk's one unit: loads nothing when the CTA has no KV tile (the consumers then skip Q
 // as well), so no barrier is left waiting for bytes that never come (this includes a KV split
 // whose share of the tiles is empty); else Q of every consumer warpgroup, then K(n), V(n) per KV
-// tile. Rings live for this unit only. kGather (paged, pages TMA cannot take): the producer warp's
-// 32 lanes run this, lane 0 loads Q and every lane gathers its share of each K / V stage.
+// tile. Rings live for this unit only. kGather (paged, pages TMA cannot take): the gathering warps
+// (kGatherWarps) run this, thread 0 loads Q and every lane gathers its share of each K / V stage.
 template <class Config, class Mask, bool kPaged, bool kGather = false>
 __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                               unsigned char* smem, typename SmemLayout<Config>::Barriers* bars) {
@@ -281,7 +305,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
   const TmaCoords c = TmaCoords::make(p, s);
 
   // Q: one tile of 64 rows per consumer warpgroup, Dp/64 boxes of [64 rows][64 depth] each.
-  if (!kGather || threadIdx.x % 32 == 0) {
+  if (!kGather || gather_leader<Config>()) {
 #pragma unroll
     for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
       u64* bar = &bars->q_full[g];
@@ -298,14 +322,14 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
       next = w.next_tile(n);
       if constexpr (Sh::kVInK) {  // as below
         auto vs = v_ring.acquire();
-        gather_kv_stage<Config, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
+        gather_kv_stage<Config, Mask, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
         vs.arrive();
       } else {
-        gather_kv_stage<Config, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
-        gather_kv_stage<Config, true>(p, s, v_ring, smem + L::kVLoadOffset, n, false, 0, gs);
+        gather_kv_stage<Config, Mask, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
+        gather_kv_stage<Config, Mask, true>(p, s, v_ring, smem + L::kVLoadOffset, n, false, 0, gs);
       }
     }
-    gs.finish();  // the last stage's arrival
+    GatherState<Config>::finish();
     return;
   }
   for (; w.has(n); n = w.next_tile(n)) {
@@ -324,7 +348,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
   }
 }
 
-// Called by exactly one thread (kGather: by the producer warp); walks the consumers' tile walk (TileWalker), so both sides see
+// Called by exactly one thread (kGather: by the gathering warps); walks the consumers' tile walk (TileWalker), so both sides see
 // the same tiles in the same order.
 // Grid (GridTiles): its one unit, producer_unit; kPaged: paged K/V (a separate copy, chosen once
 // per CTA). Persistent: tiles t = blockIdx.x + i * gridDim.x (PersistentTiles), or the CTA's stream-K
@@ -337,8 +361,8 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
 //   any other tile (no KV tile, or no Q rows): the q_empty waits + plain q_full arrivals only.
 // So q_full[g] / q_empty[g] complete exactly one phase per tile i on both sides (paged K/V: a
 // uniform branch per tile in load_kv_tile).
-// kGather: every lane of the producer warp runs this (lane 0 loads Q; the lanes gather K / V rows,
-// GatherTile), each tile's last arrivals made before the next tile's q_empty waits.
+// kGather: every gathering lane runs this (thread 0 loads Q; the lanes gather K / V rows,
+// GatherTile; their arrivals come from the copies themselves, GatherState).
 template <class Config, class Mask, bool kPaged, class Tiles, bool kGather = false>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs& tma, Tiles tiles, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars) {
@@ -373,15 +397,14 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
         if (w.has(n)) {
           GatherState<Config> gs(p, w.seq, smem, n);
           int next = w.next_tile(n);
-          gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, w.has(next), next, gs);
+          gather_kv_stage<Config, Mask, false>(p, w.seq, k_ring, k_dst, n, w.has(next), next, gs);
           load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, true);
-          gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
+          gather_kv_stage<Config, Mask, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
           for (n = next, gs.advance(); w.has(n); n = next, gs.advance()) {
             next = w.next_tile(n);
-            gather_kv_stage<Config, false>(p, w.seq, k_ring, k_dst, n, w.has(next), next, gs);
-            gather_kv_stage<Config, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
+            gather_kv_stage<Config, Mask, false>(p, w.seq, k_ring, k_dst, n, w.has(next), next, gs);
+            gather_kv_stage<Config, Mask, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
           }
-          gs.finish();
         } else {
           load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, false);
         }
@@ -400,16 +423,17 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
   }
 }
 
-// The producer of a launch that gathers its pages (gathers_kv): the producer warp's 32 lanes walk
-// the CTA's tiles (w: a grid CTA's one unit), lane 0 loading Q, every lane its share of K / V.
+// The producer of a launch that gathers its pages (gathers_kv): the gathering warps walk the CTA's
+// tiles (w: a grid CTA's one unit), thread 0 loading Q, every lane its share of K / V.
 template <class Config, class Mask>
 __device__ __forceinline__ void gather_producer(const FwdParams& p, const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                 unsigned char* smem, typename SmemLayout<Config>::Barriers* bars) {
   using Sh = Shape<Config>;
-  if constexpr (Sh::kGathers && Sh::kPersistent)
+  if constexpr (Sh::kGathers && Sh::kPersistent) {
     producer_loop<Config, Mask, false, TileWalker<Config, Mask>, true>(p, tma, TileWalker<Config, Mask>::make(), smem,
                                                                        bars);
-  else if constexpr (Sh::kGathers)
+    GatherState<Config>::finish();
+  } else if constexpr (Sh::kGathers)
     producer_loop<Config, Mask, true, GridTiles<CtaWork<Config, Mask>>, true>(p, tma, GridTiles<CtaWork<Config, Mask>>{w, 0},
                                                                               smem, bars);
 }

@@ -243,5 +243,12 @@ struct SharedPBarrier {
   static_assert(kEmpty < 16, "named barrier ids must be < 16");
 };
 
+// Whether this launch gathers (the host's kv_box_rows 0: paged, pages no TMA box takes; load.cuh
+// GatherTile), which the producer and the consumers (consumer.cuh KvLanded) both ask.
+template <class Config>
+__device__ __forceinline__ bool gathers_kv(const FwdParams& p) {
+  return Shape<Config>::kGathers && p.page_table && p.kv_box_rows == 0;
+}
+
 }  // namespace sm90a
 }  // namespace fa4
