@@ -178,6 +178,31 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
   }
 }
 
+// sm90a kernels that gather pages no TMA box takes (load.cuh GatherTile): the packed decode kernels
+// (four gathering warps) and a prefill kernel (the producer warp alone) copy rows by cp.async, arrive
+// on the stages' full barriers from the copies (cp.async.mbarrier.arrive.noinc: no lane waits for its
+// own copies), and their consumers fence to the async proxy before the wgmma reads a gathered stage
+// (consumer.cuh KvLanded); nothing spills, at the producers' 56 and 24 registers.
+TEST(Compile, HopperGatheringKernelsArriveFromTheirCopies) {
+  for (int group : {0, 4, 7}) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = 128;
+    c.mask = jit::Mask::causal();
+    c.group = group;
+    c.pack_gqa = group > 0;
+    const std::string what =
+        fmt::format("sm_90a d128 causal {}", group ? fmt::format("packed group {}", group) : "prefill");
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    expect_ptx_has(out.ptx,
+                   {"cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                    "fence.proxy.async.shared::cta"},
+                   what);
+    expect_sm90a_pipelined(out, what);
+  }
+}
+
 // sm90a Q in registers (Config::kQInRegs, S = Q K^T as an RS wgmma): where it was measured faster
 // (d96; causal d128, persistent or grid), not elsewhere (docs/PERF.md run 50). On, the PTX has no SS Q K^T left (an SS
 // wgmma's A operand is a descriptor, "}, %rd"; RS's is registers, "}, {"), and nothing spills or serializes.
