@@ -98,6 +98,31 @@ __device__ __forceinline__ bool gather_leader() {
   return kGatherWarps<Config> > 1 ? threadIdx.x == 0 : threadIdx.x % 32 == 0;
 }
 
+// Which rows of a KV tile a gathering warp copies, and whose page numbers each lane fetches and
+// reads (GatherState, GatherTile): warp w's rows [w kWarpRows, (w + 1) kWarpRows), lane l's j-th
+// row w kWarpRows + 32 j + l.
+template <class Config>
+struct GatherRows {
+  static constexpr int kWarpRows = Shape<Config>::kBN / kGatherWarps<Config>;
+  static constexpr int kLookups = (kWarpRows + 31) / 32;  // rows a lane looks up
+  __device__ __forceinline__ static int warp() {           // 0 at compile time where one warp gathers
+    return kGatherWarps<Config> > 1 ? static_cast<int>(warp_uniform(threadIdx.x / 32)) : 0;
+  }
+  __device__ __forceinline__ static int own_row(int j) {
+    return warp() * kWarpRows + 32 * j + static_cast<int>(threadIdx.x % 32);
+  }
+  __device__ __forceinline__ static int row_end() { return (warp() + 1) * kWarpRows; }
+  // f(r) for each of this lane's rows r.
+  template <class F>
+  __device__ __forceinline__ static void each_own_row(F f) {
+#pragma unroll
+    for (int j = 0; j < kLookups; ++j) {
+      const int r = own_row(j);
+      if (kWarpRows % 32 == 0 || r < row_end()) f(r);
+    }
+  }
+};
+
 // Row groups a gathering warp issues at once (GatherTile): one warp issuing one shuffle, address
 // and cp.async at a time is bound by their latencies. 4 at 56 registers (the FP8 KV decode's warp
 // alone; four warps under masks whose tile walk is a range), 2 in four warps beside a mask that
@@ -117,11 +142,10 @@ struct GatherTile {
   static constexpr int kLanesPerRow = kRowChunks % 32 == 0 ? 32 : kRowChunks % 16 == 0 ? 16 : 8;
   static constexpr int kRowsPerStep = 32 / kLanesPerRow;
   static constexpr int kSteps = kRowChunks / kLanesPerRow;  // cp.async per lane and row group
-  static constexpr int kWarpRows = Sh::kBN / kGatherWarps<Config>;  // a warp's rows: [warp kWarpRows, +kWarpRows)
-  static constexpr int kLookups = (kWarpRows + 31) / 32;               // rows a lane looks up
+  static constexpr int kWarpRows = GatherRows<Config>::kWarpRows, kLookups = GatherRows<Config>::kLookups;
   static_assert(kWarpRows % kRowsPerStep == 0, "gather: whole row groups per warp");
 
-  // Warp `warp`'s rows of tile n of a sequence (s: its keys) from base (K or V at the sequence's KV
+  // Warp `warp`'s rows (GatherRows) of tile n of a sequence (s: its keys) from base (K or V at the sequence's KV
   // head; element strides page_stride, row_stride) into the stage at dst (1024-aligned); pages: the
   // tile's slot of the page ring. Each 32-row block's offsets are made just before its rows are copied, so a lane
   // holds one row offset at a time (the producer warpgroup runs at 24 registers in prefill).
@@ -173,22 +197,11 @@ struct GatherTile {
 //   tile's and the next one's. K(n)'s stage fetches the next tile's (cp.async, 4 bytes a row) as a
 //   commit group of its own before K(n)'s rows; K(n + 1)'s stage waits for it, which leaves K(n)'s
 //   and V(n)'s rows in flight (kGroupsAfterPages). Each lane fetches and reads the entries of its
-//   own rows (own_row): its own wait_group makes them visible.
+//   own rows (GatherRows): its own wait_group makes them visible.
 template <class Config>
 struct GatherState {
   using Sh = Shape<Config>;
   static constexpr u32 kSlotBytes = 4 * Sh::kBN;
-  static constexpr int kWarpRows = Sh::kBN / kGatherWarps<Config>;  // as GatherTile
-  static constexpr int kLookups = (kWarpRows + 31) / 32;
-  // The tile row whose page number this lane fetches in its j-th look-up (GatherTile reads it), and
-  // the end of its warp's rows.
-  __device__ __forceinline__ static int warp() {  // 0 at compile time where one warp gathers
-    return kGatherWarps<Config> > 1 ? static_cast<int>(warp_uniform(threadIdx.x / 32)) : 0;
-  }
-  __device__ __forceinline__ static int own_row(int j) {
-    return warp() * kWarpRows + 32 * j + static_cast<int>(threadIdx.x % 32);
-  }
-  __device__ __forceinline__ static int row_end() { return (warp() + 1) * kWarpRows; }
   // Commit groups after a tile's page numbers: its K stage's rows, and V's (latent KV: none).
   static constexpr int kGroupsAfterPages = Sh::kVInK ? 1 : 2;
   u32 ring;         // the page ring
@@ -198,11 +211,9 @@ struct GatherState {
   // also wait for the previous unit's copies still in flight: persistent walks).
   __device__ __forceinline__ GatherState(const FwdParams& p, const SeqInfo& s, unsigned char* smem, int n)
       : ring(smem_u32(smem) + SmemLayout<Config>::kPageRingOffset) {
-#pragma unroll
-    for (int j = 0; j < kLookups; ++j) {
-      const int r = own_row(j);
-      if (kWarpRows % 32 == 0 || r < row_end()) st_shared_u32(ring + 4 * r, static_cast<u32>(*s.page_entry(p, n * Sh::kBN + r)));
-    }
+    const u32 dst = ring;
+    GatherRows<Config>::each_own_row(
+        [&](int r) { st_shared_u32(dst + 4 * r, static_cast<u32>(*s.page_entry(p, n * Sh::kBN + r))); });
   }
   __device__ __forceinline__ u32 pages() const { return ring + slot * kSlotBytes; }
   __device__ __forceinline__ u32 next_pages() const { return ring + (slot ^ 1u) * kSlotBytes; }
@@ -212,11 +223,7 @@ struct GatherState {
   // (the tile's padding past the keys) fetch its last entry (SeqInfo::page_entry), which the copies
   // then skip.
   __device__ __forceinline__ static void fetch_pages(const FwdParams& p, const SeqInfo& s, u32 dst, int n) {
-#pragma unroll
-    for (int j = 0; j < kLookups; ++j) {
-      const int r = own_row(j);
-      if (kWarpRows % 32 == 0 || r < row_end()) cp_async_4(dst + 4 * r, s.page_entry(p, n * Sh::kBN + r));
-    }
+    GatherRows<Config>::each_own_row([&](int r) { cp_async_4(dst + 4 * r, s.page_entry(p, n * Sh::kBN + r)); });
   }
   // Before K(n)'s stage reads the current slot: its page numbers, fetched one KV tile earlier, landed.
   __device__ __forceinline__ static void pages_landed() { cp_async_wait<kGroupsAfterPages>(); }
@@ -255,7 +262,7 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, gather_unroll<Config, Mask>()>::copy(
       p, s, base, kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_row_stride : p.k_row_stride,
       smem_u32(ring_base) + st.index() * kBytes, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
-      GatherState<Config>::warp());
+      GatherRows<Config>::warp());
   GatherState<Config>::issued(st.full_barrier());
 }
 
