@@ -8,6 +8,13 @@
 
 namespace fa4 {
 
+// Paged KV: the entry of a sequence's page-table row (pages) that holds key row r. Rows past the
+// table (only in the padding of the last tile, which the key bound masks) take the last entry:
+// finite data, never a fault. The one clamp rule (SeqInfo::page_entry, TmaCoords::kv_box).
+__device__ __forceinline__ const int* page_table_entry(const FwdParams& p, const int* pages, int r) {
+  return pages + min(r / p.page_size, p.max_pages - 1);
+}
+
 struct SeqInfo {
   int batch;
   int q_head;   // the CTA's head; packed: the group's first head
@@ -44,10 +51,9 @@ struct SeqInfo {
     return s;
   }
 
-  // Paged KV: (page, row inside the page) of key row r. Rows past the table (only in the padding
-  // of the last tile, which the key bound masks) read the last page: finite data, never faults.
+  // Paged KV: the page-table entry of key row r (page_table_entry).
   __device__ __forceinline__ const int* page_entry(const FwdParams& p, int r) const {
-    return pages + min(r / p.page_size, p.max_pages - 1);
+    return page_table_entry(p, pages, r);
   }
   __device__ __forceinline__ int page_of(const FwdParams& p, int r) const { return *page_entry(p, r); }
   // Element offsets of key row r in K and V, through the page table when paged.

@@ -36,7 +36,7 @@ struct TmaCoords {
     int row, batch;
   };
   __device__ __forceinline__ Box kv_box(const FwdParams& p, int r) const {
-    if (pages) return {r % p.page_size, pages[min(r / p.page_size, p.max_pages - 1)]};
+    if (pages) return {r % p.page_size, *page_table_entry(p, pages, r)};
     return {kv_row0 + r, kv_batch};
   }
 };
