@@ -35,6 +35,7 @@ std::string render_combine_source(const CombineSpec& s) {
       "struct CombineConfig {{\n"
       "  using OutElement = {};\n"
       "  static constexpr int kDepth = {};\n"
+      "  static constexpr bool kWaitsForKernel = {};\n"
       "}};\n"
       "}}  // namespace gen\n"
       "}}  // namespace fa4\n"
@@ -43,10 +44,12 @@ std::string render_combine_source(const CombineSpec& s) {
       "  fa4::split::combine<fa4::gen::CombineConfig>(params);\n"
       "}}\n",
       kGeneratorVersion, s.arch, to_string(s.out), s.depth, s.out == DType::bf16 ? "fa4::bf16_t" : "fa4::half_t",
-      s.depth);
+      s.depth, combine_waits_for_kernel(s));
 }
 
 }  // namespace
+
+bool combine_waits_for_kernel(const CombineSpec& s) { return parse_arch(s.arch).sm >= 90; }
 
 CombineSpec combine_spec(const ResolvedConfig& rc) {
   return {rc.config.arch, rc.config.output_dtype.value_or(rc.config.dtype), value_depth(rc.config)};  // O's head dim

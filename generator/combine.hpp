@@ -25,6 +25,9 @@ struct CombineSpec {
 };
 
 CombineSpec combine_spec(const ResolvedConfig& rc);
+// sm_90+: the combine is launched as a programmatic dependent of its attention kernel and waits for
+// it in griddepcontrol.wait (templates/common/prelude.cuh). Source and launch both ask this.
+bool combine_waits_for_kernel(const CombineSpec& s);
 nlohmann::json to_json(const CombineSpec& s);
 // ConfigError naming the field for anything that is not a spec combine_spec() can give.
 CombineSpec combine_spec_from_json(const nlohmann::json& j);

@@ -188,6 +188,7 @@ std::string render_source(const ResolvedConfig& rc) {
   w.line("extern \"C\" __global__ void __launch_bounds__(fa4::gen::Config::kNumThreads, fa4::gen::Config::kCtasPerSm)");
   w.line(fmt::format("FA4JIT_FWD_NAME(const __grid_constant__ fa4::FwdParams params{}) {{",
                      tma ? ", const __grid_constant__ fa4::TmaDescs tma" : ""));
+  w.line("  fa4::launch_dependents();  // a split launch's combine may start (common/prelude.cuh)");
   w.line(fmt::format("  fa4::{}::attention_fwd<fa4::gen::Config, fa4::gen::Mask, fa4::gen::ScoreMod>(params{});",
                      backend_dir(rc.backend), tma ? ", tma" : ""));
   w.line("}");

@@ -55,8 +55,11 @@ const LoadedModule& ContextModules::current(const std::function<void(CUdevice)>&
   return m;
 }
 
-CombineKernel::CombineKernel(std::string key, std::string cubin, std::string origin)
-    : key_(std::move(key)), origin_(std::move(origin)), modules_(std::move(cubin), combine_entry_name(key_), 0) {}
+CombineKernel::CombineKernel(std::string key, std::string cubin, std::string origin, bool waits_for_kernel)
+    : key_(std::move(key)),
+      origin_(std::move(origin)),
+      waits_for_kernel_(waits_for_kernel),
+      modules_(std::move(cubin), combine_entry_name(key_), 0) {}
 
 CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::string cubin, std::string origin,
                                double compile_ms, CombinePtr combine)
@@ -167,7 +170,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     const long long units = p.split_from + (tiles - p.split_from) * splits;  // CTAs' work items
     if (units > INT32_MAX || rows * splits * (value_depth(c) + 1) > (1LL << 40))
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));
-    plan.combine_grid = static_cast<unsigned>((rows + fa4::kCombineRowsPerCta - 1) / fa4::kCombineRowsPerCta);
+    const int rows_per_cta = fa4::combine_rows_per_cta(splits);
+    plan.combine_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
     plan.split = SplitLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k};
     if (args.workspace && args.workspace_bytes < plan.split.bytes())
       throw LaunchError(fmt::format("launch: workspace_bytes is {}, {} splits need {} (Kernel::workspace_bytes)",
@@ -182,9 +186,16 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
 
 namespace {
 
-void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigned smem, CUstream stream,
-               void** params) {
+// `dependent`: launched as a programmatic dependent of the stream's previous kernel (it must wait
+// for that kernel in griddepcontrol.wait: the combine of combine_waits_for_kernel).
+void launch_on(CUfunction fn, const unsigned (&grid)[3], unsigned block, unsigned smem, CUstream stream, void** params,
+               bool dependent = false) {
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
   CUlaunchConfig cfg{};
+  cfg.attrs = dependent ? &attr : nullptr;
+  cfg.numAttrs = dependent ? 1 : 0;
   cfg.gridDimX = grid[0];
   cfg.gridDimY = grid[1];
   cfg.gridDimZ = grid[2];
@@ -236,7 +247,7 @@ void CompiledKernel::enqueue(LaunchPlan& p, const LaunchArgs& args, Stream strea
   launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
   void* combine_params[] = {&p.params};
   const unsigned combine_grid[3] = {p.combine_grid, 1, 1};
-  launch_on(combine, combine_grid, fa4::kCombineThreads, 0, s, combine_params);
+  launch_on(combine, combine_grid, fa4::kCombineThreads, 0, s, combine_params, combine_->waits_for_kernel());
 }
 
 }  // namespace jit::detail

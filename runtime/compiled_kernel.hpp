@@ -61,13 +61,17 @@ class ContextModules {
 // shared by the attention kernels with that triple.
 class CombineKernel {
  public:
-  CombineKernel(std::string key, std::string cubin, std::string origin);
+  // waits_for_kernel: compiled to wait for its attention kernel (combine_waits_for_kernel), so it
+  // is launched as that kernel's programmatic dependent.
+  CombineKernel(std::string key, std::string cubin, std::string origin, bool waits_for_kernel);
   const std::string& key() const { return key_; }
   const std::string& origin() const { return origin_; }
+  bool waits_for_kernel() const { return waits_for_kernel_; }
   CUfunction function() const { return modules_.current().function(); }  // the current context's
 
  private:
   std::string key_, origin_;
+  bool waits_for_kernel_;
   ContextModules modules_;
 };
 using CombinePtr = std::shared_ptr<const CombineKernel>;

@@ -246,7 +246,8 @@ CombinePtr get_combine(const ResolvedConfig& rc) {
       log(LogLevel::info, fmt::format("{} (key {}): compiled in {:.2f} s, cached in {}", what, in.key, ms / 1000.0,
                                       art.written.empty() ? "memory" : art.written));
     }
-    return std::make_shared<const CombineKernel>(in.key, std::move(art.cubin), art.origin);
+    return std::make_shared<const CombineKernel>(in.key, std::move(art.cubin), art.origin,
+                                                 combine_waits_for_kernel(in.spec));
   });
 }
 

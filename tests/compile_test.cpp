@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "fa4jit/jit.hpp"
+#include "generator/combine.hpp"
 #include "generator/key.hpp"
 #include "generator/presets.hpp"
 #include "runtime/nvrtc.hpp"
@@ -200,6 +201,39 @@ TEST(Compile, HopperGatheringKernelsArriveFromTheirCopies) {
                     "fence.proxy.async.shared::cta"},
                    what);
     expect_sm90a_pipelined(out, what);
+  }
+}
+
+// Split-KV on sm_90+: every attention kernel lets its combine launch early
+// (griddepcontrol.launch_dependents at the entry), and the combine compiled for such an arch waits
+// for the attention grid (griddepcontrol.wait) before it reads a partial: the host launches it as a
+// programmatic dependent exactly then (combine_waits_for_kernel). sm_80's combine has no wait and is
+// launched plainly. The combine (8 warps, a row over up to 8 of them) spills nowhere, up to MLA's 512.
+TEST(Compile, SplitCombineWaitsForItsKernelOnSm90AndLater) {
+  for (const char* arch : {"sm_80", "sm_90a", "sm_100a"}) {
+    jit::FA4Config c;
+    c.arch = arch;
+    c.depth = 128;
+    const bool waits = std::string(arch) != "sm_80";
+    const std::string what = arch;
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    EXPECT_EQ(out.ptx.find("griddepcontrol.launch_dependents") != std::string::npos, waits) << what;
+
+    for (int depth : {128, 512}) {
+      if (depth == 512 && what != "sm_90a") continue;  // MLA's 512-wide O: sm90a's
+      jit::detail::CombineSpec spec{arch, jit::DType::bf16, depth};
+      EXPECT_EQ(jit::detail::combine_waits_for_kernel(spec), waits) << what;
+      const auto in = jit::detail::combine_inputs(spec, "test");
+      CompileOutput co;
+      ASSERT_NO_THROW(co = jit::detail::nvrtc_compile(in.source, jit::detail::kCombineSourceName, *in.headers,
+                                                      in.compile_options()))
+          << what << " combine d" << depth;
+      EXPECT_EQ(co.ptx.find("griddepcontrol.wait") != std::string::npos, waits) << what << " combine d" << depth;
+      const auto use = jit::detail::parse_ptxas_log(co.log, "fa4_combine");
+      EXPECT_EQ(use.spill_stores, 0) << what << " combine d" << depth << "\n" << co.log;
+      EXPECT_EQ(use.spill_loads, 0) << what << " combine d" << depth;
+    }
   }
 }
 

@@ -116,7 +116,9 @@ TEST(GpuFeatures, SplitKvMatchesReference) {
     for (int depth : {64, 128})
       for (const Mask& mask : {Mask::none(), Mask::causal()}) {
         const auto kernel = jit::get_kernel(config(arch, depth, mask));
-        for (int splits : {0, 3, 7, 45}) {  // 45: more than one warp's worth of split weights in the combine
+        // The combine's warps per row (combine_warps_per_row): 1 (3, 7), 4 (20), 8 (45: also more than
+        // one warp's worth of split weights); the empty-splits case below: 2, with dead rows.
+        for (int splits : {0, 3, 7, 20, 45}) {
           CheckCase c = heads(8, 2);
           c.batch = 2;
           c.seqlen_q = 3;
@@ -126,7 +128,7 @@ TEST(GpuFeatures, SplitKvMatchesReference) {
           expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} d{} splits {}", arch, depth, splits));
         }
         CheckCase e = heads(2, 2);  // more splits than KV tiles: empty splits must combine to the right answer
-        e.seqlen_q = 130;
+        e.seqlen_q = 131;           // 262 rows: the combine's last CTA (4 rows) holds 2
         e.seqlen_k = 200;
         e.num_splits = 9;
         expect_matches(jit::testing::run_and_check(*kernel, e), fmt::format("{} d{} empty splits", arch, depth));

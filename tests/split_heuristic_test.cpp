@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "fa4jit/errors.hpp"
@@ -38,6 +39,15 @@ TEST(SplitHeuristic, LeavesFullGridsAndShortKeysAlone) {
   EXPECT_EQ(choose_num_splits(106, 512, 132), 1);  // >= 80% of the slots
   EXPECT_EQ(choose_num_splits(8, 3, 132), 1);      // fewer than 4 KV tiles
   EXPECT_EQ(choose_num_splits(8, 10, 132), 5);     // at least two KV tiles per split
+}
+
+// Grids within half the slots at the most splits: the fewest splits with the shortest runs.
+TEST(SplitHeuristic, SmallGridsEvenTheirRunsOfKvTiles) {
+  EXPECT_EQ(choose_num_splits(1, 64, 132), 32);    // batch 1, 4096 keys: 32 runs of 2 (the fill rule: 31)
+  EXPECT_EQ(choose_num_splits(2, 64, 132), 32);    // two KV heads: 64 CTAs
+  EXPECT_EQ(choose_num_splits(1, 65, 132), 22);    // 32 at most; runs of 3 need only 22
+  EXPECT_EQ(choose_num_splits(4, 64, 132), 31);    // 128 CTAs: past half the slots, the fill rule
+  EXPECT_EQ(choose_num_splits(1, 512, 132), 122);  // 32768 keys: 128 splits pass half the slots
 }
 
 // Stream-K (common/segments.h, StreamKWalk::geometry): walking every CTA's segments with
@@ -132,6 +142,18 @@ TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
     } else {
       EXPECT_EQ(p.split_count, nullptr);
     }
+  }
+}
+
+// The combine's geometry (common/params.h): a row's warps each walk at most 8 splits while the CTA's
+// 8 warps allow; a CTA holds whole rows, and every warp belongs to one.
+TEST(SplitCombine, WarpsPerRowGrowWithTheSplitsUpToTheCta) {
+  const std::pair<int, int> expected[] = {{1, 1},  {2, 1},  {8, 1},  {9, 2},   {16, 2},
+                                          {17, 4}, {32, 4}, {33, 8}, {122, 8}, {256, 8}};
+  for (const auto& [splits, warps] : expected) {
+    EXPECT_EQ(fa4::combine_warps_per_row(splits), warps) << splits;
+    EXPECT_EQ(fa4::combine_rows_per_cta(splits) * warps, fa4::kCombineWarps) << splits;
+    EXPECT_TRUE(splits <= 8 * warps || warps == fa4::kCombineWarps) << splits;
   }
 }
 

@@ -28,24 +28,30 @@ __device__ __forceinline__ long long o_offset_of_row(const FwdParams& p, long lo
 
 // O = sum_s exp(lse_s - lse) O_s with lse = log sum_s exp(lse_s). Splits that saw no key have
 // lse_s = -inf and weight 0 (their partial O is never read: it may be unwritten); a row no split
-// saw gets O = 0 and LSE = -inf. One warp per row: the split weights go through shared memory so
-// the O loop can keep kUnroll splits' float4 loads in flight at once (a serial load-then-use
-// chain per split made the combine 7 us at 15 splits on an H200, 5% of a long-context decode).
+// saw gets O = 0 and LSE = -inf. A row belongs to W = combine_warps_per_row(num_splits) warps: each
+// computes the row's weights (into its own shared slice) and sums every W-th split, loading kUnroll
+// splits ahead of their adds (a serial load-then-use chain made the combine 7 us at 15 splits
+// on an H200); with W > 1 the warps' sums meet in shared memory.
 template <class Config>
 __device__ __forceinline__ void combine(const FwdParams& p) {
   using Out = typename Config::OutElement;
   constexpr int kDepth = Config::kDepth;
   static_assert(kDepth % 4 == 0, "combine: float4 rows need a depth that is a multiple of 4");
-  constexpr int kVecsPerLane = (kDepth / 4 + 31) / 32;
+  constexpr int kVecs = kDepth / 4;
+  constexpr int kVecsPerLane = (kVecs + 31) / 32;
   constexpr int kSplitsPerLane = kMaxSplits / 32;
   constexpr int kUnroll = 8;
-  __shared__ float weights[kCombineRowsPerCta][kMaxSplits];
+  __shared__ float weights[kCombineWarps][kMaxSplits];
+  __shared__ float4 sums[kCombineWarps][kVecs];
+  if constexpr (Config::kWaitsForKernel) wait_for_primary_grid();  // launched before the kernel ended
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  const long long slot_row = (long long)blockIdx.x * kCombineRowsPerCta + warp;  // in a slice
-  if (slot_row >= p.partial_rows) return;
+  const int warps_per_row = combine_warps_per_row(p.num_splits);  // uniform: the CTA agrees on it
+  const int group = warp / warps_per_row, part = warp % warps_per_row;
+  const long long slot_row = (long long)blockIdx.x * (kCombineWarps / warps_per_row) + group;  // in a slice
+  const bool live = slot_row < p.partial_rows;
   const long long row = p.partial_row0 + slot_row;  // LSE row
   // <= kMaxSplits (host check); stream-K: the row's tile was cut into split_count[slot_row] segments.
-  const int splits = p.split_count ? p.split_count[slot_row] : p.num_splits;
+  const int splits = !live ? 0 : p.split_count ? p.split_count[slot_row] : p.num_splits;
 
   float ls[kSplitsPerLane];
   float m = kNegInf;
@@ -71,41 +77,68 @@ __device__ __forceinline__ void combine(const FwdParams& p) {
   float4 acc[kVecsPerLane];
 #pragma unroll
   for (int i = 0; i < kVecsPerLane; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = 0; s0 < splits; s0 += kUnroll) {
+  for (int s0 = part; s0 < splits; s0 += kUnroll * warps_per_row) {
+    // Every load first, from addresses that are always in the workspace (a split past the row's
+    // last reads the last again), so none waits on a weight; splits of weight 0 (past the last, or
+    // unwritten: no key) are dropped by a select, never multiplied in (their O may be NaN bits).
     float4 v[kUnroll][kVecsPerLane];
-    float w[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      w[u] = s0 + u < splits ? weights[warp][s0 + u] : 0.0f;
-      const float4* src = reinterpret_cast<const float4*>(partial_o(p, s0 + u, row, kDepth));
+      const float4* src =
+          reinterpret_cast<const float4*>(partial_o(p, min(s0 + u * warps_per_row, splits - 1), row, kDepth));
+#pragma unroll
+      for (int i = 0; i < kVecsPerLane; ++i)
+        v[u][i] = lane + 32 * i < kVecs ? src[lane + 32 * i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // Summed last load first: ptxas then keeps 4 loads in flight before the first add (3 in load
+    // order); the split across warps (combine_warps_per_row) does the rest.
+#pragma unroll
+    for (int u = kUnroll - 1; u >= 0; --u) {
+      const int s = s0 + u * warps_per_row;
+      const float w = s < splits ? weights[warp][s] : 0.0f;
+      if (w == 0.0f) continue;
 #pragma unroll
       for (int i = 0; i < kVecsPerLane; ++i) {
-        const int vec = lane + 32 * i;
-        v[u][i] = w[u] != 0.0f && vec < kDepth / 4 ? src[vec] : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[i].x += w * v[u][i].x;
+        acc[i].y += w * v[u][i].y;
+        acc[i].z += w * v[u][i].z;
+        acc[i].w += w * v[u][i].w;
       }
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int i = 0; i < kVecsPerLane; ++i) {
-        acc[i].x += w[u] * v[u][i].x;
-        acc[i].y += w[u] * v[u][i].y;
-        acc[i].z += w[u] * v[u][i].z;
-        acc[i].w += w[u] * v[u][i].w;
-      }
   }
   Out* dst = static_cast<Out*>(p.o) + o_offset_of_row(p, row);
+  // O's strides need not allow vector stores: four element stores
+  auto store = [&](int vec, const float4& o) {
+    const int e = 4 * vec;
+    dst[e] = from_float<Out>(o.x);
+    dst[e + 1] = from_float<Out>(o.y);
+    dst[e + 2] = from_float<Out>(o.z);
+    dst[e + 3] = from_float<Out>(o.w);
+  };
+  if (warps_per_row == 1) {
+    if (live)
 #pragma unroll
-  for (int i = 0; i < kVecsPerLane; ++i) {
-    const int e = 4 * (lane + 32 * i);
-    if (e < kDepth) {  // O's strides need not allow vector stores: four element stores
-      dst[e] = from_float<Out>(acc[i].x);
-      dst[e + 1] = from_float<Out>(acc[i].y);
-      dst[e + 2] = from_float<Out>(acc[i].z);
-      dst[e + 3] = from_float<Out>(acc[i].w);
-    }
+      for (int i = 0; i < kVecsPerLane; ++i)
+        if (lane + 32 * i < kVecs) store(lane + 32 * i, acc[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVecsPerLane; ++i)
+      if (lane + 32 * i < kVecs) sums[warp][lane + 32 * i] = acc[i];
+    __syncthreads();  // every warp gets here: warps_per_row is the CTA's, and dead rows do not return
+    if (live)
+      for (int vec = part * 32 + lane; vec < kVecs; vec += 32 * warps_per_row) {
+        float4 o = sums[group * warps_per_row][vec];
+        for (int q = 1; q < warps_per_row; ++q) {
+          const float4 t = sums[group * warps_per_row + q][vec];
+          o.x += t.x;
+          o.y += t.y;
+          o.z += t.z;
+          o.w += t.w;
+        }
+        store(vec, o);
+      }
   }
-  if (p.lse != nullptr && lane == 0) p.lse[row] = lse;
+  if (live && p.lse != nullptr && part == 0 && lane == 0) p.lse[row] = lse;
 }
 
 }  // namespace split

@@ -35,9 +35,18 @@ struct GridWalk {
   // the SM count even for 2-CTA-per-SM decode kernels: on an H200, 128 CTAs (one per SM) read K/V
   // at 4.27 TB/s and 256 at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16 splits 3.99
   // TB/s, 32 splits 3.64). The persistent walk uses it too.
+  // A grid that stays within half the slots even at the most splits is bound by latency, not DRAM:
+  // its time is the longest split's run of KV tiles, so it takes the fewest splits whose longest run
+  // is the shortest possible (batch-1 decode at 4k keys, 1-2 KV heads: 32 splits of 2 tiles, where
+  // the fill rule's 31 left runs of 3: 7.3 against 7.8 us per call in a CUDA graph, docs/PERF.md
+  // run 66; at 4 KV heads, 128 CTAs, even runs were not faster).
   static int choose_splits(long long tiles, int kv_blocks, int slots) {
     if (tiles <= 0 || slots <= 0 || tiles >= slots * 8LL / 10 || kv_blocks < 4) return 1;
     const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
+    if (2 * tiles * max_splits <= slots) {
+      const int run = (kv_blocks + max_splits - 1) / max_splits;
+      return (kv_blocks + run - 1) / run;
+    }
     auto fill = [&](int s) {
       const double waves = static_cast<double>(tiles * s) / slots;
       return waves / std::ceil(waves);

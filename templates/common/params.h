@@ -105,10 +105,19 @@ struct FwdParams {
   const float* descale_v;
 };
 
-// Split-KV combine kernel geometry (fa4_combine): one warp per LSE row. Host and device share it.
-constexpr int kCombineThreads = 128;
-constexpr int kCombineRowsPerCta = kCombineThreads / 32;
+// Split-KV combine kernel geometry (fa4_combine). Host and device share it.
+constexpr int kCombineThreads = 256;
+constexpr int kCombineWarps = kCombineThreads / 32;
 constexpr int kMaxSplits = 256;  // the combine keeps each row's split weights in registers / smem
+// Warps that share one LSE row, each taking every W-th split: enough that a warp walks at most 8
+// splits where 8 warps allow. One warp per row walked all 122 splits of a batch-1 32k decode with
+// 3-4 loads in flight, ~35 dependent L2 round trips (docs/PERF.md run 66).
+constexpr int combine_warps_per_row(int splits) {
+  int w = 1;
+  while (w < kCombineWarps && 8 * w < splits) w *= 2;
+  return w;
+}
+constexpr int combine_rows_per_cta(int splits) { return kCombineWarps / combine_warps_per_row(splits); }
 
 // TMA descriptors for the backends that load by TMA (sm90a, sm100a). Layout-compatible with
 // the driver's CUtensorMap (CUDA 13: 128 bytes, 128-byte aligned). Each map is 4-D over

@@ -133,4 +133,18 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
+// Programmatic dependent launch (sm_90+): the split-KV combine is launched as a dependent of the
+// attention kernel (CompiledKernel::enqueue). Every attention CTA lets it start at once, so its
+// CTAs are resident before the last attention CTA ends (the kernel boundary of a CUDA graph, 2-3
+// us, leaves the critical path); the combine waits in griddepcontrol.wait until the attention grid
+// has completed and its writes are visible. Without a dependent launch both are no-ops.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// sm_90+ only: the host launches a combine as a dependent exactly when it compiled it to wait
+// (combine_waits_for_kernel, generator/combine.hpp).
+__device__ __forceinline__ void wait_for_primary_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 }  // namespace fa4
