@@ -27,11 +27,11 @@ __device__ __forceinline__ long long o_offset_of_row(const FwdParams& p, long lo
 }
 
 // O = sum_s exp(lse_s - lse) O_s with lse = log sum_s exp(lse_s). Splits that saw no key have
-// lse_s = -inf and weight 0 (their partial O is never read: it may be unwritten); a row no split
-// saw gets O = 0 and LSE = -inf. A row belongs to W = combine_warps_per_row(num_splits) warps: each
-// computes the row's weights (into its own shared slice) and sums every W-th split, loading kUnroll
-// splits ahead of their adds (a serial load-then-use chain made the combine 7 us at 15 splits
-// on an H200); with W > 1 the warps' sums meet in shared memory.
+// lse_s = -inf and weight 0 (their partial O is loaded but never summed: it may be unwritten); a
+// row no split saw gets O = 0 and LSE = -inf. A row belongs to W = combine_warps_per_row(num_splits)
+// warps: each computes the row's weights (into its own shared slice) and sums every W-th split,
+// loading kUnroll splits ahead of their adds (a serial load-then-use chain made the combine 7 us at
+// 15 splits on an H200); with W > 1 the warps' sums meet in shared memory.
 template <class Config>
 __device__ __forceinline__ void combine(const FwdParams& p) {
   using Out = typename Config::OutElement;

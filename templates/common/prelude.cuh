@@ -135,9 +135,10 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
 
 // Programmatic dependent launch (sm_90+): the split-KV combine is launched as a dependent of the
 // attention kernel (CompiledKernel::enqueue). Every attention CTA lets it start at once, so its
-// CTAs are resident before the last attention CTA ends (the kernel boundary of a CUDA graph, 2-3
-// us, leaves the critical path); the combine waits in griddepcontrol.wait until the attention grid
-// has completed and its writes are visible. Without a dependent launch both are no-ops.
+// CTAs are resident before the last attention CTA ends (0.5-0.8 us less per split call in a CUDA
+// graph on an H200, docs/PERF.md run 66); the combine waits in griddepcontrol.wait until the
+// attention grid has completed and its writes are visible. Without a dependent launch both are
+// no-ops.
 __device__ __forceinline__ void launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
