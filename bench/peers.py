@@ -35,7 +35,7 @@ def _bhsd(t):
 
 def _no_latent(row, who):
     """The MLA decode rows read one latent cache as K and (its first columns) V: no form here."""
-    if row.kind == "mla":
+    if row.latent:
         raise Unsupported(f"{who} has no latent-cache (absorbed MLA) decode")
 
 
@@ -165,7 +165,7 @@ def flashinfer_mla_module():
 
 
 def flashinfer_arm(row, data):
-    if row.kind != "mla":
+    if not row.latent:
         raise Unsupported("timed on the MLA decode rows only")
     m = flashinfer_mla_module()
     import torch

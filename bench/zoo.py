@@ -86,7 +86,8 @@ class Shape:
 
 @dataclasses.dataclass
 class Row:
-    kind: str  # prefill | varlen | mixed | decode | paged | spec | fp8kv | mla (latent-cache decode, paged)
+    kind: str  # prefill | varlen | mixed | decode | paged | spec | fp8kv | mla (latent-cache decode, paged) | mla8
+    # (mla over an e4m3 latent cache; the peers read a bf16 cache of the same values)
     shape: Shape
     B: int
     Sq: int
@@ -104,12 +105,17 @@ class Row:
             return f"mixed step {sum(q == 1 for q, _ in self.lens)} decode + {sum(q > 1 for q, _ in self.lens)} chunks, {s}"
         if self.kind == "prefill":
             return f"prefill {self.B}x{self.Sk // 1024}k, {s}"
-        if self.kind == "mla":
-            what = "mla decode" if self.Sq == 1 else f"mla Sq{self.Sq}"
+        if self.latent:
+            what = ("mla decode" if self.Sq == 1 else f"mla Sq{self.Sq}") + (" e4m3 cache" if self.kind == "mla8" else "")
             return f"{what} {self.B}x{self.Sk // 1024}k, {s}"
         what = {"decode": "decode", "paged": f"paged{self.page} decode", "spec": f"spec Sq{self.Sq}",
                 "fp8kv": "fp8kv decode"}[self.kind]
         return f"{what} {self.B}x{self.Sk // 1024}k, {s}"
+
+    @property
+    def latent(self):
+        """MLA decode over the latent cache (its rows are K, their first columns V)."""
+        return self.kind in ("mla", "mla8")
 
     @property
     def memory_bound(self):
@@ -128,7 +134,7 @@ class Row:
         """Attention FLOPs: 2 * (D + Dv) * Hq per visible (query, key) pair (causal, bottom-right);
         MLA decode rows count every (query, key) pair, 2 * B * Hq * Sq * keys * (576 + 512), as
         FlashMLA and FlashInfer report theirs."""
-        if self.kind == "mla":
+        if self.latent:
             pairs = sum(q * k for q, k in self.seqs())
         else:
             pairs = sum(visible_pairs(q, k, self.shape.window) for q, k in self.seqs())
@@ -136,9 +142,9 @@ class Row:
 
     def kv_bytes(self):
         """K and V bytes a call reads; MLA decode reads the latent cache once (V is its first
-        columns): B * keys * 576 * 2."""
-        if self.kind == "mla":
-            return self.shape.Hkv * self.shape.D * 2 * sum(k for _, k in self.seqs())
+        columns): B * keys * 576 * 2 (1 over an e4m3 cache)."""
+        if self.latent:
+            return self.shape.Hkv * self.shape.D * (1 if self.kind == "mla8" else 2) * sum(k for _, k in self.seqs())
         per = 1 if self.kind == "fp8kv" else 2
         return self.shape.Hkv * (self.shape.D + self.shape.dv) * per * sum(k for _, k in self.seqs())
 
@@ -212,8 +218,8 @@ def rows_of(shape, rowsets):
     return out
 
 
-def mla_rows(shape):
-    return [Row("mla", shape, b, sq, k, page=MLA_PAGE) for b, sq, k in MLA_ROWS]
+def mla_rows(shape, kind="mla"):
+    return [Row(kind, shape, b, sq, k, page=MLA_PAGE) for b, sq, k in MLA_ROWS]
 
 
 # Head dim 512 (MAX's mha_depth512 family; no model file here has it): one GQA shape, 16 query and 4
@@ -226,8 +232,8 @@ def d512_rows():
            [Row(kind, D512, 32, 1, 4096, page=page) for kind, page in (("decode", 0), ("paged", 64))]
 
 
-ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "mla", "d512")
-MODEL_FREE = ("mla", "d512")  # row sets a model's own layers do not make
+ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "mla", "mla8", "d512")
+MODEL_FREE = ("mla", "mla8", "d512")  # row sets a model's own layers do not make
 
 
 def zoo(models=None, rowsets=ROWSETS):
@@ -242,7 +248,7 @@ def zoo(models=None, rowsets=ROWSETS):
         latent = mla_shape(m)
         # MLA models decode over the latent cache (absorbed up-projections): the mla rows. Their
         # unabsorbed heads (Q/K 192, V 128) are timed on the prefill rows.
-        keep = ("prefill", "mla") if latent else tuple(k for k in ROWSETS if k not in MODEL_FREE)
+        keep = ("prefill", "mla", "mla8") if latent else tuple(k for k in ROWSETS if k not in MODEL_FREE)
         sets = tuple(k for k in rowsets if k in keep)
         left = [k for k in rowsets if k not in sets and k not in MODEL_FREE]
         if latent and left:
@@ -250,10 +256,10 @@ def zoo(models=None, rowsets=ROWSETS):
         for tp in MODELS[m]:
             tag = m if tp == 1 else f"{m}@tp{tp}"
             rows = rows_of(shard(base, tp), sets)
-            if "mla" in sets:
+            if "mla" in sets or "mla8" in sets:
                 heads = latent.Hq // tp
                 if MLA_HEADS[0] <= heads <= MLA_HEADS[1]:
-                    rows += mla_rows(shard(latent, tp))
+                    rows += [r for kind in ("mla", "mla8") if kind in sets for r in mla_rows(shard(latent, tp), kind)]
                 else:
                     pending.append((tag, f"mla rows: {heads} heads per GPU, the latent kernel packs "
                                          f"{MLA_HEADS[0]}..{MLA_HEADS[1]}"))
@@ -281,13 +287,18 @@ def make_data(row, sets):
     def rnd(*shape):
         return torch.randn(*shape, device=dev, dtype=bf)
     d = {}
-    if row.kind == "mla":
+    if row.latent:
         # One latent cache (pages, page, 1 KV head, 576): fa4jit's V is its first 512 columns (a
-        # view), FlashInfer reads the 512 latent and 64 rope columns as two views of it.
+        # view), FlashInfer reads the 512 latent and 64 rope columns as two views of it. mla8: fa4jit
+        # reads an e4m3 cache (factor 1), the peers a bf16 cache of the same values.
         per_seq = row.Sk // row.page
         n = row.B * per_seq
         d["q"] = [rnd(row.B, row.Sq, sh.Hq, sh.D) for _ in range(sets)]
         d["kv_pages"] = rnd(sets * n, row.page, 1, sh.D)
+        if row.kind == "mla8":
+            d["kv_pages_fp8"] = d["kv_pages"].to(torch.float8_e4m3fn)
+            d["kv_pages"] = d["kv_pages_fp8"].to(bf)
+            d["descale"] = torch.ones(row.B, 1, device=dev, dtype=torch.float32)
         perm = torch.randperm(n, device=dev, dtype=torch.int64)
         d["page_table"] = [(perm + s * n).to(torch.int32).reshape(row.B, per_seq).contiguous() for s in range(sets)]
         d["seqused_k"] = torch.full((row.B,), row.Sk, dtype=torch.int32, device=dev)
@@ -334,22 +345,26 @@ def make_data(row, sets):
     return d
 
 
-def fa4jit_arm(row, data, pack=None):
-    """fa4jit on this row; pack: the op's pack_gqa (None: its automatic choice)."""
+def fa4jit_arm(row, data, pack=None, bf16_cache=False):
+    """fa4jit on this row; pack: the op's pack_gqa (None: its automatic choice); bf16_cache: an mla8
+    row's bf16 copy of its e4m3 cache (the 16-bit latent kernel on the same values)."""
     import fa4jit
     import torch
     sh = row.shape
     kw = dict(causal=True, softcap=sh.softcap)
-    if pack is not None and row.kind != "mla":
+    if pack is not None and not row.latent:
         kw["pack_gqa"] = pack
     if sh.window:
         kw["window"] = (sh.window - 1, 0)
     if sh.sinks:
         kw["sinks"] = data["sinks"]
     r = rot
-    if row.kind == "mla":
-        cache = data["kv_pages"]
+    if row.latent:
+        fp8 = row.kind == "mla8" and not bf16_cache
+        cache = data["kv_pages_fp8"] if fp8 else data["kv_pages"]
         latent = cache[..., :sh.dv]  # V: the cache's first 512 columns (same storage, same strides)
+        if fp8:
+            kw.update(descale_k=data["descale"], descale_v=data["descale"])
 
         # Every query head over the one KV head, packed (the kernel `prewarm --model` derives).
         def fn(i):
@@ -426,6 +441,16 @@ def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False):
                 continue
             arms[name] = fn
             peers.append(name)
+    if row.kind == "mla8":  # the 16-bit latent kernel on a bf16 cache of the same values, checked as a peer is
+        peers = list(peers)
+        fn = fa4jit_arm(row, data, bf16_cache=True)
+        err, ok = check_against(arms["fa4jit"], fn)
+        checks["fa4jit bf16 cache"] = round(err, 5)
+        if ok:
+            arms["fa4jit bf16 cache"] = fn
+            peers.append("fa4jit bf16 cache")
+        else:
+            errors["fa4jit bf16 cache"] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
     out_bytes = 2 * row.shape.Hq * row.shape.dv * sum(q for q, _ in row.seqs())
     max_calls = int(min(400, max(8, (2 << 30) // out_bytes)))  # graph outputs stay under ~2 GiB
     rounds_ = harness.run_rounds(arms, nvml, rounds=rounds, iters=iters, graph=graph, max_calls=max_calls)
@@ -478,7 +503,7 @@ def table(results):
         label = best or "none runs it"
         if best and row.kind == "paged" and best != "fa4":
             label += " (contiguous)"
-        if best and row.kind == "fp8kv":
+        if best and row.kind in ("fp8kv", "mla8") and best != "fa4jit bf16 cache":
             label += " (bf16 KV)"
         lines.append(f"| {row.name} | {', '.join(row.models)} | {o['ms']:.4f} | {rate(row, o['ms'])} | {label} | "
                      f"{fmt_ratio(s.get('vs_best', (float('nan'),) * 3))} | "
@@ -727,7 +752,7 @@ def main(argv=None):
     rows, pending = zoo(models, rowsets)
     if a.batches:
         keep = {int(b) for b in a.batches.split(",")}
-        rows = [r for r in rows if r.kind not in ("decode", "paged", "fp8kv", "mla") or r.B in keep]
+        rows = [r for r in rows if r.kind not in ("decode", "paged", "fp8kv", "mla", "mla8") or r.B in keep]
     if a.pages:
         keep_p = {int(p) for p in a.pages.split(",")}
         rows = [r for r in rows if r.kind != "paged" or r.page in keep_p]

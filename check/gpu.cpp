@@ -227,8 +227,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   std::mt19937_64 rng(res.seed);
   const Lengths L(c);
   const int B = L.batch, Sq = L.max_q, Sk = L.max_k, Hq = c.num_q_heads, Hkv = c.num_kv_heads;
-  if (c.latent_kv && (Dv > D || tk == DType::e4m3))
-    throw std::invalid_argument("CheckCase: latent_kv needs depth_v <= depth and a 16-bit K");
+  if (c.latent_kv && Dv > D) throw std::invalid_argument("CheckCase: latent_kv needs depth_v <= depth");
 
   Problem p;
   p.batch = B;
@@ -282,6 +281,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
       descale[i].resize(static_cast<std::size_t>(B) * Hkv);
       for (float& x : descale[i]) x = factor(rng);
     }
+    // Latent KV: one cache, so V (K's prefix) takes K's factors, applied once to the K rows.
+    if (c.latent_kv) descale[2] = descale[1];
     const int group = Hq / Hkv;
     auto apply = [](std::vector<float>& x, const std::vector<float>& d, int S, int H, int heads_per_factor, int Hk,
                     int D) {
@@ -296,7 +297,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     };
     if (!descale[0].empty()) apply(p.q, descale[0], Sq, Hq, group, Hkv, D);
     apply(p.k, descale[1], Sk, Hkv, 1, Hkv, D);
-    apply(p.v, descale[2], Sk, Hkv, 1, Hkv, Dv);
+    if (!c.latent_kv) apply(p.v, descale[2], Sk, Hkv, 1, Hkv, Dv);
   }
 
   // Device layouts.

@@ -154,9 +154,11 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
                                        to_string(arch.backend), c.depth)
                          : fmt::format("the {} backend runs depth {} with depth_v {} or the depth",
                                        to_string(arch.backend), c.depth, fmt::join(dvs, ", ")));
-    if (c.dtype == DType::e4m3 || c.kv_dtype)
+    if (c.dtype == DType::e4m3 || (c.kv_dtype && !backend.kv_fp8_depth_v(c.depth, c.depth_v)))
       refuse("depth_v", fmt::format("{} with {} {}", c.depth_v, c.kv_dtype ? "kv_dtype" : "dtype", "e4m3"),
-             "a V head dim other than the depth runs with 16-bit Q, K and V (bf16, fp16)");
+             c.kv_dtype ? fmt::format("a V head dim other than the depth runs with 16-bit Q, K and V (bf16, fp16), "
+                                      "or over an e4m3 latent cache on sm_90a (depth 576, depth_v 512)")
+                        : std::string("a V head dim other than the depth runs with 16-bit Q, K and V (bf16, fp16)"));
   }
   // Rows padded to whole swizzle rows: 128 bytes (64 bf16/fp16 elements, 128 e4m3 ones; an FP8 KV
   // cache pads to its e4m3 rows on the TMA backends), or the backend's narrower rows (sm90a: 64-byte

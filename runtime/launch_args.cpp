@@ -79,6 +79,13 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
 
   check_launch_fields(a);
   if (rc.v_in_k) check_v_is_k_prefix(a.k, a.v, value_depth(c));
+  // Per-page factors: sm90a's latent converters apply them, as they turn e4m3 rows into 16-bit ones.
+  if (a.page_descale && !(rc.v_in_k && kv == DType::e4m3))
+    bad("page_descale is set but this kernel is not MLA's over an e4m3 latent cache on sm_90a (kv_dtype e4m3, "
+        "depth 576, depth_v 512): per-page factors are for that cache only (descale_k / descale_v take "
+        "factors per sequence and KV head)");
+  if (a.page_descale && reinterpret_cast<std::uintptr_t>(a.page_descale) % alignof(float) != 0)
+    bad("page_descale is not 4-byte aligned (float32 [num_pages])");
   const bool paged = a.page_table != nullptr;
   const bool varlen = a.cu_seqlens_q || a.cu_seqlens_k;
   const std::int64_t B = varlen ? a.batch : a.q.shape[0];
@@ -143,6 +150,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   p.descale_q = a.descale_q;  // null unless an FP8 kernel (check_descale)
   p.descale_k = a.descale_k;
   p.descale_v = a.descale_v;
+  p.page_descale = a.page_descale;  // null unless an e4m3 latent cache's (checked above)
   p.page_table = a.page_table;
   p.page_size = static_cast<int>(page_size);
   p.max_pages = a.max_pages;

@@ -79,7 +79,9 @@ fa4::TmaDesc encode_packed(const Tensor& t, DType dtype, int group, int box_rows
 
 }  // namespace
 
-int tma_row_bytes(const ResolvedConfig& rc, DType dtype) { return std::min(128, rc.padded_depth * dtype_size(dtype)); }
+int tma_row_bytes(const ResolvedConfig& rc, DType dtype) {
+  return fa4::swizzle_row_bytes(rc.padded_depth, dtype_size(dtype));
+}
 
 // 4-D map over (depth, rows, heads, batch), innermost first; box {row_bytes of depth, box_rows, 1, 1}.
 // Paged K/V: "rows" are a page's rows and "batch" is the page.

@@ -93,14 +93,16 @@ TEST(Compile, HopperDeepHeadsCompileWithoutSpills) {
 
 // sm90a's O split over two warpgroups (a V 512 wide, abi.h o_split): head dim 512 (BN 32: two K
 // and two V stages beside its 64 KiB Q) for each mask kind, a score-mod and packed GQA decode, and
-// MLA's latent 576 / 512. 384 threads, 0 spills, no serialized wgmma; S = Q K^T at N = BN, P V at
-// N = 256 (each warpgroup's half of O), the partner's P V an SS wgmma reading P from shared memory.
+// MLA's latent 576 / 512, also over an e4m3 latent cache (fp16 MMAs under a bf16 Q; BN 32).
+// 384 threads, 0 spills, no serialized wgmma; S = Q K^T at N = BN, P V at N = 256 (each
+// warpgroup's half of O), the partner's P V an SS wgmma reading P from shared memory.
 TEST(Compile, HopperSplitOCompilesWithoutSpills) {
   struct Case {
     int depth, depth_v;
     jit::Mask mask;
     jit::ScoreMod mod;
     int group;
+    bool kv_fp8 = false;
   };
   const jit::Mask swa = jit::Mask::sliding_window(), snippet = jit::Mask::custom("return (q_idx - kv_idx) % 2 == 0;");
   for (const Case& k :
@@ -108,7 +110,9 @@ TEST(Compile, HopperSplitOCompilesWithoutSpills) {
         Case{512, 0, jit::Mask::causal(), jit::ScoreMod::identity(), 0},
         Case{512, 0, swa, jit::ScoreMod::identity(), 0}, Case{512, 0, snippet, jit::ScoreMod::softcap(), 0},
         Case{512, 0, jit::Mask::causal(), jit::ScoreMod::identity(), 8},
-        Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128}}) {
+        Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128},
+        Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128, true},
+        Case{576, 512, jit::Mask::none(), jit::ScoreMod::identity(), 16, true}}) {
     jit::FA4Config c;
     c.arch = "sm_90a";
     c.depth = k.depth;
@@ -117,12 +121,13 @@ TEST(Compile, HopperSplitOCompilesWithoutSpills) {
     c.score_mod = k.mod;
     c.group = k.group;
     c.pack_gqa = k.group > 0;
+    if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
     const jit::ResolvedConfig r = jit::resolve(c);
-    const std::string what =
-        fmt::format("sm_90a d{}/{} mask {} mod {} group {} BM {} BN {}", k.depth, k.depth_v,
-                    static_cast<int>(k.mask.kind), static_cast<int>(k.mod.kind), k.group, r.config.BM, r.config.BN);
+    const std::string what = fmt::format("sm_90a d{}/{} mask {} mod {} group {}{} BM {} BN {}", k.depth, k.depth_v,
+                                         static_cast<int>(k.mask.kind), static_cast<int>(k.mod.kind), k.group,
+                                         k.kv_fp8 ? " e4m3 KV" : "", r.config.BM, r.config.BN);
     EXPECT_EQ(r.config.BM, 64) << what;
-    EXPECT_EQ(r.config.BN, k.depth == 512 ? 32 : 64) << what;
+    EXPECT_EQ(r.config.BN, k.depth == 512 || k.kv_fp8 ? 32 : 64) << what;
     EXPECT_EQ(r.num_threads, 384) << what;
     CompileOutput out;
     ASSERT_NO_THROW(out = compile(c)) << what;
@@ -130,10 +135,11 @@ TEST(Compile, HopperSplitOCompilesWithoutSpills) {
     EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
     EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
     EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
-    const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.bf16", r.config.BN);
-    expect_ptx_has(
-        out.ptx, {qk.c_str(), "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16", "cp.async.bulk.tensor", "setmaxnreg"},
-        what);
+    const char* ty = k.kv_fp8 ? "f16" : "bf16";  // e4m3 -> fp16 is one instruction a pair (shape.cuh MmaElement)
+    const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.BN, ty);
+    const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n256k16.f32.{}", ty);
+    expect_ptx_has(out.ptx, {qk.c_str(), pv.c_str(), "cp.async.bulk.tensor", "setmaxnreg"}, what);
+    if (k.kv_fp8) expect_ptx_has(out.ptx, {"cvt.rn.f16x2.e4m3x2"}, what);
   }
 }
 

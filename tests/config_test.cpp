@@ -295,6 +295,8 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
     for (bool causal : {false, true}) cases.push_back({192, jit::DType::bf16, false, causal, false, tune, 128});
   // MLA's absorbed decode (576 / 512, packed): no V ring (V is K's prefix), O over two warpgroups.
   for (bool causal : {false, true}) cases.push_back({576, jit::DType::bf16, false, causal, true, "", 512});
+  // ... and over an e4m3 latent cache: the e4m3 K ring only (no V ring of either width).
+  for (bool causal : {false, true}) cases.push_back({576, jit::DType::bf16, true, causal, true, "", 512});
   // Head dim 512: O over two warpgroups, K and V rings of BN 32.
   for (bool causal : {false, true})
     for (bool pack : {false, true}) cases.push_back({512, jit::DType::bf16, false, causal, pack, ""});
@@ -357,6 +359,27 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   EXPECT_EQ(m.tuning.intra_wg_overlap, 0);
   EXPECT_EQ(m.walk, jit::TileWalk::grid);
   EXPECT_FALSE(jit::resolve(cfg_for("sm_90a", 128)).v_in_k);
+  // Over an e4m3 latent cache: 576 stays 576 (64-byte e4m3 rows, fa4::swizzle_row_bytes), BN 32,
+  // the 72 KiB Q tile, two 16-bit K stages and four e4m3 ones (32 x 576 bytes: abi.h
+  // k_load_stages), the shared P (one SW128 block, half used at 32 keys). Narrower V heads stay
+  // 16-bit, and 576 needs its 512.
+  jit::FA4Config mla8 = mla;
+  mla8.kv_dtype = jit::DType::e4m3;
+  const jit::ResolvedConfig m8 = jit::resolve(mla8);
+  EXPECT_EQ(m8.padded_depth, 576);
+  EXPECT_TRUE(m8.v_in_k);
+  EXPECT_EQ(m8.config.BN, 32);
+  EXPECT_EQ(m8.num_threads, 384);
+  EXPECT_EQ(m8.smem_bytes, 64 * 576 * 2 + 2 * 32 * 576 * 2 + 4 * 32 * 576 + 64 * 128 + 2 * 64 * 4 + 1024);
+  mla8.num_kv_stages = 3;  // three 16-bit and six e4m3 stages: 282 KiB
+  expect_config_error([&] { jit::resolve(mla8); }, {"num_kv_stages"});
+  jit::FA4Config prefill8 = cfg_for("sm_90a", 192);
+  prefill8.depth_v = 128;
+  prefill8.kv_dtype = jit::DType::e4m3;
+  expect_config_error([&] { jit::resolve(prefill8); }, {"depth_v", "128 with kv_dtype e4m3"});
+  jit::FA4Config wide8 = cfg_for("sm_90a", 576);
+  wide8.kv_dtype = jit::DType::e4m3;
+  expect_config_error([&] { jit::resolve(wide8); }, {"depth"});
   // The grid walk only (the partner warpgroup follows one tile), and only sm_90a serves depth 576.
   expect_config_error([&] { jit::resolve(mla, tuned("persistent=2")); }, {"persistent=2"});
   for (const char* arch : {"sm_80", "sm_100a"}) {

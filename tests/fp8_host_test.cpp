@@ -740,6 +740,63 @@ TEST(Fp8KvHost, LaunchChecksKvTypeAndDescales) {
             "launch: descale_q is set but the kernel's dtype is bf16: descale factors are for e4m3 (FP8) tensors only");
 }
 
+// MLA over an e4m3 latent cache (depth 576, depth_v 512): its e4m3 rows are 64-byte TMA rows (576
+// bytes are no whole 128-byte rows) beside Q's 128-byte bf16 rows, and its launch takes per-page
+// factors (page_descale), which every other kernel refuses, as it refuses them without a page table.
+TEST(Fp8KvHost, LatentCacheRowsAndPageFactors) {
+  jit::FA4Config c = kv_fp8();
+  c.depth = 576;
+  c.depth_v = 512;
+  c.group = 16;
+  c.pack_gqa = true;
+  const auto rc = jit::resolve(c);
+  EXPECT_EQ(jit::detail::tma_row_bytes(rc, DType::e4m3), 64);
+  EXPECT_EQ(jit::detail::tma_row_bytes(rc, DType::bf16), 128);
+  // Paged: 8 pages of 64 rows, V the first 512 columns of K's rows, 2 sequences of up to 4 pages.
+  char* base = reinterpret_cast<char*>(std::uintptr_t{1} << 30);
+  jit::LaunchArgs a;
+  a.q = jit::Tensor::contiguous(base, DType::bf16, 2, 1, 16, 576);
+  a.k = jit::Tensor::contiguous(base + (1 << 24), DType::e4m3, 8, 64, 1, 576);
+  a.v = a.k;
+  a.v.shape[3] = 512;
+  a.o = jit::Tensor::contiguous(base + (3 << 24), DType::bf16, 2, 1, 16, 512);
+  const int table[8] = {};
+  a.page_table = table;
+  a.max_pages = 4;
+  float factors[8] = {};
+  a.page_descale = factors;
+  jit::detail::LaunchShape shape;
+  EXPECT_EQ(jit::detail::pack_params(rc, a, &shape).page_descale, factors);
+  a.page_descale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(factors) + 2);
+  EXPECT_EQ(launch_error(rc, a), "launch: page_descale is not 4-byte aligned (float32 [num_pages])");
+  a.page_descale = nullptr;
+  EXPECT_EQ(jit::detail::pack_params(rc, a, &shape).page_descale, nullptr);
+  // Unpaged: refused by the launch table's check, naming the field.
+  jit::LaunchArgs flat = a;
+  flat.page_table = nullptr;
+  flat.max_pages = 0;
+  flat.k = jit::Tensor::contiguous(base + (1 << 24), DType::e4m3, 2, 256, 1, 576);
+  flat.v = flat.k;
+  flat.v.shape[3] = 512;
+  EXPECT_EQ(launch_error(rc, flat), "");
+  flat.page_descale = factors;
+  EXPECT_EQ(launch_error(rc, flat),
+            "launch: page_descale without a page_table: per-page factors are for a paged cache");
+  // Another FP8 KV cache's kernel (d128, K and V of their own): refused.
+  const auto d128 = jit::resolve(kv_fp8());
+  jit::LaunchArgs other = args_for(d128);
+  other.page_table = table;
+  other.max_pages = 4;
+  other.k = jit::Tensor::contiguous(base + (1 << 24), DType::e4m3, 8, 64, 2, 128);
+  other.v = jit::Tensor::contiguous(base + (2 << 24), DType::e4m3, 8, 64, 2, 128);
+  EXPECT_EQ(launch_error(d128, other), "");
+  other.page_descale = factors;
+  EXPECT_NE(
+      launch_error(d128, other).find("page_descale is set but this kernel is not MLA's over an e4m3 latent cache"),
+      std::string::npos)
+      << launch_error(d128, other);
+}
+
 TEST(Fp8KvHost, TmaMapsUseTheKvType) {
   const auto rc = jit::resolve(kv_fp8());
   const jit::LaunchArgs a = args_for(rc);

@@ -75,10 +75,11 @@ TEST(MlaReference, LatentValuesAreTheKeysFirstColumns) {
 
 // The MLA decode kernel of `heads` query heads over one KV head: causal (bottom-right), the group's
 // heads packed, tiles derived (BM 64, BN 64).
-jit::FA4Config mla_config(const std::string& arch, int heads, DType dtype = DType::bf16) {
+jit::FA4Config mla_config(const std::string& arch, int heads, DType dtype = DType::bf16, bool fp8_cache = false) {
   jit::FA4Config c;
   c.arch = arch;
   c.dtype = dtype;
+  if (fp8_cache) c.kv_dtype = DType::e4m3;
   c.depth = kDepth;
   c.depth_v = kLatent;
   c.mask = jit::Mask::causal();
@@ -195,6 +196,38 @@ TEST(GpuMla, LatentDecodeInFp16MatchesReference) {
         }
       }
     }
+}
+
+// An e4m3 latent cache under bf16 / fp16 queries (FlashMLA's FP8 KV cache; kv_dtype e4m3): the
+// converter warps turn each 64-byte-row e4m3 K stage into the 16-bit stage S and P V read, BN 32.
+// Random e4m3 latent rows, with and without per-sequence factors (descale_k = descale_v: one cache;
+// the reference reads the dequantised rows); TMA pages of 16 and 64 and unpaged, split-KV.
+TEST(GpuMla, LatentDecodeOverAnFp8CacheMatchesReference) {
+  std::vector<std::string> archs;
+  SKIP_WITHOUT_MLA_ARCH(archs);
+  for (const std::string& arch : archs)
+    for (DType dtype : {DType::bf16, DType::fp16})
+      for (int heads : {16, 128}) {
+        std::vector<MlaCase> cases = {{"Sq1 paged 64", mla_case(heads, 1, {700, 64, 1}, 64)},
+                                      {"Sq4 paged 16, split-KV 3", mla_case(heads, 4, {2100, 3, 90}, 16, 3)},
+                                      {"Sq4 unpaged, seqused_k", mla_case(heads, 4, {1000, 1, 377}, 0)},
+                                      {"Sq1 paged 64, split-KV 4", mla_case(heads, 1, {3000, 1500}, 64, 4)}};
+        for (MlaCase& m : cases) {
+          for (bool descale : {true, false}) {
+            m.c.descale = descale;
+            const std::string what = fmt::format("{} d576/v512 {} over e4m3 H{}/1 {}{}", arch, jit::to_string(dtype),
+                                                 heads, m.name, descale ? ", descale" : "");
+            try {
+              const auto kernel = jit::get_kernel(mla_config(arch, heads, dtype, true), jit::testing::env_tune());
+              EXPECT_EQ(kernel->config().config.BN, 32) << what;
+              jit::testing::report_and_expect("GpuMla", what, jit::to_string(dtype),
+                                              jit::testing::run_and_check(*kernel, m.c));
+            } catch (const std::exception& e) {
+              ADD_FAILURE() << what << ": " << e.what();
+            }
+          }
+        }
+      }
 }
 
 // The kernel reads V from K's shared-memory stage, so a v that is not k's first 512 columns (k's

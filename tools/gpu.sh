@@ -189,15 +189,21 @@ sanitize() {
             san_check "$tune" $tool sm_90a "{\"depth\":192,\"depth_v\":128,\"mask\":\"$m\"}" $rest
           done
         done ;;
-      mla)  # MLA's absorbed decode (depth 576, depth_v 512: latent KV, O split over two warpgroups sharing P)
+      mla)  # MLA's absorbed decode (depth 576, depth_v 512: latent KV, O split over two warpgroups sharing P),
+        # over a 16-bit and an e4m3 latent cache ("kv": the converters' 64-byte e4m3 rows, BN 32)
         local cases=(
-          'causal --batch 3 --heads 16 --kv-heads 1 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 64 --pack-gqa'
-          'causal --batch 2 --heads 128 --kv-heads 1 --seqlen-q 4 --seqlen-k 700 --pack-gqa --splits 3'
-          'none --batch 2 --heads 32 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 1000 --page-size 16 --pack-gqa --splits 0')
+          'causal - --batch 3 --heads 16 --kv-heads 1 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 64 --pack-gqa'
+          'causal - --batch 2 --heads 128 --kv-heads 1 --seqlen-q 4 --seqlen-k 700 --pack-gqa --splits 3'
+          'none - --batch 2 --heads 32 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 1000 --page-size 16 --pack-gqa --splits 0'
+          'causal e4m3 --batch 3 --heads 16 --kv-heads 1 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 64 --pack-gqa'
+          'causal e4m3 --batch 2 --heads 128 --kv-heads 1 --seqlen-q 4 --seqlen-k 700 --pack-gqa --splits 3'
+          'none e4m3 --batch 2 --heads 32 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 1000 --page-size 16 --pack-gqa --splits 0')
         for c in "${cases[@]}"; do
-          read -r m rest <<<"$c"
+          read -r m kv rest <<<"$c"
+          local cfg="{\"depth\":576,\"depth_v\":512,\"mask\":\"$m\"}"
+          [[ $kv == - ]] || cfg="{\"depth\":576,\"depth_v\":512,\"mask\":\"$m\",\"kv_dtype\":\"$kv\"}"
           for tool in memcheck racecheck synccheck; do
-            san_check "" $tool sm_90a "{\"depth\":576,\"depth_v\":512,\"mask\":\"$m\"}" $rest
+            san_check "" $tool sm_90a "$cfg" $rest
           done
         done ;;
       d512)  # head dim 512 (O split over two warpgroups sharing P; K and V rings of BN 32): GQA prefill,

@@ -28,6 +28,8 @@ class BackendPolicy {
   // V head dims (FA4Config::depth_v) other than `depth` this backend serves with Q/K head dim
   // `depth` (16-bit only); empty: V as wide as Q and K.
   virtual std::vector<int> depths_v(int /*depth*/) const { return {}; }
+  // Of those (depth, depth_v) pairs, the ones an FP8 KV cache (kv_dtype e4m3) also runs.
+  virtual bool kv_fp8_depth_v(int /*depth*/, int /*depth_v*/) const { return false; }
   // Latent KV (MLA's absorbed attention, ResolvedConfig::v_in_k): V is the first depth_v columns of
   // K's rows, which the kernel reads from K's stage; the launch passes v as that view of k.
   virtual bool v_in_k(const ResolvedConfig&) const { return false; }

@@ -60,10 +60,15 @@ class Sm90a final : public BackendPolicy {
     return depth == 192 ? std::vector<int>{128} : depth == 576 ? std::vector<int>{512} : std::vector<int>{};
   }
   bool v_in_k(const ResolvedConfig& rc) const override { return abi::v_in_k(rc.padded_depth, rc.padded_depth_v); }
+  // MLA's latent over an e4m3 cache (its converters feed the 16-bit K ring that P V also reads).
+  bool kv_fp8_depth_v(int depth, int depth_v) const override { return abi::v_in_k(depth, depth_v); }
   // FP8 at depth 64: 64-byte e4m3 rows (SW64 TMA boxes and wgmma descriptors) instead of padding to
-  // 128, which doubled S = Q K^T and the K bytes (docs/PERF.md run 32).
+  // 128, which doubled S = Q K^T and the K bytes (docs/PERF.md run 32). An e4m3 latent cache (576
+  // wide: 9 rows of 64 bytes, not whole 128-byte ones) keeps 64-byte e4m3 rows too, so it is not
+  // padded to 640 (fa4::swizzle_row_bytes).
   int swizzle_row_bytes(const FA4Config& c) const override {
-    return c.dtype == DType::e4m3 && c.depth <= 64 ? 64 : 128;
+    if (c.dtype == DType::e4m3 && c.depth <= 64) return 64;
+    return c.kv_dtype && abi::v_in_k(c.depth, c.depth_v) ? 64 : 128;
   }
 
   Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
@@ -159,24 +164,33 @@ class Sm90a final : public BackendPolicy {
   // swizzle atom), BM as the 16-bit kernel (64 packed, else 128), BN 64 for decode (two CTAs per SM
   // fit) and 128 for prefill, the grid walk (settle). Shared memory: Q, the 16-bit K and V rings
   // and the e4m3 rings TMA fills.
+  // MLA's latent (depth 576, depth_v 512: abi.h v_in_k) over an e4m3 cache: O split over two
+  // warpgroups on one 64-row Q tile as the 16-bit latent kernel, BN 32 (the 16-bit and e4m3 K rings
+  // of two stages beside the 72 KiB Q tile; at BN 64 the 16-bit ring alone takes 144 KiB), no V ring.
   Budget derive_kv_fp8(FA4Config& c, int dp, const ArchInfo& a) const {
-    if (dp != 128)
+    const int dpv = padded_depth_v(c, dp);
+    const bool latent = abi::v_in_k(dp, dpv);
+    if (dp != 128 && !latent)
       refuse("depth", fmt::format("{} with kv_dtype e4m3", c.depth),
-             fmt::format("64, 96 or 128 for an FP8 KV cache on {}", c.arch));
-    c.BM = pick("BM", c.BM, c.pack_gqa ? 64 : 128, c.pack_gqa ? std::vector<int>{64, 128} : std::vector<int>{128});
+             fmt::format("64, 96 or 128 (or MLA's 576 with depth_v 512) for an FP8 KV cache on {}", c.arch));
+    c.BM = pick("BM", c.BM, c.pack_gqa || latent ? 64 : 128,
+                latent       ? std::vector<int>{64}
+                : c.pack_gqa ? std::vector<int>{64, 128}
+                             : std::vector<int>{128});
     // The consumers run at 224 registers here (the converting producer takes 56): per-element masks
     // and position-dependent score-mods spill at BN 128 (d96 sliding window + softcap: 4 B), so BN 64.
-    c.BN = pick("BN", c.BN, c.BM == 64 || heavy_softmax(c) ? 64 : 128, legal_bns(abi::Family::kKvFp8, c.BM, dp));
+    const int bn_default = latent ? 32 : c.BM == 64 || heavy_softmax(c) ? 64 : 128;
+    c.BN = pick("BN", c.BN, bn_default, legal_bns(abi::Family::kKvFp8, c.BM, dp));
     c.BK0 = pick("BK0", c.BK0, dp, {dp});
     c.num_qk_stages = pick("num_qk_stages", c.num_qk_stages, 1, {1});
     c.num_kv_stages = pick("num_kv_stages", c.num_kv_stages, 2, {2, 3, 4});
     const int smem =
-        abi::smem_bytes(abi::Family::kKvFp8, c.BM, c.BN, dp, dp, c.num_kv_stages, /*persistent=*/false, false);
+        abi::smem_bytes(abi::Family::kKvFp8, c.BM, c.BN, dp, dpv, c.num_kv_stages, /*persistent=*/false, false);
     if (smem > a.max_smem)
       throw ConfigError(
           fmt::format("num_kv_stages: {} stages of BN={} at depth {} (kv_dtype e4m3) need {} bytes; {} allows {}",
                       c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    return {abi::num_threads(c.BM, dp), smem, ctas_per_sm(c.BM, smem, a)};
+    return {abi::num_threads(c.BM, dpv), smem, ctas_per_sm(c.BM, smem, a)};
   }
 
   static bool fp8_three_wgs(const FA4Config& c, int dp) { return c.dtype == DType::e4m3 && c.BM == 192 && dp == 128; }
@@ -311,8 +325,9 @@ class Sm90a final : public BackendPolicy {
       return tma_paged_kv_box_rows(rc, page_size, nullptr);
     return tma_paged_kv_box_rows(
         rc, page_size,
-        rc.config.dtype == DType::e4m3
-            ? "FP8 (e4m3) kernels load no other pages"
+        rc.config.dtype == DType::e4m3 ? "FP8 (e4m3) kernels load no other pages"
+        : rc.config.kv_dtype
+            ? "an e4m3 latent cache (MLA) is not gathered row by row yet"
             : "persistent kernels at head dim above 128 load no other pages (this kernel's walk: tune persistent=0 "
               "runs the grid walk, which gathers them)");
   }

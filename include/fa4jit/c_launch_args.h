@@ -96,6 +96,11 @@ typedef struct fa4jit_launch_args {
    * speed only). Since C API version 5.
    */
   int32_t max_seqlen_k;
+  /* an e4m3 latent cache (MLA: kv_dtype e4m3, depth 576, depth_v 512), paged: float32 [num_pages]
+   * contiguous, the kernel reads the rows of page p as page_descale[p] * stored value (times
+   * descale_k / descale_v where set); NULL: 1. Since C API version 8.
+   */
+  const float* page_descale;
 } fa4jit_launch_args;
 /* clang-format on */
 

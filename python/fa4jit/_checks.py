@@ -87,6 +87,24 @@ def _check_descale(q, k, v, batch, Hkv, device, descale_q, descale_k, descale_v)
                               f"(batch, kv heads)")
 
 
+def _check_page_descale(t, k, paged, device):
+    """An e4m3 latent cache's per-page factors: float32 (num_pages,) contiguous on q's device, with a
+    page table and an FP8 cache (the library refuses them for any kernel but MLA's over that cache)."""
+    if t is None:
+        return
+    if not isinstance(t, Tensor):
+        raise TypeError(f"page_descale: expected a torch.Tensor, got {type(t).__name__}")
+    if not paged:
+        raise LaunchError("page_descale without a page_table: per-page factors are for a paged cache")
+    if _FP8 is None or k.dtype != _FP8:
+        raise LaunchError(f"page_descale is set but k has dtype {k.dtype}: per-page factors are for a "
+                          f"torch.float8_e4m3fn (latent) cache only")
+    _check_device("page_descale", t, device)
+    if t.dtype != torch.float32 or tuple(t.shape) != (k.shape[0],) or not t.is_contiguous():
+        raise LaunchError(f"page_descale has dtype {t.dtype} and shape {tuple(t.shape)}; expected a contiguous "
+                          f"torch.float32 ({k.shape[0]},) (num_pages)")
+
+
 def _check_qkv(a):
     """Metadata checks of a call (ops.Call): run at trace time (fake tensors) and before every launch.
     Errors name the argument. Returns the batch (varlen: the number of sequences)."""
@@ -178,6 +196,7 @@ def _check_qkv(a):
             raise LaunchError("page_table must be contiguous")
     _check_int32_vector("seqused_k", seqused_k, device, batch)
     _check_descale(q, k, v, batch, Hkv, device, a.descale_q, a.descale_k, a.descale_v)
+    _check_page_descale(a.page_descale, k, paged, device)
     _check_float_vector("sinks", sinks, device, Hq)
     _check_float_vector("alibi_slopes", alibi_slopes, device, Hq)
     if len(aux) > 4:

@@ -18,8 +18,9 @@ import sys
 
 from . import _paths, errors, launch_schema
 
-C_API_VERSION = 7  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
-#                     5: max_seqlen_k; 6: the log callback and level, runtime info's "problems"; 7: fa4jit_tile_map)
+C_API_VERSION = 8  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
+#                     5: max_seqlen_k; 6: the log callback and level, runtime info's "problems"; 7: fa4jit_tile_map;
+#                     8: page_descale)
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates

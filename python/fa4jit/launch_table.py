@@ -35,7 +35,7 @@ check per combination of the values, with {t} (...) replaced in when, rule and m
 # (B, S, H, D) views (varlen: (1, total, H, D)), snippets str, window_left -2 = no window, pack_gqa
 # -1/0/1 (auto/off/on), block_mask uint8 (B or 1, Hq or 1, q blocks, kv blocks) (the run-time tile map,
 # LaunchArgs::block_mask; blocks of block_mask_q rows and block_mask_k keys). Arguments past out_bhsd
-# were appended (descale_* with C API version 3, max_seqlen_k with 5, block_mask later) and keep schema
+# were appended (descale_* with C API version 3, max_seqlen_k with 5, block_mask later, page_descale with 8) and keep schema
 # defaults, so callers written before them call the ops unchanged.
 OP_ARGS = [
     ("q", "Tensor", None), ("k", "Tensor", None), ("v", "Tensor", None),
@@ -51,6 +51,7 @@ OP_ARGS = [
     ("descale_q", "Tensor?", None), ("descale_k", "Tensor?", None), ("descale_v", "Tensor?", None),
     ("max_seqlen_k", "SymInt", 0),
     ("block_mask", "Tensor?", None), ("block_mask_q", "SymInt", 128), ("block_mask_k", "SymInt", 128),
+    ("page_descale", "Tensor?", None),
 ]
 
 FIELDS = [
@@ -121,6 +122,10 @@ FIELDS = [
     dict(name="max_seqlen_k", c="int32_t", since=5, variants="varlen,paged",
          doc="varlen keys and paged caches: the longest key sequence (FlashAttention's max_seqlen_k); 0: unknown. "
              "A hint, never read as a length (any value is correct; one below the real longest costs speed only)"),
+    dict(name="page_descale", c="const float*", since=8, variants="paged,fp8",
+         doc="an e4m3 latent cache (MLA: kv_dtype e4m3, depth 576, depth_v 512), paged: float32 [num_pages] "
+             "contiguous, the kernel reads the rows of page p as page_descale[p] * stored value (times "
+             "descale_k / descale_v where set); NULL: 1"),
 ]
 
 # Values derived from the fields, for the checks (C++: const locals; Python: the same expressions).
@@ -167,6 +172,8 @@ CHECKS = [
     dict(when="paged", rule="max_pages * k.shape[1] <= 2147483647",
          msg="max_pages * page_size = {max_pages * k.shape[1]} exceeds 2^31-1 keys"),
     dict(when="not paged", rule="max_pages == 0", msg="max_pages is {max_pages} without a page_table"),
+    dict(when="not paged", rule="page_descale == 0",
+         msg="page_descale without a page_table: per-page factors are for a paged cache"),
     # V's head dim may differ from K's (FA4Config::depth_v); the kernel checks both against its own.
     dict(rule="k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1] and k.shape[2] == v.shape[2]",
          msg="k ({k.shape[0]}, {k.shape[1]}, {k.shape[2]}, {k.shape[3]}) and v ({v.shape[0]}, {v.shape[1]}, "

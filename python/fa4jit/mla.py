@@ -31,6 +31,7 @@ D_KPE = 64  # rope columns (qk_rope_head_dim)
 D_QK = D_CKV + D_KPE  # a key row, and a query with q_pe appended
 MAX_SEQLEN_Q = 16  # decode, speculative decoding and MTP verification
 _DTYPES = (torch.bfloat16, torch.float16)
+_FP8 = torch.float8_e4m3fn  # an FP8 latent cache (under bf16 / fp16 queries)
 _copy_warned = False
 
 
@@ -86,13 +87,45 @@ def _check_shape(name: str, t: Tensor, want: tuple, layout: str, note: str = "")
         raise LaunchError(f"{name} has shape {tuple(t.shape)}; expected {layout} = ({shown}){note}")
 
 
-def _check_dtypes(q_name: str, q: Tensor, **others):
+def _check_dtypes(q_name: str, q: Tensor, **caches):
+    """The queries bf16 or fp16; the caches the queries' dtype, or all float8_e4m3fn (an FP8 latent cache)."""
     if q.dtype not in _DTYPES:
         raise LaunchError(f"{q_name} has dtype {q.dtype}; MLA decode takes torch.bfloat16 or torch.float16")
-    for name, t in others.items():
-        if t.dtype != q.dtype:
-            raise LaunchError(f"{name} has dtype {t.dtype} but {q_name} has {q.dtype}: the queries and the caches "
-                              f"must have one dtype, bf16 or fp16")
+    first, want = next(iter(caches.items()))
+    kv = want.dtype if want.dtype == _FP8 else q.dtype
+    for name, t in caches.items():
+        if t.dtype != kv:
+            raise LaunchError(f"{name} has dtype {t.dtype} but {q_name} has {q.dtype}"
+                              + (f" and {first} {kv}" if kv == _FP8 else "")
+                              + ": the caches take the queries' dtype (bf16 or fp16), or are all "
+                                "torch.float8_e4m3fn (an FP8 latent cache)")
+
+
+def _check_descale(descale_k, cache: Tensor, batch, q_name: str, q: Tensor):
+    """descale_k: None, a positive float, or a float32 tensor of shape (), (1,) (the whole cache) or (B,)
+    (per sequence) on q's device, and only over an FP8 cache."""
+    if descale_k is None:
+        return
+    if cache.dtype != _FP8:
+        raise LaunchError(f"descale_k is set but the cache is {cache.dtype}: descale factors are for an FP8 "
+                          f"(torch.float8_e4m3fn) latent cache only")
+    if isinstance(descale_k, Tensor):
+        if descale_k.dtype != torch.float32 or descale_k.shape not in ((), (1,), (batch,)):
+            raise LaunchError(f"descale_k has dtype {descale_k.dtype} and shape {tuple(descale_k.shape)}; expected "
+                              f"torch.float32 of shape () or (1,) (the whole cache) or ({batch},) (per sequence)")
+        _check_devices(q_name, q, descale_k=descale_k)
+    elif isinstance(descale_k, bool) or not isinstance(descale_k, (int, float)) or not (0 < descale_k < math.inf):
+        raise LaunchError(f"descale_k is {descale_k!r}: a positive float, or a float32 tensor")
+
+
+def _descale_rows(descale_k, q: Tensor, batch) -> Optional[Tensor]:
+    """descale_k as the kernel's contiguous float32 (B, 1) factors of its one KV head (a per-cache factor
+    repeated); the same factors dequantize K and V, which are one cache."""
+    if descale_k is None:
+        return None
+    if not isinstance(descale_k, Tensor):
+        return torch.full((batch, 1), float(descale_k), dtype=torch.float32, device=q.device)
+    return descale_k.reshape(-1, 1).expand(batch, 1).contiguous()
 
 
 def _check_int32(name: str, t: Tensor, want: tuple, layout: str):
@@ -147,7 +180,9 @@ def _check_decode_args(q_nope, q_pe, ckv_cache, kpe_cache, page_table, cache_seq
         _check_shape("q_nope", q_nope, (None, None, None, D_CKV), "(B, Sq, H, 512)",
                      ", or (B, H, 512), or (total_q, H, 512) with cu_seqlens_q")
     _check_shape("q_pe", q_pe, (*q_nope.shape[:-1], D_KPE), "q_nope's shape with 64 columns")
-    _check_dtypes("q_nope", q_nope, q_pe=q_pe, ckv_cache=ckv_cache, kpe_cache=kpe_cache)
+    if q_pe.dtype != q_nope.dtype:
+        raise LaunchError(f"q_pe has dtype {q_pe.dtype} but q_nope has {q_nope.dtype}: the queries have one dtype")
+    _check_dtypes("q_nope", q_nope, ckv_cache=ckv_cache, kpe_cache=kpe_cache)
     _check_shape("ckv_cache", ckv_cache, (None, None, D_CKV), "(num_pages, page_size, 512)")
     _check_shape("kpe_cache", kpe_cache, (*ckv_cache.shape[:2], D_KPE), "(num_pages, page_size, 64)",
                  ", ckv_cache's pages")
@@ -174,12 +209,14 @@ def _check_decode_args(q_nope, q_pe, ckv_cache, kpe_cache, page_table, cache_seq
 
 def _attend(q: Tensor, k: Tensor, page_table: Tensor, cache_seqlens: Tensor, softmax_scale: float, causal: bool,
             cu_seqlens_q: Optional[Tensor], max_seqlen_q: Optional[int], num_splits: int, out: Optional[Tensor],
-            return_lse: bool):
+            return_lse: bool, descale: Optional[Tensor] = None, page_descale: Optional[Tensor] = None):
     """fa4jit.attention_paged over the 576-wide rows k, V their first 512 columns. The query heads are
-    always packed: with one KV head an unpacked tile would hold Sq of its 64+ rows."""
+    always packed: with one KV head an unpacked tile would hold Sq of its 64+ rows. descale: an FP8
+    cache's (B, 1) factors, K's and V's (one cache); page_descale: its (num_pages,) factors."""
     return _ops.attention_paged(q, k, k[..., :D_CKV], page_table, cache_seqlens, causal=causal,
                                 cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
-                                num_splits=num_splits, pack_gqa=True, return_lse=return_lse, out=out)
+                                num_splits=num_splits, pack_gqa=True, return_lse=return_lse, out=out,
+                                descale_k=descale, descale_v=descale, page_descale=page_descale)
 
 
 # torch.compile cannot trace storages and offsets (dynamo graph-breaks on them, and guards on neither),
@@ -187,29 +224,31 @@ def _attend(q: Tensor, k: Tensor, page_table: Tensor, cache_seqlens: Tensor, sof
 @torch.library.custom_op("fa4jit::mla_decode_out", mutates_args=("out", "lse"))
 def _mla_decode_out(q: Tensor, ckv_cache: Tensor, kpe_cache: Tensor, page_table: Tensor, cache_seqlens: Tensor,
                     out: Tensor, lse: Optional[Tensor], cu_seqlens_q: Optional[Tensor], max_seqlen_q: int,
-                    softmax_scale: float, causal: bool, num_splits: int) -> None:
+                    softmax_scale: float, causal: bool, num_splits: int, descale: Optional[Tensor],
+                    page_descale: Optional[Tensor]) -> None:
     r = _attend(q, _latent_cache(ckv_cache, kpe_cache), page_table, cache_seqlens, softmax_scale, causal,
-                cu_seqlens_q, max_seqlen_q or None, num_splits, out, lse is not None)
+                cu_seqlens_q, max_seqlen_q or None, num_splits, out, lse is not None, descale, page_descale)
     if lse is not None:
         lse.copy_(r[1])
 
 
 @_mla_decode_out.register_fake
 def _mla_decode_out_fake(q, ckv_cache, kpe_cache, page_table, cache_seqlens, out, lse, cu_seqlens_q, max_seqlen_q,
-                         softmax_scale, causal, num_splits):
+                         softmax_scale, causal, num_splits, descale, page_descale):
     # The launch's checks at trace time, on a stand-in for the key rows (their layout is decided at run time).
     k = ckv_cache.new_empty((*ckv_cache.shape[:2], 1, D_QK))
     _attend(q, k, page_table, cache_seqlens, softmax_scale, causal, cu_seqlens_q, max_seqlen_q or None, num_splits,
-            out, lse is not None)
+            out, lse is not None, descale, page_descale)
 
 
 def _decode(q: Tensor, ckv_cache: Tensor, kpe_cache: Tensor, page_table: Tensor, cache_seqlens: Tensor,
             softmax_scale: float, causal: bool, cu_seqlens_q: Optional[Tensor], max_seqlen_q: Optional[int],
-            num_splits: int, out: Optional[Tensor], return_lse: bool):
+            num_splits: int, out: Optional[Tensor], return_lse: bool, descale: Optional[Tensor],
+            page_descale: Optional[Tensor]):
     """(out, lse in the library's layout or None) of the 576-wide queries q over the two caches."""
     if not torch.compiler.is_compiling():
         r = _attend(q, _latent_cache(ckv_cache, kpe_cache), page_table, cache_seqlens, softmax_scale, causal,
-                    cu_seqlens_q, max_seqlen_q, num_splits, out, return_lse)
+                    cu_seqlens_q, max_seqlen_q, num_splits, out, return_lse, descale, page_descale)
         return r if return_lse else (r, None)
     varlen = cu_seqlens_q is not None
     if out is None:
@@ -219,7 +258,8 @@ def _decode(q: Tensor, ckv_cache: Tensor, kpe_cache: Tensor, page_table: Tensor,
         lse = q.new_empty((q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1]),
                           dtype=torch.float32)
     torch.ops.fa4jit.mla_decode_out(q, ckv_cache, kpe_cache, page_table, cache_seqlens, out, lse, cu_seqlens_q,
-                                    int(max_seqlen_q or 0), float(softmax_scale), bool(causal), num_splits)
+                                    int(max_seqlen_q or 0), float(softmax_scale), bool(causal), num_splits, descale,
+                                    page_descale)
     return out, lse
 
 
@@ -229,7 +269,7 @@ def mla_decode(q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tenso
                cache_seqlens: Tensor, *, softmax_scale: float, causal: bool = False,
                cu_seqlens_q: Optional[Tensor] = None, max_seqlen_q: Optional[int] = None,
                out: Optional[Tensor] = None, lse: Optional[Tensor] = None, return_lse: bool = False,
-               num_splits: int = 0):
+               num_splits: int = 0, descale_k=None, page_descale: Optional[Tensor] = None):
     """Absorbed MLA attention over a paged latent cache, with FlashInfer's tensors
     (BatchMLAPagedAttentionWrapper.run) and FlashMLA's page table. Forward only.
 
@@ -237,7 +277,8 @@ def mla_decode(q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tenso
     max_seqlen_q (a host int), or (B, H, 512) for one query per sequence (FlashInfer's decode);
     q_pe: q_nope's shape with 64 columns. Sq (max_seqlen_q) at most 16; causal is bottom-right
     aligned (query i of a sequence of n cached keys sees keys 0 .. n - Sq + i: speculative decoding
-    and MTP verification). bf16 or fp16, one dtype for the queries and the caches.
+    and MTP verification). bf16 or fp16 queries; the caches of the same dtype, or both
+    torch.float8_e4m3fn (an FP8 latent cache, sm_90a: the kernel reads c = stored x descale_k).
     ckv_cache: (num_pages, page_size, 512) latent c_kv rows; kpe_cache: (num_pages, page_size, 64)
     rope rows. When both are slices of one (num_pages, page_size, 576) buffer (kpe's data 512
     elements after ckv's, equal page and row strides: SGLang's and vLLM's layouts), the kernel reads
@@ -246,7 +287,12 @@ def mla_decode(q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tenso
     page_table: int32 (B, max_pages) (FlashMLA's block_table): sequence b's key r is row
     r % page_size of page page_table[b, r // page_size]; cache_seqlens: int32 (B,) keys per sequence.
     softmax_scale: required (the model's; DeepSeek's is not 1/sqrt(576)). num_splits: split-KV (0
-    automatic, 1 none). out: written in place (q_nope's shape with 512 columns).
+    automatic, 1 none). out: written in place (q_nope's shape with 512 columns). descale_k: an FP8
+    cache's dequantization factor (FlashMLA's name), for its keys and values alike: a float or a
+    float32 tensor of shape () or (1,) for the whole cache, or (B,) per sequence; None means 1.
+    page_descale: an FP8 cache's factors per page, float32 (num_pages,) (with descale_k or alone):
+    page p's rows are read as page_descale[p] x stored value. The converters apply them in fp16:
+    448 x factor must stay below 65504 (factors up to 146).
 
     Returns out (q_nope's shape, 512 columns: the latent output, before W_UV), or (out, lse) with
     return_lse. lse: float32 with out's shape without the last dimension, FlashInfer's layout
@@ -257,13 +303,16 @@ def mla_decode(q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tenso
     """
     one_query = _check_decode_args(q_nope, q_pe, ckv_cache, kpe_cache, page_table, cache_seqlens, softmax_scale,
                                    cu_seqlens_q, max_seqlen_q, out, lse, num_splits)
+    batch = page_table.shape[0]
+    _check_descale(descale_k, ckv_cache, batch, "q_nope", q_nope)
+    _tensors(page_descale=page_descale)
     q = torch.cat([q_nope, q_pe], dim=-1)  # the queries' 576 columns: a small copy, beside the cache's
     o = out
     if one_query:
         q, o = q.unsqueeze(1), out.unsqueeze(1) if out is not None else None
     want_lse = return_lse or lse is not None
     o, lse_kernel = _decode(q, ckv_cache, kpe_cache, page_table, cache_seqlens, softmax_scale, causal, cu_seqlens_q,
-                            max_seqlen_q, num_splits, o, want_lse)
+                            max_seqlen_q, num_splits, o, want_lse, _descale_rows(descale_k, q, batch), page_descale)
     if out is not None:
         o = out
     elif one_query:
@@ -280,7 +329,7 @@ def mla_decode(q_nope: Tensor, q_pe: Tensor, ckv_cache: Tensor, kpe_cache: Tenso
 
 def mla_with_kvcache(q: Tensor, k_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor, head_dim_v: int = D_CKV,
                      *, softmax_scale: float, causal: bool = False, out: Optional[Tensor] = None,
-                     num_splits: int = 0):
+                     num_splits: int = 0, descale_k=None, page_descale: Optional[Tensor] = None):
     """Absorbed MLA attention with FlashMLA's arguments (flash_mla_with_kvcache, dense). Forward only.
 
     q: (B, Sq, H, 576), q_nope then q_pe; Sq at most 16, causal bottom-right aligned.
@@ -288,7 +337,10 @@ def mla_with_kvcache(q: Tensor, k_cache: Tensor, block_table: Tensor, cache_seql
     their first 512 columns). block_table: int32 (B, max_pages); cache_seqlens: int32 (B,).
     head_dim_v: 512. softmax_scale: required (the model's). The remaining arguments are keywords:
     FlashMLA's tile_scheduler_metadata and num_splits (get_mla_metadata) are not needed; num_splits
-    here is split-KV (0 automatic, 1 none). out: written in place, (B, Sq, H, 512).
+    here is split-KV (0 automatic, 1 none). out: written in place, (B, Sq, H, 512). An FP8 cache
+    (torch.float8_e4m3fn k_cache under bf16 / fp16 q) takes descale_k as FlashMLA's: float32 (B,),
+    or () / (1,) / a float for the whole cache; None means 1. page_descale: float32 (num_pages,)
+    factors per page, as mla_decode's.
 
     Returns (out (B, Sq, H, 512), softmax_lse float32 (B, H, Sq), natural log), as FlashMLA does.
     """
@@ -305,4 +357,7 @@ def mla_with_kvcache(q: Tensor, k_cache: Tensor, block_table: Tensor, cache_seql
     _check_int32("block_table", block_table, (batch, None), "(B, max_pages)")
     _check_int32("cache_seqlens", cache_seqlens, (batch,), "(B,)")
     _check_devices("q", q, k_cache=k_cache, block_table=block_table, cache_seqlens=cache_seqlens, out=out)
-    return _attend(q, k_cache, block_table, cache_seqlens, softmax_scale, causal, None, None, num_splits, out, True)
+    _check_descale(descale_k, k_cache, batch, "q", q)
+    _tensors(page_descale=page_descale)
+    return _attend(q, k_cache, block_table, cache_seqlens, softmax_scale, causal, None, None, num_splits, out, True,
+                   _descale_rows(descale_k, q, batch), page_descale)

@@ -189,7 +189,7 @@ _POINTERS = tuple(sorted(
     (("lse", "lse"), ("alibi_slopes", "alibi_slopes"), ("aux_ptr", "aux"), ("cu_seqlens_q", "cu_seqlens_q"),
      ("cu_seqlens_k", "cu_seqlens_k"), ("seqused_k", "seqused_k"), ("sinks", "sinks"), ("page_table", "page_table"),
      ("workspace", "workspace"), ("descale_q", "descale_q"), ("descale_k", "descale_k"), ("descale_v", "descale_v"),
-     ("block_mask", "block_mask")),
+     ("block_mask", "block_mask"), ("page_descale", "page_descale")),
     key=lambda p: _lib.FIELD_INDEX[p[0] + "[0]" if p[0] == "aux_ptr" else p[0]]))
 # The user functions' argument an op argument comes from where the names differ (block_mask_mod: a
 # BlockMask, whose classes are the tile map).
@@ -274,7 +274,7 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
              max_seqlen_q=a.max_seqlen_q if varlen else 0, sinks=_ptr(a.sinks), page_table=_ptr(a.page_table),
              max_pages=a.page_table.shape[1] if a.page_table is not None else 0, num_splits=a.num_splits,
              descale_q=_ptr(a.descale_q), descale_k=_ptr(a.descale_k), descale_v=_ptr(a.descale_v),
-             max_seqlen_k=a.max_seqlen_k)
+             max_seqlen_k=a.max_seqlen_k, page_descale=_ptr(a.page_descale))
     if a.block_mask is not None:  # (B or 1, H or 1, q blocks, kv blocks): a broadcast dimension has stride 0
         t = a.block_mask
         f.update(block_mask=t.data_ptr(), block_mask_q=a.block_mask_q, block_mask_k=a.block_mask_k,
@@ -466,7 +466,7 @@ def _prepare(kind: str, u: dict):
              float(u["softmax_scale"] or 0.0), int(get("max_seqlen_q") or 0), int(u["num_splits"]),
              -1 if u["pack_gqa"] is None else int(bool(u["pack_gqa"])), bool(u["return_lse"]), bhsd,
              u["descale_q"], u["descale_k"], u["descale_v"], int(get("max_seqlen_k") or 0),
-             *((tiles.classes, *tiles.BLOCK_SIZE) if tiles is not None else ()))
+             *((tiles.classes, *tiles.BLOCK_SIZE) if tiles is not None else ()), page_descale=get("page_descale"))
     return a, squeeze
 
 
@@ -648,7 +648,7 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
                     return_lse: bool = False, out: Optional[Tensor] = None, chunk_size: int = 0,
                     block_mask_mod: Optional[str] = None, descale_q: Optional[Tensor] = None,
                     descale_k: Optional[Tensor] = None, descale_v: Optional[Tensor] = None,
-                    max_seqlen_k: Optional[int] = None):
+                    max_seqlen_k: Optional[int] = None, page_descale: Optional[Tensor] = None):
     """Attention forward (no backward) over a paged KV cache: decode and chunked prefill.
 
     k_cache/v_cache: (num_pages, page_size, Hkv, D); page_table: int32 (B, max_pages), sequence b's key
@@ -659,5 +659,7 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
     1, row by row: correct, slower than 16 or 64; FP8 and persistent kernels above head dim 128 refuse
     them, naming page_size); sm_100a takes multiples of 8. max_seqlen_k:
     the longest sequence's keys (None: max_pages x page_size bounds it), a hint as in
-    attention_varlen(). Other arguments as attention().
+    attention_varlen(). page_descale: an e4m3 latent cache's (MLA on sm_90a: fa4jit.mla_decode)
+    per-page factors, float32 (num_pages,): page p's rows are read as page_descale[p] x stored value.
+    Other arguments as attention().
     """

@@ -103,7 +103,18 @@ struct FwdParams {
   const float* descale_q;
   const float* descale_k;
   const float* descale_v;
+  // An e4m3 latent cache (MLA): float32 [num_pages], page p's rows are page_descale[p] x stored
+  // value (sm90a's converters apply it, LatentConverter); null = 1. Other kernels ignore it.
+  const float* page_descale;
 };
+
+// Bytes of one swizzled shared-memory row (a TMA box's inner span, the wgmma descriptors' swizzle)
+// for rows of padded_depth elements of elem_bytes: 128 (SW128), or 64 (SW64) where the row is no
+// whole number of 128-byte rows: e4m3 at padded depth 64, and MLA's 576-wide e4m3 latent rows
+// (4.5 x 128 bytes, 9 x 64). The host's TMA maps (runtime/tma.cpp) and sm90a's Shape read this rule.
+constexpr int swizzle_row_bytes(int padded_depth, int elem_bytes) {
+  return padded_depth * elem_bytes % 128 == 0 ? 128 : 64;
+}
 
 // Split-KV combine kernel geometry (fa4_combine). Host and device share it.
 constexpr int kCombineThreads = 256;

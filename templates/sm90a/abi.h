@@ -36,10 +36,11 @@ FA4_HOST_DEVICE constexpr bool bn_16bit(int bn, int dp) {
 // FP8: 128 (the transposed V stage is one block of 128 keys a row); 160 (FA3's FP8 d64 tile,
 // 192 x 160: two Vt blocks, the second holding 32 keys) at kBM 192 and padded depth 64.
 FA4_HOST_DEVICE constexpr bool bn_fp8(int bn, int bm, int dp) { return bn == 128 || (bn == 160 && bm == 192 && dp == 64); }
-// An FP8 KV cache: 64 (decode: two CTAs per SM fit) or 128 (prefill).
-FA4_HOST_DEVICE constexpr bool bn_kv_fp8(int bn) { return bn == 64 || bn == 128; }
+// An FP8 KV cache: 64 (decode: two CTAs per SM fit) or 128 (prefill); MLA's e4m3 latent (padded
+// depth 576) 32, so that its 16-bit and e4m3 K rings of two stages fit beside the 72 KiB Q tile.
+FA4_HOST_DEVICE constexpr bool bn_kv_fp8(int bn, int dp) { return dp == 576 ? bn == 32 : bn == 64 || bn == 128; }
 FA4_HOST_DEVICE constexpr bool bn_legal(Family f, int bn, int bm, int dp) {
-  return f == Family::kFp8 ? bn_fp8(bn, bm, dp) : f == Family::kKvFp8 ? bn_kv_fp8(bn) : bn_16bit(bn, dp);
+  return f == Family::kFp8 ? bn_fp8(bn, bm, dp) : f == Family::kKvFp8 ? bn_kv_fp8(bn, dp) : bn_16bit(bn, dp);
 }
 
 // ---- Wide O and latent KV -------------------------------------------------------------------
@@ -67,8 +68,9 @@ FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
 // by the 16-bit kernels and an FP8 KV cache's, except persistent walks at padded depth above 128,
 // whose 24-register producer spills the gather (4-8 B at d192 / d256 causal), and FP8 (e4m3 Q, K,
 // V; 72 B at d128 causal). The launch refuses such pages for those (naming page_size).
+// Nor an e4m3 latent cache (MLA at padded depth 576), whose 64-byte e4m3 rows GatherTile does not lay out.
 FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
-  return f != Family::kFp8 && (!persistent || dp <= 128);
+  return f != Family::kFp8 && (!persistent || dp <= 128) && !(f == Family::kKvFp8 && dp % 128 != 0);
 }
 // The gathering warps read each key row's page number from shared memory, fetched by cp.async one
 // KV tile ahead (load.cuh GatherState): two slots of bn page numbers (4 bytes a key row), behind
@@ -95,11 +97,21 @@ FA4_HOST_DEVICE constexpr int kv_load_stage_bytes(Family f, int bn, int dp) { re
 // FP8's transposed V stage: whole SW128 blocks of [dp rows][128 keys].
 FA4_HOST_DEVICE constexpr int vt_blocks(int bn) { return (bn + 127) / 128; }
 FA4_HOST_DEVICE constexpr int vt_stage_bytes(int bn, int dp) { return vt_blocks(bn) * dp * 128; }
-// Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings.
-FA4_HOST_DEVICE constexpr int extra_bytes(Family f, int bn, int dp, int stages) {
-  return f == Family::kFp8     ? stages * vt_stage_bytes(bn, dp)
-         : f == Family::kKvFp8 ? 2 * stages * kv_load_stage_bytes(f, bn, dp)
-                               : 0;
+// Stages of the ring TMA fills with K: the K ring's, except an e4m3 latent cache's (MLA over an FP8
+// cache), whose e4m3 ring is twice as deep as the 16-bit ring its converters feed. Its 32-key tiles
+// (BN 32: the 16-bit ring beside the 72 KiB Q tile) left two e4m3 stages, 36 KiB in flight per SM,
+// and the kernel read the cache at 1.0-1.3 TB/s, 0.67-0.84x the 16-bit cache's kernel (docs/PERF.md
+// run 67); four stages of 18 KiB still fit beside the two 16-bit ones.
+FA4_HOST_DEVICE constexpr int k_load_stages(Family f, int dp, int dpv, int stages) {
+  return f == Family::kKvFp8 && v_in_k(dp, dpv) ? 2 * stages : stages;
+}
+// Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings (K's
+// only for latent KV, whose V is K's prefix).
+FA4_HOST_DEVICE constexpr int extra_bytes(Family f, int bn, int dp, int dpv, int stages) {
+  return f == Family::kFp8 ? stages * vt_stage_bytes(bn, dp)
+         : f == Family::kKvFp8
+             ? (k_load_stages(f, dp, dpv, stages) + (v_in_k(dp, dpv) ? 0 : stages)) * kv_load_stage_bytes(f, bn, dp)
+             : 0;
 }
 constexpr int kBarrierBytes = 512;
 // The tail: at least the 1024 bytes every layout had before the page ring, so the kernels that
@@ -120,7 +132,7 @@ FA4_HOST_DEVICE constexpr int v_stage_bytes(Family f, int bn, int dp, int dpv) {
 FA4_HOST_DEVICE constexpr int smem_bytes(Family f, int bm, int bn, int dp, int dpv, int stages, bool persistent,
                                          bool own_o) {
   return q_bytes(bm, dp) + stages * (kv_stage_bytes(f, bn, dp) + v_stage_bytes(f, bn, dp, dpv)) +
-         extra_bytes(f, bn, dp, stages) + shared_p_bytes(bn, dpv) + (own_o ? q_bytes(bm, dpv) : 0) +
+         extra_bytes(f, bn, dp, dpv, stages) + shared_p_bytes(bn, dpv) + (own_o ? q_bytes(bm, dpv) : 0) +
          tail_bytes(f, persistent, dp, bn);
 }
 

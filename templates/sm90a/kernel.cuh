@@ -62,8 +62,8 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     } else if constexpr (Sh::kKvFp8) {  // e4m3 K, V -> converter warps (3) -> K, V (every converter thread) -> consumers
       bars->k_load.init(fills, kHelperThreads);  // every converter thread releases (load.cuh convert_loop)
       bars->v_load.init(fills, kHelperThreads);
-      bars->k.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
-      bars->v.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
+      bars->k.init(kHelperThreads, Sh::kKReaderWGs * 4);
+      bars->v.init(kHelperThreads, Sh::kNumConsumerWGs * 4);  // latent KV: the converters hand V on too
     } else {
       bars->k.init(fills, Sh::kKReaderWGs * 4);  // O-split: only the warpgroups computing S read K
       bars->v.init(fills, Sh::kNumConsumerWGs * 4);

@@ -59,9 +59,9 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
 }
 
 // One TMA stage of KV tile n: K's ring, or V's (kV; narrower where V has a depth of its own).
-template <class Config, bool kPaged, bool kV>
-__device__ __forceinline__ void load_kv_stage(const FwdParams& p, pipe::Producer<Shape<Config>::kStages>& ring,
-                                              const TmaDesc* map, unsigned char* ring_base, int n, const TmaCoords& c) {
+template <class Config, bool kPaged, bool kV, class Ring>
+__device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, const TmaDesc* map,
+                                              unsigned char* ring_base, int n, const TmaCoords& c) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
@@ -240,10 +240,10 @@ struct GatherState {
 // the unit's next KV tile (next; none when !has_next) into the page ring (GatherState).
 // The sequence (its page-table row, keys, KV head) is re-derived per stage from its batch and q
 // head (opaque, so not held across the walk: the producer warpgroup runs at 24 registers in prefill).
-template <class Config, class Mask, bool kV>
-__device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInfo& seq,
-                                                pipe::Producer<Shape<Config>::kStages>& ring, unsigned char* ring_base,
-                                                int n, bool has_next, int next, GatherState<Config>& gs) {
+template <class Config, class Mask, bool kV, class Ring>
+__device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInfo& seq, Ring& ring,
+                                                unsigned char* ring_base, int n, bool has_next, int next,
+                                                GatherState<Config>& gs) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
@@ -322,7 +322,8 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
   }
 
   // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
-  pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
+  pipe::Producer<Sh::kKLoadStages> k_ring(L::k_load_barriers(bars));
+  pipe::Producer<Sh::kStages> v_ring(L::v_load_barriers(bars));
   if constexpr (kGather) {
     GatherState<Config> gs(p, s, smem, n);
     for (int next; w.has(n); n = next, gs.advance()) {
@@ -340,7 +341,10 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
     return;
   }
   for (; w.has(n); n = w.next_tile(n)) {
-    if constexpr (Sh::kVInK) {
+    if constexpr (Sh::kVInK && Sh::kKvFp8) {
+      // An e4m3 latent cache: the converters hand V(n) (K(n)'s 16-bit stage) to P V (convert_loop).
+      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+    } else if constexpr (Sh::kVInK) {
       // Latent KV: V(n) is K(n)'s stage, so the slot is refilled only once P V(n - stages) is done
       // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
       // after it waited for K(n)'s bytes.
@@ -387,7 +391,8 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     producer_unit<Config, Mask, kPaged, kGather>(p, tma, tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p), smem, bars);
   } else {
     // An FP8 KV cache's K and V go to the e4m3 rings (the converters feed the consumers' rings).
-    pipe::Producer<Sh::kStages> k_ring(L::k_load_barriers(bars)), v_ring(L::v_load_barriers(bars));
+    pipe::Producer<Sh::kKLoadStages> k_ring(L::k_load_barriers(bars));
+    pipe::Producer<Sh::kStages> v_ring(L::v_load_barriers(bars));
     unsigned char* const k_dst = smem + L::kKLoadOffset;
     unsigned char* const v_dst = smem + L::kVLoadOffset;
     // FP8 (its producer warpgroup at 32 registers, kBM 192) and padded depths above 128 (24
@@ -548,6 +553,37 @@ __device__ __forceinline__ void transpose_loop(const FwdParams& p, Tiles tiles, 
 }
 
 // ---- FP8 KV cache: e4m3 K / V converted to the 16-bit stages the consumers read ----
+// The converters' passes (a pass: one 16-byte task of each converter thread): the reads of up to
+// kBatch passes go out before their conversions. ld/st.shared are volatile with a memory clobber,
+// so pass by pass each read's latency sat between one pass's stores and the next pass's
+// conversions, the converters' top stall (docs/PERF.md run 46: e4m3-KV prefill +6-13%, decode
+// +1-2%). live(i): pass i has a row; read(i): its 16-byte e4m3 source; write(i, out): stores its 16
+// converted elements (out[0]: the first 8, out[1] the next 8, in MmaElement pairs).
+template <class MmaElement, int kPasses, int kBatch, class Live, class Read, class Write>
+__device__ __forceinline__ void convert_passes(Live live, Read read, Write write) {
+#pragma unroll
+  for (int i0 = 0; i0 < kPasses; i0 += kBatch) {
+    u32 in[kBatch][4];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b;
+      if (i < kPasses && live(i)) ld_shared_v4(read(i), in[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b;
+      if (i >= kPasses || !live(i)) continue;
+      u32 out[2][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        out[j / 2][(j % 2) * 2] = e4m3x2_to<MmaElement>(static_cast<u16>(in[b][j] & 0xffffu));
+        out[j / 2][(j % 2) * 2 + 1] = e4m3x2_to<MmaElement>(static_cast<u16>(in[b][j] >> 16));
+      }
+      write(i, out);
+    }
+  }
+}
+
 // One e4m3 stage (src: kKvChunks SW128 blocks of [kBN rows][128 keys' bytes]) -> one 16-bit stage
 // (dst: kChunks SW128 blocks of [kBN rows][64 elements]), exactly (e4m3x2_to), by thread t of
 // kHelperThreads. A task is 16 elements (group g) of one row: one 16-byte read, eight conversions,
@@ -578,55 +614,144 @@ __device__ __forceinline__ void convert_kv(u32 src, u32 dst, int t) {
   const u32 out_base[2] = {out_row + ((c0 ^ sw0) << 4), out_row + (((c0 + 1) ^ sw0) << 4)};
   // A pass's rows exist unless it is the last one of a kBN that is no multiple of kRowStep.
   const auto live = [&](int i) { return Sh::kBN % kRowStep == 0 || i < kPasses - 1 || r0 + kRowStep * i < Sh::kBN; };
-  // The reads of up to kBatch passes go out before their conversions: ld/st.shared are volatile
-  // with a memory clobber, so pass by pass each read's latency sat between one pass's stores and
-  // the next pass's conversions, the converters' top stall (docs/PERF.md run 46: e4m3-KV prefill
-  // +6-13%, decode +1-2%). 6 passes of 4 registers fit the 56-register producer warpgroup of the
-  // grid walk; the persistent walk's state leaves room for 3 (6 spilled 28 B there, and 64
-  // producer registers exceed the launch's pool: Shape::kLaunchRegs, docs/PERF.md runs 46-47).
+  // Reads in flight (convert_passes): 6 passes of 4 registers fit the 56-register producer
+  // warpgroup of the grid walk; the persistent walk's state leaves room for 3 (6 spilled 28 B there,
+  // and 64 producer registers exceed the launch's pool: Shape::kLaunchRegs, docs/PERF.md runs 46-47).
   constexpr int kMaxBatch = Sh::kPersistent ? 3 : 6;
   constexpr int kBatch = kPasses < kMaxBatch ? kPasses : kMaxBatch;
-#pragma unroll
-  for (int i0 = 0; i0 < kPasses; i0 += kBatch) {
-    u32 in[kBatch][4];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b;
-      if (i < kPasses && live(i)) ld_shared_v4((in_base ^ ((i % 2) << 6)) + kRowStep * i * 128, in[b]);
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b;
-      if (i >= kPasses || !live(i)) continue;
-      const u32 step = kRowStep * i * 128, odd = (i % 2) << 6;
-      u32 out[2][4];  // [elements 16g..16g+7, 16g+8..16g+15]
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        out[j / 2][(j % 2) * 2] = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[b][j] & 0xffffu));
-        out[j / 2][(j % 2) * 2 + 1] = e4m3x2_to<typename Sh::MmaElement>(static_cast<u16>(in[b][j] >> 16));
-      }
-      st_shared_v4((out_base[0] ^ odd) + step, out[0]);
-      st_shared_v4((out_base[1] ^ odd) + step, out[1]);
-    }
-  }
+  convert_passes<typename Sh::MmaElement, kPasses, kBatch>(
+      live, [&](int i) { return (in_base ^ ((i % 2) << 6)) + kRowStep * i * 128; },
+      [&](int i, const u32(&out)[2][4]) {  // [elements 16g..16g+7, 16g+8..16g+15]
+        const u32 step = kRowStep * i * 128, odd = (i % 2) << 6;
+        st_shared_v4((out_base[0] ^ odd) + step, out[0]);
+        st_shared_v4((out_base[1] ^ odd) + step, out[1]);
+      });
 }
 
-// One stage through the converters: the e4m3 stage TMA filled -> the consumers' 16-bit stage. The
-// e4m3 ring and the 16-bit ring move in lockstep (one stage each per K or V tile), so one Relay
-// serves both, as for FP8's V transposers.
-template <class Config>
-__device__ __forceinline__ void convert_stage(pipe::Relay<Shape<Config>::kStages, pipe::ArriveEachThread>& relay,
-                                              u32 src_ring, u32 dst_ring,
-                                              int t) {
-  using L = SmemLayout<Config>;
-  auto st = relay.acquire();
-  convert_kv<Config>(src_ring + st.index() * L::kKVLoadStageBytes, dst_ring + st.index() * L::kKVStageBytes, t);
-  fence_proxy_async();  // this thread's writes (and reads) before the wgmma / TMA that follow
-  st.publish();
-}  // release the e4m3 stage: its TMA slot is free again
+constexpr int kRows64Step = kHelperThreads / 4;  // rows per pass of convert_kv_rows64: 24
 
-// The converters' walk: the CTA's tile walk (TileWalker, or a grid CTA's one unit), K(n), then
-// V(n), per KV tile the producer loads (producer_unit, producer_loop), so the rings run on across a
+// An e4m3 latent cache's per-page factors (FwdParams::page_descale) for the rows one converter
+// thread t writes in one KV tile: pass i of convert_kv_rows64 writes tile row (t / 4 + 24 i) % kBN,
+// one of the kBN / 8 rows t / 4 % 8 + 8 j, whose page's factor is h2[i % (kBN / 8)] (an fp16 pair,
+// the MMAs' type). 1 where the launch has no factors. Loaded one KV tile ahead (convert_loop), so
+// the page-table and factor reads are in flight while the converters work on the tile before.
+template <class Config>
+struct PageFactors {
+  static constexpr int kClasses = Shape<Config>::kBN / 8;
+  static_assert(kRows64Step % 8 == 0, "PageFactors: a pass keeps each row's class");
+  u32 h2[kClasses];
+
+  __device__ __forceinline__ static PageFactors load(const FwdParams& p, const SeqInfo& s, int n, int t) {
+    PageFactors f;
+    const int row = t / 4;
+#pragma unroll
+    for (int m = 0; m < kClasses; ++m) {
+      f.h2[m] = 0x3c003c00u;  // fp16 1.0 twice
+      if (p.page_descale && s.pages) {  // uniform
+        const int r = row % 8 + 8 * ((row / 8 + (kRows64Step / 8) * m) % kClasses);
+        const float x = p.page_descale[s.page_of(p, n * Shape<Config>::kBN + r)];
+        asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(f.h2[m]) : "f"(x));
+      }
+    }
+    return f;
+  }
+};
+
+// convert_kv for MLA's e4m3 latent rows (Shape::kKvRowBytes 64: 576 bytes are no whole 128-byte
+// rows), each element times its page's factor (PageFactors, in fp16): src is kKvChunks SW64 blocks of [kBN rows][64 e4m3] (16-byte unit u of row r at unit
+// u ^ (r / 2) % 4), dst kChunks SW128 blocks of [kBN rows][64 16-bit elements] (unit c at c ^ r % 8).
+// Both stages list their rows block after block, so row R = b kBN + r of the stage is at R x 64
+// (src) and R x 128 (dst). A task is 16 elements (unit u = t % 4 of row R): one 16-byte read, eight
+// conversions, two 16-byte writes (units 2u, 2u + 1 of the same row). Thread t takes rows t / 4 +
+// 24 k: 24 rows on, both swizzle terms repeat (r / 2 % 4 and r % 8, also across a block boundary:
+// kBN is a multiple of 8), so every address is a per-thread base plus an immediate (index
+// arithmetic per task spilled the 56-register producer warpgroup: 152 B). A phase of 8 threads
+// reads 128 contiguous bytes, and its writes land in 8 distinct units (rows r and r + 1 differ in
+// bit 0 of their swizzle, 2u never has it).
+template <class Config>
+__device__ __forceinline__ void convert_kv_rows64(u32 src, u32 dst, int t, const PageFactors<Config>& factors) {
+  using Sh = Shape<Config>;
+  static_assert(DTypeTraits<typename Sh::MmaElement>::kIsBf16 == false, "convert_kv_rows64: fp16 MMAs (the factors' type)");
+  constexpr int kRows = Sh::kKvChunks * Sh::kBN;       // rows of the stage, block after block
+  constexpr int kRowStep = kRows64Step;
+  constexpr int kPasses = (kRows + kRowStep - 1) / kRowStep;
+  constexpr int kBatch = 4;  // reads in flight before their conversions (16 of the 56 registers)
+  static_assert(Sh::kKvFp8 && Sh::kKvRowBytes == 64 && Sh::kRowBytes == 128 && Sh::kKvChunks == Sh::kChunks,
+                "convert_kv_rows64: 64-byte e4m3 rows into 128-byte 16-bit rows, block for block");
+  static_assert(kRowStep % 8 == 0 && Sh::kBN % 8 == 0, "convert_kv_rows64: a pass keeps each row's swizzle");
+  const int row = t / 4, u = t % 4;
+  const u32 in_base = src + row * 64 + ((u ^ ((row / 2) % 4)) << 4);
+  const u32 out_base[2] = {dst + row * 128 + (((2 * u) ^ (row % 8)) << 4),
+                           dst + row * 128 + (((2 * u + 1) ^ (row % 8)) << 4)};
+  const auto live = [&](int i) { return kRows % kRowStep == 0 || i < kPasses - 1 || row + kRowStep * i < kRows; };
+  convert_passes<typename Sh::MmaElement, kPasses, kBatch>(
+      live, [&](int i) { return in_base + kRowStep * i * 64; },
+      [&](int i, const u32(&converted)[2][4]) {  // [elements 16u..16u+7, 16u+8..16u+15]
+        // The row's page factor (exact for 1; else one fp16 rounding of the factor and one of the product).
+        const u32 f = factors.h2[i % PageFactors<Config>::kClasses];
+        u32 out[2][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out[j / 4][j % 4]) : "r"(converted[j / 4][j % 4]), "r"(f));
+        st_shared_v4(out_base[0] + kRowStep * i * 128, out[0]);
+        st_shared_v4(out_base[1] + kRowStep * i * 128, out[1]);
+      });
+}
+
+// The converters of an FP8 KV cache: per KV tile, K's e4m3 stage TMA filled -> the consumers'
+// 16-bit K stage, then V's. Each e4m3 ring and its 16-bit ring move in lockstep (one stage each per
+// K or V tile), so one Relay serves both, as for FP8's V transposers. Every converter thread
+// releases the e4m3 stage it read (the empty barriers count 96): a gathered stage's next cp.async
+// writes then follow each thread's own reads (compute-sanitizer's racecheck flagged the
+// one-lane-per-warp release there, which TMA's writes never meet).
+template <class Config>
+struct KvConverter {
+  using L = SmemLayout<Config>;
+  pipe::Relay<Shape<Config>::kStages, pipe::ArriveEachThread> k, v;
+
+  __device__ __forceinline__ explicit KvConverter(typename L::Barriers* bars)
+      : k(&bars->k_load, &bars->k), v(&bars->v_load, &bars->v) {}
+  __device__ __forceinline__ void tile(u32 base, int t) {
+    stage(k, base + L::kKLoadOffset, base + L::kKOffset, t);
+    stage(v, base + L::kVLoadOffset, base + L::kVOffset, t);
+  }
+  __device__ __forceinline__ static void stage(pipe::Relay<Shape<Config>::kStages, pipe::ArriveEachThread>& relay,
+                                               u32 src_ring, u32 dst_ring, int t) {
+    auto st = relay.acquire();
+    convert_kv<Config>(src_ring + st.index() * L::kKVLoadStageBytes, dst_ring + st.index() * L::kKVStageBytes, t);
+    fence_proxy_async();  // this thread's writes (and reads) before the wgmma / TMA that follow
+    st.publish();
+  }  // release the e4m3 stage: its TMA slot is free again
+};
+
+// An e4m3 latent cache (MLA): the e4m3 ring (Shape::kKLoadStages deep) feeds the 16-bit K ring
+// (kStages), whose stage P V also reads as V. The rings no longer move in lockstep, and V's readers
+// are this stage's second consumers: a converter thread takes a 16-bit stage once S = Q K^T (K's
+// empty barrier) and P V (V's) have both released it, and hands it to both (K's and V's full
+// barriers; the producer loads no V).
+template <class Config>
+struct LatentConverter {
+  using Sh = Shape<Config>;
+  using L = SmemLayout<Config>;
+  pipe::Consumer<Sh::kKLoadStages, pipe::ArriveEachThread> in;
+  pipe::Producer<Sh::kStages> k_out, v_out;
+
+  __device__ __forceinline__ explicit LatentConverter(typename L::Barriers* bars)
+      : in(&bars->k_load), k_out(&bars->k), v_out(&bars->v) {}
+  __device__ __forceinline__ void tile(u32 base, int t, const PageFactors<Config>& factors) {
+    auto src = in.acquire();
+    auto ks = k_out.acquire();
+    auto vs = v_out.acquire();
+    convert_kv_rows64<Config>(base + L::kKLoadOffset + src.index() * L::kKVLoadStageBytes,
+                              base + L::kKOffset + ks.index() * L::kKVStageBytes, t, factors);
+    fence_proxy_async();  // this thread's writes (and reads) before the wgmma / TMA that follow
+    ks.arrive();
+    vs.arrive();
+  }  // release the e4m3 stage (every converter thread)
+};
+
+// The converters' walk: the CTA's tile walk (TileWalker, or a grid CTA's one unit), a tile (K(n), then
+// V(n); latent: K(n)) per KV tile the producer loads (producer_unit, producer_loop), so the rings run on across a
 // persistent CTA's tiles, as the FP8 V transposers' (transpose_loop).
 template <class Config, class Mask, class Tiles>
 __device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, unsigned char* smem,
@@ -635,18 +760,23 @@ __device__ __forceinline__ void convert_loop(const FwdParams& p, Tiles tiles, un
   using L = SmemLayout<Config>;
   static_assert(Sh::kKvFp8, "convert_loop: FP8 KV caches only");
   const u32 base = smem_u32(smem);
-  // Every converter thread releases the e4m3 stage it read (the empty barriers count 96): a gathered
-  // stage's next cp.async writes then follow each thread's own reads (compute-sanitizer's racecheck
-  // flagged the one-lane-per-warp release there, which TMA's writes never meet).
-  pipe::Relay<Sh::kStages, pipe::ArriveEachThread> k_relay(&bars->k_load, &bars->k), v_relay(&bars->v_load, &bars->v);
+  typename IfT<Sh::kVInK, LatentConverter<Config>, KvConverter<Config>>::type converter(bars);
   // The walk's constants re-read per tile from an opaque zero, as the transposers' (transpose_loop):
   // held across it, they spilled the 56-register warpgroup (28 B at causal d128).
   for (; tiles.valid(p, Tiles::loop_zero()); tiles.advance()) {
     const CtaWork<Config, Mask>& w =
         tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p, Tiles::loop_zero());
-    for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) {
-      convert_stage<Config>(k_relay, base + L::kKLoadOffset, base + L::kKOffset, t);
-      convert_stage<Config>(v_relay, base + L::kVLoadOffset, base + L::kVOffset, t);
+    if constexpr (Sh::kVInK) {  // the tile's page factors, read one tile ahead (PageFactors)
+      int n = w.first_tile();
+      PageFactors<Config> f = PageFactors<Config>::load(p, w.seq, n, t);
+      for (int next; w.has(n); n = next) {
+        next = w.next_tile(n);
+        const PageFactors<Config> f_next = w.has(next) ? PageFactors<Config>::load(p, w.seq, next, t) : f;
+        converter.tile(base, t, f);
+        f = f_next;
+      }
+    } else {
+      for (int n = w.first_tile(); w.has(n); n = w.next_tile(n)) converter.tile(base, t);
     }
   }
 }

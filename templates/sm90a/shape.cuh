@@ -56,6 +56,8 @@ struct Shape {
   static constexpr int kBM = Config::kBM;
   static constexpr int kBN = Config::kBN;
   static constexpr int kStages = Config::kNumKVStages;
+  // Stages of the ring TMA fills with K (abi.h k_load_stages): kStages, or twice that for an e4m3
+  // latent cache. Set below, with the family.
   static constexpr int kWgRows = 64;           // rows of Q per consumer warpgroup (one wgmma M)
   // Consumer warpgroups: one per 64 rows (kRowWGs: 2 at kBM 128, 3 at kBM 192 (depth 64, FP8), 1 at
   // kBM 64 (decode)), times kOSplit where V is wider than one warpgroup's O (abi.h o_split: the
@@ -77,8 +79,7 @@ struct Shape {
   // Bytes of one swizzled Q / K / V row in shared memory (the TMA box's inner span and the wgmma
   // descriptors' swizzle): 128 (SW128), or 64 (SW64) for e4m3 at padded depth 64, whose rows are 64
   // bytes (padding them to 128 doubled the work of S = Q K^T and the K bytes: docs/PERF.md run 32).
-  static constexpr int kRowBytes = kDp * kElemBytes < 128 ? kDp * kElemBytes : 128;
-  static_assert(kRowBytes == Config::kSwizzleBytes, "sm90a kernel: Q/K/V rows must be the host's swizzle rows");
+  static constexpr int kRowBytes = swizzle_row_bytes(kDp, kElemBytes);
   static constexpr int kBlockElems = kRowBytes / kElemBytes;  // elements of one swizzle row
   static constexpr int kChunks = kDp / kBlockElems;          // swizzle blocks per Q / K / V row
   static constexpr int kPRegs = kBN / 2 * kElemBytes / 4;  // packed P registers per consumer thread (kBN/2 values)
@@ -89,7 +90,11 @@ struct Shape {
   static constexpr bool kKvFp8 = !kFp8 && DTypeTraits<KVElement>::kIsFp8;
   static constexpr abi::Family kFamily = abi::family_of(kFp8, kKvFp8);  // shared memory, registers, kBN
   static constexpr int kKvElemBytes = kKvFp8 ? 1 : kElemBytes;  // K / V in global memory and TMA stages
-  static constexpr int kKvRowBytes = kDp * kKvElemBytes < 128 ? kDp * kKvElemBytes : 128;  // as kRowBytes
+  static constexpr int kKLoadStages = abi::k_load_stages(kFamily, kDp, kDpV, kStages);
+  // As kRowBytes: 64 for MLA's e4m3 latent rows (576 bytes), whose 16-bit stages keep 128.
+  static constexpr int kKvRowBytes = swizzle_row_bytes(kDp, kKvElemBytes);
+  static_assert((kRowBytes < kKvRowBytes ? kRowBytes : kKvRowBytes) == Config::kSwizzleBytes,
+                "sm90a kernel: the narrower of the Q and K/V rows must be the host's swizzle rows");
   static constexpr int kKvChunks = kDp * kKvElemBytes / kKvRowBytes;  // swizzle blocks per K / V row loaded
   static constexpr int kKvBlockElems = kKvRowBytes / kKvElemBytes;
   static constexpr int kVChunks = kDpV * kKvElemBytes / kKvRowBytes;  // swizzle blocks per V row loaded
@@ -176,13 +181,13 @@ struct Shape {
                 "sm90a kernel: turns around the softmax (kPingPong 2) are for the simple schedule (kIntraWGOverlap 0)");
   static_assert(Config::kNumThreads == kNumThreads,
                 "sm90a kernel: kNumThreads must be 128 * (1 + kBM / 64) (1 producer + kBM/64 consumer warpgroups)");
-  static_assert(kDpV == kDp || (!kFp8 && !kKvFp8 && kDpV < kDp && kDpV % 64 == 0 && kDepthV % 16 == 0 &&
+  static_assert(kDpV == kDp || (!kFp8 && (!kKvFp8 || kVInK) && kDpV < kDp && kDpV % 64 == 0 && kDepthV % 16 == 0 &&
                                  kDepthV <= kDpV && kDpV - kDepthV < 64),
                 "sm90a kernel: a V narrower than Q and K (kDepthV) is 16-bit, in whole 64-element swizzle blocks");
   static_assert(kDp == 64 || kDp == 128 || kDp == 192 || kDp == 256 || (kDp == 512 && kDpV == 512) || kVInK,
                 "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks), 512 "
                 "(O split over two warpgroups) or MLA's 576 (latent KV)");
-  static_assert(kOSplit == 1 || (kDpVWg == 256 && kDepthV == kDpV && !kFp8 && !kKvFp8 && kBM == 64 &&
+  static_assert(kOSplit == 1 || (kDpVWg == 256 && kDepthV == kDpV && !kFp8 && (!kKvFp8 || kVInK) && kBM == 64 &&
                                  !kPersistent && !kQInRegs && !kWgSpans),
                 "sm90a kernel: O split across warpgroups (V wider than 256) is 16-bit, 256 whole columns a "
                 "warpgroup, kBM 64 (two consumer warpgroups on one Q tile), the grid walk");
@@ -200,9 +205,10 @@ struct Shape {
                 "sm90a kernel: FP8 takes a padded depth of 64 (SW64 rows) or whole 128-byte rows (128, 256) and the "
                 "grid or persistent walk (kPersistent 0 or 1: the transposers walk whole tiles)");
   static_assert(!kFp8 || kCtasPerSm == 1, "sm90a kernel: FP8 runs one CTA per SM (the transposing producer needs 56 registers)");
-  static_assert(!kKvFp8 || (kDp == 128 && kBM != 192 && Config::kPersistent <= 1),
-                "sm90a kernel: an FP8 KV cache takes padded depth 128 (e4m3 rows of one 128-byte atom), kBM 64 or "
-                "128 and the grid or persistent walk (kPersistent 0 or 1: the converters walk whole tiles)");
+  static_assert(!kKvFp8 || ((kDp == 128 || kVInK) && kBM != 192 && Config::kPersistent <= 1),
+                "sm90a kernel: an FP8 KV cache takes padded depth 128 (e4m3 rows of one 128-byte atom) or MLA's "
+                "latent (576: 64-byte rows), kBM 64 or 128 and the grid or persistent walk (kPersistent 0 or 1: the "
+                "converters walk whole tiles)");
   static_assert(!kProducerHelpers || kNumConsumerWGs <= 2 || kFp8,
                 "sm90a kernel: producer helpers leave registers for 2 consumer WGs (3 for FP8's fragments at depth 64)");
   // A consumer's Q box (5-D packed map) is kWgRows / kPack whole queries of kPack heads each (rounded

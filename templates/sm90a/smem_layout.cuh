@@ -40,7 +40,7 @@ struct SmemLayout {
   static constexpr u32 kVOffset = kKOffset + Sh::kStages * kKVStageBytes;
   // Behind the K and V rings: FP8's transposed V ring, or an FP8 KV cache's e4m3 K and V rings.
   static constexpr u32 kExtraOffset = kVOffset + Sh::kStages * kVStageBytes;
-  static constexpr u32 kExtraBytes = abi::extra_bytes(Sh::kFamily, Sh::kBN, Sh::kDp, Sh::kStages);
+  static constexpr u32 kExtraBytes = abi::extra_bytes(Sh::kFamily, Sh::kBN, Sh::kDp, Sh::kDpV, Sh::kStages);
   // What P V reads: V's ring, for FP8 the transposed ring behind it (kPVStageBytes a stage), or
   // for latent KV K's ring.
   static constexpr u32 kPVOffset = Sh::kFp8 ? kExtraOffset : Sh::kVInK ? kKOffset : kVOffset;
@@ -51,7 +51,7 @@ struct SmemLayout {
   }
   // Where TMA puts K and V: their rings, or an FP8 KV cache's e4m3 rings.
   static constexpr u32 kKLoadOffset = Sh::kKvFp8 ? kExtraOffset : kKOffset;
-  static constexpr u32 kVLoadOffset = Sh::kKvFp8 ? kExtraOffset + Sh::kStages * kKVLoadStageBytes : kVOffset;
+  static constexpr u32 kVLoadOffset = Sh::kKvFp8 ? kExtraOffset + Sh::kKLoadStages * kKVLoadStageBytes : kVOffset;
   // Persistent CTAs stage O in a region of their own where it fits (abi.h own_o; the host added it
   // to kSmemBytes): the next tile's Q load then overlaps this tile's epilogue. Otherwise O is
   // staged in the Q region.
@@ -90,8 +90,10 @@ struct SmemLayout {
     u32 carry[4 * Sh::kNumConsumerWGs];
     // FP8 only: the transposed V ring (full: every transposer thread arrives; empty: consumer warps).
     pipe::Barriers<Sh::kStages> vt;
-    // FP8 KV cache only: the e4m3 rings TMA fills (full: tx bytes; empty: the converter warps).
-    pipe::Barriers<Sh::kStages> k_load, v_load;
+    // FP8 KV cache only: the e4m3 rings TMA fills (full: tx bytes; empty: the converter warps); K's
+    // is deeper for an e4m3 latent cache (Shape::kKLoadStages).
+    pipe::Barriers<Sh::kKLoadStages> k_load;
+    pipe::Barriers<Sh::kStages> v_load;
     // O split only (shared_p.cuh): P's one-slot ring from the S warpgroup (full: its 128 threads
     // arrive) to its partner (empty: its 128 threads).
     pipe::Barriers<1> p;
@@ -101,8 +103,11 @@ struct SmemLayout {
     return Sh::kFp8 ? &b->vt : &b->v;
   }
   // The rings TMA fills: K and V, or an FP8 KV cache's e4m3 rings (the converters feed K and V).
-  __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* k_load_barriers(Barriers* b) {
-    return Sh::kKvFp8 ? &b->k_load : &b->k;
+  __device__ __forceinline__ static pipe::Barriers<Sh::kKLoadStages>* k_load_barriers(Barriers* b) {
+    if constexpr (Sh::kKvFp8)
+      return &b->k_load;
+    else
+      return &b->k;
   }
   __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* v_load_barriers(Barriers* b) {
     return Sh::kKvFp8 ? &b->v_load : &b->v;

@@ -137,7 +137,7 @@ def test_models_with_the_same_per_gpu_shape_share_rows():
 
 def test_mla_models_get_prefill_rows_and_latent_decode_rows():
     rows, pending = zoo.zoo(["deepseek_v3", "kimi_k2"], [k for k in zoo.ROWSETS if k != "d512"])
-    assert {r.kind for r in rows} == {"prefill", "varlen", "mla"}
+    assert {r.kind for r in rows} == {"prefill", "varlen", "mla", "mla8"}
     by_name = {r.name: r for r in rows}
     ds = by_name["prefill 1x2k, 128/128 d192/v128"]
     assert ds.models == ["deepseek_v3"] and by_name["prefill 1x16k, 16/16 d192/v128"].models == ["deepseek_v3@tp8"]
@@ -196,6 +196,20 @@ def test_mla_decode_rows_read_the_latent_cache():
     # Models without a latent cache have no mla rows; --batches keeps mla rows of the batch sizes given.
     assert zoo.zoo(["llama3_8b"], ["mla"]) == ([], [])
     assert zoo.mla_shape("llama3_8b") is None
+
+
+def test_mla8_rows_read_an_e4m3_latent_cache():
+    # The mla rows again over an e4m3 cache: one byte per latent element, the same FLOPs.
+    rows, pending = zoo.zoo(["deepseek_v3"], ["mla", "mla8"])
+    assert pending == []
+    by_name = {r.name: r for r in rows}
+    fp8, bf = by_name["mla decode e4m3 cache 64x4k, 128/1 d576/v512"], by_name["mla decode 64x4k, 128/1 d576/v512"]
+    assert fp8.kind == "mla8" and fp8.latent and bf.latent and fp8.memory_bound
+    assert fp8.kv_bytes() == 64 * 4096 * 576 and bf.kv_bytes() == 2 * fp8.kv_bytes()
+    assert fp8.flops() == bf.flops()
+    assert "mla Sq4 e4m3 cache 64x4k, 16/1 d576/v512" in by_name
+    assert sum(r.kind == "mla8" for r in rows) == sum(r.kind == "mla" for r in rows) == 8
+    assert {r.kind for r in zoo.zoo(["deepseek_v3"], ["mla8"])[0]} == {"mla8"}
 
 
 def test_mla_rows_list_and_filter_by_batch(capsys):

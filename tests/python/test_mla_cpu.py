@@ -370,8 +370,13 @@ def engine(monkeypatch):
     calls = []
 
     def paged(q, k_cache, v_cache, page_table, seqused_k, causal=False, cu_seqlens_q=None, max_seqlen_q=None,
-              softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False, out=None):
+              softmax_scale=None, num_splits=0, pack_gqa=None, return_lse=False, out=None, descale_k=None,
+              descale_v=None, page_descale=None):
         assert k_cache.shape[2:] == (1, 576) and v_cache.shape == (*k_cache.shape[:3], 512)
+        # An FP8 cache's factors: one float32 (B, 1) tensor for K and V (one cache), contiguous.
+        assert descale_k is descale_v
+        assert descale_k is None or (k_cache.dtype == torch.float8_e4m3fn and descale_k.dtype == torch.float32
+                                     and descale_k.shape == (page_table.shape[0], 1) and descale_k.is_contiguous())
         assert v_cache.stride() == k_cache.stride() and pack_gqa is True and softmax_scale == SCALE
         varlen = cu_seqlens_q is not None
         B = page_table.shape[0]
@@ -380,13 +385,17 @@ def engine(monkeypatch):
         if isinstance(q, FakeTensor):  # the MLA op's fake implementation (compiled calls): shapes only
             return (o, lse) if return_lse else o
         assert v_cache.data_ptr() == k_cache.data_ptr()
-        calls.append(dict(k=k_cache, num_splits=num_splits))
+        calls.append(dict(k=k_cache, num_splits=num_splits, descale=descale_k, page_descale=page_descale))
         for b in range(B):
             rows = slice(int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])) if varlen else b
             n = int(seqused_k[b])
-            keys = k_cache[page_table[b].long()].flatten(0, 1)[:n, 0]
-            ob, lb = attend_ref(q[rows], keys, v_cache[page_table[b].long()].flatten(0, 1)[:n, 0], softmax_scale,
-                                causal)
+            pages = page_table[b].long()
+            # The kernel reads stored value x factor of the sequence x factor of the page.
+            f = (1.0 if descale_k is None else float(descale_k[b, 0])) * (
+                1.0 if page_descale is None else page_descale[pages].double().view(-1, 1, 1, 1))
+            keys = (k_cache[pages].double() * f).flatten(0, 1)[:n, 0]
+            values = (v_cache[pages].double() * f).flatten(0, 1)[:n, 0]
+            ob, lb = attend_ref(q[rows], keys, values, softmax_scale, causal)
             o[rows] = ob.to(q.dtype)
             if varlen:
                 lse[:, rows] = lb.t().float()
@@ -459,6 +468,94 @@ def test_kvcache_passes_the_cache_in_place(engine):
     assert o is out and lse.shape == (3, 16, 4)  # FlashMLA's (B, H, Sq)
     assert_matches(o, lse.transpose(1, 2), ref_o, ref_lse)
     assert engine[-1]["k"] is k_cache
+
+
+def fp8_args(Sq=2):
+    """decode_args over an e4m3 latent cache (one buffer), its queries bf16."""
+    a = decode_args(Sq=Sq)
+    buf = a["buffer"].to(torch.float8_e4m3fn)
+    return dict(a, buffer=buf, ckv_cache=buf[..., :512], kpe_cache=buf[..., 512:])
+
+
+def dequantized(a, factors):
+    """a with its e4m3 caches read as stored value x factors[b] (float64), the reference's inputs: each
+    sequence's pages hold its own factor (the tables of decode_args share no page)."""
+    ckv, kpe = a["ckv_cache"].double().clone(), a["kpe_cache"].double().clone()
+    for b, f in enumerate(factors):
+        pages = a["page_table"][b].long()
+        ckv[pages] *= f
+        kpe[pages] *= f
+    return dict(a, ckv_cache=ckv, kpe_cache=kpe)
+
+
+@pytest.mark.parametrize("form", ["none", "float", "0-d", "(1,)", "(B,)"])
+def test_fp8_cache_descale_forms(engine, form):
+    """descale_k as FlashMLA takes it ((B,) per sequence) and per cache (a float, a 0-d or 1-element
+    tensor), None meaning 1: each reaches the kernel as contiguous float32 (B, 1) factors for K and V."""
+    a = fp8_args(Sq=2)
+    factors = [0.5, 1.5, 2.0]
+    descale = {"none": None, "float": 0.75, "0-d": torch.tensor(1.25), "(1,)": torch.tensor([1.25]),
+               "(B,)": torch.tensor(factors)}[form]
+    per_seq = {"none": [1.0] * 3, "float": [0.75] * 3, "0-d": [1.25] * 3, "(1,)": [1.25] * 3, "(B,)": factors}[form]
+    o, lse = call_decode(a, causal=True, return_lse=True, descale_k=descale)
+    assert_matches(o, lse, *expected(dequantized(a, per_seq), True))
+    seen = engine[-1]["descale"]
+    assert (seen is None) == (descale is None)
+    if seen is not None:
+        assert seen.flatten().tolist() == per_seq
+    q, k_cache, table, lengths = kvcache_args(a)
+    o, lse = fa4jit.mla_with_kvcache(q, k_cache, table, lengths, softmax_scale=SCALE, causal=True, descale_k=descale)
+    assert_matches(o, lse.transpose(1, 2), *expected(dequantized(a, per_seq), True))
+
+
+def test_fp8_cache_page_factors_reach_the_kernel(engine):
+    """page_descale (float32 (num_pages,)) is passed through as it is, alone or beside descale_k."""
+    a = fp8_args(Sq=2)
+    pages = a["buffer"].shape[0]
+    per_page = torch.linspace(0.5, 2.0, pages)
+    ckv, kpe = a["ckv_cache"].double().clone(), a["kpe_cache"].double().clone()
+    ckv *= per_page.double().view(-1, 1, 1)
+    kpe *= per_page.double().view(-1, 1, 1)
+    for descale, per_seq in ((None, [1.0] * 3), (torch.tensor([0.5, 1.5, 2.0]), [0.5, 1.5, 2.0])):
+        o, lse = call_decode(a, causal=True, return_lse=True, descale_k=descale, page_descale=per_page)
+        assert engine[-1]["page_descale"] is per_page
+        assert_matches(o, lse, *expected(dequantized(dict(a, ckv_cache=ckv, kpe_cache=kpe), per_seq), True))
+        q, k_cache, table, lengths = kvcache_args(a)
+        o, lse = fa4jit.mla_with_kvcache(q, k_cache, table, lengths, softmax_scale=SCALE, causal=True,
+                                         descale_k=descale, page_descale=per_page)
+        assert engine[-1]["page_descale"] is per_page
+        assert_matches(o, lse.transpose(1, 2), *expected(dequantized(dict(a, ckv_cache=ckv, kpe_cache=kpe), per_seq),
+                                                          True))
+    with pytest.raises(TypeError, match="page_descale: expected a torch.Tensor, got float"):
+        call_decode(a, page_descale=2.0)
+
+
+@pytest.mark.parametrize("change, match", [
+    ("bf16_cache", "descale_k is set but the cache is torch.bfloat16"),
+    ("negative", "descale_k is -1.0: a positive float"),
+    ("bool", "descale_k is True"),
+    ("float64", r"descale_k has dtype torch.float64 and shape \(3,\); expected torch.float32"),
+    ("batch", r"descale_k has dtype torch.float32 and shape \(2,\)"),
+    ("mixed_caches", "kpe_cache has dtype torch.bfloat16 but q_nope has torch.bfloat16 and ckv_cache "
+                     "torch.float8_e4m3fn"),
+])
+def test_fp8_cache_errors_name_the_argument(engine, change, match):
+    a, kw = fp8_args(), {"descale_k": torch.ones(3)}
+    if change == "bf16_cache":
+        a = decode_args()
+    elif change == "negative":
+        kw["descale_k"] = -1.0
+    elif change == "bool":
+        kw["descale_k"] = True
+    elif change == "float64":
+        kw["descale_k"] = torch.ones(3, dtype=torch.float64)
+    elif change == "batch":
+        kw["descale_k"] = torch.ones(2)
+    elif change == "mixed_caches":
+        a["kpe_cache"] = a["kpe_cache"].to(bf16)
+    with pytest.raises(fa4jit.LaunchError, match=match):
+        call_decode(a, **kw)
+    assert not engine  # refused before the kernel
 
 
 def test_compiled_calls_test_the_buffer_at_run_time(engine):

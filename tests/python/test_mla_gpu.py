@@ -148,6 +148,139 @@ def test_split_kv_matches_the_reference(Sq, H):
         assert_close(o, ref, bf16, lse.transpose(1, 2), ref_lse, what=f"mla_with_kvcache Sq {Sq} H {H} splits {splits}")
 
 
+# ---- an FP8 (e4m3) latent cache: FlashMLA's descale_k, bf16 / fp16 queries ---------------------------
+
+FP8 = getattr(torch, "float8_e4m3fn", None)
+needs_fp8_cache = pytest.mark.skipif(
+    FP8 is None or not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="the e4m3 latent-cache kernel is sm_90a's: needs an sm_90 GPU and torch.float8_e4m3fn")
+
+
+class Fp8Cache(Cache):
+    """A paged e4m3 latent cache (random normal values rounded by torch) and its factors: the reference
+    reads stored value x factor of the sequence, in float64."""
+
+    def __init__(self, lengths, page_size, seed, factors, page_factors=None):
+        super().__init__(lengths, page_size, seed, dtype=torch.float32)
+        self.buffer = self.buffer.to(FP8)
+        self.factors = factors  # None, or float64 per sequence
+        self.page_factors = page_factors  # None, or float32 (num_pages,): page_descale
+
+    def keys(self, b):
+        pages = self.table[b].long()
+        k = self.buffer[pages].double()
+        if self.page_factors is not None:
+            k = k * self.page_factors[pages].double().view(-1, 1, 1)
+        k = k.flatten(0, 1)[:self.lengths[b]]
+        return k if self.factors is None else k * self.factors[b]
+
+
+@needs_fp8_cache
+@pytest.mark.parametrize("dtype", [bf16, torch.float16])
+@pytest.mark.parametrize("H", [16, 128])
+@pytest.mark.parametrize("Sq, causal, page_size", [(1, False, 64), (4, True, 16)])
+def test_fp8_latent_cache_against_reference(Sq, causal, page_size, H, dtype):
+    B = 3
+    g = torch.Generator(device="cuda")
+    g.manual_seed(30)
+    per_seq = torch.rand(B, generator=g, device="cuda") * 1.5 + 0.5  # factors in [0.5, 2)
+    q_nope, q_pe = queries(B, Sq, H, seed=31, dtype=dtype)
+    q = torch.cat([q_nope, q_pe], -1)
+    # descale_k as None (1), a float and a 0-d tensor (the whole cache), and (B,) (per sequence).
+    for descale, factors in ((None, None), (0.75, [0.75] * B), (torch.tensor(1.25, device="cuda"), [1.25] * B),
+                             (per_seq, per_seq.double().tolist())):
+        cache = Fp8Cache([700, 5, 333], page_size, seed=32, factors=factors)
+        ref, ref_lse = reference(q, cache, causal)
+        what = f"e4m3 cache {dtype} Sq {Sq} page {page_size} H {H} descale {type(descale).__name__}"
+        ckv, kpe = cache.caches(False)
+        for splits in (0, 1, 3):
+            out, lse_out = poisoned(B, Sq, H, 512, dtype=dtype), poisoned(B, Sq, H, dtype=torch.float32)
+            fa4jit.mla_decode(q_nope, q_pe, ckv, kpe, cache.table, cache.seqlens, softmax_scale=SCALE, causal=causal,
+                              num_splits=splits, out=out, lse=lse_out, descale_k=descale)
+            assert_close(out, ref, dtype, lse_out, ref_lse, what=f"mla_decode {what} splits {splits}")
+        o, lse = fa4jit.mla_with_kvcache(q, cache.buffer.unsqueeze(2), cache.table, cache.seqlens,
+                                         softmax_scale=SCALE, causal=causal, descale_k=descale)
+        assert o.dtype == dtype
+        assert_close(o, ref, dtype, lse.transpose(1, 2), ref_lse, what=f"mla_with_kvcache {what}")
+
+
+@needs_fp8_cache
+@pytest.mark.parametrize("H", [16, 128])
+@pytest.mark.parametrize("Sq, causal, page_size", [(1, False, 64), (4, True, 16)])
+def test_fp8_latent_cache_page_factors(Sq, causal, page_size, H):
+    # page_descale: a factor per page in [0.5, 2), alone and beside per-sequence descale_k.
+    B = 3
+    g = torch.Generator(device="cuda")
+    g.manual_seed(40)
+    cache = Fp8Cache([700, 5, 333], page_size, seed=41, factors=None)
+    cache.page_factors = torch.rand(cache.num_pages, generator=g, device="cuda") * 1.5 + 0.5
+    per_seq = torch.tensor([0.75, 1.25, 2.0], device="cuda")
+    q_nope, q_pe = queries(B, Sq, H, seed=42)
+    q = torch.cat([q_nope, q_pe], -1)
+    ckv, kpe = cache.caches(False)
+    for descale in (None, per_seq):
+        cache.factors = None if descale is None else descale.double().tolist()
+        ref, ref_lse = reference(q, cache, causal)
+        what = f"page factors Sq {Sq} page {page_size} H {H} descale_k {descale is not None}"
+        for splits in (0, 1, 3):
+            out, lse_out = poisoned(B, Sq, H, 512), poisoned(B, Sq, H, dtype=torch.float32)
+            fa4jit.mla_decode(q_nope, q_pe, ckv, kpe, cache.table, cache.seqlens, softmax_scale=SCALE, causal=causal,
+                              num_splits=splits, out=out, lse=lse_out, descale_k=descale,
+                              page_descale=cache.page_factors)
+            assert_close(out, ref, bf16, lse_out, ref_lse, what=f"mla_decode {what} splits {splits}")
+        o, lse = fa4jit.mla_with_kvcache(q, cache.buffer.unsqueeze(2), cache.table, cache.seqlens,
+                                         softmax_scale=SCALE, causal=causal, descale_k=descale,
+                                         page_descale=cache.page_factors)
+        assert_close(o, ref, bf16, lse.transpose(1, 2), ref_lse, what=f"mla_with_kvcache {what}")
+    if H == 16:  # compiled (fullgraph): both factor tensors reach the op
+        torch._dynamo.reset()
+        f = torch.compile(lambda *a: fa4jit.mla_decode(*a, softmax_scale=SCALE, causal=causal, descale_k=per_seq,
+                                                       page_descale=cache.page_factors), fullgraph=True)
+        assert_close(f(q_nope, q_pe, ckv, kpe, cache.table, cache.seqlens), ref, bf16, what=f"compiled {what}")
+
+
+@needs_fp8_cache
+def test_fp8_latent_cache_argument_errors():
+    cache = Fp8Cache([100, 5, 33], 64, seed=33, factors=None)
+    ckv, kpe = cache.caches(False)
+    q_nope, q_pe = queries(3, 1, 16, seed=34)
+    out = poisoned(3, 1, 16, 512)
+    kw = dict(softmax_scale=SCALE, out=out)
+    with pytest.raises(fa4jit.LaunchError, match="kpe_cache has dtype torch.bfloat16 but q_nope has torch.bfloat16 "
+                                                 "and ckv_cache torch.float8_e4m3fn"):
+        fa4jit.mla_decode(q_nope, q_pe, ckv, kpe.to(bf16), cache.table, cache.seqlens, **kw)
+    with pytest.raises(fa4jit.LaunchError, match=r"descale_k has dtype torch.float32 and shape \(2,\)"):
+        fa4jit.mla_decode(q_nope, q_pe, ckv, kpe, cache.table, cache.seqlens, descale_k=torch.ones(2, device="cuda"),
+                          **kw)
+    with pytest.raises(fa4jit.LaunchError, match="descale_k is -1.0"):
+        fa4jit.mla_decode(q_nope, q_pe, ckv, kpe, cache.table, cache.seqlens, descale_k=-1.0, **kw)
+    bf_cache = Cache([100, 5, 33], 64, seed=35)
+    with pytest.raises(fa4jit.LaunchError, match="descale_k is set but the cache is torch.bfloat16"):
+        fa4jit.mla_decode(q_nope, q_pe, *bf_cache.caches(False), bf_cache.table, bf_cache.seqlens, descale_k=2.0,
+                          **kw)
+    # Per-page factors: float32 (num_pages,), for an e4m3 latent cache only.
+    pages = cache.num_pages
+    with pytest.raises(fa4jit.LaunchError, match=rf"page_descale has dtype torch.float32 and shape \(5,\); expected "
+                                                 rf"a contiguous torch.float32 \({pages},\)"):
+        fa4jit.mla_decode(q_nope, q_pe, ckv, kpe, cache.table, cache.seqlens, page_descale=torch.ones(5, device="cuda"),
+                          **kw)
+    bf = Cache([100, 5, 33], 64, seed=37)
+    with pytest.raises(fa4jit.LaunchError, match="page_descale is set but k has dtype torch.bfloat16"):
+        fa4jit.mla_decode(q_nope, q_pe, *bf.caches(False), bf.table, bf.seqlens,
+                          page_descale=torch.ones(bf.num_pages, device="cuda"), **kw)
+    k8 = torch.randn(4, 16, 2, 128, device="cuda").to(FP8)  # an FP8 KV cache of another kernel (d128)
+    with pytest.raises(fa4jit.LaunchError, match="page_descale is set but this kernel is not MLA's"):
+        fa4jit.attention_paged(torch.randn(2, 1, 4, 128, device="cuda", dtype=bf16), k8, k8,
+                               torch.zeros(2, 2, dtype=torch.int32, device="cuda"), None,
+                               page_descale=torch.ones(4, device="cuda"))
+    # Pages no TMA box takes are gathered row by row for 16-bit caches only (so far): refused, named.
+    one = Fp8Cache([40, 5, 33], 1, seed=36, factors=None)
+    with pytest.raises(fa4jit.LaunchError, match="page_size"):
+        fa4jit.mla_decode(q_nope, q_pe, *one.caches(False), one.table, one.seqlens, **kw)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()  # nothing was launched
+
+
 # ---- CUDA graphs, torch.compile, errors ---------------------------------------------------------------
 
 def test_cuda_graph_capture_and_replay():
@@ -233,3 +366,18 @@ def test_docs_snippets_run_as_written():
     assert_close(o, ref, bf16, what="docs mla_decode")
     assert_close(o2, ref, bf16, what="docs mla_with_kvcache")
     assert_close(o3, reference(q, cache, False)[0], bf16, what="README mla_decode")
+
+
+@needs_fp8_cache
+def test_docs_fp8_snippet_runs_as_written():
+    # docs/PYTHON.md's "An FP8 latent cache" lines, with their names bound.
+    cache = Cache([300, 64], 64, seed=22)
+    kv, page_table, cache_seqlens, scale = cache.buffer, cache.table, cache.seqlens, SCALE
+    q_nope, q_pe = queries(2, 2, 16, seed=23)
+    kv8 = kv.to(torch.float8_e4m3fn)  # (num_pages, page_size, 576); or quantize with a scale of your own
+    o = fa4jit.mla_decode(q_nope, q_pe, kv8[..., :512], kv8[..., 512:], page_table, cache_seqlens,
+                          softmax_scale=scale, causal=True, descale_k=1.0)
+    rows = Fp8Cache([300, 64], 64, seed=22, factors=None)  # the reference reads kv8's rows through page_table
+    rows.buffer, rows.table = kv8, page_table
+    ref, _ = reference(torch.cat([q_nope, q_pe], -1), rows, True)
+    assert_close(o, ref, bf16, what="docs FP8 mla_decode")
