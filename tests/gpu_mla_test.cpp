@@ -201,17 +201,21 @@ TEST(GpuMla, LatentDecodeInFp16MatchesReference) {
 // An e4m3 latent cache under bf16 / fp16 queries (FlashMLA's FP8 KV cache; kv_dtype e4m3): the
 // converter warps turn each 64-byte-row e4m3 K stage into the 16-bit stage S and P V read, BN 32.
 // Random e4m3 latent rows, with and without per-sequence factors (descale_k = descale_v: one cache;
-// the reference reads the dequantised rows); TMA pages of 16 and 64 and unpaged, split-KV.
+// the reference reads the dequantised rows); TMA pages of 16 and 64, gathered pages of 1 and 3 (the
+// producer warp's cp.async into the 64-byte e4m3 rows), unpaged, split-KV.
 TEST(GpuMla, LatentDecodeOverAnFp8CacheMatchesReference) {
   std::vector<std::string> archs;
   SKIP_WITHOUT_MLA_ARCH(archs);
   for (const std::string& arch : archs)
     for (DType dtype : {DType::bf16, DType::fp16})
       for (int heads : {16, 128}) {
-        std::vector<MlaCase> cases = {{"Sq1 paged 64", mla_case(heads, 1, {700, 64, 1}, 64)},
-                                      {"Sq4 paged 16, split-KV 3", mla_case(heads, 4, {2100, 3, 90}, 16, 3)},
-                                      {"Sq4 unpaged, seqused_k", mla_case(heads, 4, {1000, 1, 377}, 0)},
-                                      {"Sq1 paged 64, split-KV 4", mla_case(heads, 1, {3000, 1500}, 64, 4)}};
+        std::vector<MlaCase> cases = {
+            {"Sq1 paged 64", mla_case(heads, 1, {700, 64, 1}, 64)},
+            {"Sq4 paged 16, split-KV 3", mla_case(heads, 4, {2100, 3, 90}, 16, 3)},
+            {"Sq4 unpaged, seqused_k", mla_case(heads, 4, {1000, 1, 377}, 0)},
+            {"Sq1 paged 64, split-KV 4", mla_case(heads, 1, {3000, 1500}, 64, 4)},
+            {"Sq4 paged 1 (gathered rows), split-KV 3", mla_case(heads, 4, {1500, 3, 200}, 1, 3)},
+            {"Sq1 paged 3 (gathered rows)", mla_case(heads, 1, {700, 64, 1}, 3)}};
         for (MlaCase& m : cases) {
           for (bool descale : {true, false}) {
             m.c.descale = descale;

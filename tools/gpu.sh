@@ -219,12 +219,14 @@ sanitize() {
             san_check "" $tool sm_90a "{\"depth\":512,\"mask\":\"$m\"}" $rest
           done
         done ;;
-      gather)  # pages no TMA box takes (page 1, 3): the producer warp's cp.async gather, on sm_90a
+      gather)  # pages no TMA box takes (page 1, 3): the producer warp's cp.async gather, on sm_90a (MLA's
+        # latent rows of 16 bits and of e4m3 too)
         local cases=(
           '{"depth":128,"mask":"causal"}|--batch 2 --heads 4 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
           '{"depth":128,"mask":"causal","group":7,"pack_gqa":true}|--batch 3 --heads 14 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 3 --splits 3'
           '{"depth":128,"mask":"causal","group":8,"pack_gqa":true,"kv_dtype":"e4m3"}|--batch 2 --heads 16 --seqlen-q 1 --seqlens-k 700 64 --page-size 1'
-          '{"depth":576,"depth_v":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa')
+          '{"depth":576,"depth_v":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa'
+          '{"depth":576,"depth_v":512,"mask":"causal","kv_dtype":"e4m3"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa --splits 3')
         for c in "${cases[@]}"; do
           for tool in memcheck racecheck synccheck; do
             san_check "" $tool sm_90a "${c%%|*}" ${c#*|}

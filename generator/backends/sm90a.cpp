@@ -325,9 +325,8 @@ class Sm90a final : public BackendPolicy {
       return tma_paged_kv_box_rows(rc, page_size, nullptr);
     return tma_paged_kv_box_rows(
         rc, page_size,
-        rc.config.dtype == DType::e4m3 ? "FP8 (e4m3) kernels load no other pages"
-        : rc.config.kv_dtype
-            ? "an e4m3 latent cache (MLA) is not gathered row by row yet"
+        rc.config.dtype == DType::e4m3
+            ? "FP8 (e4m3) kernels load no other pages"
             : "persistent kernels at head dim above 128 load no other pages (this kernel's walk: tune persistent=0 "
               "runs the grid walk, which gathers them)");
   }

@@ -68,9 +68,8 @@ FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
 // by the 16-bit kernels and an FP8 KV cache's, except persistent walks at padded depth above 128,
 // whose 24-register producer spills the gather (4-8 B at d192 / d256 causal), and FP8 (e4m3 Q, K,
 // V; 72 B at d128 causal). The launch refuses such pages for those (naming page_size).
-// Nor an e4m3 latent cache (MLA at padded depth 576), whose 64-byte e4m3 rows GatherTile does not lay out.
 FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
-  return f != Family::kFp8 && (!persistent || dp <= 128) && !(f == Family::kKvFp8 && dp % 128 != 0);
+  return f != Family::kFp8 && (!persistent || dp <= 128);
 }
 // The gathering warps read each key row's page number from shared memory, fetched by cp.async one
 // KV tile ahead (load.cuh GatherState): two slots of bn page numbers (4 bytes a key row), behind

@@ -133,14 +133,25 @@ constexpr int gather_unroll() {
   return !kWideGather<Config> ? 1 : kGatherWarps<Config> > 1 && !Mask::kContiguous ? 2 : 4;
 }
 
-// kChunks: 128-byte swizzle blocks per row (K's, or V's); kUnroll: gather_unroll.
+// kChunks: swizzle blocks per row (K's, or V's); kUnroll: gather_unroll. Blocks of 128-byte rows
+// (SW128: unit c % 8 of a row at c % 8 ^ r % 8), or of 64-byte rows (SW64, an e4m3 latent cache's 576
+// bytes: unit c % 4 at c % 4 ^ (r / 2) % 4, 4 lanes a row, so a row group of 8 rows keeps each
+// lane's swizzle term).
 template <class Config, int kChunks, int kUnroll>
 struct GatherTile {
   using Sh = Shape<Config>;
-  static_assert(Sh::kKvRowBytes == 128, "gather: SW128 K / V rows (not FP8's 64-byte rows at depth 64)");
-  static constexpr int kRowChunks = kChunks * 8;  // 16-byte chunks of a row
-  static constexpr int kLanesPerRow = kRowChunks % 32 == 0 ? 32 : kRowChunks % 16 == 0 ? 16 : 8;
+  static constexpr int kRowBytes = Sh::kKvRowBytes;
+  static constexpr int kUnits = kRowBytes / 16;  // 16-byte units of a block's row
+  static_assert(kRowBytes == 128 || (kRowBytes == 64 && Sh::kKvFp8),
+                "gather: SW128 K / V rows, or an FP8 KV cache's 64-byte rows (not FP8's at depth 64)");
+  static constexpr int kRowChunks = kChunks * kUnits;  // 16-byte chunks of a row
+  static constexpr int kLanesPerRow = kRowChunks % 32 == 0   ? 32
+                                      : kRowChunks % 16 == 0 ? 16
+                                      : kRowChunks % 8 == 0  ? 8
+                                                             : 4;
   static constexpr int kRowsPerStep = 32 / kLanesPerRow;
+  static_assert(kRowBytes == 128 || kRowsPerStep % 8 == 0, "gather: SW64 row groups keep each lane's swizzle");
+  static_assert(kLanesPerRow % kUnits == 0, "gather: a lane's units are whole blocks apart");
   static constexpr int kSteps = kRowChunks / kLanesPerRow;  // cp.async per lane and row group
   static constexpr int kWarpRows = GatherRows<Config>::kWarpRows, kLookups = GatherRows<Config>::kLookups;
   static_assert(kWarpRows % kRowsPerStep == 0, "gather: whole row groups per warp");
@@ -158,7 +169,9 @@ struct GatherTile {
     // kRowsPerStep, so the sum is an or), and every other term is a multiple of 128 bytes: one
     // per-lane address, then per g a xor of bits 4-6 and per (g, k) an immediate offset.
     const int r0 = lane / kLanesPerRow, c0 = lane % kLanesPerRow;
-    const u32 lane_dst = dst + (c0 / 8) * (Sh::kBN * 128) + r0 * 128 + (((c0 % 8) ^ r0) << 4);
+    const int swizzle = kRowBytes == 128 ? r0 : (r0 / 2) % 4;  // SW64: the same for every row group
+    const u32 lane_dst =
+        dst + (c0 / kUnits) * (Sh::kBN * kRowBytes) + r0 * kRowBytes + (((c0 % kUnits) ^ swizzle) << 4);
     const int row0 = warp * kWarpRows;
 #pragma unroll 1
     for (int j = 0; j < kLookups; ++j) {
@@ -176,10 +189,12 @@ struct GatherTile {
         const int r = g * kRowsPerStep + r0;
         const char* row = base + __shfl_sync(0xffffffffu, off, (r - row0) % 32) * Sh::kKvElemBytes;
         const bool valid = r < keys_left;
-        const u32 group_dst = (lane_dst ^ (((g * kRowsPerStep) % 8) << 4)) + g * kRowsPerStep * 128;
+        const u32 group_dst =
+            (kRowBytes == 128 ? lane_dst ^ (((g * kRowsPerStep) % 8) << 4) : lane_dst) + g * kRowsPerStep * kRowBytes;
 #pragma unroll 1
         for (int k = 0; k < kSteps; ++k)
-          cp_async_16(group_dst + (k * kLanesPerRow / 8) * (Sh::kBN * 128), row + 16 * (k * kLanesPerRow + c0), valid);
+          cp_async_16(group_dst + (k * kLanesPerRow / kUnits) * (Sh::kBN * kRowBytes), row + 16 * (k * kLanesPerRow + c0),
+                      valid);
       }
     }
   }
@@ -328,7 +343,9 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
     GatherState<Config> gs(p, s, smem, n);
     for (int next; w.has(n); n = next, gs.advance()) {
       next = w.next_tile(n);
-      if constexpr (Sh::kVInK) {  // as below
+      if constexpr (Sh::kVInK && Sh::kKvFp8) {  // as below
+        gather_kv_stage<Config, Mask, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
+      } else if constexpr (Sh::kVInK) {
         auto vs = v_ring.acquire();
         gather_kv_stage<Config, Mask, false>(p, s, k_ring, smem + L::kKLoadOffset, n, w.has(next), next, gs);
         vs.arrive();
