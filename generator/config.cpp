@@ -170,6 +170,11 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
     refuse("group", std::to_string(c.group), fmt::format("it must divide num_q_heads ({})", c.num_q_heads));
   if (c.pack_gqa && c.group <= 0)
     refuse("pack_gqa", "true with group = 0", "packing GQA heads needs the group (num_q_heads / num_kv_heads) set");
+  // One query head per KV head leaves nothing to pack; the sm_90a kernel built for it stopped at its
+  // first launch (an illegal instruction) instead.
+  if (c.pack_gqa && c.group == 1)
+    refuse("pack_gqa", "true with group = 1",
+           "one query head per KV head has no heads to pack: leave pack_gqa false (as Python's pack_gqa does)");
 
   detail::Budget b = backend.derive(c, dp, arch);
   // TMA backends load a consumer's Q rows as one box of whole (query, head) row sets, so a group

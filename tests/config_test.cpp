@@ -1016,6 +1016,8 @@ TEST(Config, PackGqaAndBlockSnippetsAreValidated) {
   jit::FA4Config c = cfg_for("sm_90a", 128);
   c.pack_gqa = true;
   expect_config_error([&] { jit::resolve(c); }, {"pack_gqa", "group"});
+  c.group = 1;  // MHA: nothing to pack (its sm_90a kernel stopped at an illegal instruction)
+  expect_config_error([&] { jit::resolve(c); }, {"pack_gqa", "group = 1", "pack_gqa false"});
   c.group = 3;  // a 64-row warpgroup tile holds 21 whole groups of 3 heads and a padding row
   EXPECT_EQ(jit::resolve(c).config.pack_gqa, true);
   c.group = 67;  // above a warpgroup tile and prime: no slice of 2..64 heads divides it

@@ -209,8 +209,8 @@ TEST(GpuVariants, HeadDim512MatchesReference) {
 // gathers their rows (cp.async, load.cuh GatherTile), the portable kernel loads them as any page.
 // Prefill through the persistent walk (d128 and d64 causal, pages 1, 3 and 100) and the grid walk
 // (a window; a custom mask whose walk skips tiles; d256 under persistent=0; head dim 512), varlen
-// queries, split-KV, packed decode over an FP8 KV cache. Keys past a sequence come from table
-// entries of other sequences' pages.
+// queries, split-KV, and packed decode (pages of 1 to 12 rows, one and five queries). Keys past a
+// sequence come from table entries of other sequences' pages.
 TEST(GpuVariants, GatheredPagesMatchReference) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -220,6 +220,7 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
     const char* tune;
     int page;
     CheckCase c;
+    int group = 0;  // packed GQA (decode): the query heads of a KV head
   };
   auto prefill = [](int sq, std::vector<int> keys) {
     CheckCase c;
@@ -265,15 +266,28 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
     s.c.num_splits = 3;
     cases.push_back(s);
   }
+  // Packed decode (the decode producer warpgroup's four gathering warps, which hold the sequence and
+  // split rows by a shift for power-of-two pages, load.cuh lean_gather): pages 1, 2, 4 (shifts) and
+  // 3, 12 (divisions), one query and five (speculative, bottom-right causal), split-KV.
+  for (int page : {1, 2, 3, 4, 12})
+    for (int sq : {1, 5}) {
+      Case d{"d128 packed decode", 128, Mask::causal(), "", page, prefill(sq, {700, 64, 333}), 4};
+      d.c.num_q_heads = 8;
+      d.c.num_splits = page == 3 ? 3 : 0;
+      cases.push_back(d);
+    }
   for (const std::string& arch : runnable_archs())
     for (const Case& k : cases) {
       jit::FA4Config cfg;
       cfg.arch = arch;
       cfg.depth = k.depth;
       cfg.mask = k.mask;
+      cfg.group = k.group;
+      cfg.pack_gqa = k.group > 1;
       CheckCase c = k.c;
       c.page_size = k.page;
-      const std::string what = fmt::format("{} {} page {}{}{}", arch, k.name, k.page, *k.tune ? " " : "", k.tune);
+      const std::string what = fmt::format("{} {} Sq {} page {} splits {}{}{}", arch, k.name, c.seqlen_q, k.page,
+                                           c.num_splits, *k.tune ? " " : "", k.tune);
       try {
         const auto kernel = jit::get_kernel(cfg, *k.tune ? jit::testing::tuned(k.tune) : jit::testing::env_tune());
         jit::testing::expect_matches(jit::testing::run_and_check(*kernel, c), what);

@@ -8,11 +8,28 @@
 
 namespace fa4 {
 
+// Paged KV: key row r (>= 0) of a sequence is row page_row(p, r) of its page_index(p, r)-th page.
+// Page sizes that are powers of two (1, 16, 64, ...: what engines use) take a shift and a mask; a
+// 32-bit division by a run-time divisor is ~25 dependent instructions, which the gathering warps
+// ran twice per row lookup before every stage's copies (docs/PERF.md run 68). Both paths take more
+// registers than the division alone: the 24-register producers (prefill's TMA boxes, its gathering
+// warp's page-table reads) keep the division, which spilled 4-24 B at d128 / d256 otherwise.
+__device__ __forceinline__ int page_index(const FwdParams& p, int r) {
+  const unsigned u = static_cast<unsigned>(r), ps = static_cast<unsigned>(p.page_size);
+  return static_cast<int>((ps & (ps - 1)) == 0 ? u >> (__ffs(p.page_size) - 1) : u / ps);
+}
+__device__ __forceinline__ int page_row(const FwdParams& p, int r) {
+  const unsigned u = static_cast<unsigned>(r), ps = static_cast<unsigned>(p.page_size);
+  return static_cast<int>((ps & (ps - 1)) == 0 ? u & (ps - 1) : u % ps);
+}
+
 // Paged KV: the entry of a sequence's page-table row (pages) that holds key row r. Rows past the
 // table (only in the padding of the last tile, which the key bound masks) take the last entry:
 // finite data, never a fault. The one clamp rule (SeqInfo::page_entry, TmaCoords::kv_box).
+// kShift: page_index's shift for power-of-two page sizes (above).
+template <bool kShift = false>
 __device__ __forceinline__ const int* page_table_entry(const FwdParams& p, const int* pages, int r) {
-  return pages + min(r / p.page_size, p.max_pages - 1);
+  return pages + min(kShift ? page_index(p, r) : r / p.page_size, p.max_pages - 1);
 }
 
 struct SeqInfo {
@@ -52,19 +69,11 @@ struct SeqInfo {
   }
 
   // Paged KV: the page-table entry of key row r (page_table_entry).
+  template <bool kShift = false>
   __device__ __forceinline__ const int* page_entry(const FwdParams& p, int r) const {
-    return page_table_entry(p, pages, r);
+    return page_table_entry<kShift>(p, pages, r);
   }
   __device__ __forceinline__ int page_of(const FwdParams& p, int r) const { return *page_entry(p, r); }
-  // Element offsets of key row r in K and V, through the page table when paged.
-  __device__ __forceinline__ long long k_row(const FwdParams& p, int r) const {
-    if (pages) return k_offset + page_of(p, r) * p.k_batch_stride + (r % p.page_size) * p.k_row_stride;
-    return k_offset + (long long)r * p.k_row_stride;
-  }
-  __device__ __forceinline__ long long v_row(const FwdParams& p, int r) const {
-    if (pages) return v_offset + page_of(p, r) * p.v_batch_stride + (r % p.page_size) * p.v_row_stride;
-    return v_offset + (long long)r * p.v_row_stride;
-  }
 
   // Offsets of tile row r (PackedRow<kPack, kSpan>) in Q, O and LSE. LSE's head stride is
   // seqlen_q in both layouts (padded: per batch; varlen: seqlen_q holds total_q).

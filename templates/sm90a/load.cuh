@@ -133,11 +133,23 @@ constexpr int gather_unroll() {
   return !kWideGather<Config> ? 1 : kGatherWarps<Config> > 1 && !Mask::kContiguous ? 2 : 4;
 }
 
-// kChunks: swizzle blocks per row (K's, or V's); kUnroll: gather_unroll. Blocks of 128-byte rows
+// Where the gathering warps' registers allow (the wide gather beside a tile walk that is a range),
+// they hold the unit's sequence across its stages and take each row's page and row by page_index /
+// page_row (common/sequence.cuh); elsewhere each stage re-derives the sequence and divides. The
+// re-derivation reads the key count from global memory, and the division is ~25 dependent
+// instructions, both before a stage's copies: with them, page 1 read 0.79-0.85x page 16's speed,
+// without, 1.00-1.01x (docs/PERF.md run 68). Beside a block snippet's walk the wide gather spilled
+// 20 B so, and the 24-register warps of prefill 4-24 B.
+template <class Config, class Mask>
+constexpr bool lean_gather() {
+  return kWideGather<Config> && Mask::kContiguous;
+}
+
+// kChunks: swizzle blocks per row (K's, or V's); kUnroll: gather_unroll; kLean: lean_gather. Blocks of 128-byte rows
 // (SW128: unit c % 8 of a row at c % 8 ^ r % 8), or of 64-byte rows (SW64, an e4m3 latent cache's 576
 // bytes: unit c % 4 at c % 4 ^ (r / 2) % 4, 4 lanes a row, so a row group of 8 rows keeps each
 // lane's swizzle term).
-template <class Config, int kChunks, int kUnroll>
+template <class Config, int kChunks, int kUnroll, bool kLean>
 struct GatherTile {
   using Sh = Shape<Config>;
   static constexpr int kRowBytes = Sh::kKvRowBytes;
@@ -176,18 +188,21 @@ struct GatherTile {
 #pragma unroll 1
     for (int j = 0; j < kLookups; ++j) {
       // Row row0 + 32 j + lane's element offset (0 past the keys or the warp's rows: a mapped
-      // address, zero bytes read).
+      // address, zero bytes read); kLean: its address, made once.
       // (Written so that row0 0, one gathering warp, folds to the expressions the 24-register
       // producers compiled without spills.)
       const int mine = row0 + 32 * j + lane, key = n * Sh::kBN + mine;
       const bool have = (kWarpRows % 32 == 0 || 32 * j + lane < kWarpRows) && mine < keys_left;
       const long long page = have ? static_cast<int>(ld_shared_u32(pages + 4 * mine)) : 0;
-      const long long off = have ? page * page_stride + (key % p.page_size) * row_stride : 0;
+      const long long off = have ? page * page_stride + (kLean ? page_row(p, key) : key % p.page_size) * row_stride : 0;
+      const unsigned long long mine_row = reinterpret_cast<unsigned long long>(base + off * Sh::kKvElemBytes);
       const int end = (row0 + min(32 * j + 32, kWarpRows)) / kRowsPerStep;
 #pragma unroll kUnroll
       for (int g = (row0 + 32 * j) / kRowsPerStep; g < end; ++g) {
         const int r = g * kRowsPerStep + r0;
-        const char* row = base + __shfl_sync(0xffffffffu, off, (r - row0) % 32) * Sh::kKvElemBytes;
+        const char* row =
+            kLean ? reinterpret_cast<const char*>(__shfl_sync(0xffffffffu, mine_row, static_cast<int>((r - row0) & 31)))
+                  : base + __shfl_sync(0xffffffffu, off, (r - row0) % 32) * Sh::kKvElemBytes;
         const bool valid = r < keys_left;
         const u32 group_dst =
             (kRowBytes == 128 ? lane_dst ^ (((g * kRowsPerStep) % 8) << 4) : lane_dst) + g * kRowsPerStep * kRowBytes;
@@ -237,8 +252,10 @@ struct GatherState {
   // Tile n's page numbers into the slot at dst (cp.async; the caller commits). Rows past the table
   // (the tile's padding past the keys) fetch its last entry (SeqInfo::page_entry), which the copies
   // then skip.
+  template <bool kLean>
   __device__ __forceinline__ static void fetch_pages(const FwdParams& p, const SeqInfo& s, u32 dst, int n) {
-    GatherRows<Config>::each_own_row([&](int r) { cp_async_4(dst + 4 * r, s.page_entry(p, n * Sh::kBN + r)); });
+    GatherRows<Config>::each_own_row(
+        [&](int r) { cp_async_4(dst + 4 * r, s.template page_entry<kLean>(p, n * Sh::kBN + r)); });
   }
   // Before K(n)'s stage reads the current slot: its page numbers, fetched one KV tile earlier, landed.
   __device__ __forceinline__ static void pages_landed() { cp_async_wait<kGroupsAfterPages>(); }
@@ -263,18 +280,22 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
   auto st = ring.acquire();
-  const SeqInfo s = SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
+  constexpr bool kLean = lean_gather<Config, Mask>();
+  // The sequence (its page-table row, keys, KV head): the unit's (kLean), or re-derived per stage
+  // from its batch and q head (opaque, so not held across the walk: the producer warpgroup runs at
+  // 24 registers in prefill).
+  const SeqInfo s = kLean ? seq : SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
   if constexpr (!kV) {
     GatherState<Config>::pages_landed();
     if (has_next) {
-      GatherState<Config>::fetch_pages(p, s, gs.next_pages(), next);
+      GatherState<Config>::template fetch_pages<kLean>(p, s, gs.next_pages(), next);
       cp_async_commit();  // a group of their own (GatherState)
     }
   }
   // Paged K / V: the KV head's offset is its only term besides the page and the row.
   const char* base = static_cast<const char*>(kV ? p.v : p.k) +
                      s.kv_head * (kV ? p.v_head_stride : p.k_head_stride) * Sh::kKvElemBytes;
-  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, gather_unroll<Config, Mask>()>::copy(
+  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, gather_unroll<Config, Mask>(), kLean>::copy(
       p, s, base, kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_row_stride : p.k_row_stride,
       smem_u32(ring_base) + st.index() * kBytes, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
       GatherRows<Config>::warp());
