@@ -51,13 +51,14 @@ CheckCase decode_case(int group, int sq) {
 }
 
 // Every layout of one decode shape: contiguous (automatic splits), paged 1 (sm90a gathers its rows),
-// 16 and 64 (page 64 with sinks), split-KV 3, and a varlen batch (Sq, 1, Sq + 3 queries over 777,
-// 40, 300 keys).
+// 16, 24 and 32 (sm90a: 2-8 TMA boxes a KV tile, their page-table entries read together; 24 by
+// division, 32 by shift) and 64 (with sinks), split-KV 3, and a varlen batch (Sq, 1, Sq + 3 queries
+// over 777, 40, 300 keys).
 void check_layouts(const jit::Kernel& kernel, int group, int sq, const std::string& what) {
   CheckCase c = decode_case(group, sq);
   c.num_splits = 0;
   expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} contiguous", what));
-  for (int page : {1, 16, 64}) {
+  for (int page : {1, 16, 24, 32, 64}) {
     CheckCase p = decode_case(group, sq);
     p.page_size = page;
     p.num_splits = 0;

@@ -30,6 +30,26 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
   }
 }
 
+// The decode kernels' producer warpgroup (one consumer warpgroup; 56 registers, abi.h
+// producer_regs): room for what prefill's 24-register producers cannot hold (a stage's page
+// numbers, a unit's sequence).
+template <class Config>
+constexpr bool kDecodeProducer = Shape<Config>::kNumConsumerWGs == 1 && Shape<Config>::kProducerRegs >= 56;
+// Where the producers' registers allow (the decode producer beside a tile walk that is a range;
+// beside a block snippet's walk it spilled 20-56 B, and prefill's 24-register producers 4-24 B),
+// paged loads take their page-table entries together and split rows by page_index / page_row
+// (common/sequence.cuh), and gathering warps hold the unit's sequence across its stages:
+//   - TMA boxes (load_kv_tile): the entries read together before the stage's boxes, not one before
+//     each box (up to kBN / 8 global loads in a row per stage).
+//   - Gathered rows (gather_kv_stage): each stage re-derived the sequence, reading its key count
+//     from global memory, and divided twice per row lookup (~25 dependent instructions), both
+//     before its copies: page 1 read 0.79-0.85x page 16's speed with them, 1.00-1.01x without.
+//   (docs/PERF.md run 68.)
+template <class Config, class Mask>
+constexpr bool lean_producer() {
+  return kDecodeProducer<Config> && Mask::kContiguous;
+}
+
 // K or V tile n into one ring stage (dst: its first swizzle block; bar: its full barrier).
 // Unpaged: one box of kBN rows per swizzle-row chunk of the depth. Paged: kBN / p.kv_box_rows boxes
 // per chunk, box i at i * kv_box_rows rows (kv_box_rows % 8 == 0: whole 8-row swizzle periods, 1024
@@ -38,11 +58,28 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
 // CTA on p.page_table), or, persistent, a uniform branch per tile on c.pages (a second copy of the
 // persistent loop pushed the kBN 176 consumers into spills).
 // kChunks: swizzle blocks per row (K's, or V's, which may be narrower: Shape::kVChunks).
-template <class Config, bool kPaged, int kChunks>
+// kLean (lean_producer): the stage's page-table entries read together before its boxes.
+template <class Config, bool kPaged, int kChunks, bool kLean>
 __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
                                              unsigned char* dst, u64* bar, int n) {
   using Sh = Shape<Config>;
-  if (kPaged || (Sh::kPersistent && Sh::kRuntimeVariants && c.pages)) {
+  if constexpr (kPaged && kLean) {
+    constexpr int kMaxBoxes = Sh::kBN / 8;  // boxes hold whole 8-row swizzle periods
+    int page[kMaxBoxes];
+#pragma unroll
+    for (int i = 0; i < kMaxBoxes; ++i)
+      if (i * p.kv_box_rows < Sh::kBN) page[i] = *page_table_entry<true>(p, c.pages, n * Sh::kBN + i * p.kv_box_rows);
+#pragma unroll
+    for (int i = 0; i < kMaxBoxes; ++i) {
+      const int r = i * p.kv_box_rows;
+      if (r < Sh::kBN) {
+#pragma unroll
+        for (int ch = 0; ch < kChunks; ++ch)
+          tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bar, ch * Sh::kKvBlockElems,
+                      page_row(p, n * Sh::kBN + r), c.kv_head, page[i]);
+      }
+    }
+  } else if (kPaged || (Sh::kPersistent && Sh::kRuntimeVariants && c.pages)) {
     for (int r = 0; r < Sh::kBN; r += p.kv_box_rows) {
       const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
 #pragma unroll
@@ -59,7 +96,7 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
 }
 
 // One TMA stage of KV tile n: K's ring, or V's (kV; narrower where V has a depth of its own).
-template <class Config, bool kPaged, bool kV, class Ring>
+template <class Config, bool kPaged, bool kV, bool kLean = false, class Ring>
 __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, const TmaDesc* map,
                                               unsigned char* ring_base, int n, const TmaCoords& c) {
   using Sh = Shape<Config>;
@@ -67,8 +104,8 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, co
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
   auto st = ring.acquire();
   st.expect_bytes(kBytes);
-  load_kv_tile<Config, kPaged, kV ? Sh::kVChunks : Sh::kKvChunks>(p, map, c, ring_base + st.index() * kBytes,
-                                                                  st.full_barrier(), n);
+  load_kv_tile<Config, kPaged, kV ? Sh::kVChunks : Sh::kKvChunks, kLean>(p, map, c, ring_base + st.index() * kBytes,
+                                                                         st.full_barrier(), n);
 }
 
 // ---- Gather: paged K / V rows by cp.async ----
@@ -87,7 +124,7 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, co
 // (prefill) every variant that spread the rows spilled (run 61), and an FP8 KV cache's warps 1-3
 // are its converters.
 template <class Config>
-constexpr bool kWideGather = Shape<Config>::kNumConsumerWGs == 1 && Shape<Config>::kProducerRegs >= 56;
+constexpr bool kWideGather = kDecodeProducer<Config>;
 template <class Config>
 constexpr int kGatherWarps = kWideGather<Config> && !Shape<Config>::kProducerHelpers ? 4 : 1;
 
@@ -133,20 +170,8 @@ constexpr int gather_unroll() {
   return !kWideGather<Config> ? 1 : kGatherWarps<Config> > 1 && !Mask::kContiguous ? 2 : 4;
 }
 
-// Where the gathering warps' registers allow (the wide gather beside a tile walk that is a range),
-// they hold the unit's sequence across its stages and take each row's page and row by page_index /
-// page_row (common/sequence.cuh); elsewhere each stage re-derives the sequence and divides. The
-// re-derivation reads the key count from global memory, and the division is ~25 dependent
-// instructions, both before a stage's copies: with them, page 1 read 0.79-0.85x page 16's speed,
-// without, 1.00-1.01x (docs/PERF.md run 68). Beside a block snippet's walk the wide gather spilled
-// 20 B so, and the 24-register warps of prefill 4-24 B.
-template <class Config, class Mask>
-constexpr bool lean_gather() {
-  return kWideGather<Config> && Mask::kContiguous;
-}
-
-// kChunks: swizzle blocks per row (K's, or V's); kUnroll: gather_unroll; kLean: lean_gather. Blocks of 128-byte rows
-// (SW128: unit c % 8 of a row at c % 8 ^ r % 8), or of 64-byte rows (SW64, an e4m3 latent cache's 576
+// kChunks: swizzle blocks per row (K's, or V's); kUnroll: gather_unroll; kLean: lean_producer.
+// Blocks of 128-byte rows (SW128: unit c % 8 of a row at c % 8 ^ r % 8), or of 64-byte rows (SW64, an e4m3 latent cache's 576
 // bytes: unit c % 4 at c % 4 ^ (r / 2) % 4, 4 lanes a row, so a row group of 8 rows keeps each
 // lane's swizzle term).
 template <class Config, int kChunks, int kUnroll, bool kLean>
@@ -280,11 +305,12 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
   auto st = ring.acquire();
-  constexpr bool kLean = lean_gather<Config, Mask>();
+  constexpr bool kLean = lean_producer<Config, Mask>();
   // The sequence (its page-table row, keys, KV head): the unit's (kLean), or re-derived per stage
   // from its batch and q head (opaque, so not held across the walk: the producer warpgroup runs at
   // 24 registers in prefill).
-  const SeqInfo s = kLean ? seq : SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
+  const SeqInfo s =
+      kLean ? seq : SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
   if constexpr (!kV) {
     GatherState<Config>::pages_landed();
     if (has_next) {
@@ -378,21 +404,22 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
     GatherState<Config>::finish();
     return;
   }
+  constexpr bool kLean = lean_producer<Config, Mask>();
   for (; w.has(n); n = w.next_tile(n)) {
     if constexpr (Sh::kVInK && Sh::kKvFp8) {
       // An e4m3 latent cache: the converters hand V(n) (K(n)'s 16-bit stage) to P V (convert_loop).
-      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
     } else if constexpr (Sh::kVInK) {
       // Latent KV: V(n) is K(n)'s stage, so the slot is refilled only once P V(n - stages) is done
       // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
       // after it waited for K(n)'s bytes.
       auto vs = v_ring.acquire();
-      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
       vs.arrive();
     } else {
       // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-      load_kv_stage<Config, kPaged, false>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
-      load_kv_stage<Config, kPaged, true>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, true, kLean>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
     }
   }
 }
