@@ -499,22 +499,61 @@ int32_t fa4jit_runtime_info(char** out_json) {
   });
 }
 
+namespace {
+
+// fa4jit_model_configs(_with): the model's kernels as [{"use", "config"}].
+void model_configs_json(const char* hf_config_json, const jit::ModelOptions& o, char** out_json) {
+  nlohmann::json j;
+  try {
+    j = jit::detail::parse_bounded_json(hf_config_json, jit::detail::kMaxConfigBytes, jit::detail::kMaxJsonDepth);
+  } catch (const std::exception& e) {
+    throw jit::ConfigError(fmt::format("config.json: {}", e.what()));
+  }
+  json out = json::array();
+  for (const jit::ModelKernel& k : jit::model_kernels(j, o))
+    out.push_back({{"use", k.use}, {"config", jit::to_json(k.config)}});
+  *out_json = dup_string(out.dump());
+}
+
+}  // namespace
+
 int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json) {
   if (!hf_config_json || !out_json) return invalid("fa4jit_model_configs: hf_config_json or out_json is NULL");
   *out_json = nullptr;
   return guarded([&] {
-    nlohmann::json j;
-    try {
-      j = jit::detail::parse_bounded_json(hf_config_json, jit::detail::kMaxConfigBytes, jit::detail::kMaxJsonDepth);
-    } catch (const std::exception& e) {
-      throw jit::ConfigError(fmt::format("config.json: {}", e.what()));
-    }
     jit::ModelOptions o;
     if (dtype && *dtype) o.dtype = jit::dtype_from_string(dtype);
-    json out = json::array();
-    for (const jit::ModelKernel& k : jit::model_kernels(j, o))
-      out.push_back({{"use", k.use}, {"config", jit::to_json(k.config)}});
-    *out_json = dup_string(out.dump());
+    model_configs_json(hf_config_json, o, out_json);
+  });
+}
+
+int32_t fa4jit_model_configs_with(const char* hf_config_json, const char* options_json, char** out_json) {
+  if (!hf_config_json || !out_json) return invalid("fa4jit_model_configs_with: hf_config_json or out_json is NULL");
+  *out_json = nullptr;
+  return guarded([&] {
+    jit::ModelOptions o;
+    if (options_json && *options_json) {
+      nlohmann::json opts;
+      try {
+        opts = jit::detail::parse_bounded_json(options_json, jit::detail::kMaxConfigBytes, jit::detail::kMaxJsonDepth);
+      } catch (const std::exception& e) {
+        throw jit::ConfigError(fmt::format("options: {}", e.what()));
+      }
+      if (!opts.is_object())
+        throw jit::ConfigError(fmt::format("options: expected an object, got {}", opts.type_name()));
+      for (const auto& [key, value] : opts.items()) {
+        if (key != "dtype" && key != "kv_dtype")
+          throw jit::ConfigError(fmt::format("options: unknown key '{}' (dtype, kv_dtype)", key.substr(0, 64)));
+        if (value.is_null()) continue;
+        if (!value.is_string()) throw jit::ConfigError(fmt::format("options: {}: expected a string", key));
+        try {
+          (key == "dtype" ? o.dtype : o.kv_dtype) = jit::dtype_from_string(value.get<std::string>());
+        } catch (const jit::ConfigError& e) {
+          throw jit::ConfigError(fmt::format("options: {}: {}", key, e.what()));
+        }
+      }
+    }
+    model_configs_json(hf_config_json, o, out_json);
   });
 }
 

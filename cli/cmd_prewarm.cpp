@@ -51,9 +51,11 @@ std::string describe(const Job& j) {
 }
 
 // --model: the kernels of a Hugging Face config.json, refusals named with the file.
-std::vector<ModelKernel> kernels_of_model(const std::string& file, const std::string& dtype) {
+std::vector<ModelKernel> kernels_of_model(const std::string& file, const std::string& dtype,
+                                          const std::string& kv_dtype) {
   ModelOptions o;
   if (!dtype.empty()) o.dtype = dtype_from_string(dtype);
+  if (!kv_dtype.empty()) o.kv_dtype = dtype_from_string(kv_dtype);
   try {
     return model_kernels(read_json_file(file), o);
   } catch (const ConfigError& e) {
@@ -63,7 +65,7 @@ std::vector<ModelKernel> kernels_of_model(const std::string& file, const std::st
 
 // What prewarm and bundle build: configs, presets and/or a model's kernels, times archs.
 struct Selection {
-  std::string config, archs, model, dtype;
+  std::string config, archs, model, dtype, kv_dtype;
   std::vector<std::string> presets;
   int jobs = 0;
 };
@@ -75,6 +77,9 @@ void add_selection_options(CLI::App* cmd, Selection& o) {
                   "a Hugging Face config.json: the prefill and decode kernels of its attention layers");
   cmd->add_option("--dtype", o.dtype, "with --model: bf16 or fp16 instead of the model's torch_dtype")
       ->check(CLI::IsMember({"bf16", "fp16"}));
+  cmd->add_option("--kv-dtype", o.kv_dtype,
+                  "with --model: e4m3 for a model served over an FP8 KV cache (adds the kernels that read it)")
+      ->check(CLI::IsMember({"e4m3"}));
   cmd->add_option("--jobs,-j", o.jobs, "parallel compiles (0: core count)")->check(CLI::NonNegativeNumber);
 }
 
@@ -82,6 +87,7 @@ void add_selection_options(CLI::App* cmd, Selection& o) {
 // `need_arch` false leaves configs without an arch as they are (--print lists them so).
 std::vector<Job> collect_jobs(const Selection& o, bool need_arch) {
   if (!o.dtype.empty() && o.model.empty()) throw CLI::ValidationError("--dtype", "only with --model");
+  if (!o.kv_dtype.empty() && o.model.empty()) throw CLI::ValidationError("--kv-dtype", "only with --model");
   std::vector<Job> jobs;
   const std::vector<std::string> archs = split_list(o.archs);
   auto add = [&](const FA4Config& c, const std::string& use) {
@@ -100,7 +106,7 @@ std::vector<Job> collect_jobs(const Selection& o, bool need_arch) {
   if (!o.config.empty() || !presets.empty())
     for (const FA4Config& c : load_configs(o.config, presets)) add(c, "");
   if (!o.model.empty())
-    for (const ModelKernel& k : kernels_of_model(o.model, o.dtype)) add(k.config, k.use);
+    for (const ModelKernel& k : kernels_of_model(o.model, o.dtype, o.kv_dtype)) add(k.config, k.use);
   for (Job& j : jobs) {  // a model's refusal says which layers need the kernel
     if (j.config.arch.empty()) continue;
     try {

@@ -203,8 +203,19 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
   }
   const DType dtype = model_dtype(root, c, options);
   const std::string sinks = family->sinks ? "; attention sinks: a launch argument" : "";
+  if (options.kv_dtype && (*options.kv_dtype != DType::e4m3 || dtype == DType::e4m3))
+    throw ConfigError(fmt::format("kv_dtype: {} with dtype {}: an FP8 KV cache is e4m3 under a bf16 or fp16 model",
+                                  to_string(*options.kv_dtype), to_string(dtype)));
 
   std::vector<ModelKernel> out;
+  // A kernel whose keys come from the KV cache, and its twin over an e4m3 cache (options.kv_dtype).
+  auto add_cached = [&](const std::string& use, const FA4Config& k) {
+    out.push_back({use, k});
+    if (!options.kv_dtype) return;
+    FA4Config e = k;
+    e.kv_dtype = options.kv_dtype;
+    out.push_back({use + "; over an e4m3 KV cache", e});
+  };
   for (bool window : {false, true}) {
     if (std::find(sliding.begin(), sliding.end(), window) == sliding.end()) continue;
     FA4Config k;
@@ -221,13 +232,18 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     sliced.pack_gqa = true;
     sliced.group = group;
     const bool packs = group > 1 && detail::pack_heads(sliced, 64) > 1;
-    out.push_back({fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k});
+    // MLA's unabsorbed kernel computes K and V from the latent (no e4m3 twin); others read the cache.
+    const auto add = [&](const std::string& use, const FA4Config& kernel) {
+      if (latent)
+        out.push_back({use, kernel});
+      else
+        add_cached(use, kernel);
+    };
+    add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
     if (packs) {
       k.pack_gqa = true;
       k.group = group;
-      out.push_back(
-          {fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks),
-           k});
+      add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks), k);
     }
     if (latent == 0 || window) continue;  // MLA models have no sliding-window layers
     for (int tp : kMlaTensorParallel) {
@@ -241,9 +257,9 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
       m.score_mod = score;
       m.group = per_gpu;  // one KV head: every query head of the GPU
       m.pack_gqa = true;
-      out.push_back({fmt::format("MLA decode, absorbed (latent KV {} + rope {}), {} heads per GPU (TP {}): {}{}",
-                                 latent, latent_rope, per_gpu, tp, layers_text, sinks),
-                     m});
+      add_cached(fmt::format("MLA decode, absorbed (latent KV {} + rope {}), {} heads per GPU (TP {}): {}{}", latent,
+                             latent_rope, per_gpu, tp, layers_text, sinks),
+                 m);
     }
   }
   return out;

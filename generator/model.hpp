@@ -21,6 +21,12 @@ struct ModelKernel {
 
 struct ModelOptions {
   std::optional<DType> dtype;  // overrides the model's torch_dtype (needed when that is float32)
+  // e4m3: the model is served over an FP8 KV cache (vLLM's kv_cache_dtype fp8, SGLang's
+  // fp8_e4m3), so beside each kernel whose keys come from the cache comes its twin with
+  // kv_dtype e4m3 (chunked prefill and decode over the cache; the 16-bit one stays for prefill
+  // over fresh K/V). MLA's unabsorbed kernel (Q/K 192, V 128) computes its K and V, so only its
+  // absorbed decode over the latent cache gets the twin.
+  std::optional<DType> kv_dtype;
 };
 
 // Throws ConfigError naming the key (as `config.json: <key>`) for a feature fa4jit cannot serve
@@ -29,6 +35,7 @@ struct ModelOptions {
 // DeepSeek-V3, Kimi-K2) get the unabsorbed kernel (Q/K 192, V 128: prefill, and transformers'
 // decode) and the absorbed decode over the latent cache (Q/K 576, V its first 512 columns, one KV
 // head, packed) at the heads per GPU of tensor-parallel degrees 1 and 8 (generator/model.cpp).
+// options.kv_dtype other than e4m3 (or with an e4m3 dtype) is a ConfigError naming kv_dtype.
 std::vector<ModelKernel> model_kernels(const nlohmann::json& hf_config, const ModelOptions& options = {});
 
 // The model types model_kernels() knows the attention of.

@@ -158,6 +158,43 @@ TEST(ModelKernels, EveryModelKernelResolvesOnHopper) {
     }
 }
 
+// An FP8 KV cache (ModelOptions::kv_dtype e4m3): beside each kernel whose keys come from the cache,
+// its e4m3 twin, which resolves on sm_90a; MLA's unabsorbed kernel (K and V computed) has none.
+TEST(ModelKernels, AnFp8KvCacheAddsTheKernelsThatReadIt) {
+  jit::ModelOptions o;
+  o.kv_dtype = DType::e4m3;
+  const auto ks = jit::model_kernels(model("llama3_8b"), o);
+  ASSERT_EQ(ks.size(), 4u);
+  for (std::size_t i = 0; i < ks.size(); i += 2) {
+    EXPECT_FALSE(ks[i].config.kv_dtype.has_value()) << ks[i].use;
+    FA4Config twin = ks[i].config;
+    twin.kv_dtype = DType::e4m3;
+    EXPECT_EQ(jit::to_json(ks[i + 1].config), jit::to_json(twin)) << ks[i + 1].use;
+    EXPECT_EQ(ks[i + 1].use, ks[i].use + "; over an e4m3 KV cache");
+    FA4Config c = ks[i + 1].config;
+    c.arch = "sm_90a";
+    EXPECT_TRUE(jit::supported(c)) << ks[i + 1].use;
+  }
+  const auto ds = jit::model_kernels(model("deepseek_v3"), o);
+  ASSERT_EQ(ds.size(), 5u);  // Q/K 192 / V 128, then per TP degree the latent decode and its twin
+  EXPECT_EQ(ds[0].config.depth, 192);
+  EXPECT_FALSE(ds[0].config.kv_dtype.has_value());
+  for (std::size_t i : {2u, 4u}) {
+    EXPECT_EQ(ds[i].config.depth, 576);
+    EXPECT_EQ(ds[i].config.kv_dtype, DType::e4m3);
+    FA4Config c = ds[i].config;
+    c.arch = "sm_90a";
+    EXPECT_TRUE(jit::supported(c)) << ds[i].use;
+  }
+  o.kv_dtype = DType::bf16;
+  try {
+    jit::model_kernels(model("llama3_8b"), o);
+    ADD_FAILURE() << "kv_dtype bf16 accepted";
+  } catch (const jit::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_dtype: bf16"), std::string::npos) << e.what();
+  }
+}
+
 using Cli = jit::testing::CliProcessTest;
 
 TEST_F(Cli, PrewarmModelPrintsTheKernelsAsJson) {
@@ -172,6 +209,22 @@ TEST_F(Cli, PrewarmModelPrintsTheKernelsAsJson) {
   EXPECT_EQ(j[2]["config"]["group"], 8);
   EXPECT_NE(j[2]["use"].get<std::string>().find("decode"), std::string::npos);
   EXPECT_EQ(run("cache ls").out, "") << "--print compiles nothing";
+}
+
+TEST_F(Cli, PrewarmModelWithAnFp8KvCachePrintsTheTwins) {
+  const std::string file = std::string(FA4JIT_TEST_MODELS) + "/qwen2_5_7b.json";
+  const auto r = run("prewarm --model " + file + " --kv-dtype e4m3 --arch sm_90a --print");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
+  ASSERT_EQ(j.size(), 4u) << r.out;
+  EXPECT_EQ(j[1]["config"]["kv_dtype"], "e4m3");
+  EXPECT_EQ(j[3]["config"]["kv_dtype"], "e4m3");
+  EXPECT_EQ(j[3]["config"]["group"], 7);
+  auto bad = run("prewarm --kv-dtype e4m3 --preset default --print");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.out.find("--kv-dtype"), std::string::npos) << bad.out;
+  bad = run("prewarm --model " + file + " --kv-dtype bf16 --print");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
 }
 
 TEST_F(Cli, PrewarmModelCompilesThenHits) {

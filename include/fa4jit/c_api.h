@@ -44,7 +44,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 8
+#define FA4JIT_C_API_VERSION 9
 
 #ifdef __cplusplus
 extern "C" {
@@ -157,6 +157,12 @@ FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* arc
  * NULL or "" for the model's torch_dtype, else "bf16" / "fp16" / "e4m3". FA4JIT_CONFIG_ERROR names the key
  * of a feature fa4jit has no kernel for. Since C API version 2. */
 FA4JIT_C_EXPORT int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json);
+/* fa4jit_model_configs with its options as a JSON object (NULL or "" for none): "dtype" (as above)
+ * and "kv_dtype" ("e4m3": the model is served over an FP8 KV cache; beside each kernel whose keys
+ * come from the cache, its twin with "kv_dtype": "e4m3"). Other keys are refused, naming the key.
+ * Since C API version 9. */
+FA4JIT_C_EXPORT int32_t fa4jit_model_configs_with(const char* hf_config_json, const char* options_json,
+                                                  char** out_json);
 
 /* jit::runtime_info() as JSON: {"version", "c_api_version", "nvrtc", "nvrtc_archs", "driver",
  * "gpus", "cache_roots", "bundles", "compile_policy", "cache_writable", "log_level", "problems",

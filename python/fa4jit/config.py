@@ -115,18 +115,23 @@ def resolve(config: Union[Config, Dict[str, Any], str], arch: Optional[str] = No
     return json.loads(_lib.call_str(_lib.fa4jit_resolve_config, _lib.enc(_config_json(config)), _lib.enc(arch)))
 
 
-def model_configs(model: Union[str, "os.PathLike[str]", Dict[str, Any]], dtype: Optional[str] = None) -> List[Dict[str, Any]]:
+def model_configs(model: Union[str, "os.PathLike[str]", Dict[str, Any]], dtype: Optional[str] = None,
+                  kv_dtype: Optional[str] = None) -> List[Dict[str, Any]]:
     """The kernels a Hugging Face model's attention layers launch through this package (prefill, and
     decode with the group's heads packed), as ``[{"use": ..., "config": {...}}]``: ``model`` is a
     config.json path or its dict (e.g. ``AutoConfig.from_pretrained(...).to_dict()``). ``dtype``
-    ("bf16" / "fp16") overrides the model's torch_dtype. A feature fa4jit has no kernel for raises
-    ConfigError naming its key. Feed ``[k["config"] for k in ...]`` to ``prewarm``."""
+    ("bf16" / "fp16") overrides the model's torch_dtype. ``kv_dtype="e4m3"``: the model is served
+    over an FP8 KV cache, so beside each kernel whose keys come from the cache comes its twin with
+    ``"kv_dtype": "e4m3"`` (MLA models: the absorbed decode over the latent cache). A feature fa4jit
+    has no kernel for raises ConfigError naming its key. Feed ``[k["config"] for k in ...]`` to
+    ``prewarm``."""
     if isinstance(model, dict):
         text = json.dumps(model)
     else:
         with open(model, encoding="utf-8") as f:
             text = f.read()
-    return json.loads(_lib.call_str(_lib.fa4jit_model_configs, text.encode(), _lib.enc(dtype)))
+    options = json.dumps({"dtype": dtype, "kv_dtype": kv_dtype})
+    return json.loads(_lib.call_str(_lib.fa4jit_model_configs_with, text.encode(), options.encode()))
 
 
 def prewarm(configs: Iterable[Union[Config, Dict[str, Any]]], archs: Optional[Sequence[str]] = None,

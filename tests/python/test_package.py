@@ -77,7 +77,7 @@ def test_pointer_patch_packs_what_the_full_struct_packs():
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__
-    assert info["c_api_version"] == 8
+    assert info["c_api_version"] == 9
     assert info["problems"] == [] and info["log_level"] in ("error", "warn", "info", "debug")
     assert "sm_90a" in info["supported_archs"] and "sm_100a" in info["supported_archs"]
     assert info["nvrtc"].startswith("13.")
@@ -540,6 +540,22 @@ def test_model_configs_and_their_refusals():
     assert [(k["config"]["depth"], k["config"]["depth_v"], k["config"]["group"], k["config"]["pack_gqa"])
             for k in latent] == [(576, 512, 128, True), (576, 512, 16, True)]
     assert all("MLA decode" in k["use"] for k in latent)
+    # Served over an FP8 KV cache: beside each kernel reading the cache its e4m3 twin (MLA: the
+    # absorbed decode only; its unabsorbed kernel computes K and V). Other kv_dtype values and
+    # option keys are refused, naming them.
+    ks = fa4jit.model_configs(llama, kv_dtype="e4m3")
+    assert [(k["config"].get("pack_gqa", False), k["config"].get("kv_dtype")) for k in ks] == [
+        (False, None), (False, "e4m3"), (True, None), (True, "e4m3")]
+    assert ks[1]["use"].endswith("over an e4m3 KV cache")
+    ds8 = fa4jit.model_configs(os.path.join(REPO, "tests", "models", "deepseek_v3.json"), kv_dtype="e4m3")
+    assert [(k["config"]["depth"], k["config"].get("kv_dtype")) for k in ds8] == [
+        (192, None), (576, None), (576, "e4m3"), (576, None), (576, "e4m3")]
+    with pytest.raises(fa4jit.ConfigError, match="kv_dtype: bf16"):
+        fa4jit.model_configs(llama, kv_dtype="bf16")
+    with pytest.raises(fa4jit.ConfigError, match="options: kv_dtype: .*e5m2"):
+        fa4jit.model_configs(llama, kv_dtype="e5m2")
+    with pytest.raises(fa4jit.ConfigError, match="options: unknown key 'kv'"):
+        _lib.call_str(_lib.fa4jit_model_configs_with, open(llama, "rb").read(), b'{"kv": "e4m3"}')
 
 
 def test_compile_policy_forbid_raises_before_compiling_and_stats_count():
