@@ -12,8 +12,8 @@ namespace fa4 {
 // Page sizes that are powers of two (1, 16, 64, ...: what engines use) take a shift and a mask; a
 // 32-bit division by a run-time divisor is ~25 dependent instructions, which the gathering warps
 // ran twice per row lookup before every stage's copies (docs/PERF.md run 68). Both paths take more
-// registers than the division alone: the 24-register producers (prefill's TMA boxes, its gathering
-// warp's page-table reads) keep the division, which spilled 4-24 B at d128 / d256 otherwise.
+// registers than the division alone, so producers without room for them (sm90a load.cuh
+// lean_producer: prefill's 24-register ones spilled 4-24 B) keep the division.
 __device__ __forceinline__ int page_index(const FwdParams& p, int r) {
   const unsigned u = static_cast<unsigned>(r), ps = static_cast<unsigned>(p.page_size);
   return static_cast<int>((ps & (ps - 1)) == 0 ? u >> (__ffs(p.page_size) - 1) : u / ps);
