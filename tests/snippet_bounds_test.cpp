@@ -338,7 +338,11 @@ std::string describe(const FA4Config& c) {
 // sm80 d64 (255 registers, spilled before too), and sm80 d128 (255 registers): its document mask
 // with the bias, and 40-44 bytes for the two block-snippet cases. Those two were read wrongly
 // until 2026-11-25: this test compiled without the kernel-name options, so the log's first entry
-// section, the combine kernel's (0 bytes), was parsed; they spilled the same before that.
+// section, the combine kernel's (0 bytes), was parsed; they spilled the same before that. Since
+// mask::Custom evaluates the snippet branch-free (docs/PERF.md run 69: a partial tile's aux loads
+// fall from two per element to one per row and column), the causal + document all_of at sm90a d128
+// spills 24 bytes: one value, reloaded in the KV loop (it spilled nothing before, with 128 loads
+// per tile instead of 34).
 TEST(SnippetBoundsCompile, IssueSnippetsCompileWithoutSpills) {
   const char* const doc_block =
       "const int* doc = (const int*)aux[0];\n"
@@ -352,7 +356,7 @@ TEST(SnippetBoundsCompile, IssueSnippetsCompileWithoutSpills) {
   const Case cases[] = {
       {Mask::custom(kPlainDocMask), ScoreMod::custom(kPlainBiasMod), 0, true, true, true, true},
       {Mask::none(), ScoreMod::custom(kPlainBiasMod), 0, false, false, true, false},
-      {Mask::all_of({Mask::causal(), Mask::custom(kPlainDocMask, doc_block)}), ScoreMod::identity(), 0, false, false,
+      {Mask::all_of({Mask::causal(), Mask::custom(kPlainDocMask, doc_block)}), ScoreMod::identity(), 0, false, true,
        true, true},
       {Mask::custom(kPlainDocMask, doc_block), ScoreMod::custom(kPlainBiasMod), 8, false, false, true, true},
   };
@@ -374,6 +378,27 @@ TEST(SnippetBoundsCompile, IssueSnippetsCompileWithoutSpills) {
           ADD_FAILURE() << what << ": " << e.what();
         }
       }
+}
+
+// mask::Custom evaluates the snippet branch-free on positions clamped into the sequence, so a
+// document mask's row-only and column-only loads (doc[q_idx], doc[kv_idx]) are issued once per row
+// and column of a thread's tile, not twice per element (docs/PERF.md run 69: 1.18x faster). sm90a
+// d128, BN 128: a consumer thread holds 2 rows x 32 columns of a tile, so its masked-tile code reads
+// 2 + 32 ids where per-element evaluation read 128. PTX, against the same kernel with a mask that
+// reads nothing: 68 more global loads (256 before run 69), 34 in each of the kernel's two copies of
+// the element loop.
+TEST(SnippetBoundsCompile, DocumentMaskLoadsOncePerRowAndColumn) {
+  const auto global_loads = [](const Mask& m) {
+    const std::string ptx = compile(config("sm_90a", 128, m, ScoreMod::identity())).ptx;
+    int n = 0;
+    for (size_t at = ptx.find("ld.global"); at != std::string::npos; at = ptx.find("ld.global", at + 1)) ++n;
+    return n;
+  };
+  const int pure = global_loads(Mask::custom("return q_idx >= kv_idx;"));
+  const int doc = global_loads(
+      Mask::custom("const int* doc = (const int*)aux[0]; return doc[q_idx] == doc[kv_idx] && q_idx >= kv_idx;"));
+  EXPECT_GT(doc, pure);
+  EXPECT_LE(doc - pure, 2 * (2 + 32)) << "document mask: " << doc << " global loads, causal snippet: " << pure;
 }
 
 // The counting snippets of the GPU tests above (they compile on the GPU machine for sm_90a and

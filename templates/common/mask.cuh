@@ -9,6 +9,7 @@
 // Key bounds (k < seqlen_k) are not a mask concern: kernels add them on the last tile.
 // kContiguous: every KV tile inside kv_range has a visible key for some row of the Q tile (the
 // rows' key ranges overlap: None and bands), so walks step tile by tile without classify().
+// kSnippet: visible() calls a user's snippet (Custom, or a combinator holding one).
 #pragma once
 #include "common/prelude.cuh"
 
@@ -46,6 +47,7 @@ __device__ __forceinline__ int floor_div(int a, int b) { return (a >= 0 ? a : a 
 // No mask: every key is visible.
 struct None {
   static constexpr bool kIsNone = true;
+  static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = true;
   __device__ __forceinline__ static bool visible(int, int, const Ctx&) { return true; }
   __device__ __forceinline__ static KvRange kv_range(int, int, const Ctx& c) { return {0, c.seqlen_k}; }
@@ -81,6 +83,7 @@ struct Band {
 template <class Derived>
 struct BandMask {
   static constexpr bool kIsNone = false;
+  static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = true;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return Derived::band(c).visible(q, k, c); }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
@@ -104,6 +107,7 @@ struct SlidingWindow : BandMask<SlidingWindow> {
 // params.chunk_size keys. Query positions are aligned like causal (offset).
 struct Chunked {
   static constexpr bool kIsNone = false;
+  static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = false;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     const int C = c.params->chunk_size;
@@ -126,11 +130,17 @@ struct Chunked {
 };
 
 // Combinators: a key is visible under And<A, B> iff both see it, under Or<A, B> iff either does.
+// Beside a snippet both sides are evaluated (no short circuit), so Custom's branch-free aux loads
+// stay unconditional and shared by a row or column (causal + document at sm90a d64: 232 bytes of
+// spills with &&, none without); built-in pairs keep && (chunked beside causal or a window spilled
+// more without it).
 template <class A, class B>
 struct And {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
+  static constexpr bool kSnippet = A::kSnippet || B::kSnippet;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    if constexpr (kSnippet) return A::visible(q, k, c) & B::visible(q, k, c);
     return A::visible(q, k, c) && B::visible(q, k, c);
   }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
@@ -149,7 +159,9 @@ template <class A, class B>
 struct Or {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
+  static constexpr bool kSnippet = A::kSnippet || B::kSnippet;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    if constexpr (kSnippet) return A::visible(q, k, c) | B::visible(q, k, c);
     return A::visible(q, k, c) || B::visible(q, k, c);
   }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
@@ -236,18 +248,23 @@ __device__ __forceinline__ KvRange block_mask_range(int q_lo, int q_hi, const Ct
 // optional block snippet (kPartial when the user gave none). The snippet's claims and the run-time
 // block mask both describe the same element mask, so either one's kSkip or kFull is trusted.
 // Snippets only see their sequence (VARIANTS.md), so they may index per-position tensors (document
-// ids): eval runs for q < seqlen_q and k < seqlen_k only (elsewhere "not visible", without calling
-// it; tiles reach past the sequence), block for tile bounds clamped to the sequence and never for a
+// ids): eval is called on positions clamped into the sequence and its result discarded outside it
+// (tiles reach past the sequence); block for tile bounds clamped to the sequence and never for a
 // tile outside it (kSkip). Positions are never negative (every backend counts tile rows and keys up
-// from 0), so eval's check is two compares against the upper bounds. (Calling eval on clamped
-// positions without the branch issued an aux-reading mask's loads together but spilled at the
-// consumers' 168 registers: 8-15% slower on H200, docs/PERF.md run 57.)
+// from 0), so clamping is a min against the last query and key. Branch-free, so a snippet's loads
+// that depend on the row alone (doc[q_idx]) or the column alone (doc[kv_idx]) are shared by the
+// thread's elements of that row or column: a document mask's sm90a d128 tile issues 34 loads per
+// thread instead of 128 and ran 1.18x as fast (docs/PERF.md run 69). In run 57 this form spilled
+// 60-156 bytes at the consumers' 168 registers and was slower; in run 69's kernels it spills less
+// than the branch did (document: 20 bytes after the KV loop, against 28).
 template <class User>
 struct Custom {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
+  static constexpr bool kSnippet = true;
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
-    return q < c.seqlen_q && k < c.seqlen_k && User::eval(c.batch, c.q_head, q, k, *c.params);
+    const bool in = (q < c.seqlen_q) & (k < c.seqlen_k);
+    return User::eval(c.batch, c.q_head, min(q, c.seqlen_q - 1), min(k, c.seqlen_k - 1), *c.params) & in;
   }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
     if (c.params->block_mask) return block_mask_range(q_lo, q_hi, c);
