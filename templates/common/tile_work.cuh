@@ -209,6 +209,41 @@ struct TileWork {
   __device__ __forceinline__ bool needs_mask(int n) const {
     return (n + 1) * kBN > seq.seqlen_k || (!Mask::kIsNone && classify(n) == mask::kPartial);
   }
+
+  // A consumer's walk with each tile's class read one tile early (kClassAhead: snippet masks,
+  // whose class under a run-time block mask is a global load). Read at the step, that load sat on
+  // the consumer's critical path twice per tile (next_tile, then needs_mask): prefix LM through
+  // its tile map ran 1.20x as long as with a block snippet (docs/PERF.md run 70). Per tile:
+  // ahead = peek(at) as the tile starts, needs_mask(at), at = after(at, ahead) when it is done
+  // (sm90a's consumers; producers and the other backends step with next_tile).
+  // Other masks keep next_tile / needs_mask (cls unused), so their kernels do not change.
+  static constexpr bool kClassAhead = Mask::kSnippet;
+  struct Pos {
+    int n;
+    mask::TileClass cls;  // kClassAhead: tile n's class
+  };
+  __device__ __forceinline__ mask::TileClass class_of(int n) const { return n >= n_begin ? classify(n) : mask::kSkip; }
+  // The first tile at or below n that is not skipped, cls being class_of(n).
+  __device__ __forceinline__ Pos settle(int n, mask::TileClass cls) const {
+    while (n >= n_begin && cls == mask::kSkip) cls = class_of(--n);
+    return {n, cls};
+  }
+  __device__ __forceinline__ Pos pos(int n) const { return {n, kClassAhead ? class_of(n) : mask::kPartial}; }
+  __device__ __forceinline__ Pos after(int n) const {
+    if constexpr (kClassAhead) return settle(n - 1, class_of(n - 1));
+    return {next_tile(n), mask::kPartial};
+  }
+  __device__ __forceinline__ mask::TileClass peek(const Pos& at) const {
+    return kClassAhead ? class_of(at.n - 1) : mask::kPartial;
+  }
+  __device__ __forceinline__ Pos after(const Pos& at, mask::TileClass ahead) const {
+    if constexpr (kClassAhead) return settle(at.n - 1, ahead);
+    return {next_tile(at.n), mask::kPartial};
+  }
+  __device__ __forceinline__ bool needs_mask(const Pos& at) const {
+    if constexpr (kClassAhead) return (at.n + 1) * kBN > seq.seqlen_k || at.cls == mask::kPartial;
+    return needs_mask(at.n);
+  }
 };
 
 }  // namespace fa4

@@ -296,19 +296,22 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
                                                    SharedP<Config>& share) {
   using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
   float corr[2] = {1.0f, 1.0f};  // the first tile's: none (kCorrectO)
-  for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
+  auto at = w.after(n);
+  while (w.has(at.n)) {
+    const mask::TileClass ahead = w.peek(at);  // the next tile's class, read while this one runs
     overlapped_step<Config, kCorrectO>(
-        s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(n + 1), [&] { Softmax::rescale_o(o, corr); },
+        s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(at.n + 1), [&] { Softmax::rescale_o(o, corr); },
         [&] {
-          sm.logits(s, n, w.needs_mask(n), p, w);
+          sm.logits(s, at.n, w.needs_mask(at), p, w);
           sm.online(s, corr);
         });
     if constexpr (!kCorrectO) Softmax::rescale_o(o, corr);
     Softmax::pack_p(s, pr);
     share.publish(pr, corr);
+    at = w.after(at, ahead);
   }
   if constexpr (kCorrectO) Softmax::rescale_o(o, corr);  // the last tile's, before its P V
-  return n;
+  return at.n;
 }
 
 // KV loop of one tile for one consumer warpgroup (Q of the tile has landed; n = w.first_tile()
@@ -328,16 +331,19 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   float corr[2];
 
   if constexpr (!Sh::kIntraWGOverlap) {
-    for (; w.has(n); n = w.next_tile(n)) {
+    for (auto at = w.pos(n); w.has(at.n);) {
+      const mask::TileClass ahead = w.peek(at);  // the next tile's class, read while this one runs
+      n = at.n;
       qk_step<Config>(s, k_ring, sched, q, k_addr);
       sched.template wait_turn<Turn::kSoftmax>();
-      sm.logits(s, n, w.needs_mask(n), p, w);
+      sm.logits(s, n, w.needs_mask(at), p, w);
       sm.online(s, corr);
       Softmax::rescale_o(o, corr);
       Softmax::pack_p(s, pr);
       share.publish(pr, corr);
       sched.template pass_turn<Turn::kSoftmax>();
       pv_step<Config>(o, pr, v_ring, v_addr, span.of(n));
+      at = w.after(at, ahead);
     }
   } else {
     // Prologue: S(first) alone; O is zero so its correction is irrelevant.
