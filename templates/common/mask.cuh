@@ -215,12 +215,24 @@ __device__ __forceinline__ TileClass block_mask_class(int head, int q_lo, int q_
   return acc;
 }
 
+// Folds the non-zero bytes of w, bytes j .. j+3 of a tile-map row (little-endian), into the
+// non-empty block range [first, last].
+__device__ __forceinline__ void note_blocks(unsigned w, int j, int& first, int& last) {
+  if (w != 0) {
+    first = min(first, j + ((__ffs(w) - 1) >> 3));
+    last = max(last, j + ((31 - __clz(w)) >> 3));
+  }
+}
+
 // The keys [begin, end) that the run-time block mask lets query rows [q_lo, q_hi) of heads
 // [c.q_head, c.q_head + c.num_heads) see: from the first to one past the last non-empty block of
 // their block rows (whole blocks, so a superset of the visible keys). Lets a walk start at the last
 // non-empty tile instead of testing every tile of the sequence (a document mask's rows see ~1/8 of
-// it). The loads are independent (no early exit), so they issue together. Query rows clamped to
-// the sequence; none: an empty range.
+// it). Every role of a CTA scans the row before its first tile, so the scan's latency is on the
+// critical path of each Q tile: a 16-byte-aligned row (the Python package's maps where the key
+// blocks are a multiple of 16) is read 16 blocks per load, the rest a byte at a time; the loads are
+// independent (no early exit), so they issue together (docs/PERF.md run 71: 1-4% on the custom-mask
+// rows). Query rows clamped to the sequence; none: an empty range.
 __device__ __forceinline__ KvRange block_mask_range(int q_lo, int q_hi, const Ctx& c) {
   const FwdParams& p = *c.params;
   q_lo = max(q_lo, 0);
@@ -232,11 +244,22 @@ __device__ __forceinline__ KvRange block_mask_range(int q_lo, int q_hi, const Ct
       const unsigned char* base = p.block_mask + c.batch * p.block_mask_batch_stride + h * p.block_mask_head_stride;
       for (int bq = div_block(q_lo, p.block_mask_q); bq <= div_block(q_hi - 1, p.block_mask_q); ++bq) {
         const unsigned char* row = base + bq * p.block_mask_row_stride;
+        int j = 0;
+        if ((reinterpret_cast<unsigned long long>(row) & 15) == 0) {
+#pragma unroll 4
+          for (; j + 16 <= nk; j += 16) {
+            const uint4 w = *reinterpret_cast<const uint4*>(row + j);
+            note_blocks(w.x, j, first, last);
+            note_blocks(w.y, j + 4, first, last);
+            note_blocks(w.z, j + 8, first, last);
+            note_blocks(w.w, j + 12, first, last);
+          }
+        }
 #pragma unroll 8
-        for (int j = 0; j < nk; ++j)
+        for (; j < nk; ++j)
           if (row[j] != 0) {
             first = min(first, j);
-            last = j;
+            last = max(last, j);
           }
       }
     }

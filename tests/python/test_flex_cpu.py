@@ -34,8 +34,7 @@ def alibi(score, b, h, q_idx, kv_idx):
 
 
 def test_traced_mask_snippets():
-    assert _trace.trace(causal, "mask").snippet.endswith("return t0;")
-    assert "q_idx >= kv_idx" in _trace.trace(causal, "mask").snippet
+    assert _trace.trace(causal, "mask").snippet == "const int t0 = q_idx - kv_idx;\nconst bool t1 = t0 >= 0;\nreturn t1;"
     d = _trace.trace(dilated, "mask")
     # Python's floor // and % by powers of two: an arithmetic shift and the low bits
     assert "& 3;" in d.snippet and ">> 6;" in d.snippet and "fa_mod" not in d.snippet
@@ -49,6 +48,52 @@ def test_traced_mask_snippets():
     assert "tanh(" in s and s.startswith("const float t0 = score /")
     a = _trace.trace(alibi, "score")
     assert "exp2(" in a.snippet and "abs(" in a.snippet and a.uses == {"score", "h", "q_idx", "kv_idx"}
+
+
+def test_position_comparisons_share_their_difference():
+    """Two positions compare through their difference, emitted once and reused by the window's own
+    q_idx - kv_idx (so the compiler folds 0 <= d < W into one unsigned compare); the same
+    expression is never emitted twice."""
+    w = _trace.trace(sliding, "mask").snippet
+    assert w.count("q_idx - kv_idx") == 1 and "const int t0 = q_idx - kv_idx;" in w
+    assert "t0 >= 0" in w and "t0) <= 100" in w and ">= kv_idx" not in w
+
+    def twice(b, h, q_idx, kv_idx):
+        return ((q_idx - kv_idx) % 2 == 0) & ((q_idx - kv_idx) < 9) & (kv_idx < q_idx) & (h <= b)
+    t = _trace.trace(twice, "mask").snippet
+    assert t.count("q_idx - kv_idx") == 1 and t.count("kv_idx - q_idx") == 1 and "h - b" in t
+
+
+def test_position_comparisons_match_torch_when_compiled():
+    """Every comparison between two positions, traced and compiled by the host C++ compiler, against
+    torch on the same int32 positions."""
+    import shutil
+    import subprocess
+    import tempfile
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+
+    def mod(b, h, q_idx, kv_idx):
+        return (((q_idx >= kv_idx) & (q_idx - kv_idx < 5)) | ((kv_idx > q_idx) & (kv_idx - q_idx > 7)) |
+                ((kv_idx == q_idx + 9) ^ (b < h)) | ((q_idx != kv_idx) & (kv_idx <= q_idx) & (q_idx % 11 == 0)) |
+                ((q_idx < kv_idx) & (kv_idx % 5 == 0) & (h <= b)) | ((q_idx > kv_idx) & (q_idx == 23)))
+
+    t = _trace.trace(mod, "mask")
+    n = 24
+    q_idx, kv_idx = torch.meshgrid(torch.arange(n, dtype=torch.int32), torch.arange(n, dtype=torch.int32),
+                                   indexing="ij")
+    want = [int(x) for x in mod(torch.tensor(1, dtype=torch.int32), torch.tensor(0, dtype=torch.int32), q_idx,
+                                kv_idx).reshape(-1).tolist()]
+    src = ("#include <cstdio>\nstatic bool f(int b, int h, int q_idx, int kv_idx) {\n" + t.snippet + "\n}\n"
+           f"int main() {{ for (int q = 0; q < {n}; ++q) for (int k = 0; k < {n}; ++k) "
+           "std::printf(\"%d\\n\", (int)f(1, 0, q, k)); }\n")
+    with tempfile.TemporaryDirectory() as d:
+        with open(f"{d}/m.cpp", "w") as fh:
+            fh.write(src)
+        subprocess.run([cxx, "-std=c++17", "-O1", "-o", f"{d}/m", f"{d}/m.cpp"], check=True)
+        got = [int(x) for x in subprocess.run([f"{d}/m"], check=True, capture_output=True, text=True).stdout.split()]
+    assert got == want and 0 < sum(want) < n * n
 
 
 def test_integer_division_and_modulo_match_torch_when_compiled():
