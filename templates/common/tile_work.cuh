@@ -177,9 +177,9 @@ struct TileWork {
   // The tile's first real row: q_lo, or 0 where kBottom tiling starts the tile above row 0.
   __device__ __forceinline__ int row_lo() const { return kBottom ? max(q_lo, 0) : q_lo; }
   __device__ __forceinline__ int num_tiles() const { return n_end - n_begin; }
+  __device__ __forceinline__ int keys_end(int n) const { return min(n * kBN + kBN, seq.seqlen_k); }
   __device__ __forceinline__ mask::TileClass classify(int n) const {
-    const int k_lo = n * kBN, k_hi = min(k_lo + kBN, seq.seqlen_k);
-    return Mask::classify(query_lo(row_lo()), query_hi(q_hi), k_lo, k_hi, ctx);
+    return Mask::classify(query_lo(row_lo()), query_hi(q_hi), n * kBN, keys_end(n), ctx);
   }
   // Descending walk: from the last tile (n_end - 1) down to n_begin, skipping kSkip tiles, so
   // the key-bound and diagonal tiles come first. Returns n_begin - 1 when done.
@@ -233,11 +233,20 @@ struct TileWork {
     if constexpr (kClassAhead) return settle(n - 1, class_of(n - 1));
     return {next_tile(n), mask::kPartial};
   }
-  __device__ __forceinline__ mask::TileClass peek(const Pos& at) const {
-    return kClassAhead ? class_of(at.n - 1) : mask::kPartial;
+  // The next tile's class as read (mask::ClassRead: a run-time block mask's byte is decoded in
+  // after(), when the tile is done).
+  using Ahead = typename mask::ClassRead<Mask>::Read;
+  __device__ __forceinline__ Ahead peek(const Pos& at) const {
+    using R = mask::ClassRead<Mask>;
+    if constexpr (kClassAhead) {
+      const int n = at.n - 1;
+      if (n < n_begin) return R::none();
+      return R::read(query_lo(row_lo()), query_hi(q_hi), n * kBN, keys_end(n), ctx);
+    }
+    return Ahead{};
   }
-  __device__ __forceinline__ Pos after(const Pos& at, mask::TileClass ahead) const {
-    if constexpr (kClassAhead) return settle(at.n - 1, ahead);
+  __device__ __forceinline__ Pos after(const Pos& at, Ahead ahead) const {
+    if constexpr (kClassAhead) return settle(at.n - 1, mask::ClassRead<Mask>::resolve(ahead));
     return {next_tile(at.n), mask::kPartial};
   }
   __device__ __forceinline__ bool needs_mask(const Pos& at) const {

@@ -298,7 +298,7 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
   float corr[2] = {1.0f, 1.0f};  // the first tile's: none (kCorrectO)
   auto at = w.after(n);
   while (w.has(at.n)) {
-    const mask::TileClass ahead = w.peek(at);  // the next tile's class, read while this one runs
+    const auto ahead = w.peek(at);  // the next tile's class, read while this one runs
     overlapped_step<Config, kCorrectO>(
         s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(at.n + 1), [&] { Softmax::rescale_o(o, corr); },
         [&] {
@@ -332,7 +332,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
 
   if constexpr (!Sh::kIntraWGOverlap) {
     for (auto at = w.pos(n); w.has(at.n);) {
-      const mask::TileClass ahead = w.peek(at);  // the next tile's class, read while this one runs
+      const auto ahead = w.peek(at);  // the next tile's class, read while this one runs
       n = at.n;
       qk_step<Config>(s, k_ring, sched, q, k_addr);
       sched.template wait_turn<Turn::kSoftmax>();
