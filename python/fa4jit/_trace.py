@@ -143,7 +143,7 @@ _BINARY = {
     aten.bitwise_right_shift: ">>",
 }
 _COMPARE = {aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge}
-_INDEX_ARGS = ("b", "h", "q_idx", "kv_idx")  # the int32 positions a mod receives, never negative
+_INDEX_ARGS = _ARGS["mask"]  # the int32 positions a mod receives (a mask mod's arguments), never negative
 # Float functions: (float name, double name).
 _UNARY_FLOAT = {
     aten.tanh: "tanh", aten.exp: "exp", aten.log: "log", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt",

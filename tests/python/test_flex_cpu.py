@@ -64,16 +64,25 @@ def test_position_comparisons_share_their_difference():
     assert t.count("q_idx - kv_idx") == 1 and t.count("kv_idx - q_idx") == 1 and "h - b" in t
 
 
-def test_position_comparisons_match_torch_when_compiled():
-    """Every comparison between two positions, traced and compiled by the host C++ compiler, against
-    torch on the same int32 positions."""
+def _host_program_output(src: str) -> list:
+    """The whitespace-separated output of C++ program src, compiled by the host C++ compiler (the test
+    is skipped without one)."""
     import shutil
     import subprocess
     import tempfile
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no host C++ compiler")
+    with tempfile.TemporaryDirectory() as d:
+        with open(f"{d}/m.cpp", "w") as fh:
+            fh.write(src)
+        subprocess.run([cxx, "-std=c++17", "-O1", "-o", f"{d}/m", f"{d}/m.cpp"], check=True)
+        return subprocess.run([f"{d}/m"], check=True, capture_output=True, text=True).stdout.split()
 
+
+def test_position_comparisons_match_torch_when_compiled():
+    """Every comparison between two positions, traced and compiled by the host C++ compiler, against
+    torch on the same int32 positions."""
     def mod(b, h, q_idx, kv_idx):
         return (((q_idx >= kv_idx) & (q_idx - kv_idx < 5)) | ((kv_idx > q_idx) & (kv_idx - q_idx > 7)) |
                 ((kv_idx == q_idx + 9) ^ (b < h)) | ((q_idx != kv_idx) & (kv_idx <= q_idx) & (q_idx % 11 == 0)) |
@@ -88,11 +97,7 @@ def test_position_comparisons_match_torch_when_compiled():
     src = ("#include <cstdio>\nstatic bool f(int b, int h, int q_idx, int kv_idx) {\n" + t.snippet + "\n}\n"
            f"int main() {{ for (int q = 0; q < {n}; ++q) for (int k = 0; k < {n}; ++k) "
            "std::printf(\"%d\\n\", (int)f(1, 0, q, k)); }\n")
-    with tempfile.TemporaryDirectory() as d:
-        with open(f"{d}/m.cpp", "w") as fh:
-            fh.write(src)
-        subprocess.run([cxx, "-std=c++17", "-O1", "-o", f"{d}/m", f"{d}/m.cpp"], check=True)
-        got = [int(x) for x in subprocess.run([f"{d}/m"], check=True, capture_output=True, text=True).stdout.split()]
+    got = [int(x) for x in _host_program_output(src)]
     assert got == want and 0 < sum(want) < n * n
 
 
@@ -100,12 +105,6 @@ def test_integer_division_and_modulo_match_torch_when_compiled():
     """Traced floor division and modulo, compiled by the host C++ compiler, against torch on the same
     int32 positions (negative intermediate values included): shifts, masks and the 32- and 64-bit
     helpers round toward minus infinity as torch does."""
-    import shutil
-    import subprocess
-    import tempfile
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
     wide = torch.tensor([3, 7], dtype=torch.int64)
 
     def mod(score, b, h, q_idx, kv_idx):
@@ -125,12 +124,7 @@ def test_integer_division_and_modulo_match_torch_when_compiled():
            f"int main() {{ for (int q = 0; q < {n}; ++q) for (int k = 0; k < {n}; ++k) "
            "std::printf(\"%.0f\\n\", f(0.0f, 0, 0, q, k)); }\n")
     assert set(t.aux) == {"sc0"}
-    with tempfile.TemporaryDirectory() as d:
-        with open(f"{d}/m.cpp", "w") as fh:
-            fh.write(src)
-        subprocess.run([cxx, "-std=c++17", "-O1", "-o", f"{d}/m", f"{d}/m.cpp"], check=True)
-        got = [int(float(x)) for x in subprocess.run([f"{d}/m"], check=True, capture_output=True,
-                                                     text=True).stdout.split()]
+    got = [int(float(x)) for x in _host_program_output(src)]
     assert got == want
 
 
