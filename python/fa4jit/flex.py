@@ -35,7 +35,7 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 
-from . import _lib, _snippets, _trace
+from . import _checks, _lib, _snippets, _trace
 from .errors import ConfigError
 
 Tensor = torch.Tensor
@@ -499,6 +499,98 @@ def _builtin_softcap(score_snippet) -> float:
     return 0.0
 
 
+_ATEN = torch.ops.aten
+_DTYPE_MOVES = (_ATEN._to_copy.default, _ATEN.clone.default, _ATEN.alias.default)
+
+
+def _alibi_terms(gm):
+    """(X, sign, distance, h) of a traced score-mod graph whose result is score + sign * X * D, X a node
+    or number that depends on h alone, D q_idx - kv_idx (distance 1), kv_idx - q_idx (-1) or the
+    absolute value of either (0), h the graph's head placeholder; None for any other graph."""
+    ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    if len(ph) != 5 or not isinstance(out, torch.fx.Node):
+        return None
+    score, _, h, q, kv = ph
+
+    def bare(n):
+        while isinstance(n, torch.fx.Node) and n.target in _DTYPE_MOVES:
+            n = n.args[0]
+        return n
+
+    def call(n, *targets):
+        return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets and \
+            all(v == 1 for k, v in n.kwargs.items() if k == "alpha") and set(n.kwargs) <= {"alpha"}
+
+    def distance(n):
+        n = bare(n)
+        if call(n, _ATEN.abs.default):
+            return 0 if distance(n.args[0]) in (1, -1) else None
+        if call(n, _ATEN.sub.Tensor) and tuple(map(bare, n.args)) in ((q, kv), (kv, q)):
+            return 1 if bare(n.args[0]) is q else -1
+        return None
+
+    def reads_only_h(x):
+        seen, todo = set(), [x]
+        while todo:
+            n = todo.pop()
+            if not isinstance(n, torch.fx.Node) or n in seen:
+                continue
+            seen.add(n)
+            if n.op == "placeholder" and n is not h:
+                return False
+            todo.extend(n.all_input_nodes)
+        return True
+
+    if call(out, _ATEN.sub.Tensor) and bare(out.args[0]) is score:
+        sign, term = -1, out.args[1]
+    elif call(out, _ATEN.add.Tensor) and score in map(bare, out.args):
+        sign, term = 1, out.args[1] if bare(out.args[0]) is score else out.args[0]
+    else:
+        return None
+    term = bare(term)
+    if not call(term, _ATEN.mul.Tensor):
+        return None
+    for x, d in (term.args, term.args[::-1]):
+        dist = distance(d)
+        if dist is not None and reads_only_h(x):
+            return x, sign, dist, h
+    return None
+
+
+def _builtin_alibi(ts, H: int, causal: bool, device) -> Optional[Tensor]:
+    """The slopes m[h] (float32 [H]) of a traced score-mod that is ALiBi, score - m[h] * |q_idx - kv_idx|
+    (or, under a causal mask, score + m[h] * (kv_idx - q_idx) and its equivalents), which fa4jit computes
+    built in (score_mod "alibi", one conversion per row and tile, not one per element); else None.
+    Slopes from h and constants are computed once per (mod, H, device); slopes read from a captured
+    float32 [H] tensor are that tensor (read at each launch, as the snippet would)."""
+    found = _alibi_terms(ts.graph)
+    if found is None or (found[2] != 0 and not causal):
+        return None
+    x, sign, dist, h = found
+    # At q_idx 1, kv_idx 0 and score 0 every accepted form reads -m[h]; m[h] = X[h] when sign * D(1, 0) is -1.
+    if isinstance(x, torch.fx.Node) and x.op == "call_function" and x.target == _ATEN.index.Tensor and \
+            sign * (dist or 1) == -1:
+        base, idx = x.args
+        t = getattr(ts.graph, base.target, None) if base.op == "get_attr" else None
+        if t is not None and len(idx) == 1 and idx[0] is h and any(t is a for a in ts.aux.values()) and \
+                t.dtype == torch.float32 and t.dim() == 1 and t.numel() == H and t.device == torch.device(device):
+            return t
+    if any(n.op == "get_attr" for n in ts.graph.graph.nodes):
+        return None  # a captured tensor read otherwise: kept live through the snippet
+    cache = ts.memo.setdefault("alibi_slopes", {})
+    key = (H, str(device))
+    if key not in cache:
+        if _capturing():
+            return None  # made inside a CUDA graph's capture, the slopes would stay unwritten until its replay
+        f = torch.vmap(ts.graph, in_dims=(None, None, 0, None, None))
+        zero, one = torch.zeros((), dtype=torch.int32, device=device), torch.ones((), dtype=torch.int32, device=device)
+        hs = torch.arange(H, dtype=torch.int32, device=device)
+        m = -f(torch.zeros((), device=device), zero, hs, one, zero)
+        cache[key] = m.to(torch.float32).expand(H).contiguous()
+    return cache[key]
+
+
 def _builtin_band(bm: Optional[BlockMask], Sq: int, Sk: int) -> Optional[dict]:
     """fa4jit.attention's causal / window arguments for a BlockMask whose mask is the band
     lo <= q_idx - kv_idx <= hi (FlexAttention's positions are top-left aligned, fa4jit's built-in masks
@@ -553,6 +645,13 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optiona
     builtin = _builtin_band(bm, Sq, Sk)
     if builtin is not None:  # a causal or sliding-window mask: fa4jit's built-in mask computes it
         bm = mask_mod = None
+    slopes = None
+    if is_traced(score_mod) and Sq == Sk and _checks._eager(query, key, value, None):
+        slopes = _builtin_alibi(_traced(score_mod, "score"), Hq, bool(builtin and builtin.get("causal")),
+                                query.device)
+    if slopes is not None:  # ALiBi: fa4jit's built-in score-mod with these slopes
+        score_mod = None
+        builtin = dict(builtin or {}, alibi_slopes=slopes)
     mask_s, block_s, score_s, aux = lower(mask_mod, None, score_mod, None, block_mask=bm)
     cap = _builtin_softcap(score_s)
     if cap:  # cap * tanh(score / cap): fa4jit's built-in softcap

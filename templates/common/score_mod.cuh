@@ -97,6 +97,38 @@ __device__ __forceinline__ Mod for_sequence(const Seq& seq, const FwdParams& p) 
   return with_sequence(static_cast<const Mod*>(nullptr), seq, p);
 }
 
+// A score-mod along one row of a tile: batch b, head h and query q fixed, keys k0 + c for the
+// unrolled tile's compile-time column offsets c. Mods see min(k0 + c, k_last) (Custom reads memory
+// by kv_idx; the clamped elements are masked). ALiBi holds the row's distance to k0 as a float,
+// converted once per row and tile: per element a subtraction of an immediate (exact below 2^24)
+// instead of an integer-to-float conversion, a quarter-rate instruction beside the exp2 (MUFU) every
+// element already pays.
+template <class Mod>
+struct RowMod {
+  Mod mod;
+  int b, h, q, k0, k_last;
+  __device__ __forceinline__ float operator()(float score, int c, const FwdParams& p) const {
+    return mod(score, b, h, q, min(k0 + c, k_last), p);
+  }
+};
+template <>
+struct RowMod<Alibi> {
+  float slope, d0;  // d0 = q + (seqlen_k - seqlen_q) - k0, as in Alibi::operator()
+  __device__ __forceinline__ float operator()(float score, int c, const FwdParams&) const {
+    return score - slope * fabsf(d0 - static_cast<float>(c));
+  }
+};
+template <class Mod>
+__device__ __forceinline__ RowMod<Mod> along_row(const Mod& mod, int b, int h, int q, int k0, int k_last,
+                                              const FwdParams&) {
+  return RowMod<Mod>{mod, b, h, q, k0, k_last};
+}
+__device__ __forceinline__ RowMod<Alibi> along_row(const Alibi& mod, int, int h, int q, int k0, int,
+                                                const FwdParams& p) {
+  return RowMod<Alibi>{h == mod.q_head ? mod.slope : alibi_slope(h, p),
+                    static_cast<float>(q + (mod.seqlen_k - mod.seqlen_q) - k0)};
+}
+
 // The score-mod of a sequence's rows of head h (packed GQA rows, whose heads differ from the
 // sequence's): ALiBi computes h's slope here, once per row and tile, instead of per element.
 template <class Mod>

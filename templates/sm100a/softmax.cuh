@@ -87,9 +87,9 @@ struct SoftmaxRow {
         // reads memory by kv_idx inside the sequence (the value is discarded).
         const ScoreMod mod = score_mod::for_sequence<ScoreMod>(ctx, p);
         const int k_last = bounded ? ctx.seqlen_k - 1 : 0x7fffffff;
+        const score_mod::RowMod<ScoreMod> row = score_mod::along_row(mod, ctx.batch, ctx.q_head, q, k_lo + col0, k_last, p);
 #pragma unroll
-        for (int j = 0; j < 32; ++j)
-          s[j] = mod(s[j] * logit_mul(), ctx.batch, ctx.q_head, q, min(k_lo + col0 + j, k_last), p) * kLog2e;
+        for (int j = 0; j < 32; ++j) s[j] = row(s[j] * logit_mul(), j, p) * kLog2e;
       }
     }
     if (cls != mask::kFull || bounded) {

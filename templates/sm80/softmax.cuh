@@ -67,14 +67,16 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[T::kMTiles][T::kNT
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
-      for (int j = 0; j < T::kNTiles; ++j)
+      for (int r = 0; r < 2; ++r) {
+        const Row row = Row::of(q_row0 + mt * 16 + r * 8);
+        const score_mod::RowMod<ScoreMod> along = score_mod::along_row(
+            row_mod[mt][r], ctx.batch, ctx.q_head + row.head, min(row.q, ctx.seqlen_q - 1), k_col0, ctx.seqlen_k - 1, p);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const Row row = Row::of(q_row0 + mt * 16 + (e >> 1) * 8);
-          s[mt][j][e] = row_mod[mt][e >> 1](s[mt][j][e] * (T::kFp8KV ? qk_mul : p.softmax_scale), ctx.batch, ctx.q_head + row.head,
-                                   min(row.q, ctx.seqlen_q - 1), min(k_col0 + j * 8 + (e & 1), ctx.seqlen_k - 1), p) *
-                        kLog2e;
-        }
+        for (int j = 0; j < T::kNTiles; ++j)
+#pragma unroll
+          for (int e = r * 2; e < r * 2 + 2; ++e)
+            s[mt][j][e] = along(s[mt][j][e] * (T::kFp8KV ? qk_mul : p.softmax_scale), j * 8 + (e & 1), p) * kLog2e;
+      }
   }
   if (partial) {
 #pragma unroll

@@ -38,7 +38,7 @@ struct WgSoftmax {
   static constexpr bool kEagerRescale = Sh::kNumConsumerWGs == 3;
 
   softmax::RowState row[2];
-  float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, 1 after a score-mod
+  float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, log2(e) after a score-mod
   float qk_mul;  // FP8 / FP8 KV: softmax_scale * descale_q * descale_k of the tile's (batch, KV head)
   int q0;       // tile row of r0 (r1 = q0 + 8): the sequence row, or the packed row when kPack > 1
   int kc;       // column of element 0 inside a tile: 2*(lane%4)
@@ -47,7 +47,7 @@ struct WgSoftmax {
     const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
     row[0].init();
     row[1].init();
-    scale = ScoreMod::kIsIdentity ? p.scale_log2 : 1.0f;
+    scale = ScoreMod::kIsIdentity ? p.scale_log2 : kLog2e;
     q0 = q_lo + wg * Sh::kWgRows + warp * 16 + (lane >> 2);
     kc = 2 * (lane & 3);
   }
@@ -70,8 +70,9 @@ struct WgSoftmax {
     return p.softmax_scale;
   }
 
-  // Raw scores of KV tile n -> logits in exponent units (identity: left raw, the scale is
-  // folded into the exp2 FMA), -inf where masked. Per-element masks run only on tiles that
+  // Raw scores of KV tile n -> logits, -inf where masked: raw for identity (scale_log2 is folded
+  // into the exp2 FMA), score_mod(s * softmax_scale) otherwise (log2(e) folded there the same way:
+  // a multiply per element fewer). Per-element masks run only on tiles that
   // need them. Score-mods see every element of a visited tile with kv_idx < seqlen_k (clamped);
   // masked results are discarded (set to -inf).
   // Packed GQA: rows r0 / r1 are (query, head) pairs (PackedRow), so the mask and the score-mod
@@ -100,11 +101,12 @@ struct WgSoftmax {
         const ScoreMod mod = score_mod::for_sequence<ScoreMod>(w.seq, p);
         const ScoreMod row_mod[2] = {score_mod::for_head(mod, head[0], p), score_mod::for_head(mod, head[1], p)};
         const int k_last = w.seq.seqlen_k - 1;
+        const score_mod::RowMod<ScoreMod> row[2] = {
+            score_mod::along_row(row_mod[0], w.seq.batch, head[0], q[0], k0, k_last, p),
+            score_mod::along_row(row_mod[1], w.seq.batch, head[1], q[1], k0, k_last, p)};
 #pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
-          s[i] = row_mod[h](s[i] * logit_mul(p), w.seq.batch, head[h], q[h], min(k, k_last), p) * kLog2e;
-        }
+        for (int i = 0; i < kN; ++i)
+          s[i] = row[(i >> 1) & 1](s[i] * logit_mul(p), 8 * (i >> 2) + (i & 1), p);
       }
       if (need_mask) {
 #pragma unroll
@@ -139,11 +141,12 @@ struct WgSoftmax {
       // IEEE division then has a slow-path call per element) and spills at 160 registers.
       const ScoreMod mod = score_mod::for_sequence<ScoreMod>(w.seq, p);
       const int k_last = w.seq.seqlen_k - 1;
+      const score_mod::RowMod<ScoreMod> row[2] = {
+          score_mod::along_row(mod, w.seq.batch, w.seq.q_head, q0, k0, k_last, p),
+          score_mod::along_row(mod, w.seq.batch, w.seq.q_head, q0 + 8, k0, k_last, p)};
 #pragma unroll
-      for (int i = 0; i < kN; ++i) {
-        const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-        s[i] = mod(s[i] * logit_mul(p), w.seq.batch, w.seq.q_head, q, min(k, k_last), p) * kLog2e;
-      }
+      for (int i = 0; i < kN; ++i)
+        s[i] = row[(i >> 1) & 1](s[i] * logit_mul(p), 8 * (i >> 2) + (i & 1), p);
       if (need_mask) {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {

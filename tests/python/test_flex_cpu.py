@@ -480,3 +480,39 @@ def test_softcap_score_mods_are_recognized_for_the_built_in_softcap():
     assert flex._builtin_softcap(_trace.trace(by_product, "score").snippet) == pytest.approx(20.0)
     assert flex._builtin_softcap(_trace.trace(other_cap, "score").snippet) == 0.0
     assert flex._builtin_softcap(_trace.trace(alibi, "score").snippet) == 0.0
+
+
+def test_alibi_score_mods_are_recognized_for_the_built_in_alibi():
+    slopes = torch.rand(16)
+    other = torch.rand(16)
+
+    def documented(score, b, h, q_idx, kv_idx):  # FlexAttention's documented form, slopes captured
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    def rewards_distance(score, b, h, q_idx, kv_idx):
+        return score + other[h] * (q_idx - kv_idx)
+
+    def per_batch(score, b, h, q_idx, kv_idx):
+        return score - torch.exp2(-(b + 1) * 8.0 / 16) * (q_idx - kv_idx).abs()
+
+    def scaled_distance(score, b, h, q_idx, kv_idx):
+        return score - 0.5 * (q_idx - kv_idx).abs() * 2
+
+    def relpos(score, b, h, q_idx, kv_idx):
+        return score + other[(q_idx - kv_idx) % 16]
+
+    def standard(h):
+        return torch.exp2(-(h + 1) * 8.0 / 16)
+
+    m = flex._builtin_alibi(_trace.trace(alibi, "score"), 16, False, "cpu")  # |q - kv|: any mask
+    torch.testing.assert_close(m, standard(torch.arange(16.0)), rtol=0, atol=0)
+    assert flex._builtin_alibi(_trace.trace(alibi, "score"), 16, True, "cpu") is m  # computed once
+    # Signed distances equal ALiBi's only where q_idx >= kv_idx: under a causal mask.
+    assert flex._builtin_alibi(_trace.trace(documented, "score"), 16, True, "cpu") is slopes  # read live
+    assert flex._builtin_alibi(_trace.trace(documented, "score"), 16, False, "cpu") is None
+    assert flex._builtin_alibi(_trace.trace(documented, "score"), 8, True, "cpu") is None  # not one per head
+    # Slopes -other[h]: no tensor to read them from live, so the snippet computes them.
+    assert flex._builtin_alibi(_trace.trace(rewards_distance, "score"), 16, True, "cpu") is None
+    for fn in (per_batch, relpos, softcap):
+        assert flex._builtin_alibi(_trace.trace(fn, "score"), 16, True, "cpu") is None, fn.__name__
+    assert flex._builtin_alibi(_trace.trace(scaled_distance, "score"), 16, True, "cpu") is None

@@ -115,6 +115,29 @@ def test_documented_mods_against_reference_and_flex(mask_mod, score_mod):
         assert_close(o2, ref_o, torch.bfloat16, lse2, ref_lse, what=f"{mask_mod} {score_mod}, torch's BlockMask")
 
 
+def test_alibi_with_captured_slopes_runs_the_built_in_alibi_and_reads_them_live():
+    """FlexAttention's documented ALiBi (score + slopes[h] * (kv_idx - q_idx) under a causal mask) runs
+    fa4jit's built-in score-mod with the captured slopes tensor itself: written in place, the next
+    call sees the new slopes, as the traced snippet would."""
+    B, H, Hkv, S = 2, 8, 2, 640
+    q, k, v = bhsd(B, H, Hkv, S, S, seed=9)
+    slopes = torch.exp2(-torch.arange(1, H + 1, device="cuda", dtype=torch.float32))
+
+    def alibi_documented(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    bm = fa4jit.create_block_mask(causal, None, None, S, S, device="cuda")
+    assert flex._builtin_alibi(flex._traced(alibi_documented, "score"), H, True, q.device) is slopes
+    kr, vr = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    for step in range(2):
+        if step:
+            slopes.copy_(torch.rand(H, device="cuda") * 0.2)
+        o, lse = fa4jit.flex_attention(q, k, v, score_mod=alibi_documented, block_mask=bm, enable_gqa=True,
+                                       return_lse=True)
+        ref_o, ref_lse = reference(q, kr, vr, causal, alibi_documented)
+        assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"documented alibi, step {step}")
+
+
 def test_relative_position_bias_captured_tensor_and_gqa():
     B, H, Hkv, Sq, Sk = 2, 8, 2, 384, 640
     q, k, v = bhsd(B, H, Hkv, Sq, Sk, seed=2)
