@@ -77,7 +77,7 @@ class TracedMod:
         # inside the graph): ((name, "cell" or "global", closure index or global name, transforms), ...),
         # None when some captured tensor is reachable only otherwise (an attribute, a list).
         self.sources = sources
-        self.memo = {}  # what callers derive from the mod once (fa4jit.flex: ALiBi slopes per H and device)
+        self.memo = {}  # what callers derive from the mod once (fa4jit.flex: its ALiBi slopes)
 
     def __repr__(self):
         return f"TracedMod({self.kind}, {getattr(self.fn, '__name__', self.fn)!r})"

@@ -562,8 +562,19 @@ def _builtin_alibi(ts, H: int, causal: bool, device) -> Optional[Tensor]:
     """The slopes m[h] (float32 [H]) of a traced score-mod that is ALiBi, score - m[h] * |q_idx - kv_idx|
     (or, under a causal mask, score + m[h] * (kv_idx - q_idx) and its equivalents), which fa4jit computes
     built in (score_mod "alibi", one conversion per row and tile, not one per element); else None.
-    Slopes from h and constants are computed once per (mod, H, device); slopes read from a captured
-    float32 [H] tensor are that tensor (read at each launch, as the snippet would)."""
+    Decided once per (mod, H, device, causal): slopes from h and constants are computed then and kept;
+    slopes read from a captured float32 [H] tensor are that tensor (read at each launch, as the snippet
+    would)."""
+    memo = ts.memo.setdefault("alibi", {})
+    key = (H, str(device), causal)
+    if key not in memo:
+        if _capturing():
+            return None  # made inside a CUDA graph's capture, the slopes would stay unwritten until its replay
+        memo[key] = _alibi_slopes(ts, H, causal, device)
+    return memo[key]
+
+
+def _alibi_slopes(ts, H: int, causal: bool, device) -> Optional[Tensor]:
     found = _alibi_terms(ts.graph)
     if found is None or (found[2] != 0 and not causal):
         return None
@@ -578,17 +589,10 @@ def _builtin_alibi(ts, H: int, causal: bool, device) -> Optional[Tensor]:
             return t
     if any(n.op == "get_attr" for n in ts.graph.graph.nodes):
         return None  # a captured tensor read otherwise: kept live through the snippet
-    cache = ts.memo.setdefault("alibi_slopes", {})
-    key = (H, str(device))
-    if key not in cache:
-        if _capturing():
-            return None  # made inside a CUDA graph's capture, the slopes would stay unwritten until its replay
-        f = torch.vmap(ts.graph, in_dims=(None, None, 0, None, None))
-        zero, one = torch.zeros((), dtype=torch.int32, device=device), torch.ones((), dtype=torch.int32, device=device)
-        hs = torch.arange(H, dtype=torch.int32, device=device)
-        m = -f(torch.zeros((), device=device), zero, hs, one, zero)
-        cache[key] = m.to(torch.float32).expand(H).contiguous()
-    return cache[key]
+    f = torch.vmap(ts.graph, in_dims=(None, None, 0, None, None))
+    zero, one = torch.zeros((), dtype=torch.int32, device=device), torch.ones((), dtype=torch.int32, device=device)
+    m = -f(torch.zeros((), device=device), zero, torch.arange(H, dtype=torch.int32, device=device), one, zero)
+    return m.to(torch.float32).expand(H).contiguous()
 
 
 def _builtin_band(bm: Optional[BlockMask], Sq: int, Sk: int) -> Optional[dict]:

@@ -506,7 +506,8 @@ def test_alibi_score_mods_are_recognized_for_the_built_in_alibi():
 
     m = flex._builtin_alibi(_trace.trace(alibi, "score"), 16, False, "cpu")  # |q - kv|: any mask
     torch.testing.assert_close(m, standard(torch.arange(16.0)), rtol=0, atol=0)
-    assert flex._builtin_alibi(_trace.trace(alibi, "score"), 16, True, "cpu") is m  # computed once
+    assert flex._builtin_alibi(_trace.trace(alibi, "score"), 16, False, "cpu") is m  # decided once
+    torch.testing.assert_close(flex._builtin_alibi(_trace.trace(alibi, "score"), 16, True, "cpu"), m, rtol=0, atol=0)
     # Signed distances equal ALiBi's only where q_idx >= kv_idx: under a causal mask.
     assert flex._builtin_alibi(_trace.trace(documented, "score"), 16, True, "cpu") is slopes  # read live
     assert flex._builtin_alibi(_trace.trace(documented, "score"), 16, False, "cpu") is None
