@@ -479,8 +479,9 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
   }
   {
     // Defaults: sm90a unmasked and causal kernels without a score-mod at depth <= 128 are
-    // persistent, and causal ones at depths 192 and 256; packed-GQA decode, unmasked deep heads,
-    // other masks and score-mods keep the per-tile grid; the other backends have one scheduler.
+    // persistent, and causal ones at depths 192 and 256, and 16-bit depth-128 ones with a sliding
+    // window or ALiBi; packed-GQA decode, unmasked deep heads, other masks and score-mods keep the
+    // per-tile grid; the other backends have one scheduler.
     auto with_mask = [](int depth, jit::Mask m) {
       auto c = cfg_for("sm_90a", depth);
       c.mask = m;
@@ -493,7 +494,16 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::causal())).tuning.persistent, 1) << depth;
       EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::none())).tuning.persistent, 0) << depth;
     }
-    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::sliding_window())).tuning.persistent, 0);
+    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::sliding_window())).tuning.persistent, 1);
+    for (int depth : {64, 96})  // a window at depth 96 spills 4 B persistent; 64 was not measured
+      EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::sliding_window())).tuning.persistent, 0) << depth;
+    for (const jit::Mask& m : {jit::Mask::none(), jit::Mask::causal(), jit::Mask::sliding_window()}) {
+      auto alibi = with_mask(128, m);
+      alibi.score_mod = jit::ScoreMod::alibi();
+      EXPECT_EQ(jit::resolve(alibi).tuning.persistent, 1);
+      alibi.dtype = jit::DType::e4m3;  // FP8's walks were measured without ALiBi or a window
+      EXPECT_EQ(jit::resolve(alibi).tuning.persistent, 0);
+    }
     auto softcap = with_mask(128, jit::Mask::causal());
     softcap.score_mod = jit::ScoreMod::softcap();
     EXPECT_EQ(jit::resolve(softcap).tuning.persistent, 0);

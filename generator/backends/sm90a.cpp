@@ -49,6 +49,17 @@ bool plain_softmax(const FA4Config& c) {
          c.score_mod.kind == ScoreMod::Kind::identity;
 }
 
+// Beyond plain_softmax, what the persistent walk was measured faster on at head dim 128 (H200, `gpu.sh
+// ab`, docs/PERF.md run 74): a sliding window +1.5-2.5% (causal and not), ALiBi +3-7% (a window with
+// ALiBi spills 20 B on the grid walk, none persistent). Softcap read within +-1%, so it keeps the grid;
+// depth 96 (padded to 128) spills 4 B persistent under a window.
+bool persistent_measured(const FA4Config& c) {
+  const bool mask_ok =
+      c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal || c.mask.kind == Mask::Kind::sliding_window;
+  const bool mod_ok = c.score_mod.kind == ScoreMod::Kind::identity || c.score_mod.kind == ScoreMod::Kind::alibi;
+  return mask_ok && mod_ok && c.depth == 128 && value_depth(c) == 128 && c.dtype != DType::e4m3 && !c.kv_dtype;
+}
+
 class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
@@ -214,7 +225,7 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     // O split over warpgroups (V 512, abi.h o_split): the grid walk, its one measured shape.
-    t.persistent = !c.pack_gqa && !wide_o(c, dp) && deep_ok && plain ? 1 : 0;
+    t.persistent = !c.pack_gqa && !wide_o(c, dp) && deep_ok && (plain || persistent_measured(c)) ? 1 : 0;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first

@@ -30,8 +30,8 @@ struct Tuning {
   // sm90a: 0 grid of one CTA per Q tile (and KV split); 1 one CTA per SM walking the (tile, KV
   // split) pairs (LPT order if masked; packed GQA takes 2); 2 stream-K: one CTA per SM, each
   // streaming an equal share of all tiles' KV tiles. Default: 1 for unpacked unmasked or causal
-  // attention without a score-mod at padded depth <= 128, else 0 (generator/backends/sm90a.cpp);
-  // 2 is opt-in.
+  // attention without a score-mod at padded depth <= 128, and for 16-bit head dim 128 with a sliding
+  // window and / or ALiBi; else 0 (generator/backends/sm90a.cpp); 2 is opt-in.
   int persistent = 0;
   // 1: compile with -lineinfo (source lines for Nsight Compute, `tools/gpu.sh profile`). Off by
   // default: the same SASS, but the cubin carries its PTX and line tables (3-4x the bytes in the
