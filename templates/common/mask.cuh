@@ -199,16 +199,25 @@ __device__ __forceinline__ TileClass combine_classes(TileClass acc, TileClass t,
   return acc == t ? acc : kPartial;
 }
 
+// Head `head`'s tile map in the context's batch: row bq (a block of query rows) at bq *
+// block_mask_row_stride, one byte per key block.
+__device__ __forceinline__ const unsigned char* map_of(int head, const Ctx& c) {
+  const FwdParams& p = *c.params;
+  return p.block_mask + c.batch * p.block_mask_batch_stride + head * p.block_mask_head_stride;
+}
+
+// A tile-map byte's class: 0 no key visible, 1 every key, anything else partial.
+__device__ __forceinline__ TileClass map_class(int v) { return v == 0 ? kSkip : v == 1 ? kFull : kPartial; }
+
 __device__ __forceinline__ TileClass block_mask_class(int head, int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
   const FwdParams& p = *c.params;
-  const unsigned char* base = p.block_mask + c.batch * p.block_mask_batch_stride + head * p.block_mask_head_stride;
+  const unsigned char* base = map_of(head, c);
   TileClass acc = kPartial;
   bool first = true;
   const int bk_lo = div_block(k_lo, p.block_mask_k), bk_hi = div_block(k_hi - 1, p.block_mask_k);
   for (int bq = div_block(q_lo, p.block_mask_q); bq <= div_block(q_hi - 1, p.block_mask_q); ++bq)
     for (int bk = bk_lo; bk <= bk_hi; ++bk) {
-      const int v = base[bq * p.block_mask_row_stride + bk];
-      acc = combine_classes(acc, v == 0 ? kSkip : v == 1 ? kFull : kPartial, first);
+      acc = combine_classes(acc, map_class(base[bq * p.block_mask_row_stride + bk]), first);
       first = false;
       if (acc == kPartial) return kPartial;
     }
@@ -241,7 +250,7 @@ __device__ __forceinline__ KvRange block_mask_range(int q_lo, int q_hi, const Ct
   int first = nk, last = -1;
   if (q_lo < q_hi)
     for (int h = c.q_head; h < c.q_head + c.num_heads; ++h) {
-      const unsigned char* base = p.block_mask + c.batch * p.block_mask_batch_stride + h * p.block_mask_head_stride;
+      const unsigned char* base = map_of(h, c);
       for (int bq = div_block(q_lo, p.block_mask_q); bq <= div_block(q_hi - 1, p.block_mask_q); ++bq) {
         const unsigned char* row = base + bq * p.block_mask_row_stride;
         int j = 0;
@@ -327,13 +336,12 @@ struct Custom {
       const int bq = div_block(ql, p.block_mask_q), bk = div_block(kl, p.block_mask_k);
       if (bq == div_block(qh - 1, p.block_mask_q) && bk == div_block(kh - 1, p.block_mask_k) &&
           User::block(c.batch, c.q_head, ql, qh, kl, kh, p) == kPartial)
-        return {kPartial, p.block_mask[c.batch * p.block_mask_batch_stride + c.q_head * p.block_mask_head_stride +
-                                       bq * p.block_mask_row_stride + bk]};
+        return {kPartial, map_of(c.q_head, c)[bq * p.block_mask_row_stride + bk]};
     }
     return {classify(q_lo, q_hi, k_lo, k_hi, c), -1};
   }
   __device__ __forceinline__ static TileClass resolve(Read r) {
-    return r.raw < 0 ? static_cast<TileClass>(r.cls) : r.raw == 0 ? kSkip : r.raw == 1 ? kFull : kPartial;
+    return r.raw < 0 ? static_cast<TileClass>(r.cls) : map_class(r.raw);
   }
 };
 
