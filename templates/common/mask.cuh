@@ -7,6 +7,8 @@
 // Load, MMA and softmax roles call the same functions with the same arguments, so they agree
 // on which tiles exist without talking to each other (the seeds' iteration sets).
 // Key bounds (k < seqlen_k) are not a mask concern: kernels add them on the last tile.
+// visible<true>(q, k) promises q < seqlen_q and k < seqlen_k (a tile inside the sequence): a
+// snippet's positions then need no clamp or bound (Custom), and the kernel no per-element key bound.
 // kContiguous: every KV tile inside kv_range has a visible key for some row of the Q tile (the
 // rows' key ranges overlap: None and bands), so walks step tile by tile without classify().
 // kSnippet: visible() calls a user's snippet (Custom, or a combinator holding one).
@@ -49,7 +51,10 @@ struct None {
   static constexpr bool kIsNone = true;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = true;
-  __device__ __forceinline__ static bool visible(int, int, const Ctx&) { return true; }
+  template <bool kInside = false>
+  __device__ __forceinline__ static bool visible(int, int, const Ctx&) {
+    return true;
+  }
   __device__ __forceinline__ static KvRange kv_range(int, int, const Ctx& c) { return {0, c.seqlen_k}; }
   __device__ __forceinline__ static TileClass classify(int, int, int, int, const Ctx&) { return kFull; }
 };
@@ -85,7 +90,10 @@ struct BandMask {
   static constexpr bool kIsNone = false;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = true;
-  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) { return Derived::band(c).visible(q, k, c); }
+  template <bool kInside = false>
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    return Derived::band(c).visible(q, k, c);
+  }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
     return Derived::band(c).kv_range(q_lo, q_hi, c);
   }
@@ -109,6 +117,7 @@ struct Chunked {
   static constexpr bool kIsNone = false;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = false;
+  template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     const int C = c.params->chunk_size;
     return floor_div(q + c.diag_offset(), C) == floor_div(k, C);
@@ -139,9 +148,11 @@ struct And {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
   static constexpr bool kSnippet = A::kSnippet || B::kSnippet;
+  template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
-    if constexpr (kSnippet) return A::visible(q, k, c) & B::visible(q, k, c);
-    return A::visible(q, k, c) && B::visible(q, k, c);
+    const bool a = A::template visible<kInside>(q, k, c);
+    if constexpr (kSnippet) return a & B::template visible<kInside>(q, k, c);
+    return a && B::template visible<kInside>(q, k, c);
   }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
     const KvRange a = A::kv_range(q_lo, q_hi, c), b = B::kv_range(q_lo, q_hi, c);
@@ -160,9 +171,11 @@ struct Or {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
   static constexpr bool kSnippet = A::kSnippet || B::kSnippet;
+  template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
-    if constexpr (kSnippet) return A::visible(q, k, c) | B::visible(q, k, c);
-    return A::visible(q, k, c) || B::visible(q, k, c);
+    const bool a = A::template visible<kInside>(q, k, c);
+    if constexpr (kSnippet) return a | B::template visible<kInside>(q, k, c);
+    return a || B::template visible<kInside>(q, k, c);
   }
   __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
     const KvRange a = A::kv_range(q_lo, q_hi, c), b = B::kv_range(q_lo, q_hi, c);
@@ -283,7 +296,9 @@ __device__ __forceinline__ KvRange block_mask_range(int q_lo, int q_hi, const Ct
 // ids): eval is called on positions clamped into the sequence and its result discarded outside it
 // (tiles reach past the sequence); block for tile bounds clamped to the sequence and never for a
 // tile outside it (kSkip). Positions are never negative (every backend counts tile rows and keys up
-// from 0), so clamping is a min against the last query and key. Branch-free, so a snippet's loads
+// from 0), so clamping is a min against the last query and key; visible<true> (a tile inside the
+// sequence, sm90a) passes them as they are: three of a strided mask's seven instructions per
+// element fewer, 1.14 -> 1.36x FlexAttention (docs/PERF.md run 75). Branch-free, so a snippet's loads
 // that depend on the row alone (doc[q_idx]) or the column alone (doc[kv_idx]) are shared by the
 // thread's elements of that row or column: a document mask's sm90a d128 tile issues 34 loads per
 // thread instead of 128 and ran 1.18x as fast (docs/PERF.md run 69). In run 57 this form spilled
@@ -294,7 +309,9 @@ struct Custom {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
   static constexpr bool kSnippet = true;
+  template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    if constexpr (kInside) return User::eval(c.batch, c.q_head, q, k, *c.params);
     const bool in = (q < c.seqlen_q) & (k < c.seqlen_k);
     return User::eval(c.batch, c.q_head, min(q, c.seqlen_q - 1), min(k, c.seqlen_k - 1), *c.params) & in;
   }

@@ -109,13 +109,46 @@ struct WgSoftmax {
           s[i] = row[(i >> 1) & 1](s[i] * logit_mul(p), 8 * (i >> 2) + (i & 1), p);
       }
       if (need_mask) {
+        if constexpr (Mask::kSnippet) {
+          apply_snippet_mask(s, n, w, [&](int h) { return q[h]; }, [&](int h) -> const mask::Ctx& { return ctx[h]; });
+        } else {
 #pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(Mask::visible(q[h], k, ctx[h]) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          for (int i = 0; i < kN; ++i) {
+            const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
+            if (!(Mask::visible(q[h], k, ctx[h]) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          }
         }
       }
     }
+  }
+
+  // -inf where row h (query row_q(h), context row_ctx(h)) cannot see key k of tile n. kInside: the
+  // tile's rows and keys are inside the sequence, so neither the mask nor this loop bounds them.
+  // Rows as functions of h: the unpacked rows' q0 + 8 h folds the 8 into the compares' immediates
+  // (an array of the two rows cost a causal kernel 64 IADDs).
+  template <bool kInside, class RowQ, class RowCtx>
+  __device__ __forceinline__ void mask_tile(float (&s)[kN], int n, RowQ row_q, RowCtx row_ctx, int seqlen_k) const {
+    const int k0 = n * kBN + kc;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
+      if (!(Mask::template visible<kInside>(row_q(h), k, row_ctx(h)) && (kInside || k < seqlen_k))) s[i] = kNegInf;
+    }
+  }
+  // A snippet mask's partial tile. Tiles inside the sequence (all but its last Q tile and last KV
+  // tile) drop the positions' clamps and bounds: three of a strided mask's seven instructions per
+  // element, and a document mask's key loads take immediate offsets (docs/PERF.md run 75: strided
+  // 1.14 -> 1.36x FlexAttention, document 1.13 -> 1.24x). Built-in masks keep their element loops
+  // in logits: routed through mask_tile, their kernels' SASS changed (register allocation), and this
+  // way it stays byte-identical (causal d64 / d128, window + softcap, causal + ALiBi checked).
+  // `w`: the CTA's work (its Q tile's rows).
+  template <class Work, class RowQ, class RowCtx>
+  __device__ __forceinline__ void apply_snippet_mask(float (&s)[kN], int n, const Work& w, RowQ row_q, RowCtx row_ctx) const {
+    const int seqlen_k = w.seq.seqlen_k;
+    if ((n + 1) * kBN <= seqlen_k && w.q_lo >= 0 && w.q_hi - w.q_lo == Sh::kBM)
+      mask_tile<true>(s, n, row_q, row_ctx, seqlen_k);
+    else
+      mask_tile<false>(s, n, row_q, row_ctx, seqlen_k);
   }
 
   template <class Work>
@@ -126,12 +159,18 @@ struct WgSoftmax {
     // loop it cost the d64 causal kernel (kBM 192, 128 registers) 9% (docs/PERF.md run 21).
     mask::Ctx ctx = w.ctx;
     ctx.diag = static_cast<int>(opaque_u32(static_cast<u32>(ctx.diag)));
+    const auto row_q = [&](int h) { return q0 + 8 * h; };
+    const auto row_ctx = [&](int) -> const mask::Ctx& { return ctx; };
     if constexpr (ScoreMod::kIsIdentity) {
       if (need_mask) {
+        if constexpr (Mask::kSnippet) {
+          apply_snippet_mask(s, n, w, row_q, row_ctx);
+        } else {
 #pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          for (int i = 0; i < kN; ++i) {
+            const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
+            if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          }
         }
       }
     } else {
@@ -148,10 +187,14 @@ struct WgSoftmax {
       for (int i = 0; i < kN; ++i)
         s[i] = row[(i >> 1) & 1](s[i] * logit_mul(p), 8 * (i >> 2) + (i & 1), p);
       if (need_mask) {
+        if constexpr (Mask::kSnippet) {
+          apply_snippet_mask(s, n, w, row_q, row_ctx);
+        } else {
 #pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          for (int i = 0; i < kN; ++i) {
+            const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
+            if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+          }
         }
       }
     }
