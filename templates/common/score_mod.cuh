@@ -51,9 +51,14 @@ struct Alibi {
   float slope;  // q_head's
   __device__ __forceinline__ float operator()(float score, int, int h, int q_idx, int kv_idx,
                                               const FwdParams& p) const {
-    const float m = h == q_head ? slope : alibi_slope(h, p);
-    return score - m * fabsf(static_cast<float>(q_idx + (seqlen_k - seqlen_q) - kv_idx));
+    return score - slope_of(h, p) * fabsf(static_cast<float>(distance(q_idx, kv_idx)));
   }
+  // Head h's slope (the sequence's own without a load) and the signed distance from query q to key k
+  // (bottom-right aligned): what operator() and RowMod<Alibi> share.
+  __device__ __forceinline__ float slope_of(int h, const FwdParams& p) const {
+    return h == q_head ? slope : alibi_slope(h, p);
+  }
+  __device__ __forceinline__ int distance(int q, int k) const { return q + (seqlen_k - seqlen_q) - k; }
   // For rows of head h: h's slope from h through an opaque move (computed where the mod is made).
   __device__ __forceinline__ static Alibi of_head(int seqlen_q, int seqlen_k, int h, const FwdParams& p) {
     return Alibi{seqlen_q, seqlen_k, h, alibi_slope(static_cast<int>(opaque_u32(static_cast<u32>(h))), p)};
@@ -113,7 +118,7 @@ struct RowMod {
 };
 template <>
 struct RowMod<Alibi> {
-  float slope, d0;  // d0 = q + (seqlen_k - seqlen_q) - k0, as in Alibi::operator()
+  float slope, d0;  // d0 = Alibi::distance(q, k0)
   __device__ __forceinline__ float operator()(float score, int c, const FwdParams&) const {
     return score - slope * fabsf(d0 - static_cast<float>(c));
   }
@@ -125,8 +130,7 @@ __device__ __forceinline__ RowMod<Mod> along_row(const Mod& mod, int b, int h, i
 }
 __device__ __forceinline__ RowMod<Alibi> along_row(const Alibi& mod, int, int h, int q, int k0, int,
                                                 const FwdParams& p) {
-  return RowMod<Alibi>{h == mod.q_head ? mod.slope : alibi_slope(h, p),
-                    static_cast<float>(q + (mod.seqlen_k - mod.seqlen_q) - k0)};
+  return RowMod<Alibi>{mod.slope_of(h, p), static_cast<float>(mod.distance(q, k0))};
 }
 
 // The score-mod of a sequence's rows of head h (packed GQA rows, whose heads differ from the
