@@ -297,11 +297,11 @@ __device__ __forceinline__ KvRange block_mask_range(int q_lo, int q_hi, const Ct
 // (tiles reach past the sequence); block for tile bounds clamped to the sequence and never for a
 // tile outside it (kSkip). Positions are never negative (every backend counts tile rows and keys up
 // from 0), so clamping is a min against the last query and key; visible<true> (a tile inside the
-// sequence, sm90a) passes them as they are: three of a strided mask's seven instructions per
-// element fewer, 1.14 -> 1.36x FlexAttention (docs/PERF.md run 75). Branch-free, so a snippet's loads
-// that depend on the row alone (doc[q_idx]) or the column alone (doc[kv_idx]) are shared by the
-// thread's elements of that row or column: a document mask's sm90a d128 tile issues 34 loads per
-// thread instead of 128 and ran 1.18x as fast (docs/PERF.md run 69). In run 57 this form spilled
+// sequence, sm90a) passes them as they are: a strided mask's sm90a loop about 3 instructions per
+// element instead of 7.6, 1.14 -> 1.36x FlexAttention (docs/PERF.md run 75). Branch-free, so a
+// snippet's loads that depend on the row alone (doc[q_idx]) or the column alone (doc[kv_idx]) are
+// shared by the thread's elements of that row or column: a document mask's sm90a d128 tile issues
+// 34 loads per thread instead of 128 and ran 1.18x as fast (docs/PERF.md run 69). In run 57 this form spilled
 // 60-156 bytes at the consumers' 168 registers and was slower; in run 69's kernels it spills less
 // than the branch did (document: 20 bytes after the KV loop, against 28).
 template <class User>
