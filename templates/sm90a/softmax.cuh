@@ -160,21 +160,7 @@ struct WgSoftmax {
     // loop it cost the d64 causal kernel (kBM 192, 128 registers) 9% (docs/PERF.md run 21).
     mask::Ctx ctx = w.ctx;
     ctx.diag = static_cast<int>(opaque_u32(static_cast<u32>(ctx.diag)));
-    const auto row_q = [&](int h) { return q0 + 8 * h; };
-    const auto row_ctx = [&](int) -> const mask::Ctx& { return ctx; };
-    if constexpr (ScoreMod::kIsIdentity) {
-      if (need_mask) {
-        if constexpr (Mask::kSnippet) {
-          apply_snippet_mask(s, n, w, row_q, row_ctx);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-            if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
-          }
-        }
-      }
-    } else {
+    if constexpr (!ScoreMod::kIsIdentity) {
       // Branch-free: the mod runs on every element (kv_idx clamped below seqlen_k, so aux data
       // indexed by it stays in bounds) and masked results are replaced by -inf afterwards. A
       // per-element `if (visible) s = mod(..)` turns every element into a basic block (Softcap's
@@ -187,15 +173,15 @@ struct WgSoftmax {
 #pragma unroll
       for (int i = 0; i < kN; ++i)
         s[i] = row[(i >> 1) & 1](s[i] * logit_mul(p), 8 * (i >> 2) + (i & 1), p);
-      if (need_mask) {
-        if constexpr (Mask::kSnippet) {
-          apply_snippet_mask(s, n, w, row_q, row_ctx);
-        } else {
+    }
+    if (need_mask) {
+      if constexpr (Mask::kSnippet) {
+        apply_snippet_mask(s, n, w, [&](int h) { return q0 + 8 * h; }, [&](int) -> const mask::Ctx& { return ctx; });
+      } else {
 #pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-            if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
-          }
+        for (int i = 0; i < kN; ++i) {
+          const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
+          if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
         }
       }
     }
