@@ -77,7 +77,8 @@ constexpr TuneField kTuneFields[] = {
     {"pingpong", &TuningOverrides::pingpong, &Tuning::pingpong, 0, 2,
      "0 none, 1 around the GEMMs, 2 around the softmax"},
     {"wg_spans", &TuningOverrides::wg_spans, &Tuning::wg_spans, 0, 1, "0 or 1"},
-    {"persistent", &TuningOverrides::persistent, &Tuning::persistent, 0, 2, "0 grid, 1 persistent tiles, 2 stream-K"},
+    {"persistent", &TuningOverrides::persistent, &Tuning::persistent, 0, 3,
+     "0 grid, 1 persistent tiles, 2 stream-K, 3 persistent tiles claimed at run time"},
     {"line_info", &TuningOverrides::line_info, &Tuning::line_info, 0, 1, "0 or 1"},
 };
 
@@ -187,14 +188,16 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
   Tuning tuning = backend.default_tuning(c, dp);
   for (const TuneField& f : kTuneFields)
     if (const std::optional<int>& v = options.tune.*f.override) tuning.*f.value = *v;
-  if (tuning.persistent < 0 || tuning.persistent > 2)
-    throw ConfigError(
-        fmt::format("tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K)", tuning.persistent));
+  if (tuning.persistent < 0 || tuning.persistent > 3)
+    throw ConfigError(fmt::format(
+        "tune: persistent={} (0: grid, 1: persistent tiles, 2: stream-K, 3: persistent tiles claimed at run time)",
+        tuning.persistent));
   backend.settle(tuning, b, c, dp, arch);
   ResolvedConfig rc{c,         tuning, arch.backend, arch.sm, dp, detail::padded_depth_v(c, dp),
                     b.threads, b.smem, b.ctas_per_sm};
   rc.walk = tuning.persistent == 1   ? TileWalk::persistent
             : tuning.persistent == 2 ? TileWalk::stream_k
+            : tuning.persistent == 3 ? TileWalk::dynamic
                                      : TileWalk::grid;
   rc.uses_tma = backend.uses_tma();
   rc.lpt_order = backend.lpt_order();

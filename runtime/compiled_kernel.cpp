@@ -159,7 +159,8 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   fa4::WalkPlan walk;
   switch (config_.walk) {
     case TileWalk::grid: walk = fa4::GridWalk::plan(in, p); break;
-    case TileWalk::persistent: walk = fa4::PersistentWalk::plan(in, p); break;
+    case TileWalk::persistent:
+    case TileWalk::dynamic: walk = fa4::PersistentWalk::plan(in, p); break;  // the same units, claimed at run time
     case TileWalk::stream_k: walk = fa4::StreamKWalk::plan(in, p); break;
   }
   std::copy(std::begin(walk.grid), std::end(walk.grid), plan.grid);
@@ -173,9 +174,13 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     const int rows_per_cta = fa4::combine_rows_per_cta(splits);
     plan.combine_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
     plan.split = SplitLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k};
+  }
+  plan.split.tile_counter = config_.walk == TileWalk::dynamic;
+  if (plan.split.bytes() > 0) {
     if (args.workspace && args.workspace_bytes < plan.split.bytes())
-      throw LaunchError(fmt::format("launch: workspace_bytes is {}, {} splits need {} (Kernel::workspace_bytes)",
-                                    args.workspace_bytes, splits, plan.split.bytes()));
+      throw LaunchError(fmt::format(
+          "launch: workspace_bytes is {}, {} need {} (Kernel::workspace_bytes)", args.workspace_bytes,
+          splits > 1 ? fmt::format("{} splits", splits) : std::string("the tile counter"), plan.split.bytes()));
     if (args.workspace && reinterpret_cast<std::uintptr_t>(args.workspace) % 16 != 0)
       throw LaunchError("launch: workspace is not 16-byte aligned");
   }
@@ -235,16 +240,20 @@ void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
 
 void CompiledKernel::enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream, const LoadedModule& module) const {
   const CUstream s = static_cast<CUstream>(stream);
-  if (p.params.num_splits <= 1) {
+  if (p.split.bytes() == 0) {
     void* kernel_params[] = {&p.params, &p.tma};
     launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
     return;
   }
-  const CUfunction combine = combine_->function();  // loaded with the kernel's module
   SplitWorkspace ws(args, p.split.bytes(), s);
   p.split.place(ws.get(), p.params);
+  if (p.params.tile_counter)  // the dynamic walk claims units from 0 (a memset node under graph capture)
+    check(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(p.params.tile_counter), 0u, 1, s),
+          "cuMemsetD32Async(tile counter)");
   void* kernel_params[] = {&p.params, &p.tma};
   launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
+  if (p.params.num_splits <= 1) return;
+  const CUfunction combine = combine_->function();  // loaded with the kernel's module
   void* combine_params[] = {&p.params};
   const unsigned combine_grid[3] = {p.combine_grid, 1, 1};
   launch_on(combine, combine_grid, fa4::kCombineThreads, 0, s, combine_params, combine_->waits_for_kernel());

@@ -37,6 +37,7 @@ namespace jit::detail {
   X(cuMemcpyHtoD) \
   X(cuMemcpyDtoH) \
   X(cuMemsetD8) \
+  X(cuMemsetD32Async) \
   X(cuEventCreate) \
   X(cuEventDestroy) \
   X(cuEventRecord) \

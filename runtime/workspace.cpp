@@ -31,15 +31,25 @@ CUmemoryPool workspace_pool(CUdevice dev) {
   return pool;
 }
 
-std::size_t SplitLayout::bytes() const {
+namespace {
+std::size_t partial_bytes(const SplitLayout& l) {
   static_assert(sizeof(float) == sizeof(int), "split_count shares the float-sized slots");
-  return static_cast<std::size_t>(rows) * (1LL * splits * (depth + 1) + (segment_counts ? 1 : 0)) * sizeof(float);
+  return static_cast<std::size_t>(l.rows) * (1LL * l.splits * (l.depth + 1) + (l.segment_counts ? 1 : 0)) *
+         sizeof(float);
 }
+}  // namespace
+
+std::size_t SplitLayout::counter_offset() const { return (partial_bytes(*this) + 15) / 16 * 16; }
+
+std::size_t SplitLayout::bytes() const { return tile_counter ? counter_offset() + 16 : partial_bytes(*this); }
 
 void SplitLayout::place(CUdeviceptr base, fa4::FwdParams& p) const {
-  p.o_partial = reinterpret_cast<float*>(base);
-  p.lse_partial = p.o_partial + rows * splits * depth;
-  p.split_count = segment_counts ? reinterpret_cast<int*>(p.lse_partial + rows * splits) : nullptr;
+  if (rows > 0) {
+    p.o_partial = reinterpret_cast<float*>(base);
+    p.lse_partial = p.o_partial + rows * splits * depth;
+    p.split_count = segment_counts ? reinterpret_cast<int*>(p.lse_partial + rows * splits) : nullptr;
+  }
+  p.tile_counter = tile_counter ? reinterpret_cast<int*>(base + counter_offset()) : nullptr;
 }
 
 SplitWorkspace::SplitWorkspace(const LaunchArgs& args, std::size_t bytes, CUstream stream) : stream_(stream) {

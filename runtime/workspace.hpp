@@ -1,5 +1,5 @@
-// Scratch for split-KV launches: the caller's buffer, or stream-ordered memory from a pool that
-// fa4jit keeps per device.
+// Scratch for split-KV launches and the dynamic walk's counter: the caller's buffer, or
+// stream-ordered memory from a pool that fa4jit keeps per device.
 #pragma once
 #include <cstddef>
 
@@ -9,14 +9,17 @@
 
 namespace jit::detail {
 
-// Where a split launch's scratch keeps each array, in order: o_partial [splits][rows][depth] and
-// lse_partial [splits][rows] floats, then stream-K's split_count [rows] ints. The plan sizes the
-// scratch and the launch points the params into it from this one description.
+// Where a launch's scratch keeps each array, in order: a split launch's o_partial
+// [splits][rows][depth] and lse_partial [splits][rows] floats, then stream-K's split_count [rows]
+// ints; then, 16-byte aligned, the dynamic walk's tile_counter (one int, zeroed before each launch).
+// The plan sizes the scratch and the launch points the params into it from this one description.
 struct SplitLayout {
-  long long rows = 0;
+  long long rows = 0;  // 0: not split
   int splits = 1, depth = 0;
   bool segment_counts = false;  // stream-K
+  bool tile_counter = false;    // TileWalk::dynamic
   std::size_t bytes() const;
+  std::size_t counter_offset() const;  // of tile_counter
   void place(CUdeviceptr base, fa4::FwdParams& p) const;
 };
 

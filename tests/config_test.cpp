@@ -530,7 +530,7 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       }
     }
   }
-  { EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=3")), jit::ConfigError); }
+  { EXPECT_THROW(jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=4")), jit::ConfigError); }
 
   // Depths 64 and 128 keep their tiles.
   EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64)).config.BN, 128);
@@ -895,7 +895,7 @@ TEST(Config, TuningOverridesAreAnInputAndTheirErrorsNameTheItem) {
   EXPECT_EQ(error("exp2_emulate_every=-3"),
             "FA4JIT_TUNE: 'exp2_emulate_every=-3' is out of range: exp2_emulate_every takes 0 .. 64 (0: every exp2 on "
             "MUFU; n: one pair in n by polynomial)");
-  for (const char* t : {"pingpong=3", "wg_spans=2", "line_info=-1", "persistent=3", "intra_wg_overlap=2"})
+  for (const char* t : {"pingpong=3", "wg_spans=2", "line_info=-1", "persistent=4", "intra_wg_overlap=2"})
     EXPECT_NE(error(t).find("is out of range"), std::string::npos) << t;
   for (const char* t : {"pingpong= 1", "pingpong=+1", "pingpong=1x", "pingpong=", "pingpong=99999999999"})
     EXPECT_NE(error(t).find("needs an integer value"), std::string::npos) << t << ": " << error(t);
@@ -912,6 +912,44 @@ TEST(Config, TuningOverridesAreAnInputAndTheirErrorsNameTheItem) {
   // The values land in the generated source, so they change the cache key.
   EXPECT_NE(jit::cache_key(c), jit::cache_key(c, tuned("pingpong=0")));
   EXPECT_EQ(jit::cache_key(c), jit::cache_key(c, tuned("pingpong=1")));  // the default, spelled out
+}
+
+// The dynamic walk (persistent 3: units claimed at run time, templates/common/persistent_walk.h
+// DynamicTiles): sm90a's default for snippet masks (alone or in a combinator) at head dim 128,
+// 16-bit and unpacked; built-in masks keep their walks, and the kernels whose helper warps or
+// packed heads walk the tiles on their own refuse it, naming the tune.
+TEST(Config, SnippetMasksTakeTheDynamicWalkWhereItWasMeasured) {
+  const jit::Mask doc = jit::Mask::custom("return q_idx >= kv_idx;");
+  const auto with = [](jit::FA4Config c, const jit::Mask& m) {
+    c.mask = m;
+    return c;
+  };
+  const jit::FA4Config d128 = cfg_for("sm_90a", 128), d64 = cfg_for("sm_90a", 64);
+  EXPECT_EQ(jit::resolve(with(d128, doc)).walk, jit::TileWalk::dynamic);
+  EXPECT_EQ(jit::resolve(with(d128, doc)).tuning.persistent, 3);
+  EXPECT_EQ(jit::resolve(with(d128, jit::Mask::all_of({jit::Mask::causal(), doc}))).walk, jit::TileWalk::dynamic);
+  EXPECT_EQ(jit::resolve(with(d128, jit::Mask::causal())).walk, jit::TileWalk::persistent);
+  EXPECT_EQ(jit::resolve(with(d64, doc)).walk, jit::TileWalk::grid);  // not measured there
+  EXPECT_EQ(jit::resolve(with(d64, doc), tuned("persistent=3")).walk, jit::TileWalk::dynamic);
+  jit::FA4Config packed = with(d128, doc);
+  packed.pack_gqa = true;
+  packed.group = 8;
+  EXPECT_NE(jit::resolve(packed).walk, jit::TileWalk::dynamic);
+  jit::FA4Config fp8 = with(d128, doc), kv8 = with(d128, doc);
+  fp8.dtype = jit::DType::e4m3;
+  kv8.kv_dtype = jit::DType::e4m3;
+  EXPECT_NE(jit::resolve(fp8).walk, jit::TileWalk::dynamic);
+  EXPECT_NE(jit::resolve(kv8).walk, jit::TileWalk::dynamic);
+  for (const jit::FA4Config& c : {packed, fp8, kv8}) {
+    try {
+      jit::resolve(c, tuned("persistent=3"));
+      ADD_FAILURE() << "persistent=3 accepted for " << jit::to_json(c).dump();
+    } catch (const jit::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("tune: persistent=3"), std::string::npos) << e.what();
+    }
+  }
+  // Other backends walk their grid.
+  EXPECT_EQ(jit::resolve(with(cfg_for("sm_90", 128), doc)).walk, jit::TileWalk::grid);
 }
 
 // resolve() is pure: the environment variable the CLI reads does not reach the library.

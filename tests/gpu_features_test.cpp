@@ -237,38 +237,61 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
 // and together they reach every way a tile boundary goes: a tile followed by a tile whose rows see
 // no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile without Q rows (varlen, empty
 // sequences), and the end of the walk; with split-tail partials, GQA and sinks; on both masks.
+// The same shapes run the dynamic walk (persistent=3: units claimed from the launch's counter and
+// handed to the consumers with Q), whose end and unit handoff cross the same boundaries, and its
+// paged launches (TMA pages of 64 and gathered pages of 3) and forced KV splits.
 TEST(GpuFeatures, PersistentOwnORegionMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
   if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end())
     GTEST_SKIP() << "the persistent walker is sm90a's";
   const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
-  for (int depth : {96, 128})
-    for (const Mask& mask : {Mask::none(), Mask::causal()}) {
-      const auto kernel = jit::get_kernel(config("sm_90a", depth, mask));
-      ASSERT_EQ(kernel->config().tuning.persistent, 1) << "d" << depth << ": not persistent by default";
-      const int bm = kernel->config().config.BM;
-      const std::string what = fmt::format("d{} {}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none");
+  for (const char* tune : {"", "persistent=3"})
+    for (int depth : {96, 128})
+      for (const Mask& mask : {Mask::none(), Mask::causal()}) {
+        const auto kernel = jit::get_kernel(config("sm_90a", depth, mask), jit::testing::tuned(tune));
+        const bool dynamic = *tune != 0;
+        ASSERT_EQ(kernel->config().tuning.persistent, dynamic ? 3 : 1) << "d" << depth << ": not persistent by default";
+        const int bm = kernel->config().config.BM;
+        const std::string what = fmt::format("d{} {}{}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none",
+                                             dynamic ? " dynamic" : "");
+        if (dynamic) {
+          CheckCase paged = heads(4, 2);  // seqused_k over pages: TMA boxes (64) and gathered rows (3)
+          paged.batch = sms / 4 + 3;
+          paged.seqlen_q = 300;
+          paged.seqlens_k.clear();
+          for (int b = 0; b < paged.batch; ++b) paged.seqlens_k.push_back(1 + (b * 197) % 900);
+          for (int page : {64, 3}) {
+            paged.page_size = page;
+            expect_matches(jit::testing::run_and_check(*kernel, paged), fmt::format("{} paged {}", what, page));
+          }
+          CheckCase split = heads(4, 2);  // every tile in 3 KV splits, the units split fastest
+          split.batch = 3;
+          split.seqlen_q = 5 * bm - 7;
+          split.seqlen_k = 1500;
+          split.num_splits = 3;
+          expect_matches(jit::testing::run_and_check(*kernel, split), what + " splits 3");
+        }
 
-      CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
-      equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
-      equal.batch = 3 * sms / (4 * 5) + 1;
-      equal.num_splits = 0;
-      equal.with_sinks = true;
-      expect_matches(jit::testing::run_and_check(*kernel, equal), what + " equal lengths");
+        CheckCase equal = heads(4, 2);  // clipped last Q tile; automatic splits: a split tail when unmasked
+        equal.seqlen_q = equal.seqlen_k = 5 * bm - 7;
+        equal.batch = 3 * sms / (4 * 5) + 1;
+        equal.num_splits = 0;
+        equal.with_sinks = true;
+        expect_matches(jit::testing::run_and_check(*kernel, equal), what + " equal lengths");
 
-      CheckCase keyless = heads(4, 4);  // causal: the first 450 rows see no key (3 whole tiles)
-      keyless.seqlen_q = 700;
-      keyless.seqlen_k = 250;
-      keyless.batch = 3 * sms / (4 * 6) + 1;
-      expect_matches(jit::testing::run_and_check(*kernel, keyless), what + " seqlen_q > seqlen_k");
+        CheckCase keyless = heads(4, 4);  // causal: the first 450 rows see no key (3 whole tiles)
+        keyless.seqlen_q = 700;
+        keyless.seqlen_k = 250;
+        keyless.batch = 3 * sms / (4 * 6) + 1;
+        expect_matches(jit::testing::run_and_check(*kernel, keyless), what + " seqlen_q > seqlen_k");
 
-      CheckCase varlen = heads(8, 2);  // tiles past a sequence's rows have no Q rows
-      varlen.seqlens_q = {0, 900, 5, 0, 640, 128, 1, 300, 0, 77};
-      varlen.seqlens_k = {3, 900, 700, 0, 640, 129, 1000, 260, 9, 77};
-      ASSERT_GE(8LL * 10 * ((900 + bm - 1) / bm), 3LL * sms);
-      expect_matches(jit::testing::run_and_check(*kernel, varlen), what + " varlen");
-    }
+        CheckCase varlen = heads(8, 2);  // tiles past a sequence's rows have no Q rows
+        varlen.seqlens_q = {0, 900, 5, 0, 640, 128, 1, 300, 0, 77};
+        varlen.seqlens_k = {3, 900, 700, 0, 640, 129, 1000, 260, 9, 77};
+        ASSERT_GE(8LL * 10 * ((900 + bm - 1) / bm), 3LL * sms);
+        expect_matches(jit::testing::run_and_check(*kernel, varlen), what + " varlen");
+      }
 }
 
 // A varlen or paged batch is bounded by its total keys unless the caller passes max_seqlen_k

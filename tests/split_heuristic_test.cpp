@@ -145,6 +145,32 @@ TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
   }
 }
 
+// The dynamic walk's tile counter: after the split arrays (or alone), 16-byte aligned, inside the
+// bytes asked for; a launch without it points nowhere and asks for no more than its partials.
+TEST(SplitWorkspace, TileCounterFollowsThePartialsAligned) {
+  for (long long rows : {0LL, 37LL}) {
+    jit::detail::SplitLayout layout{rows, rows ? 5 : 1, 96, false};
+    const std::size_t partials = layout.bytes();
+    layout.tile_counter = true;
+    fa4::FwdParams p{};
+    const CUdeviceptr base = 4096;
+    layout.place(base, p);
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p.tile_counter) - base;
+    EXPECT_EQ(at % 16, 0u);
+    EXPECT_GE(at, partials);
+    EXPECT_LT(at, partials + 16);
+    EXPECT_LE(at + sizeof(int), layout.bytes());
+    if (rows == 0) {
+      EXPECT_EQ(at, 0u);
+      EXPECT_EQ(p.o_partial, nullptr);  // unsplit: only the counter
+    }
+    layout.tile_counter = false;
+    layout.place(base, p);
+    EXPECT_EQ(p.tile_counter, nullptr);
+    EXPECT_EQ(layout.bytes(), partials);
+  }
+}
+
 // The combine's geometry (common/params.h): a row's warps each walk at most 8 splits while the CTA's
 // 8 warps allow; a CTA holds whole rows, and every warp belongs to one.
 TEST(SplitCombine, WarpsPerRowGrowWithTheSplitsUpToTheCta) {

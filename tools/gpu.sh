@@ -24,7 +24,8 @@ On the GPU machine (repository root, .device carried):
   sanitize [SET ...]    compute-sanitizer; SET: prefill (memcheck/racecheck/synccheck on small cases
                         of every sm90a tile walk: grid, persistent + splits, split tail, several
                         tiles per CTA, 3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal,
-                        d96), decode
+                        d96), dynamic (the dynamic walk, persistent=3: splits, varlen, pages 64
+                        and 3), decode
                         (stream-K and a paged + packed + varlen + split case on sm_90a and sm_90),
                         anygroup (packed GQA groups 7, 12 (padded spans) and 128 (sliced, sm_90a)),
                         depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
@@ -139,6 +140,19 @@ san_check() {
   (( rc == 0 )) || fail=1
 }
 
+# TUNE FIELDS CASE...: each CASE "MASK CHECK-ARGS..." under memcheck, racecheck and synccheck, on
+# the sm_90a config {FIELDS,"mask":"MASK"}.
+san_masks() {
+  local tune=$1 fields=$2 c m rest tool
+  shift 2
+  for c in "$@"; do
+    read -r m rest <<<"$c"
+    for tool in memcheck racecheck synccheck; do
+      san_check "$tune" $tool sm_90a "{$fields,\"mask\":\"$m\"}" $rest
+    done
+  done
+}
+
 sanitize() {
   need
   local sets=("$@") s c tune d m tool t rc gtest
@@ -174,6 +188,16 @@ sanitize() {
             san_check "$tune" $tool sm_90a "{\"depth\":$d,\"mask\":\"$m\"}" $rest
           done
         done ;;
+      dynamic)  # the dynamic walk (persistent=3: units claimed from a counter, handed to the consumers in
+        # shared memory with Q): the walk's end, varlen tails, keyless tiles, splits, TMA and gathered pages
+        local cases=(
+          'causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
+          'none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
+          'causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          'causal --batch 3 --heads 4 --seqlen-q 700 --seqlen-k 250'
+          'causal --batch 3 --heads 4 --seqlen-q 300 --seqlens-k 900 64 333 --page-size 64'
+          'none --batch 3 --heads 4 --seqlen-q 300 --seqlens-k 900 64 333 --page-size 3')
+        san_masks persistent=3 '"depth":128' "${cases[@]}" ;;
       depthv)  # V narrower than Q and K (depth 192, depth_v 128): every tile walk, varlen, paged, split, packed
         local cases=(
           '- causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
@@ -213,12 +237,7 @@ sanitize() {
           'sliding_window --batch 1 --heads 2 --seqlen-q 300 --seqlen-k 300 --window 70,0'
           'causal --heads 4 --seqlens-q 100 0 1 --seqlens-k 100 50 129'
           'causal --batch 3 --heads 8 --kv-heads 2 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 16 --pack-gqa --splits 3')
-        for c in "${cases[@]}"; do
-          read -r m rest <<<"$c"
-          for tool in memcheck racecheck synccheck; do
-            san_check "" $tool sm_90a "{\"depth\":512,\"mask\":\"$m\"}" $rest
-          done
-        done ;;
+        san_masks "" '"depth":512' "${cases[@]}" ;;
       gather)  # pages no TMA box takes (page 1, 3): the producer warp's cp.async gather, on sm_90a (MLA's
         # latent rows of 16 bits and of e4m3 too)
         local cases=(

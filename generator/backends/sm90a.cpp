@@ -60,6 +60,24 @@ bool persistent_measured(const FA4Config& c) {
   return mask_ok && mod_ok && c.depth == 128 && value_depth(c) == 128 && c.dtype != DType::e4m3 && !c.kv_dtype;
 }
 
+// Whether the mask tree holds a snippet (a custom mask, alone or inside all_of / any_of): its tile
+// weights come from the snippet or the launch's tile map, which no static order knows.
+bool snippet_mask(const Mask& m) {
+  if (m.kind == Mask::Kind::custom) return true;
+  return std::any_of(m.children.begin(), m.children.end(), snippet_mask);
+}
+
+// The dynamic walk (persistent 3: units claimed at run time, templates/common/persistent_walk.h
+// DynamicTiles) for snippet masks at head dim 128, 16-bit, unpacked: the persistent walk's next
+// tile loads overlap the epilogue, and claiming balances tiles as uneven as a document mask's,
+// where the static stride ran 17% slower than the grid (docs/PERF.md run 75). H200, against the
+// grid (run 76): document 0.740 -> 0.718 ms, strided 1.461 -> 1.387, dilated 1.755 -> 1.661, prefix
+// LM 2.330 -> 2.224. Other depths were not measured.
+bool dynamic_measured(const FA4Config& c, int dp) {
+  return snippet_mask(c.mask) && dp == 128 && c.depth == 128 && value_depth(c) == 128 && c.dtype != DType::e4m3 &&
+         !c.kv_dtype && !c.pack_gqa;
+}
+
 class Sm90a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::hopper; }
@@ -226,6 +244,7 @@ class Sm90a final : public BackendPolicy {
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     // O split over warpgroups (V 512, abi.h o_split): the grid walk, its one measured shape.
     t.persistent = !c.pack_gqa && !wide_o(c, dp) && deep_ok && (plain || persistent_measured(c)) ? 1 : 0;
+    if (dynamic_measured(c, dp)) t.persistent = 3;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -254,6 +273,16 @@ class Sm90a final : public BackendPolicy {
   }
 
   void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& a) const override {
+    // The dynamic walk hands each unit to the consumers with Q (templates/common/persistent_walk.h
+    // DynamicTiles); FP8's transposers and an FP8 KV cache's converters walk the tiles on their own,
+    // and packed GQA runs stream-K or the grid.
+    if (t.persistent == 3 && (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa))
+      throw ConfigError(fmt::format(
+          "tune: persistent=3: the dynamic walk runs 16-bit Q, K and V without packed GQA on {} (this config: {})",
+          c.arch,
+          c.dtype == DType::e4m3 ? "dtype e4m3"
+          : c.kv_dtype           ? "kv_dtype e4m3"
+                                 : "pack_gqa"));
     // The converters walk whole tiles (grid or persistent); stream-K, which packed GQA turns a
     // persistent walk into, cuts tiles into segments.
     if (c.kv_dtype && (t.persistent == 2 || (t.persistent == 1 && c.pack_gqa)))

@@ -69,8 +69,9 @@ struct ResolveOptions {
 };
 
 // How a launch walks the (Q tile, KV split) work: one CTA per unit, one CTA per SM walking the
-// units (longest first when masked), or stream-K shares of all KV tiles (sm90a's walkers).
-enum class TileWalk { grid, persistent, stream_k };
+// units (longest first when masked), stream-K shares of all KV tiles, or one CTA per SM taking the
+// persistent walk's units from a counter as it frees up (sm90a's walkers).
+enum class TileWalk { grid, persistent, stream_k, dynamic };
 
 // A config with every field decided, plus the numbers the launch needs.
 struct ResolvedConfig {

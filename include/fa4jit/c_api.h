@@ -118,10 +118,12 @@ FA4JIT_C_EXPORT void fa4jit_launch_args_init(fa4jit_launch_args* args);
 
 /* Checks every argument (FA4JIT_LAUNCH_ERROR before anything runs) and launches on `stream`
  * (a CUstream; NULL: the legacy default stream). Asynchronous: no synchronization, and no
- * allocation when not split or when args->workspace is given (safe under CUDA graph capture). */
+ * allocation when fa4jit_workspace_bytes is 0 or args->workspace is given (safe under CUDA graph
+ * capture). */
 FA4JIT_C_EXPORT int32_t fa4jit_launch(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, void* stream);
 /* Splits a launch with `args` would use after the automatic choice, and the workspace bytes it
- * needs (0 when not split). Need a GPU when args->num_splits is 0. */
+ * needs (0 when not split, except for kernels on the dynamic walk, whose tile counter lives
+ * there). Need a GPU when args->num_splits is 0. */
 FA4JIT_C_EXPORT int32_t fa4jit_num_splits(const fa4jit_kernel* kernel, const fa4jit_launch_args* args, int32_t* out);
 FA4JIT_C_EXPORT int32_t fa4jit_workspace_bytes(const fa4jit_kernel* kernel, const fa4jit_launch_args* args,
                                                uint64_t* out);

@@ -77,8 +77,8 @@ typedef struct fa4jit_launch_args {
   int64_t block_mask_head_stride;
   /* bytes per q block; 0 broadcasts */
   int64_t block_mask_row_stride;
-  /* scratch for split-KV (workspace_bytes); NULL: a stream-ordered per-device pool (pass it when
-   * capturing CUDA graphs)
+  /* scratch for split-KV and the dynamic walk's tile counter (workspace_bytes); NULL: a stream-
+   * ordered per-device pool (pass it when capturing CUDA graphs)
    */
   void* workspace;
   /* the workspace's size */

@@ -29,7 +29,8 @@ class FA4JIT_API Kernel {
   // loads the module on the current device if needed, and launches on `stream`.
   virtual void launch(const LaunchArgs& args, Stream stream = nullptr) const = 0;
   // Splits a launch with `args` would use (after the automatic choice) and the workspace it needs
-  // (0 when not split). Needs a GPU when args.num_splits is 0.
+  // (0 when not split, unless the kernel's walk is TileWalk::dynamic, whose tile counter lives
+  // there). Needs a GPU when args.num_splits is 0.
   virtual int num_splits(const LaunchArgs& args) const = 0;
   virtual std::size_t workspace_bytes(const LaunchArgs& args) const = 0;
 

@@ -108,8 +108,8 @@ FIELDS = [
     dict(name="block_mask_row_stride", c="int64_t", cpp="block_mask.row_stride", since=1, variants="mask",
          doc="bytes per q block; 0 broadcasts"),
     dict(name="workspace", c="void*", since=1, variants="split",
-         doc="scratch for split-KV (workspace_bytes); NULL: a stream-ordered per-device pool (pass it when "
-             "capturing CUDA graphs)"),
+         doc="scratch for split-KV and the dynamic walk's tile counter (workspace_bytes); NULL: a "
+             "stream-ordered per-device pool (pass it when capturing CUDA graphs)"),
     dict(name="workspace_bytes", c="uint64_t", cpp_type="std::size_t", since=1, variants="split",
          doc="the workspace's size"),
     dict(name="descale_q", c="const float*", since=3, variants="fp8",

@@ -116,6 +116,7 @@ struct GridWalk {
 template <class Work>
 struct GridTiles {
   static constexpr bool kPersistent = false;
+  static constexpr bool kDynamic = false;  // DynamicTiles: units claimed at run time
   const Work& w;
   int iter;
   __device__ __forceinline__ bool valid(const FwdParams&, int = 0) const { return iter == 0; }

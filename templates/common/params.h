@@ -106,6 +106,10 @@ struct FwdParams {
   // An e4m3 latent cache (MLA): float32 [num_pages], page p's rows are page_descale[p] x stored
   // value (sm90a's converters apply it, LatentConverter); null = 1. Other kernels ignore it.
   const float* page_descale;
+  // Dynamic persistent walk (sm90a Tuning::persistent = 3; DynamicTiles in
+  // common/persistent_walk.h): the units claimed after each CTA's first, zeroed before each launch
+  // (in the launch's workspace). Null otherwise.
+  int* tile_counter;
 };
 
 // Bytes of one swizzled shared-memory row (a TMA box's inner span, the wgmma descriptors' swizzle)

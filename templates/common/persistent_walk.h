@@ -241,6 +241,7 @@ namespace fa4 {
 template <class Mask>
 struct PersistentTiles : PersistentWalk {
   static constexpr bool kPersistent = true;
+  static constexpr bool kDynamic = false;
   int iter;  // units of this CTA before the current one
 
   __device__ __forceinline__ static PersistentTiles make() { return PersistentTiles{{}, 0}; }
@@ -268,10 +269,95 @@ struct PersistentTiles : PersistentWalk {
   __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> work(const FwdParams& p, int zero = 0) const {
     int m, split, h, b;
     decode(p, m, split, h, b, zero);
+    return work_of<kBM, kBN, kPack, kBottom, kSpan>(p, m, split, h, b);
+  }
+  // The work of decoded unit (m, split, h, b): m in walk order, split as decode() gives it.
+  template <int kBM, int kBN, int kPack, bool kBottom, int kSpan>
+  __device__ __forceinline__ static TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> work_of(const FwdParams& p, int m,
+                                                                                          int split, int h, int b) {
     TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> w =
         TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
     w.split = split;
     if (split >= 0 && p.num_splits > 1) w.keep_share(split, split + 1, p.num_splits);
+    return w;
+  }
+  // The producer's interface shared with DynamicTiles: nothing to claim here.
+  __device__ __forceinline__ void advance(int) { ++iter; }
+};
+
+// The dynamic persistent walk (Config::kPersistent 3, sm90a): PersistentTiles's units in its order
+// (decode, longest-first when masked), handed out at run time instead of striped. CTA x starts at
+// unit x; the producer claims the CTA's next unit from the launch's counter (p.tile_counter, zeroed
+// before the launch: unit gridDim.x + the claims before it) once a tile's loads are issued (the
+// consumers are a few stages behind), and hands every unit
+// to the consumers in shared memory with the tile's Q (Barriers::unit, written before q_full's
+// arrival, which releases it; a unit past the end, with a plain arrival, ends their walk). The
+// static stride balances only tiles whose weights follow the order (causal); a custom mask's tile
+// map makes them uneven (a document mask's Q tiles see 1 to 15 KV tiles), where the static walk ran
+// 17% slower than the grid's hardware dispatch (docs/PERF.md run 75). The claim's latency passes
+// while the producer waits for a free stage; CTAs still run neighbouring tiles together (K/V in L2).
+// What the producer hands a consumer warpgroup per tile (Barriers::unit): the unit and its KV tiles
+// [n_begin, n_end) as the producer's TileWork has them (its split's share), so the consumers' walk
+// reads no tile map before its first tile (the static walk's consumers scan it while Q loads).
+struct alignas(16) HandedUnit {
+  int t, n_begin, n_end, unused;
+};
+
+template <class Mask>
+struct DynamicTiles : PersistentWalk {
+  static constexpr bool kPersistent = true;
+  static constexpr bool kDynamic = true;
+  int iter;  // units of this CTA before the current one (the barrier phases)
+  int t;     // the current unit: the producer's claim, or what the consumers read from Barriers::unit
+  int n_begin, n_end;  // the consumers': the unit's KV tiles as handed
+
+  __device__ __forceinline__ static DynamicTiles make() {
+    return DynamicTiles{{}, 0, static_cast<int>(blockIdx.x), 0, 0};
+  }
+  // The consumers' copy of what the producer handed.
+  __device__ __forceinline__ void take(const HandedUnit& u) {
+    t = u.t;
+    n_begin = u.n_begin;
+    n_end = u.n_end;
+  }
+  template <class Work>
+  __device__ __forceinline__ HandedUnit hand(const Work& w) const {
+    return {t, w.n_begin, w.n_end, 0};
+  }
+  __device__ __forceinline__ static int loop_zero() { return static_cast<int>(opaque_u32(0u)); }
+  __device__ __forceinline__ bool valid(const FwdParams& p, int zero = 0) const {
+    const int tiles = (p.num_m_blocks + zero) * p.num_q_heads * p.batch;
+    return t < units(p, tiles);
+  }
+  // The unit after the current one, claimed by the producer (kWholeWarp: every lane of a gathering
+  // warp runs the walk; lane 0 claims and the warp shares it).
+  template <bool kWholeWarp = false>
+  __device__ __forceinline__ static int claim(const FwdParams& p) {
+    int next = 0;
+    if (!kWholeWarp || threadIdx.x % 32 == 0) next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+    if constexpr (kWholeWarp) next = __shfl_sync(0xffffffffu, next, 0);
+    return next;
+  }
+  __device__ __forceinline__ void advance(int next) {  // the producer
+    ++iter;
+    t = next;
+  }
+  __device__ __forceinline__ void advance() { ++iter; }  // the consumers (t: read per tile)
+  // The producer's work of unit t (its KV range from the mask and the tile map).
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false, int kSpan = 0>
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> work(const FwdParams& p, int = 0) const {
+    int m, split, h, b;
+    PersistentWalk::decode(p, t, !Mask::kIsNone, m, split, h, b);
+    return PersistentTiles<Mask>::template work_of<kBM, kBN, kPack, kBottom, kSpan>(p, m, split, h, b);
+  }
+  // The consumers' work of the handed unit (take()): its KV range as handed.
+  template <int kBM, int kBN, int kPack = 1, bool kBottom = false, int kSpan = 0>
+  __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> handed_work(const FwdParams& p) const {
+    int m, split, h, b;
+    PersistentWalk::decode(p, t, !Mask::kIsNone, m, split, h, b);
+    TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> w = TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan>::make(
+        p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b, n_begin, n_end);
+    w.split = split;
     return w;
   }
 };

@@ -94,6 +94,7 @@ namespace fa4 {
 template <class Mask>
 struct SegmentTiles : StreamKWalk {
   static constexpr bool kPersistent = true;
+  static constexpr bool kDynamic = false;
   int iter;  // segments of this CTA before the current one
 
   __device__ __forceinline__ static SegmentTiles make() { return SegmentTiles{{}, 0}; }
@@ -106,6 +107,7 @@ struct SegmentTiles : StreamKWalk {
     return u.segment_start(static_cast<int>(blockIdx.x), iter) < u.begin(static_cast<int>(blockIdx.x) + 1);
   }
   __device__ __forceinline__ void advance() { ++iter; }
+  __device__ __forceinline__ void advance(int) { ++iter; }  // the producer's (DynamicTiles claims)
   template <int kBM, int kBN, int kPack = 1, bool kBottom = false, int kSpan = 0>
   // The unused int: PersistentTiles::work's opaque zero (no stream-K caller passes one).
   __device__ __forceinline__ TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> work(const FwdParams& p, int = 0) const {

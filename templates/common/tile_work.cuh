@@ -144,6 +144,20 @@ struct TileWork {
     w.finish(p);
     return w;
   }
+  // The same unit with its KV tiles [n_begin, n_end) as another role computed them (DynamicTiles:
+  // the producer hands them to the consumers, whose walk then reads no tile map before its first tile).
+  __device__ __forceinline__ static TileWork make(const FwdParams& p, int m_block, int h, int b, int n_begin,
+                                                  int n_end) {
+    TileWork w;
+    w.seq = SeqInfo::make(p, b, h);
+    w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
+    w.m_block = m_block;
+    w.split = 0;
+    w.finish_rows();
+    w.n_begin = n_begin;
+    w.n_end = n_end;
+    return w;
+  }
   // Keep shares [s0, s1) of `shares` equal shares of the KV tiles [n_begin, n_end): a KV split
   // (one share) or a stream-K segment (a run of units, common/segments.h). Empty shares are allowed.
   __device__ __forceinline__ void keep_share(int s0, int s1, int shares) {
@@ -158,10 +172,7 @@ struct TileWork {
   // Row range and KV tile range (every visible tile) from seq, ctx and m_block.
   __device__ __forceinline__ void finish(const FwdParams& p) {
     TileWork& w = *this;
-    const int rows = Row::count(w.seq.seqlen_q);
-    w.q_lo = w.m_block * kBM - (kBottom ? ceil_div(rows, kBM) * kBM - rows : 0);
-    w.q_hi = min(w.q_lo + kBM, rows);
-    w.valid = w.q_lo < rows;
+    w.finish_rows();
     w.n_begin = 0;
     w.n_end = 0;
     if (w.valid && w.seq.seqlen_k > 0) {
@@ -173,6 +184,13 @@ struct TileWork {
         w.n_end = ceil_div(end, kBN);
       }
     }
+  }
+  // Row range from seq and m_block.
+  __device__ __forceinline__ void finish_rows() {
+    const int rows = Row::count(seq.seqlen_q);
+    q_lo = m_block * kBM - (kBottom ? ceil_div(rows, kBM) * kBM - rows : 0);
+    q_hi = min(q_lo + kBM, rows);
+    valid = q_lo < rows;
   }
   // The tile's first real row: q_lo, or 0 where kBottom tiling starts the tile above row 0.
   __device__ __forceinline__ int row_lo() const { return kBottom ? max(q_lo, 0) : q_lo; }

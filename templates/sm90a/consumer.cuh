@@ -447,6 +447,17 @@ __device__ __forceinline__ void partner_loop(const FwdParams& p, Tiles tiles, un
   }
 }
 
+// A consumer's work of the walk's current unit: as the walk decodes it, or (DynamicTiles) as the
+// producer handed it. (decltype(auto): the grid walk's CtaWork by reference, as before.)
+template <class Config, class Mask, class Tiles>
+__device__ __forceinline__ decltype(auto) tile_work(const FwdParams& p, const Tiles& tiles) {
+  using Sh = Shape<Config>;
+  if constexpr (Tiles::kDynamic)
+    return tiles.template handed_work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
+  else
+    return tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
+}
+
 // Persistent mode: per-warp word in shared memory, word = (word & keep) + add, by every lane of
 // the warp (all lanes hold the same value; the syncwarps order the reads before any write).
 __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
@@ -462,7 +473,8 @@ __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
 // (q_full, parity 0), KV loop; epilogue (O = 0 and LSE = -inf when no key is visible: the
 // producer then loads nothing, not even Q). Rings and scheduler live for this tile only.
 // Persistent: per tile i: wait q_full[wg] (parity i & 1; the producer signals it for every tile,
-// by TMA bytes or, for a tile without KV tiles or Q rows, a plain arrival); if the tile has Q rows:
+// by TMA bytes or, for a tile without KV tiles or Q rows, a plain arrival; DynamicTiles: the wait
+// comes first, and the unit is read from Barriers::unit[wg] after it); if the tile has Q rows:
 // KV loop, epilogue. Every thread arrives on q_empty[wg] (count 128) once its Q reads are done:
 // right after the KV loop when O is staged in its own region (SmemLayout::kOwnO) or not staged at
 // all (split partials); else after the epilogue's O staging in the Q region and a
@@ -516,11 +528,18 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       carry = warp_uniform(ld_shared_u32(opaque_u32(carry_addr)));
       tiles.iter = static_cast<int>(carry >> 3);
     }
+    if constexpr (Tiles::kDynamic) {  // the unit comes with Q (or, past the last unit, alone)
+      mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
+      const HandedUnit u = bars->unit[wg];
+      tiles.take({static_cast<int>(warp_uniform(static_cast<u32>(u.t))),
+                  static_cast<int>(warp_uniform(static_cast<u32>(u.n_begin))),
+                  static_cast<int>(warp_uniform(static_cast<u32>(u.n_end))), 0});
+    }
     if (!tiles.valid(p, Tiles::loop_zero())) break;
-    const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
+    const CtaWork<Config, Mask>& w = tile_work<Config, Mask>(p, tiles);
     // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
     const bool early_q_release = kPersistent && (L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w)));
-    if constexpr (kPersistent) mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
+    if constexpr (kPersistent && !Tiles::kDynamic) mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
       zero(o);
       SharedP<Config> share = SharedP<Config>::make(base, bars);  // O split: P, corrections, 1 / sums to the partner

@@ -332,17 +332,20 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
 // epilogue is done with its Q region). load == false (tile without KV tiles or without Q rows):
 // plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per tile on both
 // sides. kWholeWarp (gathering producers): every gathering thread waits, thread 0 loads or arrives.
-template <class Config, class Mask, bool kWholeWarp = false>
+// kDynamic (DynamicTiles): the tile's unit is written to Barriers::unit[g] first, and q_full's
+// arrival (release) publishes it to the warpgroup with its Q.
+template <class Config, class Mask, bool kWholeWarp = false, bool kDynamic = false>
 __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                   const TmaCoords& c, unsigned char* smem,
                                                   typename SmemLayout<Config>::Barriers* bars, u32 q_empty_phase,
-                                                  bool load) {
+                                                  bool load, HandedUnit unit = {}) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
 #pragma unroll
   for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
     mbar_wait(&bars->q_empty[g], q_empty_phase);
     if (kWholeWarp && !gather_leader<Config>()) continue;
+    if constexpr (kDynamic) bars->unit[g] = unit;
     u64* bar = &bars->q_full[g];
     if (load) {
       mbar_expect_tx(bar, L::kQTxBytes);
@@ -464,18 +467,23 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     // registers, wider Q boxes): the unit count re-read per tile from an opaque zero rather than
     // held across the walk (4 B spilled at FP8 d128 causal and at d256 causal).
     constexpr bool kTightProducer = Sh::kFp8 || Sh::kDp > 128;
-    for (; tiles.valid(p, kTightProducer ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance()) {
+    constexpr bool kDynamic = Tiles::kDynamic;
+    static_assert(!kDynamic || kGatherWarps<Config> == 1, "the dynamic walk's claim is shared within one warp");
+    int claimed = 0;  // DynamicTiles: the unit after this one, claimed once this one's loads are issued
+    for (; tiles.valid(p, kTightProducer ? static_cast<int>(opaque_u32(0u)) : 0); tiles.advance(claimed)) {
       const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
       // The parity of tile i's q_empty wait: the previous tile's use of the Q region is done.
       const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
       const TmaCoords c = TmaCoords::make(p, w.seq);
+      HandedUnit unit{};
+      if constexpr (kDynamic) unit = tiles.hand(w);
       int n = w.first_tile();  // none when !w.valid (empty KV range)
       if constexpr (kGather) {
         if (w.has(n)) {
           GatherState<Config> gs(p, w.seq, smem, n);
           int next = w.next_tile(n);
           gather_kv_stage<Config, Mask, false>(p, w.seq, k_ring, k_dst, n, w.has(next), next, gs);
-          load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, true);
+          load_q_persistent<Config, Mask, true, kDynamic>(tma, w, c, smem, bars, q_empty_phase, true, unit);
           gather_kv_stage<Config, Mask, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
           for (n = next, gs.advance(); w.has(n); n = next, gs.advance()) {
             next = w.next_tile(n);
@@ -483,18 +491,33 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
             gather_kv_stage<Config, Mask, true>(p, w.seq, v_ring, v_dst, n, false, 0, gs);
           }
         } else {
-          load_q_persistent<Config, Mask, true>(tma, w, c, smem, bars, q_empty_phase, false);
+          load_q_persistent<Config, Mask, true, kDynamic>(tma, w, c, smem, bars, q_empty_phase, false, unit);
         }
       } else if (w.has(n)) {
         load_kv_stage<Config, false, false>(p, k_ring, &tma.k, k_dst, n, c);
-        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, true);
+        load_q_persistent<Config, Mask, false, kDynamic>(tma, w, c, smem, bars, q_empty_phase, true, unit);
         load_kv_stage<Config, false, true>(p, v_ring, &tma.v, v_dst, n, c);
         for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
           load_kv_stage<Config, false, false>(p, k_ring, &tma.k, k_dst, n, c);
           load_kv_stage<Config, false, true>(p, v_ring, &tma.v, v_dst, n, c);
         }
       } else {
-        load_q_persistent<Config, Mask>(tma, w, c, smem, bars, q_empty_phase, false);
+        load_q_persistent<Config, Mask, false, kDynamic>(tma, w, c, smem, bars, q_empty_phase, false, unit);
+      }
+      // Claimed here, not as the tile starts: nothing holds it across the loads (the producer runs at
+      // 24 registers), and its latency passes while the producer waits for the next free stage.
+      if constexpr (kDynamic) claimed = Tiles::template claim<kGather>(p);
+    }
+    // The dynamic walk's end: the unit past the last one, with a plain arrival on each q_full, ends
+    // the consumers' walk (consumer_loop reads it as an invalid unit).
+    if constexpr (kDynamic) {
+      const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
+#pragma unroll
+      for (int g = 0; g < Sh::kRowWGs; ++g) {
+        mbar_wait(&bars->q_empty[g], q_empty_phase);
+        if (kGather && !gather_leader<Config>()) continue;
+        bars->unit[g] = HandedUnit{tiles.t, 0, 0, 0};
+        mbar_arrive(&bars->q_full[g]);
       }
     }
   }

@@ -138,6 +138,7 @@ struct Shape {
   static constexpr int kExp2EmulateEvery = Config::kExp2EmulateEvery;
   static constexpr bool kPersistent = Config::kPersistent != 0;
   static constexpr bool kStreamK = Config::kPersistent == 2;
+  static constexpr bool kDynamic = Config::kPersistent == 3;  // DynamicTiles: units claimed at run time
   static constexpr int kPack = Config::kPack;
   static constexpr int kPackSlices = Config::kPackSlices;
   using Rows = PackedRow<kPack, 64>;  // tile row -> (query, head); spans are the warpgroups' 64 rows
@@ -217,7 +218,11 @@ struct Shape {
   static_assert(kPackSlices == 1 || (kPack > 1 && !kPersistent),
                 "sm90a kernel: sliced GQA packing (kPackSlices > 1) runs the grid walk (the persistent walks "
                 "count one packed CTA per KV head)");
-  static_assert(Config::kPersistent >= 0 && Config::kPersistent <= 2, "sm90a kernel: kPersistent is 0, 1 or 2");
+  static_assert(Config::kPersistent >= 0 && Config::kPersistent <= 3, "sm90a kernel: kPersistent is 0, 1, 2 or 3");
+  // The dynamic walk's units reach the consumers with Q (Barriers::unit) and the producer's warp
+  // (one thread, or one gathering warp); helper warps and an O split's partner would need them too.
+  static_assert(!kDynamic || (!kProducerHelpers && kOSplit == 1 && kPack == 1),
+                "sm90a kernel: the dynamic walk (kPersistent 3) runs 16-bit K/V, unpacked, without an O split");
   static_assert(!(kPersistent && !kStreamK && kPack > 1),
                 "sm90a kernel: the LPT persistent scheduler walks q heads; GQA packing needs kPersistent 0 or 2");
 };

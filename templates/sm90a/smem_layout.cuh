@@ -4,6 +4,7 @@
 #pragma once
 #include "common/pipeline.cuh"
 #include "sm90a/abi.h"
+#include "common/persistent_walk.h"  // HandedUnit
 #include "sm90a/shape.cuh"
 
 namespace fa4 {
@@ -97,6 +98,9 @@ struct SmemLayout {
     // O split only (shared_p.cuh): P's one-slot ring from the S warpgroup (full: its 128 threads
     // arrive) to its partner (empty: its 128 threads).
     pipe::Barriers<1> p;
+    // Dynamic persistent walk only (DynamicTiles; last, so no other offset moves): consumer
+    // warpgroup g's next unit and its KV tiles, written by the producer before it arrives on q_full[g].
+    HandedUnit unit[Sh::kNumConsumerWGs];
   };
   // The ring P V acquires: V, or for FP8 its transposed copy.
   __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* pv_barriers(Barriers* b) {

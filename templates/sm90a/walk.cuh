@@ -16,10 +16,11 @@ using CtaWork = TileWork<Shape<Config>::kBM, Shape<Config>::kBN, Mask, Shape<Con
                          Shape<Config>::kWgRows>;
 
 // The CTA's tile walk: GridTiles (kPersistent 0; it holds the CtaWork built before the role
-// split), PersistentTiles (1) or SegmentTiles (2).
+// split), PersistentTiles (1), SegmentTiles (2) or DynamicTiles (3).
 template <int kPersistent, class Work, class Mask> struct TileWalkerOf { using type = GridTiles<Work>; };
 template <class Work, class Mask> struct TileWalkerOf<1, Work, Mask> { using type = PersistentTiles<Mask>; };
 template <class Work, class Mask> struct TileWalkerOf<2, Work, Mask> { using type = SegmentTiles<Mask>; };
+template <class Work, class Mask> struct TileWalkerOf<3, Work, Mask> { using type = DynamicTiles<Mask>; };
 template <class Config, class Mask>
 using TileWalker = typename TileWalkerOf<PersistentOf<Config>::value, CtaWork<Config, Mask>, Mask>::type;
 
