@@ -285,17 +285,6 @@ struct PersistentTiles : PersistentWalk {
   __device__ __forceinline__ void advance(int) { ++iter; }
 };
 
-// The dynamic persistent walk (Config::kPersistent 3, sm90a): PersistentTiles's units in its order
-// (decode, longest-first when masked), handed out at run time instead of striped. CTA x starts at
-// unit x; the producer claims the CTA's next unit from the launch's counter (p.tile_counter, zeroed
-// before the launch: unit gridDim.x + the claims before it) once a tile's loads are issued (the
-// consumers are a few stages behind), and hands every unit
-// to the consumers in shared memory with the tile's Q (Barriers::unit, written before q_full's
-// arrival, which releases it; a unit past the end, with a plain arrival, ends their walk). The
-// static stride balances only tiles whose weights follow the order (causal); a custom mask's tile
-// map makes them uneven (a document mask's Q tiles see 1 to 15 KV tiles), where the static walk ran
-// 17% slower than the grid's hardware dispatch (docs/PERF.md run 75). The claim's latency passes
-// while the producer waits for a free stage; CTAs still run neighbouring tiles together (K/V in L2).
 // What the producer hands a consumer warpgroup per tile (Barriers::unit): the unit and its KV tiles
 // [n_begin, n_end) as the producer's TileWork has them (its split's share), so the consumers' walk
 // reads no tile map before its first tile (the static walk's consumers scan it while Q loads).
@@ -303,6 +292,17 @@ struct alignas(16) HandedUnit {
   int t, n_begin, n_end, unused;
 };
 
+// The dynamic persistent walk (Config::kPersistent 3, sm90a): PersistentTiles's units in its order
+// (decode, longest-first when masked), handed out at run time instead of striped. CTA x starts at
+// unit x; the producer claims the CTA's next unit from the launch's counter (p.tile_counter, zeroed
+// before the launch: unit gridDim.x + the claims before it) once a tile's loads are issued (the
+// consumers are a few stages behind), and hands every unit to the consumers in shared memory
+// with the tile's Q (Barriers::unit, written before q_full's arrival, which releases it; a unit
+// past the end, with a plain arrival, ends their walk). The static stride balances only tiles
+// whose weights follow the order (causal); a custom mask's tile map makes them uneven (a document
+// mask's Q tiles see 1 to 15 KV tiles), where the static walk ran 17% slower than the grid's
+// hardware dispatch (docs/PERF.md run 75). The claim's latency passes while the producer waits for
+// a free stage; CTAs still run neighbouring tiles together (K/V in L2).
 template <class Mask>
 struct DynamicTiles : PersistentWalk {
   static constexpr bool kPersistent = true;
