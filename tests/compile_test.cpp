@@ -91,6 +91,24 @@ TEST(Compile, HopperDeepHeadsCompileWithoutSpills) {
   }
 }
 
+// The dynamic walk (persistent=3, templates/common/persistent_walk.h DynamicTiles) builds at every
+// sm90a depth it accepts, beside the d128 snippet kernels that take it by default (GPU-tested at d64
+// and d128): the producer claims units with a global atomic add, and no wgmma is serialized.
+TEST(Compile, HopperDynamicWalkCompilesAtEveryDepth) {
+  for (int depth : {64, 96, 192, 256}) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = depth;
+    c.depth_v = depth == 192 ? 128 : 0;
+    c.mask = jit::Mask::causal();
+    const std::string what = fmt::format("sm_90a d{} causal persistent=3", depth);
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c, jit::testing::tuned("persistent=3"))) << what;
+    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+    expect_ptx_has(out.ptx, {"atom.global.add", "setmaxnreg"}, what);
+  }
+}
+
 // sm90a's O split over two warpgroups (a V 512 wide, abi.h o_split): head dim 512 (BN 32: two K
 // and two V stages beside its 64 KiB Q) for each mask kind, a score-mod and packed GQA decode, and
 // MLA's latent 576 / 512, also over an e4m3 latent cache (fp16 MMAs under a bf16 Q; BN 32).

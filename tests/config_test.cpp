@@ -287,11 +287,11 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   std::vector<Case> cases;
   for (int d : {64, 96, 128, 192, 256})
     for (bool causal : {false, true})
-      for (const char* tune : {"persistent=0", "persistent=1", "persistent=2"})
+      for (const char* tune : {"persistent=0", "persistent=1", "persistent=2", "persistent=3"})
         cases.push_back({d, jit::DType::bf16, false, causal, false, tune});
   cases.push_back({128, jit::DType::bf16, false, true, true, ""});
   // depth 192 with a V of 128 (DeepSeek-V3 prefill): its V ring and own-O region are 128 wide.
-  for (const char* tune : {"persistent=0", "persistent=1", "persistent=2"})
+  for (const char* tune : {"persistent=0", "persistent=1", "persistent=2", "persistent=3"})
     for (bool causal : {false, true}) cases.push_back({192, jit::DType::bf16, false, causal, false, tune, 128});
   // MLA's absorbed decode (576 / 512, packed): no V ring (V is K's prefix), O over two warpgroups.
   for (bool causal : {false, true}) cases.push_back({576, jit::DType::bf16, false, causal, true, "", 512});
