@@ -10,8 +10,9 @@ state. This module holds the pieces that make that so, and nothing model- or ker
 - ``per_call`` / ``back_to_back``: a kernel's time per call (CUDA events around each call, median),
   and back to back (one event pair around many calls, replayed from a CUDA graph where the callable
   can be captured), with the energy per call (mean sampled power x time).
-- ``run_rounds``: interleaved rounds over the arms of one row, the order alternating every round,
-  so drift falls on every arm alike; ``paired`` / ``summarize``: ratios paired per round.
+- ``run_rounds``: interleaved rounds over the arms of one row, each arm taking every position in
+  turn (``round_order``), so drift and a neighbour's heat fall on every arm alike, and each arm led
+  in by its own calls before it is timed; ``paired`` / ``summarize``: ratios paired per round.
 
 The statistics (``stable``, ``paired``, ``median``, ``summarize``) are pure functions: the CPU tests
 in tests/python/test_bench_harness.py check them without a GPU.
@@ -259,14 +260,39 @@ def back_to_back(fn, est_ms, nvml, min_s=0.06, graph=True, max_calls=400):
     return out
 
 
-def measure(fn, nvml, iters=20, graph=True, max_calls=400):
-    """One arm's measurement in one round: per call, then back to back with energy."""
+def lead_in(fn, seconds):
+    """Calls of fn back to back for ``seconds`` (at least 4): at the power cap the SM clock follows
+    the last few milliseconds' power, so a kernel timed right after a cooler or hotter one would
+    run at that one's clock (docs/PERF.md, log run 77)."""
+    import torch
+    t0, i = time.perf_counter(), 0
+    while i < 4 or time.perf_counter() - t0 < seconds:
+        fn(i)
+        i += 1
+        if i % 8 == 0:
+            torch.cuda.synchronize()  # bounds the queue: the time is the GPU's, not the launch loop's
+    torch.cuda.synchronize()
+
+
+def measure(fn, nvml, iters=20, graph=True, max_calls=400, lead_s=0.1):
+    """One arm's measurement in one round: led in by its own calls, then per call, then back to back
+    with energy."""
+    lead_in(fn, lead_s)
     ms = per_call(fn, iters, min_s=0.01)
     return {"ms": ms, **back_to_back(fn, ms, nvml, graph=graph, max_calls=max_calls)}
 
 
+def round_order(names, r):
+    """The arms' order in round r: rotated by one each round, reversed every other cycle, so over
+    len(names) rounds every arm takes every position once, and neighbours change."""
+    n = len(names)
+    k = r % n
+    order = list(names[k:]) + list(names[:k])
+    return order[::-1] if (r // n) % 2 else order
+
+
 def run_rounds(arms, nvml, rounds=3, iters=20, preload_s=0.3, graph=True, max_calls=400):
-    """Interleaved rounds over ``arms`` ({name: fn(i)}), order reversed every other round. Before
+    """Interleaved rounds over ``arms`` ({name: fn(i)}) in ``round_order``. Before
     the first round the arms run round-robin for at least ``preload_s`` and until the SM clock is
     stable, so the row starts in the steady state the run was warmed to. A failing arm is recorded
     as {"error": ...} and the others go on. ``max_calls`` bounds a back-to-back graph (each captured
@@ -276,7 +302,7 @@ def run_rounds(arms, nvml, rounds=3, iters=20, preload_s=0.3, graph=True, max_ca
     warm_until_stable(lambda: [arms[n](0) for n in names], nvml, min_s=preload_s, max_s=5.0, block_s=0.05, window=3)
     out = []
     for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
+        order = round_order(names, r)
         rd = {}
         for name in order:
             try:

@@ -554,7 +554,8 @@ def combined_table(paths):
 
 FLEX_SHAPE = (4, 16, 8192, 128)  # B, H, S, D
 FLEX_MODS = ("causal", "sliding_window", "prefix_lm", "document", "alibi", "softcap", "relative_bias", "dilated",
-             "strided")
+             "strided", "paged")
+FLEX_PAGE = 128  # the paged row's page size: FlexAttention's PagedAttention needs it equal to its KV block
 
 
 def flex_mods(name, B, H, S, device="cuda"):
@@ -609,16 +610,13 @@ def flex_mods(name, B, H, S, device="cuda"):
     raise ValueError(name)
 
 
-def run_flex_row(name, nvml, rounds, iters, graph=True):
+def flex_arms(name, q, k, v):
+    """(arms, fa4jit's BlockMask, FlexAttention's) of a row on (B, H, S, D) q / k / v."""
     import fa4jit
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    B, H, S, D = FLEX_SHAPE
+    B, H, S, _ = q.shape
     mask, score, builtin = flex_mods(name, B, H, S)
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    # torch.compile recompiles flex_attention for each mod (a guard on its code); past dynamo's
-    # default limit of 8 it falls back to eager flex_attention, 70x slower (the 9th mod of --flex all).
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     bb = B if name == "document" else None
     ours_bm = fa4jit.create_block_mask(mask, bb, None, S, S, device="cuda")
     theirs_bm = create_block_mask(mask, bb, None, S, S, device="cuda")
@@ -628,6 +626,69 @@ def run_flex_row(name, nvml, rounds, iters, graph=True):
     if builtin is not None:
         qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         arms["builtin"] = lambda i: fa4jit.attention(qb, kb, vb, **builtin).transpose(1, 2)
+    return arms, ours_bm, theirs_bm
+
+
+def paged_caches(k, v, page, seed=1):
+    """k / v (B, H, S, D) in shuffled pages two ways: fa4jit's (pages, page, H, D) with its page table
+    (B, S / page), and FlexAttention's PagedAttention cache (1, H, pages x page, D) over the same
+    physical pages, with its page table and physical-to-logical map set to that permutation (the
+    state its reserve() leaves, for another free-page order)."""
+    import torch
+    from torch.nn.attention.experimental._paged_attention import PagedAttention
+    B, H, S, D = k.shape
+    per, n = S // page, B * S // page
+    table = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).view(B, per).to(k.device)
+    pages = []
+    for t in (k, v):
+        c = torch.empty(n, page, H, D, device=t.device, dtype=t.dtype)
+        c[table] = t.transpose(1, 2).reshape(B, per, page, H, D)
+        pages.append(c)
+    pa = PagedAttention(n, page, B, device=k.device)
+    pa.page_table[:, :per] = table
+    pa.physical_to_logical[torch.arange(B, device=k.device)[:, None], table] = torch.arange(
+        per, device=k.device).expand(B, per)
+    pa.capacity[:] = S
+    pa.empty_pages = []
+    flat = [c.permute(2, 0, 1, 3).reshape(1, H, n * page, D) for c in pages]
+    return pages, table.to(torch.int32), pa, flat
+
+
+def paged_arms(q, k, v):
+    """The PagedAttention row: causal attention over a KV cache in shuffled pages of FLEX_PAGE.
+    FlexAttention runs its documented PagedAttention recipe (torch.nn.attention.experimental:
+    the logical block mask and mask_mod converted through the page table, one physical cache
+    shared by the batch); fa4jit runs attention_paged with the traced logical mask and its tile
+    map (a BlockMask as block_mask_mod), and with the built-in causal mask."""
+    import fa4jit
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    B, H, S, _ = q.shape
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+    (kc, vc), table, pa, (kf, vf) = paged_caches(k, v, FLEX_PAGE)
+    used = torch.full((B,), S, dtype=torch.int32, device=q.device)
+    ours_bm = fa4jit.create_block_mask(causal, None, None, S, S, device="cuda")
+    logical = create_block_mask(causal, B, None, S, S, device="cuda", BLOCK_SIZE=FLEX_PAGE)
+    theirs_bm = pa.convert_logical_block_mask(logical)
+    fx = torch.compile(flex_attention, dynamic=False)
+    qs = q.transpose(1, 2)
+    arms = {"fa4jit": lambda i: fa4jit.attention_paged(qs, kc, vc, table, used, mask_mod=causal,
+                                                       block_mask_mod=ours_bm).transpose(1, 2),
+            "flex": lambda i: fx(q, kf, vf, block_mask=theirs_bm),
+            "builtin": lambda i: fa4jit.attention_paged(qs, kc, vc, table, used, causal=True).transpose(1, 2)}
+    return arms, ours_bm, logical
+
+
+def run_flex_row(name, nvml, rounds, iters, graph=True):
+    import torch
+    B, H, S, D = FLEX_SHAPE
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    # torch.compile recompiles flex_attention for each mod (a guard on its code); past dynamo's
+    # default limit of 8 it falls back to eager flex_attention, 70x slower (the 9th mod of --flex all).
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    arms, ours_bm, theirs_bm = paged_arms(q, k, v) if name == "paged" else flex_arms(name, q, k, v)
     arms["fa4jit A/A"] = arms["fa4jit"]
     checks, errors = {}, {}
     for a in ("flex", "builtin"):
@@ -640,10 +701,10 @@ def run_flex_row(name, nvml, rounds, iters, graph=True):
     rd = harness.run_rounds(arms, nvml, rounds=rounds, iters=iters, graph=graph, max_calls=64)
     s = harness.summarize(rd, "fa4jit", "fa4jit A/A", [p for p in ("flex", "builtin") if p in arms])
     s["vs_flex"] = harness.spread(harness.paired(rd, "flex", "fa4jit", "ms"))
-    s["vs_builtin"] = harness.spread(harness.paired(rd, "builtin", "fa4jit", "ms")) if builtin else None
+    s["vs_builtin"] = harness.spread(harness.paired(rd, "builtin", "fa4jit", "ms")) if "builtin" in arms else None
     s.update({"checks": checks, "errors": errors, "sparsity": round(ours_bm.sparsity(), 2),
               "flex_sparsity": round(float(theirs_bm.sparsity()), 2)})
-    del q, k, v
+    del q, k, v, arms
     torch.cuda.empty_cache()
     return s
 

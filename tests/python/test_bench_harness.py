@@ -104,6 +104,19 @@ def test_summarize_without_a_peer_has_no_ratio():
     assert s["best_peer"] is None and "vs_best" not in s
 
 
+def test_every_arm_takes_every_position_and_changes_neighbours():
+    names = ["fa4jit", "flex", "builtin", "fa4jit A/A"]
+    orders = [harness.round_order(names, r) for r in range(2 * len(names))]
+    assert all(sorted(o) == sorted(names) for o in orders)
+    for first_cycle in (orders[:4], orders[4:]):
+        for pos in range(len(names)):
+            assert sorted(o[pos] for o in first_cycle) == sorted(names)  # each arm in each position once
+    # builtin's neighbours are not always the same arm (a hot or cool neighbour's clock carries over)
+    neighbours = {frozenset(o[max(0, o.index("builtin") - 1):o.index("builtin") + 2]) - {"builtin"} for o in orders}
+    assert len(neighbours) >= 3
+    assert harness.round_order(["a"], 5) == ["a"]
+
+
 def test_an_arm_failing_in_one_round_does_not_count_as_run():
     rounds = rounds_of([1.0, 1.0], [1.0, 1.0], {"cudnn": [0.5, None]})
     s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn"])
@@ -300,6 +313,32 @@ def test_bench_has_no_timing_path_in_another_process():
         times_peers = any(w in text for w in ("scaled_dot_product_attention", "flash_attn", "flashinfer", "peers"))
         if times_peers:
             assert "subprocess" not in text, name
+
+
+def test_paged_row_caches_hold_the_same_keys_in_both_layouts():
+    """The flex table's paged row: fa4jit's pages and FlexAttention's PagedAttention cache are the
+    same shuffled physical pages, and FlexAttention's documented recipe over them (the converted
+    block mask and mask_mod) computes causal attention over the logical sequence (eager, CPU)."""
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    B, H, S, D, P = 2, 2, 512, 32, 128
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(3))
+    (kc, vc), table, pa, (kf, vf) = zoo.paged_caches(k, v, P)
+    assert table.dtype == torch.int32 and sorted(table.flatten().tolist()) == list(range(B * S // P))
+    assert table.flatten().tolist() != list(range(B * S // P))  # shuffled, not in order
+    for b in range(B):
+        for r in (0, 1, P - 1, P, S - 1):
+            page, row = int(table[b, r // P]), r % P
+            assert torch.equal(kc[page, row], k[b, :, r]) and torch.equal(vc[page, row], v[b, :, r])
+            assert torch.equal(kf[0, :, page * P + row], k[b, :, r])
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+    logical = create_block_mask(causal, B, None, S, S, device="cpu", BLOCK_SIZE=P)
+    out = flex_attention(q, kf, vf, block_mask=pa.convert_logical_block_mask(logical))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    assert (out.double() - ref).abs().max().item() < 1e-4
 
 
 # ---- on a GPU --------------------------------------------------------------------------------------

@@ -227,6 +227,36 @@ def test_varlen_and_paged_take_traced_mods():
     assert_close(o, ref_o.transpose(1, 2), torch.bfloat16, what="paged")
 
 
+def test_paged_attention_takes_a_block_mask_of_its_logical_positions():
+    """FlexAttention's PagedAttention pattern on fa4jit's paged path: a traced, aux-dependent document
+    mask over logical positions with its tile map (a BlockMask as block_mask_mod) on a cache in
+    shuffled pages, GQA, a length no tile divides; the output is poisoned first."""
+    B, Hq, Hkv, S, D, P = 2, 8, 2, 1000, 128, 64
+    q, k, v = bhsd(B, Hq, Hkv, S, S, D, seed=21)
+    doc = torch.zeros(B, S, dtype=torch.int32, device="cuda")
+    doc[0, 300:], doc[0, 700:], doc[1, 517:] = 1, 2, 1
+
+    def document(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (q_idx >= kv_idx)
+    pages = -(-S // P)
+    table = torch.randperm(B * pages, generator=torch.Generator().manual_seed(4)).view(B, pages).cuda()
+    kc = torch.zeros(B * pages, P, Hkv, D, device="cuda", dtype=torch.bfloat16)
+    vc = torch.zeros_like(kc)
+    for b in range(B):
+        for c, t in ((kc, k), (vc, v)):
+            rows = torch.zeros(pages * P, Hkv, D, device="cuda", dtype=torch.bfloat16)
+            rows[:S] = t[b].transpose(0, 1)
+            c[table[b]] = rows.view(pages, P, Hkv, D)
+    used = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    bm = fa4jit.create_block_mask(document, B, None, S, S, device="cuda")
+    assert 0.3 < bm.sparsity() / 100 < 0.9  # empty tiles to skip, partial and full ones to run
+    out = torch.full((B, S, Hq, D), float("nan"), device="cuda", dtype=torch.bfloat16)
+    fa4jit.attention_paged(q.transpose(1, 2), kc, vc, table.to(torch.int32), used, mask_mod=document,
+                           block_mask_mod=bm, out=out)
+    ref_o, _ = reference(q, k.repeat_interleave(Hq // Hkv, 1), v.repeat_interleave(Hq // Hkv, 1), document)
+    assert_close(out, ref_o.transpose(1, 2), torch.bfloat16, what="paged, document BlockMask")
+
+
 def test_cuda_graph_capture_with_block_mask():
     B, H, S = 1, 4, 1024
     q, k, v = bhsd(B, H, H, S, S, seed=13)
