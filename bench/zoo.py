@@ -551,6 +551,7 @@ def combined_table(paths):
 # bf16), each run three ways in one process: fa4jit.flex_attention with the mods traced into
 # snippets and fa4jit's exact tile map (create_block_mask), torch.compile(flex_attention) with
 # FlexAttention's create_block_mask, and fa4jit's built-in variant where one is equivalent.
+# The paged row (paged_arms) runs FlexAttention's PagedAttention recipe against attention_paged.
 
 FLEX_SHAPE = (4, 16, 8192, 128)  # B, H, S, D
 FLEX_MODS = ("causal", "sliding_window", "prefix_lm", "document", "alibi", "softcap", "relative_bias", "dilated",
