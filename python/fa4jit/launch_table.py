@@ -35,8 +35,11 @@ check per combination of the values, with {t} (...) replaced in when, rule and m
 # (B, S, H, D) views (varlen: (1, total, H, D)), snippets str, window_left -2 = no window, pack_gqa
 # -1/0/1 (auto/off/on), block_mask uint8 (B or 1, Hq or 1, q blocks, kv blocks) (the run-time tile map,
 # LaunchArgs::block_mask; blocks of block_mask_q rows and block_mask_k keys). Arguments past out_bhsd
-# were appended (descale_* with C API version 3, max_seqlen_k with 5, block_mask later, page_descale with 8) and keep schema
-# defaults, so callers written before them call the ops unchanged.
+# were appended (descale_* with C API version 3, max_seqlen_k with 5, block_mask later, page_descale with 8,
+# top_left later) and keep schema defaults, so callers written before them call the ops unchanged.
+# top_left: the causal / window mask aligned top-left (query i's diagonal at key i, the config's
+# mask.top_left), which traced FlexAttention bands lower to (fa4jit.flex.Band); the public functions'
+# causal and window stay bottom-right.
 OP_ARGS = [
     ("q", "Tensor", None), ("k", "Tensor", None), ("v", "Tensor", None),
     ("out", "Tensor?", None), ("lse", "Tensor?", None),
@@ -51,7 +54,7 @@ OP_ARGS = [
     ("descale_q", "Tensor?", None), ("descale_k", "Tensor?", None), ("descale_v", "Tensor?", None),
     ("max_seqlen_k", "SymInt", 0),
     ("block_mask", "Tensor?", None), ("block_mask_q", "SymInt", 128), ("block_mask_k", "SymInt", 128),
-    ("page_descale", "Tensor?", None),
+    ("page_descale", "Tensor?", None), ("top_left", "bool", False),
 ]
 
 FIELDS = [

@@ -47,7 +47,7 @@ class _Kernel:
             self.handle = 0
 
 
-_kernels: Dict[tuple, _Kernel] = {}
+_kernels: Dict[tuple, _Kernel] = {}  # by KernelKey
 _kernels_lock = threading.Lock()
 _archs: Dict[int, str] = {}
 
@@ -59,8 +59,10 @@ def _arch(device_index: int) -> str:
     return a
 
 
-def _mask_json(causal: bool, window: bool, chunked: bool, mask_snippet: str, block_snippet: str):
+def _mask_json(causal: bool, window: bool, top_left: bool, chunked: bool, mask_snippet: str, block_snippet: str):
     parts = ["sliding_window"] if window else ["causal"] if causal else []  # causal + window: right extent 0
+    if parts and top_left:
+        parts = [{"kind": parts[0], "top_left": True}]
     parts += ["chunked"] if chunked else []
     if mask_snippet:
         block = {"block_snippet": block_snippet} if block_snippet else {}
@@ -68,14 +70,20 @@ def _mask_json(causal: bool, window: bool, chunked: bool, mask_snippet: str, blo
     return "none" if not parts else parts[0] if len(parts) == 1 else {"kind": "all_of", "masks": parts}
 
 
-def _get_kernel(key: tuple) -> _Kernel:
+# What selects a kernel: the ops' kernel cache key, turned into the library's config by _get_kernel.
+KernelKey = collections.namedtuple("KernelKey", "arch dtype kv_dtype depth depth_v causal window top_left chunked "
+                                   "mask_snippet block_snippet score_kind score_snippet pack group out_dtype")
+
+
+def _get_kernel(key: KernelKey) -> _Kernel:
     k = _kernels.get(key)
     if k is not None:
         return k
-    (arch, dtype, kv_dtype, depth, depth_v, causal, window, chunked, mask_snippet, block_snippet, score_kind,
+    (arch, dtype, kv_dtype, depth, depth_v, causal, window, top_left, chunked, mask_snippet, block_snippet, score_kind,
      score_snippet, pack, group, out_dtype) = key
     score = {"kind": score_kind, "snippet": score_snippet} if score_kind == "custom" else score_kind
-    cfg = {"dtype": dtype, "depth": depth, "mask": _mask_json(causal, window, chunked, mask_snippet, block_snippet),
+    cfg = {"dtype": dtype, "depth": depth,
+           "mask": _mask_json(causal, window, top_left, chunked, mask_snippet, block_snippet),
            "score_mod": score, "pack_gqa": pack}
     if depth_v != depth:  # a V narrower than Q and K (written only then, as the library does)
         cfg["depth_v"] = depth_v
@@ -261,9 +269,10 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
                                                              batch if varlen else 0, q.shape[1], k.shape[2])
     else:
         pack = bool(a.pack_gqa) and group > 1
-    kernel = _get_kernel((_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3], a.causal,
-                          window, a.chunk_size > 0, mask_mod, block_mask_mod, score_kind, score_snippet, pack,
-                          group if pack else 0, _DTYPE_NAME[a.out.dtype]))
+    kernel = _get_kernel(KernelKey(_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
+                                   a.causal, window, a.top_left and (a.causal or window), a.chunk_size > 0, mask_mod,
+                                   block_mask_mod, score_kind, score_snippet, pack, group if pack else 0,
+                                   _DTYPE_NAME[a.out.dtype]))
     # The struct's fields by name (launch_table.FIELDS; the ones not set here take the table's defaults).
     f.update(size=_lib.LAUNCH_ARGS_SIZE, device=dev, lse=_ptr(a.lse), softmax_scale=a.softmax_scale,
              window_left=a.window_left if window else -1, window_right=a.window_right if window else -1,
@@ -450,7 +459,10 @@ def _prepare(kind: str, u: dict):
     scalars = [float(s) for s in (u["scalars"] or ())]
     if len(scalars) > 4:
         raise ConfigError(f"scalars: {len(scalars)} values; at most 4")
-    wl, wr = _window(u["window"], u["causal"])
+    causal, window, top_left, mask_mod = bool(u["causal"]), u["window"], False, u["mask_mod"] or ""
+    if _flex is not None and isinstance(mask_mod, _flex.Band):  # a traced band (flex.lower_call): the built-in mask
+        causal, window, top_left, mask_mod = mask_mod.causal, mask_mod.window, mask_mod.top_left, ""
+    wl, wr = _window(window, causal)
     softcap = float(u["softcap"] or 0.0)
     score_mod = _score_mod(u["score_mod"], softcap, u["alibi_slopes"])
     if out is not None and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, out)):
@@ -461,12 +473,13 @@ def _prepare(kind: str, u: dict):
     # A BlockMask (fa4jit.flex: given, or derived from the mask) is the launch's run-time tile map.
     tiles, block_mask_mod = _tile_map(u["block_mask_mod"])
     a = Call(q, k, v, out, lse, get("cu_seqlens_q"), get("cu_seqlens_k"), get("seqused_k"), get("page_table"),
-             _vector32(u["sinks"]), _vector32(u["alibi_slopes"]), aux, scalars, aux_names, bool(u["causal"]), wl, wr,
-             int(u["chunk_size"] or 0), u["mask_mod"] or "", block_mask_mod, score_mod, softcap,
+             _vector32(u["sinks"]), _vector32(u["alibi_slopes"]), aux, scalars, aux_names, causal, wl, wr,
+             int(u["chunk_size"] or 0), mask_mod, block_mask_mod, score_mod, softcap,
              float(u["softmax_scale"] or 0.0), int(get("max_seqlen_q") or 0), int(u["num_splits"]),
              -1 if u["pack_gqa"] is None else int(bool(u["pack_gqa"])), bool(u["return_lse"]), bhsd,
              u["descale_q"], u["descale_k"], u["descale_v"], int(get("max_seqlen_k") or 0),
-             *((tiles.classes, *tiles.BLOCK_SIZE) if tiles is not None else ()), page_descale=get("page_descale"))
+             *((tiles.classes, *tiles.BLOCK_SIZE) if tiles is not None else ()), page_descale=get("page_descale"),
+             top_left=top_left)
     return a, squeeze
 
 
@@ -557,7 +570,7 @@ def _public(kind: str):
         layout = "layout" if "layout" in names else "None"
         lower = (f"    if _flex is not None and _flex.mods_need_lowering(mask_mod, block_mask_mod, score_mod):\n"
                  f"        mask_mod, block_mask_mod, score_mod, aux = _flex.lower_call({q}, {k}, {layout}, mask_mod, "
-                 f"block_mask_mod, score_mod, aux)\n")
+                 f"block_mask_mod, score_mod, aux, bool(causal) or window is not None or bool(chunk_size))\n")
         src = (f"def {fn.__name__}({args}):\n{lower}    key = None\n    if _eager({q}, {k}, {v}, out):\n        try:\n"
                f"            key = ({kind!r}, {key})\n            plan = _plans.get(key)\n"
                f"        except (TypeError, AttributeError):  # unhashable: the general path reports it\n"

@@ -517,3 +517,64 @@ def test_alibi_score_mods_are_recognized_for_the_built_in_alibi():
     for fn in (per_batch, relpos, softcap):
         assert flex._builtin_alibi(_trace.trace(fn, "score"), 16, True, "cpu") is None, fn.__name__
     assert flex._builtin_alibi(_trace.trace(scaled_distance, "score"), 16, True, "cpu") is None
+
+
+def test_traced_bands_hold_over_every_position_a_call_can_have():
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 7)
+
+    def diagonal_hidden(b, h, q_idx, kv_idx):
+        return q_idx > kv_idx
+
+    def per_head(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (h >= 0)
+
+    def everything(b, h, q_idx, kv_idx):
+        return q_idx - kv_idx > -(1 << 20)
+
+    doc = torch.zeros(1000, dtype=torch.int32)
+
+    def document(b, h, q_idx, kv_idx):
+        return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+
+    def band(mod, q_bound=300, k_bound=500):
+        b = flex.traced_band(flex._traced(mod, "mask"), q_bound, k_bound)
+        return None if b is None else (b.causal, b.window, b.top_left)
+    assert band(causal) == (True, None, True)
+    assert band(sliding) == (True, (100, 0), True)
+    assert band(sliding, q_bound=50) == (True, None, True)  # q - kv <= 100 never bites below 50 queries
+    assert band(window) == (False, (100, 7), True)
+    assert band(everything) == (False, None, True)  # every key visible: no mask
+    # Not a function of q_idx - kv_idx alone, not one band holding the diagonal: the snippet stays.
+    for mod in (prefix_lm, dilated, diagonal_hidden, per_head, document):
+        assert band(mod) is None, mod.__name__
+    assert flex.traced_band("return true;", 300, 500) is None
+    b = flex.traced_band(flex._traced(sliding, "mask"), 300, 500)
+    assert isinstance(b, str) and b.startswith("\0") and flex.traced_band(flex._traced(sliding, "mask"), 300, 500) is b
+
+
+def test_traced_bands_lower_to_the_built_in_mask_aligned_top_left():
+    q = torch.empty(2, 64, 4, 64, dtype=torch.bfloat16)
+    pages = torch.empty(16, 32, 4, 64, dtype=torch.bfloat16)
+    m, blk, s, aux = flex.lower_call(q, pages, None, sliding, None, softcap, None)  # paged: 512 keys at most
+    assert isinstance(m, flex.Band) and blk is None and "tanh(" in s and not aux
+    assert (m.causal, m.window, m.top_left) == (True, None, True)  # below 64 queries the window never bites
+    assert not flex.mods_need_lowering(m, None, s)
+    # A built-in mask beside it, or a BlockMask of another mask: the snippet stays.
+    assert not isinstance(flex.lower_call(q, pages, None, sliding, None, None, None, True)[0], flex.Band)
+    other = fa4jit.create_block_mask(prefix_lm, None, None, 64, 512, device="cpu")
+    assert not isinstance(flex.lower_call(q, pages, None, causal, other, None, None)[0], flex.Band)
+    same = fa4jit.create_block_mask(causal, None, None, 64, 512, device="cpu")
+    assert isinstance(flex.lower_call(q, pages, None, None, same, None, None)[0], flex.Band)
+    # Dense with Sq == Sk: the bottom-right built-in (the kernel causal=True runs); else top-left.
+    k = torch.empty(2, 64, 4, 64, dtype=torch.bfloat16)
+    assert flex.lower_call(q, k, "bshd", causal, None, None, None)[0].top_left is False
+    assert flex.lower_call(q, torch.empty(2, 96, 4, 64), "bshd", causal, None, None, None)[0].top_left is True
+    # The op's arguments and the kernel's config.
+    u = dict(zip(ops._names_paged, ops._defaults_paged))
+    u.update(q=q, k=pages, v=pages, page_table=torch.zeros(2, 16, dtype=torch.int32), seqused_k=None, mask_mod=m)
+    a, _ = ops._prepare("paged", u)
+    assert (a.causal, a.window_left, a.mask_mod, a.top_left) == (True, -2, "", True)
+    assert ops._mask_json(True, False, True, False, "", "") == {"kind": "causal", "top_left": True}
+    assert ops._mask_json(True, True, True, False, "", "") == {"kind": "sliding_window", "top_left": True}
+    assert ops._mask_json(True, False, False, False, "", "") == "causal"

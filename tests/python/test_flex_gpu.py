@@ -257,6 +257,58 @@ def test_paged_attention_takes_a_block_mask_of_its_logical_positions():
     assert_close(out, ref_o.transpose(1, 2), torch.bfloat16, what="paged, document BlockMask")
 
 
+def _top_left_kernels():
+    from fa4jit import ops
+    return {(k.causal, k.window) for k in ops._kernels if k.top_left and not k.mask_snippet}
+
+
+def test_traced_bands_run_the_built_in_masks_aligned_top_left():
+    """A traced mask of q_idx - kv_idx alone that is one band runs fa4jit's built-in causal / window
+    mask aligned top-left (FlexAttention's positions) on paged, varlen and dense Sq != Sk calls:
+    checked against the float64 reference with FlexAttention's semantics, outputs poisoned first."""
+    H, Hkv, D, P = 4, 2, 128, 64
+
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 3)
+
+    # Paged chunks: 300 queries over 1000 and 700 keys (top-left: query i sees keys up to i; the
+    # sliding window of 256 bites from query 257 on).
+    Sq, lens = 300, [1000, 700]
+    q = rnd(2, Sq, H, D, seed=31)
+    pages = -(-max(lens) // P)
+    table = torch.randperm(2 * pages, generator=torch.Generator().manual_seed(5)).view(2, pages).cuda()
+    kc = torch.randn(2 * pages, P, Hkv, D, device="cuda").to(torch.bfloat16)
+    vc = torch.randn_like(kc)
+    used = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for mod in (causal, sliding_window, window):
+        out = torch.full_like(q, float("nan"))
+        fa4jit.attention_paged(q, kc, vc, table.to(torch.int32), used, mask_mod=mod, out=out)
+        for b, n in enumerate(lens):
+            kb = kc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
+            vb = vc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
+            ref_o, _ = reference(q[b:b + 1].transpose(1, 2), kb[None].transpose(1, 2), vb[None].transpose(1, 2), mod)
+            assert_close(out[b], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"paged {mod.__name__} seq {b}")
+    assert {(True, False), (True, True), (False, True)} <= _top_left_kernels()
+    # Varlen: queries and keys of unequal lengths per sequence.
+    lq, lk = [50, 130], [300, 129]
+    cq = torch.tensor([0, 50, 180], dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0, 300, 429], dtype=torch.int32, device="cuda")
+    qv, kv_, vv = rnd(180, H, D, seed=32), rnd(429, Hkv, D, seed=33), rnd(429, Hkv, D, seed=34)
+    out = torch.full_like(qv, float("nan"))
+    fa4jit.attention_varlen(qv, kv_, vv, cq, ck, max(lq), mask_mod=window, max_seqlen_k=max(lk), out=out)
+    for i in range(2):
+        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
+        ref_o, _ = reference(qv[qs].transpose(0, 1)[None], kv_[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None],
+                             vv[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None], window)
+        assert_close(out[qs], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"varlen window seq {i}")
+    # Dense flex_attention with Sq != Sk.
+    qd, kd, vd = bhsd(2, H, Hkv, 200, 500, seed=35)
+    bm = fa4jit.create_block_mask(sliding_window, None, None, 200, 500, device="cuda")
+    o = fa4jit.flex_attention(qd, kd, vd, block_mask=bm, enable_gqa=True)
+    ref_o, _ = reference(qd, kd.repeat_interleave(H // Hkv, 1), vd.repeat_interleave(H // Hkv, 1), sliding_window)
+    assert_close(o, ref_o, torch.bfloat16, what="flex_attention Sq != Sk")
+
+
 def test_cuda_graph_capture_with_block_mask():
     B, H, S = 1, 4, 1024
     q, k, v = bhsd(B, H, H, S, S, seed=13)

@@ -223,7 +223,7 @@ def test_continuous_batching_step_packs_and_matches_reference(monkeypatch):
         o, lse = fa4jit.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, return_lse=True,
                                          pack_gqa=pack, num_splits=splits)
         if keys:
-            assert keys[-1][12] == (pack is None), keys[-1]
+            assert keys[-1].pack == (pack is None), keys[-1]
         for b, (qs, (ref, ref_lse)) in enumerate(refs):
             assert_close(o[qs][None], ref, torch.bfloat16, lse[:, qs][None], ref_lse,
                          what=f"pack {pack} splits {splits} seq {b}")
@@ -383,7 +383,7 @@ def test_decode_packs_any_group(Hq, Hkv, Sq, monkeypatch):
             o, lse = fa4jit.attention(q, k, v, causal=True, num_splits=splits, pack_gqa=pack, return_lse=True)
             assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"pack {pack} splits {splits}")
             if keys:  # the kernel key's pack flag (ops._prepare): None packs decode for every group
-                assert keys[-1][12] == (pack is not False), keys[-1]
+                assert keys[-1].pack == (pack is not False), keys[-1]
     page, max_pages = 16, (2100 + 15) // 16  # paged: the same keys in randomly placed pages of 16
     kc, vc = rnd(3 * max_pages + 5, page, Hkv, 128, seed=7), rnd(3 * max_pages + 5, page, Hkv, 128, seed=8)
     perm = torch.randperm(3 * max_pages + 5, device="cuda")[:3 * max_pages].view(3, max_pages).to(torch.int32)

@@ -347,7 +347,7 @@ def test_launch_path_reaches_the_driver(no_gpu_launch):
     # softcap, chunked + custom, packed ALiBi, packed causal (paged decode: Sq x group <= 128).
     keys = list(no_gpu_launch._kernels)
     assert len(keys) == 5, keys
-    assert sum(1 for k in keys if k[12]) == 2  # packed
+    assert sum(1 for k in keys if k.pack) == 2  # packed
 
 
 def test_repeated_calls_reuse_the_plan_and_patch_only_pointers(no_gpu_launch, launches, monkeypatch):
@@ -549,8 +549,8 @@ def test_fp8_launch_path_packs_the_descale_pointers(no_gpu_launch, launches):
     o = fa4jit.attention(q, k, k, causal=True, num_splits=1, descale_k=ds[1])  # another signature: only k's
     p = launches.last()
     assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[1].data_ptr(), 0)
-    keys = [key for key in no_gpu_launch._kernels if key[1] == "e4m3"]
-    assert keys and all(key[-1] == "bf16" for key in keys), list(no_gpu_launch._kernels)
+    keys = [key for key in no_gpu_launch._kernels if key.dtype == "e4m3"]
+    assert keys and all(key.out_dtype == "bf16" for key in keys), list(no_gpu_launch._kernels)
 
 
 @needs_fp8_dtype
@@ -565,7 +565,7 @@ def test_fp8_launch_path_reaches_the_driver(no_gpu_launch):
                dict(window=(16, 0), sinks=torch.zeros(8), return_lse=True, num_splits=1, descale_v=ds)):
         with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
             fa4jit.attention(q, k, k, **kw)
-    assert {key[-1] for key in no_gpu_launch._kernels if key[1] == "e4m3"} == {"bf16", "fp16"}
+    assert {key.out_dtype for key in no_gpu_launch._kernels if key.dtype == "e4m3"} == {"bf16", "fp16"}
 
 
 # ---- FP8 KV cache (bf16/fp16 q, torch.float8_e4m3fn k and v: "kv_dtype": "e4m3") ------------------
@@ -750,15 +750,15 @@ def test_kv_fp8_launch_path_builds_kv_dtype_kernels_and_packs_the_dtypes(no_gpu_
         assert o.dtype == bf16 and o.shape == q.shape and p["o.data"] == o.data_ptr()
         assert (p["q.dtype"], p["k.dtype"], p["v.dtype"], p["o.dtype"]) == (0, 2, 2, 0)
         assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[0].data_ptr(), ds[1].data_ptr()), i
-    kv_keys = [key for key in ops._kernels if key[2] == "e4m3"]
-    assert len(kv_keys) == 1 and kv_keys[0][1] == "bf16" and kv_keys[0][-1] == "bf16", list(ops._kernels)
+    kv_keys = [key for key in ops._kernels if key.kv_dtype == "e4m3"]
+    assert len(kv_keys) == 1 and kv_keys[0].dtype == "bf16" and kv_keys[0].out_dtype == "bf16", list(ops._kernels)
     cfg = _kernel_config(ops, kv_keys[0])
     assert (cfg["dtype"], cfg["kv_dtype"], cfg["output_dtype"]) == ("bf16", "e4m3", "bf16")
     # The same shapes with bf16 K/V: another kernel (no kv_dtype), never the e4m3 one.
     kb = k8.to(bf16)
     fa4jit.attention(q, kb, kb, causal=True, num_splits=1)
     assert launches.last()["k.dtype"] == 0
-    plain = [key for key in ops._kernels if key[1] == key[2] == "bf16"]
+    plain = [key for key in ops._kernels if key.dtype == key.kv_dtype == "bf16"]
     assert len(plain) == 1 and "kv_dtype" not in _kernel_config(ops, plain[0])
     assert plain[0][:2] == kv_keys[0][:2] and plain[0][3:] == kv_keys[0][3:]  # only kv_dtype differs
     # fp16 q: O fp16, its own kernel.
@@ -766,7 +766,7 @@ def test_kv_fp8_launch_path_builds_kv_dtype_kernels_and_packs_the_dtypes(no_gpu_
     p = launches.last()
     assert o.dtype == torch.float16 and (p["q.dtype"], p["k.dtype"], p["o.dtype"]) == (1, 2, 1)
     assert (p["descale_q"], p["descale_k"], p["descale_v"]) == (0, ds[0].data_ptr(), 0)
-    assert {(key[1], key[-1]) for key in ops._kernels if key[2] == "e4m3"} == {("bf16", "bf16"), ("fp16", "fp16")}
+    assert {(key.dtype, key.out_dtype) for key in ops._kernels if key.kv_dtype == "e4m3"} == {("bf16", "bf16"), ("fp16", "fp16")}
     # descale_q: refused before anything runs, on the general path and once a signature has a plan.
     n = len(launches.args)
     for _ in range(2):
@@ -801,8 +801,8 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
     with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
         fa4jit.attention_varlen(qv, kv, kv, cu_q, cu_k, 200, causal=True, num_splits=1, descale_k=torch.ones(2, 2),
                                 pack_gqa=False)  # unpacked (automatic: 2 KV heads pack)
-    keys = [key for key in ops._kernels if key[2] == "e4m3"]
-    assert {(key[12], key[13]) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4
+    keys = [key for key in ops._kernels if key.kv_dtype == "e4m3"]
+    assert {(key.pack, key.group) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4
 
 
 def test_automatic_packing_takes_decode_rows_and_continuous_batching_steps():
