@@ -72,7 +72,7 @@ CompiledKernel::CompiledKernel(ResolvedConfig config, std::string key, std::stri
 
 int CompiledKernel::num_splits(const LaunchArgs& args) const { return static_cast<int>(plan(args).params.num_splits); }
 
-std::size_t CompiledKernel::workspace_bytes(const LaunchArgs& args) const { return plan(args).split.bytes(); }
+std::size_t CompiledKernel::workspace_bytes(const LaunchArgs& args) const { return plan(args).workspace.bytes(); }
 
 const LoadedModule& CompiledKernel::module_for_current_context() const {
   return modules_.current([&](CUdevice dev) {
@@ -173,14 +173,14 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));
     const int rows_per_cta = fa4::combine_rows_per_cta(splits);
     plan.combine_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
-    plan.split = SplitLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k};
+    plan.workspace = WorkspaceLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k};
   }
-  plan.split.tile_counter = config_.walk == TileWalk::dynamic;
-  if (plan.split.bytes() > 0) {
-    if (args.workspace && args.workspace_bytes < plan.split.bytes())
+  plan.workspace.tile_counter = config_.walk == TileWalk::dynamic;
+  if (plan.workspace.bytes() > 0) {
+    if (args.workspace && args.workspace_bytes < plan.workspace.bytes())
       throw LaunchError(fmt::format(
           "launch: workspace_bytes is {}, {} need {} (Kernel::workspace_bytes)", args.workspace_bytes,
-          splits > 1 ? fmt::format("{} splits", splits) : std::string("the tile counter"), plan.split.bytes()));
+          splits > 1 ? fmt::format("{} splits", splits) : std::string("the tile counter"), plan.workspace.bytes()));
     if (args.workspace && reinterpret_cast<std::uintptr_t>(args.workspace) % 16 != 0)
       throw LaunchError("launch: workspace is not 16-byte aligned");
   }
@@ -240,13 +240,13 @@ void CompiledKernel::launch(const LaunchArgs& args, Stream stream) const {
 
 void CompiledKernel::enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream, const LoadedModule& module) const {
   const CUstream s = static_cast<CUstream>(stream);
-  if (p.split.bytes() == 0) {
+  if (p.workspace.bytes() == 0) {
     void* kernel_params[] = {&p.params, &p.tma};
     launch_on(module.function(), p.grid, p.block, p.smem_bytes, s, kernel_params);
     return;
   }
-  SplitWorkspace ws(args, p.split.bytes(), s);
-  p.split.place(ws.get(), p.params);
+  LaunchWorkspace ws(args, p.workspace.bytes(), s);
+  p.workspace.place(ws.get(), p.params);
   if (p.params.tile_counter)  // the dynamic walk claims units from 0 (a memset node under graph capture)
     check(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(p.params.tile_counter), 0u, 1, s),
           "cuMemsetD32Async(tile counter)");

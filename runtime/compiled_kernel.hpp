@@ -85,10 +85,10 @@ struct LaunchPlan {
   unsigned block = 0;
   unsigned smem_bytes = 0;
   // Split-KV: params.num_splits > 1 adds fa4_combine over combine_grid CTAs, and needs
-  // split.bytes() of scratch (o_partial, lse_partial, then stream-K's split_count, and the dynamic
-  // walk's tile counter, which it alone needs unsplit) unless the caller passed some.
+  // workspace.bytes() of scratch (o_partial, lse_partial, then stream-K's split_count, and the
+  // dynamic walk's tile counter, which it alone needs unsplit) unless the caller passed some.
   unsigned combine_grid = 0;
-  SplitLayout split;  // split.bytes() of workspace (0 rows when not split)
+  WorkspaceLayout workspace;  // 0 rows when not split; 0 bytes when neither split nor dynamic
 };
 
 class CompiledKernel;

@@ -32,18 +32,18 @@ CUmemoryPool workspace_pool(CUdevice dev) {
 }
 
 namespace {
-std::size_t partial_bytes(const SplitLayout& l) {
+std::size_t partial_bytes(const WorkspaceLayout& l) {
   static_assert(sizeof(float) == sizeof(int), "split_count shares the float-sized slots");
   return static_cast<std::size_t>(l.rows) * (1LL * l.splits * (l.depth + 1) + (l.segment_counts ? 1 : 0)) *
          sizeof(float);
 }
 }  // namespace
 
-std::size_t SplitLayout::counter_offset() const { return (partial_bytes(*this) + 15) / 16 * 16; }
+std::size_t WorkspaceLayout::counter_offset() const { return (partial_bytes(*this) + 15) / 16 * 16; }
 
-std::size_t SplitLayout::bytes() const { return tile_counter ? counter_offset() + 16 : partial_bytes(*this); }
+std::size_t WorkspaceLayout::bytes() const { return tile_counter ? counter_offset() + 16 : partial_bytes(*this); }
 
-void SplitLayout::place(CUdeviceptr base, fa4::FwdParams& p) const {
+void WorkspaceLayout::place(CUdeviceptr base, fa4::FwdParams& p) const {
   if (rows > 0) {
     p.o_partial = reinterpret_cast<float*>(base);
     p.lse_partial = p.o_partial + rows * splits * depth;
@@ -52,7 +52,7 @@ void SplitLayout::place(CUdeviceptr base, fa4::FwdParams& p) const {
   p.tile_counter = tile_counter ? reinterpret_cast<int*>(base + counter_offset()) : nullptr;
 }
 
-SplitWorkspace::SplitWorkspace(const LaunchArgs& args, std::size_t bytes, CUstream stream) : stream_(stream) {
+LaunchWorkspace::LaunchWorkspace(const LaunchArgs& args, std::size_t bytes, CUstream stream) : stream_(stream) {
   if (args.workspace) {
     ptr_ = reinterpret_cast<CUdeviceptr>(args.workspace);
     return;
@@ -62,7 +62,7 @@ SplitWorkspace::SplitWorkspace(const LaunchArgs& args, std::size_t bytes, CUstre
   owned_ = true;
 }
 
-SplitWorkspace::~SplitWorkspace() {
+LaunchWorkspace::~LaunchWorkspace() {
   if (owned_) driver().cuMemFreeAsync(ptr_, stream_);
 }
 

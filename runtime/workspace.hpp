@@ -13,7 +13,7 @@ namespace jit::detail {
 // [splits][rows][depth] and lse_partial [splits][rows] floats, then stream-K's split_count [rows]
 // ints; then, 16-byte aligned, the dynamic walk's tile_counter (one int, zeroed before each launch).
 // The plan sizes the scratch and the launch points the params into it from this one description.
-struct SplitLayout {
+struct WorkspaceLayout {
   long long rows = 0;  // 0: not split
   int splits = 1, depth = 0;
   bool segment_counts = false;  // stream-K
@@ -31,12 +31,12 @@ CUmemoryPool workspace_pool(CUdevice dev);
 
 // One split launch's scratch: args.workspace when given, else allocated from workspace_pool on
 // `stream` and freed on it when this goes out of scope (stream-ordered: after the combine).
-class SplitWorkspace {
+class LaunchWorkspace {
  public:
-  SplitWorkspace(const LaunchArgs& args, std::size_t bytes, CUstream stream);
-  ~SplitWorkspace();
-  SplitWorkspace(const SplitWorkspace&) = delete;
-  SplitWorkspace& operator=(const SplitWorkspace&) = delete;
+  LaunchWorkspace(const LaunchArgs& args, std::size_t bytes, CUstream stream);
+  ~LaunchWorkspace();
+  LaunchWorkspace(const LaunchWorkspace&) = delete;
+  LaunchWorkspace& operator=(const LaunchWorkspace&) = delete;
   CUdeviceptr get() const { return ptr_; }
 
  private:

@@ -35,7 +35,7 @@ TEST(GpuBlackwellHost, LaunchPlanIsBuiltUpToTheDriverCall) {
     EXPECT_GT(split.params.num_splits, 1);
     EXPECT_EQ(split.grid[0], (S + 255) / 256u * split.params.num_splits);
     EXPECT_GT(split.combine_grid, 0u);
-    EXPECT_EQ(split.split.bytes(), std::size_t(B) * H * S * split.params.num_splits * (depth + 1) * 4);
+    EXPECT_EQ(split.workspace.bytes(), std::size_t(B) * H * S * split.params.num_splits * (depth + 1) * 4);
     a.num_splits = 1;
     const auto plan = compiled->plan(a);
     EXPECT_EQ(plan.grid[0], (S + 255) / 256u);

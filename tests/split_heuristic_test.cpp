@@ -125,9 +125,9 @@ TEST(StreamK, PlanBalancesDecodeAndKeepsWholeTilesForPrefill) {
 
 // The split workspace: o_partial, lse_partial and (stream-K) split_count back to back, inside the
 // bytes the plan asks for, and the same description sizes and places them.
-TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
+TEST(LaunchWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
   for (bool counts : {false, true}) {
-    const jit::detail::SplitLayout layout{37, 5, 96, counts};
+    const jit::detail::WorkspaceLayout layout{37, 5, 96, counts};
     fa4::FwdParams p{};
     const CUdeviceptr base = 4096;
     layout.place(base, p);
@@ -147,9 +147,9 @@ TEST(SplitWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
 
 // The dynamic walk's tile counter: after the split arrays (or alone), 16-byte aligned, inside the
 // bytes asked for; a launch without it points nowhere and asks for no more than its partials.
-TEST(SplitWorkspace, TileCounterFollowsThePartialsAligned) {
+TEST(LaunchWorkspace, TileCounterFollowsThePartialsAligned) {
   for (long long rows : {0LL, 37LL}) {
-    jit::detail::SplitLayout layout{rows, rows ? 5 : 1, 96, false};
+    jit::detail::WorkspaceLayout layout{rows, rows ? 5 : 1, 96, false};
     const std::size_t partials = layout.bytes();
     layout.tile_counter = true;
     fa4::FwdParams p{};

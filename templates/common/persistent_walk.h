@@ -254,11 +254,17 @@ struct PersistentTiles : PersistentWalk {
     return PersistentWalk::unit(iter, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x) + zero, !Mask::kIsNone);
   }
   __device__ __forceinline__ bool valid(const FwdParams& p) const { return valid(p, 0); }
-  // zero: an opaque 0 produced inside the loop, so the compiler recomputes the unit count from the
-  // parameters instead of hoisting it into a register that stays live across the loop.
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero) const {
+    return in_walk(p, zero, [&] { return unit(); });
+  }
+  // Whether the unit unit_of() gives is one of the walk's. zero: an opaque 0 produced inside the
+  // loop, so the compiler recomputes the unit count from the parameters instead of hoisting it into
+  // a register that stays live across the loop. The unit is taken after the count (the order the
+  // kernels' SASS was measured with: taken first, ptxas inverts the branches and renames registers).
+  template <class UnitOf>
+  __device__ __forceinline__ static bool in_walk(const FwdParams& p, int zero, UnitOf&& unit_of) {
     const int tiles = (p.num_m_blocks + zero) * p.num_q_heads * p.batch;
-    return unit() < units(p, tiles);
+    return unit_of() < units(p, tiles);
   }
   __device__ __forceinline__ void advance() { ++iter; }
   __device__ __forceinline__ void decode(const FwdParams& p, int& m, int& split, int& head, int& batch,
@@ -324,10 +330,9 @@ struct DynamicTiles : PersistentWalk {
   __device__ __forceinline__ HandedUnit hand(const Work& w) const {
     return {t, w.n_begin, w.n_end, 0};
   }
-  __device__ __forceinline__ static int loop_zero() { return static_cast<int>(opaque_u32(0u)); }
+  __device__ __forceinline__ static int loop_zero() { return PersistentTiles<Mask>::loop_zero(); }
   __device__ __forceinline__ bool valid(const FwdParams& p, int zero = 0) const {
-    const int tiles = (p.num_m_blocks + zero) * p.num_q_heads * p.batch;
-    return t < units(p, tiles);
+    return PersistentTiles<Mask>::in_walk(p, zero, [&] { return t; });
   }
   // The unit after the current one, claimed by the producer (kWholeWarp: every lane of a gathering
   // warp runs the walk; lane 0 claims and the warp shares it).

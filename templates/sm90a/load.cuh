@@ -328,32 +328,40 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   GatherState<Config>::issued(st.full_barrier());
 }
 
-// Q of every consumer warpgroup for one tile, each after its q_empty (the warpgroup's earlier
-// epilogue is done with its Q region). load == false (tile without KV tiles or without Q rows):
-// plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per tile on both
-// sides. kWholeWarp (gathering producers): every gathering thread waits, thread 0 loads or arrives.
-// kDynamic (DynamicTiles): the tile's unit is written to Barriers::unit[g] first, and q_full's
-// arrival (release) publishes it to the warpgroup with its Q.
+// The persistent walks' Q handshake of one tile with every consumer warpgroup (one Q tile per 64
+// rows; O-split warpgroups share it): after the warpgroup's q_empty (its earlier epilogue is done
+// with its Q region), kDynamic (DynamicTiles) writes the tile's unit to Barriers::unit[g], then
+// arrive(g, q_full) loads Q with its bytes or arrives plainly; q_full's arrival (release) publishes
+// the unit with the Q. kWholeWarp (gathering producers): every gathering thread waits, thread 0
+// writes and arrives.
+template <class Config, bool kWholeWarp, bool kDynamic, class Arrive>
+__device__ __forceinline__ void hand_q(typename SmemLayout<Config>::Barriers* bars, u32 q_empty_phase,
+                                       const HandedUnit& unit, Arrive&& arrive) {
+#pragma unroll
+  for (int g = 0; g < Shape<Config>::kRowWGs; ++g) {
+    mbar_wait(&bars->q_empty[g], q_empty_phase);
+    if (kWholeWarp && !gather_leader<Config>()) continue;
+    if constexpr (kDynamic) bars->unit[g] = unit;
+    arrive(g, &bars->q_full[g]);
+  }
+}
+
+// Q of every consumer warpgroup for one tile (hand_q). load == false (tile without KV tiles or
+// without Q rows): plain arrival on q_full instead of bytes, so q_full / q_empty keep one phase per
+// tile on both sides.
 template <class Config, class Mask, bool kWholeWarp = false, bool kDynamic = false>
 __device__ __forceinline__ void load_q_persistent(const TmaDescs& tma, const CtaWork<Config, Mask>& w,
                                                   const TmaCoords& c, unsigned char* smem,
                                                   typename SmemLayout<Config>::Barriers* bars, u32 q_empty_phase,
                                                   bool load, HandedUnit unit = {}) {
-  using Sh = Shape<Config>;
-  using L = SmemLayout<Config>;
-#pragma unroll
-  for (int g = 0; g < Sh::kRowWGs; ++g) {  // one Q tile per 64 rows (O-split warpgroups share it)
-    mbar_wait(&bars->q_empty[g], q_empty_phase);
-    if (kWholeWarp && !gather_leader<Config>()) continue;
-    if constexpr (kDynamic) bars->unit[g] = unit;
-    u64* bar = &bars->q_full[g];
+  hand_q<Config, kWholeWarp, kDynamic>(bars, q_empty_phase, unit, [&](int g, u64* bar) {
     if (load) {
-      mbar_expect_tx(bar, L::kQTxBytes);
+      mbar_expect_tx(bar, SmemLayout<Config>::kQTxBytes);
       load_q_wg<Config, Mask>(tma, w, c, smem, bar, g);
     } else {
       mbar_arrive(bar);
     }
-  }
+  });
 }
 
 // The grid walk's one unit: loads nothing when the CTA has no KV tile (the consumers then skip Q
@@ -510,16 +518,9 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
     }
     // The dynamic walk's end: the unit past the last one, with a plain arrival on each q_full, ends
     // the consumers' walk (consumer_loop reads it as an invalid unit).
-    if constexpr (kDynamic) {
-      const u32 q_empty_phase = (static_cast<u32>(tiles.iter) & 1u) ^ 1u;
-#pragma unroll
-      for (int g = 0; g < Sh::kRowWGs; ++g) {
-        mbar_wait(&bars->q_empty[g], q_empty_phase);
-        if (kGather && !gather_leader<Config>()) continue;
-        bars->unit[g] = HandedUnit{tiles.t, 0, 0, 0};
-        mbar_arrive(&bars->q_full[g]);
-      }
-    }
+    if constexpr (kDynamic)
+      hand_q<Config, kGather, true>(bars, (static_cast<u32>(tiles.iter) & 1u) ^ 1u, HandedUnit{tiles.t, 0, 0, 0},
+                                    [](int, u64* bar) { mbar_arrive(bar); });
   }
 }
 
