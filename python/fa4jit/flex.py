@@ -375,12 +375,21 @@ def _difference_only(gm) -> bool:
                set(u.args) == {q, kv} for x in (q, kv) for u in x.users)
 
 
+def _band_bound(n: int) -> int:
+    """A bound rounded up to a power of two (at least 1024): a band found over the larger range holds
+    over every smaller one, so varlen calls whose totals change every step evaluate a mask a few
+    times, not once per step, and a mask's memo stays small."""
+    return max(1024, 1 << (int(n) - 1).bit_length())
+
+
 def traced_band(tm, q_bound: int, k_bound: int, top_left: bool = True) -> Optional[Band]:
     """The Band of a traced mask over every q_idx < q_bound and kv_idx < k_bound, or None: not a
     function of q_idx - kv_idx alone, not one band that holds the diagonal, or nothing visible.
-    Evaluated once per (mask, bounds) over the 1-D range of the difference, on the CPU."""
+    Evaluated over the 1-D range of the difference, on the CPU, once per mask and rounded bounds
+    (_band_bound)."""
     if not isinstance(tm, _trace.TracedMod) or q_bound < 1 or k_bound < 1:
         return None
+    q_bound, k_bound = _band_bound(q_bound), _band_bound(k_bound)
     key = ("band", q_bound, k_bound, top_left)
     if key in tm.memo:
         return tm.memo[key]

@@ -542,7 +542,8 @@ def test_traced_bands_hold_over_every_position_a_call_can_have():
         return None if b is None else (b.causal, b.window, b.top_left)
     assert band(causal) == (True, None, True)
     assert band(sliding) == (True, (100, 0), True)
-    assert band(sliding, q_bound=50) == (True, None, True)  # q - kv <= 100 never bites below 50 queries
+    assert band(sliding, q_bound=50) == (True, (100, 0), True)  # bounds round up to 1024: the window kept
+    assert band(sliding, q_bound=50, k_bound=50) == band(sliding, q_bound=1000, k_bound=900)  # the same bounds
     assert band(window) == (False, (100, 7), True)
     assert band(everything) == (False, None, True)  # every key visible: no mask
     # Not a function of q_idx - kv_idx alone, not one band holding the diagonal: the snippet stays.
@@ -550,7 +551,12 @@ def test_traced_bands_hold_over_every_position_a_call_can_have():
         assert band(mod) is None, mod.__name__
     assert flex.traced_band("return true;", 300, 500) is None
     b = flex.traced_band(flex._traced(sliding, "mask"), 300, 500)
-    assert isinstance(b, str) and b.startswith("\0") and flex.traced_band(flex._traced(sliding, "mask"), 300, 500) is b
+    assert isinstance(b, str) and b.startswith("\0") and flex.traced_band(flex._traced(sliding, "mask"), 700, 20) is b
+    # Unbounded sides: beyond the rounded bounds (4096 queries, 2048 keys), no position exists.
+    def wide(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx < 5000) & (kv_idx - q_idx < 3000)
+    assert band(wide, q_bound=3000, k_bound=2000) == (False, None, True)
+    assert band(wide, q_bound=3000, k_bound=5000) == (False, (-1, 2999), True)
 
 
 def test_traced_bands_lower_to_the_built_in_mask_aligned_top_left():
@@ -558,7 +564,7 @@ def test_traced_bands_lower_to_the_built_in_mask_aligned_top_left():
     pages = torch.empty(16, 32, 4, 64, dtype=torch.bfloat16)
     m, blk, s, aux = flex.lower_call(q, pages, None, sliding, None, softcap, None)  # paged: 512 keys at most
     assert isinstance(m, flex.Band) and blk is None and "tanh(" in s and not aux
-    assert (m.causal, m.window, m.top_left) == (True, None, True)  # below 64 queries the window never bites
+    assert (m.causal, m.window, m.top_left) == (True, (100, 0), True)
     assert not flex.mods_need_lowering(m, None, s)
     # A built-in mask beside it, or a BlockMask of another mask: the snippet stays.
     assert not isinstance(flex.lower_call(q, pages, None, sliding, None, None, None, True)[0], flex.Band)
@@ -574,7 +580,7 @@ def test_traced_bands_lower_to_the_built_in_mask_aligned_top_left():
     u = dict(zip(ops._names_paged, ops._defaults_paged))
     u.update(q=q, k=pages, v=pages, page_table=torch.zeros(2, 16, dtype=torch.int32), seqused_k=None, mask_mod=m)
     a, _ = ops._prepare("paged", u)
-    assert (a.causal, a.window_left, a.mask_mod, a.top_left) == (True, -2, "", True)
+    assert (a.causal, a.window_left, a.window_right, a.mask_mod, a.top_left) == (True, 100, 0, "", True)
     assert ops._mask_json(True, False, True, False, "", "") == {"kind": "causal", "top_left": True}
     assert ops._mask_json(True, True, True, False, "", "") == {"kind": "sliding_window", "top_left": True}
     assert ops._mask_json(True, False, False, False, "", "") == "causal"
