@@ -442,7 +442,6 @@ def lower_call(q: Tensor, k: Tensor, layout: Optional[str], mask_mod, block_mask
             sq, sk, exact = _call_bounds(q, k, layout)
             band = traced_band(tm, sq, sk, top_left=not (exact and sq == sk))
             if band is not None:
-                mask_mod = bm = None
                 _, _, s, a = lower(None, None, score_mod, aux)
                 return band, None, s or None, a or None
     tiles = None
