@@ -253,7 +253,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   } else {
     std::vector<std::function<bool(int, int, int, int)>> per_seq;
     for (int b = 0; b < B; ++b)
-      per_seq.push_back(reference_mask(cfg.mask, L.q[b], L.k[b], c.window_left, c.window_right, c.chunk_size));
+      per_seq.push_back(
+          reference_mask(cfg.mask, L.q[b], L.k[b], c.window_left, c.window_right, c.chunk_size, c.mask_prefix));
     p.visible = [per_seq](int b, int h, int q, int k) { return per_seq[b](b, h, q, k); };
   }
   if (c.custom_score_mod) {
@@ -375,6 +376,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   a.window_left = c.window_left;
   a.window_right = c.window_right;
   a.chunk_size = c.chunk_size;
+  a.mask_prefix = c.mask_prefix;
   a.softcap = c.softcap;
   a.sinks = p.sinks.empty() ? nullptr : static_cast<const float*>(dsinks.get());
   a.num_splits = c.num_splits;

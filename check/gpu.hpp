@@ -39,6 +39,7 @@ class DeviceBuffer {
 struct CheckCase {
   int batch = 1, seqlen_q = 128, seqlen_k = 128, num_q_heads = 2, num_kv_heads = 2;
   int window_left = -1, window_right = -1, chunk_size = 0;
+  int mask_prefix = 0;  // LaunchArgs::mask_prefix (a mask with prefix true)
   float softcap = 0;
   bool with_lse = true, with_sinks = false;
   std::uint64_t seed = 0;  // 0: fresh from std::random_device

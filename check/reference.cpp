@@ -14,8 +14,15 @@ long long floor_div(long long a, long long b) { return (a >= 0 ? a : a - b + 1) 
 
 }  // namespace
 
-std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int sq, int sk, int wl, int wr, int chunk) {
+std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int sq, int sk, int wl, int wr, int chunk,
+                                                       int prefix) {
   const long long off = m.top_left ? 0 : static_cast<long long>(sk) - sq;
+  if (m.prefix && prefix > 0) {  // keys below the prefix are visible to every query, besides the band
+    Mask band = m;
+    band.prefix = false;
+    auto f = reference_mask(band, sq, sk, wl, wr, chunk);
+    return [f, prefix](int b, int h, int q, int k) { return k < prefix || f(b, h, q, k); };
+  }
   switch (m.kind) {
     case Mask::Kind::none: return [](int, int, int, int) { return true; };
     case Mask::Kind::causal: return [off](int, int, int q, int k) { return k <= q + off; };
@@ -29,7 +36,7 @@ std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int sq, in
     case Mask::Kind::all_of:
     case Mask::Kind::any_of: {
       std::vector<std::function<bool(int, int, int, int)>> parts;
-      for (const Mask& c : m.children) parts.push_back(reference_mask(c, sq, sk, wl, wr, chunk));
+      for (const Mask& c : m.children) parts.push_back(reference_mask(c, sq, sk, wl, wr, chunk, prefix));
       const bool all = m.kind == Mask::Kind::all_of;
       return [parts, all](int b, int h, int q, int k) {
         for (const auto& f : parts)

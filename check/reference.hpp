@@ -36,6 +36,6 @@ Reference reference_attention(const Problem& p);  // multi-threaded, float64 thr
 
 // The semantics of the built-in masks, for Problem::visible.
 std::function<bool(int, int, int, int)> reference_mask(const Mask& m, int seqlen_q, int seqlen_k, int window_left = -1,
-                                                       int window_right = -1, int chunk = 0);
+                                                       int window_right = -1, int chunk = 0, int prefix = 0);
 
 }  // namespace jit::testing

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include <fmt/format.h>
@@ -35,6 +36,7 @@ struct ShapeOpts {
   int splits = 0;                         // LaunchArgs::num_splits (0: automatic)
   bool pack_gqa = false;
   int window_left = -1, window_right = -1, chunk = 0;
+  int mask_prefix = 0;  // LaunchArgs::mask_prefix (a mask with prefix true)
   float softcap = 0;
   bool sinks = false;
   int max_seqlen_k = -1;  // LaunchArgs::max_seqlen_k; -1: the longest of seqlens_k
@@ -92,6 +94,9 @@ void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
       ->delimiter(',')
       ->default_str("-1,-1");
   cmd->add_option("--chunk", s.chunk, "chunk size of chunked masks");
+  cmd->add_option("--mask-prefix", s.mask_prefix,
+                  "keys below this visible to every query (masks with \"prefix\": true: prefix LM, sink keys)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("--softcap", s.softcap, "cap of the softcap score-mod");
   cmd->add_flag("--sinks", s.sinks, "random per-head attention sinks");
 }
@@ -283,6 +288,7 @@ void add_check(CLI::App& app) {
     cc.window_left = s.window_left;
     cc.window_right = s.window_right;
     cc.chunk_size = s.chunk;
+    cc.mask_prefix = s.mask_prefix;
     cc.softcap = s.softcap;
     cc.with_sinks = s.sinks;
     cc.descale = !o->no_descale;

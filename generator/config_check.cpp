@@ -71,6 +71,9 @@ class MaskWalk {
     if (m.top_left && !aligned(m.kind))
       refuse(path + ".top_left", "true",
              fmt::format("it means nothing for a {} mask; causal, sliding_window and chunked masks align", kind));
+    if (m.prefix && m.kind != Mask::Kind::causal && m.kind != Mask::Kind::sliding_window)
+      refuse(path + ".prefix", "true",
+             fmt::format("only causal and sliding_window masks take a prefix (this one is {})", kind));
     if (aligned(m.kind)) {
       // One kernel has one alignment (FwdParams::mask_flags): masks that disagree cannot both hold.
       if (!first_aligned_.empty() && m.top_left != top_left_)

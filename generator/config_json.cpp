@@ -132,6 +132,7 @@ json mask_to_json(const Mask& m, int level) {
     throw ConfigError(fmt::format("mask: masks nested deeper than {} levels", detail::kMaxMaskDepth));
   json j = {{"kind", kind_name(kMaskKinds, m.kind)}};
   if (m.top_left) j["top_left"] = true;
+  if (m.prefix) j["prefix"] = true;
   if (m.kind == Mask::Kind::custom) j["snippet"] = m.snippet;
   if (!m.block_snippet.empty()) j["block_snippet"] = m.block_snippet;
   if (!m.children.empty()) {
@@ -147,7 +148,7 @@ Mask mask_from_json(const json& j, const std::string& path, int level) {
     throw ConfigError(fmt::format("{}: masks nested deeper than {} levels", path, detail::kMaxMaskDepth));
   if (j.is_string()) return Mask{kind_from(kMaskKinds, path, j.get<std::string>()), false, {}, {}, {}};
   if (!j.is_object()) wrong_type(path, "a mask kind or an object", j);
-  reject_unknown(j, path, {"kind", "top_left", "snippet", "block_snippet", "masks"});
+  reject_unknown(j, path, {"kind", "top_left", "prefix", "snippet", "block_snippet", "masks"});
   if (!j.contains("kind")) throw ConfigError(fmt::format("{}.kind: missing (a mask object needs its kind)", path));
   Mask m;
   m.kind = kind_from(kMaskKinds, path + ".kind", get_string(j.at("kind"), path + ".kind"));
@@ -161,6 +162,7 @@ Mask mask_from_json(const json& j, const std::string& path, int level) {
     if (j.contains(field) && !used)
       throw ConfigError(fmt::format("{}.{}: a {} mask does not take '{}'", path, field, kind, field));
   if (j.contains("top_left")) m.top_left = get_bool(j.at("top_left"), path + ".top_left");
+  if (j.contains("prefix")) m.prefix = get_bool(j.at("prefix"), path + ".prefix");
   if (j.contains("snippet")) m.snippet = get_string(j.at("snippet"), path + ".snippet");
   if (j.contains("block_snippet")) m.block_snippet = get_string(j.at("block_snippet"), path + ".block_snippet");
   if (j.contains("masks")) {

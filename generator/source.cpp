@@ -51,8 +51,9 @@ class SourceWriter {
 std::string emit_mask(SourceWriter& w, const Mask& m, int& counter) {
   switch (m.kind) {
     case Mask::Kind::none: return "fa4::mask::None";
-    case Mask::Kind::causal: return "fa4::mask::Causal";
-    case Mask::Kind::sliding_window: return "fa4::mask::SlidingWindow";
+    case Mask::Kind::causal: return m.prefix ? "fa4::mask::Prefixed<fa4::mask::Causal>" : "fa4::mask::Causal";
+    case Mask::Kind::sliding_window:
+      return m.prefix ? "fa4::mask::Prefixed<fa4::mask::SlidingWindow>" : "fa4::mask::SlidingWindow";
     case Mask::Kind::chunked: return "fa4::mask::Chunked";
     case Mask::Kind::custom: {
       // The user's struct carries the snippets; fa4::mask::Custom adds the tile classification.

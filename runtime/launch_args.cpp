@@ -24,6 +24,13 @@ bool uses(const Mask& m, Mask::Kind k) {
   return false;
 }
 
+bool has_prefix(const Mask& m) {
+  if (m.prefix) return true;
+  for (const Mask& c : m.children)
+    if (has_prefix(c)) return true;
+  return false;
+}
+
 // Bytes per element of a tensor field (the launch table's `itemsize`).
 std::int64_t itemsize(const Tensor& t) { return dtype_size(t.dtype); }
 
@@ -104,6 +111,11 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     bad(fmt::format("chunk_size is {}: the chunked mask needs a positive chunk size", a.chunk_size));
   if (uses(c.mask, Mask::Kind::sliding_window) && (a.window_left < -1 || a.window_right < -1))
     bad(fmt::format("window ({}, {}): extents are >= 0, or -1 for unbounded", a.window_left, a.window_right));
+  if (a.mask_prefix > 0 && !has_prefix(c.mask))
+    bad(
+        fmt::format("mask_prefix is {}: the kernel's mask has no prefix (a causal or sliding_window mask with "
+                    "prefix true)",
+                    a.mask_prefix));
   if (c.score_mod.kind == ScoreMod::Kind::softcap && !(a.softcap > 0.0f))
     bad(fmt::format("softcap is {}: the softcap score-mod needs a positive cap", a.softcap));
   const LaunchArgs::BlockMask& bm = a.block_mask;
@@ -143,6 +155,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   p.window_right = a.window_right;
   p.chunk_size = a.chunk_size;
   p.mask_flags = mask_flags(c.mask);
+  p.mask_prefix = a.mask_prefix;
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.cu_seqlens_k = a.cu_seqlens_k;
   p.seqused_k = a.seqused_k;

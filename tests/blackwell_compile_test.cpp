@@ -137,6 +137,11 @@ std::vector<Variant> matrix() {
   add(64, e4m3, masks[5], mods[3], 8);
   add(64, e4m3, masks[1], mods[0], 8, true);
   add(128, e4m3, masks[7], mods[2], 4, true, false, jit::DType::fp16);
+  // Masks with a prefix (Mask::prefix: prefix LM's causal, a window's sink keys), d128 and d64 GQA 8.
+  Mask causal_prefix = Mask::causal(), sliding_prefix = Mask::sliding_window();
+  causal_prefix.prefix = sliding_prefix.prefix = true;
+  add(128, jit::DType::bf16, {"causal_prefix", causal_prefix}, mods[0], 1);
+  add(64, jit::DType::bf16, {"sliding_prefix", sliding_prefix}, mods[0], 8);
   return out;
 }
 

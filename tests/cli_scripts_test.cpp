@@ -75,6 +75,9 @@ TEST_F(CliScripts, UsageErrorsNameTheCommandOrFlag) {
     EXPECT_TRUE(has(r.out, std::string("--window: '") + window + "': expected LEFT,RIGHT")) << r.out;
     EXPECT_FALSE(has(r.out, "stoi")) << r.out;
   }
+  r = run("check --arch sm_80 --mask-prefix -3");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "--mask-prefix: Value -3 not in range 0 to 2147483647")) << r.out;
 }
 
 // Issue 52 item 6: a full disk said "2 of 1 kernels could not be written": failed writes of a

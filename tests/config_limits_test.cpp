@@ -181,6 +181,18 @@ TEST(ConfigConflicts, FieldsTheKindDoesNotUseAreRefused) {
   Mask all_top_left = Mask::all_of({Mask::causal(true)});
   all_top_left.top_left = true;
   config_error([&] { jit::resolve(sm90a(all_top_left)); }, {"mask.top_left", "all_of"});
+  // A prefix widens a band (causal, sliding_window); other kinds refuse it, naming the field.
+  for (Mask m : {Mask::none(), Mask::chunked(), Mask::custom("return true;"), Mask::any_of({Mask::causal()})}) {
+    m.prefix = true;
+    config_error([&] { jit::resolve(sm90a(m)); }, {"mask.prefix", "only causal and sliding_window masks"});
+  }
+  for (Mask m : {Mask::causal(), Mask::sliding_window(true)}) {
+    m.prefix = true;
+    EXPECT_NO_THROW(jit::resolve(sm90a(m)));
+  }
+  config_error([] { from_text(R"({"mask": {"kind": "chunked", "prefix": true}})"); }, {"mask.prefix", "chunked"});
+  config_error([] { from_text(R"({"mask": {"kind": "causal", "prefix": 1}})"); },
+               {"mask.prefix:", "expected true or false"});
   Mask window_block = Mask::sliding_window();
   window_block.block_snippet = "return SKIP;";
   config_error([&] { jit::resolve(sm90a(window_block)); }, {"mask.block_snippet", "only custom masks"});

@@ -990,10 +990,13 @@ TEST(ConfigJson, RoundTripsEveryField) {
   c.group = 8;
   c.BN = 128;
   c.num_kv_stages = 3;
-  c.mask = jit::Mask::any_of({jit::Mask::causal(true), jit::Mask::custom("return kv_idx == 0;", "return PARTIAL;")});
+  jit::Mask prefixed = jit::Mask::causal(true);
+  prefixed.prefix = true;
+  c.mask = jit::Mask::any_of({prefixed, jit::Mask::custom("return kv_idx == 0;", "return PARTIAL;")});
   c.score_mod = jit::ScoreMod::custom("return score * 0.5f;");
   c.pack_gqa = true;
   EXPECT_EQ(jit::config_from_json(jit::to_json(c)), c);
+  EXPECT_EQ(jit::to_json(c)["mask"]["masks"][0]["prefix"], true);
   const auto r = jit::resolve(c);
   EXPECT_EQ(jit::config_from_json(jit::to_json(r.config)), r.config);
   EXPECT_EQ(jit::config_from_json(nlohmann::json::parse(jit::to_json(c).dump())), c);

@@ -62,6 +62,40 @@ std::vector<Variant> variants() {
   }
   v.push_back({"causal top-left Sq > Sk", Mask::causal(true), ScoreMod::identity(), base(400, 250)});
   v.push_back({"causal bottom-right Sq > Sk (empty rows)", Mask::causal(), ScoreMod::identity(), base(400, 250)});
+  // Mask::prefix: keys below mask_prefix visible to every query besides the band (prefix LM, sink tokens).
+  auto prefixed = [](Mask m) {
+    m.prefix = true;
+    return m;
+  };
+  {
+    Variant x{"prefix LM 300 (causal + prefix)", prefixed(Mask::causal()), ScoreMod::identity(), base(700, 700)};
+    x.c.mask_prefix = 300;
+    v.push_back(x);
+  }
+  {
+    Variant x{"prefix 100, causal top-left Sq > Sk", prefixed(Mask::causal(true)), ScoreMod::identity(),
+              base(400, 250)};
+    x.c.mask_prefix = 100;
+    v.push_back(x);
+  }
+  {  // rows before the bottom-right diagonal see the prefix only; a prefix past seqlen_k sees every key
+    Variant x{"prefix 1000 > Sk, causal bottom-right Sq > Sk", prefixed(Mask::causal()), ScoreMod::identity(),
+              base(400, 250)};
+    x.c.mask_prefix = 1000;
+    v.push_back(x);
+  }
+  {
+    Variant x{"sliding window 64 + 4 sink keys", prefixed(Mask::sliding_window()), ScoreMod::identity(),
+              base(700, 900)};
+    x.c.window_left = 64;
+    x.c.window_right = 0;
+    x.c.mask_prefix = 4;
+    v.push_back(x);
+  }
+  {  // the flag alone (mask_prefix 0) is the plain band
+    Variant x{"prefix flag, mask_prefix 0", prefixed(Mask::causal()), ScoreMod::identity(), base(300, 300)};
+    v.push_back(x);
+  }
   {
     Variant x{"custom mask snippet", Mask::custom("return (q_idx + kv_idx) % 3 != 0 || kv_idx == 0;"),
               ScoreMod::identity(), base(333, 444)};
@@ -176,6 +210,74 @@ void expect_depths_match(int depth, int depth_v, std::vector<Variant> cases) {
           ADD_FAILURE() << what << ": " << e.what();
         }
       }
+}
+
+// Prefix LM (causal + a bidirectional prefix, Mask::prefix) on the layouts and tile walks a serving
+// engine uses it with: varlen, paged, split-KV decode and packed GQA, under each sm_90a walk (grid,
+// persistent, dynamic), d64 (per-warpgroup spans) and d128.
+TEST(GpuVariants, PrefixMaskOnEveryLayoutAndWalk) {
+  SKIP_WITHOUT_GPU();
+  auto base = [](int prefix) {
+    CheckCase c;
+    c.batch = 3;
+    c.num_q_heads = 8;
+    c.num_kv_heads = 2;
+    c.mask_prefix = prefix;
+    return c;
+  };
+  std::vector<std::pair<std::string, CheckCase>> cases;
+  {
+    CheckCase c = base(200);
+    c.seqlens_q = {1, 300, 77};
+    c.seqlens_k = {500, 300, 1000};
+    cases.push_back({"varlen, prefix 200", c});
+  }
+  {
+    CheckCase c = base(100);
+    c.seqlen_q = 130;
+    c.seqlens_k = {700, 64, 150};
+    c.page_size = 64;
+    cases.push_back({"paged 64, prefix 100", c});
+  }
+  {
+    CheckCase c = base(40);
+    c.seqlen_q = 1;
+    c.seqlen_k = 3000;
+    c.num_splits = 3;
+    cases.push_back({"split-KV 3 decode, prefix 40", c});
+  }
+  {
+    CheckCase c = base(1500);
+    c.seqlen_q = 1000;
+    c.seqlen_k = 1000;
+    c.batch = 1;
+    cases.push_back({"dense, prefix 1500 > S (all visible)", c});
+  }
+  for (const std::string& arch : runnable_archs())
+    for (int depth : {64, 128})
+      for (const char* tune : {"", "persistent=0", "persistent=1", "persistent=3"})
+        for (bool pack : {false, true})
+          for (const auto& [name, c] : cases) {
+            const bool sm90a = arch == "sm_90a";
+            if ((*tune && !sm90a) || (pack && c.seqlen_q > 16 && c.seqlens_q.empty())) continue;
+            if (pack && std::string(tune) == "persistent=3") continue;  // the dynamic walk runs unpacked
+            jit::FA4Config cfg;
+            cfg.arch = arch;
+            cfg.depth = depth;
+            cfg.mask = Mask::causal();
+            cfg.mask.prefix = true;
+            if (pack) {
+              cfg.group = c.num_q_heads / c.num_kv_heads;
+              cfg.pack_gqa = true;
+            }
+            const std::string what = fmt::format("{} d{} [{}] {}{}", arch, depth, tune, name, pack ? " packed" : "");
+            try {
+              const auto kernel = jit::get_kernel(cfg, jit::testing::tuned(tune));
+              jit::testing::expect_matches(jit::testing::run_and_check(*kernel, c), what);
+            } catch (const std::exception& e) {
+              ADD_FAILURE() << what << ": " << e.what();
+            }
+          }
 }
 
 // DeepSeek-V3 prefill's Q/K 192 with a 128-wide V: every variant.

@@ -23,7 +23,8 @@
  *   FA4JIT_E4M3 and fa4jit_launch_args' descale_q / descale_k / descale_v; 4: the config field
  *   "kv_dtype", an FP8 KV cache; 5: fa4jit_launch_args' max_seqlen_k; 6: fa4jit_set_log_callback, fa4jit_set_log_level,
  *   fa4jit_get_log_level, and runtime info's "cache_writable", "log_level" and "problems"; 7:
- *   fa4jit_tile_map; 8: fa4jit_launch_args' page_descale, an e4m3 latent cache's per-page factors). Structs
+ *   fa4jit_tile_map; 8: fa4jit_launch_args' page_descale, an e4m3 latent cache's per-page factors; 9:
+ *   fa4jit_model_configs_with; 10: fa4jit_launch_args' mask_prefix and the mask field "prefix"). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
@@ -44,7 +45,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 9
+#define FA4JIT_C_API_VERSION 10
 
 #ifdef __cplusplus
 extern "C" {

@@ -101,6 +101,10 @@ typedef struct fa4jit_launch_args {
    * descale_k / descale_v where set); NULL: 1. Since C API version 8.
    */
   const float* page_descale;
+  /* a causal or sliding-window mask with mask.prefix: keys [0, mask_prefix) are visible to every
+   * query as well (prefix LM; a window's sink tokens); 0: none. Since C API version 10.
+   */
+  int32_t mask_prefix;
 } fa4jit_launch_args;
 /* clang-format on */
 

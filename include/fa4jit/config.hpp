@@ -38,6 +38,9 @@ struct FA4JIT_API Mask {
   // masks skip tiles. A wrong claim gives wrong results, like a wrong snippet. See also
   // LaunchArgs::block_mask for a run-time block mask.
   std::string block_snippet;
+  // causal / sliding_window: keys [0, LaunchArgs::mask_prefix) are visible to every query too (prefix
+  // LM's bidirectional prefix; a window's sink tokens). Off: the plain band, whatever mask_prefix is.
+  bool prefix = false;
 
   static Mask none() { return {}; }
   static Mask causal(bool top_left = false);
@@ -49,7 +52,7 @@ struct FA4JIT_API Mask {
   // Written out (not defaulted) so the header stays C++17; compares every field.
   bool operator==(const Mask& o) const {
     return kind == o.kind && top_left == o.top_left && snippet == o.snippet && children == o.children &&
-           block_snippet == o.block_snippet;
+           block_snippet == o.block_snippet && prefix == o.prefix;
   }
   bool operator!=(const Mask& o) const { return !(*this == o); }
 };

@@ -18,9 +18,9 @@ import sys
 
 from . import _paths, errors, launch_schema
 
-C_API_VERSION = 9  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
+C_API_VERSION = 10  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
 #                     5: max_seqlen_k; 6: the log callback and level, runtime info's "problems"; 7: fa4jit_tile_map;
-#                     8: page_descale; 9: fa4jit_model_configs_with)
+#                     8: page_descale; 9: fa4jit_model_configs_with; 10: mask_prefix)
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates

@@ -343,19 +343,23 @@ def lower(mask_mod, block_mask_mod, score_mod, aux, block_mask=None, tiles=None)
 # ---- traced bands: fa4jit's built-in causal / window masks ------------------------------------------
 
 class Band(str):
-    """A traced mask that is exactly the band lo <= q_idx - kv_idx <= hi at every position a call can
-    have, passed down as the call's mask_mod: ops._prepare launches fa4jit's built-in causal / window
-    mask instead of the snippet (no tile map, no per-element snippet; ~10% faster than the snippet
-    with its tile map, docs/PERF.md run 78), aligned top-left as FlexAttention's positions are. The
-    string (the plan key's part) names the band, and no snippet reads like it."""
+    """A traced mask that is exactly the band lo <= q_idx - kv_idx <= hi, or that band or kv_idx <
+    prefix (prefix LM; a window's sink keys), at every position a call can have, passed down as the
+    call's mask_mod: ops._prepare launches fa4jit's built-in causal / window mask (with the config's
+    mask.prefix and the launch's mask_prefix) instead of the snippet (no tile map, no per-element
+    snippet; 5-10% faster than the snippet with its tile map, docs/PERF.md runs 78-79), aligned
+    top-left as FlexAttention's positions are. The string (the plan key's part) names the band, and
+    no snippet reads like it."""
 
-    def __new__(cls, lo: int, hi: int, q_bound: int, k_bound: int, top_left: bool):
+    def __new__(cls, lo: int, hi: int, q_bound: int, k_bound: int, top_left: bool, prefix: int = 0):
         left = -1 if hi >= q_bound - 1 else hi  # -1: unbounded
         right = -1 if lo <= -(k_bound - 1) else -lo
-        b = super().__new__(cls, f"\0fa4jit band {left} {right} {'top-left' if top_left else 'bottom-right'}")
+        b = super().__new__(cls, f"\0fa4jit band {left} {right} {'top-left' if top_left else 'bottom-right'}"
+                                 f"{f' prefix {prefix}' if prefix else ''}")
         b.causal = right == 0
         b.window = None if (b.causal or right < 0) and left < 0 else (left, right)  # None, not causal: no mask
         b.top_left = top_left
+        b.prefix = prefix if b.causal or b.window else 0  # no mask: every key visible already
         return b
 
 
@@ -375,6 +379,66 @@ def _difference_only(gm) -> bool:
                set(u.args) == {q, kv} for x in (q, kv) for u in x.users)
 
 
+def _operand(gm, node):
+    """A GraphModule computing ``node`` of the traced mask ``gm`` (its ancestors only; the same four
+    placeholders)."""
+    g = torch.fx.Graph()
+    env = {}
+    for n in gm.graph.nodes:  # in topological order: every ancestor comes before node
+        env[n] = g.node_copy(n, lambda x: env[x])
+        if n is node:
+            break
+    g.output(env[node])
+    g.eliminate_dead_code()
+    return torch.fx.GraphModule(gm, g)
+
+
+def _prefix_or_band(gm):
+    """(keys, band): the two sides of a traced mask that is ``A | B``, A reading kv_idx alone and B
+    q_idx - kv_idx alone (``_difference_only``), as GraphModules; None for any other mask. Prefix LM
+    (``kv_idx < P | q_idx >= kv_idx``, FlexAttention's or_masks of its prefix and causal masks)."""
+    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    root = out.args[0] if out is not None and len(out.args) == 1 else None
+    if (not isinstance(root, torch.fx.Node) or root.target not in (torch.ops.aten.bitwise_or.Tensor,
+                                                                     torch.ops.aten.logical_or.default)
+            or root.kwargs or len(root.args) != 2 or any(n.op == "get_attr" for n in gm.graph.nodes)):
+        return None
+    sides = [_operand(gm, a) for a in root.args if isinstance(a, torch.fx.Node)]
+    if len(sides) != 2:
+        return None
+    for keys, band in (sides, sides[::-1]):
+        ph = [n for n in keys.graph.nodes if n.op == "placeholder"]
+        if len(ph) == 4 and not (ph[0].users or ph[1].users or ph[2].users) and _difference_only(band):
+            return keys, band
+    return None
+
+
+def _band_of(mod, q_bound: int, k_bound: int):
+    """(lo, hi) of a difference-only traced mask over every q_idx < q_bound and kv_idx < k_bound: its
+    one contiguous run of visible differences, holding the diagonal; None otherwise."""
+    d = torch.arange(-(k_bound - 1), q_bound, dtype=torch.int32)
+    zero = torch.zeros((), dtype=torch.int32)
+    with torch.no_grad():
+        v = torch.vmap(mod, in_dims=(None, None, 0, None))(zero, zero, d, zero).to(torch.bool).expand(d.shape)
+    idx = v.nonzero().flatten()
+    if idx.numel() and int(idx[-1] - idx[0]) + 1 == idx.numel():  # one contiguous run
+        lo, hi = int(d[idx[0]]), int(d[idx[-1]])
+        if lo <= 0 <= hi:
+            return lo, hi
+    return None
+
+
+def _prefix_of(mod, k_bound: int) -> Optional[int]:
+    """P where a traced mask of kv_idx alone is kv_idx < P over every kv_idx < k_bound (0 <= P <
+    k_bound); None otherwise (not a run from key 0, or every key)."""
+    kv = torch.arange(k_bound, dtype=torch.int32)
+    zero = torch.zeros((), dtype=torch.int32)
+    with torch.no_grad():
+        v = torch.vmap(mod, in_dims=(None, None, None, 0))(zero, zero, zero, kv).to(torch.bool).expand(kv.shape)
+    p = int(v.sum())
+    return p if p < k_bound and bool(v[:p].all()) else None
+
+
 def _band_bound(n: int) -> int:
     """A bound rounded up to a power of two (at least 1024): a band found over the larger range holds
     over every smaller one, so varlen calls whose totals change every step evaluate a mask a few
@@ -384,8 +448,9 @@ def _band_bound(n: int) -> int:
 
 def traced_band(tm, q_bound: int, k_bound: int, top_left: bool = True) -> Optional[Band]:
     """The Band of a traced mask over every q_idx < q_bound and kv_idx < k_bound, or None: not a
-    function of q_idx - kv_idx alone, not one band that holds the diagonal, or nothing visible.
-    Evaluated over the 1-D range of the difference, on the CPU, once per mask and rounded bounds
+    function of q_idx - kv_idx alone (or of it or'ed with one of kv_idx alone that is a run of keys
+    from 0: a prefix), not one band that holds the diagonal, or nothing visible. Evaluated over the
+    1-D ranges of the difference and the key, on the CPU, once per mask and rounded bounds
     (_band_bound)."""
     if not isinstance(tm, _trace.TracedMod) or q_bound < 1 or k_bound < 1:
         return None
@@ -395,15 +460,14 @@ def traced_band(tm, q_bound: int, k_bound: int, top_left: bool = True) -> Option
         return tm.memo[key]
     band = None
     if _difference_only(tm.graph):
-        d = torch.arange(-(k_bound - 1), q_bound, dtype=torch.int32)
-        zero = torch.zeros((), dtype=torch.int32)
-        with torch.no_grad():
-            v = torch.vmap(tm.graph, in_dims=(None, None, 0, None))(zero, zero, d, zero).to(torch.bool).expand(d.shape)
-        idx = v.nonzero().flatten()
-        if idx.numel() and int(idx[-1] - idx[0]) + 1 == idx.numel():  # one contiguous run
-            lo, hi = int(d[idx[0]]), int(d[idx[-1]])
-            if lo <= 0 <= hi:
-                band = Band(lo, hi, q_bound, k_bound, top_left)
+        lohi = _band_of(tm.graph, q_bound, k_bound)
+        band = Band(*lohi, q_bound, k_bound, top_left) if lohi else None
+    else:
+        sides = _prefix_or_band(tm.graph)
+        if sides is not None:
+            prefix, lohi = _prefix_of(sides[0], k_bound), _band_of(sides[1], q_bound, k_bound)
+            if prefix is not None and lohi is not None:
+                band = Band(*lohi, q_bound, k_bound, top_left, prefix)
     tm.memo[key] = band
     return band
 
@@ -742,8 +806,8 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optiona
     builtin = _builtin_band(bm, Sq, Sk)
     if builtin is not None:  # a causal or sliding-window mask: fa4jit's built-in mask computes it
         bm = mask_mod = None
-    elif bm is not None and Sq != Sk:  # a band of q_idx - kv_idx: the built-in mask aligned top-left
-        band = traced_band(bm._traced, Sq, Sk)
+    elif bm is not None and not torch.compiler.is_compiling():  # a band of q_idx - kv_idx (or'ed with a key
+        band = traced_band(bm._traced, Sq, Sk, top_left=Sq != Sk)  # prefix): the built-in mask
         if band is not None:
             bm, mask_mod = None, band
     slopes = None

@@ -39,7 +39,8 @@ check per combination of the values, with {t} (...) replaced in when, rule and m
 # top_left later) and keep schema defaults, so callers written before them call the ops unchanged.
 # top_left: the causal / window mask aligned top-left (query i's diagonal at key i, the config's
 # mask.top_left), which traced FlexAttention bands lower to (fa4jit.flex.Band); the public functions'
-# causal and window stay bottom-right.
+# causal and window stay bottom-right. mask_prefix: keys [0, mask_prefix) visible to every query too
+# (the config's mask.prefix; 0 none), which traced prefix-LM masks lower to (fa4jit.flex.Band.prefix).
 OP_ARGS = [
     ("q", "Tensor", None), ("k", "Tensor", None), ("v", "Tensor", None),
     ("out", "Tensor?", None), ("lse", "Tensor?", None),
@@ -54,7 +55,7 @@ OP_ARGS = [
     ("descale_q", "Tensor?", None), ("descale_k", "Tensor?", None), ("descale_v", "Tensor?", None),
     ("max_seqlen_k", "SymInt", 0),
     ("block_mask", "Tensor?", None), ("block_mask_q", "SymInt", 128), ("block_mask_k", "SymInt", 128),
-    ("page_descale", "Tensor?", None), ("top_left", "bool", False),
+    ("page_descale", "Tensor?", None), ("top_left", "bool", False), ("mask_prefix", "SymInt", 0),
 ]
 
 FIELDS = [
@@ -129,6 +130,9 @@ FIELDS = [
          doc="an e4m3 latent cache (MLA: kv_dtype e4m3, depth 576, depth_v 512), paged: float32 [num_pages] "
              "contiguous, the kernel reads the rows of page p as page_descale[p] * stored value (times "
              "descale_k / descale_v where set); NULL: 1"),
+    dict(name="mask_prefix", c="int32_t", since=10, variants="mask",
+         doc="a causal or sliding-window mask with mask.prefix: keys [0, mask_prefix) are visible to every query "
+             "as well (prefix LM; a window's sink tokens); 0: none"),
 ]
 
 # Values derived from the fields, for the checks (C++: const locals; Python: the same expressions).
@@ -157,6 +161,7 @@ CHECKS = [
          msg="cu_seqlens_k with page_table: paged keys are located by the page table (pass seqused_k)"),
     dict(when="varlen and not paged", rule="cu_seqlens_q != 0 and cu_seqlens_k != 0",
          msg="cu_seqlens_q and cu_seqlens_k go together (varlen without a page table needs both)"),
+    dict(rule="mask_prefix >= 0", msg="mask_prefix is {mask_prefix}: a count of keys, 0 for none"),
     dict(rule="max_seqlen_k >= 0",
          msg="max_seqlen_k is {max_seqlen_k}: pass the longest key sequence, or 0 (None) when it is not known"),
     dict(when="varlen", rule="batch > 0", msg="batch is {batch}: varlen launches need the number of sequences"),

@@ -59,10 +59,12 @@ def _arch(device_index: int) -> str:
     return a
 
 
-def _mask_json(causal: bool, window: bool, top_left: bool, chunked: bool, mask_snippet: str, block_snippet: str):
+def _mask_json(causal: bool, window: bool, top_left: bool, prefix: bool, chunked: bool, mask_snippet: str,
+               block_snippet: str):
     parts = ["sliding_window"] if window else ["causal"] if causal else []  # causal + window: right extent 0
-    if parts and top_left:
-        parts = [{"kind": parts[0], "top_left": True}]
+    if parts and (top_left or prefix):  # prefix: keys [0, mask_prefix) visible to every query too
+        flags = {"top_left": top_left, "prefix": prefix}
+        parts = [{"kind": parts[0], **{name: True for name, on in flags.items() if on}}]
     parts += ["chunked"] if chunked else []
     if mask_snippet:
         block = {"block_snippet": block_snippet} if block_snippet else {}
@@ -71,19 +73,19 @@ def _mask_json(causal: bool, window: bool, top_left: bool, chunked: bool, mask_s
 
 
 # What selects a kernel: the ops' kernel cache key, turned into the library's config by _get_kernel.
-KernelKey = collections.namedtuple("KernelKey", "arch dtype kv_dtype depth depth_v causal window top_left chunked "
-                                   "mask_snippet block_snippet score_kind score_snippet pack group out_dtype")
+KernelKey = collections.namedtuple("KernelKey", "arch dtype kv_dtype depth depth_v causal window top_left prefix "
+                                   "chunked mask_snippet block_snippet score_kind score_snippet pack group out_dtype")
 
 
 def _get_kernel(key: KernelKey) -> _Kernel:
     k = _kernels.get(key)
     if k is not None:
         return k
-    (arch, dtype, kv_dtype, depth, depth_v, causal, window, top_left, chunked, mask_snippet, block_snippet, score_kind,
-     score_snippet, pack, group, out_dtype) = key
+    (arch, dtype, kv_dtype, depth, depth_v, causal, window, top_left, prefix, chunked, mask_snippet, block_snippet,
+     score_kind, score_snippet, pack, group, out_dtype) = key
     score = {"kind": score_kind, "snippet": score_snippet} if score_kind == "custom" else score_kind
     cfg = {"dtype": dtype, "depth": depth,
-           "mask": _mask_json(causal, window, top_left, chunked, mask_snippet, block_snippet),
+           "mask": _mask_json(causal, window, top_left, prefix, chunked, mask_snippet, block_snippet),
            "score_mod": score, "pack_gqa": pack}
     if depth_v != depth:  # a V narrower than Q and K (written only then, as the library does)
         cfg["depth_v"] = depth_v
@@ -257,6 +259,9 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     if dev is None:
         dev = torch.cuda.current_device()
     window = a.window_left != -2  # -2: no window (the op's encoding of None)
+    if a.mask_prefix > 0 and not (a.causal or window):
+        raise ConfigError(f"mask_prefix is {a.mask_prefix}: a key prefix widens a causal or sliding-window mask "
+                          "(pass causal=True or a window)")
     score_mod = a.score_mod
     if score_mod in ("", "identity"):
         score_mod = "softcap" if a.softcap > 0 else ("alibi" if a.alibi_slopes is not None else "identity")
@@ -270,7 +275,8 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     else:
         pack = bool(a.pack_gqa) and group > 1
     kernel = _get_kernel(KernelKey(_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
-                                   a.causal, window, a.top_left and (a.causal or window), a.chunk_size > 0, mask_mod,
+                                   a.causal, window, a.top_left and (a.causal or window),
+                                   a.mask_prefix > 0 and (a.causal or window), a.chunk_size > 0, mask_mod,
                                    block_mask_mod, score_kind, score_snippet, pack, group if pack else 0,
                                    _DTYPE_NAME[a.out.dtype]))
     # The struct's fields by name (launch_table.FIELDS; the ones not set here take the table's defaults).
@@ -283,7 +289,8 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
              max_seqlen_q=a.max_seqlen_q if varlen else 0, sinks=_ptr(a.sinks), page_table=_ptr(a.page_table),
              max_pages=a.page_table.shape[1] if a.page_table is not None else 0, num_splits=a.num_splits,
              descale_q=_ptr(a.descale_q), descale_k=_ptr(a.descale_k), descale_v=_ptr(a.descale_v),
-             max_seqlen_k=a.max_seqlen_k, page_descale=_ptr(a.page_descale))
+             max_seqlen_k=a.max_seqlen_k, page_descale=_ptr(a.page_descale),
+             mask_prefix=a.mask_prefix if a.causal or window else 0)
     if a.block_mask is not None:  # (B or 1, H or 1, q blocks, kv blocks): a broadcast dimension has stride 0
         t = a.block_mask
         f.update(block_mask=t.data_ptr(), block_mask_q=a.block_mask_q, block_mask_k=a.block_mask_k,
@@ -459,9 +466,10 @@ def _prepare(kind: str, u: dict):
     scalars = [float(s) for s in (u["scalars"] or ())]
     if len(scalars) > 4:
         raise ConfigError(f"scalars: {len(scalars)} values; at most 4")
-    causal, window, top_left, mask_mod = bool(u["causal"]), u["window"], False, u["mask_mod"] or ""
+    causal, window, top_left, prefix, mask_mod = bool(u["causal"]), u["window"], False, 0, u["mask_mod"] or ""
     if _flex is not None and isinstance(mask_mod, _flex.Band):  # a traced band (flex.lower_call): the built-in mask
-        causal, window, top_left, mask_mod = mask_mod.causal, mask_mod.window, mask_mod.top_left, ""
+        b = mask_mod
+        causal, window, top_left, prefix, mask_mod = b.causal, b.window, b.top_left, b.prefix, ""
     wl, wr = _window(window, causal)
     softcap = float(u["softcap"] or 0.0)
     score_mod = _score_mod(u["score_mod"], softcap, u["alibi_slopes"])
@@ -479,7 +487,7 @@ def _prepare(kind: str, u: dict):
              -1 if u["pack_gqa"] is None else int(bool(u["pack_gqa"])), bool(u["return_lse"]), bhsd,
              u["descale_q"], u["descale_k"], u["descale_v"], int(get("max_seqlen_k") or 0),
              *((tiles.classes, *tiles.BLOCK_SIZE) if tiles is not None else ()), page_descale=get("page_descale"),
-             top_left=top_left)
+             top_left=top_left, mask_prefix=prefix)
     return a, squeeze
 
 

@@ -111,6 +111,45 @@ struct SlidingWindow : BandMask<SlidingWindow> {
   __device__ __forceinline__ static Band band(const Ctx& c) { return Band{c.params->window_left, c.params->window_right}; }
 };
 
+// A band with a bidirectional prefix (Mask::prefix): keys [0, params.mask_prefix) are visible to
+// every query too (prefix LM: the prefix both ways, causal after it; a sliding window's sink tokens).
+// Written as a built-in rather than left to an any_of with a snippet: a causal-shaped custom mask
+// ran 5-7% slower than the built-in causal mask, its tile map or block snippet and all (H200,
+// docs/PERF.md run 79), so traced prefix-LM masks lower to this (fa4jit.flex.Band). Causal keys stay
+// contiguous (the prefix only widens the range: every tile of [0, end) has a visible key); a
+// window's range has a gap between the prefix and the band, so its walk classifies each tile.
+template <class M>
+struct PrefixKeepsContiguous {
+  static constexpr bool value = false;
+};
+template <>
+struct PrefixKeepsContiguous<Causal> {
+  static constexpr bool value = true;
+};
+
+template <class M>
+struct Prefixed {
+  static constexpr bool kIsNone = false;
+  static constexpr bool kSnippet = false;
+  static constexpr bool kContiguous = PrefixKeepsContiguous<M>::value;
+  template <bool kInside = false>
+  __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
+    return k < c.params->mask_prefix || M::template visible<kInside>(q, k, c);
+  }
+  __device__ __forceinline__ static KvRange kv_range(int q_lo, int q_hi, const Ctx& c) {
+    const KvRange r = M::kv_range(q_lo, q_hi, c);
+    const int p = min(c.params->mask_prefix, c.seqlen_k);
+    if (p <= 0) return r;
+    return {0, r.end > r.begin ? max(r.end, p) : p};
+  }
+  __device__ __forceinline__ static TileClass classify(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    const int p = c.params->mask_prefix;
+    if (k_hi <= p) return kFull;
+    const TileClass t = M::classify(q_lo, q_hi, k_lo, k_hi, c);
+    return k_lo < p && t == kSkip ? kPartial : t;
+  }
+};
+
 // Chunked (Llama 4): visible iff query position and key fall in the same chunk of
 // params.chunk_size keys. Query positions are aligned like causal (offset).
 struct Chunked {

@@ -35,6 +35,7 @@ struct FwdParams {
   int window_right;  // and up to q + window_right (-1: unbounded)
   int chunk_size;    // chunked masks
   int mask_flags;    // bit 0: causal alignment is top-left instead of bottom-right
+  int mask_prefix;   // mask::Prefixed: keys [0, mask_prefix) visible to every query too
 
   // Variable length / sinks (null when unused).
   const int* cu_seqlens_q;  // [batch + 1]

@@ -60,6 +60,7 @@ template <> struct MaySkipInRange<mask::None> { static constexpr bool value = fa
 template <> struct MaySkipInRange<mask::Causal> { static constexpr bool value = false; };
 template <> struct MaySkipInRange<mask::SlidingWindow> { static constexpr bool value = false; };
 template <> struct MaySkipInRange<mask::Chunked> { static constexpr bool value = false; };
+template <> struct MaySkipInRange<mask::Prefixed<mask::Causal>> { static constexpr bool value = false; };
 template <class A, class B> struct MaySkipInRange<mask::And<A, B>> {
   static constexpr bool value = MaySkipInRange<A>::value || MaySkipInRange<B>::value;
 };

@@ -547,7 +547,7 @@ def test_traced_bands_hold_over_every_position_a_call_can_have():
     assert band(window) == (False, (100, 7), True)
     assert band(everything) == (False, None, True)  # every key visible: no mask
     # Not a function of q_idx - kv_idx alone, not one band holding the diagonal: the snippet stays.
-    for mod in (prefix_lm, dilated, diagonal_hidden, per_head, document):
+    for mod in (dilated, diagonal_hidden, per_head, document):
         assert band(mod) is None, mod.__name__
     assert flex.traced_band("return true;", 300, 500) is None
     b = flex.traced_band(flex._traced(sliding, "mask"), 300, 500)
@@ -557,6 +557,39 @@ def test_traced_bands_hold_over_every_position_a_call_can_have():
         return (q_idx - kv_idx < 5000) & (kv_idx - q_idx < 3000)
     assert band(wide, q_bound=3000, k_bound=2000) == (False, None, True)
     assert band(wide, q_bound=3000, k_bound=5000) == (False, (-1, 2999), True)
+
+
+def test_a_band_or_a_key_prefix_is_a_band_with_a_prefix():
+    def sink_window(b, h, q_idx, kv_idx):
+        return (kv_idx <= 3) | ((q_idx >= kv_idx) & (q_idx - kv_idx < 100))
+
+    def query_prefix(b, h, q_idx, kv_idx):  # q_idx alone on one side: not a key prefix
+        return (q_idx < 37) | (q_idx >= kv_idx)
+
+    def key_suffix(b, h, q_idx, kv_idx):  # keys not from 0
+        return (kv_idx > 37) | (q_idx >= kv_idx)
+
+    def per_head_prefix(b, h, q_idx, kv_idx):
+        return (kv_idx < h) | (q_idx >= kv_idx)
+
+    def and_prefix(b, h, q_idx, kv_idx):
+        return (kv_idx < 37) & (q_idx >= kv_idx)
+
+    def band(mod, q_bound=300, k_bound=500):
+        b = flex.traced_band(flex._traced(mod, "mask"), q_bound, k_bound)
+        return None if b is None else (b.causal, b.window, b.prefix)
+    assert band(prefix_lm) == (True, None, 37)
+    assert band(sink_window) == (True, (99, 0), 4)
+    assert band(causal) == (True, None, 0)
+    for mod in (query_prefix, key_suffix, per_head_prefix, and_prefix):
+        assert band(mod) is None, mod.__name__
+    # Dense prefix LM: the built-in causal mask with mask.prefix and the launch's mask_prefix.
+    q = torch.empty(2, 64, 4, 64, dtype=torch.bfloat16)
+    m = flex.lower_call(q, q, "bshd", prefix_lm, None, None, None)[0]
+    assert isinstance(m, flex.Band) and (m.causal, m.prefix, m.top_left) == (True, 37, False)
+    assert ops._mask_json(True, False, False, True, False, "", "") == {"kind": "causal", "prefix": True}
+    assert ops._mask_json(True, True, True, True, False, "", "") == {"kind": "sliding_window", "top_left": True,
+                                                                     "prefix": True}
 
 
 def test_traced_bands_lower_to_the_built_in_mask_aligned_top_left():
@@ -580,7 +613,11 @@ def test_traced_bands_lower_to_the_built_in_mask_aligned_top_left():
     u = dict(zip(ops._names_paged, ops._defaults_paged))
     u.update(q=q, k=pages, v=pages, page_table=torch.zeros(2, 16, dtype=torch.int32), seqused_k=None, mask_mod=m)
     a, _ = ops._prepare("paged", u)
-    assert (a.causal, a.window_left, a.window_right, a.mask_mod, a.top_left) == (True, 100, 0, "", True)
-    assert ops._mask_json(True, False, True, False, "", "") == {"kind": "causal", "top_left": True}
-    assert ops._mask_json(True, True, True, False, "", "") == {"kind": "sliding_window", "top_left": True}
-    assert ops._mask_json(True, False, False, False, "", "") == "causal"
+    assert (a.causal, a.window_left, a.window_right, a.mask_mod, a.top_left, a.mask_prefix) == (
+        True, 100, 0, "", True, 0)
+    u.update(mask_mod=flex.lower_call(q, pages, None, prefix_lm, None, None, None)[0])
+    a, _ = ops._prepare("paged", u)
+    assert (a.causal, a.window_left, a.mask_mod, a.top_left, a.mask_prefix) == (True, -2, "", True, 37)
+    assert ops._mask_json(True, False, True, False, False, "", "") == {"kind": "causal", "top_left": True}
+    assert ops._mask_json(True, True, True, False, False, "", "") == {"kind": "sliding_window", "top_left": True}
+    assert ops._mask_json(True, False, False, False, False, "", "") == "causal"

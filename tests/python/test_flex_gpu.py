@@ -309,6 +309,57 @@ def test_traced_bands_run_the_built_in_masks_aligned_top_left():
     assert_close(o, ref_o, torch.bfloat16, what="flex_attention Sq != Sk")
 
 
+def test_traced_prefix_masks_run_the_built_in_mask_with_a_prefix():
+    """Prefix LM (FlexAttention's or_masks of a key prefix and causal) and a sliding window with sink
+    keys run fa4jit's built-in causal / window mask with a prefix (the config's mask.prefix, the
+    launch's mask_prefix), not the snippet: dense Sq == Sk and Sq != Sk, paged, varlen, each against the
+    float64 reference with outputs poisoned first."""
+    from fa4jit import ops
+    H, Hkv, D, P = 4, 2, 128, 64
+
+    def sink_window(b, h, q_idx, kv_idx):
+        return ((q_idx >= kv_idx) & (q_idx - kv_idx < 100)) | (kv_idx < 4)
+
+    for mod in (prefix_lm, sink_window):
+        for Sq, Sk in ((700, 700), (300, 900)):
+            q, k, v = bhsd(2, H, Hkv, Sq, Sk, seed=41)
+            bm = fa4jit.create_block_mask(mod, None, None, Sq, Sk, device="cuda")
+            out = torch.full((2, H, Sq, D), float("nan"), device="cuda", dtype=torch.bfloat16)
+            o, lse = fa4jit.flex_attention(q, k, v, block_mask=bm, enable_gqa=True, return_lse=True)
+            kr, vr = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+            ref_o, ref_lse = reference(q, kr, vr, mod)
+            assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"{mod.__name__} {Sq}x{Sk}")
+    prefixed = {(k.causal, k.window, k.top_left) for k in ops._kernels if k.prefix and not k.mask_snippet}
+    assert {(True, False, False), (True, False, True), (True, True, False), (True, True, True)} <= prefixed
+    # Paged: 300 queries over 1000 and 700 keys in shuffled pages; varlen: unequal lengths.
+    Sq, lens = 300, [1000, 700]
+    q = rnd(2, Sq, H, D, seed=42)
+    pages = -(-max(lens) // P)
+    table = torch.randperm(2 * pages, generator=torch.Generator().manual_seed(6)).view(2, pages).cuda()
+    kc = torch.randn(2 * pages, P, Hkv, D, device="cuda").to(torch.bfloat16)
+    vc = torch.randn_like(kc)
+    used = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for mod in (prefix_lm, sink_window):
+        out = torch.full_like(q, float("nan"))
+        fa4jit.attention_paged(q, kc, vc, table.to(torch.int32), used, mask_mod=mod, out=out)
+        for b, n in enumerate(lens):
+            kb = kc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
+            vb = vc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
+            ref_o, _ = reference(q[b:b + 1].transpose(1, 2), kb[None].transpose(1, 2), vb[None].transpose(1, 2), mod)
+            assert_close(out[b], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"paged {mod.__name__} seq {b}")
+    lq, lk = [50, 400], [600, 401]
+    cq = torch.tensor([0, 50, 450], dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0, 600, 1001], dtype=torch.int32, device="cuda")
+    qv, kv_, vv = rnd(450, H, D, seed=43), rnd(1001, Hkv, D, seed=44), rnd(1001, Hkv, D, seed=45)
+    out = torch.full_like(qv, float("nan"))
+    fa4jit.attention_varlen(qv, kv_, vv, cq, ck, max(lq), mask_mod=prefix_lm, max_seqlen_k=max(lk), out=out)
+    for i in range(2):
+        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
+        ref_o, _ = reference(qv[qs].transpose(0, 1)[None], kv_[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None],
+                             vv[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None], prefix_lm)
+        assert_close(out[qs], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"varlen prefix LM seq {i}")
+
+
 def test_cuda_graph_capture_with_block_mask():
     B, H, S = 1, 4, 1024
     q, k, v = bhsd(B, H, H, S, S, seed=13)

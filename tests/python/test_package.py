@@ -77,7 +77,7 @@ def test_pointer_patch_packs_what_the_full_struct_packs():
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__
-    assert info["c_api_version"] == 9
+    assert info["c_api_version"] == 10
     assert info["problems"] == [] and info["log_level"] in ("error", "warn", "info", "debug")
     assert "sm_90a" in info["supported_archs"] and "sm_100a" in info["supported_archs"]
     assert info["nvrtc"].startswith("13.")
@@ -411,6 +411,8 @@ def _launch_fields(**fields):
     ({"page_table": 64, "cu_seqlens_k": 64}, "cu_seqlens_k with page_table"),
     ({"softmax_scale": -1.0}, "softmax_scale is -1"),
     ({"block_mask": 64}, "block_mask is set but the kernel's mask has no custom part"),
+    ({"mask_prefix": -1}, "mask_prefix is -1: a count of keys"),
+    ({"mask_prefix": 100}, "mask_prefix is 100: the kernel's mask has no prefix"),
     ({"q.dtype": 7}, "q.dtype is 7"),
     ({"q.dtype": 2}, "q.dtype is e4m3, the kernel was built for bf16"),
     ({"descale_q": 64}, "descale_q is set but the kernel's dtype is bf16: descale factors are for e4m3"),
