@@ -1,6 +1,7 @@
 """fa4jit's FlexAttention front end on a GPU: Python mods traced into snippets and tile maps derived from
 masks, against the float64 reference (tests/python/reference.py) and torch's own flex_attention.
 Skips without a CUDA GPU (`tools/gpu.sh python` runs it on the lent machine)."""
+import itertools
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
@@ -262,45 +263,58 @@ def _top_left_kernels():
     return {(k.causal, k.window) for k in ops._kernels if k.top_left and not k.mask_snippet}
 
 
+def _check_paged_chunks(mod, seed, H=4, Hkv=2, D=128, P=64, Sq=300, lens=(1000, 700)):
+    """attention_paged with the traced mask ``mod``: Sq queries of each sequence over lens keys in
+    shuffled pages of P, against the float64 reference per sequence (FlexAttention's top-left
+    positions), the output poisoned first."""
+    q = rnd(len(lens), Sq, H, D, seed=seed)
+    pages = -(-max(lens) // P)
+    gen = torch.Generator().manual_seed(seed)
+    table = torch.randperm(len(lens) * pages, generator=gen).view(len(lens), pages).cuda()
+    kc = torch.randn(len(lens) * pages, P, Hkv, D, device="cuda").to(torch.bfloat16)
+    vc = torch.randn_like(kc)
+    used = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    fa4jit.attention_paged(q, kc, vc, table.to(torch.int32), used, mask_mod=mod, out=out)
+    for b, n in enumerate(lens):
+        kb = kc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
+        vb = vc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
+        ref_o, _ = reference(q[b:b + 1].transpose(1, 2), kb[None].transpose(1, 2), vb[None].transpose(1, 2), mod)
+        assert_close(out[b], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"paged {mod.__name__} seq {b}")
+
+
+def _check_varlen(mod, lq, lk, seed, H=4, Hkv=2, D=128):
+    """attention_varlen with the traced mask ``mod`` over sequences of lq queries and lk keys, against
+    the float64 reference per sequence, the output poisoned first."""
+    cq = torch.tensor([0] + list(itertools.accumulate(lq)), dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0] + list(itertools.accumulate(lk)), dtype=torch.int32, device="cuda")
+    qv = rnd(sum(lq), H, D, seed=seed)
+    kv_, vv = rnd(sum(lk), Hkv, D, seed=seed + 1), rnd(sum(lk), Hkv, D, seed=seed + 2)
+    out = torch.full_like(qv, float("nan"))
+    fa4jit.attention_varlen(qv, kv_, vv, cq, ck, max(lq), mask_mod=mod, max_seqlen_k=max(lk), out=out)
+    for i in range(len(lq)):
+        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
+        ref_o, _ = reference(qv[qs].transpose(0, 1)[None], kv_[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None],
+                             vv[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None], mod)
+        assert_close(out[qs], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"varlen {mod.__name__} seq {i}")
+
+
 def test_traced_bands_run_the_built_in_masks_aligned_top_left():
     """A traced mask of q_idx - kv_idx alone that is one band runs fa4jit's built-in causal / window
     mask aligned top-left (FlexAttention's positions) on paged, varlen and dense Sq != Sk calls:
     checked against the float64 reference with FlexAttention's semantics, outputs poisoned first."""
-    H, Hkv, D, P = 4, 2, 128, 64
+    H, Hkv, D = 4, 2, 128
 
     def window(b, h, q_idx, kv_idx):
         return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 3)
 
     # Paged chunks: 300 queries over 1000 and 700 keys (top-left: query i sees keys up to i; the
     # sliding window of 256 bites from query 257 on).
-    Sq, lens = 300, [1000, 700]
-    q = rnd(2, Sq, H, D, seed=31)
-    pages = -(-max(lens) // P)
-    table = torch.randperm(2 * pages, generator=torch.Generator().manual_seed(5)).view(2, pages).cuda()
-    kc = torch.randn(2 * pages, P, Hkv, D, device="cuda").to(torch.bfloat16)
-    vc = torch.randn_like(kc)
-    used = torch.tensor(lens, dtype=torch.int32, device="cuda")
     for mod in (causal, sliding_window, window):
-        out = torch.full_like(q, float("nan"))
-        fa4jit.attention_paged(q, kc, vc, table.to(torch.int32), used, mask_mod=mod, out=out)
-        for b, n in enumerate(lens):
-            kb = kc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
-            vb = vc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
-            ref_o, _ = reference(q[b:b + 1].transpose(1, 2), kb[None].transpose(1, 2), vb[None].transpose(1, 2), mod)
-            assert_close(out[b], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"paged {mod.__name__} seq {b}")
+        _check_paged_chunks(mod, seed=31)
     assert {(True, False), (True, True), (False, True)} <= _top_left_kernels()
     # Varlen: queries and keys of unequal lengths per sequence.
-    lq, lk = [50, 130], [300, 129]
-    cq = torch.tensor([0, 50, 180], dtype=torch.int32, device="cuda")
-    ck = torch.tensor([0, 300, 429], dtype=torch.int32, device="cuda")
-    qv, kv_, vv = rnd(180, H, D, seed=32), rnd(429, Hkv, D, seed=33), rnd(429, Hkv, D, seed=34)
-    out = torch.full_like(qv, float("nan"))
-    fa4jit.attention_varlen(qv, kv_, vv, cq, ck, max(lq), mask_mod=window, max_seqlen_k=max(lk), out=out)
-    for i in range(2):
-        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
-        ref_o, _ = reference(qv[qs].transpose(0, 1)[None], kv_[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None],
-                             vv[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None], window)
-        assert_close(out[qs], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"varlen window seq {i}")
+    _check_varlen(window, [50, 130], [300, 129], seed=32)
     # Dense flex_attention with Sq != Sk.
     qd, kd, vd = bhsd(2, H, Hkv, 200, 500, seed=35)
     bm = fa4jit.create_block_mask(sliding_window, None, None, 200, 500, device="cuda")
@@ -315,7 +329,7 @@ def test_traced_prefix_masks_run_the_built_in_mask_with_a_prefix():
     launch's mask_prefix), not the snippet: dense Sq == Sk and Sq != Sk, paged, varlen, each against the
     float64 reference with outputs poisoned first."""
     from fa4jit import ops
-    H, Hkv, D, P = 4, 2, 128, 64
+    H, Hkv, D = 4, 2, 128
 
     def sink_window(b, h, q_idx, kv_idx):
         return ((q_idx >= kv_idx) & (q_idx - kv_idx < 100)) | (kv_idx < 4)
@@ -332,32 +346,9 @@ def test_traced_prefix_masks_run_the_built_in_mask_with_a_prefix():
     prefixed = {(k.causal, k.window, k.top_left) for k in ops._kernels if k.prefix and not k.mask_snippet}
     assert {(True, False, False), (True, False, True), (True, True, False), (True, True, True)} <= prefixed
     # Paged: 300 queries over 1000 and 700 keys in shuffled pages; varlen: unequal lengths.
-    Sq, lens = 300, [1000, 700]
-    q = rnd(2, Sq, H, D, seed=42)
-    pages = -(-max(lens) // P)
-    table = torch.randperm(2 * pages, generator=torch.Generator().manual_seed(6)).view(2, pages).cuda()
-    kc = torch.randn(2 * pages, P, Hkv, D, device="cuda").to(torch.bfloat16)
-    vc = torch.randn_like(kc)
-    used = torch.tensor(lens, dtype=torch.int32, device="cuda")
     for mod in (prefix_lm, sink_window):
-        out = torch.full_like(q, float("nan"))
-        fa4jit.attention_paged(q, kc, vc, table.to(torch.int32), used, mask_mod=mod, out=out)
-        for b, n in enumerate(lens):
-            kb = kc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
-            vb = vc[table[b]].reshape(-1, Hkv, D)[:n].repeat_interleave(H // Hkv, 1)
-            ref_o, _ = reference(q[b:b + 1].transpose(1, 2), kb[None].transpose(1, 2), vb[None].transpose(1, 2), mod)
-            assert_close(out[b], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"paged {mod.__name__} seq {b}")
-    lq, lk = [50, 400], [600, 401]
-    cq = torch.tensor([0, 50, 450], dtype=torch.int32, device="cuda")
-    ck = torch.tensor([0, 600, 1001], dtype=torch.int32, device="cuda")
-    qv, kv_, vv = rnd(450, H, D, seed=43), rnd(1001, Hkv, D, seed=44), rnd(1001, Hkv, D, seed=45)
-    out = torch.full_like(qv, float("nan"))
-    fa4jit.attention_varlen(qv, kv_, vv, cq, ck, max(lq), mask_mod=prefix_lm, max_seqlen_k=max(lk), out=out)
-    for i in range(2):
-        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
-        ref_o, _ = reference(qv[qs].transpose(0, 1)[None], kv_[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None],
-                             vv[ks].repeat_interleave(H // Hkv, 1).transpose(0, 1)[None], prefix_lm)
-        assert_close(out[qs], ref_o[0].transpose(0, 1), torch.bfloat16, what=f"varlen prefix LM seq {i}")
+        _check_paged_chunks(mod, seed=42)
+    _check_varlen(prefix_lm, [50, 400], [600, 401], seed=43)
 
 
 def test_cuda_graph_capture_with_block_mask():
