@@ -96,7 +96,7 @@ void add_shape_options(CLI::App* cmd, ShapeOpts& s) {
   cmd->add_option("--chunk", s.chunk, "chunk size of chunked masks");
   cmd->add_option("--mask-prefix", s.mask_prefix,
                   "keys below this visible to every query (masks with \"prefix\": true: prefix LM, sink keys)")
-      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()).description("NONNEGATIVE"));
   cmd->add_option("--softcap", s.softcap, "cap of the softcap score-mod");
   cmd->add_flag("--sinks", s.sinks, "random per-head attention sinks");
 }
