@@ -17,18 +17,17 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw LaunchError("launch: " + what); }
 
-bool uses(const Mask& m, Mask::Kind k) {
-  if (m.kind == k) return true;
+// Whether f holds for some mask of the tree.
+template <class F>
+bool any_mask(const Mask& m, F f) {
+  if (f(m)) return true;
   for (const Mask& c : m.children)
-    if (uses(c, k)) return true;
+    if (any_mask(c, f)) return true;
   return false;
 }
 
-bool has_prefix(const Mask& m) {
-  if (m.prefix) return true;
-  for (const Mask& c : m.children)
-    if (has_prefix(c)) return true;
-  return false;
+bool uses(const Mask& m, Mask::Kind k) {
+  return any_mask(m, [k](const Mask& x) { return x.kind == k; });
 }
 
 // Bytes per element of a tensor field (the launch table's `itemsize`).
@@ -111,7 +110,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     bad(fmt::format("chunk_size is {}: the chunked mask needs a positive chunk size", a.chunk_size));
   if (uses(c.mask, Mask::Kind::sliding_window) && (a.window_left < -1 || a.window_right < -1))
     bad(fmt::format("window ({}, {}): extents are >= 0, or -1 for unbounded", a.window_left, a.window_right));
-  if (a.mask_prefix > 0 && !has_prefix(c.mask))
+  if (a.mask_prefix > 0 && !any_mask(c.mask, [](const Mask& x) { return x.prefix; }))
     bad(
         fmt::format("mask_prefix is {}: the kernel's mask has no prefix (a causal or sliding_window mask with "
                     "prefix true)",

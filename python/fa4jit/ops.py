@@ -276,7 +276,7 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
         pack = bool(a.pack_gqa) and group > 1
     kernel = _get_kernel(KernelKey(_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
                                    a.causal, window, a.top_left and (a.causal or window),
-                                   a.mask_prefix > 0 and (a.causal or window), a.chunk_size > 0, mask_mod,
+                                   a.mask_prefix > 0, a.chunk_size > 0, mask_mod,
                                    block_mask_mod, score_kind, score_snippet, pack, group if pack else 0,
                                    _DTYPE_NAME[a.out.dtype]))
     # The struct's fields by name (launch_table.FIELDS; the ones not set here take the table's defaults).
@@ -290,7 +290,7 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
              max_pages=a.page_table.shape[1] if a.page_table is not None else 0, num_splits=a.num_splits,
              descale_q=_ptr(a.descale_q), descale_k=_ptr(a.descale_k), descale_v=_ptr(a.descale_v),
              max_seqlen_k=a.max_seqlen_k, page_descale=_ptr(a.page_descale),
-             mask_prefix=a.mask_prefix if a.causal or window else 0)
+             mask_prefix=a.mask_prefix)
     if a.block_mask is not None:  # (B or 1, H or 1, q blocks, kv blocks): a broadcast dimension has stride 0
         t = a.block_mask
         f.update(block_mask=t.data_ptr(), block_mask_q=a.block_mask_q, block_mask_k=a.block_mask_k,
