@@ -416,6 +416,7 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
     a.block_mask.head_stride = static_cast<std::int64_t>(nqb) * nkb;
     a.block_mask.batch_stride = static_cast<std::int64_t>(Hq) * nqb * nkb;
   }
+  res.splits = kernel.num_splits(a);
   kernel.launch(a, nullptr);
   check(driver().cuCtxSynchronize(), "kernel execution (cuCtxSynchronize)");
 

@@ -104,6 +104,7 @@ struct CheckResult {
   std::size_t clobbered = 0;  // O padding elements (CheckCase::o_head_pad) that were written
   std::size_t lse_inf_mismatch = 0;
   std::uint64_t seed = 0;
+  int splits = 1;  // KV splits the launch ran (Kernel::num_splits: the automatic choice resolved)
   std::string describe() const;
   bool passes() const;  // the acceptance rule above
 };

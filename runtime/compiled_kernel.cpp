@@ -150,9 +150,23 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   in.causal_known_lengths = model.causal_known_lengths;
   // Varlen grid launches list each sequence's own tiles (a decode row takes one, not max_seqlen_q /
   // BM); total_q (q's rows) bounds them.
-  if (args.cu_seqlens_q && config_.walk == TileWalk::grid && policy(config_).lists_varlen_tiles())
+  if (args.cu_seqlens_q && config_.walk == TileWalk::grid && policy(config_).lists_varlen_tiles()) {
     in.varlen_tiles = fa4::GridWalk::varlen_tile_bound(args.q.shape[1], shape.batch, pack_heads(config_),
                                                        pack_span(config_), c.BM, p.num_m_blocks);
+    // Long-pole splits (GridWalk::long_pole_split): sequences of up to 8 queries whose rows fit
+    // one Q tile; not with bottom-aligned tiles, whose short tiles leave slots no row writes.
+    if (!policy(config_).bottom_q_tiles(c))
+      for (int q = 8; q >= 1 && in.pole_qmax == 0; --q) {
+        const long long rows = fa4::packed_row_count(q, pack_heads(config_), pack_span(config_));
+        if (rows <= c.BM) {
+          in.pole_qmax = q;
+          in.pole_head_rows = static_cast<int>(rows);
+        }
+      }
+    in.bn = c.BN;
+    in.max_seqlen_k = model.shape.max_seqlen_k;  // the caller's hint for packed varlen keys
+    in.value_depth = value_depth(c);
+  }
   in.balance = [this, &model](int ctas, int max_heads) { return balanced_lpt_sections(model.shape, ctas, max_heads); };
   const long long tiles = in.tiles();
 
@@ -173,7 +187,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
       throw LaunchError(fmt::format("launch: num_splits = {} over {} tiles is too large", splits, tiles));
     const int rows_per_cta = fa4::combine_rows_per_cta(splits);
     plan.combine_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
-    plan.workspace = WorkspaceLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k};
+    plan.workspace = WorkspaceLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k, walk.slots};
   }
   plan.workspace.tile_counter = config_.walk == TileWalk::dynamic;
   if (plan.workspace.bytes() > 0) {

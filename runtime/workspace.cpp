@@ -34,8 +34,8 @@ CUmemoryPool workspace_pool(CUdevice dev) {
 namespace {
 std::size_t partial_bytes(const WorkspaceLayout& l) {
   static_assert(sizeof(float) == sizeof(int), "split_count shares the float-sized slots");
-  return static_cast<std::size_t>(l.rows) * (1LL * l.splits * (l.depth + 1) + (l.segment_counts ? 1 : 0)) *
-         sizeof(float);
+  const int count_arrays = l.slots ? 2 : l.segment_counts ? 1 : 0;
+  return static_cast<std::size_t>(l.rows) * (1LL * l.splits * (l.depth + 1) + count_arrays) * sizeof(float);
 }
 }  // namespace
 
@@ -47,7 +47,8 @@ void WorkspaceLayout::place(CUdeviceptr base, fa4::FwdParams& p) const {
   if (rows > 0) {
     p.o_partial = reinterpret_cast<float*>(base);
     p.lse_partial = p.o_partial + rows * splits * depth;
-    p.split_count = segment_counts ? reinterpret_cast<int*>(p.lse_partial + rows * splits) : nullptr;
+    p.split_count = segment_counts || slots ? reinterpret_cast<int*>(p.lse_partial + rows * splits) : nullptr;
+    p.split_row = slots ? p.split_count + rows : nullptr;
   }
   p.tile_counter = tile_counter ? reinterpret_cast<int*>(base + counter_offset()) : nullptr;
 }

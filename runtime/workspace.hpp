@@ -11,12 +11,14 @@ namespace jit::detail {
 
 // Where a launch's scratch keeps each array, in order: a split launch's o_partial
 // [splits][rows][depth] and lse_partial [splits][rows] floats, then stream-K's split_count [rows]
-// ints; then, 16-byte aligned, the dynamic walk's tile_counter (one int, zeroed before each launch).
-// The plan sizes the scratch and the launch points the params into it from this one description.
+// ints, or a long-pole split's split_count and split_row [rows] ints; then, 16-byte aligned, the dynamic walk's
+// tile_counter (one int, zeroed before each launch). The plan sizes the scratch and the launch points the params into
+// it from this one description.
 struct WorkspaceLayout {
   long long rows = 0;  // 0: not split
   int splits = 1, depth = 0;
   bool segment_counts = false;  // stream-K
+  bool slots = false;           // long-pole splits: split_count and split_row [rows]
   bool tile_counter = false;    // TileWalk::dynamic
   std::size_t bytes() const;
   std::size_t counter_offset() const;  // of tile_counter

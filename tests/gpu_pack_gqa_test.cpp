@@ -125,6 +125,63 @@ TEST(GpuPackGqa, MixedVarlenBatchMatchesReference) {
     }
 }
 
+// Long-pole splits (GridWalk::long_pole_split): a continuous-batching step whose decode rows read
+// long KV caches (1.5k-6k keys) beside prefill chunks (Sq 300). The automatic choice splits only the
+// sequences of up to 8 queries (decode, speculative Sq 5 and 8), each into pieces by its own key
+// count, and runs every other tile whole (Sq 9 and the chunks); an empty sequence sits between.
+// Then the same batch reversed through the same kernel: the slots a sequence of the first launch
+// wrote now belong to sequences that are not split (or empty), so the combine must not take their
+// stale counts. Contiguous, paged 16 with sinks, and paged 1 (gathered rows on sm90a).
+CheckCase long_pole_batch(int group, bool reversed) {
+  CheckCase c;
+  constexpr int kSeqs = 18;
+  for (int i = 0; i < kSeqs; ++i) {
+    const int j = reversed ? kSeqs - 1 - i : i;
+    const int sq = j < 12 ? 1 : j == 12 ? 5 : j == 13 ? 8 : j == 14 ? 9 : j == 15 ? 0 : 300;
+    c.seqlens_q.push_back(sq);
+    c.seqlens_k.push_back(j < 15 ? 1500 + (j * 1237) % 4500 : j == 15 ? 50 : 700);
+  }
+  c.batch = kSeqs;
+  c.seqlen_q = 300;
+  c.seqlen_k = 6000;
+  c.max_seqlen_k = 6000;  // the hint that sizes the pieces (contiguous varlen keys are unknown without it)
+  c.num_q_heads = 2 * group;
+  c.num_kv_heads = 2;
+  c.num_splits = 0;
+  return c;
+}
+
+void check_long_poles(const jit::Kernel& kernel, int group, const std::string& what) {
+  const bool lists = kernel.config().config.arch == "sm_90a";  // sm90a's grid walk lists varlen tiles
+  for (bool reversed : {false, true}) {
+    CheckCase c = long_pole_batch(group, reversed);
+    c.softcap = kernel.config().config.score_mod.kind == jit::ScoreMod::Kind::softcap ? 30.0f : 0.0f;
+    const std::string order = reversed ? "reversed" : "in order";
+    const jit::testing::CheckResult r = jit::testing::run_and_check(kernel, c);
+    expect_matches(r, fmt::format("{} {} contiguous", what, order));
+    if (lists) EXPECT_GT(r.splits, 1) << what << ": the decode rows' long poles were not split";
+    c.page_size = 16;
+    c.with_sinks = true;
+    expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} {} paged 16 sinks", what, order));
+    c.page_size = 1;
+    c.with_sinks = false;
+    expect_matches(jit::testing::run_and_check(kernel, c), fmt::format("{} {} paged 1", what, order));
+  }
+}
+
+TEST(GpuPackGqa, LongPoleSplitsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs()) {
+    for (int group : {3, 5, 7, 16})
+      check_long_poles(*jit::get_kernel(packed(arch, group), jit::testing::env_tune()), group,
+                       fmt::format("{} packed group {}", arch, group));
+    FA4Config unpacked = packed(arch, 4);  // unpacked rows on the grid walk (softcap keeps it there)
+    unpacked.pack_gqa = false;
+    unpacked.score_mod = jit::ScoreMod::softcap();
+    check_long_poles(*jit::get_kernel(unpacked, jit::testing::env_tune()), 4, fmt::format("{} unpacked softcap", arch));
+  }
+}
+
 // Unmasked (every padded row sees every key) and a query count that fills whole spans exactly
 // (group 7: 9 queries a span, Sq 18) or leaves one query in the last (Sq 19).
 TEST(GpuPackGqa, UnmaskedWholeAndPartialSpansMatchReference) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -143,6 +144,19 @@ TEST(LaunchWorkspace, LayoutPlacesEveryArrayInsideItsBytes) {
       EXPECT_EQ(p.split_count, nullptr);
     }
   }
+}
+
+// Long-pole splits: split_count then split_row after the LSE partials, the last bytes asked for.
+TEST(LaunchWorkspace, LongPoleSlotsPlaceCountsThenRows) {
+  jit::detail::WorkspaceLayout layout{37, 5, 96};
+  layout.slots = true;
+  fa4::FwdParams p{};
+  const CUdeviceptr base = 4096;
+  layout.place(base, p);
+  const auto at = [&](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) - base; };
+  EXPECT_EQ(at(p.split_count), at(p.lse_partial) + 37u * 5 * sizeof(float));
+  EXPECT_EQ(at(p.split_row), at(p.split_count) + 37u * sizeof(int));
+  EXPECT_EQ(at(p.split_row) + 37 * sizeof(int), layout.bytes());
 }
 
 // The dynamic walk's tile counter: after the split arrays (or alone), 16-byte aligned, inside the
@@ -415,6 +429,68 @@ TEST(GridWalkPlan, VarlenTilesBoundEverySequencesOwnTiles) {
   in.requested_splits = 3;
   p = fresh_params(in, 0);
   EXPECT_EQ(GridWalk::plan(in, p).grid[0], 3u * static_cast<unsigned>(tiles));
+}
+
+// Long-pole splits on the zoo's continuous-batching step (48 decode rows of up to 8700 keys and 2
+// chunks of 2048 queries, 8 query heads packed on 1 KV head, BM and BN 128): pieces of 2048 keys
+// (a chunk tile's causal walk) for the short sequences only, slots of 8 queries x 8 heads per
+// sequence. Only for automatic splits of a listed batch that also holds longer sequences.
+TEST(GridWalkPlan, LongPoleSplitsOnlyTheShortSequencesOfAMixedBatch) {
+  const int tiles = GridWalk::varlen_tile_bound(48 + 2 * 2048, 50, 8, 64, 128, 128);
+  auto mixed = [&] {
+    fa4::WalkInput in = walk_input(128, 1, 50, 68, 132);
+    in.varlen_tiles = tiles;
+    in.max_seqlen_q = 2048;
+    in.max_seqlen_k = 8700;
+    in.bn = 128;
+    in.value_depth = 128;
+    in.pole_qmax = 8;
+    in.pole_head_rows = 64;
+    return in;
+  };
+  fa4::WalkInput in = mixed();
+  fa4::FwdParams p = fresh_params(in, 4144 * 8);
+  fa4::WalkPlan w = GridWalk::plan(in, p);
+  EXPECT_TRUE(w.slots);
+  EXPECT_EQ(w.splits, 5);  // ceil(8700 / 2048)
+  EXPECT_EQ(p.num_splits, 5);
+  EXPECT_EQ(p.split_keys, 2048);
+  EXPECT_EQ(p.split_qmax, 8);
+  EXPECT_EQ(p.split_head_rows, 64);
+  EXPECT_EQ(p.split_seq_rows, 64);
+  EXPECT_EQ(p.partial_row0, 0);
+  EXPECT_EQ(p.partial_rows, 50 * 64);                            // not 8 heads x 4144 query rows
+  EXPECT_EQ(w.grid[0], static_cast<unsigned>(tiles) + 50u * 4);  // a short sequence lists up to 5 pieces
+  EXPECT_EQ(w.grid[1], 1u);
+  // Short chunks still make pieces of 16 KV tiles at least.
+  in.max_seqlen_q = 100;
+  p = fresh_params(in, 0);
+  GridWalk::plan(in, p);
+  EXPECT_EQ(p.split_keys, 16 * 128);
+
+  struct Case {
+    const char* what;
+    void (*edit)(fa4::WalkInput&);
+  };
+  for (const Case c : {Case{"requested splits", [](fa4::WalkInput& i) { i.requested_splits = 2; }},
+                       Case{"a decode batch (the fill rule's)", [](fa4::WalkInput& i) { i.max_seqlen_q = 8; }},
+                       Case{"keys unknown", [](fa4::WalkInput& i) { i.max_seqlen_k = 0; }},
+                       Case{"no listed tiles", [](fa4::WalkInput& i) { i.varlen_tiles = 0; }},
+                       Case{"a kernel that cannot (bottom-aligned tiles)", [](fa4::WalkInput& i) { i.pole_qmax = 0; }},
+                       Case{"keys within one piece", [](fa4::WalkInput& i) { i.max_seqlen_k = 2048; }},
+                       Case{"scratch past 256 MiB", [](fa4::WalkInput& i) {
+                              i.batch = 4096;
+                              i.heads = 64;
+                            }}}) {
+    fa4::WalkInput o = mixed();
+    c.edit(o);
+    fa4::FwdParams q = fresh_params(o, 77);
+    const fa4::WalkPlan v = GridWalk::plan(o, q);
+    EXPECT_FALSE(v.slots) << c.what;
+    EXPECT_EQ(q.split_qmax, 0) << c.what;
+    EXPECT_EQ(q.partial_rows, 77) << c.what;
+    if (std::string(c.what) == "requested splits") EXPECT_EQ(v.splits, 2);
+  }
 }
 
 // The longest-first order is a permutation of the grid and puts every pair's heaviest position of a

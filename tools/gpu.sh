@@ -31,6 +31,7 @@ On the GPU machine (repository root, .device carried):
                         depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
                         mla (depth 576 / depth_v 512, MLA's latent KV: paged, varlen keys, split, Sq 1-4),
                         d512 (head dim 512: GQA prefill, a window, varlen, packed paged decode + splits),
+                        poles (long-pole splits of a packed continuous-batching step, both orders),
                         gather (pages 1 and 3: persistent prefill, packed decode + splits, FP8 KV, MLA),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
@@ -230,6 +231,14 @@ sanitize() {
             san_check "" $tool sm_90a "$cfg" $rest
           done
         done ;;
+      poles)  # long-pole splits (GridWalk::long_pole_split): a packed continuous-batching step whose
+        # short sequences split their one tile into pieces by their own keys (partial slots,
+        # split_count / split_row) beside whole tiles, an empty sequence and one of 9 queries;
+        # contiguous, then reversed over pages of 16 (slots the first launch wrote, now stale)
+        local cases=(
+          'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa'
+          'causal --heads 14 --kv-heads 2 --seqlens-q 300 0 9 8 5 1 1 --seqlens-k 700 50 2000 2000 4000 5000 3000 --page-size 16 --pack-gqa')
+        san_masks "" '"depth":128' "${cases[@]}" ;;
       d512)  # head dim 512 (O split over two warpgroups sharing P; K and V rings of BN 32): GQA prefill,
         # a window, varlen, packed paged decode with splits, on sm_90a
         local cases=(

@@ -48,10 +48,20 @@ __device__ __forceinline__ void combine(const FwdParams& p) {
   const int warps_per_row = combine_warps_per_row(p.num_splits);  // uniform: the CTA agrees on it
   const int group = warp / warps_per_row, part = warp % warps_per_row;
   const long long slot_row = (long long)blockIdx.x * (kCombineWarps / warps_per_row) + group;  // in a slice
-  const bool live = slot_row < p.partial_rows;
-  const long long row = p.partial_row0 + slot_row;  // LSE row
+  bool live = slot_row < p.partial_rows;
+  const long long row = p.partial_row0 + slot_row;  // the partials' row: the LSE row but below
+  long long out_row = row;                          // the LSE row, whose O and LSE this writes
   // <= kMaxSplits (host check); stream-K: the row's tile was cut into split_count[slot_row] segments.
-  const int splits = !live ? 0 : p.split_count ? p.split_count[slot_row] : p.num_splits;
+  int splits = !live ? 0 : p.split_count ? p.split_count[slot_row] : p.num_splits;
+  if (p.split_qmax > 0 && live) {
+    // Long-pole splits: the slot's sequence was split this launch (its piece 0 wrote the counts of
+    // all its slots) only if it has 1..split_qmax queries; other slots hold an earlier launch's.
+    const long long b = slot_row / p.split_seq_rows;
+    const int seqlen_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    live = seqlen_q > 0 && seqlen_q <= p.split_qmax && splits > 0;
+    out_row = live ? p.split_row[slot_row] : 0;
+    splits = live ? splits : 0;
+  }
 
   float ls[kSplitsPerLane];
   float m = kNegInf;
@@ -106,7 +116,7 @@ __device__ __forceinline__ void combine(const FwdParams& p) {
       }
     }
   }
-  Out* dst = static_cast<Out*>(p.o) + o_offset_of_row(p, row);
+  Out* dst = static_cast<Out*>(p.o) + o_offset_of_row(p, out_row);
   // O's strides need not allow vector stores: four element stores
   auto store = [&](int vec, const float4& o) {
     const int e = 4 * vec;
@@ -138,7 +148,7 @@ __device__ __forceinline__ void combine(const FwdParams& p) {
         store(vec, o);
       }
   }
-  if (live && p.lse != nullptr && part == 0 && lane == 0) p.lse[row] = lse;
+  if (live && p.lse != nullptr && part == 0 && lane == 0) p.lse[out_row] = lse;
 }
 
 }  // namespace split

@@ -61,14 +61,53 @@ struct GridWalk {
   static int auto_splits(const WalkInput& in) {
     return in.keys_known ? choose_splits(in.tiles(), in.kv_blocks, in.sms) : 1;
   }
+  // Long-pole splits of a listed varlen walk (automatic splits only): a batch that holds both
+  // sequences of at most pole_qmax queries (decode and speculative rows) and longer ones (prefill
+  // chunks), a continuous-batching step. Each short sequence's one tile reads its whole KV cache
+  // alone; unsplit, those tiles are the launch's long poles (48 decode rows of 4.1k-8.7k keys + 2
+  // chunks of 2048 at 1 KV head: ~100 us, where every tile split 3 ways took 73 and the chunks'
+  // tiles split too made 16 query heads 1.4x slower; docs/PERF.md run 80). So only the short
+  // sequences split, into pieces of about as many keys as a chunk's tile walks under a causal
+  // mask (max_seqlen_q, at least 16 KV tiles), at most kMaxSplits pieces and a scratch within
+  // kPoleScratchBytes. Returns the most pieces (1: no long-pole split) and the keys per piece.
+  static constexpr long long kPoleScratchBytes = 256LL << 20;
+  struct PoleSplit {
+    int splits = 1, keys = 0;
+  };
+  static PoleSplit long_pole_split(const WalkInput& in) {
+    PoleSplit ps;
+    if (in.varlen_tiles <= 0 || in.requested_splits != 0 || in.pole_qmax <= 0 || in.max_seqlen_q <= in.pole_qmax ||
+        in.max_seqlen_k <= 0)
+      return ps;
+    const int keys = std::max(16 * in.bn, std::min(in.max_seqlen_q, in.max_seqlen_k));
+    int s = std::min(kMaxSplits, (in.max_seqlen_k + keys - 1) / keys);
+    const long long rows = 1LL * in.batch * in.heads * in.pole_head_rows;
+    while (s >= 2 && rows * (1LL * s * (in.value_depth + 1) + 2) * 4 > kPoleScratchBytes) --s;
+    if (s >= 2) ps = PoleSplit{s, keys};
+    return ps;
+  }
   // Grid (m_blocks * splits, heads, batch); p.num_splits (automatic: choose_splits) and, for
   // unsplit masked launches, p.lpt_heads. A varlen grid walk (in.varlen_tiles): grid
   // (varlen_tiles * splits, heads, 1), every sequence's tiles listed in x (TileWork::locate_varlen).
   static WalkPlan plan(const WalkInput& in, FwdParams& p) {
     WalkPlan w;
-    w.splits = in.requested_splits > 0 ? in.requested_splits : auto_splits(in);
     const bool listed = in.varlen_tiles > 0;
-    w.grid[0] = static_cast<unsigned>(listed ? in.varlen_tiles : in.m_blocks) * static_cast<unsigned>(w.splits);
+    const PoleSplit poles = long_pole_split(in);
+    if (poles.splits > 1) {
+      // Every short sequence lists up to splits pieces in place of its one tile.
+      w.splits = poles.splits;
+      w.slots = true;
+      w.grid[0] = static_cast<unsigned>(in.varlen_tiles + 1LL * in.batch * (poles.splits - 1));
+      p.split_qmax = in.pole_qmax;
+      p.split_keys = poles.keys;
+      p.split_head_rows = in.pole_head_rows;
+      p.split_seq_rows = in.pole_head_rows * in.heads;
+      p.partial_row0 = 0;
+      p.partial_rows = in.batch * p.split_seq_rows;
+    } else {
+      w.splits = in.requested_splits > 0 ? in.requested_splits : auto_splits(in);
+      w.grid[0] = static_cast<unsigned>(listed ? in.varlen_tiles : in.m_blocks) * static_cast<unsigned>(w.splits);
+    }
     w.grid[1] = static_cast<unsigned>(in.heads);
     w.grid[2] = listed ? 1u : static_cast<unsigned>(in.batch);
     p.num_splits = w.splits;

@@ -90,6 +90,16 @@ struct FwdParams {
   // z the batch, so every sequence is sized by the longest (a decode row took max_seqlen_q / BM
   // CTAs, all but one empty).
   int varlen_tiles;
+  // Long-pole splits of a listed varlen walk (GridWalk::plan, automatic splits of a batch that holds
+  // short and long query runs: a continuous-batching step). Only the sequences of 1..split_qmax
+  // queries split their one Q tile, each into min(num_splits, ceil(seqlen_k / split_keys)) pieces;
+  // every other tile runs whole and writes O. The partial slots are per (sequence b, grid head hy,
+  // tile row r < split_head_rows): slot = b * split_seq_rows + hy * split_head_rows + r (partial_rows
+  // = batch * split_seq_rows). A split tile's piece 0 writes each of its slots' piece count (0: no
+  // row) to split_count and its LSE row to split_row, which fa4_combine reads for sequences of
+  // 1..split_qmax queries. split_qmax 0: none of this (a split launch splits every tile num_splits ways).
+  int split_qmax, split_keys, split_head_rows, split_seq_rows;
+  int* split_row;  // [partial_rows]
 
   // Stream-K persistent decode (sm90a Tuning::persistent = 2; common/stream_k_walk.h): the grid's CTAs
   // split tiles * tile_units work units evenly, units_per_cta each and one more for the first

@@ -53,8 +53,7 @@ struct SeqInfo {
     const long long q_start = p.cu_seqlens_q ? p.cu_seqlens_q[b] : 0;
     const long long k_start = p.cu_seqlens_k ? p.cu_seqlens_k[b] : 0;
     s.seqlen_q = p.cu_seqlens_q ? p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] : p.seqlen_q;
-    s.seqlen_k = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
-    if (p.seqused_k) s.seqlen_k = p.seqused_k[b];
+    s.seqlen_k = keys(p, b);
     const long long qb = p.cu_seqlens_q ? 0 : b;  // packed varlen tensors have no batch stride
     const long long kb = p.cu_seqlens_k || p.page_table ? 0 : b;  // paged: the page picks the "batch"
     s.q_offset = qb * p.q_batch_stride + q_start * p.q_row_stride + q_head * p.q_head_stride;
@@ -66,6 +65,19 @@ struct SeqInfo {
                                   : ((long long)b * p.num_q_heads + q_head) * p.seqlen_q;
     s.pages = p.page_table ? p.page_table + (long long)b * p.max_pages : nullptr;
     return s;
+  }
+
+  // Keys of sequence b: seqused_k, else its cu_seqlens_k run, else seqlen_k.
+  __device__ __forceinline__ static int keys(const FwdParams& p, int b) {
+    if (p.seqused_k) return p.seqused_k[b];
+    return p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
+  }
+  // Long-pole splits (FwdParams::split_qmax): the pieces a sequence of seqlen_q queries splits its
+  // one Q tile into, min(num_splits, ceil(keys / split_keys)) and at least 1; 0: it is not split
+  // (no long-pole splits, no queries, or more than split_qmax).
+  __device__ __forceinline__ static int split_pieces(const FwdParams& p, int b, int seqlen_q) {
+    if (p.split_qmax <= 0 || seqlen_q <= 0 || seqlen_q > p.split_qmax) return 0;
+    return min(p.num_splits, max(1, (keys(p, b) + p.split_keys - 1) / p.split_keys));
   }
 
   // Paged KV: the page-table entry of key row r (page_table_entry).

@@ -60,7 +60,8 @@ struct TileWork {
   int m_block;
   int split;           // KV split of this CTA (0 when not split; stream-K: the segment's slot; -1:
                        // a whole tile of a split-tail launch, PersistentTiles)
-  int splits;          // stream-K: segments of this tile (SegmentTiles); unset otherwise
+  int splits;          // stream-K: segments of this tile (SegmentTiles); a listed varlen walk's
+                       // long-pole split (FwdParams::split_qmax): this short sequence's pieces
   int q_lo, q_hi;      // tile rows [q_lo, q_hi) of this CTA (packed rows when kPack > 1; q_hi clipped;
                        // kBottom: q_lo < 0 on a partial first tile)
   int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
@@ -77,14 +78,24 @@ struct TileWork {
     int hy = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     if (!Mask::kIsNone && p.lpt_heads > 0) GridWalk::lpt_cta(p.lpt_heads, x, hy, b);
     w.split = 0;
-    if (p.num_splits > 1) {
+    const bool long_poles = p.varlen_tiles > 0 && p.split_qmax > 0;
+    if (p.num_splits > 1 && !long_poles) {
       w.split = x % p.num_splits;
       x /= p.num_splits;
       m_blocks /= p.num_splits;
     }
     // A listed tile past the batch's last one (the grid holds an upper bound of them) builds
     // sequence 0's first tile and is then marked invalid: an early return here spilled registers.
-    const bool listed = p.varlen_tiles <= 0 || locate_varlen(p, x, b, m_blocks);
+    int pieces = 0;
+    const bool listed = p.varlen_tiles <= 0 || locate_varlen(p, x, b, m_blocks, pieces);
+    if (pieces > 0) {  // a short sequence's one tile, as piece x of its KV tiles
+      w.split = x;
+      w.splits = pieces;
+      x = 0;
+      m_blocks = 1;
+    } else if (long_poles) {
+      w.split = -1;  // a whole tile: it writes O
+    }
     const int h = hy * kPack;
     w.seq = SeqInfo::make(p, b, h);
     w.ctx = mask::Ctx::make(p, b, h, w.seq.seqlen_q, w.seq.seqlen_k, kPack);
@@ -92,7 +103,10 @@ struct TileWork {
     w.m_block = Mask::kIsNone ? x : m_blocks - 1 - x;
     w.finish(p);
     w.valid = w.valid && listed;
-    if (p.num_splits > 1) w.keep_share(w.split, w.split + 1, p.num_splits);
+    if (pieces > 0)
+      w.keep_share(w.split, w.split + 1, pieces);
+    else if (p.num_splits > 1 && !long_poles)
+      w.keep_share(w.split, w.split + 1, p.num_splits);
     return w;
   }
   // Varlen grid walk: the sequence b that holds listed tile x, x's index among that sequence's
@@ -105,13 +119,18 @@ struct TileWork {
   // kernel entry. (sm100a builds it per role after electing one lane, so its launches keep the
   // batch grid: BackendPolicy::lists_varlen_tiles.) False: x is past the last sequence's tiles
   // (b, x = 0, m_blocks = 1 then).
-  __device__ __forceinline__ static bool locate_varlen(const FwdParams& p, int& x, int& b, int& m_blocks) {
+  // Long-pole splits (p.split_qmax > 0): a sequence of 1..split_qmax queries lists its one tile as
+  // `pieces` units (SeqInfo::split_pieces), x then the piece; pieces is 0 for every other unit.
+  __device__ __forceinline__ static bool locate_varlen(const FwdParams& p, int& x, int& b, int& m_blocks,
+                                                       int& pieces) {
     constexpr unsigned kAll = 0xffffffffu;
     const int lane = static_cast<int>(threadIdx.x) & 31;
     int before = 0;  // tiles of the sequences scanned so far
     for (int b0 = 0; b0 < p.batch; b0 += 32) {
       const int i = b0 + lane;
-      const int tiles = i < p.batch ? ceil_div(Row::count(max(p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i], 0)), kBM) : 0;
+      const int seqlen_q = i < p.batch ? max(p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i], 0) : 0;
+      const int my_pieces = i < p.batch ? SeqInfo::split_pieces(p, i, seqlen_q) : 0;
+      const int tiles = my_pieces > 0 ? my_pieces : ceil_div(Row::count(seqlen_q), kBM);
       int incl = tiles;  // inclusive prefix sum over the warp's sequences
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
@@ -123,6 +142,7 @@ struct TileWork {
         const int l = __ffs(hit) - 1;
         b = b0 + l;
         m_blocks = __shfl_sync(kAll, tiles, l);
+        pieces = __shfl_sync(kAll, my_pieces, l);
         x -= before + __shfl_sync(kAll, incl, l) - m_blocks;
         return true;
       }

@@ -71,6 +71,13 @@ struct WalkInput {
   // Varlen grid walk (FwdParams::varlen_tiles): the most Q tiles the batch's sequences can hold
   // together (GridWalk::varlen_tile_bound), per grid head; 0: m_blocks per (batch, head).
   int varlen_tiles = 0;
+  // Long-pole splits of a listed walk (GridWalk::long_pole_split, FwdParams::split_qmax): the most
+  // queries of a sequence whose one Q tile may split (0: the kernel cannot: no listed walk, or
+  // bottom-aligned Q tiles), the tile rows they fill (packed_row_count), and what sizes the pieces
+  // and their scratch: KV tile width, the longest key run (varlen: the caller's max_seqlen_k hint;
+  // 0: unknown), V's width.
+  int pole_qmax = 0, pole_head_rows = 0;
+  int bn = 0, max_seqlen_k = 0, value_depth = 0;
   long long tiles() const { return varlen_tiles > 0 ? 1LL * varlen_tiles * heads : 1LL * m_blocks * heads * batch; }
 };
 
@@ -79,6 +86,7 @@ struct WalkInput {
 struct WalkPlan {
   unsigned grid[3] = {1, 1, 1};
   int splits = 1;
+  bool slots = false;  // long-pole splits: partial rows are per-sequence slots (FwdParams::split_row)
 };
 #endif
 

@@ -46,12 +46,18 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
   using Sh = Shape<Config>;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
   const int split = split_of<Config>(p, w);
+  // Long-pole splits (FwdParams::split_qmax): rows go to the sequence's slots, not to their LSE rows.
+  const bool slots = !Sh::kPersistent && p.split_qmax > 0;
+  const long long slot0 = slots ? static_cast<long long>(w.seq.batch) * p.split_seq_rows +
+                                      (w.seq.q_head / Sh::kPack) * p.split_head_rows
+                                : 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row_base + warp * 16 + (lane >> 2) + 8 * h;  // tile row
     if ((Sh::Rows::kDense ? r < w.seq.seqlen_q * Sh::kPack : Sh::Rows::real(r, w.seq.seqlen_q)) &&
         (!Sh::kBottomTiles || r >= 0)) {
-      const long long row = w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, r);
+      const long long lse_row = w.seq.template lse_row<Sh::kPack, Sh::kWgRows>(p, r);
+      const long long row = slots ? slot0 + r : lse_row;
       // The partial rows are kDepthV wide (combine reads them so); this warpgroup's slice of them.
       float* dst = split::partial_o(p, split, row, Sh::kDepthV) + slice * Sh::kDpVWg + 2 * (lane & 3);
 #pragma unroll
@@ -61,7 +67,13 @@ __device__ __forceinline__ void store_split_partials(const FwdParams& p, const W
         split::store_partial_lse(p, split, row, sm->row[h].lse(sm->scale));
         if constexpr (Sh::kStreamK)
           if (split == 0) p.split_count[split::slice_row(p, 0, row)] = w.splits;  // the combine merges this many slots
+        if (slots && split == 0) {  // the combine merges this many slots into this LSE row
+          p.split_count[row] = w.splits;
+          p.split_row[row] = static_cast<int>(lse_row);
+        }
       }
+    } else if (slots && split == 0 && r >= 0 && r < p.split_head_rows && (lane & 3) == 0 && sm != nullptr) {
+      p.split_count[slot0 + r] = 0;  // a slot without a row this launch: the combine skips it
     }
   }
 }

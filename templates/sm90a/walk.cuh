@@ -41,15 +41,17 @@ __device__ __forceinline__ TileWalker<Config, Mask> cta_tiles(const CtaWork<Conf
 template <class Config, class Work>
 __device__ __forceinline__ int split_of(const FwdParams& p, const Work& w) {
   if constexpr (Shape<Config>::kPersistent) return w.split;
+  if (p.split_qmax > 0) return w.split;  // long-pole splits (TileWork::make): -1 for a whole tile
   return p.num_splits > 1 ? static_cast<int>(blockIdx.x) % p.num_splits : 0;
 }
 
 // Whether the tile's epilogue writes split partials (fa4_combine then writes O) instead of O:
-// every tile of a split launch, except a split-tail launch's whole tiles (split -1, PersistentTiles).
+// every tile of a split launch, except a split-tail launch's whole tiles (split -1, PersistentTiles)
+// and a long-pole split's (FwdParams::split_qmax: the tiles of sequences it does not split).
 template <class Config, class Work>
 __device__ __forceinline__ bool writes_partials(const FwdParams& p, const Work& w) {
   if constexpr (Shape<Config>::kPersistent) return p.num_splits > 1 && w.split >= 0;
-  return p.num_splits > 1;
+  return p.num_splits > 1 && (p.split_qmax <= 0 || w.split >= 0);
 }
 
 }  // namespace sm90a
