@@ -534,10 +534,12 @@ def load_results(path):
 
 def combined_table(paths):
     """The rows of several runs (subsets run in separate calls) in one table, each run's state above;
-    a row in several files is taken from the last."""
+    a row in several files is taken from the newest run (by the heads' date and time, a run without
+    a time first on its date; ties: the later argument)."""
     heads, rows = [], {}
-    for p in paths:
-        head, rs = load_results(p)
+    runs = [(p, *load_results(p)) for p in paths]
+    runs.sort(key=lambda run: (run[1].get("date", ""), run[1].get("time", "")))  # stable: ties keep their order
+    for p, head, rs in runs:
         w = head.get("warm", {})
         heads.append(f"- `{os.path.basename(p)}`: {head['gpu']}, {head['date']}, torch {head['torch']}; copy "
                      f"{head['copy_tbs']:.2f} TB/s, bf16 GEMM {head['gemm_tflops']:.0f} TFLOP/s (both warm); warmed "
@@ -830,7 +832,8 @@ def main(argv=None):
     import torch
     nvml = harness.Nvml()
     t0 = time.time()
-    head = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+    head = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M"),
+            "torch": torch.__version__,
             "nvml": nvml.why or "ok"}
     try:
         import fa4jit

@@ -360,6 +360,29 @@ def test_steady_state_measurements_repeat_within_two_percent():
     assert math.isfinite(first) and abs(second / first - 1) <= 0.02
 
 
+def test_a_row_measured_again_comes_from_the_newest_run_in_any_order(tmp_path):
+    """combined_table: runs sort by their heads' date and time (a run without a time first on its
+    date), so a row measured again shows the newest run's figures whatever order the files come in."""
+    src = os.path.join(REPO, "docs", "perf", "zoo_mixed_poles.json")
+    with open(src, encoding="utf-8") as f:
+        j = json.load(f)
+    j["rows"] = j["rows"][:1]
+    runs = {}
+    for name, date, when, b2b in (("old", "2026-12-01", None, 0.5), ("new", "2026-12-01", "23:59", 1.25)):
+        head = {k: v for k, v in j["head"].items() if k != "time"}
+        head["date"] = date
+        if when:
+            head["time"] = when
+        row = json.loads(json.dumps(j["rows"][0]))
+        row["vs_best_b2b"] = [b2b] * len(row["vs_best_b2b"])
+        runs[name] = tmp_path / f"{name}.json"
+        runs[name].write_text(json.dumps({**j, "head": head, "rows": [row]}), encoding="utf-8")
+    for order in (["old", "new"], ["new", "old"]):
+        table = zoo.combined_table([str(runs[n]) for n in order])
+        line = [ln for ln in table.splitlines() if ln.startswith("| mixed step")]
+        assert len(line) == 1 and "| 1.250 " in line[0], (order, line)
+
+
 def test_table_of_the_committed_runs_renders_every_row(capsys):
     """docs/perf/*.json are the runs behind docs/PERF.md's table: --table rebuilds it from them."""
     import glob
