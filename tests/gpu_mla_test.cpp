@@ -234,6 +234,31 @@ TEST(GpuMla, LatentDecodeOverAnFp8CacheMatchesReference) {
       }
 }
 
+// Long-pole splits (GridWalk::long_pole_split) over the latent cache: chunked prefill beside decode
+// and MTP rows in one varlen call (paged 64; the mask causal, bottom-right). At 16 heads a 64-row
+// tile holds 4 queries, so the rows of 1-4 queries split into pieces of their own keys (the
+// automatic choice) and the 5- and 40-query ones run whole; over a bf16 and an e4m3 latent cache
+// (its converters walk the same pieces).
+TEST(GpuMla, LongPoleSplitsMatchReference) {
+  std::vector<std::string> archs;
+  SKIP_WITHOUT_MLA_ARCH(archs);
+  for (const std::string& arch : archs)
+    for (bool fp8_cache : {false, true}) {
+      CheckCase c = mla_case(16, 40, {3000, 2500, 1800, 2900, 700, 1200, 3000, 100}, 64, 0);
+      c.seqlens_q = {1, 4, 1, 3, 40, 5, 1, 2};
+      c.max_seqlen_k = 3000;
+      const std::string what = fmt::format("{} d576/v512 H16/1 mixed varlen{}", arch, fp8_cache ? " over e4m3" : "");
+      try {
+        const auto kernel = jit::get_kernel(mla_config(arch, 16, DType::bf16, fp8_cache), jit::testing::env_tune());
+        const jit::testing::CheckResult r = jit::testing::run_and_check(*kernel, c);
+        jit::testing::report_and_expect("GpuMla", what, "bf16", r);
+        if (arch == "sm_90a") EXPECT_GT(r.splits, 1) << what << ": the short rows' long poles were not split";
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": " << e.what();
+      }
+    }
+}
+
 // The kernel reads V from K's shared-memory stage, so a v that is not k's first 512 columns (k's
 // data pointer and strides) is refused with a LaunchError naming v, before anything runs (O keeps
 // its poison); k's prefix view launches.

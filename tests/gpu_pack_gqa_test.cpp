@@ -5,7 +5,8 @@
 // 128: sliced into CTAs of 48 / 64 heads on sm90a). Decode and speculative lengths (Sq 1, 5, 16:
 // 16 queries of group 7 cross a span), causal (bottom-right: each padded row's mask is its own
 // query's), contiguous and paged K/V (pages of 1, 16 and 64), split-KV (automatic and 3, with the
-// combine), varlen batches, sinks and an FP8 KV cache. Skips without a GPU.
+// combine), varlen batches, sinks and an FP8 KV cache, and a continuous-batching step's long-pole
+// splits (its short sequences' tiles split, the rest whole). Skips without a GPU.
 // Run: --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
 
@@ -179,6 +180,17 @@ TEST(GpuPackGqa, LongPoleSplitsMatchReference) {
     unpacked.pack_gqa = false;
     unpacked.score_mod = jit::ScoreMod::softcap();
     check_long_poles(*jit::get_kernel(unpacked, jit::testing::env_tune()), 4, fmt::format("{} unpacked softcap", arch));
+  }
+}
+
+// The same steps over an FP8 KV cache (group 5): its converters walk the same pieces.
+TEST(GpuPackGqa, LongPoleSplitsOverFp8KvCacheMatchReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs()) {
+    FA4Config fp8_kv = packed(arch, 5);
+    fp8_kv.kv_dtype = DType::e4m3;
+    check_long_poles(*jit::get_kernel(fp8_kv, jit::testing::env_tune()), 5,
+                     fmt::format("{} packed e4m3 KV group 5", arch));
   }
 }
 
