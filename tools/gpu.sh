@@ -234,7 +234,8 @@ sanitize() {
       poles)  # long-pole splits (GridWalk::long_pole_split): a packed continuous-batching step whose
         # short sequences split their one tile into pieces by their own keys (partial slots,
         # split_count / split_row) beside whole tiles, an empty sequence and one of 9 queries;
-        # contiguous, then reversed over pages of 16 (slots the first launch wrote, now stale)
+        # contiguous, then the batch reversed over pages of 16 (stale slots, which one process's second
+        # launch meets, are GpuPackGqa.LongPoleSplitsMatchReference's)
         local cases=(
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa'
           'causal --heads 14 --kv-heads 2 --seqlens-q 300 0 9 8 5 1 1 --seqlens-k 700 50 2000 2000 4000 5000 3000 --page-size 16 --pack-gqa')
