@@ -501,7 +501,7 @@ int32_t fa4jit_runtime_info(char** out_json) {
 
 namespace {
 
-// fa4jit_model_configs(_with): the model's kernels as [{"use", "config"}].
+// fa4jit_model_configs(_with): the model's kernels as [{"use", "config"}] (+ "only_arch").
 void model_configs_json(const char* hf_config_json, const jit::ModelOptions& o, char** out_json) {
   nlohmann::json j;
   try {
@@ -510,8 +510,11 @@ void model_configs_json(const char* hf_config_json, const jit::ModelOptions& o, 
     throw jit::ConfigError(fmt::format("config.json: {}", e.what()));
   }
   json out = json::array();
-  for (const jit::ModelKernel& k : jit::model_kernels(j, o))
-    out.push_back({{"use", k.use}, {"config", jit::to_json(k.config)}});
+  for (const jit::ModelKernel& k : jit::model_kernels(j, o)) {
+    json e = {{"use", k.use}, {"config", jit::to_json(k.config)}};
+    if (!k.only_arch.empty()) e["only_arch"] = k.only_arch;
+    out.push_back(std::move(e));
+  }
   *out_json = dup_string(out.dump());
 }
 

@@ -90,12 +90,20 @@ std::vector<Job> collect_jobs(const Selection& o, bool need_arch) {
   if (!o.kv_dtype.empty() && o.model.empty()) throw CLI::ValidationError("--kv-dtype", "only with --model");
   std::vector<Job> jobs;
   const std::vector<std::string> archs = split_list(o.archs);
-  auto add = [&](const FA4Config& c, const std::string& use) {
+  // only_arch (a model's kernel of one arch, ModelKernel::only_arch): that arch's job only, none for
+  // the others; without --arch, the arch itself when none is needed, else the GPU's if it matches.
+  auto add = [&](const FA4Config& c, const std::string& use, const std::string& only_arch = "") {
     if (archs.empty()) {
-      jobs.push_back({!need_arch && c.arch.empty() ? c : with_cli_arch(c), use, "", 0, "", false});
+      FA4Config x = !need_arch && c.arch.empty() ? c : with_cli_arch(c);
+      if (!only_arch.empty()) {
+        if (!need_arch) x.arch = only_arch;
+        if (x.arch != only_arch) return;
+      }
+      jobs.push_back({x, use, "", 0, "", false});
       return;
     }
     for (const std::string& a : archs) {
+      if (!only_arch.empty() && a != only_arch) continue;
       FA4Config x = c;
       x.arch = a;
       jobs.push_back({x, use, "", 0, "", false});
@@ -106,7 +114,7 @@ std::vector<Job> collect_jobs(const Selection& o, bool need_arch) {
   if (!o.config.empty() || !presets.empty())
     for (const FA4Config& c : load_configs(o.config, presets)) add(c, "");
   if (!o.model.empty())
-    for (const ModelKernel& k : kernels_of_model(o.model, o.dtype, o.kv_dtype)) add(k.config, k.use);
+    for (const ModelKernel& k : kernels_of_model(o.model, o.dtype, o.kv_dtype)) add(k.config, k.use, k.only_arch);
   for (Job& j : jobs) {  // a model's refusal says which layers need the kernel
     if (j.config.arch.empty()) continue;
     try {

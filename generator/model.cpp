@@ -57,6 +57,8 @@ constexpr Family kFamilies[] = {
 // kernel is tested at (8 .. 128: Kimi-K2 at TP 8 leaves 8, DeepSeek-V3 16).
 constexpr int kMlaTensorParallel[] = {1, 8};
 constexpr int kMlaMinHeads = 8, kMlaMaxHeads = 128;
+// sm_90a's packed prefill tile (python/fa4jit/ops.py _PREFILL_BM).
+constexpr int kSm90aPrefillBm = 128;
 
 // Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
 // (checked before model_type, so the answer names the feature, not just the family).
@@ -244,6 +246,16 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
       k.pack_gqa = true;
       k.group = group;
       add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks), k);
+      // sm_90a's packed prefill tile (ops.py _packed_bm: 16-bit, V at most 256 wide, a group of at
+      // most 64): varlen prefill batches of uneven lengths or short chunks, over 16-bit K/V only (an
+      // FP8 KV cache keeps decode's tile, so no e4m3 twin).
+      if (!latent && (dtype == DType::bf16 || dtype == DType::fp16) && depth_v <= 256 && group <= 64) {
+        FA4Config tile = k;
+        tile.BM = kSm90aPrefillBm;
+        out.push_back({fmt::format("packed prefill (varlen batches of uneven lengths or short chunks, BM {}): {}{}",
+                                   kSm90aPrefillBm, layers_text, sinks),
+                       tile, "sm_90a"});
+      }
     }
     if (latent == 0 || window) continue;  // MLA models have no sliding-window layers
     for (int tp : kMlaTensorParallel) {

@@ -1,8 +1,9 @@
 // The kernels one Hugging Face model needs, read from its config.json: `fa4jit prewarm --model`.
 // The configs are exactly those the Python ops and the transformers backend request for that
 // model (python/fa4jit/ops.py: prefill unpacked without a group; decode with the group's query
-// heads packed for any group that packs, ops.py _packable), so a serving process warmed with them
-// compiles nothing.
+// heads packed for any group that packs, ops.py _packable; on sm_90a, varlen prefill batches of
+// uneven lengths packed at the prefill tile, ops.py _packed_bm), so a serving process warmed with
+// them compiles nothing.
 #pragma once
 #include <optional>
 #include <string>
@@ -17,6 +18,9 @@ namespace jit {
 struct ModelKernel {
   std::string use;   // e.g. "prefill: sliding-window layers 0, 2, 4 (+18)"
   FA4Config config;  // arch empty: the caller picks archs
+  // Non-empty: a kernel of this arch only (sm_90a's packed prefill tile, BM 128, which the other
+  // backends refuse or already run as their packed default); prewarm builds it for that arch alone.
+  std::string only_arch;
 };
 
 struct ModelOptions {

@@ -5,8 +5,9 @@
 // 128: sliced into CTAs of 48 / 64 heads on sm90a). Decode and speculative lengths (Sq 1, 5, 16:
 // 16 queries of group 7 cross a span), causal (bottom-right: each padded row's mask is its own
 // query's), contiguous and paged K/V (pages of 1, 16 and 64), split-KV (automatic and 3, with the
-// combine), varlen batches, sinks and an FP8 KV cache, and a continuous-batching step's long-pole
-// splits (its short sequences' tiles split, the rest whole). Skips without a GPU.
+// combine), varlen batches, sinks and an FP8 KV cache, a continuous-batching step's long-pole
+// splits (its short sequences' tiles split, the rest whole), and sm_90a's packed prefill tile (BM
+// 128). Skips without a GPU.
 // Run: --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
 
@@ -192,6 +193,56 @@ TEST(GpuPackGqa, LongPoleSplitsOverFp8KvCacheMatchReference) {
     check_long_poles(*jit::get_kernel(fp8_kv, jit::testing::env_tune()), 5,
                      fmt::format("{} packed e4m3 KV group 5", arch));
   }
+}
+
+// sm_90a's packed prefill tile (BM 128: python/fa4jit/ops.py _packed_bm, for varlen prefill batches of
+// uneven lengths and short chunks): groups 5, 7 and 8 over an uneven causal batch (a 700-query
+// prompt beside short ones, one query, an empty sequence and more keys than queries: bottom-right),
+// paged 16 with sinks, a sliding window with softcap, split 3, and the long-pole steps (decode rows
+// split into pieces beside whole 128-row tiles). The other backends' packed default is this tile.
+FA4Config prefill_tile(const std::string& arch, int group, Mask mask = Mask::causal()) {
+  FA4Config c = packed(arch, group, std::move(mask));
+  if (arch == "sm_90a") c.BM = 128;
+  return c;
+}
+
+CheckCase uneven_prefill(int group) {
+  CheckCase c;
+  c.seqlens_q = {700, 1, 300, 129, 0, 64, 5};
+  c.seqlens_k = {700, 1, 450, 129, 50, 64, 5};
+  c.batch = 7;
+  c.seqlen_q = 700;
+  c.seqlen_k = 700;
+  c.num_q_heads = 2 * group;
+  c.num_kv_heads = 2;
+  return c;
+}
+
+TEST(GpuPackGqa, PrefillTileMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int group : {5, 7, 8}) {
+      const std::string what = fmt::format("{} prefill tile group {}", arch, group);
+      const auto kernel = jit::get_kernel(prefill_tile(arch, group), jit::testing::env_tune());
+      EXPECT_EQ(kernel->config().config.BM, 128) << what;
+      CheckCase c = uneven_prefill(group);
+      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} contiguous", what));
+      c.page_size = 16;
+      c.with_sinks = true;
+      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} paged 16 sinks", what));
+      c = uneven_prefill(group);
+      c.num_splits = 3;
+      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} splits 3", what));
+      check_long_poles(*kernel, group, fmt::format("{} long poles", what));
+      FA4Config window = prefill_tile(arch, group, Mask::sliding_window());
+      window.score_mod = jit::ScoreMod::softcap();
+      c = uneven_prefill(group);
+      c.window_left = 100;
+      c.window_right = 0;
+      c.softcap = 30.0f;
+      expect_matches(jit::testing::run_and_check(*jit::get_kernel(window, jit::testing::env_tune()), c),
+                     fmt::format("{} window 100 softcap", what));
+    }
 }
 
 // Unmasked (every padded row sees every key) and a query count that fills whole spans exactly

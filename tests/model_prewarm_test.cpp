@@ -37,6 +37,13 @@ FA4Config expected(DType dtype, int depth, Mask mask, ScoreMod score = ScoreMod:
   return c;
 }
 
+// sm_90a's packed prefill tile (ops.py _packed_bm): the packed kernel at BM 128.
+FA4Config prefill_tile(DType dtype, int depth, Mask mask, ScoreMod score, int group) {
+  FA4Config c = expected(dtype, depth, std::move(mask), std::move(score), group);
+  c.BM = 128;
+  return c;
+}
+
 std::vector<FA4Config> configs(const std::vector<ModelKernel>& ks) {
   std::vector<FA4Config> out;
   for (const ModelKernel& k : ks) out.push_back(k.config);
@@ -55,9 +62,15 @@ std::string refusal(const nlohmann::json& j, jit::ModelOptions o = {}) {
 TEST(ModelKernels, Llama3PrefillAndPackedDecode) {
   const auto ks = jit::model_kernels(model("llama3_8b"));
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
-                                                 expected(DType::bf16, 128, Mask::causal(), {}, 4)}));
+                                                 expected(DType::bf16, 128, Mask::causal(), {}, 4),
+                                                 prefill_tile(DType::bf16, 128, Mask::causal(), {}, 4)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention all layers");
   EXPECT_EQ(ks[1].use, "decode (Sq x 4 <= 128, packed GQA): full-attention all layers");
+  EXPECT_EQ(ks[2].use,
+            "packed prefill (varlen batches of uneven lengths or short chunks, BM 128): full-attention all layers");
+  EXPECT_EQ(ks[0].only_arch, "");
+  EXPECT_EQ(ks[1].only_arch, "");
+  EXPECT_EQ(ks[2].only_arch, "sm_90a");  // the other backends' packed default is their prefill tile
 }
 
 TEST(ModelKernels, Qwen2GroupOfSevenDecodesPackedAndIgnoresAnUnusedWindow) {
@@ -66,7 +79,8 @@ TEST(ModelKernels, Qwen2GroupOfSevenDecodesPackedAndIgnoresAnUnusedWindow) {
   // use_sliding_window false leaves sliding_window unused.
   const auto ks = jit::model_kernels(model("qwen2_7b"));
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
-                                                 expected(DType::bf16, 128, Mask::causal(), {}, 7)}));
+                                                 expected(DType::bf16, 128, Mask::causal(), {}, 7),
+                                                 prefill_tile(DType::bf16, 128, Mask::causal(), {}, 7)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention all layers");
   EXPECT_EQ(ks[1].use, "decode (Sq x 7 <= 128, packed GQA): full-attention all layers");
 }
@@ -74,13 +88,15 @@ TEST(ModelKernels, Qwen2GroupOfSevenDecodesPackedAndIgnoresAnUnusedWindow) {
 TEST(ModelKernels, Qwen3) {
   EXPECT_EQ(configs(jit::model_kernels(model("qwen3_8b"))),
             (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
-                                    expected(DType::bf16, 128, Mask::causal(), {}, 4)}));
+                                    expected(DType::bf16, 128, Mask::causal(), {}, 4),
+                                    prefill_tile(DType::bf16, 128, Mask::causal(), {}, 4)}));
 }
 
 TEST(ModelKernels, MistralSlidesEveryLayer) {
   EXPECT_EQ(configs(jit::model_kernels(model("mistral_7b_v01"))),
             (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::sliding_window()),
-                                    expected(DType::bf16, 128, Mask::sliding_window(), {}, 4)}));
+                                    expected(DType::bf16, 128, Mask::sliding_window(), {}, 4),
+                                    prefill_tile(DType::bf16, 128, Mask::sliding_window(), {}, 4)}));
 }
 
 TEST(ModelKernels, Gemma2AlternatesLayersWithSoftcapAndNeedsADtypeForItsFloat32Checkpoint) {
@@ -92,18 +108,22 @@ TEST(ModelKernels, Gemma2AlternatesLayersWithSoftcapAndNeedsADtypeForItsFloat32C
   EXPECT_EQ(configs(ks),
             (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap()),
                                     expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
+                                    prefill_tile(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
                                     expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap()),
-                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
+                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2),
+                                    prefill_tile(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more)");
-  EXPECT_EQ(ks[2].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
+  EXPECT_EQ(ks[3].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
 }
 
 TEST(ModelKernels, Gemma3ReadsTheTextConfigAndItsFiveToOnePattern) {
   const auto ks = jit::model_kernels(model("gemma3_4b"));
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal()),
                                                  expected(DType::bf16, 256, Mask::causal(), {}, 2),
+                                                 prefill_tile(DType::bf16, 256, Mask::causal(), {}, 2),
                                                  expected(DType::bf16, 256, Mask::sliding_window()),
-                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
+                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2),
+                                                 prefill_tile(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 5, 11, 17, 23, 29");
 }
 
@@ -113,10 +133,12 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
   jit::ModelOptions o;
   o.dtype = DType::bf16;
   const auto ks = jit::model_kernels(model("gpt_oss_20b"), o);
-  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 64, Mask::causal()),
-                                                 expected(DType::bf16, 64, Mask::causal(), {}, 8),
-                                                 expected(DType::bf16, 64, Mask::sliding_window()),
-                                                 expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
+  EXPECT_EQ(configs(ks),
+            (std::vector<FA4Config>{
+                expected(DType::bf16, 64, Mask::causal()), expected(DType::bf16, 64, Mask::causal(), {}, 8),
+                prefill_tile(DType::bf16, 64, Mask::causal(), {}, 8), expected(DType::bf16, 64, Mask::sliding_window()),
+                expected(DType::bf16, 64, Mask::sliding_window(), {}, 8),
+                prefill_tile(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
   for (const auto& k : ks) EXPECT_NE(k.use.find("attention sinks: a launch argument"), std::string::npos) << k.use;
 }
 
@@ -164,8 +186,9 @@ TEST(ModelKernels, AnFp8KvCacheAddsTheKernelsThatReadIt) {
   jit::ModelOptions o;
   o.kv_dtype = DType::e4m3;
   const auto ks = jit::model_kernels(model("llama3_8b"), o);
-  ASSERT_EQ(ks.size(), 4u);
-  for (std::size_t i = 0; i < ks.size(); i += 2) {
+  ASSERT_EQ(ks.size(), 5u);  // prefill, decode, each with its twin; the prefill tile reads 16-bit K/V only
+  EXPECT_EQ(ks[4].config, prefill_tile(DType::bf16, 128, Mask::causal(), {}, 4));
+  for (std::size_t i = 0; i < 4; i += 2) {
     EXPECT_FALSE(ks[i].config.kv_dtype.has_value()) << ks[i].use;
     FA4Config twin = ks[i].config;
     twin.kv_dtype = DType::e4m3;
@@ -202,12 +225,17 @@ TEST_F(Cli, PrewarmModelPrintsTheKernelsAsJson) {
   const auto r = run("prewarm --model " + file + " --dtype bf16 --arch sm_90a,sm_100a --print");
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
-  ASSERT_EQ(j.size(), 8u) << r.out;  // 4 kernels x 2 archs
+  ASSERT_EQ(j.size(), 10u) << r.out;  // 4 kernels x 2 archs, and sm_90a's two packed prefill tiles
   EXPECT_EQ(j[0]["config"]["arch"], "sm_90a");
   EXPECT_EQ(j[1]["config"]["arch"], "sm_100a");
   EXPECT_EQ(j[2]["config"]["pack_gqa"], true);
   EXPECT_EQ(j[2]["config"]["group"], 8);
   EXPECT_NE(j[2]["use"].get<std::string>().find("decode"), std::string::npos);
+  EXPECT_EQ(j[4]["config"]["arch"], "sm_90a");
+  EXPECT_EQ(j[4]["config"]["BM"], 128);
+  EXPECT_NE(j[4]["use"].get<std::string>().find("packed prefill"), std::string::npos);
+  EXPECT_EQ(j[5]["config"]["arch"], "sm_90a");  // the sliding-window layers' prefill
+  EXPECT_EQ(j[5]["config"]["mask"]["kind"], "sliding_window");
   EXPECT_EQ(run("cache ls").out, "") << "--print compiles nothing";
 }
 
@@ -216,10 +244,12 @@ TEST_F(Cli, PrewarmModelWithAnFp8KvCachePrintsTheTwins) {
   const auto r = run("prewarm --model " + file + " --kv-dtype e4m3 --arch sm_90a --print");
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
-  ASSERT_EQ(j.size(), 4u) << r.out;
+  ASSERT_EQ(j.size(), 5u) << r.out;
   EXPECT_EQ(j[1]["config"]["kv_dtype"], "e4m3");
   EXPECT_EQ(j[3]["config"]["kv_dtype"], "e4m3");
   EXPECT_EQ(j[3]["config"]["group"], 7);
+  EXPECT_FALSE(j[4]["config"].contains("kv_dtype")) << r.out;  // the packed prefill tile reads 16-bit K/V
+  EXPECT_EQ(j[4]["config"]["BM"], 128);
   auto bad = run("prewarm --kv-dtype e4m3 --preset default --print");
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.out.find("--kv-dtype"), std::string::npos) << bad.out;
@@ -231,11 +261,15 @@ TEST_F(Cli, PrewarmModelCompilesThenHits) {
   const std::string file = std::string(FA4JIT_TEST_MODELS) + "/llama3_8b.json";
   const auto first = run("prewarm --model " + file + " --arch sm_90a --jobs 2");
   EXPECT_EQ(first.rc, 0) << first.out;
-  EXPECT_NE(first.out.find("2 kernels: 2 compiled, 0 hit, 0 failed"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("3 kernels: 3 compiled, 0 hit, 0 failed"), std::string::npos) << first.out;
   EXPECT_NE(first.out.find("(decode (Sq x 4 <= 128, packed GQA): full-attention all layers)"), std::string::npos)
       << first.out;
   const auto second = run("prewarm --model " + file + " --arch sm_90a");
-  EXPECT_NE(second.out.find("2 kernels: 0 compiled, 2 hit, 0 failed"), std::string::npos) << second.out;
+  EXPECT_NE(second.out.find("3 kernels: 0 compiled, 3 hit, 0 failed"), std::string::npos) << second.out;
+  // sm_100a has no packed prefill tile of its own: prefill and decode only.
+  const auto blackwell = run("prewarm --model " + file + " --arch sm_100a --print");
+  ASSERT_EQ(blackwell.rc, 0) << blackwell.out;
+  EXPECT_EQ(nlohmann::json::parse(blackwell.out.substr(blackwell.out.find('['))).size(), 2u) << blackwell.out;
 }
 
 TEST_F(Cli, PrewarmModelRefusalsNameTheFileKeyAndArch) {

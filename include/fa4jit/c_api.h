@@ -156,7 +156,8 @@ FA4JIT_C_EXPORT int32_t fa4jit_resolve_config(const char* config_json, const cha
 FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* archs, int32_t jobs, char** out_report);
 
 /* The kernels a Hugging Face model's attention layers launch (`fa4jit prewarm --model`): from the
- * text of its config.json, a JSON array of {"use", "config"} (configs without an arch). `dtype`:
+ * text of its config.json, a JSON array of {"use", "config"} (configs without an arch; a kernel of
+ * one arch only, sm_90a's packed prefill tile, adds "only_arch": build it for that arch alone). `dtype`:
  * NULL or "" for the model's torch_dtype, else "bf16" / "fp16" / "e4m3". FA4JIT_CONFIG_ERROR names the key
  * of a feature fa4jit has no kernel for. Since C API version 2. */
 FA4JIT_C_EXPORT int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json);

@@ -116,22 +116,24 @@ def resolve(config: Union[Config, Dict[str, Any], str], arch: Optional[str] = No
 
 
 def model_configs(model: Union[str, "os.PathLike[str]", Dict[str, Any]], dtype: Optional[str] = None,
-                  kv_dtype: Optional[str] = None) -> List[Dict[str, Any]]:
+                  kv_dtype: Optional[str] = None, arch: Optional[str] = None) -> List[Dict[str, Any]]:
     """The kernels a Hugging Face model's attention layers launch through this package (prefill, and
     decode with the group's heads packed), as ``[{"use": ..., "config": {...}}]``: ``model`` is a
     config.json path or its dict (e.g. ``AutoConfig.from_pretrained(...).to_dict()``). ``dtype``
     ("bf16" / "fp16") overrides the model's torch_dtype. ``kv_dtype="e4m3"``: the model is served
     over an FP8 KV cache, so beside each kernel whose keys come from the cache comes its twin with
     ``"kv_dtype": "e4m3"`` (MLA models: the absorbed decode over the latent cache). A feature fa4jit
-    has no kernel for raises ConfigError naming its key. Feed ``[k["config"] for k in ...]`` to
-    ``prewarm``."""
+    has no kernel for raises ConfigError naming its key. A kernel of one arch only (sm_90a's packed
+    prefill tile, BM 128) carries ``"only_arch"``; ``arch`` (e.g. "sm_100a") leaves out those of
+    other archs. Feed ``[k["config"] for k in model_configs(..., arch=a)]`` to ``prewarm(..., archs=[a])``."""
     if isinstance(model, dict):
         text = json.dumps(model)
     else:
         with open(model, encoding="utf-8") as f:
             text = f.read()
     options = json.dumps({"dtype": dtype, "kv_dtype": kv_dtype})
-    return json.loads(_lib.call_str(_lib.fa4jit_model_configs_with, text.encode(), options.encode()))
+    kernels = json.loads(_lib.call_str(_lib.fa4jit_model_configs_with, text.encode(), options.encode()))
+    return [k for k in kernels if arch is None or k.get("only_arch", arch) == arch]
 
 
 def prewarm(configs: Iterable[Union[Config, Dict[str, Any]]], archs: Optional[Sequence[str]] = None,

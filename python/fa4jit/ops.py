@@ -74,7 +74,7 @@ def _mask_json(causal: bool, window: bool, top_left: bool, prefix: bool, chunked
 
 # What selects a kernel: the ops' kernel cache key, turned into the library's config by _get_kernel.
 KernelKey = collections.namedtuple("KernelKey", "arch dtype kv_dtype depth depth_v causal window top_left prefix "
-                                   "chunked mask_snippet block_snippet score_kind score_snippet pack group out_dtype")
+                                   "chunked mask_snippet block_snippet score_kind score_snippet pack group bm out_dtype")
 
 
 def _get_kernel(key: KernelKey) -> _Kernel:
@@ -82,7 +82,7 @@ def _get_kernel(key: KernelKey) -> _Kernel:
     if k is not None:
         return k
     (arch, dtype, kv_dtype, depth, depth_v, causal, window, top_left, prefix, chunked, mask_snippet, block_snippet,
-     score_kind, score_snippet, pack, group, out_dtype) = key
+     score_kind, score_snippet, pack, group, bm, out_dtype) = key
     score = {"kind": score_kind, "snippet": score_snippet} if score_kind == "custom" else score_kind
     cfg = {"dtype": dtype, "depth": depth,
            "mask": _mask_json(causal, window, top_left, prefix, chunked, mask_snippet, block_snippet),
@@ -95,6 +95,8 @@ def _get_kernel(key: KernelKey) -> _Kernel:
         cfg["output_dtype"] = out_dtype
     if pack:
         cfg["group"] = group
+    if bm:  # a packed prefill tile (_packed_bm)
+        cfg["BM"] = bm
     handle = ctypes.c_void_p()
     # Generates, compiles (NVRTC, the GIL released by ctypes) or loads from the disk cache.
     code = _lib.fa4jit_kernel_get(json.dumps(cfg).encode(), arch.encode(), ctypes.byref(handle))
@@ -234,17 +236,48 @@ class _Plan:
                  "o_shape", "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
 
 
-def _auto_pack(group: int, sq: int, varlen_batch: int, total_q: int, kv_heads: int) -> bool:
+def _auto_pack(group: int, sq: int, varlen_batch: int, total_q: int) -> bool:
     """The automatic pack_gqa (pack_gqa=None) for a packable group: short queries (decode and speculative
-    rows, sq * group <= 128) always. A varlen batch (varlen_batch sequences, total_q queries) also when
-    its mean query length is at most 512, a continuous-batching step of decode rows and prefill chunks,
-    whose decode rows then read their K/V once per KV head (H200: 48 decode rows + 2 chunks of 2048 at
-    0.23-0.48x the unpacked time, docs/PERF.md run 62), or it has at most 2 KV heads (a tensor-parallel
-    shard: its packed tiles fill the GPU better; varlen prefill 8/1 and 4/1 at 0.77-0.78x, 14/2 even;
-    with 4-16 KV heads packed prefill was 1.12-1.19x slower)."""
+    rows, sq * group <= 128) always. A varlen batch (varlen_batch sequences, total_q queries, sq its
+    max_seqlen_q) also when _uneven (the packed grid walk lists each sequence's own tiles where the
+    unpacked persistent walk models every sequence at the longest) or when its sequences are short (a
+    mean of at most 64 queries: K/V read once per KV head). H200, bf16 d128 causal, back to back
+    (docs/PERF.md run 81): uneven prefill batches packed at the prefill tile 1.03-1.65x as fast as
+    unpacked, 32 chunks of 64 queries over 4k keys 1.4-2.0x (0.94x at one KV head), a
+    continuous-batching step packed 2-4x (run 62); even batches of 128-4096 queries unpacked
+    1.03-1.22x faster than packed."""
     if sq * group <= max(128, group):
         return True
-    return varlen_batch > 0 and (total_q <= 512 * varlen_batch or kv_heads <= 2)
+    return varlen_batch > 0 and (_uneven(sq, varlen_batch, total_q) or total_q <= 64 * varlen_batch)
+
+
+def _uneven(sq: int, varlen_batch: int, total_q: int) -> bool:
+    """Whether a varlen batch's query lengths are uneven: its longest (max_seqlen_q) at least 1.2x the mean."""
+    return varlen_batch > 0 and sq * varlen_batch * 5 >= total_q * 6
+
+
+# The packed tile of prefill (sq * group above 128 rows) per arch: sm_90a packs decode into 64-row tiles
+# (one consumer warpgroup, BN 64, two CTAs per SM: generator/backends/sm90a.cpp), which run prefill
+# rows 1.1-1.25x slower than its unpacked kernel's 128-row tile (docs/PERF.md run 81); the other
+# backends' packed tile already is their prefill tile. generator/model.cpp derives the same kernels.
+_PREFILL_BM = {"sm_90a": 128}
+
+
+def _packed_bm(arch: str, group: int, sq: int, varlen_batch: int, total_q: int, dtypes: tuple,
+               depth_v: int) -> int:
+    """FA4Config.BM of a packed launch (0: the backend's packed default, decode's tile): the prefill tile
+    (_PREFILL_BM) for 16-bit Q, K and V of a V at most 256 wide, a group of at most 64, queries over
+    128 packed rows, except a continuous-batching step (_uneven with a mean of at most 512 queries:
+    decode rows beside prefill chunks), whose decode rows stream their KV caches faster at decode's
+    tile (the step 1-14% slower at BM 128, PERF.md run 80)."""
+    bm = _PREFILL_BM.get(arch, 0)
+    if not bm or len(set(dtypes)) != 1 or dtypes[0] not in ("bf16", "fp16") or depth_v > 256 or group > 64:
+        return 0
+    if sq * group <= max(128, group):
+        return 0
+    if _uneven(sq, varlen_batch, total_q) and total_q <= 512 * varlen_batch:
+        return 0
+    return bm
 
 
 def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
@@ -269,15 +302,18 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     mask_mod, block_mask_mod, score_snippet = _snippet_texts(aux, a.aux_names, a.mask_mod, a.block_mask_mod, score_mod)
     group = q.shape[2] // k.shape[2]
     varlen = a.cu_seqlens_q is not None
+    sq = a.max_seqlen_q if varlen else q.shape[1]
     if a.pack_gqa < 0:
-        pack = group > 1 and _packable(group) and _auto_pack(group, a.max_seqlen_q if varlen else q.shape[1],
-                                                             batch if varlen else 0, q.shape[1], k.shape[2])
+        pack = group > 1 and _packable(group) and _auto_pack(group, sq, batch if varlen else 0, q.shape[1])
     else:
         pack = bool(a.pack_gqa) and group > 1
-    kernel = _get_kernel(KernelKey(_arch(dev), _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
+    arch = _arch(dev)
+    bm = _packed_bm(arch, group, sq, batch if varlen else 0, q.shape[1],
+                    (_DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], _DTYPE_NAME[a.v.dtype]), a.v.shape[3]) if pack else 0
+    kernel = _get_kernel(KernelKey(arch, _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
                                    a.causal, window, a.top_left and (a.causal or window),
                                    a.mask_prefix > 0, a.chunk_size > 0, mask_mod,
-                                   block_mask_mod, score_kind, score_snippet, pack, group if pack else 0,
+                                   block_mask_mod, score_kind, score_snippet, pack, group if pack else 0, bm,
                                    _DTYPE_NAME[a.out.dtype]))
     # The struct's fields by name (launch_table.FIELDS; the ones not set here take the table's defaults).
     f.update(size=_lib.LAUNCH_ARGS_SIZE, device=dev, lse=_ptr(a.lse), softmax_scale=a.softmax_scale,

@@ -830,7 +830,7 @@ D = t.get("head_dim") or t["hidden_size"] // Hq
 window = t.get("sliding_window") if t.get("use_sliding_window", True) else None
 softcap = t.get("attn_logit_softcapping") or 0.0
 arch = fa4jit._lib.device_arch(torch.cuda.current_device())
-fa4jit.prewarm([k["config"] for k in fa4jit.model_configs(path, dtype="bf16")], archs=[arch])
+fa4jit.prewarm([k["config"] for k in fa4jit.model_configs(path, dtype="bf16", arch=arch)], archs=[arch])
 fa4jit.set_compile_policy("forbid")  # from here a kernel the prewarm missed raises CacheMissError
 before = fa4jit.stats()
 sinks = torch.randn(Hq, device="cuda") if t["model_type"] == "gpt_oss" else None
@@ -840,6 +840,14 @@ for w in [None] + ([window] if window else []):
         q = torch.randn(2, Sq, Hq, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(2, Sk, Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         fa4jit.attention(q, k, v, causal=True, window=(w - 1, 0) if w else None, softcap=softcap, sinks=sinks)
+        runs += 1
+    # varlen: an uneven prefill batch (sm_90a: the packed prefill tile) and a continuous-batching step
+    for lens in ((1500, 300), (300, 1, 1)):
+        cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], dtype=torch.int32, device="cuda")
+        q = torch.randn(sum(lens), Hq, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(sum(lens), Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        fa4jit.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True,
+                                window=(w - 1, 0) if w else None, softcap=softcap, sinks=sinks)
         runs += 1
 torch.cuda.synchronize()
 after = fa4jit.stats()

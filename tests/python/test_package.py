@@ -529,9 +529,13 @@ def test_fp8_kv_cache_config_and_launch_args_reach_the_library():
 def test_model_configs_and_their_refusals():
     llama = os.path.join(REPO, "tests", "models", "llama3_8b.json")
     ks = fa4jit.model_configs(llama)
-    assert [k["config"].get("pack_gqa", False) for k in ks] == [False, True]
+    assert [k["config"].get("pack_gqa", False) for k in ks] == [False, True, True]
     assert ks[1]["config"]["group"] == 4 and ks[0]["config"]["mask"]["kind"] == "causal"
     assert "decode" in ks[1]["use"]
+    # sm_90a's packed prefill tile: that arch's only; arch= leaves it out elsewhere.
+    assert (ks[2]["config"]["BM"], ks[2].get("only_arch"), "only_arch" in ks[1]) == (128, "sm_90a", False)
+    assert fa4jit.model_configs(llama, arch="sm_90a") == ks
+    assert fa4jit.model_configs(llama, arch="sm_100a") == ks[:2]
     assert fa4jit.model_configs(json.load(open(llama)), dtype="fp16")[0]["config"]["dtype"] == "fp16"
     with pytest.raises(fa4jit.ConfigError, match="torch_dtype: 'float32'"):
         fa4jit.model_configs(os.path.join(REPO, "tests", "models", "gemma2_9b.json"))
@@ -547,7 +551,7 @@ def test_model_configs_and_their_refusals():
     # option keys are refused, naming them.
     ks = fa4jit.model_configs(llama, kv_dtype="e4m3")
     assert [(k["config"].get("pack_gqa", False), k["config"].get("kv_dtype")) for k in ks] == [
-        (False, None), (False, "e4m3"), (True, None), (True, "e4m3")]
+        (False, None), (False, "e4m3"), (True, None), (True, "e4m3"), (True, None)]  # the tile reads 16-bit K/V
     assert ks[1]["use"].endswith("over an e4m3 KV cache")
     ds8 = fa4jit.model_configs(os.path.join(REPO, "tests", "models", "deepseek_v3.json"), kv_dtype="e4m3")
     assert [(k["config"]["depth"], k["config"].get("kv_dtype")) for k in ds8] == [

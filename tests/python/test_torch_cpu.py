@@ -800,23 +800,44 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
     cu_k = torch.tensor([0, 250, 500], dtype=torch.int32)
     with pytest.raises(fa4jit.DriverError, match="no CUDA driver"):
         fa4jit.attention_varlen(qv, kv, kv, cu_q, cu_k, 200, causal=True, num_splits=1, descale_k=torch.ones(2, 2),
-                                pack_gqa=False)  # unpacked (automatic: 2 KV heads pack)
+                                pack_gqa=False)  # unpacked (automatic: uneven lengths pack)
     keys = [key for key in ops._kernels if key.kv_dtype == "e4m3"]
     assert {(key.pack, key.group) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4
 
 
-def test_automatic_packing_takes_decode_rows_and_continuous_batching_steps():
-    """ops._auto_pack (pack_gqa=None): short queries pack; a varlen batch packs when its mean query
-    length is at most 512 (decode rows beside prefill chunks) or it has at most 2 KV heads; a long
-    prompt or a varlen prefill batch over more KV heads stays unpacked."""
+def test_automatic_packing_takes_decode_rows_continuous_batching_steps_and_uneven_batches():
+    """ops._auto_pack (pack_gqa=None): short queries pack; a varlen batch packs when its query lengths
+    are uneven (the longest at least 1.2x the mean: prefill batches and continuous-batching steps) or
+    its mean is at most 64 queries; one prompt and a varlen batch of even lengths stay unpacked."""
     from fa4jit.ops import _auto_pack
-    assert _auto_pack(7, 1, 0, 1, 4) and _auto_pack(4, 16, 0, 16, 8)  # decode, speculative
-    assert _auto_pack(4, 1, 48, 48, 8)  # varlen decode
-    assert not _auto_pack(4, 2048, 0, 2048, 8)  # one prompt
-    assert _auto_pack(4, 2048, 50, 48 + 2 * 2048, 8)  # 48 decode rows + 2 chunks (mean 83)
-    assert _auto_pack(4, 2048, 20, 16 + 4 * 2048, 8)  # 16 decode rows + 4 chunks (mean 410)
-    assert not _auto_pack(4, 7000, 8, 16048, 8)  # varlen prefill, mean 2006
-    assert _auto_pack(8, 7000, 8, 16048, 1) and _auto_pack(7, 7000, 8, 16048, 2)  # a tensor-parallel shard
+    assert _auto_pack(7, 1, 0, 1) and _auto_pack(4, 16, 0, 16)  # decode, speculative
+    assert _auto_pack(4, 1, 48, 48)  # varlen decode
+    assert not _auto_pack(4, 2048, 0, 2048)  # one prompt
+    assert _auto_pack(4, 2048, 50, 48 + 2 * 2048)  # 48 decode rows + 2 chunks (mean 83)
+    assert _auto_pack(4, 2048, 20, 16 + 4 * 2048)  # 16 decode rows + 4 chunks (mean 410)
+    assert _auto_pack(4, 7000, 8, 16048) and _auto_pack(8, 7000, 8, 16048)  # varlen prefill, 7000 beside a mean of 2006
+    assert _auto_pack(4, 2500, 5, 10000)  # 1.25x the mean
+    assert not _auto_pack(4, 2200, 5, 10000)  # 1.1x
+    assert not _auto_pack(4, 2048, 8, 8 * 2048) and not _auto_pack(8, 512, 8, 8 * 512)  # even prefill, chunks
+    assert _auto_pack(8, 64, 32, 32 * 64) and not _auto_pack(8, 128, 32, 32 * 128)  # short chunks: 64 queries
+
+
+def test_packed_prefill_takes_sm90a_prefill_tile_and_decode_keeps_its_own():
+    """ops._packed_bm: a packed launch over more than 128 rows runs sm_90a's prefill tile (BM 128),
+    except a continuous-batching step (uneven, mean at most 512 queries), decode and speculative rows,
+    FP8, a V wider than 256 (MLA's latent), groups above 64 and the other backends (their default)."""
+    from fa4jit.ops import _packed_bm
+    bf = ("bf16",) * 3
+    assert _packed_bm("sm_90a", 4, 7000, 8, 16048, bf, 128) == 128  # uneven varlen prefill
+    assert _packed_bm("sm_90a", 8, 64, 32, 2048, bf, 128) == 128  # 32 chunks of 64 queries
+    assert _packed_bm("sm_90a", 4, 2048, 0, 2048, bf, 128) == 128  # one prompt, pack_gqa=True
+    assert _packed_bm("sm_90a", 4, 2048, 50, 48 + 2 * 2048, bf, 128) == 0  # a continuous-batching step
+    assert _packed_bm("sm_90a", 8, 16, 0, 16, bf, 128) == 0  # speculative decode
+    assert _packed_bm("sm_90a", 4, 7000, 8, 16048, ("bf16", "e4m3", "e4m3"), 128) == 0  # FP8 KV cache
+    assert _packed_bm("sm_90a", 4, 7000, 8, 16048, ("e4m3",) * 3, 128) == 0
+    assert _packed_bm("sm_90a", 16, 7000, 8, 16048, bf, 512) == 0  # latent / head dim 512
+    assert _packed_bm("sm_90a", 96, 7000, 8, 16048, bf, 128) == 0  # sliced group
+    assert _packed_bm("sm_100a", 4, 7000, 8, 16048, bf, 128) == 0 and _packed_bm("sm_90", 4, 7000, 8, 16048, bf, 128) == 0
 
 
 def test_every_optional_pointer_packs_in_struct_order():
