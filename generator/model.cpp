@@ -57,8 +57,8 @@ constexpr Family kFamilies[] = {
 // kernel is tested at (8 .. 128: Kimi-K2 at TP 8 leaves 8, DeepSeek-V3 16).
 constexpr int kMlaTensorParallel[] = {1, 8};
 constexpr int kMlaMinHeads = 8, kMlaMaxHeads = 128;
-// sm_90a's packed prefill tile (python/fa4jit/ops.py _PREFILL_BM).
-constexpr int kSm90aPrefillBm = 128;
+// sm_90a's packed prefill tile and unpacked decode tile (python/fa4jit/ops.py _PREFILL_BM, _DECODE_BM).
+constexpr int kSm90aPrefillBm = 128, kSm90aDecodeBm = 64;
 
 // Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
 // (checked before model_type, so the answer names the feature, not just the family).
@@ -234,6 +234,7 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     sliced.pack_gqa = true;
     sliced.group = group;
     const bool packs = group > 1 && detail::pack_heads(sliced, 64) > 1;
+    const int value = depth_v ? depth_v : depth;  // V's head dim
     // MLA's unabsorbed kernel computes K and V from the latent (no e4m3 twin); others read the cache.
     const auto add = [&](const std::string& use, const FA4Config& kernel) {
       if (latent)
@@ -242,14 +243,22 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
         add_cached(use, kernel);
     };
     add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
+    // sm_90a's unpacked decode tile (ops.py _tile_bm: 16-bit, head dim <= 128 with V as wide, at most
+    // 64 queries): MHA decode and speculative rows over 16-bit K/V (an FP8 cache keeps the default).
+    if (!packs && !latent && (dtype == DType::bf16 || dtype == DType::fp16) && depth <= 128 && value == depth) {
+      FA4Config tile = k;
+      tile.BM = kSm90aDecodeBm;
+      out.push_back(
+          {fmt::format("decode (Sq <= 64, BM {}): {}{}", kSm90aDecodeBm, layers_text, sinks), tile, "sm_90a"});
+    }
     if (packs) {
       k.pack_gqa = true;
       k.group = group;
       add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks), k);
-      // sm_90a's packed prefill tile (ops.py _packed_bm: 16-bit, V at most 256 wide, a group of at
+      // sm_90a's packed prefill tile (ops.py _tile_bm: 16-bit, V at most 256 wide, a group of at
       // most 64): varlen prefill batches of uneven lengths or short chunks, over 16-bit K/V only (an
       // FP8 KV cache keeps decode's tile, so no e4m3 twin).
-      if (!latent && (dtype == DType::bf16 || dtype == DType::fp16) && depth_v <= 256 && group <= 64) {
+      if (!latent && (dtype == DType::bf16 || dtype == DType::fp16) && value <= 256 && group <= 64) {
         FA4Config tile = k;
         tile.BM = kSm90aPrefillBm;
         out.push_back({fmt::format("packed prefill (varlen batches of uneven lengths or short chunks, BM {}): {}{}",

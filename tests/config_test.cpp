@@ -454,6 +454,18 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     EXPECT_EQ(d.tuning.persistent, 0) << w.depth;
     EXPECT_EQ(d.ctas_per_sm, w.padded <= 128 ? 2 : 1) << w.depth;
     EXPECT_LE(d.ctas_per_sm * (d.smem_bytes + 1024), 232448 + 1024) << w.depth;
+    // Unpacked decode (MHA): the same 64-row tile where the head fits it (padded depth <= 128).
+    auto mha = causal;
+    mha.BM = 64;
+    if (w.padded <= 128) {
+      const auto m = jit::resolve(mha);
+      EXPECT_EQ(m.config.BN, 64) << w.depth;
+      EXPECT_EQ(m.num_threads, 256) << w.depth;
+      EXPECT_EQ(m.tuning.persistent, 0) << w.depth;
+      EXPECT_EQ(m.ctas_per_sm, 2) << w.depth;
+    } else {
+      expect_config_error([&] { jit::resolve(mha); }, {"BM", "64"});
+    }
     {  // stream-K (opt-in): one CTA per SM by construction
       const auto sk = jit::resolve(decode, tuned("persistent=2"));
       EXPECT_EQ(sk.tuning.persistent, 2) << w.depth;

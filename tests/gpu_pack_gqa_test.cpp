@@ -6,8 +6,8 @@
 // 16 queries of group 7 cross a span), causal (bottom-right: each padded row's mask is its own
 // query's), contiguous and paged K/V (pages of 1, 16 and 64), split-KV (automatic and 3, with the
 // combine), varlen batches, sinks and an FP8 KV cache, a continuous-batching step's long-pole
-// splits (its short sequences' tiles split, the rest whole), and sm_90a's packed prefill tile (BM
-// 128). Skips without a GPU.
+// splits (its short sequences' tiles split, the rest whole), sm_90a's packed prefill tile (BM
+// 128) and its unpacked decode tile (BM 64). Skips without a GPU.
 // Run: --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
 
@@ -195,7 +195,7 @@ TEST(GpuPackGqa, LongPoleSplitsOverFp8KvCacheMatchReference) {
   }
 }
 
-// sm_90a's packed prefill tile (BM 128: python/fa4jit/ops.py _packed_bm, for varlen prefill batches of
+// sm_90a's packed prefill tile (BM 128: python/fa4jit/ops.py _tile_bm, for varlen prefill batches of
 // uneven lengths and short chunks): groups 5, 7 and 8 over an uneven causal batch (a 700-query
 // prompt beside short ones, one query, an empty sequence and more keys than queries: bottom-right),
 // paged 16 with sinks, a sliding window with softcap, split 3, and the long-pole steps (decode rows
@@ -243,6 +243,30 @@ TEST(GpuPackGqa, PrefillTileMatchesReference) {
       expect_matches(jit::testing::run_and_check(*jit::get_kernel(window, jit::testing::env_tune()), c),
                      fmt::format("{} window 100 softcap", what));
     }
+}
+
+// sm_90a's unpacked decode tile (BM 64, BN 64, two CTAs per SM: python/fa4jit/ops.py _tile_bm, MHA
+// decode and speculative rows of at most 64 queries): every decode layout of check_layouts (one
+// query head per KV head), causal, and a sliding window with softcap.
+TEST(GpuPackGqa, UnpackedDecodeTileMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tile";
+  FA4Config c = packed("sm_90a", 0);
+  c.pack_gqa = false;
+  c.BM = 64;
+  const auto kernel = jit::get_kernel(c, jit::testing::env_tune());
+  EXPECT_EQ(kernel->config().config.BN, 64);
+  EXPECT_EQ(kernel->config().ctas_per_sm, 2);
+  for (int sq : {1, 5, 16}) check_layouts(*kernel, 1, sq, fmt::format("unpacked BM 64 Sq {}", sq));
+  c.mask = Mask::sliding_window();
+  c.score_mod = jit::ScoreMod::softcap();
+  CheckCase w = decode_case(1, 4);
+  w.window_left = 100;
+  w.window_right = 0;
+  w.softcap = 30.0f;
+  w.num_splits = 0;
+  expect_matches(jit::testing::run_and_check(*jit::get_kernel(c, jit::testing::env_tune()), w),
+                 "unpacked BM 64 window 100 softcap");
 }
 
 // Unmasked (every padded row sees every key) and a query count that fills whole spans exactly

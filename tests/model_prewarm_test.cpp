@@ -37,7 +37,7 @@ FA4Config expected(DType dtype, int depth, Mask mask, ScoreMod score = ScoreMod:
   return c;
 }
 
-// sm_90a's packed prefill tile (ops.py _packed_bm): the packed kernel at BM 128.
+// sm_90a's packed prefill tile (ops.py _tile_bm): the packed kernel at BM 128.
 FA4Config prefill_tile(DType dtype, int depth, Mask mask, ScoreMod score, int group) {
   FA4Config c = expected(dtype, depth, std::move(mask), std::move(score), group);
   c.BM = 128;
@@ -71,6 +71,24 @@ TEST(ModelKernels, Llama3PrefillAndPackedDecode) {
   EXPECT_EQ(ks[0].only_arch, "");
   EXPECT_EQ(ks[1].only_arch, "");
   EXPECT_EQ(ks[2].only_arch, "sm_90a");  // the other backends' packed default is their prefill tile
+}
+
+// Multi-head attention (a Llama with 32 query and 32 KV heads, as Llama-2-7B): nothing packs;
+// sm_90a decodes at its 64-row tile.
+TEST(ModelKernels, MultiHeadAttentionDecodesUnpackedAtTheDecodeTileOnHopper) {
+  nlohmann::json mha = model("llama3_8b");
+  mha["num_key_value_heads"] = 32;
+  const auto ks = jit::model_kernels(mha);
+  FA4Config tile = expected(DType::bf16, 128, Mask::causal());
+  tile.BM = 64;
+  ASSERT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()), tile}));
+  EXPECT_EQ(ks[0].use, "prefill and decode: full-attention all layers");
+  EXPECT_EQ(ks[1].use, "decode (Sq <= 64, BM 64): full-attention all layers");
+  EXPECT_EQ(ks[0].only_arch, "");
+  EXPECT_EQ(ks[1].only_arch, "sm_90a");
+  FA4Config c = ks[1].config;
+  c.arch = "sm_90a";
+  EXPECT_TRUE(jit::supported(c));
 }
 
 TEST(ModelKernels, Qwen2GroupOfSevenDecodesPackedAndIgnoresAnUnusedWindow) {

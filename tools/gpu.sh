@@ -31,8 +31,8 @@ On the GPU machine (repository root, .device carried):
                         depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
                         mla (depth 576 / depth_v 512, MLA's latent KV: paged, varlen keys, split, Sq 1-4),
                         d512 (head dim 512: GQA prefill, a window, varlen, packed paged decode + splits),
-                        poles (long-pole splits of a packed continuous-batching step, both orders;
-                        the packed prefill tile, BM 128, on an uneven batch and on that step),
+                        poles (long-pole splits of a packed continuous-batching step, both orders),
+                        tiles (sm_90a's packed prefill tile, BM 128, and unpacked decode tile, BM 64),
                         gather (pages 1 and 3: persistent prefill, packed decode + splits, FP8 KV, MLA),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
@@ -240,11 +240,15 @@ sanitize() {
         local cases=(
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa'
           'causal --heads 14 --kv-heads 2 --seqlens-q 300 0 9 8 5 1 1 --seqlens-k 700 50 2000 2000 4000 5000 3000 --page-size 16 --pack-gqa')
-        san_masks "" '"depth":128' "${cases[@]}"
-        # the packed prefill tile (BM 128, ops.py _packed_bm): an uneven prefill batch, and the step above
-        cases=('causal --heads 10 --kv-heads 2 --seqlens-q 700 1 300 129 0 64 5 --seqlens-k 700 1 450 129 50 64 5 --pack-gqa'
-          "${cases[0]}")
-        san_masks "" '"depth":128,"BM":128' "${cases[@]}" ;;
+        san_masks "" '"depth":128' "${cases[@]}" ;;
+      tiles)  # sm_90a's tiles beside its defaults (ops.py _tile_bm): the packed prefill tile (BM 128) on
+        # an uneven prefill batch and a continuous-batching step; the unpacked decode tile (BM 64)
+        local cases=('causal --heads 10 --kv-heads 2 --seqlens-q 700 1 300 129 0 64 5 --seqlens-k 700 1 450 129 50 64 5 --pack-gqa'
+          'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa')
+        san_masks "" '"depth":128,"BM":128' "${cases[@]}"
+        cases=('causal --batch 3 --heads 4 --kv-heads 4 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 16 --splits 3 --sinks'
+          'causal --heads 4 --kv-heads 4 --seqlens-q 5 1 64 --seqlens-k 777 40 300 --splits 0')
+        san_masks "" '"depth":128,"BM":64' "${cases[@]}" ;;
       d512)  # head dim 512 (O split over two warpgroups sharing P; K and V rings of BN 32): GQA prefill,
         # a window, varlen, packed paged decode with splits, on sm_90a
         local cases=(
@@ -327,7 +331,7 @@ sanitize() {
           san_check "" $tool sm_90a '{"depth":128,"kv_dtype":"e4m3","mask":"causal"}' --page-size 64 \
             --seqlens-q 300 0 129 --seqlens-k 300 50 700 --heads 4 --kv-heads 2
         done ;;
-      *) echo "sanitize: unknown set '$s' (prefill, decode, anygroup, snippets, fp8, kvfp8)"; exit 2 ;;
+      *) echo "sanitize: unknown set '$s' (see tools/gpu.sh --help)"; exit 2 ;;
     esac
     echo "(sanitize $s: $((SECONDS - start)) s)"
   done

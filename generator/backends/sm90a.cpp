@@ -115,7 +115,7 @@ class Sm90a final : public BackendPolicy {
     std::vector<int> bm_allowed = split_o    ? std::vector<int>{64}
                                   : dp <= 64 ? std::vector<int>{128, 192}
                                              : std::vector<int>{128};
-    if (c.pack_gqa && !split_o) bm_allowed.insert(bm_allowed.begin(), 64);
+    if ((c.pack_gqa || dp <= 128) && !split_o) bm_allowed.insert(bm_allowed.begin(), 64);
     c.BM = pick("BM", c.BM, bm_default, bm_allowed);
     auto smem_for = [&](int bn, int stages) {
       return abi::smem_bytes(abi::Family::k16, c.BM, bn, dp, dpv, stages, /*persistent=*/false, false);
@@ -243,8 +243,8 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     // O split over warpgroups (V 512, abi.h o_split): the grid walk, its one measured shape.
-    t.persistent = !c.pack_gqa && !wide_o(c, dp) && deep_ok && (plain || persistent_measured(c)) ? 1 : 0;
-    if (dynamic_measured(c, dp)) t.persistent = 3;
+    t.persistent = !c.pack_gqa && c.BM != 64 && !wide_o(c, dp) && deep_ok && (plain || persistent_measured(c)) ? 1 : 0;
+    if (dynamic_measured(c, dp) && c.BM != 64) t.persistent = 3;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first

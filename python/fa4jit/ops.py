@@ -95,7 +95,7 @@ def _get_kernel(key: KernelKey) -> _Kernel:
         cfg["output_dtype"] = out_dtype
     if pack:
         cfg["group"] = group
-    if bm:  # a packed prefill tile (_packed_bm)
+    if bm:  # a tile other than the backend's default (_tile_bm)
         cfg["BM"] = bm
     handle = ctypes.c_void_p()
     # Generates, compiles (NVRTC, the GIL released by ctypes) or loads from the disk cache.
@@ -256,28 +256,32 @@ def _uneven(sq: int, varlen_batch: int, total_q: int) -> bool:
     return varlen_batch > 0 and sq * varlen_batch * 5 >= total_q * 6
 
 
-# The packed tile of prefill (sq * group above 128 rows) per arch: sm_90a packs decode into 64-row tiles
-# (one consumer warpgroup, BN 64, two CTAs per SM: generator/backends/sm90a.cpp), which run prefill
-# rows 1.1-1.25x slower than its unpacked kernel's 128-row tile (docs/PERF.md run 81); the other
-# backends' packed tile already is their prefill tile. generator/model.cpp derives the same kernels.
+# Tiles per arch beside a backend's defaults. sm_90a: the decode tile (64 rows: one consumer warpgroup,
+# BN 64, two CTAs per SM; its packed default) and the prefill tile (128 rows, two consumer warpgroups;
+# its unpacked default). Packed decode tiles run prefill rows 1.1-1.25x slower than the prefill tile,
+# and unpacked prefill tiles run MHA decode 3-10% slower than the decode tile (docs/PERF.md runs 81,
+# 82). The other backends' one tile serves both. generator/model.cpp derives the same kernels.
+_DECODE_BM = {"sm_90a": 64}
 _PREFILL_BM = {"sm_90a": 128}
 
 
-def _packed_bm(arch: str, group: int, sq: int, varlen_batch: int, total_q: int, dtypes: tuple,
-               depth_v: int) -> int:
-    """FA4Config.BM of a packed launch (0: the backend's packed default, decode's tile): the prefill tile
-    (_PREFILL_BM) for 16-bit Q, K and V of a V at most 256 wide, a group of at most 64, queries over
-    128 packed rows, except a continuous-batching step (_uneven with a mean of at most 512 queries:
+def _tile_bm(arch: str, pack: bool, group: int, sq: int, varlen_batch: int, total_q: int, dtypes: tuple,
+             depth: int, depth_v: int) -> int:
+    """FA4Config.BM of a launch (0: the backend's default for it), for 16-bit Q, K and V. Packed, a V
+    at most 256 wide and a group of at most 64: the prefill tile (_PREFILL_BM) over more than 128
+    packed rows, except a continuous-batching step (_uneven with a mean of at most 512 queries:
     decode rows beside prefill chunks), whose decode rows stream their KV caches faster at decode's
-    tile (the step 1-14% slower at BM 128, PERF.md run 80)."""
-    bm = _PREFILL_BM.get(arch, 0)
-    if not bm or len(set(dtypes)) != 1 or dtypes[0] not in ("bf16", "fp16") or depth_v > 256 or group > 64:
+    tile (the step 1-14% slower at BM 128, PERF.md run 80). Unpacked (MHA, or pack_gqa=False) at
+    head dim <= 128 with V as wide: the decode tile (_DECODE_BM) for at most 64 queries."""
+    if len(set(dtypes)) != 1 or dtypes[0] not in ("bf16", "fp16"):
         return 0
-    if sq * group <= max(128, group):
+    if not pack:
+        return _DECODE_BM.get(arch, 0) if sq <= 64 and depth <= 128 and depth_v == depth else 0
+    if depth_v > 256 or group > 64 or sq * group <= max(128, group):
         return 0
     if _uneven(sq, varlen_batch, total_q) and total_q <= 512 * varlen_batch:
         return 0
-    return bm
+    return _PREFILL_BM.get(arch, 0)
 
 
 def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
@@ -308,8 +312,8 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     else:
         pack = bool(a.pack_gqa) and group > 1
     arch = _arch(dev)
-    bm = _packed_bm(arch, group, sq, batch if varlen else 0, q.shape[1],
-                    (_DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], _DTYPE_NAME[a.v.dtype]), a.v.shape[3]) if pack else 0
+    bm = _tile_bm(arch, pack, group, sq, batch if varlen else 0, q.shape[1],
+                  (_DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], _DTYPE_NAME[a.v.dtype]), q.shape[3], a.v.shape[3])
     kernel = _get_kernel(KernelKey(arch, _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
                                    a.causal, window, a.top_left and (a.causal or window),
                                    a.mask_prefix > 0, a.chunk_size > 0, mask_mod,

@@ -536,6 +536,11 @@ def test_model_configs_and_their_refusals():
     assert (ks[2]["config"]["BM"], ks[2].get("only_arch"), "only_arch" in ks[1]) == (128, "sm_90a", False)
     assert fa4jit.model_configs(llama, arch="sm_90a") == ks
     assert fa4jit.model_configs(llama, arch="sm_100a") == ks[:2]
+    # Multi-head attention (32 KV heads): nothing packs; sm_90a decodes at its 64-row tile.
+    mha = dict(json.load(open(llama)), num_key_value_heads=32)
+    ks = fa4jit.model_configs(mha)
+    assert [(k["config"].get("pack_gqa", False), k["config"]["BM"], k.get("only_arch")) for k in ks] == [
+        (False, 0, None), (False, 64, "sm_90a")]
     assert fa4jit.model_configs(json.load(open(llama)), dtype="fp16")[0]["config"]["dtype"] == "fp16"
     with pytest.raises(fa4jit.ConfigError, match="torch_dtype: 'float32'"):
         fa4jit.model_configs(os.path.join(REPO, "tests", "models", "gemma2_9b.json"))

@@ -822,22 +822,32 @@ def test_automatic_packing_takes_decode_rows_continuous_batching_steps_and_uneve
     assert _auto_pack(8, 64, 32, 32 * 64) and not _auto_pack(8, 128, 32, 32 * 128)  # short chunks: 64 queries
 
 
-def test_packed_prefill_takes_sm90a_prefill_tile_and_decode_keeps_its_own():
-    """ops._packed_bm: a packed launch over more than 128 rows runs sm_90a's prefill tile (BM 128),
+def test_tiles_packed_prefill_takes_sm90a_prefill_tile_and_unpacked_decode_its_decode_tile():
+    """ops._tile_bm: a packed launch over more than 128 rows runs sm_90a's prefill tile (BM 128),
     except a continuous-batching step (uneven, mean at most 512 queries), decode and speculative rows,
-    FP8, a V wider than 256 (MLA's latent), groups above 64 and the other backends (their default)."""
-    from fa4jit.ops import _packed_bm
+    FP8, a V wider than 256 (MLA's latent) and groups above 64; an unpacked launch of at most 64
+    queries at head dim <= 128 runs the decode tile (BM 64); the other backends keep their default."""
+    from fa4jit.ops import _tile_bm
     bf = ("bf16",) * 3
-    assert _packed_bm("sm_90a", 4, 7000, 8, 16048, bf, 128) == 128  # uneven varlen prefill
-    assert _packed_bm("sm_90a", 8, 64, 32, 2048, bf, 128) == 128  # 32 chunks of 64 queries
-    assert _packed_bm("sm_90a", 4, 2048, 0, 2048, bf, 128) == 128  # one prompt, pack_gqa=True
-    assert _packed_bm("sm_90a", 4, 2048, 50, 48 + 2 * 2048, bf, 128) == 0  # a continuous-batching step
-    assert _packed_bm("sm_90a", 8, 16, 0, 16, bf, 128) == 0  # speculative decode
-    assert _packed_bm("sm_90a", 4, 7000, 8, 16048, ("bf16", "e4m3", "e4m3"), 128) == 0  # FP8 KV cache
-    assert _packed_bm("sm_90a", 4, 7000, 8, 16048, ("e4m3",) * 3, 128) == 0
-    assert _packed_bm("sm_90a", 16, 7000, 8, 16048, bf, 512) == 0  # latent / head dim 512
-    assert _packed_bm("sm_90a", 96, 7000, 8, 16048, bf, 128) == 0  # sliced group
-    assert _packed_bm("sm_100a", 4, 7000, 8, 16048, bf, 128) == 0 and _packed_bm("sm_90", 4, 7000, 8, 16048, bf, 128) == 0
+    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, bf, 128, 128) == 128  # uneven varlen prefill
+    assert _tile_bm("sm_90a", True, 8, 64, 32, 2048, bf, 128, 128) == 128  # 32 chunks of 64 queries
+    assert _tile_bm("sm_90a", True, 4, 2048, 0, 2048, bf, 128, 128) == 128  # one prompt, pack_gqa=True
+    assert _tile_bm("sm_90a", True, 4, 2048, 50, 48 + 2 * 2048, bf, 128, 128) == 0  # a continuous-batching step
+    assert _tile_bm("sm_90a", True, 8, 16, 0, 16, bf, 128, 128) == 0  # speculative decode
+    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, ("bf16", "e4m3", "e4m3"), 128, 128) == 0  # FP8 KV cache
+    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, ("e4m3",) * 3, 128, 128) == 0
+    assert _tile_bm("sm_90a", True, 16, 7000, 8, 16048, bf, 576, 512) == 0  # latent / head dim 512
+    assert _tile_bm("sm_90a", True, 96, 7000, 8, 16048, bf, 128, 128) == 0  # sliced group
+    assert _tile_bm("sm_100a", True, 4, 7000, 8, 16048, bf, 128, 128) == 0
+    assert _tile_bm("sm_90", True, 4, 7000, 8, 16048, bf, 128, 128) == 0
+    # unpacked: MHA decode and speculative rows take the decode tile, prefill the default
+    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 128, 128) == 64
+    assert _tile_bm("sm_90a", False, 1, 64, 32, 32 * 64, bf, 64, 64) == 64  # varlen chunks of 64
+    assert _tile_bm("sm_90a", False, 1, 65, 0, 65, bf, 128, 128) == 0
+    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 192, 128) == 0  # DeepSeek's Q/K 192, V 128
+    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 256, 256) == 0
+    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, ("bf16", "e4m3", "e4m3"), 128, 128) == 0
+    assert _tile_bm("sm_100a", False, 1, 1, 0, 1, bf, 128, 128) == 0
 
 
 def test_every_optional_pointer_packs_in_struct_order():
