@@ -2,8 +2,8 @@
 // The configs are exactly those the Python ops and the transformers backend request for that
 // model (python/fa4jit/ops.py: prefill unpacked without a group; decode with the group's query
 // heads packed for any group that packs, ops.py _packable; on sm_90a, varlen prefill batches of
-// uneven lengths packed at the prefill tile, ops.py _packed_bm), so a serving process warmed with
-// them compiles nothing.
+// uneven lengths packed at the prefill tile and unpacked decode at the decode tile, ops.py
+// _tile_bm), so a serving process warmed with them compiles nothing.
 #pragma once
 #include <optional>
 #include <string>
