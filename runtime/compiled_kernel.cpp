@@ -153,16 +153,13 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   if (args.cu_seqlens_q && config_.walk == TileWalk::grid && policy(config_).lists_varlen_tiles()) {
     in.varlen_tiles = fa4::GridWalk::varlen_tile_bound(args.q.shape[1], shape.batch, pack_heads(config_),
                                                        pack_span(config_), c.BM, p.num_m_blocks);
-    // Long-pole splits (GridWalk::long_pole_split): sequences of up to 8 queries whose rows fit
-    // one Q tile; not with bottom-aligned tiles, whose short tiles leave slots no row writes.
-    if (!policy(config_).bottom_q_tiles(c))
-      for (int q = 8; q >= 1 && in.pole_qmax == 0; --q) {
-        const long long rows = fa4::packed_row_count(q, pack_heads(config_), pack_span(config_));
-        if (rows <= c.BM) {
-          in.pole_qmax = q;
-          in.pole_head_rows = static_cast<int>(rows);
-        }
-      }
+    // Long-pole splits (GridWalk::long_pole_split); not with bottom-aligned tiles, whose short
+    // tiles leave slots no row writes.
+    if (!policy(config_).bottom_q_tiles(c)) {
+      const auto poles = fa4::GridWalk::pole_rows(pack_heads(config_), pack_span(config_), c.BM);
+      in.pole_qmax = poles.qmax;
+      in.pole_head_rows = poles.head_rows;
+    }
     in.bn = c.BN;
     in.max_seqlen_k = model.shape.max_seqlen_k;  // the caller's hint for packed varlen keys
     in.value_depth = value_depth(c);

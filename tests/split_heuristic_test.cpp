@@ -493,6 +493,22 @@ TEST(GridWalkPlan, LongPoleSplitsOnlyTheShortSequencesOfAMixedBatch) {
   }
 }
 
+// The short sequences a long-pole split takes: the most queries (up to 8) whose packed rows fit one
+// Q tile. Group 16 at BM 64: 4 queries; group 7 (padded spans of 9 queries): 8 queries, 56 rows;
+// group 16 at BM 128: 8; unpacked: 8 rows; group 64: one query; a tile smaller than one query's rows: none.
+TEST(GridWalkPlan, PoleRowsAreTheMostShortQueriesOneTileHolds) {
+  auto rows = [](int pack, int span, int bm) {
+    const GridWalk::PoleRows r = GridWalk::pole_rows(pack, span, bm);
+    return std::make_pair(r.qmax, r.head_rows);
+  };
+  EXPECT_EQ(rows(16, 64, 64), std::make_pair(4, 64));
+  EXPECT_EQ(rows(7, 64, 64), std::make_pair(8, 56));
+  EXPECT_EQ(rows(16, 64, 128), std::make_pair(8, 128));
+  EXPECT_EQ(rows(1, 64, 128), std::make_pair(8, 8));
+  EXPECT_EQ(rows(64, 64, 64), std::make_pair(1, 64));
+  EXPECT_EQ(rows(48, 64, 32), std::make_pair(0, 0));
+}
+
 // The longest-first order is a permutation of the grid and puts every pair's heaviest position of a
 // section before any of its pairs' next one.
 TEST(GridWalkPlan, LongestFirstIsASectionedPermutation) {

@@ -86,6 +86,20 @@ struct GridWalk {
     if (s >= 2) ps = PoleSplit{s, keys};
     return ps;
   }
+  // The short sequences a long-pole split takes (WalkInput::pole_qmax, pole_head_rows): the most
+  // queries, at most kPoleMaxQueries (decode and speculative rows), whose packed rows fit one BM-row
+  // Q tile, and those rows; {0, 0} when not even one query's rows fit.
+  static constexpr int kPoleMaxQueries = 8;
+  struct PoleRows {
+    int qmax = 0, head_rows = 0;
+  };
+  static PoleRows pole_rows(int pack, int span, int bm) {
+    for (int q = kPoleMaxQueries; q >= 1; --q) {
+      const long long rows = packed_row_count(q, pack, span);
+      if (rows <= bm) return PoleRows{q, static_cast<int>(rows)};
+    }
+    return PoleRows{};
+  }
   // Grid (m_blocks * splits, heads, batch); p.num_splits (automatic: choose_splits) and, for
   // unsplit masked launches, p.lpt_heads. A varlen grid walk (in.varlen_tiles): grid
   // (varlen_tiles * splits, heads, 1), every sequence's tiles listed in x (TileWork::locate_varlen).
