@@ -825,8 +825,9 @@ def test_automatic_packing_takes_decode_rows_continuous_batching_steps_and_uneve
 def test_tiles_packed_prefill_takes_sm90a_prefill_tile_and_unpacked_decode_its_decode_tile():
     """ops._tile_bm: a packed launch over more than 128 rows runs sm_90a's prefill tile (BM 128),
     except a continuous-batching step (uneven, mean at most 512 queries), decode and speculative rows,
-    FP8, a V wider than 256 (MLA's latent) and groups above 64; an unpacked launch of at most 64
-    queries at head dim <= 128 runs the decode tile (BM 64); the other backends keep their default."""
+    FP8, a V wider than 256 (MLA's latent) and groups above 64; an unpacked launch of a group that
+    never packs (MHA), at most 64 queries at head dim <= 128, runs the decode tile (BM 64); the other
+    backends keep their default."""
     from fa4jit.ops import _tile_bm
     bf = ("bf16",) * 3
     assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, bf, 128, 128) == 128  # uneven varlen prefill
@@ -848,6 +849,9 @@ def test_tiles_packed_prefill_takes_sm90a_prefill_tile_and_unpacked_decode_its_d
     assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 256, 256) == 0
     assert _tile_bm("sm_90a", False, 1, 1, 0, 1, ("bf16", "e4m3", "e4m3"), 128, 128) == 0
     assert _tile_bm("sm_100a", False, 1, 1, 0, 1, bf, 128, 128) == 0
+    # a group that packs, left unpacked (64 queries x 4 heads, or pack_gqa=False): the default tile
+    assert _tile_bm("sm_90a", False, 4, 64, 0, 64, bf, 128, 128) == 0
+    assert _tile_bm("sm_90a", False, 67, 1, 0, 1, bf, 128, 128) == 64  # a prime group above 64 never packs
 
 
 def test_every_optional_pointer_packs_in_struct_order():
