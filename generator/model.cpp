@@ -234,7 +234,10 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     sliced.pack_gqa = true;
     sliced.group = group;
     const bool packs = group > 1 && detail::pack_heads(sliced, 64) > 1;
-    const int value = depth_v ? depth_v : depth;  // V's head dim
+    // sm_90a's tiles beside its defaults (ops.py _tile_bm): 16-bit, head dims 96 and 128 (padded 128:
+    // where they were measured and are tested), V as wide.
+    const bool tiles = !latent && (dtype == DType::bf16 || dtype == DType::fp16) && depth > 64 && depth <= 128 &&
+                       (depth_v == 0 || depth_v == depth);
     // MLA's unabsorbed kernel computes K and V from the latent (no e4m3 twin); others read the cache.
     const auto add = [&](const std::string& use, const FA4Config& kernel) {
       if (latent)
@@ -243,9 +246,9 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
         add_cached(use, kernel);
     };
     add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
-    // sm_90a's unpacked decode tile (ops.py _tile_bm: 16-bit, head dim <= 128 with V as wide, at most
-    // 64 queries): MHA decode and speculative rows over 16-bit K/V (an FP8 cache keeps the default).
-    if (!packs && !latent && (dtype == DType::bf16 || dtype == DType::fp16) && depth <= 128 && value == depth) {
+    // sm_90a's unpacked decode tile (at most 64 queries of a group that never packs): MHA decode and
+    // speculative rows over 16-bit K/V (an FP8 cache keeps the default).
+    if (!packs && tiles) {
       FA4Config tile = k;
       tile.BM = kSm90aDecodeBm;
       out.push_back(
@@ -255,10 +258,10 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
       k.pack_gqa = true;
       k.group = group;
       add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks), k);
-      // sm_90a's packed prefill tile (ops.py _tile_bm: 16-bit, V at most 256 wide, a group of at
-      // most 64): varlen prefill batches of uneven lengths or short chunks, over 16-bit K/V only (an
-      // FP8 KV cache keeps decode's tile, so no e4m3 twin).
-      if (!latent && (dtype == DType::bf16 || dtype == DType::fp16) && value <= 256 && group <= 64) {
+      // sm_90a's packed prefill tile (a group of at most 64): varlen prefill batches of uneven
+      // lengths or short chunks, over 16-bit K/V only (an FP8 KV cache keeps decode's tile, so no
+      // e4m3 twin).
+      if (tiles && group <= 64) {
         FA4Config tile = k;
         tile.BM = kSm90aPrefillBm;
         out.push_back({fmt::format("packed prefill (varlen batches of uneven lengths or short chunks, BM {}): {}{}",

@@ -126,22 +126,18 @@ TEST(ModelKernels, Gemma2AlternatesLayersWithSoftcapAndNeedsADtypeForItsFloat32C
   EXPECT_EQ(configs(ks),
             (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap()),
                                     expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
-                                    prefill_tile(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
                                     expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap()),
-                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2),
-                                    prefill_tile(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
+                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more)");
-  EXPECT_EQ(ks[3].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
+  EXPECT_EQ(ks[2].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
 }
 
 TEST(ModelKernels, Gemma3ReadsTheTextConfigAndItsFiveToOnePattern) {
   const auto ks = jit::model_kernels(model("gemma3_4b"));
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal()),
                                                  expected(DType::bf16, 256, Mask::causal(), {}, 2),
-                                                 prefill_tile(DType::bf16, 256, Mask::causal(), {}, 2),
                                                  expected(DType::bf16, 256, Mask::sliding_window()),
-                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2),
-                                                 prefill_tile(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
+                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 5, 11, 17, 23, 29");
 }
 
@@ -151,12 +147,10 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
   jit::ModelOptions o;
   o.dtype = DType::bf16;
   const auto ks = jit::model_kernels(model("gpt_oss_20b"), o);
-  EXPECT_EQ(configs(ks),
-            (std::vector<FA4Config>{
-                expected(DType::bf16, 64, Mask::causal()), expected(DType::bf16, 64, Mask::causal(), {}, 8),
-                prefill_tile(DType::bf16, 64, Mask::causal(), {}, 8), expected(DType::bf16, 64, Mask::sliding_window()),
-                expected(DType::bf16, 64, Mask::sliding_window(), {}, 8),
-                prefill_tile(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
+  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 64, Mask::causal()),
+                                                 expected(DType::bf16, 64, Mask::causal(), {}, 8),
+                                                 expected(DType::bf16, 64, Mask::sliding_window()),
+                                                 expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
   for (const auto& k : ks) EXPECT_NE(k.use.find("attention sinks: a launch argument"), std::string::npos) << k.use;
 }
 
@@ -243,17 +237,12 @@ TEST_F(Cli, PrewarmModelPrintsTheKernelsAsJson) {
   const auto r = run("prewarm --model " + file + " --dtype bf16 --arch sm_90a,sm_100a --print");
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
-  ASSERT_EQ(j.size(), 10u) << r.out;  // 4 kernels x 2 archs, and sm_90a's two packed prefill tiles
+  ASSERT_EQ(j.size(), 8u) << r.out;  // 4 kernels x 2 archs (head dim 64: no sm_90a tiles)
   EXPECT_EQ(j[0]["config"]["arch"], "sm_90a");
   EXPECT_EQ(j[1]["config"]["arch"], "sm_100a");
   EXPECT_EQ(j[2]["config"]["pack_gqa"], true);
   EXPECT_EQ(j[2]["config"]["group"], 8);
   EXPECT_NE(j[2]["use"].get<std::string>().find("decode"), std::string::npos);
-  EXPECT_EQ(j[4]["config"]["arch"], "sm_90a");
-  EXPECT_EQ(j[4]["config"]["BM"], 128);
-  EXPECT_NE(j[4]["use"].get<std::string>().find("packed prefill"), std::string::npos);
-  EXPECT_EQ(j[5]["config"]["arch"], "sm_90a");  // the sliding-window layers' prefill
-  EXPECT_EQ(j[5]["config"]["mask"]["kind"], "sliding_window");
   EXPECT_EQ(run("cache ls").out, "") << "--print compiles nothing";
 }
 

@@ -267,20 +267,20 @@ _PREFILL_BM = {"sm_90a": 128}
 
 def _tile_bm(arch: str, pack: bool, group: int, sq: int, varlen_batch: int, total_q: int, dtypes: tuple,
              depth: int, depth_v: int) -> int:
-    """FA4Config.BM of a launch (0: the backend's default for it), for 16-bit Q, K and V. Packed, a V
-    at most 256 wide and a group of at most 64: the prefill tile (_PREFILL_BM) over more than 128
-    packed rows, except a continuous-batching step (_uneven with a mean of at most 512 queries:
-    decode rows beside prefill chunks), whose decode rows stream their KV caches faster at decode's
-    tile (the step 1-14% slower at BM 128, PERF.md run 80). Unpacked because the group never packs
-    (MHA, or a group _packable refuses), at head dim <= 128 with V as wide: the decode tile
-    (_DECODE_BM) for at most 64 queries; a packable group left unpacked keeps the default tile, the
-    one generator/model.cpp prewarms for it."""
-    if len(set(dtypes)) != 1 or dtypes[0] not in ("bf16", "fp16"):
+    """FA4Config.BM of a launch (0: the backend's default for it), for 16-bit Q, K and V at head dims
+    96 and 128 with V as wide (padded 128: where the tiles were measured and are tested). Packed, a
+    group of at most 64: the prefill tile (_PREFILL_BM) over more than 128 packed rows, except a
+    continuous-batching step (_uneven with a mean of at most 512 queries: decode rows beside prefill
+    chunks), whose decode rows stream their KV caches faster at decode's tile (the step 1-14% slower
+    at BM 128, PERF.md run 80). Unpacked because the group never packs (MHA, or a group _packable
+    refuses): the decode tile (_DECODE_BM) for at most 64 queries; a packable group left unpacked
+    keeps the default tile, the one generator/model.cpp prewarms for it."""
+    if len(set(dtypes)) != 1 or dtypes[0] not in ("bf16", "fp16") or not 64 < depth <= 128 or depth_v != depth:
         return 0
     if not pack:
         never_packs = group == 1 or not _packable(group)
-        return _DECODE_BM.get(arch, 0) if never_packs and sq <= 64 and depth <= 128 and depth_v == depth else 0
-    if depth_v > 256 or group > 64 or sq * group <= max(128, group):
+        return _DECODE_BM.get(arch, 0) if never_packs and sq <= 64 else 0
+    if group > 64 or sq * group <= max(128, group):
         return 0
     if _uneven(sq, varlen_batch, total_q) and total_q <= 512 * varlen_batch:
         return 0

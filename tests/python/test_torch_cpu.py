@@ -825,7 +825,7 @@ def test_automatic_packing_takes_decode_rows_continuous_batching_steps_and_uneve
 def test_tiles_packed_prefill_takes_sm90a_prefill_tile_and_unpacked_decode_its_decode_tile():
     """ops._tile_bm: a packed launch over more than 128 rows runs sm_90a's prefill tile (BM 128),
     except a continuous-batching step (uneven, mean at most 512 queries), decode and speculative rows,
-    FP8, a V wider than 256 (MLA's latent) and groups above 64; an unpacked launch of a group that
+    FP8, head dims other than 96 and 128 and groups above 64; an unpacked launch of a group that
     never packs (MHA), at most 64 queries at head dim <= 128, runs the decode tile (BM 64); the other
     backends keep their default."""
     from fa4jit.ops import _tile_bm
@@ -838,12 +838,16 @@ def test_tiles_packed_prefill_takes_sm90a_prefill_tile_and_unpacked_decode_its_d
     assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, ("bf16", "e4m3", "e4m3"), 128, 128) == 0  # FP8 KV cache
     assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, ("e4m3",) * 3, 128, 128) == 0
     assert _tile_bm("sm_90a", True, 16, 7000, 8, 16048, bf, 576, 512) == 0  # latent / head dim 512
+    assert _tile_bm("sm_90a", True, 2, 7000, 8, 16048, bf, 256, 256) == 0  # measured and tested at d128 only
+    assert _tile_bm("sm_90a", True, 8, 7000, 8, 16048, bf, 64, 64) == 0
+    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, bf, 96, 96) == 128  # d96 runs padded to 128
     assert _tile_bm("sm_90a", True, 96, 7000, 8, 16048, bf, 128, 128) == 0  # sliced group
     assert _tile_bm("sm_100a", True, 4, 7000, 8, 16048, bf, 128, 128) == 0
     assert _tile_bm("sm_90", True, 4, 7000, 8, 16048, bf, 128, 128) == 0
     # unpacked: MHA decode and speculative rows take the decode tile, prefill the default
     assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 128, 128) == 64
-    assert _tile_bm("sm_90a", False, 1, 64, 32, 32 * 64, bf, 64, 64) == 64  # varlen chunks of 64
+    assert _tile_bm("sm_90a", False, 1, 64, 32, 32 * 64, bf, 128, 128) == 64  # varlen chunks of 64
+    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 64, 64) == 0
     assert _tile_bm("sm_90a", False, 1, 65, 0, 65, bf, 128, 128) == 0
     assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 192, 128) == 0  # DeepSeek's Q/K 192, V 128
     assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 256, 256) == 0
