@@ -18,8 +18,9 @@ namespace jit {
 struct ModelKernel {
   std::string use;   // e.g. "prefill: sliding-window layers 0, 2, 4 (+18)"
   FA4Config config;  // arch empty: the caller picks archs
-  // Non-empty: a kernel of this arch only (sm_90a's packed prefill tile, BM 128, which the other
-  // backends refuse or already run as their packed default); prewarm builds it for that arch alone.
+  // Non-empty: a kernel of this arch only (sm_90a's packed prefill tile, BM 128, and unpacked decode
+  // tile, BM 64: the other backends refuse them or already run them as their default); prewarm
+  // builds it for that arch alone.
   std::string only_arch;
 };
 

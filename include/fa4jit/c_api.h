@@ -157,7 +157,7 @@ FA4JIT_C_EXPORT int32_t fa4jit_prewarm(const char* configs_json, const char* arc
 
 /* The kernels a Hugging Face model's attention layers launch (`fa4jit prewarm --model`): from the
  * text of its config.json, a JSON array of {"use", "config"} (configs without an arch; a kernel of
- * one arch only, sm_90a's packed prefill tile, adds "only_arch": build it for that arch alone). `dtype`:
+ * one arch only, one of sm_90a's own tiles, adds "only_arch": build it for that arch alone). `dtype`:
  * NULL or "" for the model's torch_dtype, else "bf16" / "fp16" / "e4m3". FA4JIT_CONFIG_ERROR names the key
  * of a feature fa4jit has no kernel for. Since C API version 2. */
 FA4JIT_C_EXPORT int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char** out_json);
