@@ -246,9 +246,15 @@ def _auto_pack(group: int, sq: int, varlen_batch: int, total_q: int) -> bool:
     unpacked, 32 chunks of 64 queries over 4k keys 1.4-2.0x (0.94x at one KV head), a
     continuous-batching step packed 2-4x (run 62); even batches of 128-4096 queries unpacked
     1.03-1.22x faster than packed."""
-    if sq * group <= max(128, group):
+    if _short(group, sq):
         return True
     return varlen_batch > 0 and (_uneven(sq, varlen_batch, total_q) or total_q <= 64 * varlen_batch)
+
+
+def _short(group: int, sq: int) -> bool:
+    """Decode and speculative rows: sq queries of group heads within one 128-row packed tile (a group
+    above 128: one query)."""
+    return sq * group <= max(128, group)
 
 
 def _uneven(sq: int, varlen_batch: int, total_q: int) -> bool:
@@ -280,7 +286,7 @@ def _tile_bm(arch: str, pack: bool, group: int, sq: int, varlen_batch: int, tota
     if not pack:
         never_packs = group == 1 or not _packable(group)
         return _DECODE_BM.get(arch, 0) if never_packs and sq <= 64 else 0
-    if group > 64 or sq * group <= max(128, group):
+    if group > 64 or _short(group, sq):
         return 0
     if _uneven(sq, varlen_batch, total_q) and total_q <= 512 * varlen_batch:
         return 0
