@@ -186,7 +186,10 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
     plan.combine_grid = static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta);
     plan.workspace = WorkspaceLayout{rows, splits, value_depth(c), config_.walk == TileWalk::stream_k, walk.slots};
   }
-  plan.workspace.tile_counter = config_.walk == TileWalk::dynamic;
+  // The dynamic walk claims from a counter where the static order misweighs the tiles (a snippet
+  // mask's tile map, a varlen batch modelled at its longest: PERF.md runs 76, 83); elsewhere its
+  // producer strides as the persistent walk, with no counter to zero.
+  plan.workspace.tile_counter = config_.walk == TileWalk::dynamic && !model.static_order;
   if (plan.workspace.bytes() > 0) {
     if (args.workspace && args.workspace_bytes < plan.workspace.bytes())
       throw LaunchError(fmt::format(

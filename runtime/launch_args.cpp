@@ -201,6 +201,7 @@ ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, c
     m.shape.max_seqlen_k = shape.max_seqlen_k > 0 ? std::min(shape.max_seqlen_k, args.max_seqlen_k) : args.max_seqlen_k;
   m.causal_known_lengths =
       c.mask.kind == Mask::Kind::causal && m.shape.max_seqlen_k > 0 && (!varlen || args.max_seqlen_k > 0);
+  m.static_order = !varlen && !args.seqused_k && !uses(c.mask, Mask::Kind::custom);
   return m;
 }
 

@@ -24,6 +24,11 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
 struct ScheduleModel {
   LaunchShape shape;
   bool causal_known_lengths = false;
+  // Whether the static walk's order has the tiles' real weights: a mask without a snippet (whose
+  // weights come from its tile map) over sequences of one length (no cu_seqlens_q / cu_seqlens_k /
+  // seqused_k). Where not, a dynamic-walk kernel claims its units at run time
+  // (FwdParams::tile_counter); where so, it strides as the persistent walk does.
+  bool static_order = false;
 };
 ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c);
 

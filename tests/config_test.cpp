@@ -491,8 +491,8 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
   }
   {
     // Defaults: sm90a unmasked and causal kernels without a score-mod at depth <= 128 are
-    // persistent, and causal ones at depths 192 and 256, and 16-bit depth-128 ones with a sliding
-    // window or ALiBi; packed-GQA decode, unmasked deep heads, other masks and score-mods keep the
+    // persistent (DeepSeek's depth 192 with V 128 dynamic), and causal ones at depths 192 and 256, and 16-bit depth-128
+    // ones with a sliding window or ALiBi; packed-GQA decode, unmasked deep heads, other masks and score-mods keep the
     // per-tile grid; the other backends have one scheduler.
     auto with_mask = [](int depth, jit::Mask m) {
       auto c = cfg_for("sm_90a", depth);
@@ -505,6 +505,20 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     for (int depth : {192, 256}) {
       EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::causal())).tuning.persistent, 1) << depth;
       EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::none())).tuning.persistent, 0) << depth;
+    }
+    {
+      // DeepSeek-V3 prefill (depth 192, V 128) causal claims its tiles (the dynamic walk, 3): its
+      // varlen batches ran 4-17% faster so; unmasked, a score-mod or FP8 keep their walks.
+      auto latent = with_mask(192, jit::Mask::causal());
+      latent.depth_v = 128;
+      EXPECT_EQ(jit::resolve(latent).tuning.persistent, 3);
+      EXPECT_EQ(jit::resolve(latent).walk, jit::TileWalk::dynamic);
+      EXPECT_EQ(jit::resolve(latent, tuned("persistent=1")).tuning.persistent, 1);
+      latent.score_mod = jit::ScoreMod::softcap();
+      EXPECT_EQ(jit::resolve(latent).tuning.persistent, 0);
+      latent.score_mod = jit::ScoreMod::identity();
+      latent.mask = jit::Mask::none();
+      EXPECT_EQ(jit::resolve(latent).tuning.persistent, 0);
     }
     EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::sliding_window())).tuning.persistent, 1);
     for (int depth : {64, 96})  // a window at depth 96 spills 4 B persistent; 64 was not measured

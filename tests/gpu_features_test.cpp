@@ -238,8 +238,9 @@ TEST(GpuFeatures, PersistentSplitTailMatchesReference) {
 // no key (causal, seqlen_q > seqlen_k, bottom-right) or a tile without Q rows (varlen, empty
 // sequences), and the end of the walk; with split-tail partials, GQA and sinks; on both masks.
 // The same shapes run the dynamic walk (persistent=3: units claimed from the launch's counter and
-// handed to the consumers with Q), whose end and unit handoff cross the same boundaries, and its
-// paged launches (TMA pages of 64 and gathered pages of 3) and forced KV splits.
+// handed to the consumers with Q; over equal lengths strided as the persistent walk, with no
+// counter), whose end and unit handoff cross the same boundaries, and its paged launches (TMA
+// pages of 64 and gathered pages of 3, seqused_k: claimed) and forced KV splits.
 TEST(GpuFeatures, PersistentOwnORegionMatchesReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::string> archs = runnable_archs();
@@ -256,6 +257,11 @@ TEST(GpuFeatures, PersistentOwnORegionMatchesReference) {
         const std::string what = fmt::format("d{} {}{}", depth, mask.kind == Mask::Kind::causal ? "causal" : "none",
                                              dynamic ? " dynamic" : "");
         if (dynamic) {
+          // Equal lengths under a built-in mask: the static stride, no counter (no workspace unsplit);
+          // the varlen, paged-with-seqused_k and split launches below claim.
+          jit::LaunchArgs unsplit = shapes_only(2, 5 * bm - 7, 4, 5 * bm - 7, 2, depth);
+          unsplit.num_splits = 1;
+          EXPECT_EQ(kernel->workspace_bytes(unsplit), 0u) << what;
           CheckCase paged = heads(4, 2);  // seqused_k over pages: TMA boxes (64) and gathered rows (3)
           paged.batch = sms / 4 + 3;
           paged.seqlen_q = 300;

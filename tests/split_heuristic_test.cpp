@@ -624,6 +624,33 @@ TEST(ScheduleModel, VarlenKeysAreKnownOnlyThroughTheHint) {
   EXPECT_FALSE(jit::detail::schedule_model(shape, a, causal).causal_known_lengths);
 }
 
+// Where a dynamic-walk kernel claims its units from a counter (ScheduleModel::static_order false):
+// a snippet mask (its tile map weighs the tiles) or sequences of several lengths (varlen queries or
+// keys, seqused_k); a built-in mask over one length strides as the persistent walk, with no counter.
+TEST(ScheduleModel, StaticOrderOnlyForBuiltInMasksOverOneLength) {
+  jit::FA4Config causal;
+  causal.mask = jit::Mask::causal();
+  jit::detail::LaunchShape shape;
+  shape.batch = 4;
+  shape.max_seqlen_q = shape.max_seqlen_k = 2048;
+  jit::LaunchArgs a;
+  EXPECT_TRUE(jit::detail::schedule_model(shape, a, causal).static_order);
+  EXPECT_TRUE(jit::detail::schedule_model(shape, a, jit::FA4Config{}).static_order);  // unmasked
+  a.page_table = reinterpret_cast<const int*>(16);                                    // pages of one length: still one
+  EXPECT_TRUE(jit::detail::schedule_model(shape, a, causal).static_order);
+  const int* some = reinterpret_cast<const int*>(16);
+  using Lengths = const int* jit::LaunchArgs::*;
+  for (Lengths field : {&jit::LaunchArgs::cu_seqlens_q, &jit::LaunchArgs::cu_seqlens_k, &jit::LaunchArgs::seqused_k}) {
+    jit::LaunchArgs v;
+    v.*field = some;
+    v.max_seqlen_k = 2048;  // the hint gives an order, not the lengths
+    EXPECT_FALSE(jit::detail::schedule_model(shape, v, causal).static_order);
+  }
+  jit::FA4Config doc = causal;
+  doc.mask = jit::Mask::all_of({jit::Mask::causal(), jit::Mask::custom("return true;")});
+  EXPECT_FALSE(jit::detail::schedule_model(shape, a, doc).static_order);
+}
+
 // Masked persistent walks: section size from the L2 bound, or (causal, equal lengths) from the
 // balance hook with the CTA count; the masked decode of unit t is the plain grid's longest-first
 // decode of linear CTA t (the same function).

@@ -200,13 +200,14 @@ sanitize() {
           'causal --batch 3 --heads 4 --seqlen-q 300 --seqlens-k 900 64 333 --page-size 64'
           'none --batch 3 --heads 4 --seqlen-q 300 --seqlens-k 900 64 333 --page-size 3')
         san_masks persistent=3 '"depth":128' "${cases[@]}" ;;
-      depthv)  # V narrower than Q and K (depth 192, depth_v 128): every tile walk, varlen, paged, split, packed
+      depthv)  # V narrower than Q and K (depth 192, depth_v 128): every tile walk (causal's default: dynamic), varlen, paged, split, packed
         local cases=(
           '- causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           'persistent=1 causal --batch 2 --heads 4 --seqlen-q 700 --seqlen-k 700'
           'persistent=1 none --batch 1 --heads 4 --seqlen-q 200 --seqlen-k 3000 --splits 3'
           'persistent=2 causal --batch 2 --heads 8 --seqlen-q 1 --seqlen-k 3000'
           '- causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
+          '- causal --batch 2 --heads 4 --seqlen-q 500 --seqlen-k 900 --page-size 64 --splits 3'
           '- causal --batch 3 --heads 8 --seqlen-q 2 --seqlens-k 900 64 333 --page-size 64 --pack-gqa --splits 3')
         for c in "${cases[@]}"; do
           read -r tune m rest <<<"$c"

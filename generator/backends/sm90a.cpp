@@ -72,10 +72,19 @@ bool snippet_mask(const Mask& m) {
 // tile loads overlap the epilogue, and claiming balances tiles as uneven as a document mask's,
 // where the static stride ran 17% slower than the grid (docs/PERF.md run 75). H200, against the
 // grid (run 76): document 0.740 -> 0.718 ms, strided 1.461 -> 1.387, dilated 1.755 -> 1.661, prefix
-// LM 2.330 -> 2.224. Other depths were not measured.
+// LM 2.330 -> 2.224. Also causal DeepSeek-V3 / Kimi-K2 prefill (depth 192, V 128, no score-mod):
+// a varlen batch's tiles are as uneven, and the static walk orders them as if every sequence were
+// the longest; over equal lengths the kernel strides as the persistent walk (no counter,
+// ScheduleModel::static_order). H200 against the persistent walk (run 83, `fa4jit bench`): the
+// zoo's varlen batch (7000 ... 100 tokens) 0.350 -> 0.284 ms at 8 heads, 0.677 -> 0.562 at 16,
+// 5.32 -> 4.93 at 128; one 16k prompt within +-1%; one 2k prompt 2-3% slower (the handoff of
+// each unit through shared memory). Other depths were not measured.
 bool dynamic_measured(const FA4Config& c, int dp) {
-  return snippet_mask(c.mask) && dp == 128 && c.depth == 128 && value_depth(c) == 128 && c.dtype != DType::e4m3 &&
-         !c.kv_dtype && !c.pack_gqa;
+  if (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa) return false;
+  const bool snippet_d128 = snippet_mask(c.mask) && dp == 128 && c.depth == 128 && value_depth(c) == 128;
+  const bool latent_prefill =
+      c.depth == 192 && value_depth(c) == 128 && plain_softmax(c) && c.mask.kind == Mask::Kind::causal;
+  return snippet_d128 || latent_prefill;
 }
 
 class Sm90a final : public BackendPolicy {

@@ -301,7 +301,8 @@ struct alignas(16) HandedUnit {
 // The dynamic persistent walk (Config::kPersistent 3, sm90a): PersistentTiles's units in its order
 // (decode, longest-first when masked), handed out at run time instead of striped. CTA x starts at
 // unit x; the producer claims the CTA's next unit from the launch's counter (p.tile_counter, zeroed
-// before the launch: unit gridDim.x + the claims before it) once a tile's loads are issued (the
+// before the launch: unit gridDim.x + the claims before it; a launch without one strides as
+// PersistentTiles does, claim()) once a tile's loads are issued (the
 // consumers are a few stages behind), and hands every unit to the consumers in shared memory
 // with the tile's Q (Barriers::unit, written before q_full's arrival, which releases it; a unit
 // past the end, with a plain arrival, ends their walk). The static stride balances only tiles
@@ -335,9 +336,13 @@ struct DynamicTiles : PersistentWalk {
     return PersistentTiles<Mask>::in_walk(p, zero, [&] { return t; });
   }
   // The unit after the current one, claimed by the producer (kWholeWarp: every lane of a gathering
-  // warp runs the walk; lane 0 claims and the warp shares it).
+  // warp runs the walk; lane 0 claims and the warp shares it). Without a counter (the host's
+  // ScheduleModel::static_order: a built-in mask over equal lengths, whose tiles weigh as the order
+  // says) the static walk's next unit, as PersistentTiles strides: no memset, no atomics.
   template <bool kWholeWarp = false>
-  __device__ __forceinline__ static int claim(const FwdParams& p) {
+  __device__ __forceinline__ int claim(const FwdParams& p) const {
+    if (p.tile_counter == nullptr)
+      return PersistentWalk::unit(iter + 1, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), !Mask::kIsNone);
     int next = 0;
     if (!kWholeWarp || threadIdx.x % 32 == 0) next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
     if constexpr (kWholeWarp) next = __shfl_sync(0xffffffffu, next, 0);

@@ -514,7 +514,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       }
       // Claimed here, not as the tile starts: nothing holds it across the loads (the producer runs at
       // 24 registers), and its latency passes while the producer waits for the next free stage.
-      if constexpr (kDynamic) claimed = Tiles::template claim<kGather>(p);
+      if constexpr (kDynamic) claimed = tiles.template claim<kGather>(p);
     }
     // The dynamic walk's end: the unit past the last one, with a plain arrival on each q_full, ends
     // the consumers' walk (consumer_loop reads it as an invalid unit).
