@@ -530,6 +530,32 @@ int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char
   });
 }
 
+int32_t fa4jit_choose_kernel(const char* arch, const char* dtype, const char* kv_dtype, int32_t depth, int32_t depth_v,
+                             int32_t group, int32_t max_seqlen_q, int32_t varlen_batch, int64_t total_q,
+                             int32_t pack_gqa, int32_t* pack_out, int32_t* bm_out) {
+  if (!dtype || !pack_out || !bm_out) return invalid("fa4jit_choose_kernel: dtype, pack_out or bm_out is NULL");
+  if (pack_gqa < -1 || pack_gqa > 1)
+    return invalid(fmt::format("fa4jit_choose_kernel: pack_gqa is {}: -1 (automatic), 0 or 1", pack_gqa).c_str());
+  return guarded([&] {
+    jit::FA4Config c;
+    c.arch = arch ? arch : "";
+    c.dtype = jit::dtype_from_string(dtype);
+    if (kv_dtype && *kv_dtype && jit::dtype_from_string(kv_dtype) != c.dtype)
+      c.kv_dtype = jit::dtype_from_string(kv_dtype);
+    c.depth = depth;
+    c.depth_v = depth_v == depth ? 0 : depth_v;
+    jit::LaunchFacts f;
+    f.group = group;
+    f.max_seqlen_q = max_seqlen_q;
+    f.varlen_batch = varlen_batch;
+    f.total_q = total_q;
+    if (pack_gqa >= 0) f.pack_gqa = pack_gqa == 1;
+    const jit::FA4Config chosen = jit::choose_kernel(c, f);
+    *pack_out = chosen.pack_gqa ? 1 : 0;
+    *bm_out = chosen.BM;
+  });
+}
+
 int32_t fa4jit_model_configs_with(const char* hf_config_json, const char* options_json, char** out_json) {
   if (!hf_config_json || !out_json) return invalid("fa4jit_model_configs_with: hf_config_json or out_json is NULL");
   *out_json = nullptr;

@@ -8,8 +8,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "fa4jit/advanced.hpp"  // choose_kernel
 #include "fa4jit/errors.hpp"
-#include "generator/backends/backend.hpp"  // detail::pack_heads
 
 namespace jit {
 
@@ -57,8 +57,9 @@ constexpr Family kFamilies[] = {
 // kernel is tested at (8 .. 128: Kimi-K2 at TP 8 leaves 8, DeepSeek-V3 16).
 constexpr int kMlaTensorParallel[] = {1, 8};
 constexpr int kMlaMinHeads = 8, kMlaMaxHeads = 128;
-// sm_90a's packed prefill tile and unpacked decode tile (python/fa4jit/ops.py _PREFILL_BM, _DECODE_BM).
-constexpr int kSm90aPrefillBm = 128, kSm90aDecodeBm = 64;
+// An uneven varlen prefill batch (bench/zoo.py VARLEN_LENS: 7000 to 100 queries), whose kernel
+// the model's prefill batches take (choose_kernel); its group is the model's.
+constexpr LaunchFacts kUnevenPrefillBatch{1, 7000, 8, 16048, std::nullopt};
 
 // Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
 // (checked before model_type, so the answer names the feature, not just the family).
@@ -212,11 +213,11 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
   std::vector<ModelKernel> out;
   // A kernel whose keys come from the KV cache, and its twin over an e4m3 cache (options.kv_dtype).
   auto add_cached = [&](const std::string& use, const FA4Config& k) {
-    out.push_back({use, k});
+    out.push_back({use, k, {}});
     if (!options.kv_dtype) return;
     FA4Config e = k;
     e.kv_dtype = options.kv_dtype;
-    out.push_back({use + "; over an e4m3 KV cache", e});
+    out.push_back({use + "; over an e4m3 KV cache", e, {}});
   };
   for (bool window : {false, true}) {
     if (std::find(sliding.begin(), sliding.end(), window) == sliding.end()) continue;
@@ -228,46 +229,42 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     k.score_mod = score;
     const std::string layers_text =
         fmt::format("{} {}", window ? "sliding-window" : "full-attention", layer_list(sliding, window));
-    // Python's automatic packing (ops.py _packable): any group > 1 that packs on every backend (up to
-    // 64, or equal slices of at most 64 heads), taken when Sq * group <= max(128, group).
-    FA4Config sliced;
-    sliced.pack_gqa = true;
-    sliced.group = group;
-    const bool packs = group > 1 && detail::pack_heads(sliced, 64) > 1;
-    // sm_90a's tiles beside its defaults (ops.py _tile_bm): 16-bit, head dims 96 and 128 (padded 128:
-    // where they were measured and are tested), V as wide.
-    const bool tiles = !latent && (dtype == DType::bf16 || dtype == DType::fp16) && depth > 64 && depth <= 128 &&
-                       (depth_v == 0 || depth_v == depth);
+    // The kernels the runtime's automatic choice (choose_kernel: the Python ops' too) takes for this
+    // model's launches: decode rows (one query), then an uneven varlen prefill batch (the zoo's, 7000
+    // to 100 queries); prefill of one prompt runs the base kernel.
+    LaunchFacts decode_rows;
+    decode_rows.group = group;
+    decode_rows.max_seqlen_q = 1;
+    LaunchFacts prefill_batch = kUnevenPrefillBatch;
+    prefill_batch.group = group;
+    const FA4Config decode = choose_kernel(k, decode_rows);
+    const bool packs = decode.pack_gqa;
     // MLA's unabsorbed kernel computes K and V from the latent (no e4m3 twin); others read the cache.
     const auto add = [&](const std::string& use, const FA4Config& kernel) {
       if (latent)
-        out.push_back({use, kernel});
+        out.push_back({use, kernel, {}});
       else
         add_cached(use, kernel);
     };
-    add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
-    // sm_90a's unpacked decode tile (at most 64 queries of a group that never packs): MHA decode and
-    // speculative rows over 16-bit K/V (an FP8 cache keeps the default).
-    if (!packs && tiles) {
-      FA4Config tile = k;
-      tile.BM = kSm90aDecodeBm;
-      out.push_back(
-          {fmt::format("decode (Sq <= 64, BM {}): {}{}", kSm90aDecodeBm, layers_text, sinks), tile, "sm_90a"});
-    }
-    if (packs) {
-      k.pack_gqa = true;
-      k.group = group;
-      add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks), k);
-      // sm_90a's packed prefill tile (a group of at most 64): varlen prefill batches of uneven
-      // lengths or short chunks, over 16-bit K/V only (an FP8 KV cache keeps decode's tile, so no
-      // e4m3 twin).
-      if (tiles && group <= 64) {
-        FA4Config tile = k;
-        tile.BM = kSm90aPrefillBm;
-        out.push_back({fmt::format("packed prefill (varlen batches of uneven lengths or short chunks, BM {}): {}{}",
-                                   kSm90aPrefillBm, layers_text, sinks),
-                       tile, "sm_90a"});
+    // An arch's own tile for these launches (BackendPolicy::launch_bm), for that arch only; over
+    // 16-bit K/V only, so no e4m3 twin.
+    const auto add_arch_tiles = [&](const char* use, const char* when, const FA4Config& kernel,
+                                    const LaunchFacts& facts) {
+      for (const std::string& arch : supported_archs()) {
+        FA4Config a = kernel;
+        a.arch = arch;
+        FA4Config tile = choose_kernel(a, facts);
+        if (tile.BM == 0) continue;
+        tile.arch.clear();
+        out.push_back({fmt::format("{} ({}, BM {}): {}{}", use, when, tile.BM, layers_text, sinks), tile, arch});
       }
+    };
+    add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
+    if (!packs) add_arch_tiles("decode", "Sq <= 64", k, decode_rows);
+    if (packs) {
+      add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks),
+          decode);
+      add_arch_tiles("packed prefill", "varlen batches of uneven lengths or short chunks", decode, prefill_batch);
     }
     if (latent == 0 || window) continue;  // MLA models have no sliding-window layers
     for (int tp : kMlaTensorParallel) {

@@ -1,9 +1,9 @@
 // The kernels one Hugging Face model needs, read from its config.json: `fa4jit prewarm --model`.
 // The configs are exactly those the Python ops and the transformers backend request for that
-// model (python/fa4jit/ops.py: prefill unpacked without a group; decode with the group's query
-// heads packed for any group that packs, ops.py _packable; on sm_90a, varlen prefill batches of
-// uneven lengths packed at the prefill tile and unpacked decode at the decode tile, ops.py
-// _tile_bm), so a serving process warmed with them compiles nothing.
+// model: both choose through jit::choose_kernel (generator/kernel_choice.cpp; prefill unpacked
+// without a group; decode with the group's query heads packed for any group that packs; on sm_90a,
+// varlen prefill batches of uneven lengths packed at the prefill tile and unpacked decode at the
+// decode tile, BackendPolicy::launch_bm), so a serving process warmed with them compiles nothing.
 #pragma once
 #include <optional>
 #include <string>

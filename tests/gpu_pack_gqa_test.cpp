@@ -195,7 +195,7 @@ TEST(GpuPackGqa, LongPoleSplitsOverFp8KvCacheMatchReference) {
   }
 }
 
-// sm_90a's packed prefill tile (BM 128: python/fa4jit/ops.py _tile_bm, for varlen prefill batches of
+// sm_90a's packed prefill tile (BM 128: jit::choose_kernel, for varlen prefill batches of
 // uneven lengths and short chunks): groups 5, 7 and 8 over an uneven causal batch (a 700-query
 // prompt beside short ones, one query, an empty sequence and more keys than queries: bottom-right),
 // paged 16 with sinks, a sliding window with softcap, split 3, and the long-pole steps (decode rows
@@ -245,7 +245,7 @@ TEST(GpuPackGqa, PrefillTileMatchesReference) {
     }
 }
 
-// sm_90a's unpacked decode tile (BM 64, BN 64, two CTAs per SM: python/fa4jit/ops.py _tile_bm, MHA
+// sm_90a's unpacked decode tile (BM 64, BN 64, two CTAs per SM: jit::choose_kernel, MHA
 // decode and speculative rows of at most 64 queries): every decode layout of check_layouts (one
 // query head per KV head), causal, and a sliding window with softcap.
 TEST(GpuPackGqa, UnpackedDecodeTileMatchesReference) {

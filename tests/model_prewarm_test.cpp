@@ -37,7 +37,7 @@ FA4Config expected(DType dtype, int depth, Mask mask, ScoreMod score = ScoreMod:
   return c;
 }
 
-// sm_90a's packed prefill tile (ops.py _tile_bm): the packed kernel at BM 128.
+// sm_90a's packed prefill tile (jit::choose_kernel): the packed kernel at BM 128.
 FA4Config prefill_tile(DType dtype, int depth, Mask mask, ScoreMod score, int group) {
   FA4Config c = expected(dtype, depth, std::move(mask), std::move(score), group);
   c.BM = 128;

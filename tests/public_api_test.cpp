@@ -230,4 +230,38 @@ TEST(CApi, PrewarmRefusesANegativeJobCountAndANullReport) {
   EXPECT_EQ(fa4jit_prewarm(nullptr, "sm_80", 1, &report), FA4JIT_INVALID_ARGUMENT);
 }
 
+// fa4jit_choose_kernel: jit::choose_kernel through plain values (the Python ops' per-launch call),
+// and its refusals before anything is chosen.
+TEST(CApi, ChooseKernelReportsThePackAndTheTile) {
+  int32_t pack = -7, bm = -7;
+  // An uneven varlen prefill batch of group 4 on sm_90a: packed, the prefill tile.
+  ASSERT_EQ(fa4jit_choose_kernel("sm_90a", "bf16", "", 128, 0, 4, 7000, 8, 16048, -1, &pack, &bm), FA4JIT_OK);
+  EXPECT_EQ(pack, 1);
+  EXPECT_EQ(bm, 128);
+  // The same over an e4m3 KV cache: packed, the default tile; the caller's pack_gqa 0 wins.
+  ASSERT_EQ(fa4jit_choose_kernel("sm_90a", "bf16", "e4m3", 128, 128, 4, 7000, 8, 16048, -1, &pack, &bm), FA4JIT_OK);
+  EXPECT_EQ(pack, 1);
+  EXPECT_EQ(bm, 0);
+  ASSERT_EQ(fa4jit_choose_kernel("sm_90a", "bf16", nullptr, 128, 0, 4, 7000, 8, 16048, 0, &pack, &bm), FA4JIT_OK);
+  EXPECT_EQ(pack, 0);
+  // MHA decode: unpacked at sm_90a's decode tile; no arch, no tile.
+  ASSERT_EQ(fa4jit_choose_kernel("sm_90a", "fp16", nullptr, 96, 0, 1, 1, 0, 0, -1, &pack, &bm), FA4JIT_OK);
+  EXPECT_EQ(pack, 0);
+  EXPECT_EQ(bm, 64);
+  ASSERT_EQ(fa4jit_choose_kernel(nullptr, "fp16", nullptr, 96, 0, 1, 1, 0, 0, -1, &pack, &bm), FA4JIT_OK);
+  EXPECT_EQ(bm, 0);
+
+  EXPECT_EQ(fa4jit_choose_kernel("sm_90a", "bf16", nullptr, 128, 0, 4, 1, 0, 0, 2, &pack, &bm),
+            FA4JIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fa4jit_last_error()).find("pack_gqa is 2"), std::string::npos) << fa4jit_last_error();
+  EXPECT_EQ(fa4jit_choose_kernel("sm_90a", nullptr, nullptr, 128, 0, 4, 1, 0, 0, -1, &pack, &bm),
+            FA4JIT_INVALID_ARGUMENT);
+  EXPECT_EQ(fa4jit_choose_kernel("sm_90a", "bf16", nullptr, 128, 0, 4, 1, 0, 0, -1, nullptr, &bm),
+            FA4JIT_INVALID_ARGUMENT);
+  EXPECT_EQ(fa4jit_choose_kernel("sm_90a", "bf32", nullptr, 128, 0, 4, 1, 0, 0, -1, &pack, &bm), FA4JIT_CONFIG_ERROR);
+  EXPECT_EQ(fa4jit_choose_kernel("sm_91z", "bf16", nullptr, 128, 0, 4, 1, 0, 0, -1, &pack, &bm), FA4JIT_CONFIG_ERROR);
+  EXPECT_EQ(fa4jit_choose_kernel("sm_90a", "bf16", nullptr, 128, 0, 0, 1, 0, 0, -1, &pack, &bm), FA4JIT_CONFIG_ERROR);
+  EXPECT_NE(std::string(fa4jit_last_error()).find("choose_kernel: group 0"), std::string::npos) << fa4jit_last_error();
+}
+
 }  // namespace

@@ -242,7 +242,7 @@ sanitize() {
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa'
           'causal --heads 14 --kv-heads 2 --seqlens-q 300 0 9 8 5 1 1 --seqlens-k 700 50 2000 2000 4000 5000 3000 --page-size 16 --pack-gqa')
         san_masks "" '"depth":128' "${cases[@]}" ;;
-      tiles)  # sm_90a's tiles beside its defaults (ops.py _tile_bm): the packed prefill tile (BM 128) on
+      tiles)  # sm_90a's tiles beside its defaults (jit::choose_kernel): the packed prefill tile (BM 128) on
         # an uneven prefill batch and a continuous-batching step; the unpacked decode tile (BM 64)
         local cases=('causal --heads 10 --kv-heads 2 --seqlens-q 700 1 300 129 0 64 5 --seqlens-k 700 1 450 129 50 64 5 --pack-gqa'
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa')

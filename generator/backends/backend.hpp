@@ -67,6 +67,11 @@ class BackendPolicy {
   virtual int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const = 0;
   // sm90a: S = Q K^T with Q in registers (Config::kQInRegs).
   virtual bool q_in_registers(const ResolvedConfig&) const { return false; }
+  // The BM of a launch's kernel where this backend runs a tile of its own beside its default (0:
+  // the default). `c`: the config as choose_kernel leaves it (pack_gqa and group decided, BM 0);
+  // `f`: the launch; never_packs: the launch's group is one no backend packs (MHA, or a prime group
+  // above 64), so its decode rows run unpacked.
+  virtual int launch_bm(const FA4Config& /*c*/, const LaunchFacts& /*f*/, bool /*never_packs*/) const { return 0; }
 };
 
 // V's and O's padded depth: `dp` (Q's and K's), or for a narrower 16-bit V its depth in whole

@@ -7,6 +7,7 @@
 
 #include "fa4jit/errors.hpp"
 #include "generator/backends/backend.hpp"
+#include "generator/kernel_choice.hpp"
 #include "sm90a/abi.h"  // templates/sm90a/abi.h: the kernel's legal kBN, shared memory, registers
 
 namespace jit::detail {
@@ -387,6 +388,23 @@ class Sm90a final : public BackendPolicy {
     const FA4Config& c = rc.config;
     return c.dtype != DType::e4m3 && !c.kv_dtype && rc.padded_depth == 128 && c.BM == 128 &&
            rc.tuning.intra_wg_overlap != 0 && plain_softmax(c) && (c.depth <= 96 || c.mask.kind == Mask::Kind::causal);
+  }
+  // Two tiles beside the defaults, at head dims 96 and 128 (padded 128) with 16-bit Q, K, V and V as
+  // wide: where they were measured and are GPU-tested. Packed, a group of at most 64: the prefill
+  // tile (two consumer warpgroups) over more than 128 packed rows, whose decode tile ran prefill
+  // rows 1.1-1.25x slower (docs/PERF.md run 81), except a continuous-batching step (uneven, a mean
+  // of at most 512 queries), whose decode rows stream their KV caches faster at the decode tile (the
+  // step 1-14% slower at BM 128, run 80). Unpacked, a group that never packs: the decode tile (one
+  // warpgroup, BN 64, two CTAs per SM) for at most 64 queries, MHA decode 3-10% faster (run 82); a
+  // packable group left unpacked keeps the default, the kernel `prewarm --model` builds for it.
+  static constexpr int kDecodeBm = 64, kPrefillBm = 128;
+  int launch_bm(const FA4Config& c, const LaunchFacts& f, bool never_packs) const override {
+    const bool sixteen_bit = (c.dtype == DType::bf16 || c.dtype == DType::fp16) && !c.kv_dtype;
+    if (!sixteen_bit || c.depth <= 64 || c.depth > 128 || value_depth(c) != c.depth) return 0;
+    if (!c.pack_gqa) return never_packs && f.max_seqlen_q <= 64 ? kDecodeBm : 0;
+    if (c.group > 64 || short_rows(f)) return 0;
+    if (uneven(f) && f.total_q <= 512LL * f.varlen_batch) return 0;
+    return kPrefillBm;
   }
 };
 

@@ -92,6 +92,23 @@ struct ResolvedConfig {
   bool v_in_k = false;
 };
 
+// What the automatic kernel choice reads of a launch (choose_kernel): what a config does not hold.
+struct LaunchFacts {
+  int group = 1;                 // query heads per KV head
+  int max_seqlen_q = 0;          // queries per sequence (varlen: the longest, max_seqlen_q)
+  int varlen_batch = 0;          // sequences of a varlen launch; 0: not varlen
+  long long total_q = 0;         // varlen: the queries of all sequences
+  std::optional<bool> pack_gqa;  // the caller's choice; unset: automatic
+};
+
+// The automatic choice of a launch's kernel: `config` with pack_gqa and group set (packed GQA for
+// decode and speculative rows, and for varlen batches of uneven or short query lengths; a group
+// that no backend packs stays unpacked), and, where config.BM is 0 and config.arch's backend runs
+// a tile of its own for such a launch (sm_90a: generator/backends/sm90a.cpp launch_bm), that BM.
+// config.arch empty: no arch's own tile. Pure: the Python ops and `prewarm --model` choose
+// through it, so a prewarmed server compiles nothing. ConfigError for a group or length below 0/1.
+FA4JIT_API FA4Config choose_kernel(FA4Config config, const LaunchFacts& facts);
+
 // Fills defaults for cfg.arch (which must be set), applies options.tune, and validates; throws
 // ConfigError naming the field, the value and what is allowed. Pure: the same inputs give the
 // same result in every process.

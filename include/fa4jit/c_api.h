@@ -24,7 +24,8 @@
  *   "kv_dtype", an FP8 KV cache; 5: fa4jit_launch_args' max_seqlen_k; 6: fa4jit_set_log_callback, fa4jit_set_log_level,
  *   fa4jit_get_log_level, and runtime info's "cache_writable", "log_level" and "problems"; 7:
  *   fa4jit_tile_map; 8: fa4jit_launch_args' page_descale, an e4m3 latent cache's per-page factors; 9:
- *   fa4jit_model_configs_with; 10: fa4jit_launch_args' mask_prefix and the mask field "prefix"). Structs
+ *   fa4jit_model_configs_with; 10: fa4jit_launch_args' mask_prefix and the mask field "prefix"; 11:
+ *   fa4jit_choose_kernel). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
@@ -45,7 +46,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 10
+#define FA4JIT_C_API_VERSION 11
 
 #ifdef __cplusplus
 extern "C" {
@@ -167,6 +168,18 @@ FA4JIT_C_EXPORT int32_t fa4jit_model_configs(const char* hf_config_json, const c
  * Since C API version 9. */
 FA4JIT_C_EXPORT int32_t fa4jit_model_configs_with(const char* hf_config_json, const char* options_json,
                                                   char** out_json);
+
+/* The automatic kernel choice for a launch (jit::choose_kernel, docs/C_API.md): for a config of
+ * `dtype` ("bf16" / "fp16" / "e4m3") with K and V of `kv_dtype` (NULL or "": dtype's), head dims
+ * `depth` and `depth_v` (0: depth), on `arch` (NULL or "": no arch's own tile), and a launch of
+ * `group` query heads per KV head, `max_seqlen_q` queries per sequence (varlen: the longest),
+ * `varlen_batch` sequences (0: not varlen) of `total_q` queries in all, `pack_gqa` -1 (automatic),
+ * 0 or 1: writes whether the kernel packs GQA (*pack_out 1: the config's "pack_gqa" true and
+ * "group" the launch's) and its "BM" (*bm_out; 0: leave it to the backend's default). No JSON and
+ * no allocation: the Python ops call it per launch shape. Since C API version 11. */
+FA4JIT_C_EXPORT int32_t fa4jit_choose_kernel(const char* arch, const char* dtype, const char* kv_dtype, int32_t depth,
+                                             int32_t depth_v, int32_t group, int32_t max_seqlen_q, int32_t varlen_batch,
+                                             int64_t total_q, int32_t pack_gqa, int32_t* pack_out, int32_t* bm_out);
 
 /* jit::runtime_info() as JSON: {"version", "c_api_version", "nvrtc", "nvrtc_archs", "driver",
  * "gpus", "cache_roots", "bundles", "compile_policy", "cache_writable", "log_level", "problems",

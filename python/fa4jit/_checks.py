@@ -250,14 +250,6 @@ def _check_aligned(**tensors):
                               f"fa4jit's TMA loads need 16-byte aligned tensors")
 
 
-def _packable(group):
-    """Whether every backend packs this group (generator/backends/backend.hpp pack_heads): groups up to
-    a 64-row sm90a warpgroup tile, or larger ones that split into equal slices of 2..64 heads (a prime
-    group above 64 cannot). Any group runs packed, padded where it does not divide 64
-    (templates/common/packed_rows.h); generator/model.cpp's prewarm derives the same kernels."""
-    return group <= 64 or any(group % p == 0 for p in range(2, 65))
-
-
 def _packed_tensors(**tensors):
     """{name: the fa4jit_tensor values} of each tensor, after the alignment check (names the argument)."""
     _check_aligned(**tensors)

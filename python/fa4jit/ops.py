@@ -13,13 +13,13 @@ import functools
 import inspect
 import json
 import threading
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
 from . import _lib, launch_table
 from ._checks import (_BUILTIN_SCORE_MODS, _DESCALE, _DTYPE_NAME, AuxArg, _aux, _aux_tensors,  # noqa: F401
-                      _check_aligned, _check_qkv, _eager, _layout, _lse_shape, _new_out, _packable, _packed_tensors,
+                      _check_aligned, _check_qkv, _eager, _layout, _lse_shape, _new_out, _packed_tensors,
                       _score_mod, _snippet_texts, _vector32, _window)
 from .errors import ConfigError, LaunchError
 
@@ -95,7 +95,7 @@ def _get_kernel(key: KernelKey) -> _Kernel:
         cfg["output_dtype"] = out_dtype
     if pack:
         cfg["group"] = group
-    if bm:  # a tile other than the backend's default (_tile_bm)
+    if bm:  # a tile other than the backend's default (_choose)
         cfg["BM"] = bm
     handle = ctypes.c_void_p()
     # Generates, compiles (NVRTC, the GIL released by ctypes) or loads from the disk cache.
@@ -236,61 +236,20 @@ class _Plan:
                  "o_shape", "o_stride", "dtype", "lse_shape", "lse_stride", "cast", "return_lse")
 
 
-def _auto_pack(group: int, sq: int, varlen_batch: int, total_q: int) -> bool:
-    """The automatic pack_gqa (pack_gqa=None) for a packable group: short queries (decode and speculative
-    rows, sq * group <= 128) always. A varlen batch (varlen_batch sequences, total_q queries, sq its
-    max_seqlen_q) also when _uneven (the packed grid walk lists each sequence's own tiles where the
-    unpacked persistent walk models every sequence at the longest) or when its sequences are short (a
-    mean of at most 64 queries: K/V read once per KV head). H200, bf16 d128 causal, back to back
-    (docs/PERF.md run 81): uneven prefill batches packed at the prefill tile 1.03-1.65x as fast as
-    unpacked, 32 chunks of 64 queries over 4k keys 1.4-2.0x (0.94x at one KV head), a
-    continuous-batching step packed 2-4x (run 62); even batches of 128-4096 queries unpacked
-    1.03-1.22x faster than packed."""
-    if _short(group, sq):
-        return True
-    return varlen_batch > 0 and (_uneven(sq, varlen_batch, total_q) or total_q <= 64 * varlen_batch)
-
-
-def _short(group: int, sq: int) -> bool:
-    """Decode and speculative rows: sq queries of group heads within one 128-row packed tile (a group
-    above 128: one query)."""
-    return sq * group <= max(128, group)
-
-
-def _uneven(sq: int, varlen_batch: int, total_q: int) -> bool:
-    """Whether a varlen batch's query lengths are uneven: its longest (max_seqlen_q) at least 1.2x the mean."""
-    return varlen_batch > 0 and sq * varlen_batch * 5 >= total_q * 6
-
-
-# Tiles per arch beside a backend's defaults. sm_90a: the decode tile (64 rows: one consumer warpgroup,
-# BN 64, two CTAs per SM; its packed default) and the prefill tile (128 rows, two consumer warpgroups;
-# its unpacked default). Packed decode tiles run prefill rows 1.1-1.25x slower than the prefill tile,
-# and unpacked prefill tiles run MHA decode 3-10% slower than the decode tile (docs/PERF.md runs 81,
-# 82). The other backends' one tile serves both. generator/model.cpp derives the same kernels.
-_DECODE_BM = {"sm_90a": 64}
-_PREFILL_BM = {"sm_90a": 128}
-
-
-def _tile_bm(arch: str, pack: bool, group: int, sq: int, varlen_batch: int, total_q: int, dtypes: tuple,
-             depth: int, depth_v: int) -> int:
-    """FA4Config.BM of a launch (0: the backend's default for it), for 16-bit Q, K and V at head dims
-    96 and 128 with V as wide (padded 128: where the tiles were measured and are tested). Packed, a
-    group of at most 64: the prefill tile (_PREFILL_BM) over more than 128 packed rows, except a
-    continuous-batching step (_uneven with a mean of at most 512 queries: decode rows beside prefill
-    chunks), whose decode rows stream their KV caches faster at decode's tile (the step 1-14% slower
-    at BM 128, PERF.md run 80). Unpacked because the group never packs (MHA, or a group _packable
-    refuses): the decode tile (_DECODE_BM) for at most 64 queries; a packable group left unpacked
-    keeps the default tile, the one generator/model.cpp prewarms for it."""
-    if len(set(dtypes)) != 1 or dtypes[0] not in ("bf16", "fp16") or not 64 < depth <= 128 or depth_v != depth:
-        return 0
-    if not pack:
-        never_packs = group == 1 or not _packable(group)
-        return _DECODE_BM.get(arch, 0) if never_packs and sq <= 64 else 0
-    if group > 64 or _short(group, sq):
-        return 0
-    if _uneven(sq, varlen_batch, total_q) and total_q <= 512 * varlen_batch:
-        return 0
-    return _PREFILL_BM.get(arch, 0)
+@functools.lru_cache(maxsize=4096)
+def _choose(arch: str, dtype: str, kv_dtype: str, depth: int, depth_v: int, group: int, sq: int, varlen_batch: int,
+            total_q: int, pack_request: int) -> Tuple[bool, int]:
+    """(pack_gqa, BM) of a launch: the library's automatic choice (jit::choose_kernel,
+    generator/kernel_choice.cpp, and each backend's own tiles, BackendPolicy::launch_bm), the one
+    `prewarm --model` derives its kernels from. sq: max_seqlen_q (varlen) or Sq; varlen_batch 0 when
+    not varlen; total_q: q's rows; pack_request: -1 automatic (pack_gqa=None), else 0 / 1. BM 0: the
+    backend's default."""
+    pack, bm = ctypes.c_int32(), ctypes.c_int32()
+    code = _lib.fa4jit_choose_kernel(arch.encode(), dtype.encode(), kv_dtype.encode(), depth, depth_v, group, sq,
+                                     varlen_batch, total_q, pack_request, ctypes.byref(pack), ctypes.byref(bm))
+    if code:
+        _lib.raise_last(code)
+    return bool(pack.value), bm.value
 
 
 def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
@@ -316,13 +275,9 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     group = q.shape[2] // k.shape[2]
     varlen = a.cu_seqlens_q is not None
     sq = a.max_seqlen_q if varlen else q.shape[1]
-    if a.pack_gqa < 0:
-        pack = group > 1 and _packable(group) and _auto_pack(group, sq, batch if varlen else 0, q.shape[1])
-    else:
-        pack = bool(a.pack_gqa) and group > 1
     arch = _arch(dev)
-    bm = _tile_bm(arch, pack, group, sq, batch if varlen else 0, q.shape[1],
-                  (_DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], _DTYPE_NAME[a.v.dtype]), q.shape[3], a.v.shape[3])
+    pack, bm = _choose(arch, _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3], group, sq,
+                       batch if varlen else 0, q.shape[1], -1 if a.pack_gqa < 0 else int(bool(a.pack_gqa)))
     kernel = _get_kernel(KernelKey(arch, _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
                                    a.causal, window, a.top_left and (a.causal or window),
                                    a.mask_prefix > 0, a.chunk_size > 0, mask_mod,

@@ -805,57 +805,23 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
     assert {(key.pack, key.group) for key in keys} == {(True, 4), (False, 0)}, keys  # decode packs the group of 4
 
 
-def test_automatic_packing_takes_decode_rows_continuous_batching_steps_and_uneven_batches():
-    """ops._auto_pack (pack_gqa=None): short queries pack; a varlen batch packs when its query lengths
-    are uneven (the longest at least 1.2x the mean: prefill batches and continuous-batching steps) or
-    its mean is at most 64 queries; one prompt and a varlen batch of even lengths stay unpacked."""
-    from fa4jit.ops import _auto_pack
-    assert _auto_pack(7, 1, 0, 1) and _auto_pack(4, 16, 0, 16)  # decode, speculative
-    assert _auto_pack(4, 1, 48, 48)  # varlen decode
-    assert not _auto_pack(4, 2048, 0, 2048)  # one prompt
-    assert _auto_pack(4, 2048, 50, 48 + 2 * 2048)  # 48 decode rows + 2 chunks (mean 83)
-    assert _auto_pack(4, 2048, 20, 16 + 4 * 2048)  # 16 decode rows + 4 chunks (mean 410)
-    assert _auto_pack(4, 7000, 8, 16048) and _auto_pack(8, 7000, 8, 16048)  # varlen prefill, 7000 beside a mean of 2006
-    assert _auto_pack(4, 2500, 5, 10000)  # 1.25x the mean
-    assert not _auto_pack(4, 2200, 5, 10000)  # 1.1x
-    assert not _auto_pack(4, 2048, 8, 8 * 2048) and not _auto_pack(8, 512, 8, 8 * 512)  # even prefill, chunks
-    assert _auto_pack(8, 64, 32, 32 * 64) and not _auto_pack(8, 128, 32, 32 * 128)  # short chunks: 64 queries
-
-
-def test_tiles_packed_prefill_takes_sm90a_prefill_tile_and_unpacked_decode_its_decode_tile():
-    """ops._tile_bm: a packed launch over more than 128 rows runs sm_90a's prefill tile (BM 128),
-    except a continuous-batching step (uneven, mean at most 512 queries), decode and speculative rows,
-    FP8, head dims other than 96 and 128 and groups above 64; an unpacked launch of a group that
-    never packs (MHA), at most 64 queries at head dim <= 128, runs the decode tile (BM 64); the other
-    backends keep their default."""
-    from fa4jit.ops import _tile_bm
-    bf = ("bf16",) * 3
-    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, bf, 128, 128) == 128  # uneven varlen prefill
-    assert _tile_bm("sm_90a", True, 8, 64, 32, 2048, bf, 128, 128) == 128  # 32 chunks of 64 queries
-    assert _tile_bm("sm_90a", True, 4, 2048, 0, 2048, bf, 128, 128) == 128  # one prompt, pack_gqa=True
-    assert _tile_bm("sm_90a", True, 4, 2048, 50, 48 + 2 * 2048, bf, 128, 128) == 0  # a continuous-batching step
-    assert _tile_bm("sm_90a", True, 8, 16, 0, 16, bf, 128, 128) == 0  # speculative decode
-    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, ("bf16", "e4m3", "e4m3"), 128, 128) == 0  # FP8 KV cache
-    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, ("e4m3",) * 3, 128, 128) == 0
-    assert _tile_bm("sm_90a", True, 16, 7000, 8, 16048, bf, 576, 512) == 0  # latent / head dim 512
-    assert _tile_bm("sm_90a", True, 2, 7000, 8, 16048, bf, 256, 256) == 0  # measured and tested at d128 only
-    assert _tile_bm("sm_90a", True, 8, 7000, 8, 16048, bf, 64, 64) == 0
-    assert _tile_bm("sm_90a", True, 4, 7000, 8, 16048, bf, 96, 96) == 128  # d96 runs padded to 128
-    assert _tile_bm("sm_90a", True, 96, 7000, 8, 16048, bf, 128, 128) == 0  # sliced group
-    assert _tile_bm("sm_100a", True, 4, 7000, 8, 16048, bf, 128, 128) == 0
-    assert _tile_bm("sm_90", True, 4, 7000, 8, 16048, bf, 128, 128) == 0
-    # unpacked: MHA decode and speculative rows take the decode tile, prefill the default
-    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 128, 128) == 64
-    assert _tile_bm("sm_90a", False, 1, 64, 32, 32 * 64, bf, 128, 128) == 64  # varlen chunks of 64
-    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 64, 64) == 0
-    assert _tile_bm("sm_90a", False, 1, 65, 0, 65, bf, 128, 128) == 0
-    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 192, 128) == 0  # DeepSeek's Q/K 192, V 128
-    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, bf, 256, 256) == 0
-    assert _tile_bm("sm_90a", False, 1, 1, 0, 1, ("bf16", "e4m3", "e4m3"), 128, 128) == 0
-    assert _tile_bm("sm_100a", False, 1, 1, 0, 1, bf, 128, 128) == 0
-    # a group that packs, left unpacked (64 queries x 4 heads, or pack_gqa=False): the default tile
-    assert _tile_bm("sm_90a", False, 4, 64, 0, 64, bf, 128, 128) == 0
-    assert _tile_bm("sm_90a", False, 67, 1, 0, 1, bf, 128, 128) == 64  # a prime group above 64 never packs
+def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_prefill_tile():
+    """ops._choose asks the library (fa4jit_choose_kernel; the rule's cases: tests/kernel_choice_test.cpp):
+    decode rows pack; a varlen batch of uneven lengths packs, on sm_90a at its prefill tile (BM 128);
+    a continuous-batching step keeps decode's tile; one prompt stays unpacked; MHA decode runs sm_90a's
+    decode tile unpacked; an explicit pack_gqa wins; other archs keep their default tile."""
+    from fa4jit.ops import _choose
+    assert _choose("sm_90a", "bf16", "bf16", 128, 128, 7, 1, 0, 1, -1) == (True, 0)  # decode
+    assert _choose("sm_90a", "bf16", "bf16", 128, 128, 4, 7000, 8, 16048, -1) == (True, 128)  # uneven prefill batch
+    assert _choose("sm_90a", "bf16", "bf16", 128, 128, 4, 2048, 50, 48 + 2 * 2048, -1) == (True, 0)  # mixed step
+    assert _choose("sm_90a", "bf16", "bf16", 128, 128, 4, 2048, 0, 2048, -1) == (False, 0)  # one prompt
+    assert _choose("sm_90a", "bf16", "bf16", 128, 128, 4, 2048, 0, 2048, 1) == (True, 128)  # pack_gqa=True
+    assert _choose("sm_90a", "bf16", "bf16", 128, 128, 4, 1, 0, 1, 0) == (False, 0)  # pack_gqa=False
+    assert _choose("sm_90a", "fp16", "fp16", 96, 96, 1, 1, 0, 1, -1) == (False, 64)  # MHA decode
+    assert _choose("sm_90a", "bf16", "e4m3", 128, 128, 4, 7000, 8, 16048, -1) == (True, 0)  # FP8 KV cache
+    assert _choose("sm_100a", "bf16", "bf16", 128, 128, 4, 7000, 8, 16048, -1) == (True, 0)
+    with pytest.raises(fa4jit.ConfigError, match="choose_kernel: group 0"):
+        _choose("sm_90a", "bf16", "bf16", 128, 128, 0, 1, 0, 1, -1)
 
 
 def test_every_optional_pointer_packs_in_struct_order():

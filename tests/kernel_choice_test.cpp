@@ -1,0 +1,131 @@
+// jit::choose_kernel: the automatic pack_gqa and a backend's own tile for a launch, the choice the
+// Python ops and `prewarm --model` share (generator/kernel_choice.cpp, BackendPolicy::launch_bm).
+#include <gtest/gtest.h>
+
+#include "fa4jit/advanced.hpp"
+#include "fa4jit/errors.hpp"
+
+namespace {
+
+jit::LaunchFacts facts(int group, int sq, int varlen_batch = 0, long long total_q = 0) {
+  jit::LaunchFacts f;
+  f.group = group;
+  f.max_seqlen_q = sq;
+  f.varlen_batch = varlen_batch;
+  f.total_q = total_q;
+  return f;
+}
+
+bool packs(int group, int sq, int varlen_batch = 0, long long total_q = 0) {
+  jit::FA4Config c;
+  c.mask = jit::Mask::causal();
+  return jit::choose_kernel(c, facts(group, sq, varlen_batch, total_q)).pack_gqa;
+}
+
+jit::FA4Config bf16(int depth = 128, const char* arch = "sm_90a") {
+  jit::FA4Config c;
+  c.arch = arch;
+  c.depth = depth;
+  c.mask = jit::Mask::causal();
+  return c;
+}
+
+int bm(const jit::FA4Config& c, const jit::LaunchFacts& f) { return jit::choose_kernel(c, f).BM; }
+
+}  // namespace
+
+// Short queries pack; a varlen batch packs when its query lengths are uneven (the longest at least
+// 1.2x the mean: prefill batches and continuous-batching steps) or its mean is at most 64 queries;
+// one prompt and a varlen batch of even lengths stay unpacked; MHA and a prime group above 64 never.
+TEST(ChooseKernel, PacksDecodeRowsContinuousBatchingStepsAndUnevenBatches) {
+  EXPECT_TRUE(packs(7, 1) && packs(4, 16));                                // decode, speculative
+  EXPECT_TRUE(packs(4, 1, 48, 48));                                        // varlen decode
+  EXPECT_FALSE(packs(4, 2048));                                            // one prompt
+  EXPECT_TRUE(packs(4, 2048, 50, 48 + 2 * 2048));                          // 48 decode rows + 2 chunks (mean 83)
+  EXPECT_TRUE(packs(4, 2048, 20, 16 + 4 * 2048));                          // 16 decode rows + 4 chunks (mean 410)
+  EXPECT_TRUE(packs(4, 7000, 8, 16048) && packs(8, 7000, 8, 16048));       // 7000 beside a mean of 2006
+  EXPECT_TRUE(packs(4, 2500, 5, 10000));                                   // 1.25x the mean
+  EXPECT_FALSE(packs(4, 2200, 5, 10000));                                  // 1.1x
+  EXPECT_FALSE(packs(4, 2048, 8, 8 * 2048) || packs(8, 512, 8, 8 * 512));  // even prefill, chunks
+  EXPECT_TRUE(packs(8, 64, 32, 32 * 64));                                  // short chunks: 64 queries
+  EXPECT_FALSE(packs(8, 128, 32, 32 * 128));
+  EXPECT_FALSE(packs(1, 1));   // MHA
+  EXPECT_FALSE(packs(67, 1));  // a prime above 64: no equal slices
+  EXPECT_TRUE(packs(128, 1));  // two slices of 64
+  jit::FA4Config c;
+  jit::LaunchFacts f = facts(4, 2048);
+  f.pack_gqa = true;  // the caller's choice wins, but MHA has nothing to pack
+  const jit::FA4Config forced = jit::choose_kernel(c, f);
+  EXPECT_TRUE(forced.pack_gqa);
+  EXPECT_EQ(forced.group, 4);
+  f = facts(4, 1);
+  f.pack_gqa = false;
+  EXPECT_FALSE(jit::choose_kernel(c, f).pack_gqa);
+  f = facts(1, 1);
+  f.pack_gqa = true;
+  EXPECT_FALSE(jit::choose_kernel(c, f).pack_gqa);
+}
+
+// sm_90a's own tiles: a packed launch over more than 128 rows runs the prefill tile (BM 128), except
+// a continuous-batching step (uneven, mean at most 512 queries), decode and speculative rows, FP8,
+// head dims other than 96 and 128 and groups above 64; an unpacked launch of a group that never
+// packs (MHA), at most 64 queries, runs the decode tile (BM 64); other archs, or none, keep their
+// default (0), and so does an explicit BM.
+TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
+  const jit::FA4Config c = bf16();
+  EXPECT_EQ(bm(c, facts(4, 7000, 8, 16048)), 128);  // uneven varlen prefill
+  EXPECT_EQ(bm(c, facts(8, 64, 32, 2048)), 128);    // 32 chunks of 64 queries
+  jit::LaunchFacts prompt = facts(4, 2048);
+  prompt.pack_gqa = true;
+  EXPECT_EQ(bm(c, prompt), 128);                           // one prompt, packed by the caller
+  EXPECT_EQ(bm(c, facts(4, 2048, 50, 48 + 2 * 2048)), 0);  // a continuous-batching step
+  EXPECT_EQ(bm(c, facts(8, 16)), 0);                       // speculative decode
+  EXPECT_EQ(bm(c, facts(96, 7000, 8, 16048)), 0);          // a group above 64
+  jit::FA4Config kv8 = c;
+  kv8.kv_dtype = jit::DType::e4m3;
+  EXPECT_EQ(bm(kv8, facts(4, 7000, 8, 16048)), 0);  // FP8 KV cache
+  jit::FA4Config fp8 = c;
+  fp8.dtype = jit::DType::e4m3;
+  EXPECT_EQ(bm(fp8, facts(4, 7000, 8, 16048)), 0);
+  for (int depth : {64, 192, 256}) EXPECT_EQ(bm(bf16(depth), facts(4, 7000, 8, 16048)), 0) << depth;
+  EXPECT_EQ(bm(bf16(96), facts(4, 7000, 8, 16048)), 128);
+  jit::FA4Config narrow = bf16(128);
+  narrow.depth_v = 64;
+  EXPECT_EQ(bm(narrow, facts(4, 7000, 8, 16048)), 0);
+
+  EXPECT_EQ(bm(c, facts(1, 1)), 64);   // MHA decode
+  EXPECT_EQ(bm(c, facts(1, 64)), 64);  // ... up to 64 queries
+  EXPECT_EQ(bm(c, facts(1, 65)), 0);
+  EXPECT_EQ(bm(c, facts(67, 1)), 64);  // a group no backend packs
+  jit::LaunchFacts unpacked = facts(4, 1);
+  unpacked.pack_gqa = false;
+  EXPECT_EQ(bm(c, unpacked), 0);  // a packable group left unpacked keeps the default
+  EXPECT_EQ(bm(bf16(64), facts(1, 1)), 0);
+
+  for (const char* arch : {"sm_90", "sm_100a", "sm_80", ""}) {
+    EXPECT_EQ(bm(bf16(128, arch), facts(4, 7000, 8, 16048)), 0) << arch;
+    EXPECT_EQ(bm(bf16(128, arch), facts(1, 1)), 0) << arch;
+  }
+  jit::FA4Config fixed = c;
+  fixed.BM = 64;
+  EXPECT_EQ(bm(fixed, facts(4, 7000, 8, 16048)), 64);
+}
+
+// The chosen configs resolve: the tile is one sm_90a accepts for the packed or unpacked kernel.
+TEST(ChooseKernel, ChosenTilesResolve) {
+  for (const jit::LaunchFacts& f : {facts(4, 7000, 8, 16048), facts(1, 1), facts(7, 1), facts(12, 3000, 4, 5000)}) {
+    const jit::FA4Config chosen = jit::choose_kernel(bf16(), f);
+    EXPECT_NO_THROW(jit::resolve(chosen)) << f.group << " " << f.max_seqlen_q;
+  }
+}
+
+TEST(ChooseKernel, RefusesAGroupBelowOneAndNegativeLengths) {
+  for (const jit::LaunchFacts& f : {facts(0, 1), facts(4, -1), facts(4, 1, -1), facts(4, 1, 2, -5)}) {
+    try {
+      jit::choose_kernel(bf16(), f);
+      ADD_FAILURE() << "accepted group " << f.group;
+    } catch (const jit::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("choose_kernel"), std::string::npos) << e.what();
+    }
+  }
+}
