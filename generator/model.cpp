@@ -260,8 +260,9 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
       }
     };
     add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
-    if (!packs) add_arch_tiles("decode", "Sq <= 64", k, decode_rows);
-    if (packs) {
+    if (!packs) {
+      add_arch_tiles("decode", "Sq <= 64", k, decode_rows);
+    } else {
       add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks),
           decode);
       add_arch_tiles("packed prefill", "varlen batches of uneven lengths or short chunks", decode, prefill_batch);
