@@ -206,3 +206,23 @@ ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, c
 }
 
 }  // namespace jit::detail
+
+namespace jit {
+
+LaunchFacts launch_facts(const LaunchArgs& args) {
+  const std::int64_t hq = args.q.shape[2], hkv = args.k.shape[2];
+  if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
+    throw LaunchError(
+        fmt::format("launch_facts: q.shape[2] is {} and k.shape[2] {}: the query heads are a positive "
+                    "multiple of the key/value heads",
+                    hq, hkv));
+  LaunchFacts f;
+  f.group = static_cast<int>(hq / hkv);
+  const bool varlen = args.cu_seqlens_q != nullptr;
+  f.max_seqlen_q = varlen ? args.max_seqlen_q : static_cast<int>(args.q.shape[1]);
+  f.varlen_batch = varlen ? args.batch : 0;
+  f.total_q = args.q.shape[1];
+  return f;
+}
+
+}  // namespace jit

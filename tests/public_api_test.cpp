@@ -230,6 +230,47 @@ TEST(CApi, PrewarmRefusesANegativeJobCountAndANullReport) {
   EXPECT_EQ(fa4jit_prewarm(nullptr, "sm_80", 1, &report), FA4JIT_INVALID_ARGUMENT);
 }
 
+// jit::launch_facts: what choose_kernel reads, from a launch's shapes (dense and varlen), so a C++
+// caller gets the Python ops' kernel for it; shapes without heads are refused naming the field.
+TEST(PublicApi, LaunchFactsFeedTheAutomaticChoice) {
+  void* some = reinterpret_cast<void*>(256);
+  jit::LaunchArgs a;
+  a.q = jit::Tensor::contiguous(some, jit::DType::bf16, 4, 1, 28, 128);  // decode: 4 rows, 28/4 heads
+  a.k = jit::Tensor::contiguous(some, jit::DType::bf16, 4, 4096, 4, 128);
+  jit::LaunchFacts f = jit::launch_facts(a);
+  EXPECT_EQ(f.group, 7);
+  EXPECT_EQ(f.max_seqlen_q, 1);
+  EXPECT_EQ(f.varlen_batch, 0);
+  EXPECT_FALSE(f.pack_gqa.has_value());
+  jit::FA4Config base;
+  base.arch = "sm_90a";
+  base.mask = jit::Mask::causal();
+  EXPECT_TRUE(jit::choose_kernel(base, f).pack_gqa);
+
+  a.q = jit::Tensor::contiguous(some, jit::DType::bf16, 1, 16048, 32, 128);  // the zoo's uneven varlen batch
+  a.k = jit::Tensor::contiguous(some, jit::DType::bf16, 1, 16048, 8, 128);
+  a.cu_seqlens_q = reinterpret_cast<const int*>(some);
+  a.batch = 8;
+  a.max_seqlen_q = 7000;
+  f = jit::launch_facts(a);
+  EXPECT_EQ(f.group, 4);
+  EXPECT_EQ(f.max_seqlen_q, 7000);
+  EXPECT_EQ(f.varlen_batch, 8);
+  EXPECT_EQ(f.total_q, 16048);
+  const jit::FA4Config chosen = jit::choose_kernel(base, f);
+  EXPECT_TRUE(chosen.pack_gqa);
+  EXPECT_EQ(chosen.BM, 128);
+
+  a.k = jit::Tensor::contiguous(some, jit::DType::bf16, 1, 16048, 5, 128);  // 32 heads over 5
+  try {
+    jit::launch_facts(a);
+    ADD_FAILURE() << "32 query heads over 5 accepted";
+  } catch (const jit::LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find("k.shape[2] 5"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(jit::launch_facts(jit::LaunchArgs{}), jit::LaunchError);
+}
+
 // fa4jit_choose_kernel: jit::choose_kernel through plain values (the Python ops' per-launch call),
 // and its refusals before anything is chosen.
 TEST(CApi, ChooseKernelReportsThePackAndTheTile) {

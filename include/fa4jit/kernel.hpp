@@ -43,6 +43,13 @@ class FA4JIT_API Kernel {
 
 using KernelPtr = std::shared_ptr<const Kernel>;
 
+// What choose_kernel (fa4jit/advanced.hpp) reads of a launch, from `args`' shapes (no device
+// read): the GQA group (q's heads over k's), max_seqlen_q (varlen: args.max_seqlen_q, else q's
+// Sq), the varlen batch (args.batch where cu_seqlens_q is set) and q's rows; pack_gqa unset. So
+// `choose_kernel(base, launch_facts(args))` is the config the Python ops would launch. Throws
+// LaunchError naming the field where q or k has no heads or q's are not a multiple of k's.
+FA4JIT_API LaunchFacts launch_facts(const LaunchArgs& args);
+
 // Where build_tile_map writes: one byte per (batch, query head, Q block, KV block), the format of
 // LaunchArgs::block_mask (0 no element visible, 1 all visible, 2 partial), in device memory.
 struct TileMapOut {
