@@ -78,8 +78,8 @@ bool snippet_mask(const Mask& m) {
 // the longest; over equal lengths the kernel strides as the persistent walk (no counter,
 // ScheduleModel::static_order). H200 against the persistent walk (run 83, `fa4jit bench`): the
 // zoo's varlen batch (7000 ... 100 tokens) 0.350 -> 0.284 ms at 8 heads, 0.677 -> 0.562 at 16,
-// 5.32 -> 4.93 at 128; one 16k prompt within +-1%; one 2k prompt 2-3% slower (the handoff of
-// each unit through shared memory). Other depths were not measured.
+// 5.32 -> 4.93 at 128; one 16k prompt within +-1%; one 2k prompt 2-3% slower (not profiled:
+// presumably each unit's handoff through shared memory). Other depths were not measured.
 bool dynamic_measured(const FA4Config& c, int dp) {
   if (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa) return false;
   const bool snippet_d128 = snippet_mask(c.mask) && dp == 128 && c.depth == 128 && value_depth(c) == 128;
