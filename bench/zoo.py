@@ -53,6 +53,9 @@ VARLEN_LENS = tuple((n, n) for n in (7000, 3000, 2048, 1500, 1200, 800, 400, 100
 # A continuous-batching step as serving engines issue it: 48 decode rows over 4.1k-8.7k keys and two
 # prefill chunks of 2048, in one varlen call.
 MIXED_LENS = tuple([(1, 4100 + (i * 2749) % 4600) for i in range(48)] + [(2048, 2048)] * 2)
+# A step with no prefill chunk waiting: the mixed step's 48 decode rows as one varlen call over packed
+# keys (cu_seqlens_k), as flash_attn_varlen_func takes them.
+VARLEN_DECODE_LENS = MIXED_LENS[:48]
 MAX_KV_GIB = 40  # rows whose K/V would not fit beside their copies are listed as skipped
 
 
@@ -101,6 +104,8 @@ class Row:
         s = self.shape.label
         if self.kind == "varlen":
             return f"varlen {len(self.lens)} seqs {sum(q for q, _ in self.lens)} tok, {s}"
+        if self.kind == "mixed" and all(q == 1 for q, _ in self.lens):
+            return f"varlen decode {len(self.lens)} seqs, {s}"
         if self.kind == "mixed":
             return f"mixed step {sum(q == 1 for q, _ in self.lens)} decode + {sum(q > 1 for q, _ in self.lens)} chunks, {s}"
         if self.kind == "prefill":
@@ -207,7 +212,7 @@ def rows_of(shape, rowsets):
         out += [Row("prefill", shape, 1, s, s) for s in (2048, 16384)]
         out.append(Row("varlen", shape, len(VARLEN_LENS), 0, 0, lens=VARLEN_LENS))
     if "mixed" in rowsets:
-        out.append(Row("mixed", shape, len(MIXED_LENS), 0, 0, lens=MIXED_LENS))
+        out += [Row("mixed", shape, len(lens), 0, 0, lens=lens) for lens in (MIXED_LENS, VARLEN_DECODE_LENS)]
     for kind, page in (("decode", 0), ("paged", 1), ("paged", 16), ("paged", 64)):
         if kind in rowsets:
             out += [Row(kind, shape, b, 1, k, page=page) for b in (1, 32, 128) for k in (4096, 32768)]

@@ -133,19 +133,22 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
 
   const FA4Config& c = config_.config;
   const bool masked = c.mask.kind != Mask::Kind::none;
+  // Varlen batches with max_seqlen_k are scheduled as equal-length ones (PERF.md run 45).
+  const ScheduleModel model = schedule_model(shape, args, c);
   fa4::WalkInput in;
   in.m_blocks = p.num_m_blocks;
   in.heads = shape.grid_heads;
   in.batch = shape.batch;
-  in.kv_blocks = (shape.max_seqlen_k + c.BN - 1) / c.BN;
-  in.keys_known = shape.max_seqlen_k != 0;
+  // Packed varlen keys have a length only through the caller's max_seqlen_k: without it a varlen
+  // decode batch never split (48 rows of 4k-8.7k keys at one KV head read 1.5 TB/s, PERF.md run
+  // 84). A split divides each tile's own KV tiles, so the hint sizes the split count, never a range.
+  in.kv_blocks = (model.shape.max_seqlen_k + c.BN - 1) / c.BN;
+  in.keys_known = model.shape.max_seqlen_k != 0;
   in.requested_splits = args.num_splits;
   in.sms = sm_count() * split_slots_per_sm(args.page_table != nullptr);
   in.equal_tiles = !masked && !c.pack_gqa && !args.cu_seqlens_q;
   in.max_seqlen_q = shape.max_seqlen_q;
   in.bm = c.BM;
-  // Varlen batches with max_seqlen_k are scheduled as equal-length ones (PERF.md run 45).
-  const ScheduleModel model = schedule_model(shape, args, c);
   if (config_.lpt_order && masked) in.lpt_heads = lpt_section_heads(model.shape, args, c);
   in.causal_known_lengths = model.causal_known_lengths;
   // Varlen grid launches list each sequence's own tiles (a decode row takes one, not max_seqlen_q /

@@ -6,9 +6,9 @@
 // 16 queries of group 7 cross a span), causal (bottom-right: each padded row's mask is its own
 // query's), contiguous and paged K/V (pages of 1, 16 and 64), split-KV (automatic and 3, with the
 // combine), varlen batches, sinks and an FP8 KV cache, a continuous-batching step's long-pole
-// splits (its short sequences' tiles split, the rest whole), sm_90a's packed prefill tile (BM
-// 128) and its unpacked decode tile (BM 64). Skips without a GPU.
-// Run: --gtest_filter='GpuPackGqa*'.
+// splits (its short sequences' tiles split, the rest whole), a decode-only varlen batch split by
+// the caller's max_seqlen_k, sm_90a's packed prefill tile (BM 128) and its unpacked decode tile
+// (BM 64). Skips without a GPU. Run: --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -182,6 +182,35 @@ TEST(GpuPackGqa, LongPoleSplitsMatchReference) {
     unpacked.score_mod = jit::ScoreMod::softcap();
     check_long_poles(*jit::get_kernel(unpacked, jit::testing::env_tune()), 4, fmt::format("{} unpacked softcap", arch));
   }
+}
+
+// A decode-only varlen batch over packed keys (cu_seqlens_k, no page table): 40 rows of 1.5k-6k
+// keys at 2 KV heads, a grid far from full. The caller's max_seqlen_k is the only length the host
+// has, and with it the automatic choice splits the keys (before, such a batch never split: 1.5
+// TB/s at 48 rows, docs/PERF.md run 84); without it the launch runs unsplit. Both match the reference.
+TEST(GpuPackGqa, VarlenDecodeSplitsByTheKeyHint) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : runnable_archs())
+    for (int group : {5, 16}) {
+      const auto kernel = jit::get_kernel(packed(arch, group), jit::testing::env_tune());
+      CheckCase c;
+      for (int i = 0; i < 40; ++i) {
+        c.seqlens_q.push_back(1);
+        c.seqlens_k.push_back(1500 + (i * 1237) % 4500);
+      }
+      c.batch = 40;
+      c.seqlen_q = 1;
+      c.seqlen_k = 6000;
+      c.num_q_heads = 2 * group;
+      c.num_kv_heads = 2;
+      c.num_splits = 0;
+      const std::string what = fmt::format("{} group {}", arch, group);
+      expect_matches(jit::testing::run_and_check(*kernel, c), what + " no key hint");
+      c.max_seqlen_k = 6000;
+      const jit::testing::CheckResult r = jit::testing::run_and_check(*kernel, c);
+      expect_matches(r, what + " max_seqlen_k 6000");
+      EXPECT_GT(r.splits, 1) << what << ": a varlen decode batch with the key hint was not split";
+    }
 }
 
 // The same steps over an FP8 KV cache (group 5): its converters walk the same pieces.

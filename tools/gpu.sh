@@ -31,7 +31,8 @@ On the GPU machine (repository root, .device carried):
                         depthv (depth 192 with a 128-wide V: every tile walk, varlen, paged, split),
                         mla (depth 576 / depth_v 512, MLA's latent KV: paged, varlen keys, split, Sq 1-4),
                         d512 (head dim 512: GQA prefill, a window, varlen, packed paged decode + splits),
-                        poles (long-pole splits of a packed continuous-batching step, both orders),
+                        poles (long-pole splits of a packed continuous-batching step, both orders;
+                        its decode rows alone, split by the key hint),
                         tiles (sm_90a's packed prefill tile, BM 128, and unpacked decode tile, BM 64),
                         gather (pages 1 and 3: persistent prefill, packed decode + splits, FP8 KV, MLA),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
@@ -237,10 +238,12 @@ sanitize() {
         # short sequences split their one tile into pieces by their own keys (partial slots,
         # split_count / split_row) beside whole tiles, an empty sequence and one of 9 queries;
         # contiguous, then the batch reversed over pages of 16 (stale slots, which one process's second
-        # launch meets, are GpuPackGqa.LongPoleSplitsMatchReference's)
+        # launch meets, are GpuPackGqa.LongPoleSplitsMatchReference's); and the decode rows alone over
+        # packed keys, which split by the max_seqlen_k hint (every listed tile in even shares)
         local cases=(
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa'
-          'causal --heads 14 --kv-heads 2 --seqlens-q 300 0 9 8 5 1 1 --seqlens-k 700 50 2000 2000 4000 5000 3000 --page-size 16 --pack-gqa')
+          'causal --heads 14 --kv-heads 2 --seqlens-q 300 0 9 8 5 1 1 --seqlens-k 700 50 2000 2000 4000 5000 3000 --page-size 16 --pack-gqa'
+          'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 1 1 1 --seqlens-k 3000 5000 4000 2000 50 --pack-gqa')
         san_masks "" '"depth":128' "${cases[@]}" ;;
       tiles)  # sm_90a's tiles beside its defaults (jit::choose_kernel): the packed prefill tile (BM 128) on
         # an uneven prefill batch and a continuous-batching step; the unpacked decode tile (BM 64)

@@ -268,11 +268,14 @@ def test_row_rates_count_flops_and_kv_bytes():
 
 def test_mixed_step_counts_each_sequence_by_its_own_lengths():
     rows, _ = zoo.zoo(["llama3_8b"], ["mixed"])
-    (r,) = rows
+    r, decode = rows  # the step, then its decode rows alone in one varlen call
+    assert r.name == "mixed step 48 decode + 2 chunks, 32/8 d128" and decode.name == "varlen decode 48 seqs, 32/8 d128"
     assert sum(q == 1 for q, _ in r.lens) == 48 and [p for p in r.lens if p[0] > 1] == [(2048, 2048)] * 2
     assert r.kv_bytes() == 2 * 8 * 128 * 2 * sum(k for _, k in r.lens)
     assert r.flops() == 4 * 128 * 32 * (sum(k for q, k in r.lens if q == 1) + 2 * (2048 * 2049 // 2))
     assert r.memory_bound
+    assert decode.lens == r.lens[:48] and decode.kv_bytes() == 2 * 8 * 128 * 2 * sum(k for _, k in decode.lens)
+    assert decode.memory_bound
 
 
 def test_table_puts_the_worst_row_first_and_judges_the_aa_arm():
