@@ -452,15 +452,15 @@ TEST(GridWalkPlan, LongPoleSplitsOnlyTheShortSequencesOfAMixedBatch) {
   fa4::FwdParams p = fresh_params(in, 4144 * 8);
   fa4::WalkPlan w = GridWalk::plan(in, p);
   EXPECT_TRUE(w.slots);
-  EXPECT_EQ(w.splits, 5);  // ceil(8700 / 2048)
-  EXPECT_EQ(p.num_splits, 5);
-  EXPECT_EQ(p.split_keys, 2048);
+  EXPECT_EQ(w.splits, 3);  // ceil(8700 / (2 x 2048))
+  EXPECT_EQ(p.num_splits, 3);
+  EXPECT_EQ(p.split_keys, 4096);
   EXPECT_EQ(p.split_qmax, 8);
   EXPECT_EQ(p.split_head_rows, 64);
   EXPECT_EQ(p.split_seq_rows, 64);
   EXPECT_EQ(p.partial_row0, 0);
   EXPECT_EQ(p.partial_rows, 50 * 64);                            // not 8 heads x 4144 query rows
-  EXPECT_EQ(w.grid[0], static_cast<unsigned>(tiles) + 50u * 4);  // a short sequence lists up to 5 pieces
+  EXPECT_EQ(w.grid[0], static_cast<unsigned>(tiles) + 50u * 2);  // a short sequence lists up to 3 pieces
   EXPECT_EQ(w.grid[1], 1u);
   // Short chunks still make pieces of 16 KV tiles at least.
   in.max_seqlen_q = 100;

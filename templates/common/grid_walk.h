@@ -67,9 +67,12 @@ struct GridWalk {
   // alone; unsplit, those tiles are the launch's long poles (48 decode rows of 4.1k-8.7k keys + 2
   // chunks of 2048 at 1 KV head: ~100 us, where every tile split 3 ways took 73 and the chunks'
   // tiles split too made 16 query heads 1.4x slower; docs/PERF.md run 80). So only the short
-  // sequences split, into pieces of about as many keys as a chunk's tile walks under a causal
-  // mask (max_seqlen_q, at least 16 KV tiles), at most kMaxSplits pieces and a scratch within
-  // kPoleScratchBytes. Returns the most pieces (1: no long-pole split) and the keys per piece.
+  // sequences split, into pieces of about twice the keys a chunk's heaviest tile walks under a
+  // causal mask (2 max_seqlen_q, at least 16 KV tiles), at most kMaxSplits pieces and a scratch
+  // within kPoleScratchBytes: a piece of 16 query rows reads its keys at a fraction of the time a
+  // 64-row tile computes over as many (pieces of 3072-6144 keys were 8-12% faster than 2048 on the
+  // zoo's 16/1, 10/2 and 14/2 steps, 1024 slower, one piece slowest: run 84). Returns the most
+  // pieces (1: no long-pole split) and the keys per piece.
   static constexpr long long kPoleScratchBytes = 256LL << 20;
   struct PoleSplit {
     int splits = 1, keys = 0;
@@ -79,7 +82,7 @@ struct GridWalk {
     if (in.varlen_tiles <= 0 || in.requested_splits != 0 || in.pole_qmax <= 0 || in.max_seqlen_q <= in.pole_qmax ||
         in.max_seqlen_k <= 0)
       return ps;
-    const int keys = std::max(16 * in.bn, std::min(in.max_seqlen_q, in.max_seqlen_k));
+    const int keys = std::max(16 * in.bn, 2 * std::min(in.max_seqlen_q, in.max_seqlen_k));
     int s = std::min(kMaxSplits, (in.max_seqlen_k + keys - 1) / keys);
     const long long rows = 1LL * in.batch * in.heads * in.pole_head_rows;
     while (s >= 2 && rows * (1LL * s * (in.value_depth + 1) + 2) * 4 > kPoleScratchBytes) --s;
