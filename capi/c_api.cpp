@@ -540,8 +540,10 @@ int32_t fa4jit_choose_kernel(const char* arch, const char* dtype, const char* kv
     jit::FA4Config c;
     c.arch = arch ? arch : "";
     c.dtype = jit::dtype_from_string(dtype);
-    if (kv_dtype && *kv_dtype && jit::dtype_from_string(kv_dtype) != c.dtype)
-      c.kv_dtype = jit::dtype_from_string(kv_dtype);
+    if (kv_dtype && *kv_dtype) {
+      const jit::DType kv = jit::dtype_from_string(kv_dtype);
+      if (kv != c.dtype) c.kv_dtype = kv;
+    }
     c.depth = depth;
     c.depth_v = depth_v == depth ? 0 : depth_v;
     jit::LaunchFacts f;
