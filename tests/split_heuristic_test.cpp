@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -467,21 +468,32 @@ TEST(GridWalkPlan, LongPoleSplitsOnlyTheShortSequencesOfAMixedBatch) {
   p = fresh_params(in, 0);
   GridWalk::plan(in, p);
   EXPECT_EQ(p.split_keys, 16 * 128);
+  // Both lengths may be the caller's hints, any int: no overflow, at most kMaxSplits pieces.
+  in.max_seqlen_q = 2048;
+  in.max_seqlen_k = std::numeric_limits<int>::max();
+  p = fresh_params(in, 0);
+  w = GridWalk::plan(in, p);
+  EXPECT_EQ(p.split_keys, 4096);
+  EXPECT_GE(w.splits, 2);
+  EXPECT_LE(w.splits, fa4::kMaxSplits);
 
   struct Case {
     const char* what;
     void (*edit)(fa4::WalkInput&);
   };
-  for (const Case c : {Case{"requested splits", [](fa4::WalkInput& i) { i.requested_splits = 2; }},
-                       Case{"a decode batch (the fill rule's)", [](fa4::WalkInput& i) { i.max_seqlen_q = 8; }},
-                       Case{"keys unknown", [](fa4::WalkInput& i) { i.max_seqlen_k = 0; }},
-                       Case{"no listed tiles", [](fa4::WalkInput& i) { i.varlen_tiles = 0; }},
-                       Case{"a kernel that cannot (bottom-aligned tiles)", [](fa4::WalkInput& i) { i.pole_qmax = 0; }},
-                       Case{"keys within one piece", [](fa4::WalkInput& i) { i.max_seqlen_k = 2048; }},
-                       Case{"scratch past 256 MiB", [](fa4::WalkInput& i) {
-                              i.batch = 4096;
-                              i.heads = 64;
-                            }}}) {
+  for (const Case c :
+       {Case{"requested splits", [](fa4::WalkInput& i) { i.requested_splits = 2; }},
+        Case{"a decode batch (the fill rule's)", [](fa4::WalkInput& i) { i.max_seqlen_q = 8; }},
+        Case{"keys unknown", [](fa4::WalkInput& i) { i.max_seqlen_k = 0; }},
+        Case{"no listed tiles", [](fa4::WalkInput& i) { i.varlen_tiles = 0; }},
+        Case{"a kernel that cannot (bottom-aligned tiles)", [](fa4::WalkInput& i) { i.pole_qmax = 0; }},
+        Case{"keys within one piece", [](fa4::WalkInput& i) { i.max_seqlen_k = 2048; }},
+        Case{"hints at the int limit, keys within one piece",
+             [](fa4::WalkInput& i) { i.max_seqlen_q = i.max_seqlen_k = std::numeric_limits<int>::max(); }},
+        Case{"scratch past 256 MiB", [](fa4::WalkInput& i) {
+               i.batch = 4096;
+               i.heads = 64;
+             }}}) {
     fa4::WalkInput o = mixed();
     c.edit(o);
     fa4::FwdParams q = fresh_params(o, 77);

@@ -82,11 +82,13 @@ struct GridWalk {
     if (in.varlen_tiles <= 0 || in.requested_splits != 0 || in.pole_qmax <= 0 || in.max_seqlen_q <= in.pole_qmax ||
         in.max_seqlen_k <= 0)
       return ps;
-    const int keys = std::max(16 * in.bn, 2 * std::min(in.max_seqlen_q, in.max_seqlen_k));
-    int s = std::min(kMaxSplits, (in.max_seqlen_k + keys - 1) / keys);
+    // In 64 bits: both lengths may be the caller's hints, any int. More than one piece only where
+    // keys < max_seqlen_k, so the keys a piece holds then fit an int.
+    const long long keys = std::max(16LL * in.bn, 2LL * std::min(in.max_seqlen_q, in.max_seqlen_k));
+    int s = static_cast<int>(std::min<long long>(kMaxSplits, (in.max_seqlen_k + keys - 1) / keys));
     const long long rows = 1LL * in.batch * in.heads * in.pole_head_rows;
     while (s >= 2 && rows * (1LL * s * (in.value_depth + 1) + 2) * 4 > kPoleScratchBytes) --s;
-    if (s >= 2) ps = PoleSplit{s, keys};
+    if (s >= 2) ps = PoleSplit{s, static_cast<int>(keys)};
     return ps;
   }
   // The short sequences a long-pole split takes (WalkInput::pole_qmax, pole_head_rows): the most
