@@ -390,7 +390,9 @@ def _varlen_over_rows(q, kc, vc, cu_k, lengths, varlen_q, common):
     k_packed = kc.reshape(B * S_cache, kc.shape[2], kc.shape[3])
     v_packed = vc.reshape(B * S_cache, vc.shape[2], vc.shape[3])
     kw = dict(common)
-    kw.setdefault("max_seqlen_k", None)
+    # Every row's keys fit its cache row: S_cache bounds them where cache_seqlens gave no exact hint,
+    # so a decode step's keys still split over the SMs (docs/PERF.md run 84).
+    kw["max_seqlen_k"] = kw.get("max_seqlen_k") or S_cache
     out = kw.pop("out")
     if varlen_q:
         cu_q, max_q = kw.pop("cu_seqlens_q"), kw.pop("max_seqlen_q")

@@ -72,8 +72,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     max_q = int(seqlens_q.max())
     if max_q == 0:
         return q.new_zeros(B, Sq, Hq, D), None
+    # max_seqlen_k: the padded length bounds every row's keys, a hint with no host sync; without it a
+    # padded decode step's keys would not be split over the SMs (docs/PERF.md run 84).
     o = ops.attention_varlen(_unpadded(q, idx_q), _unpadded(k, idx_k), _unpadded(v, idx_k), cu_q, cu_k, max_q,
-                             **common)
+                             max_seqlen_k=Sk, **common)
     out = q.new_zeros(B * Sq, Hq, D)
     out.index_copy_(0, idx_q, o)
     return out.view(B, Sq, Hq, D), None

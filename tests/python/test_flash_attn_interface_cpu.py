@@ -272,6 +272,7 @@ def test_kvcache_with_a_cache_length_not_a_multiple_of_8_uses_varlen_rows(rec):
     assert torch.equal(c["args"][0], torch.tensor([0, 1, 2], dtype=torch.int32))   # cu_seqlens_q
     assert torch.equal(c["args"][1], torch.tensor([0, 13, 26], dtype=torch.int32))  # cu_seqlens_k: one row each
     assert torch.equal(c["seqused_k"], torch.tensor([4, 13], dtype=torch.int32))
+    assert c["max_seqlen_k"] == 13  # the cache row bounds the keys: the hint that splits them
 
 
 # ---- rotary embedding ------------------------------------------------------------------------------

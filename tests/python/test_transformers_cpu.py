@@ -32,10 +32,12 @@ class ReferenceOps:
         return o.to(q.dtype)
 
     @classmethod
-    def attention_varlen(cls, q, k, v, cu_q, cu_k, max_q, causal=False, window=None, softcap=0.0, softmax_scale=None,
-                         sinks=None):
+    def attention_varlen(cls, q, k, v, cu_q, cu_k, max_q, max_seqlen_k=None, causal=False, window=None, softcap=0.0,
+                         softmax_scale=None, sinks=None):
         cls.calls.append(("varlen", tuple(q.shape), tuple(k.shape), causal, window))
         assert max_q == int((cu_q[1:] - cu_q[:-1]).max())
+        # The key hint that sizes the split (a decode step's keys spread over the SMs): every row's keys at most
+        assert max_seqlen_k is not None and max_seqlen_k >= int((cu_k[1:] - cu_k[:-1]).max())
         outs = []
         for b in range(cu_q.numel() - 1):
             qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
