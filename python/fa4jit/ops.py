@@ -656,7 +656,8 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
     q: (total_q, Hq, D), k/v: (total_k, Hkv, D), packed sequences; cu_seqlens_q/k: int32 (B + 1,)
     offsets on the device; max_seqlen_q: the longest query sequence (a host int). max_seqlen_k: the
     longest key sequence (a host int, None: unknown), a hint as in FlashAttention: it only chooses
-    the CTA schedule (causal: that of an equal-length batch), and any value gives the same results.
+    the CTA schedule (causal: that of an equal-length batch) and how many ways the keys split (a
+    decode batch splits only with it), and any value gives the same results.
     seqused_k: int32 (B,) keys used per sequence.
     Other arguments as attention() (FP8 descale factors: (B, Hkv), B the number of sequences).
     Returns out (total_q, Hq, D), or (out, lse) with lse (Hq, total_q).
