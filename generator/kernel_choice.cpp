@@ -34,12 +34,16 @@ bool auto_pack(const LaunchFacts& f) {
 }  // namespace
 }  // namespace detail
 
-FA4Config choose_kernel(FA4Config c, const LaunchFacts& f) {
-  if (f.group < 1 || f.max_seqlen_q < 0 || f.varlen_batch < 0 || f.total_q < 0)
+FA4Config choose_kernel(FA4Config c, const LaunchFacts& facts) {
+  if (facts.group < 1 || facts.max_seqlen_q < 0 || facts.varlen_batch < 0 || facts.total_q < 0)
     throw ConfigError(
         fmt::format("choose_kernel: group {}, max_seqlen_q {}, varlen_batch {}, total_q {}: the group "
                     "is at least 1 and the lengths at least 0",
-                    f.group, f.max_seqlen_q, f.varlen_batch, f.total_q));
+                    facts.group, facts.max_seqlen_q, facts.varlen_batch, facts.total_q));
+  // A varlen max_seqlen_q is the caller's hint; no sequence holds more than q's rows (the launch
+  // clamps it the same way: pack_params).
+  LaunchFacts f = facts;
+  if (f.varlen_batch > 0 && f.total_q > 0 && f.max_seqlen_q > f.total_q) f.max_seqlen_q = static_cast<int>(f.total_q);
   const bool packable = detail::packable(f.group);
   c.pack_gqa = f.pack_gqa ? *f.pack_gqa && f.group > 1 : packable && detail::auto_pack(f);
   if (c.pack_gqa) c.group = f.group;

@@ -182,7 +182,9 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   // Packed GQA: grid heads are CTAs of `pack` query heads; a sequence's tile rows are PackedRow's
   // (templates/common/packed_rows.h), padded per Q box where pack does not divide the box rows.
   const int pack = pack_heads(rc);
-  const std::int64_t max_sq = a.cu_seqlens_q ? a.max_seqlen_q : Sq;
+  // Varlen: no sequence holds more queries than q's rows, so a larger hint is clamped to them (the
+  // grid and the host's schedule simulation are then bounded by the tensor, not by an int).
+  const std::int64_t max_sq = a.cu_seqlens_q ? std::min<std::int64_t>(a.max_seqlen_q, Sq) : Sq;
   p.num_m_blocks = static_cast<int>((fa4::packed_row_count(max_sq, pack, pack_span(rc)) + c.BM - 1) / c.BM);
   p.num_splits = 1;  // the plan decides splits and sets the workspace
   p.partial_rows = static_cast<int>(Hq * (a.cu_seqlens_q ? Sq : B * Sq));

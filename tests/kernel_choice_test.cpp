@@ -2,6 +2,8 @@
 // Python ops and `prewarm --model` share (generator/kernel_choice.cpp, BackendPolicy::launch_bm).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "fa4jit/advanced.hpp"
 #include "fa4jit/errors.hpp"
 
@@ -109,6 +111,10 @@ TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
   jit::FA4Config fixed = c;
   fixed.BM = 64;
   EXPECT_EQ(bm(fixed, facts(4, 7000, 8, 16048)), 64);
+  // A varlen max_seqlen_q above q's rows is a loose hint: 8 MHA decode rows keep the decode tile.
+  EXPECT_EQ(bm(c, facts(1, std::numeric_limits<int>::max(), 8, 8)), 64);
+  EXPECT_EQ(bm(c, facts(1, 65, 8, 8)), 64);
+  EXPECT_EQ(bm(c, facts(1, 65, 8, 520)), 0);  // within q's rows: the caller's
 }
 
 // The chosen configs resolve: the tile is one sm_90a accepts for the packed or unpacked kernel.

@@ -241,6 +241,13 @@ TEST(LptSections, CausalWeightsCountVisibleKvTiles) {
   EXPECT_EQ(PersistentWalk::causal_tile_weights(300, 100, 128, 128, false), (std::vector<double>{1.5, 1.5, 0.5}));
   // Top-left: row r sees keys <= r, clipped at Sk.
   EXPECT_EQ(PersistentWalk::causal_tile_weights(300, 100, 128, 64, true), (std::vector<double>{2.5, 2.5, 2.5}));
+  // Keys from a hint at the int limit (varlen max_seqlen_k): every tile sees all of its rows' keys
+  // below the bottom-right diagonal, counted without overflow.
+  const int kMax = std::numeric_limits<int>::max();
+  const std::vector<double> w = PersistentWalk::causal_tile_weights(256, kMax, 128, 128, false);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0], static_cast<double>((static_cast<long long>(kMax) + 127) / 128) + 0.5);
+  EXPECT_EQ(w[1], static_cast<double>((static_cast<long long>(kMax) - 128 + 127) / 128) + 0.5);
 }
 
 // sm90a's causal Q tiles at kBM 192 end at the last row (BackendPolicy::bottom_q_tiles, emitted
@@ -634,6 +641,34 @@ TEST(ScheduleModel, VarlenKeysAreKnownOnlyThroughTheHint) {
   EXPECT_EQ(jit::detail::schedule_model(shape, a, causal).shape.max_seqlen_k, 4096);
   a.max_seqlen_k = 0;  // the query lengths are not known without it: the L2 rule
   EXPECT_FALSE(jit::detail::schedule_model(shape, a, causal).causal_known_lengths);
+}
+
+// A varlen launch's max_seqlen_q is the caller's hint: no sequence holds more queries than q's rows,
+// so a larger one is clamped to them before it sizes the grid (num_m_blocks) and the schedule.
+TEST(ScheduleModel, VarlenQueryHintIsBoundedByQsRows) {
+  jit::FA4Config c;
+  c.arch = "sm_90a";
+  c.depth = 128;
+  c.mask = jit::Mask::causal();
+  const jit::ResolvedConfig rc = jit::resolve(c);
+  char* base = reinterpret_cast<char*>(std::uintptr_t{1} << 30);
+  jit::LaunchArgs a;
+  a.q = jit::Tensor::contiguous(base, jit::DType::bf16, 1, 300, 8, 128);
+  a.k = jit::Tensor::contiguous(base + (1 << 24), jit::DType::bf16, 1, 900, 2, 128);
+  a.v = jit::Tensor::contiguous(base + (2 << 24), jit::DType::bf16, 1, 900, 2, 128);
+  a.o = jit::Tensor::contiguous(base + (3 << 24), jit::DType::bf16, 1, 300, 8, 128);
+  a.cu_seqlens_q = a.cu_seqlens_k = reinterpret_cast<const int*>(base + (4 << 24));
+  a.batch = 3;
+  jit::detail::LaunchShape shape;
+  for (const int hint : {std::numeric_limits<int>::max(), 301}) {
+    a.max_seqlen_q = hint;
+    const fa4::FwdParams p = jit::detail::pack_params(rc, a, &shape);
+    EXPECT_EQ(shape.max_seqlen_q, 300) << hint;
+    EXPECT_EQ(p.num_m_blocks, (300 + rc.config.BM - 1) / rc.config.BM) << hint;
+  }
+  a.max_seqlen_q = 100;  // below q's rows: the caller's
+  jit::detail::pack_params(rc, a, &shape);
+  EXPECT_EQ(shape.max_seqlen_q, 100);
 }
 
 // Where a dynamic-walk kernel claims its units from a counter (ScheduleModel::static_order false):

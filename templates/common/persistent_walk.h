@@ -213,13 +213,15 @@ struct PersistentWalk {
   // tiles end at the last query row (BackendPolicy::bottom_q_tiles), so a partial tile is the lightest.
   static std::vector<double> causal_tile_weights(int seqlen_q, int seqlen_k, int bm, int bn, bool top_left,
                                                  bool bottom_tiles = false) {
+    // In 64 bits: seqlen_k may be the caller's max_seqlen_k hint, any int.
     std::vector<double> w;
-    const int m_blocks = (seqlen_q + bm - 1) / bm;
-    const int pad = bottom_tiles ? m_blocks * bm - seqlen_q : 0;
-    for (int m = m_blocks - 1; m >= 0; --m) {
-      const int row_end = std::min(seqlen_q, (m + 1) * bm - pad);  // the tile's last row + 1
-      const int key_end = std::min(seqlen_k, top_left ? row_end : row_end + seqlen_k - seqlen_q);
-      w.push_back((key_end > 0 ? (key_end + bn - 1) / bn : 0) + 0.5);
+    const long long sq = seqlen_q, sk = seqlen_k;
+    const long long m_blocks = (sq + bm - 1) / bm;
+    const long long pad = bottom_tiles ? m_blocks * bm - sq : 0;
+    for (long long m = m_blocks - 1; m >= 0; --m) {
+      const long long row_end = std::min(sq, (m + 1) * bm - pad);  // the tile's last row + 1
+      const long long key_end = std::min(sk, top_left ? row_end : row_end + sk - sq);
+      w.push_back(static_cast<double>(key_end > 0 ? (key_end + bn - 1) / bn : 0) + 0.5);
     }
     return w;
   }
