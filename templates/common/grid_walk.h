@@ -70,9 +70,9 @@ struct GridWalk {
   // sequences split, into pieces of about twice the keys a chunk's heaviest tile walks under a
   // causal mask (2 max_seqlen_q, at least 16 KV tiles), at most kMaxSplits pieces and a scratch
   // within kPoleScratchBytes: a piece of 16 query rows reads its keys at a fraction of the time a
-  // 64-row tile computes over as many (pieces of 3072-6144 keys were 8-12% faster than 2048 on the
-  // zoo's 16/1, 10/2 and 14/2 steps, 1024 slower, one piece slowest: run 84). Returns the most
-  // pieces (1: no long-pole split) and the keys per piece.
+  // 64-row tile computes over as many (pieces of 3072-4096 keys were 7-12% faster than 2048 on the
+  // zoo's 16/1, 10/2 and 14/2 steps; 1024 slower, 6144 faster at 16/1 only, one piece slowest: run 84).
+  // Returns the most pieces (1: no long-pole split) and the keys per piece.
   static constexpr long long kPoleScratchBytes = 256LL << 20;
   struct PoleSplit {
     int splits = 1, keys = 0;
