@@ -10,11 +10,17 @@ cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) la
 - FlashAttention-4: ``flash_attn.cute`` (flash-attn-4; ``FA4_SITE`` from ../shared/bench/fa4_peer.sh).
 - FlexAttention: ``torch.compile(flex_attention)`` with ``create_block_mask``, prefill rows only
   (each new shape compiles).
-- FlashInfer (``FI_SITE``: ../shared/bench/flashinfer_peer.sh's $HOME/fisite):
+- FlashInfer (``FI_SITE``: ../shared/bench/flashinfer_peer.sh's $HOME/fisite), what serving engines
+  (SGLang, vLLM) call, each wrapper planned once per input set outside the timed calls:
   ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` on the MLA decode rows (kind "mla": the absorbed
-  decode over the latent cache), planned once per page table; it reads the cache's
-  512 latent and 64 rope columns as two views of fa4jit's (pages, page, 1, 576) cache, no copies.
-  The other peers have no latent-cache form and skip those rows; FlashInfer runs no other row.
+  decode over the latent cache; it reads the cache's 512 latent and 64 rope columns as two views of
+  fa4jit's (pages, page, 1, 576) cache, no copies); ``BatchDecodeWithPagedKVCacheWrapper`` on the
+  paged decode rows, over fa4jit's own page pool and tables (NHD, any page size); and
+  ``BatchPrefillWithRaggedKVCacheWrapper`` on the varlen and continuous-batching rows (packed K/V
+  and cu_seqlens, as flash_attn_varlen_func; causal aligned bottom-right as fa4jit's). Where
+  FlashInfer has two kernels for a row (decode on CUDA cores or on tensor cores, chosen by the
+  caller: SGLang takes tensor cores from GQA group 4) the faster on this row is kept.
+  The other peers have no latent-cache form and skip the MLA rows.
 """
 import importlib
 import os
@@ -159,15 +165,45 @@ def flex_arm(row, data):
     return fn
 
 
-def flashinfer_mla_module():
-    """flashinfer.mla (FI_SITE: ../shared/bench/flashinfer_peer.sh's $HOME/fisite), or Unsupported."""
-    return peer_module("flashinfer.mla", "FI_SITE", "FlashInfer")
+def flashinfer_module(name="flashinfer"):
+    """flashinfer (FI_SITE: ../shared/bench/flashinfer_peer.sh's $HOME/fisite), or Unsupported."""
+    return peer_module(name, "FI_SITE", "FlashInfer")
 
 
-def flashinfer_arm(row, data):
-    if not row.latent:
-        raise Unsupported("timed on the MLA decode rows only")
-    m = flashinfer_mla_module()
+def _fi_workspace(dev):
+    import torch
+    return torch.empty(128 << 20, dtype=torch.int8, device=dev)
+
+
+def _faster(fns, calls=10):
+    """The fastest of ``fns`` (each already run once) over a few calls of input set 0: for a peer
+    whose caller picks among kernels, the pick that serves this row best."""
+    import torch
+    if len(fns) == 1:
+        return fns[0]
+    times = []
+    for fn in fns:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(calls):
+            fn(0)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return fns[times.index(min(times))]
+
+
+def _fi_features(sh, who):
+    if sh.sinks:
+        raise Unsupported(f"{who}: no attention sinks here")
+    if sh.dv != sh.D:
+        raise Unsupported(f"{who}: one head dim for K and V")
+    return dict(window_left=sh.window - 1 if sh.window else -1, logits_soft_cap=sh.softcap or None,
+                sm_scale=sh.softmax_scale)
+
+
+def _flashinfer_mla(row, data):
+    m = flashinfer_module("flashinfer.mla")
     import torch
     sh = row.shape
     B, Sq, H = row.B, row.Sq, sh.Hq
@@ -182,7 +218,7 @@ def flashinfer_arm(row, data):
     kv_len = data["seqused_k"]
     wrappers = []
     for table in data["page_table"]:  # one plan per input set's page table
-        w = m.BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.int8, device=dev))
+        w = m.BatchMLAPagedAttentionWrapper(_fi_workspace(dev))
         w.plan(qo_indptr, kv_indptr, table.reshape(-1), kv_len, H, ckv_dim, kpe_dim, row.page, True,
                sh.softmax_scale, data["q"][0].dtype, cache.dtype)
         wrappers.append(w)
@@ -193,6 +229,67 @@ def flashinfer_arm(row, data):
     fn(0)
     torch.cuda.synchronize()
     return fn
+
+
+def _flashinfer_paged_decode(row, data):
+    feats = _fi_features(row.shape, "FlashInfer paged decode")
+    fi = flashinfer_module()
+    import torch
+    sh = row.shape
+    dev = data["k_pages_bf16"].device
+    per_seq = row.Sk // row.page
+    i32 = dict(dtype=torch.int32, device=dev)
+    indptr = torch.arange(row.B + 1, **i32) * per_seq
+    last = torch.full((row.B,), row.Sk - (per_seq - 1) * row.page, **i32)
+    cache = (data["k_pages_bf16"], data["v_pages_bf16"])  # (pages, page, Hkv, D): NHD
+    work = _fi_workspace(dev)
+    modes = []
+    for tensor_cores in (False, True):
+        try:
+            wrappers = []
+            for table in data["page_table"]:  # one plan per input set's page table
+                w = fi.BatchDecodeWithPagedKVCacheWrapper(work, "NHD", use_tensor_cores=tensor_cores)
+                w.plan(indptr, table.reshape(-1), last, sh.Hq, sh.Hkv, sh.D, row.page, q_data_type=torch.bfloat16,
+                       kv_data_type=torch.bfloat16, **feats)
+                wrappers.append(w)
+
+            def fn(i, wrappers=wrappers):
+                return rot(wrappers, i).run(rot(data["q"], i).view(row.B, sh.Hq, sh.D), cache).view(
+                    row.B, 1, sh.Hq, sh.D)
+            fn(0)
+            torch.cuda.synchronize()
+            modes.append(fn)
+        except Exception as e:  # noqa: BLE001 - a group its CUDA-core decode does not take: the other kernel
+            reason = f"FlashInfer decode (tensor cores {tensor_cores}): {type(e).__name__}: {e}"[:140]
+    if not modes:
+        raise Unsupported(reason)
+    return _faster(modes)
+
+
+def _flashinfer_ragged(row, data):
+    feats = _fi_features(row.shape, "FlashInfer ragged prefill")
+    fi = flashinfer_module()
+    import torch
+    sh = row.shape
+    w = fi.BatchPrefillWithRaggedKVCacheWrapper(_fi_workspace(data["cu_q"].device), "NHD")
+    w.plan(data["cu_q"], data["cu_k"], sh.Hq, sh.Hkv, sh.D, causal=True, q_data_type=torch.bfloat16,
+           kv_data_type=torch.bfloat16, **feats)
+
+    def fn(i):
+        return w.run(rot(data["q"], i), rot(data["k_bf16"], i), rot(data["v_bf16"], i))
+    fn(0)
+    torch.cuda.synchronize()
+    return fn
+
+
+def flashinfer_arm(row, data):
+    if row.latent:  # mla and mla8 (whose peers read a bf16 cache of the same values)
+        return _flashinfer_mla(row, data)
+    if row.kind == "paged":
+        return _flashinfer_paged_decode(row, data)
+    if row.lens:
+        return _flashinfer_ragged(row, data)
+    raise Unsupported("timed on the MLA, paged decode, varlen and continuous-batching rows")
 
 
 PEERS = {"cudnn": cudnn_arm, "fa2": fa2_arm, "fa4": fa4_arm, "flex": flex_arm, "flashinfer": flashinfer_arm}

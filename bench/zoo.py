@@ -506,7 +506,7 @@ def table(results):
         dev = max([abs(x - 1) for x in (aa[0], aa2[0]) if not math.isnan(x)] or [float("nan")])
         aa_dev.append(dev)
         label = best or "none runs it"
-        if best and row.kind == "paged" and best != "fa4":
+        if best and row.kind == "paged" and best not in ("fa4", "flashinfer"):
             label += " (contiguous)"
         if best and row.kind in ("fp8kv", "mla8") and best != "fa4jit bf16 cache":
             label += " (bf16 KV)"

@@ -238,8 +238,15 @@ def test_only_flashinfer_peers_the_mla_rows_and_its_absence_is_a_skip(monkeypatc
     for name in ("cudnn", "fa2", "fa4", "flex"):
         with pytest.raises(peers.Unsupported):
             peers.PEERS[name](mla, {})
-    with pytest.raises(peers.Unsupported, match="MLA decode rows only"):
-        peers.PEERS["flashinfer"](zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096), {})
+    # FlashInfer runs the rows serving engines call it on (MLA, paged decode, varlen batches), not
+    # contiguous decode or prefill, and not what its wrappers lack (sinks; V narrower than K).
+    for row in (zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096), zoo.Row("prefill", zoo.Shape(32, 8, 128), 1, 2048, 2048)):
+        with pytest.raises(peers.Unsupported, match="paged decode, varlen"):
+            peers.PEERS["flashinfer"](row, {})
+    with pytest.raises(peers.Unsupported, match="sinks"):
+        peers.PEERS["flashinfer"](zoo.Row("paged", zoo.Shape(64, 8, 64, sinks=True), 32, 1, 4096, page=16), {})
+    with pytest.raises(peers.Unsupported, match="one head dim"):
+        peers.PEERS["flashinfer"](zoo.Row("varlen", zoo.Shape(16, 16, 192, Dv=128), 8, 0, 0, lens=zoo.VARLEN_LENS), {})
     # FlashInfer may be absent: the arm is then Unsupported (a skipped peer), not a failed row.
     monkeypatch.setattr(peers, "_peer_modules", {})  # not imported yet in this process
     monkeypatch.setitem(sys.modules, "flashinfer", None)
