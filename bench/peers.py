@@ -15,9 +15,11 @@ cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) la
   ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` on the MLA decode rows (kind "mla": the absorbed
   decode over the latent cache; it reads the cache's 512 latent and 64 rope columns as two views of
   fa4jit's (pages, page, 1, 576) cache, no copies); ``BatchDecodeWithPagedKVCacheWrapper`` on the
-  paged decode rows, over fa4jit's own page pool and tables (NHD, any page size); and
-  ``BatchPrefillWithRaggedKVCacheWrapper`` on the varlen and continuous-batching rows (packed K/V
-  and cu_seqlens, as flash_attn_varlen_func; causal aligned bottom-right as fa4jit's). Where
+  decode rows, over fa4jit's own page pool and tables (NHD, any page size) or, contiguous, each
+  sequence's K/V as one page of Sk rows (no copy; FP8-KV rows: the bf16 copies the other peers
+  read); ``BatchPrefillWithPagedKVCacheWrapper`` (causal, bottom-right) on the speculative rows;
+  and ``BatchPrefillWithRaggedKVCacheWrapper`` on the varlen and continuous-batching rows (packed
+  K/V and cu_seqlens, as flash_attn_varlen_func; causal aligned bottom-right as fa4jit's). Where
   FlashInfer has two kernels for a row (decode on CUDA cores or on tensor cores, chosen by the
   caller: SGLang takes tensor cores from GQA group 4) the faster on this row is kept.
   The other peers have no latent-cache form and skip the MLA rows.
@@ -231,39 +233,69 @@ def _flashinfer_mla(row, data):
     return fn
 
 
-def _flashinfer_paged_decode(row, data):
-    feats = _fi_features(row.shape, "FlashInfer paged decode")
+def _fi_pages(row, data):
+    """The row's K/V as FlashInfer's paged cache (NHD): (page size, the page table of each input
+    set, cache(i): set i's (K, V) pages). A paged row's own pool and tables; a contiguous row's
+    (B, Sk, Hkv, D) tensors are B pages of Sk rows (no copy), every set's table the identity."""
+    import torch
+    if row.page:
+        return row.page, data["page_table"], lambda i: (data["k_pages_bf16"], data["v_pages_bf16"])
+    identity = torch.arange(row.B, dtype=torch.int32, device=data["q"][0].device).view(row.B, 1)
+    return row.Sk, [identity], lambda i: (rot(data["k_bf16"], i), rot(data["v_bf16"], i))
+
+
+def _flashinfer_decode(row, data):
+    """Decode (one query per sequence) and speculative rows over paged or contiguous K/V: the
+    decode wrapper (the faster of its CUDA-core and tensor-core kernels) for one query, the paged
+    prefill wrapper (causal, bottom-right) for several."""
+    feats = _fi_features(row.shape, "FlashInfer decode")
     fi = flashinfer_module()
     import torch
     sh = row.shape
-    dev = data["k_pages_bf16"].device
-    per_seq = row.Sk // row.page
+    dev = data["q"][0].device
+    page, tables, cache = _fi_pages(row, data)
+    per_seq = row.Sk // page
     i32 = dict(dtype=torch.int32, device=dev)
     indptr = torch.arange(row.B + 1, **i32) * per_seq
-    last = torch.full((row.B,), row.Sk - (per_seq - 1) * row.page, **i32)
-    cache = (data["k_pages_bf16"], data["v_pages_bf16"])  # (pages, page, Hkv, D): NHD
+    last = torch.full((row.B,), row.Sk - (per_seq - 1) * page, **i32)
+    dtypes = dict(q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
     work = _fi_workspace(dev)
-    modes = []
-    for tensor_cores in (False, True):
+    if row.Sq == 1:
+        def make(tensor_cores):
+            return fi.BatchDecodeWithPagedKVCacheWrapper(work, "NHD", use_tensor_cores=tensor_cores)
+
+        def plan(w, table):
+            w.plan(indptr, table.reshape(-1), last, sh.Hq, sh.Hkv, sh.D, page, **dtypes, **feats)
+        modes = (False, True)
+    else:
+        qo_indptr = torch.arange(row.B + 1, **i32) * row.Sq
+
+        def make(_):
+            return fi.BatchPrefillWithPagedKVCacheWrapper(work, "NHD")
+
+        def plan(w, table):
+            w.plan(qo_indptr, indptr, table.reshape(-1), last, sh.Hq, sh.Hkv, sh.D, page, causal=True, **dtypes,
+                   **feats)
+        modes = (True,)
+    fns, reason = [], ""
+    for mode in modes:
         try:
             wrappers = []
-            for table in data["page_table"]:  # one plan per input set's page table
-                w = fi.BatchDecodeWithPagedKVCacheWrapper(work, "NHD", use_tensor_cores=tensor_cores)
-                w.plan(indptr, table.reshape(-1), last, sh.Hq, sh.Hkv, sh.D, row.page, q_data_type=torch.bfloat16,
-                       kv_data_type=torch.bfloat16, **feats)
-                wrappers.append(w)
+            for table in tables:  # one plan per input set's page table
+                wrappers.append(make(mode))
+                plan(wrappers[-1], table)
 
             def fn(i, wrappers=wrappers):
-                return rot(wrappers, i).run(rot(data["q"], i).view(row.B, sh.Hq, sh.D), cache).view(
-                    row.B, 1, sh.Hq, sh.D)
+                q = rot(data["q"], i).view(row.B * row.Sq, sh.Hq, sh.D)
+                return rot(wrappers, i).run(q, cache(i)).view(row.B, row.Sq, sh.Hq, sh.D)
             fn(0)
             torch.cuda.synchronize()
-            modes.append(fn)
+            fns.append(fn)
         except Exception as e:  # noqa: BLE001 - a group its CUDA-core decode does not take: the other kernel
-            reason = f"FlashInfer decode (tensor cores {tensor_cores}): {type(e).__name__}: {e}"[:140]
-    if not modes:
+            reason = f"FlashInfer decode (tensor cores {mode}): {type(e).__name__}: {e}"[:140]
+    if not fns:
         raise Unsupported(reason)
-    return _faster(modes)
+    return _faster(fns)
 
 
 def _flashinfer_ragged(row, data):
@@ -285,11 +317,11 @@ def _flashinfer_ragged(row, data):
 def flashinfer_arm(row, data):
     if row.latent:  # mla and mla8 (whose peers read a bf16 cache of the same values)
         return _flashinfer_mla(row, data)
-    if row.kind == "paged":
-        return _flashinfer_paged_decode(row, data)
     if row.lens:
         return _flashinfer_ragged(row, data)
-    raise Unsupported("timed on the MLA, paged decode, varlen and continuous-batching rows")
+    if row.kind in ("decode", "paged", "spec", "fp8kv"):
+        return _flashinfer_decode(row, data)
+    raise Unsupported("timed on the MLA, decode (paged, contiguous, speculative) and varlen rows")
 
 
 PEERS = {"cudnn": cudnn_arm, "fa2": fa2_arm, "fa4": fa4_arm, "flex": flex_arm, "flashinfer": flashinfer_arm}

@@ -41,7 +41,9 @@ On the GPU machine (repository root, .device carried):
   zoo [ARGS]            the benchmark zoo (bench/zoo.py ARGS, e.g. --rows decode --models llama3_8b):
                         fa4jit through its Python op and every peer (cuDNN, FA2, FlexAttention, and
                         FlashAttention-4 when FA4_SITE is set: ../shared/bench/fa4_peer.sh stage A in
-                        the call before, then `source .fa4/small/stage_b.sh` in this one) in one
+                        the call before, then `source .fa4/small/stage_b.sh` in this one; FlashInfer
+                        on the MLA, paged and varlen rows when FI_SITE is set: the stages of
+                        ../shared/bench/flashinfer_peer.sh in the calls before) in one
                         process at steady state; fa4jit from .whl/ if carried, else python/ over
                         .device/libfa4jit.so.0; BENCH_LIMIT (570)
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is

@@ -238,13 +238,14 @@ def test_only_flashinfer_peers_the_mla_rows_and_its_absence_is_a_skip(monkeypatc
     for name in ("cudnn", "fa2", "fa4", "flex"):
         with pytest.raises(peers.Unsupported):
             peers.PEERS[name](mla, {})
-    # FlashInfer runs the rows serving engines call it on (MLA, paged decode, varlen batches), not
-    # contiguous decode or prefill, and not what its wrappers lack (sinks; V narrower than K).
-    for row in (zoo.Row("decode", zoo.Shape(32, 8, 128), 32, 1, 4096), zoo.Row("prefill", zoo.Shape(32, 8, 128), 1, 2048, 2048)):
-        with pytest.raises(peers.Unsupported, match="paged decode, varlen"):
-            peers.PEERS["flashinfer"](row, {})
+    # FlashInfer runs the rows serving engines call it on (MLA, decode, speculative, varlen batches),
+    # not single prompts' prefill, and not what its wrappers lack (sinks; V narrower than K).
+    with pytest.raises(peers.Unsupported, match="decode .paged, contiguous, speculative. and varlen"):
+        peers.PEERS["flashinfer"](zoo.Row("prefill", zoo.Shape(32, 8, 128), 1, 2048, 2048), {})
     with pytest.raises(peers.Unsupported, match="sinks"):
         peers.PEERS["flashinfer"](zoo.Row("paged", zoo.Shape(64, 8, 64, sinks=True), 32, 1, 4096, page=16), {})
+    with pytest.raises(peers.Unsupported, match="sinks"):
+        peers.PEERS["flashinfer"](zoo.Row("decode", zoo.Shape(64, 8, 64, sinks=True), 1, 1, 4096), {})
     with pytest.raises(peers.Unsupported, match="one head dim"):
         peers.PEERS["flashinfer"](zoo.Row("varlen", zoo.Shape(16, 16, 192, Dv=128), 8, 0, 0, lens=zoo.VARLEN_LENS), {})
     # FlashInfer may be absent: the arm is then Unsupported (a skipped peer), not a failed row.
@@ -253,6 +254,84 @@ def test_only_flashinfer_peers_the_mla_rows_and_its_absence_is_a_skip(monkeypatc
     monkeypatch.setitem(sys.modules, "flashinfer.mla", None)
     with pytest.raises(peers.Unsupported, match="FlashInfer not importable"):
         peers.PEERS["flashinfer"](mla, {})
+
+
+class _FakeFlashInfer:
+    """flashinfer's decode / prefill wrappers as far as the peer arm uses them: records each plan and
+    each run's inputs, returns zeros of the output shape."""
+    def __init__(self):
+        self.plans, self.runs = [], []
+        fake = self
+
+        class Wrapper:
+            def __init__(self, work, layout, use_tensor_cores=None):
+                assert layout == "NHD"
+                self.kind = type(self).__name__
+
+            def plan(self, *args, **kw):
+                fake.plans.append((self.kind, args, kw))
+
+            def run(self, q, cache):
+                import torch
+                fake.runs.append((self.kind, q.shape, cache))
+                return torch.zeros(q.shape[0], q.shape[1], cache[1].shape[-1])
+
+        self.BatchDecodeWithPagedKVCacheWrapper = type("BatchDecodeWithPagedKVCacheWrapper", (Wrapper,), {})
+        self.BatchPrefillWithPagedKVCacheWrapper = type("BatchPrefillWithPagedKVCacheWrapper", (Wrapper,), {})
+
+
+def test_flashinfer_decode_arm_plans_pages_as_flashinfer_reads_them(monkeypatch):
+    """Contiguous decode: each sequence one page of Sk rows (identity table, last page full); paged:
+    the row's own tables; speculative: the paged prefill wrapper, causal, Sq queries per sequence.
+    Every set's call reads that set's K/V. (The kernels themselves run on the GPU: tools/gpu.sh zoo.)"""
+    torch = pytest.importorskip("torch")
+    import peers
+    fake = _FakeFlashInfer()
+    monkeypatch.setattr(peers, "flashinfer_module", lambda name="flashinfer": fake)
+    monkeypatch.setattr(peers, "_fi_workspace", lambda dev: None)
+    monkeypatch.setattr(peers, "_faster", lambda fns: fns[0])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    sh = zoo.Shape(8, 2, 16)
+    B, Sk = 2, 64
+
+    def data(Sq, sets=2, page=0):
+        d = {"q": [torch.randn(B, Sq, sh.Hq, sh.D) for _ in range(sets)],
+             "k_bf16": [torch.randn(B, Sk, sh.Hkv, sh.D) for _ in range(sets)],
+             "v_bf16": [torch.randn(B, Sk, sh.Hkv, sh.D) for _ in range(sets)]}
+        if page:
+            d["k_pages_bf16"] = torch.randn(sets * B * Sk // page, page, sh.Hkv, sh.D)
+            d["v_pages_bf16"] = torch.randn_like(d["k_pages_bf16"])
+            d["page_table"] = [torch.arange(B * Sk // page, dtype=torch.int32).view(B, -1) + s * B * Sk // page
+                               for s in range(sets)]
+        return d
+
+    d = data(1)
+    fn = peers.PEERS["flashinfer"](zoo.Row("decode", sh, B, 1, Sk), d)
+    kind, args, kw = fake.plans[0]
+    assert kind == "BatchDecodeWithPagedKVCacheWrapper"
+    indptr, indices, last, hq, hkv, dim, page = args
+    assert indptr.tolist() == [0, 1, 2] and indices.tolist() == [0, 1] and last.tolist() == [Sk, Sk]
+    assert (hq, hkv, dim, page) == (8, 2, 16, Sk) and kw["window_left"] == -1 and kw["logits_soft_cap"] is None
+    assert fn(1).shape == (B, 1, sh.Hq, sh.D)
+    _, q_shape, cache = fake.runs[-1]
+    assert q_shape == (B, sh.Hq, sh.D) and cache[0] is d["k_bf16"][1] and cache[1] is d["v_bf16"][1]
+
+    fake.plans.clear()
+    d = data(1, page=16)
+    fn = peers.PEERS["flashinfer"](zoo.Row("paged", sh, B, 1, Sk, page=16), d)
+    tables = [a[1] for _, a, _ in fake.plans[:2]]
+    assert [t.tolist() for t in tables] == [t.reshape(-1).tolist() for t in d["page_table"]]
+    assert fake.plans[0][1][0].tolist() == [0, 4, 8] and fake.plans[0][1][2].tolist() == [16, 16]
+    fn(1)
+    assert fake.runs[-1][2][0] is d["k_pages_bf16"]
+
+    fake.plans.clear()
+    d = data(4)
+    fn = peers.PEERS["flashinfer"](zoo.Row("spec", sh, B, 4, Sk), d)
+    kind, args, kw = fake.plans[0]
+    assert kind == "BatchPrefillWithPagedKVCacheWrapper" and kw["causal"] is True
+    assert args[0].tolist() == [0, 4, 8] and args[7] == Sk
+    assert fn(0).shape == (B, 4, sh.Hq, sh.D) and fake.runs[-1][1] == (B * 4, sh.Hq, sh.D)
 
 
 def test_model_features_reach_the_shape():
