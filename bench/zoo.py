@@ -458,8 +458,8 @@ def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False):
             errors["fa4jit bf16 cache"] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
     out_bytes = 2 * row.shape.Hq * row.shape.dv * sum(q for q, _ in row.seqs())
     max_calls = int(min(400, max(8, (2 << 30) // out_bytes)))  # graph outputs stay under ~2 GiB
-    rounds_ = harness.run_rounds(arms, nvml, rounds=rounds, iters=iters, graph=graph, max_calls=max_calls)
-    s = harness.summarize(rounds_, "fa4jit", "fa4jit A/A", [p for p in peers if p in arms])
+    s = harness.measure_row(arms, nvml, "fa4jit", "fa4jit A/A", [p for p in peers if p in arms], rounds=rounds,
+                            iters=iters, graph=graph, max_calls=max_calls)
     s.update({"errors": errors, "checks": checks, "sets": sets})
     del data, arms
     torch.cuda.empty_cache()
@@ -503,7 +503,7 @@ def table(results):
             f"{o.get('j_call', float('nan')):.4f}"
         aa = s.get("aa", (float("nan"),) * 3)
         aa2 = s.get("aa_b2b", (float("nan"),) * 3)
-        dev = max([abs(x - 1) for x in (aa[0], aa2[0]) if not math.isnan(x)] or [float("nan")])
+        dev = harness.aa_deviation(s)
         aa_dev.append(dev)
         label = best or "none runs it"
         if best and row.kind == "paged" and best not in ("fa4", "flashinfer"):

@@ -117,6 +117,29 @@ def test_every_arm_takes_every_position_and_changes_neighbours():
     assert harness.round_order(["a"], 5) == ["a"]
 
 
+def test_a_row_whose_aa_reads_noisy_is_measured_again_once(monkeypatch):
+    """A row's A/A past 2% doubles its rounds once (the ratios then stand on all of them); a quiet
+    row keeps its rounds; a row still noisy after the second batch is not measured a third time."""
+    def rnd(aa):
+        return {"fa4jit": {"ms": 1.0, "ms_b2b": 1.0}, "fa4jit A/A": {"ms": aa, "ms_b2b": 1.0},
+                "cudnn": {"ms": 1.1, "ms_b2b": 1.1}}
+    for first, second, expect_rounds, expect_aa in (
+            ([1.0] * 3, None, 3, 1.0),              # quiet: 3 rounds
+            ([1.05] * 3, [1.0] * 3, 6, 1.025),      # noisy, then quiet: 6 rounds, median over all
+            ([1.05] * 3, [1.05] * 3, 6, 1.05)):     # noisy twice: still 6 rounds, flagged by the table
+        batches = [first] + ([second] if second else [])
+        calls = []
+
+        def fake_rounds(arms, nvml, rounds=3, **kw):
+            calls.append(rounds)
+            return [rnd(a) for a in batches[len(calls) - 1]]
+        monkeypatch.setattr(harness, "run_rounds", fake_rounds)
+        s = harness.measure_row({}, None, "fa4jit", "fa4jit A/A", ["cudnn"], rounds=3)
+        assert s["rounds"] == expect_rounds and len(calls) == expect_rounds // 3
+        assert s["aa"][0] == pytest.approx(expect_aa) and s["vs_best"][0] == pytest.approx(1.1)
+    assert math.isnan(harness.aa_deviation({})) and harness.aa_deviation(s) == pytest.approx(0.05)
+
+
 def test_an_arm_failing_in_one_round_does_not_count_as_run():
     rounds = rounds_of([1.0, 1.0], [1.0, 1.0], {"cudnn": [0.5, None]})
     s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn"])
