@@ -24,9 +24,13 @@ enum class WindowLayout { all, every_other, every_nth_full, from_max_window_laye
 struct Family {
   const char* model_type;
   WindowLayout layout;
-  bool sinks;  // learned per-head attention sinks (a launch argument, not a kernel)
+  bool sinks;        // learned per-head attention sinks (a launch argument, not a kernel)
+  int nth_full = 6;  // every_nth_full without sliding_window_pattern: every nth layer attends fully
 };
 
+// Families whose attention is softmax attention over a causal mask, all layers or a window on some
+// (rotary variants, QK norms, biases and a scale of their own change the inputs and the launch's
+// softmax scale, not the kernel): as transformers runs each.
 constexpr Family kFamilies[] = {
     {"llama", WindowLayout::all, false},
     {"mistral", WindowLayout::all, false},
@@ -34,6 +38,10 @@ constexpr Family kFamilies[] = {
     {"phi3", WindowLayout::all, false},
     {"qwen2", WindowLayout::from_max_window_layers, false},
     {"qwen2_moe", WindowLayout::from_max_window_layers, false},
+    {"qwen2_vl", WindowLayout::from_max_window_layers, false},  // the language model of Qwen2-VL / 2.5-VL
+    {"qwen2_vl_text", WindowLayout::from_max_window_layers, false},
+    {"qwen2_5_vl", WindowLayout::from_max_window_layers, false},
+    {"qwen2_5_vl_text", WindowLayout::from_max_window_layers, false},
     {"qwen3", WindowLayout::from_max_window_layers, false},
     {"qwen3_moe", WindowLayout::from_max_window_layers, false},
     {"gemma", WindowLayout::all, false},
@@ -41,6 +49,14 @@ constexpr Family kFamilies[] = {
     {"gemma3", WindowLayout::every_nth_full, false},
     {"gemma3_text", WindowLayout::every_nth_full, false},
     {"gpt_oss", WindowLayout::all, true},
+    {"cohere", WindowLayout::all, false},                 // Command R
+    {"cohere2", WindowLayout::every_nth_full, false, 4},  // Command R7B, Command A: 3 of 4 layers slide
+    {"glm", WindowLayout::all, false},                    // GLM-4 (-chat-hf)
+    {"glm4", WindowLayout::all, false},                   // GLM-4-0414
+    {"glm4_moe", WindowLayout::all, false},               // GLM-4.5, 4.6
+    {"granite", WindowLayout::all, false},                // its attention_multiplier: the softmax scale
+    {"olmo2", WindowLayout::all, false},
+    {"starcoder2", WindowLayout::all, false},  // sliding_window on every layer
     // Multi-head latent attention, as transformers runs it (up-projections not absorbed): per head
     // Q/K of qk_nope_head_dim + qk_rope_head_dim (192), V of v_head_dim (128); and as serving
     // engines decode it (absorbed, over the latent cache: kMlaTensorParallel below).
@@ -124,7 +140,7 @@ std::vector<bool> sliding_layers(const json& c, const Family& f, int layers, boo
       case WindowLayout::all: break;
       case WindowLayout::every_other: s = i % 2 == 0; break;
       case WindowLayout::every_nth_full: {
-        const int n = set(c, "sliding_window_pattern") ? positive_int(c, "sliding_window_pattern") : 6;
+        const int n = set(c, "sliding_window_pattern") ? positive_int(c, "sliding_window_pattern") : f.nth_full;
         s = (i + 1) % n != 0;
         break;
       }

@@ -154,6 +154,44 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
   for (const auto& k : ks) EXPECT_NE(k.use.find("attention sinks: a launch argument"), std::string::npos) << k.use;
 }
 
+// Families beyond the zoo's: Command R (cohere, MHA: the decode tile), Command R7B / A (cohere2:
+// every 4th layer full unless sliding_window_pattern says otherwise), GLM-4 (a group of 16 over 2
+// KV heads), StarCoder2 (a window on every layer).
+TEST(ModelKernels, CohereGlmAndStarcoder2Families) {
+  FA4Config tile = expected(DType::bf16, 128, Mask::causal());
+  tile.BM = 64;
+  EXPECT_EQ(configs(jit::model_kernels(model("command_r"))),
+            (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()), tile}));
+
+  nlohmann::json c2 = model("command_r");
+  c2["model_type"] = "cohere2";
+  c2["num_hidden_layers"] = 8;
+  c2["sliding_window"] = 4096;
+  auto ks = jit::model_kernels(c2);
+  ASSERT_EQ(ks.size(), 4u);
+  EXPECT_EQ(ks[0].config.mask.kind, Mask::Kind::causal);
+  EXPECT_EQ(ks[0].use, "prefill and decode: full-attention layers 3, 7");
+  EXPECT_EQ(ks[2].config.mask.kind, Mask::Kind::sliding_window);
+  EXPECT_EQ(ks[2].use, "prefill and decode: sliding-window layers 0, 1, 2, 4, 5, 6");
+  c2["sliding_window_pattern"] = 2;
+  EXPECT_EQ(jit::model_kernels(c2)[0].use, "prefill and decode: full-attention layers 1, 3, 5, 7");
+
+  nlohmann::json glm = model("llama3_8b");
+  glm["model_type"] = "glm4";
+  glm["num_key_value_heads"] = 2;
+  EXPECT_EQ(configs(jit::model_kernels(glm)),
+            (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()),
+                                    expected(DType::bf16, 128, Mask::causal(), {}, 16),
+                                    prefill_tile(DType::bf16, 128, Mask::causal(), {}, 16)}));
+
+  nlohmann::json sc2 = model("llama3_8b");
+  sc2["model_type"] = "starcoder2";
+  sc2["sliding_window"] = 4096;
+  ks = jit::model_kernels(sc2);
+  ASSERT_FALSE(ks.empty());
+  for (const auto& k : ks) EXPECT_EQ(k.config.mask.kind, Mask::Kind::sliding_window) << k.use;
+}
+
 TEST(ModelKernels, UnsupportedFeaturesAreNamed) {
   nlohmann::json j = model("llama3_8b");
   j["model_type"] = "bert";
@@ -184,7 +222,7 @@ TEST(ModelKernels, EveryModelKernelResolvesOnHopper) {
   jit::ModelOptions o;
   o.dtype = DType::bf16;
   for (const char* name :
-       {"llama3_8b", "qwen2_7b", "qwen3_8b", "mistral_7b_v01", "gemma2_9b", "gemma3_4b", "gpt_oss_20b"})
+       {"llama3_8b", "qwen2_7b", "qwen3_8b", "mistral_7b_v01", "gemma2_9b", "gemma3_4b", "gpt_oss_20b", "command_r"})
     for (const ModelKernel& k : jit::model_kernels(model(name), o)) {
       FA4Config c = k.config;
       c.arch = "sm_90a";
