@@ -41,14 +41,21 @@ from peers import rot  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL_DIR = os.path.join(HERE, "..", "tests", "models")
 
-# model file (tests/models/NAME.json) -> tensor-parallel degrees to shard it into.
+# model file (tests/models/NAME.json, or SHAPE_ONLY below) -> tensor-parallel degrees to shard it into.
 MODELS = {
     "llama3_8b": [1], "llama3_1_70b": [1, 8], "llama3_1_405b": [8], "mistral_7b_v01": [1],
     "mistral_nemo": [1], "mixtral_8x7b": [1, 8], "qwen2_7b": [1], "qwen2_5_7b": [1, 2], "qwen2_5_32b": [1, 4],
     "qwen2_5_72b": [8], "qwen3_8b": [1], "qwen3_30b_a3b": [1], "gemma2_9b": [1], "gemma3_4b": [1],
     "gemma3_27b": [1], "phi4": [1], "gpt_oss_20b": [1], "gpt_oss_120b": [1, 4], "command_r": [1],
     "deepseek_v3": [1, 8], "kimi_k2": [1, 8],
+    "qwen2_5_1_5b": [1, 2], "glm4_9b": [1], "qwen3_235b_a22b": [1, 4], "llama3_2_1b": [1],  # SHAPE_ONLY
 }
+# Models whose config.json is not in tests/models: the attention fields the zoo reads (heads, KV
+# heads, head dim), as their config.json on the Hub states them, for shapes no file above has: a
+# group of 6 (Qwen2.5-1.5B: 12/2), 16 over 2 and 4 KV heads (GLM-4-9B: 32/2; Qwen3-235B-A22B:
+# 64/4) and head dim 64 without sinks (Llama-3.2-1B: 32/8).
+SHAPE_ONLY = {"qwen2_5_1_5b": (12, 2, 128), "glm4_9b": (32, 2, 128), "qwen3_235b_a22b": (64, 4, 128),
+              "llama3_2_1b": (32, 8, 64)}
 VARLEN_LENS = tuple((n, n) for n in (7000, 3000, 2048, 1500, 1200, 800, 400, 100))  # a prefill batch
 # A continuous-batching step as serving engines issue it: 48 decode rows over 4.1k-8.7k keys and two
 # prefill chunks of 2048, in one varlen call.
@@ -170,6 +177,8 @@ def text_config(cfg):
 
 def model_shape(name):
     """(Shape, note) of a model's full-attention layers at TP 1; note is why it has no rows."""
+    if name in SHAPE_ONLY:
+        return Shape(*SHAPE_ONLY[name]), ""
     with open(os.path.join(MODEL_DIR, name + ".json"), encoding="utf-8") as f:
         cfg = text_config(json.load(f))
     hq = cfg["num_attention_heads"]
@@ -187,6 +196,8 @@ def model_shape(name):
 def mla_shape(name):
     """The absorbed MLA decode's Shape at TP 1 (Q/K kv_lora_rank + qk_rope_head_dim, V kv_lora_rank,
     one KV head, the unabsorbed head dim's softmax scale), or None for a model without a latent cache."""
+    if name in SHAPE_ONLY:
+        return None
     with open(os.path.join(MODEL_DIR, name + ".json"), encoding="utf-8") as f:
         cfg = text_config(json.load(f))
     if "kv_lora_rank" not in cfg:
