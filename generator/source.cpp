@@ -167,6 +167,7 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kPingPong", rc.tuning.pingpong},
       {"kWgSpans", rc.tuning.wg_spans},
       {"kPersistent", rc.tuning.persistent},
+      {"kAlternateS", rc.tuning.alternate_s},                  // sm90a: O-split warpgroups take turns computing S
       {"kPack", pack},                                         // GQA packing: query heads per CTA (PackedRow)
       {"kBottomTiles", detail::policy(rc).bottom_q_tiles(c)},  // Q tiles end at the last row (sm90a)
       {"kCtasPerSm", rc.ctas_per_sm},

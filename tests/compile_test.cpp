@@ -131,33 +131,49 @@ TEST(Compile, HopperSplitOCompilesWithoutSpills) {
         Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128},
         Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128, true},
         Case{576, 512, jit::Mask::none(), jit::ScoreMod::identity(), 16, true}}) {
-    jit::FA4Config c;
-    c.arch = "sm_90a";
-    c.depth = k.depth;
-    c.depth_v = k.depth_v;
-    c.mask = k.mask;
-    c.score_mod = k.mod;
-    c.group = k.group;
-    c.pack_gqa = k.group > 0;
-    if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
-    const jit::ResolvedConfig r = jit::resolve(c);
-    const std::string what = fmt::format("sm_90a d{}/{} mask {} mod {} group {}{} BM {} BN {}", k.depth, k.depth_v,
-                                         static_cast<int>(k.mask.kind), static_cast<int>(k.mod.kind), k.group,
-                                         k.kv_fp8 ? " e4m3 KV" : "", r.config.BM, r.config.BN);
-    EXPECT_EQ(r.config.BM, 64) << what;
-    EXPECT_EQ(r.config.BN, k.depth == 512 || k.kv_fp8 ? 32 : 64) << what;
-    EXPECT_EQ(r.num_threads, 384) << what;
-    CompileOutput out;
-    ASSERT_NO_THROW(out = compile(c)) << what;
-    const auto use = jit::detail::parse_ptxas_log(out.log);
-    EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
-    EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
-    EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
-    const char* ty = k.kv_fp8 ? "f16" : "bf16";  // e4m3 -> fp16 is one instruction a pair (shape.cuh MmaElement)
-    const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.BN, ty);
-    const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n256k16.f32.{}", ty);
-    expect_ptx_has(out.ptx, {qk.c_str(), pv.c_str(), "cp.async.bulk.tensor", "setmaxnreg"}, what);
-    if (k.kv_fp8) expect_ptx_has(out.ptx, {"cvt.rn.f16x2.e4m3x2"}, what);
+    for (int alternate : {0, 1}) {
+      if (alternate && (k.kv_fp8 || k.mask.kind == jit::Mask::Kind::custom)) {  // 16-bit K/V, built-in masks
+        jit::FA4Config c;
+        c.arch = "sm_90a";
+        c.depth = k.depth;
+        c.depth_v = k.depth_v;
+        c.mask = k.mask;
+        c.group = k.group;
+        c.pack_gqa = k.group > 0;
+        if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
+        EXPECT_THROW(jit::resolve(c, jit::ResolveOptions{jit::parse_tune("alternate_s=1")}), jit::ConfigError);
+        continue;
+      }
+      jit::FA4Config c;
+      c.arch = "sm_90a";
+      c.depth = k.depth;
+      c.depth_v = k.depth_v;
+      c.mask = k.mask;
+      c.score_mod = k.mod;
+      c.group = k.group;
+      c.pack_gqa = k.group > 0;
+      if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
+      const jit::ResolveOptions tune{jit::parse_tune(fmt::format("alternate_s={}", alternate))};
+      const jit::ResolvedConfig r = jit::resolve(c, tune);
+      const std::string what =
+          fmt::format("sm_90a d{}/{} mask {} mod {} group {}{} BM {} BN {} alternate_s {}", k.depth, k.depth_v,
+                      static_cast<int>(k.mask.kind), static_cast<int>(k.mod.kind), k.group, k.kv_fp8 ? " e4m3 KV" : "",
+                      r.config.BM, r.config.BN, alternate);
+      EXPECT_EQ(r.config.BM, 64) << what;
+      EXPECT_EQ(r.config.BN, k.depth == 512 || k.kv_fp8 ? 32 : 64) << what;
+      EXPECT_EQ(r.num_threads, 384) << what;
+      CompileOutput out;
+      ASSERT_NO_THROW(out = compile(c, tune)) << what;
+      const auto use = jit::detail::parse_ptxas_log(out.log);
+      EXPECT_EQ(use.spill_stores, 0) << what << "\n" << out.log;
+      EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
+      EXPECT_EQ(out.log.find("are serialized"), std::string::npos) << what << "\n" << out.log;
+      const char* ty = k.kv_fp8 ? "f16" : "bf16";  // e4m3 -> fp16 is one instruction a pair (shape.cuh MmaElement)
+      const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.BN, ty);
+      const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n256k16.f32.{}", ty);
+      expect_ptx_has(out.ptx, {qk.c_str(), pv.c_str(), "cp.async.bulk.tensor", "setmaxnreg"}, what);
+      if (k.kv_fp8) expect_ptx_has(out.ptx, {"cvt.rn.f16x2.e4m3x2"}, what);
+    }
   }
 }
 

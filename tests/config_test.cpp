@@ -351,7 +351,7 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   mla.group = 16;
   mla.pack_gqa = true;
   const jit::ResolvedConfig m = jit::resolve(mla);
-  EXPECT_EQ(m.smem_bytes, 3 * 64 * 576 * 2 + 64 * 64 * 2 + 2 * 64 * 4 + 1024);
+  EXPECT_EQ(m.smem_bytes, 3 * 64 * 576 * 2 + 64 * 64 * 2 + 4 * 64 * 4 + 1024);
   EXPECT_EQ(m.num_threads, 384);
   EXPECT_EQ(m.config.BM, 64);
   EXPECT_EQ(m.config.BN, 64);
@@ -370,7 +370,7 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   EXPECT_TRUE(m8.v_in_k);
   EXPECT_EQ(m8.config.BN, 32);
   EXPECT_EQ(m8.num_threads, 384);
-  EXPECT_EQ(m8.smem_bytes, 64 * 576 * 2 + 2 * 32 * 576 * 2 + 4 * 32 * 576 + 64 * 128 + 2 * 64 * 4 + 1024);
+  EXPECT_EQ(m8.smem_bytes, 64 * 576 * 2 + 2 * 32 * 576 * 2 + 4 * 32 * 576 + 64 * 128 + 4 * 64 * 4 + 1024);
   mla8.num_kv_stages = 3;  // three 16-bit and six e4m3 stages: 282 KiB
   expect_config_error([&] { jit::resolve(mla8); }, {"num_kv_stages"});
   jit::FA4Config prefill8 = cfg_for("sm_90a", 192);
@@ -390,7 +390,7 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   // Head dim 512: Q (64 KiB), two K and two V stages of 32 keys (32 KiB each), the shared P (one
   // SW128 block of [64][64] 16-bit, half used at 32 keys; corrections, 1 / sums); BN 32 only.
   const jit::ResolvedConfig d512 = jit::resolve(cfg_for("sm_90a", 512));
-  EXPECT_EQ(d512.smem_bytes, 64 * 512 * 2 + 2 * 2 * 32 * 512 * 2 + 64 * 128 + 2 * 64 * 4 + 1024);
+  EXPECT_EQ(d512.smem_bytes, 64 * 512 * 2 + 2 * 2 * 32 * 512 * 2 + 64 * 128 + 4 * 64 * 4 + 1024);
   EXPECT_EQ(d512.num_threads, 384);
   EXPECT_EQ(d512.config.BM, 64);
   EXPECT_EQ(d512.config.BN, 32);

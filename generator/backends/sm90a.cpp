@@ -336,6 +336,14 @@ class Sm90a final : public BackendPolicy {
           fmt::format("tune: persistent={}: a V of {} columns (O split over two warpgroups) runs the "
                       "grid walk (0) on {}",
                       t.persistent, value_depth(c), c.arch));
+    // Alternating S: where O is split over two warpgroups, 16-bit K/V, built-in masks (a snippet
+    // mask's evaluation beside the other warpgroup's P V spilled 4 B at d512 with softcap).
+    if (t.alternate_s != 0 && (!wide_o(c, dp) || c.kv_dtype || snippet_mask(c.mask)))
+      throw ConfigError(fmt::format(
+          "tune: alternate_s={}: warpgroups take turns computing S where O is split over two (a V wider than "
+          "256 columns) over 16-bit K/V under a built-in mask on {}; this kernel: V {} columns{}{}",
+          t.alternate_s, c.arch, value_depth(c), c.kv_dtype ? ", an e4m3 cache" : "",
+          snippet_mask(c.mask) ? ", a snippet mask" : ""));
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
     if (!c.kv_dtype) {  // an FP8 KV cache's kernel stages O in the Q region, and runs no stream-K
       if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups

@@ -37,22 +37,29 @@ struct Tuning {
   // default: the same SASS, but the cubin carries its PTX and line tables (3-4x the bytes in the
   // cache and the bundles) and NVRTC takes ~5% longer.
   int line_info = 0;
+  // sm90a, O split over two warpgroups (V 512: MLA's latent, head dim 512), 16-bit K/V: 1 the two
+  // take turns computing S = Q K^T and the softmax, a KV tile each (FlashMLA's schedule); 0 the
+  // first computes every S and the second follows its P (the default).
+  int alternate_s = 0;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
-           pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info;
+           pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info &&
+           alternate_s == o.alternate_s;
   }
   bool operator!=(const Tuning& o) const { return !(*this == o); }
 };
 
 // Tuning fields to set instead of the derived defaults (unset: derived).
 struct TuningOverrides {
-  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, wg_spans, persistent, line_info;
+  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, wg_spans, persistent, line_info, alternate_s;
   bool empty() const {
-    return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !wg_spans && !persistent && !line_info;
+    return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !wg_spans && !persistent && !line_info &&
+           !alternate_s;
   }
   bool operator==(const TuningOverrides& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
-           pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info;
+           pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info &&
+           alternate_s == o.alternate_s;
   }
   bool operator!=(const TuningOverrides& o) const { return !(*this == o); }
 };

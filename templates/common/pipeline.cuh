@@ -121,6 +121,15 @@ class Consumer {
     landed_();
     return Stage(*this, state_.index);
   }
+  // A stage another consumer acquires and releases: wait until it landed and step past it without
+  // releasing (watch: this consumer reads it too, before the other's release lets it be refilled),
+  // or only step past it (skip).
+  __device__ __forceinline__ void watch() {
+    mbar_wait(&bars_->full[state_.index], state_.phase);
+    landed_();
+    state_.template advance<kStages>();
+  }
+  __device__ __forceinline__ void skip() { state_.template advance<kStages>(); }
 
  private:
   Barriers<kStages>* bars_;

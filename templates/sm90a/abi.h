@@ -58,8 +58,11 @@ FA4_HOST_DEVICE constexpr bool v_in_k(int dp, int dpv) { return dp == 576 && dpv
 // fills half of each 128-byte row), each row's O correction and its final 1 / sum through shared
 // memory, so S is computed once (shared_p.cuh SharedP).
 FA4_HOST_DEVICE constexpr int shared_p_tile_bytes(int bn) { return (bn + 63) / 64 * 64 * 128; }
+// Beside P, four floats per row: O's correction, the final 1 / sum (one S warpgroup), and the
+// running maximum and sum after the tile (alternating S warpgroups: the next tile's owner resumes
+// the softmax from them).
 FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
-  return o_split(dpv) > 1 ? shared_p_tile_bytes(bn) + 2 * 64 * 4 : 0;
+  return o_split(dpv) > 1 ? shared_p_tile_bytes(bn) + 4 * 64 * 4 : 0;
 }
 
 // ---- Gathered pages ----

@@ -363,6 +363,92 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   }
 }
 
+// O += P V of the other warpgroup's last tile with P from the slot (alternating S): its
+// publication (of phase parity `parity`), O's correction, then the P V issued and committed (the
+// caller waits, then releases the V stage by ending its scope).
+template <class Config, class Softmax, class VStage>
+__device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kDpVWg / 2], const Baton<Config>& baton,
+                                             u32 parity, Softmax& sm, const VStage& vs, u32 v_addr) {
+  using Sh = Shape<Config>;
+  const typename Baton<Config>::Taken t = baton.take(parity);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sm.row[h].max = t.max[h];
+    sm.row[h].sum = t.sum[h];
+  }
+  Softmax::rescale_o(o, t.corr);
+  fence_operand(o);
+  wgmma_fence();
+  gemm_pv_ss<typename Sh::MmaElement, Sh::kDpVWg, Sh::kBN>(o, baton.p_addr(),
+                                                           v_addr + vs.index() * SmemLayout<Config>::kPVStageBytes);
+  wgmma_commit();
+}
+
+// The KV loop of an O split with alternating S (Shape::kAlternateS, shared_p.cuh Baton): both
+// warpgroups of the row group run it, slice = o_slice(wg); KV tile i of the walk is slice i % 2's.
+// On its own tile: S(i) = Q K(i)^T issued, then (unless i is the walk's first) the other's tile
+// i - 1 followed (its P V from the slot, under S(i)), both waited; softmax(i) resumed from the
+// state i - 1 left, O corrected, P(i) published, P V(i) from registers. On the other's tile: K(i)
+// watched (latent KV: V(i) is its prefix) or skipped. Both acquire V tile by tile in walk order (i
+// - 1 before i); K(i) is released by its owner. The other's publications all have the slot's
+// phase parity 1 - slice (tile i's is i % 2), so the loop keeps two flags, not a tile count.
+template <class Config, class Mask, class ScoreMod, class KRing, class VRing>
+__device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
+                                                   KRing& k_ring, VRing& v_ring, WgSoftmax<Config, Mask, ScoreMod>& sm,
+                                                   float (&o)[Shape<Config>::kDpVWg / 2],
+                                                   float (&s)[Shape<Config>::kBN / 2], u32 (&pr)[Shape<Config>::kPRegs],
+                                                   u32 q_addr, u32 k_addr, u32 v_addr, const Baton<Config>& baton,
+                                                   int slice) {
+  using Sh = Shape<Config>;
+  using Softmax = WgSoftmax<Config, Mask, ScoreMod>;
+  static_assert(Sh::kAlternateS && !Sh::kQInRegs, "alternate_mainloop: O split over two warpgroups, Q in shared memory");
+  const QOperand<Config> q{q_addr};
+  const u32 others = static_cast<u32>(slice) ^ 1u;  // the phase parity of the other's publications
+  float corr[2];
+  bool mine = slice == 0, follow = false;  // follow: the previous tile was the other's
+  for (auto at = w.pos(n); w.has(at.n); mine = !mine) {
+    const auto ahead = w.peek(at);  // the next tile's class, read while this one runs
+    if (mine) {
+      {
+        auto ks = k_ring.acquire();
+        fence_operand(s);
+        wgmma_fence();
+        issue_qk<Config>(s, q, k_addr, ks.index());
+        wgmma_commit();
+        if (follow) {
+          auto vs = v_ring.acquire();  // V(i - 1)
+          follow_baton<Config>(o, baton, others, sm, vs, v_addr);
+          wgmma_wait<0>();
+          fence_operand(o);
+        } else {
+          wgmma_wait<0>();
+        }  // release V(i - 1)
+        fence_operand(s);
+      }  // release K(i)
+      sm.logits(s, at.n, w.needs_mask(at), p, w);
+      sm.online(s, corr);
+      Softmax::rescale_o(o, corr);
+      Softmax::pack_p(s, pr);
+      baton.publish(pr, corr, sm.row);
+      pv_step<Config>(o, pr, v_ring, v_addr, Span::kFull);
+      follow = false;
+    } else {
+      if constexpr (Sh::kVInK)
+        k_ring.watch();
+      else
+        k_ring.skip();
+      follow = true;
+    }
+    at = w.after(at, ahead);
+  }
+  if (follow) {  // the walk's last tile was the other's
+    auto vs = v_ring.acquire();
+    follow_baton<Config>(o, baton, others, sm, vs, v_addr);
+    wgmma_wait<0>();
+    fence_operand(o);
+  }
+}
+
 // The partner warpgroup of an O split (Shape::kOSplit > 1, shared_p.cuh): per KV tile, wait for
 // the S warpgroup's P(n) and correction, correct O, O += P(n) V(n) over its columns with P from
 // shared memory, hand P's slot back (shared_p.cuh). Latent KV (V is K's prefix): V's
@@ -505,7 +591,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   zero(s);
   zero(pr);  // S and P: written before read in every tile
 
-  if constexpr (Sh::kOSplit > 1) {
+  if constexpr (Sh::kOSplit > 1 && !Sh::kAlternateS) {
     if (Sh::o_slice(wg) != 0) return partner_loop<Config, Mask>(p, tiles, smem, bars, wg);
   }
   const Scheduler<Sh::kTurns, Sh::kNumConsumerWGs> sched{wg};
@@ -556,8 +642,12 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
           mbar_wait(&bars->q_full[rg], 0);
         }
         if constexpr (Sh::kQToMma) convert_q<Config>(q_addr, wg);  // this tile's Q, landed
-        kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, rg,
-                                            share);
+        if constexpr (Sh::kAlternateS)
+          alternate_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sm, o, s, pr, q_addr, k_addr, v_addr,
+                                                     Baton<Config>::make(base, bars), Sh::o_slice(wg));
+        else
+          kv_mainloop<Config, Mask, ScoreMod>(p, w, n, k_ring, v_ring, sched, sm, o, s, pr, q_addr, k_addr, v_addr, rg,
+                                              share);
         if constexpr (kPersistent) {
           const pipe::PipelineState e = k_ring.state();
           update_carry(carry_addr, ~7u, e.index | (e.phase << 2));

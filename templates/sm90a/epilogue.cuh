@@ -127,11 +127,18 @@ __device__ __forceinline__ void store_o_slice(const FwdParams& p, const Work& w,
   }
 }
 
+// The softmax type of a warpgroup that writes no LSE (store_split_partials' null sm).
+struct NoLse {
+  softmax::RowState row[2];
+  float scale;
+};
+
 // o_smem: shared address of this warpgroup's O staging (its Q region, or its own O region with
 // SmemLayout::kOwnO; DpV/64 blocks of [64 rows][128 B]); all wgmma reads of Q by this warpgroup
 // have completed (waited) before this is called.
 // Where O is split over warpgroups this is the S warpgroup's (the first of its row group), which
-// hands its partner the rows' 1 / sums (share); the partner's is epilogue_partner.
+// hands its partner the rows' 1 / sums (share); the partner's is epilogue_partner. Alternating S
+// (Shape::kAlternateS): every warpgroup of the split, each with the rows' final state.
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int wg,
                                          float (&o)[Shape<Config>::kDpVWg / 2],
@@ -152,15 +159,22 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
   const int row_base = w.q_lo + Sh::row_wg(wg) * Sh::kWgRows;  // tile row of local row 0
   share.publish_inv(inv);
 
+  // Alternating S: both warpgroups of the split hold the rows' final state; the first writes the LSE.
+  const int slice = Sh::kAlternateS ? Sh::o_slice(wg) : 0;
   if constexpr (Sh::kRuntimeVariants) {
     if (writes_partials<Config>(p, w)) {  // uniform over the CTA; no staging, so no epilogue barrier either
-      store_split_partials<Config>(p, w, row_base, o, &sm, inv, 0);
+      // (Two calls, not one with a pointer chosen at run time: that would put the softmax state in
+      // local memory to give it an address.)
+      if (slice == 0)
+        store_split_partials<Config>(p, w, row_base, o, &sm, inv, 0);
+      else
+        store_split_partials<Config, NoLse>(p, w, row_base, o, nullptr, inv, slice);
       return;
     }
   }
   if constexpr (Sh::kOSplit > 1) {
-    store_o_slice<Config>(p, w, row_base, 0, o, inv);
-    store_lse<Config>(p, w, row_base, sm);
+    store_o_slice<Config>(p, w, row_base, slice, o, inv);
+    if (slice == 0) store_lse<Config>(p, w, row_base, sm);
     return;
   }
 
@@ -209,12 +223,6 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
 
   store_lse<Config>(p, w, row_base, sm);
 }
-
-// The softmax type of a warpgroup that writes no LSE (store_split_partials' null sm).
-struct NoLse {
-  softmax::RowState row[2];
-  float scale;
-};
 
 // The partner warpgroup of an O split (Shape::kOSplit > 1): its columns of O, with the rows'
 // 1 / sums of the S warpgroup (the P full barrier's last publication).

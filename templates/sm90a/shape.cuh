@@ -127,7 +127,15 @@ struct Shape {
                 "sm90a kernel: kPingPong is 0 (no turns), 1 (around the GEMMs) or 2 (around the softmax)");
   // O-split warpgroups do not take turns: one computes S and the softmax, the others follow its P.
   static constexpr Turn kTurns = kRowWGs > 1 ? static_cast<Turn>(Config::kPingPong) : Turn::kNone;
-  // Warpgroups that read K (and arrive on its empty barriers): each row group's first one where O is split.
+  // O split, alternating S (Tuning::alternate_s; shared_p.cuh Baton): the row group's warpgroups
+  // take turns computing S = Q K^T and the softmax, one KV tile each (FlashMLA's schedule), so each
+  // runs half the S GEMMs and every P V of its columns. 16-bit K/V: an FP8 KV cache's kernel keeps
+  // one S warpgroup (its Q is converted in place once, by that warpgroup).
+  static constexpr bool kAlternateS = Config::kAlternateS != 0;
+  static_assert(!kAlternateS || (kOSplit == 2 && !kKvFp8),
+                "sm90a kernel: alternating S needs O split over two warpgroups and 16-bit K/V");
+  // Warpgroups that read K (and arrive on its empty barriers) per stage: each row group's first one
+  // where O is split (alternating: the one whose turn the tile is).
   static constexpr int kKReaderWGs = kOSplit > 1 ? kRowWGs : kNumConsumerWGs;
   // Q in registers (consumer.cuh QFragments) for S = Q K^T in the KV loop of consumer_loop: the
   // 16-bit kernels at kBM 128 and padded depth 128 with the overlap (generator/backends/sm90a.cpp

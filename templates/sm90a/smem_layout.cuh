@@ -63,6 +63,8 @@ struct SmemLayout {
   static constexpr u32 kSharedPBytes = abi::shared_p_bytes(Sh::kBN, Sh::kDpV);
   static constexpr u32 kSharedCorrOffset = kSharedPOffset + abi::shared_p_tile_bytes(Sh::kBN);
   static constexpr u32 kSharedInvOffset = kSharedCorrOffset + 64 * 4;
+  static constexpr u32 kSharedMaxOffset = kSharedInvOffset + 64 * 4;  // alternating S (shared_p.cuh Baton)
+  static constexpr u32 kSharedSumOffset = kSharedMaxOffset + 64 * 4;
   static constexpr u32 kOOffset = kSharedPOffset + kSharedPBytes;
   static constexpr bool kOwnO =
       abi::own_o(Sh::kFamily, Sh::kPersistent, Sh::kBM, Sh::kBN, Sh::kDp, Sh::kDpV, Sh::kStages, Config::kSmemBytes);
