@@ -358,6 +358,18 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   EXPECT_TRUE(m.v_in_k);  // the launch passes v as k's first 512 columns
   EXPECT_EQ(m.tuning.intra_wg_overlap, 0);
   EXPECT_EQ(m.walk, jit::TileWalk::grid);
+  // Alternating S by default where it measured faster (sm90a.cpp default_tuning): head dim 512
+  // unpacked, under a built-in mask; not MLA's latent, packed d512 decode or a snippet mask.
+  EXPECT_EQ(m.tuning.alternate_s, 0);
+  jit::FA4Config h512 = cfg_for("sm_90a", 512);
+  EXPECT_EQ(jit::resolve(h512).tuning.alternate_s, 1);
+  h512.mask = jit::Mask::custom("return kv_idx <= q_idx;");
+  EXPECT_EQ(jit::resolve(h512).tuning.alternate_s, 0);
+  h512.mask = jit::Mask::causal();
+  h512.group = 4;
+  h512.pack_gqa = true;
+  EXPECT_EQ(jit::resolve(h512).tuning.alternate_s, 0);
+  EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 256)).tuning.alternate_s, 0);
   EXPECT_FALSE(jit::resolve(cfg_for("sm_90a", 128)).v_in_k);
   // Over an e4m3 latent cache: 576 stays 576 (64-byte e4m3 rows, fa4::swizzle_row_bytes), BN 32,
   // the 72 KiB Q tile, two 16-bit K stages and four e4m3 ones (32 x 576 bytes: abi.h

@@ -269,6 +269,14 @@ class Sm90a final : public BackendPolicy {
     // stage is released a GEMM earlier (H200, 3 decode shapes, 2 rounds each: as fast or up to 12%
     // faster than the overlap, separate processes; docs/PERF.md run 59).
     if (wide_o(c, dp)) t.intra_wg_overlap = 0;
+    // Head dim 512 (V its own tensor) without packed GQA: the two warpgroups take turns computing S
+    // (alternate_s), so one's S = Q K^T and softmax run under the other's P V. H200, fa4jit bench, 3
+    // passes (docs/PERF.md run 86): prefill 1x2k to 1x16k causal, non-causal, softcap, chunked, and
+    // unpacked decode 7-14% faster; packed decode (memory-bound) 0-0.5% slower, and MLA's latent
+    // (V is K's prefix) 12-30% slower (Sq 1 and 4, 16 and 128 heads): off there. Never with an e4m3
+    // cache or a snippet mask (settle()).
+    if (wide_o(c, dp) && !abi::v_in_k(dp, padded_depth_v(c, dp)) && !c.pack_gqa && !c.kv_dtype && !snippet_mask(c.mask))
+      t.alternate_s = 1;
     // FP8 BM 192 at padded depth 128: S (64 floats) and O (64) leave no room for P(n-1) beside
     // S(n) in 160 registers (the overlap spills 144 B and serializes wgmma), so one step at a time;
     // the three warpgroups take turns around their softmax (pingpong 2), not their GEMM issue:

@@ -38,8 +38,9 @@ struct Tuning {
   // cache and the bundles) and NVRTC takes ~5% longer.
   int line_info = 0;
   // sm90a, O split over two warpgroups (V 512: MLA's latent, head dim 512), 16-bit K/V: 1 the two
-  // take turns computing S = Q K^T and the softmax, a KV tile each (FlashMLA's schedule); 0 the
-  // first computes every S and the second follows its P (the default).
+  // take turns computing S = Q K^T and the softmax, a KV tile each (FlashMLA's schedule; the
+  // default for head dim 512 without packed GQA); 0 the first computes every S and the second
+  // follows its P (MLA's default).
   int alternate_s = 0;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
