@@ -104,6 +104,11 @@ std::vector<Variant> matrix() {
       for (int mi : {0, 1, 7}) add(depth, jit::DType::bf16, masks[mi], mods[0], group, true);
   add(128, jit::DType::fp16, masks[7], mods[3], 8, true);
   add(64, jit::DType::bf16, masks[1], mods[2], 4, true);  // ALiBi: slope of each packed row's head
+  // Depth 96 (Phi-3), padded to 128: none / causal / a window, MHA and packed GQA, and an FP8 KV cache.
+  for (int mi : {0, 1, 3}) add(96, jit::DType::bf16, masks[mi], mods[0], 1);
+  add(96, jit::DType::fp16, masks[1], mods[0], 4, true);
+  add(96, jit::DType::bf16, masks[1], mods[0], 1, false, true);
+  add(96, jit::DType::e4m3, masks[1], mods[0], 1);
   // Depth 192: Q/K 192 with V 128 (DeepSeek-V3 prefill: K ring at 192 in 3 chunks, V ring, P V's N,
   // O, the epilogue and the split partials at 128) over the masks, score-mods, fp16, GQA and packed
   // GQA; V 192 (BN 64) at the common masks, snippets and packed.

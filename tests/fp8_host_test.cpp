@@ -614,8 +614,8 @@ TEST(Fp8Host, Sm100aRefusalsNameTheField) {
   jit::FA4Config c;
   c.arch = "sm_100a";
   c.dtype = DType::e4m3;
-  c.depth = 96;
-  EXPECT_NE(resolve_error(c).find("depth: 96"), std::string::npos) << resolve_error(c);
+  c.depth = 192;  // padded 256: more than one e4m3 row (96 pads to 128 and runs)
+  EXPECT_NE(resolve_error(c).find("depth: 192"), std::string::npos) << resolve_error(c);
   c.depth = 128;
   c.num_qk_stages = 2;
   EXPECT_NE(resolve_error(c).find("num_qk_stages: 2"), std::string::npos) << resolve_error(c);

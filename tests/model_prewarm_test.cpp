@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "fa4jit/advanced.hpp"
 #include "fa4jit/errors.hpp"
 #include "generator/model.hpp"
 #include "tests/support/cli_process.hpp"
@@ -228,6 +229,29 @@ TEST(ModelKernels, EveryModelKernelResolvesOnHopper) {
       c.arch = "sm_90a";
       EXPECT_TRUE(jit::supported(c)) << name << ": " << k.use;
     }
+}
+
+// Phi-3-mini (head dim 96, a 2047-key window on every layer) resolves on sm_90a and sm_100a, padded
+// to 128; the portable backend (sm_80 ... sm_120) refuses it naming the depth (its padded path is
+// not yet run on a GPU).
+TEST(ModelKernels, Phi3MiniResolvesOnHopperAndBlackwell) {
+  jit::ModelOptions o;
+  o.dtype = DType::bf16;
+  const auto ks = jit::model_kernels(model("phi3_mini_4k"), o);
+  ASSERT_FALSE(ks.empty());
+  for (const char* arch : {"sm_90a", "sm_100a"})
+    for (const ModelKernel& k : ks) {
+      if (!k.only_arch.empty() && k.only_arch != arch) continue;  // sm_90a's own tiles (BM 64 decode)
+      FA4Config c = k.config;
+      c.arch = arch;
+      EXPECT_EQ(c.depth, 96) << k.use;
+      EXPECT_EQ(c.mask.kind, Mask::Kind::sliding_window) << k.use;
+      ASSERT_TRUE(jit::supported(c)) << arch << ": " << k.use;
+      EXPECT_EQ(jit::resolve(c).padded_depth, 128) << arch << ": " << k.use;
+    }
+  FA4Config portable = ks[0].config;
+  portable.arch = "sm_80";
+  EXPECT_FALSE(jit::supported(portable));
 }
 
 // An FP8 KV cache (ModelOptions::kv_dtype e4m3): beside each kernel whose keys come from the cache,

@@ -17,8 +17,9 @@ namespace abi = fa4::sm100a::abi;
 class Sm100a final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::blackwell; }
+  // Depth 96 (Phi-3) runs padded to 128 (TMA zero-fills columns 96..127, the epilogue clips them).
   // Depth 192 runs with V 192 (BN 64: O0 and O1 take 384 of the 512 TMEM columns) and with V 128.
-  std::vector<int> depths() const override { return {64, 128, 192}; }
+  std::vector<int> depths() const override { return {64, 96, 128, 192}; }
   // DeepSeek-V3 / Kimi-K2 prefill (MLA without absorption): Q/K 128 + 64 rope columns, V 128, the
   // shape FA4 runs on Blackwell: BN 128 (S0, S1, O0, O1: 4 x 128 = 512 TMEM columns).
   std::vector<int> depths_v(int depth) const override {
@@ -31,12 +32,12 @@ class Sm100a final : public BackendPolicy {
   Budget derive(FA4Config& c, int dp, const ArchInfo& a) const override {
     // FP8 (dtype e4m3: Q, K, V in e4m3, both MMAs tcgen05 kind::f8f6f4, P as e4m3 in TMEM, V read
     // MN-major as in the 16-bit kernel): resolve pads the depth to 128 (one 128-byte e4m3 row;
-    // depths 64 and 128), K lands in one chunk (BK0 = Dp), the K and V rings hold 1-byte elements and
+    // depths 64, 96 and 128), K lands in one chunk (BK0 = Dp), the K and V rings hold 1-byte elements and
     // the Q regions stay sized for the 16-bit O staged in them. Compiled, never run (docs/BLACKWELL.md).
     const bool fp8 = c.dtype == DType::e4m3;
     if (fp8 && dp != 128)
       refuse("depth", fmt::format("{} (padded {}) with dtype e4m3 on {}", c.depth, dp, c.arch),
-             "64 or 128 (padded to one 128-byte e4m3 row) for FP8 on the sm100a backend");
+             "64, 96 or 128 (padded to one 128-byte e4m3 row) for FP8 on the sm100a backend");
     // FP8 KV cache (kv_dtype e4m3 under a bf16/fp16 dtype; resolve allows nothing else and pads
     // the depth to 128, whole 128-byte e4m3 rows): TMA lands each K and V tile as e4m3 in a ring of
     // its own, one slot per tile (BN x Dp bytes), and warps 14-15 widen it into the 16-bit K/V
