@@ -131,29 +131,21 @@ TEST(Compile, HopperSplitOCompilesWithoutSpills) {
         Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128},
         Case{576, 512, jit::Mask::causal(), jit::ScoreMod::identity(), 128, true},
         Case{576, 512, jit::Mask::none(), jit::ScoreMod::identity(), 16, true}}) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = k.depth;
+    c.depth_v = k.depth_v;
+    c.mask = k.mask;
+    c.score_mod = k.mod;
+    c.group = k.group;
+    c.pack_gqa = k.group > 0;
+    if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
     for (int alternate : {0, 1}) {
+      const jit::ResolveOptions tune{jit::parse_tune(fmt::format("alternate_s={}", alternate))};
       if (alternate && (k.kv_fp8 || k.mask.kind == jit::Mask::Kind::custom)) {  // 16-bit K/V, built-in masks
-        jit::FA4Config c;
-        c.arch = "sm_90a";
-        c.depth = k.depth;
-        c.depth_v = k.depth_v;
-        c.mask = k.mask;
-        c.group = k.group;
-        c.pack_gqa = k.group > 0;
-        if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
-        EXPECT_THROW(jit::resolve(c, jit::ResolveOptions{jit::parse_tune("alternate_s=1")}), jit::ConfigError);
+        EXPECT_THROW(jit::resolve(c, tune), jit::ConfigError);
         continue;
       }
-      jit::FA4Config c;
-      c.arch = "sm_90a";
-      c.depth = k.depth;
-      c.depth_v = k.depth_v;
-      c.mask = k.mask;
-      c.score_mod = k.mod;
-      c.group = k.group;
-      c.pack_gqa = k.group > 0;
-      if (k.kv_fp8) c.kv_dtype = jit::DType::e4m3;
-      const jit::ResolveOptions tune{jit::parse_tune(fmt::format("alternate_s={}", alternate))};
       const jit::ResolvedConfig r = jit::resolve(c, tune);
       const std::string what =
           fmt::format("sm_90a d{}/{} mask {} mod {} group {}{} BM {} BN {} alternate_s {}", k.depth, k.depth_v,
