@@ -338,11 +338,12 @@ class _Emitter:
             self.fail(node, f"'{name}'")
         if isinstance(val, torch.Tensor) and val.dim() != 0:
             self.fail(node, f"'{name}' making a tensor of shape {tuple(val.shape)}")
-        if packet in (aten.scalar_tensor, aten.full, aten.ones_like, aten.zeros_like, aten.full_like):
-            if packet is aten.ones_like:
-                return _Scalar(_lit(1, dtype), dtype)
-            if packet is aten.zeros_like:
-                return _Scalar(_lit(0, dtype), dtype)
+        # Constants of shape (): FlexAttention's own noop_mask is batch.new_ones(size=(), dtype=torch.bool).
+        if packet in (aten.ones, aten.new_ones, aten.ones_like):
+            return _Scalar(_lit(1, dtype), dtype)
+        if packet in (aten.zeros, aten.new_zeros, aten.zeros_like):
+            return _Scalar(_lit(0, dtype), dtype)
+        if packet in (aten.scalar_tensor, aten.full, aten.full_like, aten.new_full):
             return _Scalar(_lit(args[-1] if packet is not aten.scalar_tensor else args[0], dtype), dtype)
         if packet in (aten._to_copy, aten.to, aten.type_as) or name.startswith("aten.to."):
             return self.temp(_cast(self.value(args[0], env, node), dtype), dtype)

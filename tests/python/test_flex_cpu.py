@@ -322,6 +322,57 @@ def test_traced_snippets_compile_with_nvrtc():
     assert all(r["status"] in ("compiled", "hit") for r in report), report
 
 
+def test_flexattention_test_suite_mods_trace_and_compile():
+    """Score and mask mods in the style of PyTorch's own FlexAttention tests (test_flex_attention.py:
+    _times_two, _squared, _trig, _trig2 with tan of the batch index, _rel_causal, _head_offset, ALiBi
+    from a captured table, and noop_mask as FlexAttention writes it, batch.new_ones(size=(), dtype=
+    torch.bool)) trace into the expected snippets, and the score mods compile with NVRTC."""
+    head_offset = torch.rand(4)
+
+    def times_two(score, b, h, m, n):
+        return score * 2
+
+    def squared(score, b, h, m, n):
+        return score * score
+
+    def trig(score, b, h, m, n):
+        return torch.sin(torch.cos(score)) + torch.tan(b)
+
+    def trig2(score, b, h, m, n):
+        return torch.cos(score) * torch.sin(score) + torch.tan(b)
+
+    def rel_causal(score, b, h, m, n):
+        return torch.where(m <= n, score + (m - n), float("-inf"))
+
+    def offset(score, b, h, m, n):
+        return score * head_offset[h]
+
+    def noop_mask(b, h, q_idx, kv_idx):
+        return b.new_ones(size=(), dtype=torch.bool)
+
+    def zeros_or_causal(b, h, q_idx, kv_idx):
+        return torch.zeros((), dtype=torch.bool) | (q_idx >= kv_idx)
+
+    assert _trace.trace(times_two, "score").snippet == "const float t0 = score * 2.0f;\nreturn t0;"
+    assert _trace.trace(squared, "score").snippet == "const float t0 = score * score;\nreturn t0;"
+    t = _trace.trace(trig, "score").snippet
+    assert "sin(t0)" in t and "tan(((float)b))" in t  # the integer batch index promoted as torch does
+    assert "-__int_as_float(0x7f800000)" in _trace.trace(rel_causal, "score").snippet
+    o = _trace.trace(offset, "score")
+    assert "[h]" in o.snippet and list(o.aux.values())[0] is head_offset
+    assert _trace.trace(noop_mask, "mask").snippet == "return true;"
+    assert _trace.trace(zeros_or_causal, "mask").snippet.endswith("false || t1;\nreturn t2;")
+    try:
+        from torch.nn.attention.flex_attention import noop_mask as flex_noop
+    except ImportError:
+        flex_noop = None
+    if flex_noop is not None:
+        assert _trace.trace(flex_noop, "mask").snippet == "return true;"
+    cfgs = [_typed_config(None, f) for f in (trig, trig2, rel_causal, offset)]
+    report = fa4jit.prewarm(cfgs, archs=["sm_90a"])
+    assert all(r["status"] in ("compiled", "hit") for r in report), report
+
+
 def test_fake_tensor_tracing_of_flex_attention():
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
