@@ -47,7 +47,7 @@ MODELS = {
     "mistral_nemo": [1], "mixtral_8x7b": [1, 8], "qwen2_7b": [1], "qwen2_5_7b": [1, 2], "qwen2_5_32b": [1, 4],
     "qwen2_5_72b": [8], "qwen3_8b": [1], "qwen3_30b_a3b": [1], "gemma2_9b": [1], "gemma3_4b": [1],
     "gemma3_27b": [1], "phi4": [1], "gpt_oss_20b": [1], "gpt_oss_120b": [1, 4], "command_r": [1],
-    "deepseek_v3": [1, 8], "kimi_k2": [1, 8],
+    "deepseek_v3": [1, 8], "kimi_k2": [1, 8], "phi3_mini_4k": [1],
     "qwen2_5_1_5b": [1, 2], "glm4_9b": [1], "qwen3_235b_a22b": [1, 4], "llama3_2_1b": [1],  # SHAPE_ONLY
 }
 # Models whose config.json is not in tests/models: the attention fields the zoo reads (heads, KV
