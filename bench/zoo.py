@@ -7,7 +7,9 @@
                                                         # torch.compile(flex_attention) and fa4jit's built-ins
 
 Models are Hugging Face config.json files (tests/models/); each is cut into the per-GPU shape of
-every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV heads). Rows
+every tensor-parallel degree in ``MODELS`` (Hq/TP query heads, max(1, Hkv/TP) KV heads), once for
+its full-attention layers and once for its sliding-window layers (``window``: Gemma 2 / 3, gpt-oss,
+Mistral 7B v0.1, Phi-3-mini; ``fa4jit.model_configs`` says which layers slide). Rows
 (``ROWSETS``): prefill (one 2k and one 16k prompt, a varlen batch of mixed lengths), decode
 (batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 1, 16 and 64), speculative decode
 (4 queries), FP8-KV decode, a continuous-batching step (48 decode rows and two prefill chunks in
@@ -158,7 +160,9 @@ class Row:
         if self.latent:
             return self.shape.Hkv * self.shape.D * (1 if self.kind == "mla8" else 2) * sum(k for _, k in self.seqs())
         per = 1 if self.kind == "fp8kv" else 2
-        return self.shape.Hkv * (self.shape.D + self.shape.dv) * per * sum(k for _, k in self.seqs())
+        w = self.shape.window  # a windowed layer reads the keys its last queries see
+        keys = sum(min(k, w + q - 1) if w else k for q, k in self.seqs())
+        return self.shape.Hkv * (self.shape.D + self.shape.dv) * per * keys
 
 
 def visible_pairs(sq, sk, window=0):
@@ -252,13 +256,32 @@ ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "mla", "mla8"
 MODEL_FREE = ("mla", "mla8", "d512")  # row sets a model's own layers do not make
 
 
+def model_shapes(name):
+    """([Shape], note): the shape of each kind of attention layer the model has at TP 1: its
+    full-attention layers and its sliding-window layers (Shape.window = config.json's sliding_window),
+    as fa4jit.model_configs (generator/model.cpp: which family slides which layers) finds them."""
+    base, why = model_shape(name)
+    if base is None or name in SHAPE_ONLY:
+        return ([base] if base else []), why
+    from fa4jit.config import model_configs
+    path = os.path.join(MODEL_DIR, name + ".json")
+    kinds = {k["config"]["mask"]["kind"] if isinstance(k["config"].get("mask"), dict) else k["config"].get("mask")
+             for k in model_configs(path, dtype="bf16") if k["config"].get("depth") == base.D}
+    shapes = [base] if "causal" in kinds else []
+    if "sliding_window" in kinds:
+        with open(path, encoding="utf-8") as f:
+            window = text_config(json.load(f))["sliding_window"]
+        shapes.append(dataclasses.replace(base, window=window))
+    return shapes, why
+
+
 def zoo(models=None, rowsets=ROWSETS):
     """(rows, pending): the deduplicated rows of ``models`` (default all), each naming its models
     with their TP degree, and the models without rows with the reason."""
     by_key, pending = {}, []
     for m in models or MODELS:
-        base, why = model_shape(m)
-        if base is None:
+        shapes, why = model_shapes(m)
+        if not shapes:
             pending.append((m, why))
             continue
         latent = mla_shape(m)
@@ -271,7 +294,7 @@ def zoo(models=None, rowsets=ROWSETS):
             pending.append((m, f"{', '.join(left)} rows: MLA decodes over the latent cache (the mla rows)"))
         for tp in MODELS[m]:
             tag = m if tp == 1 else f"{m}@tp{tp}"
-            rows = rows_of(shard(base, tp), sets)
+            rows = [r for base in shapes for r in rows_of(shard(base, tp), sets)]
             if "mla" in sets or "mla8" in sets:
                 heads = latent.Hq // tp
                 if MLA_HEADS[0] <= heads <= MLA_HEADS[1]:

@@ -368,6 +368,26 @@ def test_model_features_reach_the_shape():
     assert (g3.Hq, g3.Hkv, g3.D) == (32, 16, 128)
 
 
+def test_sliding_window_layers_get_rows_of_their_own():
+    """A model's windowed layers are a shape of their own (fa4jit.model_configs says which layers
+    slide): Gemma 3 has both kinds, Mistral 7B v0.1 and Phi-3-mini slide on every layer, Llama 3
+    on none; a window row's bytes are the keys its queries see."""
+    g3, _ = zoo.model_shapes("gemma3_27b")
+    assert [s.window for s in g3] == [0, 1024] and g3[1].D == 128
+    mistral, _ = zoo.model_shapes("mistral_7b_v01")
+    assert [s.window for s in mistral] == [4096]
+    assert [s.window for s in zoo.model_shapes("phi3_mini_4k")[0]] == [2047]
+    assert [s.window for s in zoo.model_shapes("llama3_8b")[0]] == [0]
+    oss = zoo.model_shapes("gpt_oss_20b")[0]
+    assert [(s.window, s.sinks) for s in oss] == [(0, True), (128, True)]
+    rows, _ = zoo.zoo(["gemma3_27b"], ("decode",))
+    names = {r.name for r in rows}
+    assert "decode 32x32k, 32/16 d128 window 1024" in names and "decode 32x32k, 32/16 d128" in names
+    w = zoo.Row("decode", g3[1], 32, 1, 32768)
+    assert w.kv_bytes() == 2 * 16 * 128 * 2 * 32 * 1024
+    assert zoo.Row("spec", g3[1], 32, 4, 32768).kv_bytes() == 2 * 16 * 128 * 2 * 32 * 1027
+
+
 def test_row_rates_count_flops_and_kv_bytes():
     r = zoo.Row("prefill", zoo.Shape(16, 16, 128), 1, 2048, 2048)
     assert r.flops() == 4 * 128 * 16 * (2048 * 2049 // 2)
