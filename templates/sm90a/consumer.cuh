@@ -363,13 +363,14 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
   }
 }
 
-// O += P V of the other warpgroup's last tile with P from the slot (alternating S): its
-// publication (of phase parity `parity`), O's correction, then the P V issued and committed (the
-// caller waits, then releases the V stage by ending its scope).
-template <class Config, class Softmax, class VStage>
+// O += P V of the other warpgroup's last tile with P from the slot (alternating S): V of that
+// tile acquired, its publication (of phase parity `parity`) taken, O corrected, the P V issued and
+// waited for, with every wgmma this warpgroup committed before (the caller's S), then V released.
+template <class Config, class Softmax, class VRing>
 __device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kDpVWg / 2], const Baton<Config>& baton,
-                                             u32 parity, Softmax& sm, const VStage& vs, u32 v_addr) {
+                                             u32 parity, Softmax& sm, VRing& v_ring, u32 v_addr) {
   using Sh = Shape<Config>;
+  auto vs = v_ring.acquire();
   const typename Baton<Config>::Taken t = baton.take(parity);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -382,6 +383,8 @@ __device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kDpVWg / 
   gemm_pv_ss<typename Sh::MmaElement, Sh::kDpVWg, Sh::kBN>(o, baton.p_addr(),
                                                            v_addr + vs.index() * SmemLayout<Config>::kPVStageBytes);
   wgmma_commit();
+  wgmma_wait<0>();
+  fence_operand(o);
 }
 
 // The KV loop of an O split with alternating S (Shape::kAlternateS, shared_p.cuh Baton): both
@@ -415,14 +418,10 @@ __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const Cta
         wgmma_fence();
         issue_qk<Config>(s, q, k_addr, ks.index());
         wgmma_commit();
-        if (follow) {
-          auto vs = v_ring.acquire();  // V(i - 1)
-          follow_baton<Config>(o, baton, others, sm, vs, v_addr);
+        if (follow)
+          follow_baton<Config>(o, baton, others, sm, v_ring, v_addr);  // tile i - 1, under S(i)
+        else
           wgmma_wait<0>();
-          fence_operand(o);
-        } else {
-          wgmma_wait<0>();
-        }  // release V(i - 1)
         fence_operand(s);
       }  // release K(i)
       sm.logits(s, at.n, w.needs_mask(at), p, w);
@@ -441,12 +440,7 @@ __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const Cta
     }
     at = w.after(at, ahead);
   }
-  if (follow) {  // the walk's last tile was the other's
-    auto vs = v_ring.acquire();
-    follow_baton<Config>(o, baton, others, sm, vs, v_addr);
-    wgmma_wait<0>();
-    fence_operand(o);
-  }
+  if (follow) follow_baton<Config>(o, baton, others, sm, v_ring, v_addr);  // the walk's last tile was the other's
 }
 
 // The partner warpgroup of an O split (Shape::kOSplit > 1, shared_p.cuh): per KV tile, wait for
