@@ -68,6 +68,11 @@ bool snippet_mask(const Mask& m) {
   return std::any_of(m.children.begin(), m.children.end(), snippet_mask);
 }
 
+// Where the O-split warpgroups can take turns computing S (Tuning::alternate_s): O split, 16-bit
+// K/V, a built-in mask (a snippet mask's evaluation beside the other warpgroup's P V spilled 4 B at
+// d512 with softcap).
+bool alternate_s_runs(const FA4Config& c, int dp) { return wide_o(c, dp) && !c.kv_dtype && !snippet_mask(c.mask); }
+
 // The dynamic walk (persistent 3: units claimed at run time, templates/common/persistent_walk.h
 // DynamicTiles) for snippet masks at head dim 128, 16-bit, unpacked: the persistent walk's next
 // tile loads overlap the epilogue, and claiming balances tiles as uneven as a document mask's,
@@ -274,9 +279,8 @@ class Sm90a final : public BackendPolicy {
     // passes (docs/PERF.md run 86): prefill 1x2k to 1x16k causal, non-causal, softcap, chunked, and
     // unpacked decode 7-14% faster; packed decode (memory-bound) 0-0.5% slower, and MLA's latent
     // (V is K's prefix) 12-30% slower (Sq 1 and 4, 16 and 128 heads): off there. Never with an e4m3
-    // cache or a snippet mask (settle()).
-    if (wide_o(c, dp) && !abi::v_in_k(dp, padded_depth_v(c, dp)) && !c.pack_gqa && !c.kv_dtype && !snippet_mask(c.mask))
-      t.alternate_s = 1;
+    // cache or a snippet mask (alternate_s_runs).
+    if (alternate_s_runs(c, dp) && !abi::v_in_k(dp, padded_depth_v(c, dp)) && !c.pack_gqa) t.alternate_s = 1;
     // FP8 BM 192 at padded depth 128: S (64 floats) and O (64) leave no room for P(n-1) beside
     // S(n) in 160 registers (the overlap spills 144 B and serializes wgmma), so one step at a time;
     // the three warpgroups take turns around their softmax (pingpong 2), not their GEMM issue:
@@ -344,9 +348,7 @@ class Sm90a final : public BackendPolicy {
           fmt::format("tune: persistent={}: a V of {} columns (O split over two warpgroups) runs the "
                       "grid walk (0) on {}",
                       t.persistent, value_depth(c), c.arch));
-    // Alternating S: where O is split over two warpgroups, 16-bit K/V, built-in masks (a snippet
-    // mask's evaluation beside the other warpgroup's P V spilled 4 B at d512 with softcap).
-    if (t.alternate_s != 0 && (!wide_o(c, dp) || c.kv_dtype || snippet_mask(c.mask)))
+    if (t.alternate_s != 0 && !alternate_s_runs(c, dp))
       throw ConfigError(fmt::format(
           "tune: alternate_s={}: warpgroups take turns computing S where O is split over two (a V wider than "
           "256 columns) over 16-bit K/V under a built-in mask on {}; this kernel: V {} columns{}{}",
