@@ -50,6 +50,29 @@ constexpr bool lean_producer() {
   return kDecodeProducer<Config> && Mask::kContiguous;
 }
 
+// The page numbers of one KV tile's TMA boxes, where the producer reads them together (kLean:
+// lean_producer; otherwise empty, and load_kv_tile reads each box's entry before it). K(n) and V(n)
+// share one read, and producer_unit reads tile n's after V(n-1)'s boxes are issued, before K(n)'s
+// stage is acquired: the page-table reads' latency runs while the producer waits for a free stage,
+// not between the free stage and its loads (docs/PERF.md run 87).
+template <class Config, bool kLean>
+struct TilePages {
+  __device__ __forceinline__ static TilePages read(const FwdParams&, const TmaCoords&, int) { return {}; }
+};
+template <class Config>
+struct TilePages<Config, true> {
+  static constexpr int kBN = Shape<Config>::kBN;
+  static constexpr int kMaxBoxes = kBN / 8;  // boxes hold whole 8-row swizzle periods
+  int page[kMaxBoxes];
+  __device__ __forceinline__ static TilePages read(const FwdParams& p, const TmaCoords& c, int n) {
+    TilePages t;  // kLean implies kPaged: c.pages is the sequence's page-table row
+#pragma unroll
+    for (int i = 0; i < kMaxBoxes; ++i)
+      if (i * p.kv_box_rows < kBN) t.page[i] = *page_table_entry<true>(p, c.pages, n * kBN + i * p.kv_box_rows);
+    return t;
+  }
+};
+
 // K or V tile n into one ring stage (dst: its first swizzle block; bar: its full barrier).
 // Unpaged: one box of kBN rows per swizzle-row chunk of the depth. Paged: kBN / p.kv_box_rows boxes
 // per chunk, box i at i * kv_box_rows rows (kv_box_rows % 8 == 0: whole 8-row swizzle periods, 1024
@@ -58,25 +81,20 @@ constexpr bool lean_producer() {
 // CTA on p.page_table), or, persistent, a uniform branch per tile on c.pages (a second copy of the
 // persistent loop pushed the kBN 176 consumers into spills).
 // kChunks: swizzle blocks per row (K's, or V's, which may be narrower: Shape::kVChunks).
-// kLean (lean_producer): the stage's page-table entries read together before its boxes.
+// kLean (lean_producer): the boxes' pages come read (TilePages).
 template <class Config, bool kPaged, int kChunks, bool kLean>
 __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
-                                             unsigned char* dst, u64* bar, int n) {
+                                             unsigned char* dst, u64* bar, int n, const TilePages<Config, kLean>& pg) {
   using Sh = Shape<Config>;
   if constexpr (kPaged && kLean) {
-    constexpr int kMaxBoxes = Sh::kBN / 8;  // boxes hold whole 8-row swizzle periods
-    int page[kMaxBoxes];
 #pragma unroll
-    for (int i = 0; i < kMaxBoxes; ++i)
-      if (i * p.kv_box_rows < Sh::kBN) page[i] = *page_table_entry<true>(p, c.pages, n * Sh::kBN + i * p.kv_box_rows);
-#pragma unroll
-    for (int i = 0; i < kMaxBoxes; ++i) {
+    for (int i = 0; i < TilePages<Config, true>::kMaxBoxes; ++i) {
       const int r = i * p.kv_box_rows;
       if (r < Sh::kBN) {
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch)
           tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bar, ch * Sh::kKvBlockElems,
-                      page_row(p, n * Sh::kBN + r), c.kv_head, page[i]);
+                      page_row(p, n * Sh::kBN + r), c.kv_head, pg.page[i]);
       }
     }
   } else if (kPaged || (Sh::kPersistent && Sh::kRuntimeVariants && c.pages)) {
@@ -98,14 +116,15 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
 // One TMA stage of KV tile n: K's ring, or V's (kV; narrower where V has a depth of its own).
 template <class Config, bool kPaged, bool kV, bool kLean = false, class Ring>
 __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, const TmaDesc* map,
-                                              unsigned char* ring_base, int n, const TmaCoords& c) {
+                                              unsigned char* ring_base, int n, const TmaCoords& c,
+                                              const TilePages<Config, kLean>& pg = {}) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
   auto st = ring.acquire();
   st.expect_bytes(kBytes);
   load_kv_tile<Config, kPaged, kV ? Sh::kVChunks : Sh::kKvChunks, kLean>(p, map, c, ring_base + st.index() * kBytes,
-                                                                         st.full_barrier(), n);
+                                                                         st.full_barrier(), n, pg);
 }
 
 // ---- Gather: paged K / V rows by cp.async ----
@@ -415,23 +434,26 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
     GatherState<Config>::finish();
     return;
   }
-  constexpr bool kLean = lean_producer<Config, Mask>();
-  for (; w.has(n); n = w.next_tile(n)) {
+  constexpr bool kLean = lean_producer<Config, Mask>() && kPaged;
+  using Pages = TilePages<Config, kLean>;
+  for (Pages pg = Pages::read(p, c, n); w.has(n);) {
     if constexpr (Sh::kVInK && Sh::kKvFp8) {
       // An e4m3 latent cache: the converters hand V(n) (K(n)'s 16-bit stage) to P V (convert_loop).
-      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
     } else if constexpr (Sh::kVInK) {
       // Latent KV: V(n) is K(n)'s stage, so the slot is refilled only once P V(n - stages) is done
       // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
       // after it waited for K(n)'s bytes.
       auto vs = v_ring.acquire();
-      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
       vs.arrive();
     } else {
       // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c);
-      load_kv_stage<Config, kPaged, true, kLean>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c);
+      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
+      load_kv_stage<Config, kPaged, true, kLean>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c, pg);
     }
+    n = w.next_tile(n);
+    if (w.has(n)) pg = Pages::read(p, c, n);  // before the next stage is acquired (TilePages)
   }
 }
 
