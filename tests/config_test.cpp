@@ -114,7 +114,7 @@ TEST(Config, DerivesPortableTilesForDeepHeads) {
           c.kv_dtype = jit::DType::e4m3;
           jit::resolve(c);
         },
-        {"depth", fmt::format("{} with kv_dtype e4m3", d).c_str(), "64 or 128", "sm_80"});
+        {"depth", fmt::format("{} with kv_dtype e4m3", d).c_str(), "64, 96 or 128", "sm_80"});
   // Accumulators beyond the register file are refused before anything compiles: BM 128 at depth
   // 256 (2 * (32 + 8) * 4 = 320 floats); over a 128-wide V at BM 128, BN 64 (192) is kept, BN 128 not.
   expect_config_error(
@@ -247,7 +247,7 @@ TEST(Config, DerivesPortableTilesForHeadDim512) {
         c.kv_dtype = jit::DType::e4m3;
         jit::resolve(c);
       },
-      {"depth", "512 with kv_dtype e4m3", "64 or 128"});
+      {"depth", "512 with kv_dtype e4m3", "64, 96 or 128"});
   // The split-KV combine of a d512 launch: a spec (arch, 512) that the cache's JSON reader takes back.
   const jit::detail::CombineSpec spec = jit::detail::combine_spec(jit::resolve(cfg_for("sm_86", 512)));
   EXPECT_EQ(spec.depth, 512);
@@ -618,11 +618,11 @@ TEST(Config, HopperDeepHeadRefusalsNameTheField) {
         jit::resolve(c);
       },
       {"BM", "192", "128"});
-  // Padded depth is derived: depth 96 (Phi-3) runs at 128 on sm_90a and sm_100a; the portable
-  // backend keeps 64 and 128 (its padded path is not yet run on a GPU).
-  for (const char* arch : {"sm_90a", "sm_100a"}) EXPECT_EQ(jit::resolve(cfg_for(arch, 96)).padded_depth, 128) << arch;
+  // Padded depth is derived: depth 96 (Phi-3) runs at 128 on every backend.
+  for (const char* arch : {"sm_90a", "sm_80", "sm_90", "sm_120", "sm_100a"})
+    EXPECT_EQ(jit::resolve(cfg_for(arch, 96)).padded_depth, 128) << arch;
   expect_config_error([] { jit::resolve(cfg_for("sm_90a", 160)); }, {"depth", "160", "64, 96, 128, 192, 256"});
-  expect_config_error([] { jit::resolve(cfg_for("sm_80", 96)); }, {"depth", "96", "sm80"});
+  expect_config_error([] { jit::resolve(cfg_for("sm_80", 80)); }, {"depth", "80", "sm80", "64, 96, 128"});
   expect_config_error([] { jit::resolve(cfg_for("sm_100a", 256)); }, {"depth", "256", "sm100a"});
   // Explicit smaller tiles are kept.
   auto c = cfg_for("sm_90a", 192);

@@ -59,7 +59,8 @@ TEST(GpuAttention, PortableBackendMatchesReference) {
   run_matrix(plain);
 }
 
-// The portable backend's head dims 192 and 256 (BM 64) and 192 with a 128-wide V (BM 128, BN 32;
+// The portable backend's head dims 96 (Phi-3: padded to 128, the loads zero-fill columns 96..127
+// and the epilogue clips them), 192 and 256 (BM 64) and 192 with a 128-wide V (BM 128, BN 32;
 // V ring, P V, O and the split partials 128 wide) on the GPU's plain arch: none and causal, MHA and
 // GQA 4:1, odd lengths and Sq != Sk, and with O rows padded by 32 poisoned elements that must stay
 // untouched (stores past V's head dim). Then varlen, paged K/V (page 48: pages end inside a tile)
@@ -75,8 +76,8 @@ TEST(GpuAttention, PortableDeepHeadsMatchReference) {
     int depth, depth_v;
     int bm = 0, bn = 0;  // 0: the default
   };
-  for (const Depths& d : {Depths{192, 0}, Depths{256, 0}, Depths{192, 128}, Depths{512, 0}, Depths{512, 0, 32, 16},
-                          Depths{512, 0, 64, 16}})
+  for (const Depths& d : {Depths{96, 0}, Depths{192, 0}, Depths{256, 0}, Depths{192, 128}, Depths{512, 0},
+                          Depths{512, 0, 32, 16}, Depths{512, 0, 64, 16}})
     for (bool causal : {false, true}) {
       jit::FA4Config cfg;
       cfg.arch = plain;

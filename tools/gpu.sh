@@ -36,6 +36,8 @@ On the GPU machine (repository root, .device carried):
                         tiles (sm_90a's packed prefill tile, BM 128, and unpacked decode tile, BM 64),
                         gather (pages 1 and 3: persistent prefill, packed decode + splits, FP8 KV, MLA),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
+                        d96 (head dim 96 on the portable kernel: the last row at the allocation's
+                        end, a window, varlen + paged + split, FP8 KV),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen); default: prefill decode
   zoo [ARGS]            the benchmark zoo (bench/zoo.py ARGS, e.g. --rows decode --models llama3_8b):
@@ -336,6 +338,19 @@ sanitize() {
           # sm_90a's persistent walk with pages (the producer's per-tile branch on c.pages) and varlen
           san_check "" $tool sm_90a '{"depth":128,"kv_dtype":"e4m3","mask":"causal"}' --page-size 64 \
             --seqlens-q 300 0 129 --seqlens-k 300 50 700 --heads 4 --kv-heads 2
+        done ;;
+      d96)  # head dim 96 on the portable kernel (sm_90 here), padded to 128: one head whose last key
+        # row ends the allocation (a read past column 96 would leave it), a window, varlen + paged +
+        # split-KV, and an FP8 KV cache
+        local cases=(
+          '{"depth":96,"mask":"causal"}|--batch 1 --heads 1 --seqlen-q 77 --seqlen-k 131'
+          '{"depth":96,"mask":"sliding_window"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 300 --seqlen-k 300 --window 70,0'
+          '{"depth":96,"mask":"causal"}|--heads 2 --seqlens-q 100 0 1 --seqlens-k 100 50 129 --page-size 16 --splits 3'
+          '{"depth":96,"mask":"causal","kv_dtype":"e4m3"}|--batch 1 --heads 1 --seqlen-q 1 --seqlen-k 333')
+        for c in "${cases[@]}"; do
+          for tool in memcheck racecheck synccheck; do
+            san_check "" $tool sm_90 "${c%%|*}" ${c#*|}
+          done
         done ;;
       *) echo "sanitize: unknown set '$s' (see tools/gpu.sh --help)"; exit 2 ;;
     esac

@@ -18,8 +18,9 @@ namespace abi = fa4::sm80::abi;
 class Sm80 final : public BackendPolicy {
  public:
   Backend backend() const override { return Backend::portable; }
-  // 512: O split over two warps per 16 rows (abi.h o_split).
-  std::vector<int> depths() const override { return {64, 128, 192, 256, 512}; }
+  // 96 (Phi-3) runs padded to 128: the loads zero-fill columns 96..127, the epilogue clips them
+  // (smem_tile.cuh, epilogue.cuh). 512: O split over two warps per 16 rows (abi.h o_split).
+  std::vector<int> depths() const override { return {64, 96, 128, 192, 256, 512}; }
   // DeepSeek-V3 / Kimi-K2 prefill (MLA without absorption): Q/K 128 + 64 rope columns, V 128.
   std::vector<int> depths_v(int depth) const override {
     return depth == 192 ? std::vector<int>{128} : std::vector<int>{};
@@ -38,11 +39,11 @@ class Sm80 final : public BackendPolicy {
     if (fp8_kv && *c.kv_dtype != DType::e4m3)
       refuse("kv_dtype", fmt::format("{} on {}", to_string(*c.kv_dtype), c.arch),
              "e4m3 (an FP8 KV cache) or unset on the portable backend");
-    // The FP8 KV cache stays at the depths it was built and measured for (64, 128); at 192 the e4m3
+    // The FP8 KV cache stays at the depths it was built and measured for (64, 128; 96 padded to 128); at 192 the e4m3
     // staging rows (12 chunks of 16 bytes) do not split evenly over 128 threads (E4m3Tile).
     if (fp8_kv && dp > 128)
       refuse("depth", fmt::format("{} with kv_dtype e4m3", c.depth),
-             fmt::format("64 or 128 for an FP8 KV cache on {}", c.arch));
+             fmt::format("64, 96 or 128 for an FP8 KV cache on {}", c.arch));
     const int dpv = padded_depth_v(c, dp);       // V and O (FA4Config::depth_v)
     const bool o_split = abi::o_split(dpv) > 1;  // V 512: two warps per 16 rows, each half of O
     // Q tile, K and V rings (16-bit; V's stages DpV wide); FP8 KV cache: Q, one 16-bit K and V

@@ -606,8 +606,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None
     """Attention forward (no backward) with a kernel generated for the arguments' variant.
 
     q: (B, Sq, Hq, D); k, v: (B, Sk, Hkv, D), Hq a multiple of Hkv (GQA/MQA); bf16 or fp16; D 64,
-    128, 192 or 256 (sm_90a also 96, padded to 128; sm_100a 64, 96, 128, 192); with D 192, v (and
-    out) may be 128 wide.
+    96 (padded to 128), 128, 192 or 256 (sm_100a 64, 96, 128, 192); with D 192, v (and out) may be 128 wide.
     ``layout="bhsd"`` takes and returns (B, H, S, D) tensors (SDPA's layout) as strided views,
     without copies. Any strides with head_dim contiguous are accepted
     (multiples of 16 bytes).
