@@ -413,12 +413,7 @@ __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const Cta
     const auto ahead = w.peek(at);  // the next tile's class, read while this one runs
     if (mine) {
       if constexpr (Sh::kFollowFirst) {
-        if (follow) {
-          auto vs = v_ring.acquire();  // V(i - 1)
-          follow_baton<Config>(o, baton, others, sm, vs, v_addr);
-          wgmma_wait<0>();
-          fence_operand(o);
-        }  // release V(i - 1): its stage refills before S(i) runs
+        if (follow) follow_baton<Config>(o, baton, others, sm, v_ring, v_addr);  // V(i - 1) refills before S(i)
         auto ks = k_ring.acquire();
         fence_operand(s);
         wgmma_fence();
