@@ -80,7 +80,7 @@ constexpr TuneField kTuneFields[] = {
     {"persistent", &TuningOverrides::persistent, &Tuning::persistent, 0, 3,
      "0 grid, 1 persistent tiles, 2 stream-K, 3 persistent tiles claimed at run time"},
     {"line_info", &TuningOverrides::line_info, &Tuning::line_info, 0, 1, "0 or 1"},
-    {"alternate_s", &TuningOverrides::alternate_s, &Tuning::alternate_s, 0, 2, "0, 1 or 2"},
+    {"alternate_s", &TuningOverrides::alternate_s, &Tuning::alternate_s, 0, 1, "0 or 1"},
 };
 
 }  // namespace

@@ -412,16 +412,7 @@ __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const Cta
   for (auto at = w.pos(n); w.has(at.n); mine = !mine) {
     const auto ahead = w.peek(at);  // the next tile's class, read while this one runs
     if (mine) {
-      if constexpr (Sh::kFollowFirst) {
-        if (follow) follow_baton<Config>(o, baton, others, sm, v_ring, v_addr);  // V(i - 1) refills before S(i)
-        auto ks = k_ring.acquire();
-        fence_operand(s);
-        wgmma_fence();
-        issue_qk<Config>(s, q, k_addr, ks.index());
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operand(s);
-      } else {
+      {
         auto ks = k_ring.acquire();
         fence_operand(s);
         wgmma_fence();

@@ -132,9 +132,6 @@ struct Shape {
   // runs half the S GEMMs and every P V of its columns. 16-bit K/V: an FP8 KV cache's kernel keeps
   // one S warpgroup (its Q is converted in place once, by that warpgroup).
   static constexpr bool kAlternateS = Config::kAlternateS != 0;
-  // 2: the tile's owner first finishes the other's P V of the tile before (freeing that K/V stage
-  // for the load after next), then issues its own S (1: S first, under that P V).
-  static constexpr bool kFollowFirst = Config::kAlternateS == 2;
   static_assert(!kAlternateS || (kOSplit == 2 && !kKvFp8),
                 "sm90a kernel: alternating S needs O split over two warpgroups and 16-bit K/V");
   // Warpgroups that read K (and arrive on its empty barriers) per stage: each row group's first one
