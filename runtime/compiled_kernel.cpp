@@ -143,7 +143,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   // decode batch never split (48 rows of 4k-8.7k keys at one KV head read 1.5 TB/s, PERF.md run
   // 84). A split divides each tile's own KV tiles, so the hint sizes the split count, never a range
   // (any int: rounded up in 64 bits).
-  in.kv_blocks = static_cast<int>((static_cast<long long>(model.shape.max_seqlen_k) + c.BN - 1) / c.BN);
+  in.kv_blocks = model.kv_tiles(c.BN);
   in.keys_known = model.shape.max_seqlen_k != 0;
   in.requested_splits = args.num_splits;
   in.sms = sm_count() * split_slots_per_sm(args.page_table != nullptr);

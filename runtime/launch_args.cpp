@@ -204,7 +204,21 @@ ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, c
   m.causal_known_lengths =
       c.mask.kind == Mask::Kind::causal && m.shape.max_seqlen_k > 0 && (!varlen || args.max_seqlen_k > 0);
   m.static_order = !varlen && !args.seqused_k && !uses(c.mask, Mask::Kind::custom);
+  if (c.mask.kind == Mask::Kind::sliding_window && args.window_left >= 0 && args.window_right >= 0) {
+    const long long span = c.BM > 0 ? std::min(c.BM, shape.max_seqlen_q) : shape.max_seqlen_q;
+    m.band_keys = span + args.window_left + args.window_right;
+    m.prefix_keys = c.mask.prefix ? std::max(0, args.mask_prefix) : 0;
+  }
   return m;
+}
+
+int ScheduleModel::kv_tiles(int bn) const {
+  const long long whole = (static_cast<long long>(shape.max_seqlen_k) + bn - 1) / bn;
+  if (band_keys <= 0) return static_cast<int>(whole);
+  // A run of W keys starting anywhere touches at most ceil((W + bn - 1) / bn) tiles; the prefix's
+  // tiles are counted apart (they may be the band's too: an upper bound).
+  const long long band = (band_keys + 2LL * bn - 2) / bn + (prefix_keys + bn - 1) / bn;
+  return static_cast<int>(std::min(whole, band));
 }
 
 }  // namespace jit::detail

@@ -29,6 +29,14 @@ struct ScheduleModel {
   // seqused_k). Where not, a dynamic-walk kernel claims its units at run time
   // (FwdParams::tile_counter); where so, it strides as the persistent walk does.
   bool static_order = false;
+  // A sliding window bounded on both sides: the widest run of keys one Q tile's band shows (its
+  // queries' span, at most BM, plus both extents) and the keys a prefix adds (mask_prefix); 0: no
+  // band narrower than the sequence. Split counts are sized by the KV tiles a Q tile walks
+  // (kv_tiles), not the sequence's: a 128-key window over 32k keys is 2-3 tiles, and splitting
+  // those cost a combine launch per call (gpt-oss's window layers at 0.64x FA4, docs/PERF.md run 87).
+  long long band_keys = 0, prefix_keys = 0;
+  // KV tiles of bn keys one Q tile walks at most: the longest sequence's, or fewer under a band.
+  int kv_tiles(int bn) const;
 };
 ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c);
 

@@ -751,3 +751,51 @@ TEST(StreamKWalkPlan, FillsUnitFieldsAndOneRowOfCtas) {
   const fa4::UnitSplit u = StreamKWalk::units(p);
   EXPECT_EQ(u.begin(132), 512 * 64);
 }
+
+// A sliding window bounded on both sides sizes the split count by the KV tiles one Q tile walks
+// (ScheduleModel::kv_tiles), not the sequence's: gpt-oss's 128-key window over 4k keys at 16/2
+// heads (64 packed decode CTAs) split in two, a combine launch for a walk of 2-3 tiles.
+TEST(ScheduleModel, SlidingWindowBoundsTheKvTilesATileWalks) {
+  jit::FA4Config w;
+  w.mask = jit::Mask::sliding_window();
+  w.BM = 64;
+  jit::detail::LaunchShape shape;
+  shape.batch = 32;
+  shape.max_seqlen_q = 1;
+  shape.max_seqlen_k = 4096;
+  jit::LaunchArgs a;
+  a.window_left = 127;
+  a.window_right = 0;
+  auto m = jit::detail::schedule_model(shape, a, w);
+  EXPECT_EQ(m.band_keys, 128);
+  EXPECT_EQ(m.kv_tiles(64), 3);  // 128 keys starting anywhere: at most 3 tiles of 64
+  EXPECT_EQ(GridWalk::choose_splits(32 * 2, m.kv_tiles(64), 132), 1);
+  EXPECT_EQ(GridWalk::choose_splits(32 * 2, 4096 / 64, 132), 2);  // what the sequence's tiles chose
+  a.window_left = 63;  // a band of exactly one aligned tile can still straddle two
+  EXPECT_EQ(jit::detail::schedule_model(shape, a, w).kv_tiles(64), 2);
+
+  shape.max_seqlen_q = 16384;  // prefill: the span of a Q tile's queries (BM) widens the band
+  shape.max_seqlen_k = 16384;
+  a.window_left = 4095;
+  m = jit::detail::schedule_model(shape, a, w);
+  EXPECT_EQ(m.band_keys, 64 + 4095);
+  EXPECT_EQ(m.kv_tiles(128), (64 + 4095 + 127 + 127) / 128);
+  w.mask.prefix = true;  // a window's sink keys add their own tiles
+  a.mask_prefix = 4;
+  EXPECT_EQ(jit::detail::schedule_model(shape, a, w).kv_tiles(128), (64 + 4095 + 254) / 128 + 1);
+  w.mask.prefix = false;
+
+  shape.max_seqlen_q = 1;
+  shape.max_seqlen_k = 100;  // a band wider than the sequence: the sequence's tiles
+  EXPECT_EQ(jit::detail::schedule_model(shape, a, w).kv_tiles(64), 2);
+  shape.max_seqlen_k = 32768;
+  for (const auto& [left, right] : {std::pair{-1, 0}, std::pair{127, -1}}) {  // unbounded on a side: no band
+    a.window_left = left;
+    a.window_right = right;
+    EXPECT_EQ(jit::detail::schedule_model(shape, a, w).kv_tiles(64), 512) << left << "," << right;
+  }
+  jit::FA4Config causal;  // other masks: the sequence's tiles, whatever the window fields hold
+  causal.mask = jit::Mask::causal();
+  a.window_left = a.window_right = 0;
+  EXPECT_EQ(jit::detail::schedule_model(shape, a, causal).kv_tiles(64), 512);
+}
