@@ -423,6 +423,12 @@ void add_bench(CLI::App& app) {
     a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, a.q.shape[0], a.q.shape[1], H, Dv);
     a.lse = static_cast<float*>(dlse.get());
     a.num_splits = o->shape.splits;
+    // The mask's run-time extents, as `check` passes them (check/gpu.cpp): before, bench left them
+    // at their defaults, so `bench --window 127,0` timed an unbounded window (docs/PERF.md run 87).
+    a.window_left = o->shape.window_left;
+    a.window_right = o->shape.window_right;
+    a.chunk_size = o->shape.chunk;
+    a.mask_prefix = o->shape.mask_prefix;
     a.softcap = o->shape.softcap;  // the softcap score-mod's cap (its config refuses none)
     testing::DeviceBuffer dsinks(static_cast<std::size_t>(H) * 4);
     if (o->shape.sinks) {  // random per-head sink logits, as `check --sinks`
@@ -481,7 +487,10 @@ void add_bench(CLI::App& app) {
                         {"host_launch_us", host_us},
                         {"kv_TBps_stream", kv_bytes / (ms_stream * 1e-3) / 1e12},
                         {"varlen", varlen},
-                        {"max_seqlen_k", a.max_seqlen_k}};
+                        {"max_seqlen_k", a.max_seqlen_k},
+                        {"window", {a.window_left, a.window_right}},
+                        {"chunk", a.chunk_size},
+                        {"mask_prefix", a.mask_prefix}};
     if (o->json)
       fmt::print("{}\n", j.dump());
     else

@@ -118,4 +118,21 @@ TEST(GpuCliRun, BenchPassesScoreModArgumentsAndReportsHostTime) {
   fs::remove(cfg);
 }
 
+// `fa4jit bench` launches the mask's extents it is given (`--window`, `--chunk`, `--mask-prefix`;
+// before run 87 it left them unbounded, so windowed rows timed full attention), and the automatic
+// split sees the window: 128 keys over 4k are at most 3 KV tiles, never split (ScheduleModel::kv_tiles).
+TEST(GpuCliRun, BenchLaunchesTheWindowItIsGiven) {
+  SKIP_WITHOUT_GPU();
+  const fs::path cfg = fs::temp_directory_path() / ("fa4jit_bench_" + std::to_string(std::random_device{}()) + ".json");
+  std::ofstream(cfg) << R"({"depth": 64, "mask": "sliding_window"})";
+  const auto r = run_shell(cli_path() + " bench --config " + cfg.string() +
+                           " --pack-gqa --batch 32 --heads 16 --kv-heads 2 --seqlen-q 1 --seqlen-k 4096 --window 127,0"
+                           " --iters 3 --warmup 1 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_EQ(j.at("window"), nlohmann::json::array({127, 0}));
+  EXPECT_EQ(j.at("num_splits").get<int>(), 1);
+  fs::remove(cfg);
+}
+
 }  // namespace
