@@ -343,10 +343,10 @@ sanitize() {
         # row ends the allocation (a read past column 96 would leave it), a window, varlen + paged +
         # split-KV, and an FP8 KV cache
         local cases=(
-          '{"depth":96,"mask":"causal"}|--batch 1 --heads 1 --seqlen-q 77 --seqlen-k 131'
+          '{"depth":96,"mask":"causal"}|--batch 1 --heads 1 --kv-heads 1 --seqlen-q 77 --seqlen-k 131'
           '{"depth":96,"mask":"sliding_window"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 300 --seqlen-k 300 --window 70,0'
           '{"depth":96,"mask":"causal"}|--heads 2 --seqlens-q 100 0 1 --seqlens-k 100 50 129 --page-size 16 --splits 3'
-          '{"depth":96,"mask":"causal","kv_dtype":"e4m3"}|--batch 1 --heads 1 --seqlen-q 1 --seqlen-k 333')
+          '{"depth":96,"mask":"causal","kv_dtype":"e4m3"}|--batch 1 --heads 1 --kv-heads 1 --seqlen-q 1 --seqlen-k 333')
         for c in "${cases[@]}"; do
           for tool in memcheck racecheck synccheck; do
             san_check "" $tool sm_90 "${c%%|*}" ${c#*|}
