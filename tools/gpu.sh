@@ -160,6 +160,17 @@ san_masks() {
   done
 }
 
+# Each case 'CONFIG_JSON|FLAGS' under memcheck, racecheck and synccheck on ARCH.
+san_cases() {
+  local arch=$1 c tool
+  shift
+  for c in "$@"; do
+    for tool in memcheck racecheck synccheck; do
+      san_check "" $tool "$arch" "${c%%|*}" ${c#*|}
+    done
+  done
+}
+
 sanitize() {
   need
   local sets=("$@") s c tune d m tool t rc gtest
@@ -273,11 +284,7 @@ sanitize() {
           '{"depth":128,"mask":"causal","group":8,"pack_gqa":true,"kv_dtype":"e4m3"}|--batch 2 --heads 16 --seqlen-q 1 --seqlens-k 700 64 --page-size 1'
           '{"depth":576,"depth_v":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa'
           '{"depth":576,"depth_v":512,"mask":"causal","kv_dtype":"e4m3"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa --splits 3')
-        for c in "${cases[@]}"; do
-          for tool in memcheck racecheck synccheck; do
-            san_check "" $tool sm_90a "${c%%|*}" ${c#*|}
-          done
-        done ;;
+        san_cases sm_90a "${cases[@]}" ;;
       anygroup)  # packed GQA of groups that do not divide 64 rows (padded spans) and above (slices)
         for tool in memcheck racecheck synccheck; do
           for arch in sm_90a sm_90; do
@@ -347,11 +354,7 @@ sanitize() {
           '{"depth":96,"mask":"sliding_window"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 300 --seqlen-k 300 --window 70,0'
           '{"depth":96,"mask":"causal"}|--heads 2 --seqlens-q 100 0 1 --seqlens-k 100 50 129 --page-size 16 --splits 3'
           '{"depth":96,"mask":"causal","kv_dtype":"e4m3"}|--batch 1 --heads 1 --kv-heads 1 --seqlen-q 1 --seqlen-k 333')
-        for c in "${cases[@]}"; do
-          for tool in memcheck racecheck synccheck; do
-            san_check "" $tool sm_90 "${c%%|*}" ${c#*|}
-          done
-        done ;;
+        san_cases sm_90 "${cases[@]}" ;;
       *) echo "sanitize: unknown set '$s' (see tools/gpu.sh --help)"; exit 2 ;;
     esac
     echo "(sanitize $s: $((SECONDS - start)) s)"
