@@ -216,6 +216,16 @@ struct Paged {
 
 }  // namespace
 
+void set_launch_scalars(LaunchArgs& a, const CheckCase& c) {
+  a.window_left = c.window_left;
+  a.window_right = c.window_right;
+  a.chunk_size = c.chunk_size;
+  a.mask_prefix = c.mask_prefix;
+  a.softcap = c.softcap;
+  a.num_splits = c.num_splits;
+  a.max_seqlen_k = c.max_seqlen_k;
+}
+
 CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   const FA4Config& cfg = kernel.config().config;
   // t: Q (and the kernel's arithmetic); tk: K and V (e4m3 for an FP8 KV cache); to: O.
@@ -373,14 +383,8 @@ CheckResult run_and_check(const Kernel& kernel, const CheckCase& c) {
   }
   if (L.seqused_k) a.seqused_k = static_cast<const int*>(dused.get());
   a.lse = c.with_lse ? static_cast<float*>(dlse.get()) : nullptr;
-  a.window_left = c.window_left;
-  a.window_right = c.window_right;
-  a.chunk_size = c.chunk_size;
-  a.mask_prefix = c.mask_prefix;
-  a.softcap = c.softcap;
+  set_launch_scalars(a, c);
   a.sinks = p.sinks.empty() ? nullptr : static_cast<const float*>(dsinks.get());
-  a.num_splits = c.num_splits;
-  a.max_seqlen_k = c.max_seqlen_k;
   a.aux_scalar = c.aux_scalar;
   a.aux_ptr = c.aux_ptr;
   if (!descale[0].empty()) a.descale_q = static_cast<const float*>(ddescale[0].get());

@@ -118,6 +118,11 @@ double alibi_slope(int h, int num_heads);
 // Random inputs (seeded), poisoned O/LSE, launch, synchronise, compare.
 CheckResult run_and_check(const Kernel& kernel, const CheckCase& c);
 
+// The case's launch scalars into `a`: window extents, chunk, key prefix, softcap cap, splits and the
+// max_seqlen_k hint. run_and_check and `fa4jit bench` both set them here, so a bench row times the
+// launch `check` verifies (bench once dropped the window: docs/PERF.md run 87).
+void set_launch_scalars(LaunchArgs& a, const CheckCase& c);
+
 // n random normal elements of type t as bytes (dtype_size(t) each: host::to_bits, little-endian), for
 // timing runs: 2^22 independent draws, repeated from a random start per block of 2^20 elements. A
 // kernel sees values as varied as independent draws (zeros would run faster), for the cost of a

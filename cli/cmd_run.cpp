@@ -51,6 +51,29 @@ struct ShapeOpts {
   }
 };
 
+// The case `check` verifies for these options; `bench` launches with its scalars too
+// (testing::set_launch_scalars), so the two read every option the same way.
+testing::CheckCase check_case(const ShapeOpts& s) {
+  testing::CheckCase cc;
+  cc.batch = s.seqlens_q.empty() ? s.batch : static_cast<int>(s.seqlens_q.size());
+  cc.seqlen_q = s.sq();
+  cc.seqlen_k = s.sk();
+  cc.num_q_heads = s.heads;
+  cc.num_kv_heads = s.kv_heads;
+  cc.seqlens_q = s.seqlens_q;
+  cc.seqlens_k = s.seqlens_k;
+  cc.max_seqlen_k = s.seqlen_k_hint();
+  cc.page_size = s.page_size;
+  cc.num_splits = s.splits;
+  cc.window_left = s.window_left;
+  cc.window_right = s.window_right;
+  cc.chunk_size = s.chunk;
+  cc.mask_prefix = s.mask_prefix;
+  cc.softcap = s.softcap;
+  cc.with_sinks = s.sinks;
+  return cc;
+}
+
 // One of --window's two extents: a whole number >= -1, else a usage error naming the flag (std::stoi
 // said only "stoi").
 int window_extent(const std::vector<std::string>& v, std::size_t i) {
@@ -262,8 +285,8 @@ void add_check(CLI::App& app) {
       throw ConfigError(
           "check: custom mask / score-mod snippets have no reference semantics here; "
           "tests/gpu_variants_test.cpp and tests/gpu_features_test.cpp check snippets");
-    validate_config(c);  // before the GPU check: the same answer with or without a GPU
-    const int hint = o->shape.seqlen_k_hint();
+    validate_config(c);        // before the GPU check: the same answer with or without a GPU
+    o->shape.seqlen_k_hint();  // refuses a bad --max-seqlen-k, GPU or not
     const std::string why = testing::gpu_unavailable_reason();
     if (!why.empty()) {
       if (o->require_gpu) throw DriverError("check needs a GPU: " + why);
@@ -272,25 +295,7 @@ void add_check(CLI::App& app) {
     }
     const KernelPtr kernel = get_kernel(c, cli_resolve_options());
     require_runs_here(*kernel);
-    const ShapeOpts& s = o->shape;
-    testing::CheckCase cc;
-    cc.batch = s.batch;
-    cc.seqlen_q = s.sq();
-    cc.seqlen_k = s.sk();
-    cc.num_q_heads = s.heads;
-    cc.num_kv_heads = s.kv_heads;
-    cc.seqlens_q = s.seqlens_q;
-    cc.seqlens_k = s.seqlens_k;
-    cc.max_seqlen_k = hint;
-    if (!s.seqlens_q.empty()) cc.batch = static_cast<int>(s.seqlens_q.size());
-    cc.page_size = s.page_size;
-    cc.num_splits = s.splits;
-    cc.window_left = s.window_left;
-    cc.window_right = s.window_right;
-    cc.chunk_size = s.chunk;
-    cc.mask_prefix = s.mask_prefix;
-    cc.softcap = s.softcap;
-    cc.with_sinks = s.sinks;
+    testing::CheckCase cc = check_case(o->shape);
     cc.descale = !o->no_descale;
     cc.latent_kv = kernel->config().v_in_k;  // MLA: V is K's prefix (one K buffer)
     const auto r = testing::run_and_check(*kernel, cc);
@@ -305,8 +310,8 @@ void add_check(CLI::App& app) {
                                              : std::string(to_string(kc.dtype));
     fmt::print("check: {} {} {} B={} Sq={} Sk={} H={}/{} D={}{}{}{}: {} (rel_l2 tolerance {:.0e}) -> {}\n", kc.arch,
                to_string(kernel->config().backend), dtypes, cc.batch, cc.seqlen_q, cc.seqlen_k, cc.num_q_heads,
-               cc.num_kv_heads, kc.depth, s.seqlens_q.empty() ? "" : " varlen",
-               s.page_size ? fmt::format(" page {}", s.page_size) : "", c.pack_gqa ? " packed" : "", r.describe(),
+               cc.num_kv_heads, kc.depth, cc.seqlens_q.empty() ? "" : " varlen",
+               cc.page_size ? fmt::format(" page {}", cc.page_size) : "", c.pack_gqa ? " packed" : "", r.describe(),
                testing::rel_l2_tolerance(r.dtype), ok ? "PASS" : "FAIL");
     if (!ok) throw Error("check failed: the kernel does not match the float64 reference");
   });
@@ -337,7 +342,7 @@ void add_bench(CLI::App& app) {
     const PackedBatch packed = packed_batch(o->shape);  // before anything is compiled
     if (!packed.empty() && o->kv_heads_major)
       throw ConfigError("bench: --kv-bhsd with --seqlens-q / --seqlens-k: packed varlen K/V are (total, heads, dim)");
-    const int hint = o->shape.seqlen_k_hint();
+    o->shape.seqlen_k_hint();  // refuses a bad --max-seqlen-k before anything is compiled
     const auto t_start = clock::now();
     const FA4Config c = one_config(o->config, o->presets, o->arch, &o->shape);
     const KernelPtr kernel = get_kernel(with_cli_arch(c), cli_resolve_options());
@@ -389,7 +394,6 @@ void add_bench(CLI::App& app) {
       a.cu_seqlens_q = static_cast<const int*>(dcu_q.get());
       a.batch = B;
       a.max_seqlen_q = Sq;
-      a.max_seqlen_k = hint;
     }
     if (page) {
       a.k = Tensor::contiguous(dk.get(), kv_t, num_pages, page, Hkv, D);
@@ -422,14 +426,7 @@ void add_bench(CLI::App& app) {
     }
     a.o = Tensor::contiguous(dout.get(), *rc.output_dtype, a.q.shape[0], a.q.shape[1], H, Dv);
     a.lse = static_cast<float*>(dlse.get());
-    a.num_splits = o->shape.splits;
-    // The mask's run-time extents, as `check` passes them (check/gpu.cpp): before, bench left them
-    // at their defaults, so `bench --window 127,0` timed an unbounded window (docs/PERF.md run 87).
-    a.window_left = o->shape.window_left;
-    a.window_right = o->shape.window_right;
-    a.chunk_size = o->shape.chunk;
-    a.mask_prefix = o->shape.mask_prefix;
-    a.softcap = o->shape.softcap;  // the softcap score-mod's cap (its config refuses none)
+    testing::set_launch_scalars(a, check_case(o->shape));  // the scalars `check` launches with
     testing::DeviceBuffer dsinks(static_cast<std::size_t>(H) * 4);
     if (o->shape.sinks) {  // random per-head sink logits, as `check --sinks`
       std::normal_distribution<float> normal;
