@@ -22,6 +22,7 @@
 #include "fa4jit/log.hpp"
 #include "fa4jit/version.hpp"
 #include "generator/bounded_json.hpp"
+#include "generator/kernel_choice.hpp"
 #include "generator/limits.hpp"
 #include "generator/model.hpp"
 #include "runtime/driver.hpp"
@@ -533,6 +534,14 @@ int32_t fa4jit_model_configs(const char* hf_config_json, const char* dtype, char
 int32_t fa4jit_choose_kernel(const char* arch, const char* dtype, const char* kv_dtype, int32_t depth, int32_t depth_v,
                              int32_t group, int32_t max_seqlen_q, int32_t varlen_batch, int64_t total_q,
                              int32_t pack_gqa, int32_t* pack_out, int32_t* bm_out) {
+  return fa4jit_choose_kernel2(arch, dtype, kv_dtype, depth, depth_v, group, max_seqlen_q, varlen_batch, total_q, -1,
+                               -1, 0, pack_gqa, pack_out, bm_out);
+}
+
+int32_t fa4jit_choose_kernel2(const char* arch, const char* dtype, const char* kv_dtype, int32_t depth, int32_t depth_v,
+                              int32_t group, int32_t max_seqlen_q, int32_t varlen_batch, int64_t total_q,
+                              int32_t window_left, int32_t window_right, int32_t mask_prefix, int32_t pack_gqa,
+                              int32_t* pack_out, int32_t* bm_out) {
   if (!dtype || !pack_out || !bm_out) return invalid("fa4jit_choose_kernel: dtype, pack_out or bm_out is NULL");
   if (pack_gqa < -1 || pack_gqa > 1)
     return invalid(fmt::format("fa4jit_choose_kernel: pack_gqa is {}: -1 (automatic), 0 or 1", pack_gqa).c_str());
@@ -552,6 +561,9 @@ int32_t fa4jit_choose_kernel(const char* arch, const char* dtype, const char* kv
     f.varlen_batch = varlen_batch;
     f.total_q = total_q;
     if (pack_gqa >= 0) f.pack_gqa = pack_gqa == 1;
+    // Bounded extents are a sliding-window launch's (the only kernel that reads them).
+    f.window_keys = jit::detail::window_keys(window_left, window_right, mask_prefix);
+    if (f.window_keys > 0) c.mask = jit::Mask::sliding_window();
     const jit::FA4Config chosen = jit::choose_kernel(c, f);
     *pack_out = chosen.pack_gqa ? 1 : 0;
     *bm_out = chosen.BM;

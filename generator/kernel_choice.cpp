@@ -35,11 +35,11 @@ bool auto_pack(const LaunchFacts& f) {
 }  // namespace detail
 
 FA4Config choose_kernel(FA4Config c, const LaunchFacts& facts) {
-  if (facts.group < 1 || facts.max_seqlen_q < 0 || facts.varlen_batch < 0 || facts.total_q < 0)
+  if (facts.group < 1 || facts.max_seqlen_q < 0 || facts.varlen_batch < 0 || facts.total_q < 0 || facts.window_keys < 0)
     throw ConfigError(
-        fmt::format("choose_kernel: group {}, max_seqlen_q {}, varlen_batch {}, total_q {}: the group "
-                    "is at least 1 and the lengths at least 0",
-                    facts.group, facts.max_seqlen_q, facts.varlen_batch, facts.total_q));
+        fmt::format("choose_kernel: group {}, max_seqlen_q {}, varlen_batch {}, total_q {}, window_keys {}: the "
+                    "group is at least 1 and the lengths at least 0",
+                    facts.group, facts.max_seqlen_q, facts.varlen_batch, facts.total_q, facts.window_keys));
   // A varlen max_seqlen_q is the caller's hint; no sequence holds more than q's rows (the launch
   // clamps it the same way: pack_params).
   LaunchFacts f = facts;

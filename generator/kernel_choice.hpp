@@ -2,6 +2,7 @@
 // shared with the backends' own tiles (BackendPolicy::launch_bm).
 #pragma once
 #include <algorithm>
+#include <climits>
 
 #include "fa4jit/advanced.hpp"
 
@@ -14,6 +15,13 @@ inline bool short_rows(const LaunchFacts& f) { return 1LL * f.max_seqlen_q * f.g
 // A varlen batch whose query lengths are uneven: its longest at least 1.2x the mean.
 inline bool uneven(const LaunchFacts& f) {
   return f.varlen_batch > 0 && 5LL * f.max_seqlen_q * f.varlen_batch >= 6 * f.total_q;
+}
+
+// LaunchFacts::window_keys of a sliding window's extents (-1: unbounded) and key prefix: the keys
+// one query sees at most, or 0 where a side is unbounded (clamped to INT_MAX).
+inline int window_keys(long long left, long long right, long long prefix) {
+  if (left < 0 || right < 0) return 0;
+  return static_cast<int>(std::min<long long>(INT_MAX, left + right + 1 + std::max(0LL, prefix)));
 }
 
 // Whether every backend packs this group (pack_heads): up to 64, or equal slices of 2..64 heads.

@@ -211,6 +211,8 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
   const bool use_window = !c.contains("use_sliding_window") || !c.at("use_sliding_window").is_boolean() ||
                           c.at("use_sliding_window").get<bool>();
   const bool has_window = use_window && set(c, "sliding_window") && positive_int(c, "sliding_window") > 0;
+  // transformers' sliding_window W: each query sees itself and the W - 1 keys before it.
+  const int window_keys = has_window ? positive_int(c, "sliding_window") : 0;
   const std::vector<bool> sliding = sliding_layers(c, *family, layers, has_window);
 
   ScoreMod score = ScoreMod::identity();
@@ -264,7 +266,9 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     };
     // An arch's own tile for these launches (BackendPolicy::launch_bm), for that arch only; over
     // 16-bit K/V only, so no e4m3 twin.
-    const auto add_arch_tiles = [&](const char* use, const char* when, const FA4Config& kernel,
+    // A tile another launch of the list already takes (MHA's decode tile is a small window's
+    // prefill tile too) is listed once.
+    const auto add_arch_tiles = [&](const char* use, const std::string& when, const FA4Config& kernel,
                                     const LaunchFacts& facts) {
       for (const std::string& arch : supported_archs()) {
         FA4Config a = kernel;
@@ -272,10 +276,21 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
         FA4Config tile = choose_kernel(a, facts);
         if (tile.BM == 0) continue;
         tile.arch.clear();
-        out.push_back({fmt::format("{} ({}, BM {}): {}{}", use, when, tile.BM, layers_text, sinks), tile, arch});
+        const bool listed = std::any_of(out.begin(), out.end(),
+                                        [&](const ModelKernel& m) { return m.only_arch == arch && m.config == tile; });
+        if (!listed)
+          out.push_back({fmt::format("{} ({}, BM {}): {}{}", use, when, tile.BM, layers_text, sinks), tile, arch});
       }
     };
     add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
+    if (window) {  // one prompt under the window (a tile of the arch's own where the window is small)
+      LaunchFacts prompt;
+      prompt.group = group;
+      prompt.max_seqlen_q = kUnevenPrefillBatch.max_seqlen_q;
+      prompt.total_q = prompt.max_seqlen_q;
+      prompt.window_keys = window_keys;
+      add_arch_tiles("prefill", fmt::format("a window of {} keys", window_keys), k, prompt);
+    }
     if (!packs) {
       add_arch_tiles("decode", "Sq <= 64", k, decode_rows);
     } else {

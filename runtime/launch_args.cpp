@@ -8,6 +8,7 @@
 
 #include "fa4jit/errors.hpp"
 #include "generator/backends/backend.hpp"
+#include "generator/kernel_choice.hpp"
 #include "generator/source.hpp"
 #include "common/packed_rows.h"
 
@@ -238,6 +239,7 @@ LaunchFacts launch_facts(const LaunchArgs& args) {
   f.max_seqlen_q = varlen ? args.max_seqlen_q : static_cast<int>(args.q.shape[1]);
   f.varlen_batch = varlen ? args.batch : 0;
   f.total_q = args.q.shape[1];
+  f.window_keys = detail::window_keys(args.window_left, args.window_right, args.mask_prefix);
   return f;
 }
 

@@ -532,9 +532,16 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       latent.mask = jit::Mask::none();
       EXPECT_EQ(jit::resolve(latent).tuning.persistent, 0);
     }
-    EXPECT_EQ(jit::resolve(with_mask(128, jit::Mask::sliding_window())).tuning.persistent, 1);
-    for (int depth : {64, 96})  // a window at depth 96 spills 4 B persistent; 64 was not measured
-      EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::sliding_window())).tuning.persistent, 0) << depth;
+    // A sliding window at depths 64, 96 (run 88) and 128; at 64 and 96 not with a score-mod (not measured).
+    for (int depth : {64, 96, 128})
+      EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::sliding_window())).tuning.persistent, 1) << depth;
+    for (int depth : {64, 96}) {
+      auto scored = with_mask(depth, jit::Mask::sliding_window());
+      scored.score_mod = jit::ScoreMod::alibi();
+      EXPECT_EQ(jit::resolve(scored).tuning.persistent, 0) << depth;
+      scored.score_mod = jit::ScoreMod::softcap();
+      EXPECT_EQ(jit::resolve(scored).tuning.persistent, 0) << depth;
+    }
     for (const jit::Mask& m : {jit::Mask::none(), jit::Mask::causal(), jit::Mask::sliding_window()}) {
       auto alibi = with_mask(128, m);
       alibi.score_mod = jit::ScoreMod::alibi();

@@ -298,6 +298,50 @@ TEST(GpuPackGqa, UnpackedDecodeTileMatchesReference) {
                  "unpacked BM 64 window 100 softcap");
 }
 
+// Prefill under a sliding window at head dims 64 and 96 (docs/PERF.md run 88): gpt-oss's 128-key
+// window (with sinks) takes sm_90a's 64-row tile (jit::choose_kernel with the window's keys), wider
+// windows the default tile on the persistent walk; a window open on the right too, and varlen rows.
+TEST(GpuPackGqa, WindowedPrefillTilesMatchReference) {
+  SKIP_WITHOUT_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tiles";
+  FA4Config w;
+  w.arch = "sm_90a";
+  w.depth = 64;
+  w.mask = Mask::sliding_window();
+  jit::LaunchFacts f;
+  f.group = 8;
+  f.max_seqlen_q = 1500;
+  f.total_q = 1500;
+  f.window_keys = 128;
+  const FA4Config tile = jit::choose_kernel(w, f);
+  ASSERT_EQ(tile.BM, 64);
+  struct Run {
+    FA4Config config;
+    int left, right;
+    int walk;  // Tuning::persistent the defaults give
+  };
+  FA4Config d96 = w;
+  d96.depth = 96;
+  for (const Run& r : {Run{tile, 127, 0, 0}, Run{tile, 63, 5, 0}, Run{w, 300, 0, 1}, Run{d96, 300, 0, 1}}) {
+    const auto kernel = jit::get_kernel(r.config, jit::testing::env_tune());
+    if (jit::testing::env_tune().tune.empty()) EXPECT_EQ(kernel->config().tuning.persistent, r.walk);
+    const std::string what =
+        fmt::format("d{} BM {} window ({}, {})", r.config.depth, kernel->config().config.BM, r.left, r.right);
+    CheckCase c;
+    c.batch = 2;
+    c.seqlen_q = c.seqlen_k = 1500;
+    c.num_q_heads = 16;
+    c.num_kv_heads = 2;
+    c.window_left = r.left;
+    c.window_right = r.right;
+    c.with_sinks = true;
+    expect_matches(jit::testing::run_and_check(*kernel, c), what);
+    c.seqlens_q = {1500, 700};  // varlen: a shorter second sequence
+    c.seqlens_k = {1500, 900};
+    expect_matches(jit::testing::run_and_check(*kernel, c), what + " varlen");
+  }
+}
+
 // Unmasked (every padded row sees every key) and a query count that fills whole spans exactly
 // (group 7: 9 queries a span, Sq 18) or leaves one query in the last (Sq 19).
 TEST(GpuPackGqa, UnmaskedWholeAndPartialSpansMatchReference) {

@@ -117,6 +117,40 @@ TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
   EXPECT_EQ(bm(c, facts(1, 65, 8, 520)), 0);  // within q's rows: the caller's
 }
 
+// sm_90a under a small sliding window at head dim 64 (at most 512 keys per query, gpt-oss's 128):
+// the 64-row tile for an unpacked launch of any length; a wider or one-sided window, another mask,
+// head dim 128, a packed launch and other archs keep their choice.
+TEST(ChooseKernel, Sm90aSmallWindowAtHeadDim64TakesTheDecodeTile) {
+  jit::FA4Config w = bf16(64);
+  w.mask = jit::Mask::sliding_window();
+  const auto windowed = [](int group, int sq, int keys, int varlen_batch = 0, long long total_q = 0) {
+    jit::LaunchFacts f = facts(group, sq, varlen_batch, total_q);
+    f.window_keys = keys;
+    return f;
+  };
+  EXPECT_EQ(bm(w, windowed(8, 16384, 128)), 64);  // gpt-oss: one prompt, 64/8 heads
+  EXPECT_EQ(bm(w, windowed(2, 2048, 128)), 64);
+  EXPECT_EQ(bm(w, windowed(1, 4096, 512)), 64);
+  EXPECT_EQ(bm(w, windowed(8, 16384, 513)), 0);                      // wider: BM 192
+  EXPECT_EQ(bm(w, windowed(8, 16384, 0)), 0);                        // one side unbounded
+  EXPECT_TRUE(jit::choose_kernel(w, windowed(8, 1, 128)).pack_gqa);  // decode rows pack: their tile
+  EXPECT_EQ(bm(w, windowed(8, 1, 128)), 0);
+  EXPECT_EQ(bm(w, windowed(8, 7000, 128, 8, 16048)), 0);  // an uneven batch packs
+  EXPECT_EQ(bm(bf16(64), windowed(8, 16384, 128)), 0);    // causal: the window fields are not its
+  jit::FA4Config w128 = w;
+  w128.depth = 128;
+  EXPECT_EQ(bm(w128, windowed(8, 16384, 128)), 0);
+  for (const char* arch : {"sm_90", "sm_100a", "sm_80"}) {
+    jit::FA4Config other = w;
+    other.arch = arch;
+    EXPECT_EQ(bm(other, windowed(8, 16384, 128)), 0) << arch;
+  }
+  // The tile resolves, and runs the grid walk (the persistent walk measured slower at BM 64).
+  const jit::ResolvedConfig rc = jit::resolve(jit::choose_kernel(w, windowed(8, 16384, 128)));
+  EXPECT_EQ(rc.config.BM, 64);
+  EXPECT_EQ(rc.tuning.persistent, 0);
+}
+
 // The chosen configs resolve: the tile is one sm_90a accepts for the packed or unpacked kernel.
 TEST(ChooseKernel, ChosenTilesResolve) {
   for (const jit::LaunchFacts& f : {facts(4, 7000, 8, 16048), facts(1, 1), facts(7, 1), facts(12, 3000, 4, 5000)}) {
@@ -126,7 +160,9 @@ TEST(ChooseKernel, ChosenTilesResolve) {
 }
 
 TEST(ChooseKernel, RefusesAGroupBelowOneAndNegativeLengths) {
-  for (const jit::LaunchFacts& f : {facts(0, 1), facts(4, -1), facts(4, 1, -1), facts(4, 1, 2, -5)}) {
+  jit::LaunchFacts negative_window = facts(4, 1);
+  negative_window.window_keys = -1;
+  for (const jit::LaunchFacts& f : {facts(0, 1), facts(4, -1), facts(4, 1, -1), facts(4, 1, 2, -5), negative_window}) {
     try {
       jit::choose_kernel(bf16(), f);
       ADD_FAILURE() << "accepted group " << f.group;

@@ -148,11 +148,18 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
   jit::ModelOptions o;
   o.dtype = DType::bf16;
   const auto ks = jit::model_kernels(model("gpt_oss_20b"), o);
+  // Its 128-key window: one prompt runs sm_90a's 64-row tile (jit::choose_kernel), for that arch only.
+  FA4Config window_tile = expected(DType::bf16, 64, Mask::sliding_window());
+  window_tile.BM = 64;
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 64, Mask::causal()),
                                                  expected(DType::bf16, 64, Mask::causal(), {}, 8),
-                                                 expected(DType::bf16, 64, Mask::sliding_window()),
+                                                 expected(DType::bf16, 64, Mask::sliding_window()), window_tile,
                                                  expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
   for (const auto& k : ks) EXPECT_NE(k.use.find("attention sinks: a launch argument"), std::string::npos) << k.use;
+  EXPECT_EQ(ks[3].only_arch, "sm_90a");
+  EXPECT_EQ(ks[3].use.rfind("prefill (a window of 128 keys, BM 64): sliding-window layers", 0), 0u) << ks[3].use;
+  for (const auto& k : ks)
+    if (&k != &ks[3]) EXPECT_EQ(k.only_arch, "") << k.use;
 }
 
 // Families beyond the zoo's: Command R (cohere, MHA: the decode tile), Command R7B / A (cohere2:
@@ -295,12 +302,16 @@ TEST_F(Cli, PrewarmModelPrintsTheKernelsAsJson) {
   const auto r = run("prewarm --model " + file + " --dtype bf16 --arch sm_90a,sm_100a --print");
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
-  ASSERT_EQ(j.size(), 8u) << r.out;  // 4 kernels x 2 archs (head dim 64: no sm_90a tiles)
+  // 4 kernels x 2 archs, and sm_90a's tile for the 128-key window (head dim 64: no packed prefill tile)
+  ASSERT_EQ(j.size(), 9u) << r.out;
   EXPECT_EQ(j[0]["config"]["arch"], "sm_90a");
   EXPECT_EQ(j[1]["config"]["arch"], "sm_100a");
   EXPECT_EQ(j[2]["config"]["pack_gqa"], true);
   EXPECT_EQ(j[2]["config"]["group"], 8);
   EXPECT_NE(j[2]["use"].get<std::string>().find("decode"), std::string::npos);
+  EXPECT_EQ(j[6]["config"]["arch"], "sm_90a");
+  EXPECT_EQ(j[6]["config"]["BM"], 64);
+  EXPECT_EQ(j[6]["config"]["mask"]["kind"], "sliding_window");
   EXPECT_EQ(run("cache ls").out, "") << "--print compiles nothing";
 }
 

@@ -261,6 +261,13 @@ TEST(PublicApi, LaunchFactsFeedTheAutomaticChoice) {
   const jit::FA4Config chosen = jit::choose_kernel(base, f);
   EXPECT_TRUE(chosen.pack_gqa);
   EXPECT_EQ(chosen.BM, 128);
+  EXPECT_EQ(f.window_keys, 0);  // no window
+  a.window_left = 127;          // a causal window of 128 keys and 4 sink keys
+  a.window_right = 0;
+  a.mask_prefix = 4;
+  EXPECT_EQ(jit::launch_facts(a).window_keys, 132);
+  a.window_right = -1;  // one side unbounded
+  EXPECT_EQ(jit::launch_facts(a).window_keys, 0);
 
   a.k = jit::Tensor::contiguous(some, jit::DType::bf16, 1, 16048, 5, 128);  // 32 heads over 5
   try {
@@ -304,6 +311,24 @@ TEST(CApi, ChooseKernelReportsThePackAndTheTile) {
   EXPECT_EQ(fa4jit_choose_kernel("sm_91z", "bf16", nullptr, 128, 0, 4, 1, 0, 0, -1, &pack, &bm), FA4JIT_CONFIG_ERROR);
   EXPECT_EQ(fa4jit_choose_kernel("sm_90a", "bf16", nullptr, 128, 0, 0, 1, 0, 0, -1, &pack, &bm), FA4JIT_CONFIG_ERROR);
   EXPECT_NE(std::string(fa4jit_last_error()).find("choose_kernel: group 0"), std::string::npos) << fa4jit_last_error();
+}
+
+// fa4jit_choose_kernel2: the same with the launch's window. gpt-oss's 128 keys (left 127, right 0)
+// at head dim 64 take sm_90a's 64-row tile; unbounded extents choose as fa4jit_choose_kernel.
+TEST(CApi, ChooseKernel2ReadsTheWindow) {
+  int32_t pack = -7, bm = -7;
+  ASSERT_EQ(fa4jit_choose_kernel2("sm_90a", "bf16", "", 64, 0, 8, 16384, 0, 16384, 127, 0, 0, -1, &pack, &bm),
+            FA4JIT_OK);
+  EXPECT_EQ(pack, 0);
+  EXPECT_EQ(bm, 64);
+  ASSERT_EQ(fa4jit_choose_kernel2("sm_90a", "bf16", "", 64, 0, 8, 16384, 0, 16384, 4095, 0, 0, -1, &pack, &bm),
+            FA4JIT_OK);
+  EXPECT_EQ(bm, 0);
+  ASSERT_EQ(fa4jit_choose_kernel2("sm_90a", "bf16", "", 64, 0, 8, 16384, 0, 16384, -1, -1, 0, -1, &pack, &bm),
+            FA4JIT_OK);
+  EXPECT_EQ(bm, 0);
+  EXPECT_EQ(fa4jit_choose_kernel2("sm_90a", "bf16", "", 64, 0, 8, 16384, 0, 16384, 127, 0, 0, 3, &pack, &bm),
+            FA4JIT_INVALID_ARGUMENT);
 }
 
 }  // namespace

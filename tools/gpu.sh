@@ -39,7 +39,8 @@ On the GPU machine (repository root, .device carried):
                         d96 (head dim 96 on the portable kernel: the last row at the allocation's
                         end, a window, varlen + paged + split, FP8 KV),
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
-                        walk with pages and varlen); default: prefill decode
+                        walk with pages and varlen), window (sm_90a's windowed prefill at d64 and
+                        d96: a small window's 64-row tile, the persistent walk); default: prefill decode
   zoo [ARGS]            the benchmark zoo (bench/zoo.py ARGS, e.g. --rows decode --models llama3_8b):
                         fa4jit through its Python op and every peer (cuDNN, FA2, FlexAttention, and
                         FlashAttention-4 when FA4_SITE is set: ../shared/bench/fa4_peer.sh stage A in
@@ -355,6 +356,15 @@ sanitize() {
           '{"depth":96,"mask":"causal"}|--heads 2 --seqlens-q 100 0 1 --seqlens-k 100 50 129 --page-size 16 --splits 3'
           '{"depth":96,"mask":"causal","kv_dtype":"e4m3"}|--batch 1 --heads 1 --kv-heads 1 --seqlen-q 1 --seqlen-k 333')
         san_cases sm_90 "${cases[@]}" ;;
+      window)  # sm_90a's windowed prefill at head dims 64 and 96 (docs/PERF.md run 88): the 64-row tile
+        # a small window takes (grid walk, two CTAs per SM) with sinks and varlen rows, and the
+        # persistent walk at d64 (BM 192) and d96 (padded 128)
+        local cases=(
+          '{"depth":64,"mask":"sliding_window","BM":64}|--batch 2 --heads 8 --kv-heads 2 --seqlen-q 400 --seqlen-k 400 --window 127,0 --sinks'
+          '{"depth":64,"mask":"sliding_window","BM":64}|--heads 4 --kv-heads 2 --seqlens-q 300 1 129 --seqlens-k 300 50 700 --window 63,5'
+          '{"depth":64,"mask":"sliding_window"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 700 --seqlen-k 700 --window 300,0 --sinks'
+          '{"depth":96,"mask":"sliding_window"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 500 --seqlen-k 500 --window 200,0')
+        san_cases sm_90a "${cases[@]}" ;;
       *) echo "sanitize: unknown set '$s' (see tools/gpu.sh --help)"; exit 2 ;;
     esac
     echo "(sanitize $s: $((SECONDS - start)) s)"

@@ -52,13 +52,18 @@ bool plain_softmax(const FA4Config& c) {
 
 // Beyond plain_softmax, what the persistent walk was measured faster on at head dim 128 (H200, `gpu.sh
 // ab`, docs/PERF.md run 74): a sliding window +1.5-2.5% (causal and not), ALiBi +3-7% (a window with
-// ALiBi spills 20 B on the grid walk, none persistent). Softcap read within +-1%, so it keeps the grid;
-// depth 96 (padded to 128) spills 4 B persistent under a window.
+// ALiBi spills 20 B on the grid walk, none persistent). Softcap read within +-1%, so it keeps the grid.
+// Head dims 64 and 96 under a sliding window without a score-mod (`fa4jit bench`, 1 x 16k and 1 x 2k,
+// docs/PERF.md run 88): d64 (BM 192, sinks) +20% at 128 keys, +4% at 4096; d96 (padded to 128; the
+// persistent walk spills 4 B) at Phi-3's 2047 keys +4% at 16k, +15% at 2k.
 bool persistent_measured(const FA4Config& c) {
+  if (c.dtype == DType::e4m3 || c.kv_dtype || value_depth(c) != c.depth) return false;
   const bool mask_ok =
       c.mask.kind == Mask::Kind::none || c.mask.kind == Mask::Kind::causal || c.mask.kind == Mask::Kind::sliding_window;
   const bool mod_ok = c.score_mod.kind == ScoreMod::Kind::identity || c.score_mod.kind == ScoreMod::Kind::alibi;
-  return mask_ok && mod_ok && c.depth == 128 && value_depth(c) == 128 && c.dtype != DType::e4m3 && !c.kv_dtype;
+  const bool narrow_window = (c.depth == 64 || c.depth == 96) && c.mask.kind == Mask::Kind::sliding_window &&
+                             c.score_mod.kind == ScoreMod::Kind::identity;
+  return (mask_ok && mod_ok && c.depth == 128) || narrow_window;
 }
 
 // Whether the mask tree holds a snippet (a custom mask, alone or inside all_of / any_of): its tile
@@ -415,10 +420,21 @@ class Sm90a final : public BackendPolicy {
   // step 1-14% slower at BM 128, run 80). Unpacked, a group that never packs: the decode tile (one
   // warpgroup, BN 64, two CTAs per SM) for at most 64 queries, MHA decode 3-10% faster (run 82); a
   // packable group left unpacked keeps the default, the kernel `prewarm --model` builds for it.
-  static constexpr int kDecodeBm = 64, kPrefillBm = 128;
+  // Unpacked at head dim 64 under a window of at most kSmallWindowKeys keys per query (gpt-oss: 128):
+  // the decode tile too, whose 64-key tiles over 64 queries cover the band with fewer wasted keys
+  // than BM 192's (three tiles per 64 queries against five per 192 at 128 keys), two CTAs per SM.
+  // H200, `fa4jit bench`, 1 x 16k, 64/8 heads, sinks (docs/PERF.md run 88), against BM 192 with the
+  // persistent walk: windows of 128 keys 0.475 -> 0.460 ms, 256 0.777 -> 0.567, 512 0.894 -> 0.765,
+  // 1024 1.122 -> 1.150 (so not there); at d128 as fast at 128 keys and slower from 256.
+  static constexpr int kDecodeBm = 64, kPrefillBm = 128, kSmallWindowKeys = 512;
   int launch_bm(const FA4Config& c, const LaunchFacts& f, bool never_packs) const override {
     const bool sixteen_bit = (c.dtype == DType::bf16 || c.dtype == DType::fp16) && !c.kv_dtype;
-    if (!sixteen_bit || c.depth <= 64 || c.depth > 128 || value_depth(c) != c.depth) return 0;
+    if (!sixteen_bit || c.depth > 128 || value_depth(c) != c.depth) return 0;
+    if (c.depth <= 64)
+      return !c.pack_gqa && c.mask.kind == Mask::Kind::sliding_window && f.window_keys > 0 &&
+                     f.window_keys <= kSmallWindowKeys
+                 ? kDecodeBm
+                 : 0;
     if (!c.pack_gqa) return never_packs && f.max_seqlen_q <= 64 ? kDecodeBm : 0;
     if (c.group > 64 || short_rows(f)) return 0;
     if (uneven(f) && f.total_q <= 512LL * f.varlen_batch) return 0;

@@ -107,6 +107,9 @@ struct LaunchFacts {
   int varlen_batch = 0;          // sequences of a varlen launch; 0: not varlen
   long long total_q = 0;         // varlen: the queries of all sequences
   std::optional<bool> pack_gqa;  // the caller's choice; unset: automatic
+  // The keys one query sees at most under a sliding-window mask bounded on both sides
+  // (window_left + window_right + 1, plus a mask_prefix); 0: no such bound.
+  int window_keys = 0;
 };
 
 // The automatic choice of a launch's kernel: `config` with pack_gqa and group set (packed GQA for
@@ -114,7 +117,8 @@ struct LaunchFacts {
 // that no backend packs stays unpacked), and, where config.BM is 0 and config.arch's backend runs
 // a tile of its own for such a launch (sm_90a: generator/backends/sm90a.cpp launch_bm), that BM.
 // config.arch empty: no arch's own tile. Pure: the Python ops and `prewarm --model` choose
-// through it, so a prewarmed server compiles nothing. ConfigError for a group or length below 0/1.
+// through it, so a prewarmed server compiles nothing. ConfigError for a group or length below 0/1
+// (window_keys below 0).
 FA4JIT_API FA4Config choose_kernel(FA4Config config, const LaunchFacts& facts);
 
 // Fills defaults for cfg.arch (which must be set), applies options.tune, and validates; throws

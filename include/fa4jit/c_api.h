@@ -25,7 +25,7 @@
  *   fa4jit_get_log_level, and runtime info's "cache_writable", "log_level" and "problems"; 7:
  *   fa4jit_tile_map; 8: fa4jit_launch_args' page_descale, an e4m3 latent cache's per-page factors; 9:
  *   fa4jit_model_configs_with; 10: fa4jit_launch_args' mask_prefix and the mask field "prefix"; 11:
- *   fa4jit_choose_kernel). Structs
+ *   fa4jit_choose_kernel; 12: fa4jit_choose_kernel2, the choice with the launch's window). Structs
  *   passed in carry their `size` (set by the *_init function of the header the caller compiled
  *   against); fields are only ever appended, and fields past a caller's `size` take their defaults,
  *   so a program built against an older header keeps working with a newer library. Existing
@@ -46,7 +46,7 @@
 #define FA4JIT_C_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FA4JIT_C_API_VERSION 11
+#define FA4JIT_C_API_VERSION 12
 
 #ifdef __cplusplus
 extern "C" {
@@ -180,6 +180,17 @@ FA4JIT_C_EXPORT int32_t fa4jit_model_configs_with(const char* hf_config_json, co
 FA4JIT_C_EXPORT int32_t fa4jit_choose_kernel(const char* arch, const char* dtype, const char* kv_dtype, int32_t depth,
                                              int32_t depth_v, int32_t group, int32_t max_seqlen_q, int32_t varlen_batch,
                                              int64_t total_q, int32_t pack_gqa, int32_t* pack_out, int32_t* bm_out);
+
+/* fa4jit_choose_kernel for a launch that may run a sliding-window kernel: its `window_left`,
+ * `window_right` (-1: unbounded) and `mask_prefix` (0: none), as fa4jit_launch_args holds them. Where
+ * both extents are bounded the choice is a sliding-window kernel's, whose tile may follow the
+ * window's width (sm_90a: a small window runs the 64-row tile); otherwise the same as
+ * fa4jit_choose_kernel. Since C API version 12. */
+FA4JIT_C_EXPORT int32_t fa4jit_choose_kernel2(const char* arch, const char* dtype, const char* kv_dtype, int32_t depth,
+                                              int32_t depth_v, int32_t group, int32_t max_seqlen_q,
+                                              int32_t varlen_batch, int64_t total_q, int32_t window_left,
+                                              int32_t window_right, int32_t mask_prefix, int32_t pack_gqa,
+                                              int32_t* pack_out, int32_t* bm_out);
 
 /* jit::runtime_info() as JSON: {"version", "c_api_version", "nvrtc", "nvrtc_archs", "driver",
  * "gpus", "cache_roots", "bundles", "compile_policy", "cache_writable", "log_level", "problems",

@@ -45,7 +45,9 @@ using KernelPtr = std::shared_ptr<const Kernel>;
 
 // What choose_kernel (fa4jit/advanced.hpp) reads of a launch, from `args`' shapes (no device
 // read): the GQA group (q's heads over k's), max_seqlen_q (varlen: args.max_seqlen_q, else q's
-// Sq), the varlen batch (args.batch where cu_seqlens_q is set) and q's rows; pack_gqa unset. So
+// Sq), the varlen batch (args.batch where cu_seqlens_q is set), q's rows and the window's keys
+// (window_left + window_right + 1 + mask_prefix where both extents are bounded: fields only a
+// sliding-window kernel reads, so choose_kernel reads them only for one); pack_gqa unset. So
 // `choose_kernel(base, launch_facts(args))` is the config the Python ops would launch. Throws
 // LaunchError naming the field where q or k has no heads or q's are not a multiple of k's.
 FA4JIT_API LaunchFacts launch_facts(const LaunchArgs& args);

@@ -18,9 +18,10 @@ import sys
 
 from . import _paths, errors, launch_schema
 
-C_API_VERSION = 11  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
+C_API_VERSION = 12  # FA4JIT_C_API_VERSION this module was written against (3: FP8, descale_q/k/v; 4: kv_dtype;
 #                     5: max_seqlen_k; 6: the log callback and level, runtime info's "problems"; 7: fa4jit_tile_map;
-#                     8: page_descale; 9: fa4jit_model_configs_with; 10: mask_prefix; 11: fa4jit_choose_kernel)
+#                     8: page_descale; 9: fa4jit_model_configs_with; 10: mask_prefix; 11: fa4jit_choose_kernel;
+#                     12: fa4jit_choose_kernel2, with the launch's window)
 
 library_path = _paths.library_path
 _nvrtc_candidates = _paths.nvrtc_candidates
@@ -91,8 +92,8 @@ fa4jit_device_arch = _sig("fa4jit_device_arch", c_int32, c_int32, _out_str)
 fa4jit_set_compile_policy = _sig("fa4jit_set_compile_policy", c_int32, c_char_p)
 fa4jit_model_configs_with = _sig("fa4jit_model_configs_with", c_int32, c_char_p, c_char_p, _out_str)
 _i32p = ctypes.POINTER(c_int32)
-fa4jit_choose_kernel = _sig("fa4jit_choose_kernel", c_int32, c_char_p, c_char_p, c_char_p, c_int32, c_int32, c_int32,
-                            c_int32, c_int32, ctypes.c_int64, c_int32, _i32p, _i32p)
+fa4jit_choose_kernel2 = _sig("fa4jit_choose_kernel2", c_int32, c_char_p, c_char_p, c_char_p, c_int32, c_int32, c_int32,
+                             c_int32, c_int32, ctypes.c_int64, c_int32, c_int32, c_int32, c_int32, _i32p, _i32p)
 
 if fa4jit_c_api_version() < C_API_VERSION:
     raise ImportError(f"fa4jit: {library_path()} has C API version {fa4jit_c_api_version()}, "

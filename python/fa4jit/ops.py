@@ -238,15 +238,17 @@ class _Plan:
 
 @functools.lru_cache(maxsize=4096)
 def _choose(arch: str, dtype: str, kv_dtype: str, depth: int, depth_v: int, group: int, sq: int, varlen_batch: int,
-            total_q: int, pack_request: int) -> Tuple[bool, int]:
+            total_q: int, pack_request: int, window_left: int = -1, window_right: int = -1,
+            mask_prefix: int = 0) -> Tuple[bool, int]:
     """(pack_gqa, BM) of a launch: the library's automatic choice (jit::choose_kernel,
     generator/kernel_choice.cpp, and each backend's own tiles, BackendPolicy::launch_bm), the one
     `prewarm --model` derives its kernels from. sq: max_seqlen_q (varlen) or Sq; varlen_batch 0 when
-    not varlen; total_q: q's rows; pack_request: -1 automatic (pack_gqa=None), else 0 / 1. BM 0: the
-    backend's default."""
+    not varlen; total_q: q's rows; pack_request: -1 automatic (pack_gqa=None), else 0 / 1; a sliding
+    window's extents (-1: unbounded; the defaults: no window) and key prefix. BM 0: the backend's default."""
     pack, bm = ctypes.c_int32(), ctypes.c_int32()
-    code = _lib.fa4jit_choose_kernel(arch.encode(), dtype.encode(), kv_dtype.encode(), depth, depth_v, group, sq,
-                                     varlen_batch, total_q, pack_request, ctypes.byref(pack), ctypes.byref(bm))
+    code = _lib.fa4jit_choose_kernel2(arch.encode(), dtype.encode(), kv_dtype.encode(), depth, depth_v, group, sq,
+                                      varlen_batch, total_q, window_left, window_right, mask_prefix, pack_request,
+                                      ctypes.byref(pack), ctypes.byref(bm))
     if code:
         _lib.raise_last(code)
     return bool(pack.value), bm.value
@@ -277,7 +279,8 @@ def _make_plan(a: Call, patch=True, names=Call._fields) -> _Plan:
     sq = a.max_seqlen_q if varlen else q.shape[1]
     arch = _arch(dev)
     pack, bm = _choose(arch, _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3], group, sq,
-                       batch if varlen else 0, q.shape[1], -1 if a.pack_gqa < 0 else int(bool(a.pack_gqa)))
+                       batch if varlen else 0, q.shape[1], -1 if a.pack_gqa < 0 else int(bool(a.pack_gqa)),
+                       *((a.window_left, a.window_right, a.mask_prefix) if window else ()))
     kernel = _get_kernel(KernelKey(arch, _DTYPE_NAME[q.dtype], _DTYPE_NAME[k.dtype], q.shape[3], a.v.shape[3],
                                    a.causal, window, a.top_left and (a.causal or window),
                                    a.mask_prefix > 0, a.chunk_size > 0, mask_mod,

@@ -72,6 +72,33 @@ def test_bhsd_layout_without_copies(dtype):
     assert_close(o, ref, dtype, what="strided qkv views")
 
 
+def test_small_window_prefill_takes_the_64_row_tile(monkeypatch):
+    """gpt-oss's layer shape (head dim 64, group 8, a 128-key window, sinks): on sm_90a the automatic
+    choice runs the 64-row tile (fa4jit_choose_kernel2, docs/PERF.md run 88), dense and varlen, and a
+    window of 1024 keys the default tile; each matches the float64 reference."""
+    from fa4jit import ops
+    keys = []
+    get = ops._get_kernel
+    monkeypatch.setattr(ops, "_get_kernel", lambda key: keys.append(key) or get(key))
+    sm90a = ops._arch(torch.cuda.current_device()) == "sm_90a"
+    q, k, v = qkv(2, 700, 700, 16, 2, 64, torch.bfloat16, seed=17)
+    sinks = torch.randn(16, device="cuda")
+    for left, bm in ((127, 64), (1023, 0)):
+        keys.clear()
+        o, lse = fa4jit.attention(q, k, v, causal=True, window=(left, 0), sinks=sinks, return_lse=True)
+        ref, ref_lse = attention_ref(q, k, v, causal=True, window=(left, 0), sinks=sinks)
+        assert_close(o, ref, torch.bfloat16, lse, ref_lse, what=f"window {left}")
+        if keys:  # a kernel this process had not asked for yet
+            assert keys[-1].bm == (bm if sm90a else 0), keys[-1]
+    lq = [700, 300]
+    qv, kv_, vv, cu_q, cu_k, off_q, off_k = packed_batch(lq, lq, 16, 2, 64, seed=18)
+    o = fa4jit.attention_varlen(qv, kv_, vv, cu_q, cu_k, 700, 700, causal=True, window=(127, 0), pack_gqa=False)
+    for b in range(2):
+        qs = slice(off_q[b], off_q[b + 1])
+        ref, _ = attention_ref(qv[qs][None], kv_[qs][None], vv[qs][None], causal=True, window=(127, 0))
+        assert_close(o[qs][None], ref, torch.bfloat16, what=f"varlen window 127 seq {b}")
+
+
 def test_out_and_lse():
     q, k, v = qkv(2, 128, 256, 8, 4, 128, torch.bfloat16)
     out = torch.full_like(q, float("nan"))

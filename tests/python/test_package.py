@@ -77,7 +77,7 @@ def test_pointer_patch_packs_what_the_full_struct_packs():
 def test_runtime_info_without_gpu():
     info = fa4jit.runtime_info()
     assert info["version"] == fa4jit.__version__
-    assert info["c_api_version"] == 11
+    assert info["c_api_version"] == 12
     assert info["problems"] == [] and info["log_level"] in ("error", "warn", "info", "debug")
     assert "sm_90a" in info["supported_archs"] and "sm_100a" in info["supported_archs"]
     assert info["nvrtc"].startswith("13.")
