@@ -266,8 +266,6 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     };
     // An arch's own tile for these launches (BackendPolicy::launch_bm), for that arch only; over
     // 16-bit K/V only, so no e4m3 twin.
-    // A tile another launch of the list already takes (MHA's decode tile is a small window's
-    // prefill tile too) is listed once.
     const auto add_arch_tiles = [&](const char* use, const std::string& when, const FA4Config& kernel,
                                     const LaunchFacts& facts) {
       for (const std::string& arch : supported_archs()) {
@@ -276,10 +274,7 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
         FA4Config tile = choose_kernel(a, facts);
         if (tile.BM == 0) continue;
         tile.arch.clear();
-        const bool listed = std::any_of(out.begin(), out.end(),
-                                        [&](const ModelKernel& m) { return m.only_arch == arch && m.config == tile; });
-        if (!listed)
-          out.push_back({fmt::format("{} ({}, BM {}): {}{}", use, when, tile.BM, layers_text, sinks), tile, arch});
+        out.push_back({fmt::format("{} ({}, BM {}): {}{}", use, when, tile.BM, layers_text, sinks), tile, arch});
       }
     };
     add(fmt::format("prefill{}: {}{}", packs ? "" : " and decode", layers_text, sinks), k);
