@@ -255,6 +255,7 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     decode_rows.max_seqlen_q = 1;
     LaunchFacts prefill_batch = kUnevenPrefillBatch;
     prefill_batch.group = group;
+    if (window) prefill_batch.window_keys = window_keys;  // as the runtime's launches state it
     const FA4Config decode = choose_kernel(k, decode_rows);
     const bool packs = decode.pack_gqa;
     // MLA's unabsorbed kernel computes K and V from the latent (no e4m3 twin); others read the cache.

@@ -146,7 +146,11 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   in.kv_blocks = model.kv_tiles(c.BN);
   in.keys_known = model.shape.max_seqlen_k != 0;
   in.requested_splits = args.num_splits;
-  in.sms = sm_count() * split_slots_per_sm(args.page_table != nullptr);
+  // A persistent walk fills every CTA slot of an SM (the 64-row tiles hold two), a grid walk's
+  // splits the slots split_slots_per_sm counts.
+  const bool walks_persistent = config_.walk == TileWalk::persistent || config_.walk == TileWalk::dynamic;
+  in.sms = sm_count() *
+           (walks_persistent ? std::max(1, config_.ctas_per_sm) : split_slots_per_sm(args.page_table != nullptr));
   in.equal_tiles = !masked && !c.pack_gqa && !args.cu_seqlens_q;
   in.max_seqlen_q = shape.max_seqlen_q;
   in.bm = c.BM;

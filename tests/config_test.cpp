@@ -535,6 +535,21 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     // A sliding window at depths 64, 96 (run 88) and 128; at 64 and 96 not with a score-mod (not measured).
     for (int depth : {64, 96, 128})
       EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::sliding_window())).tuning.persistent, 1) << depth;
+    {
+      // The 64-row tile (two CTAs per SM) walks persistently at depth 64 under a window (run 89): both
+      // CTAs of an SM walk, and the own-O region fits beside each; causal (decode's) keeps the grid.
+      auto tile = with_mask(64, jit::Mask::sliding_window());
+      tile.BM = 64;
+      const jit::ResolvedConfig rc = jit::resolve(tile);
+      EXPECT_EQ(rc.tuning.persistent, 1);
+      EXPECT_EQ(rc.ctas_per_sm, 2);
+      EXPECT_LE(2 * (rc.smem_bytes + 1024), 227 * 1024 + 1024) << rc.smem_bytes;
+      tile.mask = jit::Mask::causal();
+      EXPECT_EQ(jit::resolve(tile).tuning.persistent, 0);
+      tile = with_mask(128, jit::Mask::sliding_window());
+      tile.BM = 64;
+      EXPECT_EQ(jit::resolve(tile).tuning.persistent, 0);
+    }
     for (int depth : {64, 96}) {
       auto scored = with_mask(depth, jit::Mask::sliding_window());
       scored.score_mod = jit::ScoreMod::alibi();
@@ -986,7 +1001,9 @@ TEST(Config, SnippetMasksTakeTheDynamicWalkWhereItWasMeasured) {
   kv8.kv_dtype = jit::DType::e4m3;
   EXPECT_NE(jit::resolve(fp8).walk, jit::TileWalk::dynamic);
   EXPECT_NE(jit::resolve(kv8).walk, jit::TileWalk::dynamic);
-  for (const jit::FA4Config& c : {packed, fp8, kv8}) {
+  jit::FA4Config small_tile = with(d128, doc);  // one consumer warpgroup: every producer warp gathers
+  small_tile.BM = 64;
+  for (const jit::FA4Config& c : {packed, fp8, kv8, small_tile}) {
     try {
       jit::resolve(c, tuned("persistent=3"));
       ADD_FAILURE() << "persistent=3 accepted for " << jit::to_json(c).dump();

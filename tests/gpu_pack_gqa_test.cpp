@@ -224,14 +224,18 @@ TEST(GpuPackGqa, LongPoleSplitsOverFp8KvCacheMatchReference) {
   }
 }
 
-// sm_90a's packed prefill tile (BM 128: jit::choose_kernel, for varlen prefill batches of
-// uneven lengths and short chunks): groups 5, 7 and 8 over an uneven causal batch (a 700-query
-// prompt beside short ones, one query, an empty sequence and more keys than queries: bottom-right),
-// paged 16 with sinks, a sliding window with softcap, split 3, and the long-pole steps (decode rows
-// split into pieces beside whole 128-row tiles). The other backends' packed default is this tile.
-FA4Config prefill_tile(const std::string& arch, int group, Mask mask = Mask::causal()) {
+// sm_90a's packed prefill tile (BM 128, 192 at head dim 64: jit::choose_kernel, for varlen
+// prefill batches of uneven lengths and short chunks): groups 5, 7 and 8 over an uneven causal
+// batch (a 700-query prompt beside short ones, one query, an empty sequence and more keys than
+// queries: bottom-right), paged 16 with sinks, a sliding window with softcap, split 3, and the
+// long-pole steps (decode rows split into pieces beside whole tiles). The other backends' packed
+// default is this tile.
+int prefill_tile_bm(int depth) { return depth <= 64 ? 192 : 128; }
+
+FA4Config prefill_tile(const std::string& arch, int group, int depth, Mask mask = Mask::causal()) {
   FA4Config c = packed(arch, group, std::move(mask));
-  if (arch == "sm_90a") c.BM = 128;
+  c.depth = depth;
+  if (arch == "sm_90a") c.BM = prefill_tile_bm(depth);
   return c;
 }
 
@@ -247,31 +251,42 @@ CheckCase uneven_prefill(int group) {
   return c;
 }
 
+void check_prefill_tile(const std::string& arch, int depth) {
+  for (int group : {5, 7, 8}) {
+    const std::string what = fmt::format("{} d{} prefill tile group {}", arch, depth, group);
+    const auto kernel = jit::get_kernel(prefill_tile(arch, group, depth), jit::testing::env_tune());
+    if (arch == "sm_90a") EXPECT_EQ(kernel->config().config.BM, prefill_tile_bm(depth)) << what;
+    CheckCase c = uneven_prefill(group);
+    expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} contiguous", what));
+    c.page_size = 16;
+    c.with_sinks = true;
+    expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} paged 16 sinks", what));
+    c = uneven_prefill(group);
+    c.num_splits = 3;
+    expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} splits 3", what));
+    check_long_poles(*kernel, group, fmt::format("{} long poles", what));
+    FA4Config window = prefill_tile(arch, group, depth, Mask::sliding_window());
+    window.score_mod = jit::ScoreMod::softcap();
+    c = uneven_prefill(group);
+    c.window_left = 100;
+    c.window_right = 0;
+    c.softcap = 30.0f;
+    expect_matches(jit::testing::run_and_check(*jit::get_kernel(window, jit::testing::env_tune()), c),
+                   fmt::format("{} window 100 softcap", what));
+  }
+}
+
 TEST(GpuPackGqa, PrefillTileMatchesReference) {
   SKIP_WITHOUT_GPU();
-  for (const std::string& arch : runnable_archs())
-    for (int group : {5, 7, 8}) {
-      const std::string what = fmt::format("{} prefill tile group {}", arch, group);
-      const auto kernel = jit::get_kernel(prefill_tile(arch, group), jit::testing::env_tune());
-      EXPECT_EQ(kernel->config().config.BM, 128) << what;
-      CheckCase c = uneven_prefill(group);
-      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} contiguous", what));
-      c.page_size = 16;
-      c.with_sinks = true;
-      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} paged 16 sinks", what));
-      c = uneven_prefill(group);
-      c.num_splits = 3;
-      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} splits 3", what));
-      check_long_poles(*kernel, group, fmt::format("{} long poles", what));
-      FA4Config window = prefill_tile(arch, group, Mask::sliding_window());
-      window.score_mod = jit::ScoreMod::softcap();
-      c = uneven_prefill(group);
-      c.window_left = 100;
-      c.window_right = 0;
-      c.softcap = 30.0f;
-      expect_matches(jit::testing::run_and_check(*jit::get_kernel(window, jit::testing::env_tune()), c),
-                     fmt::format("{} window 100 softcap", what));
-    }
+  for (const std::string& arch : runnable_archs()) check_prefill_tile(arch, 128);
+}
+
+// Head dim 64's tile (BM 192: three consumer warpgroups of packed rows), sm_90a's own; a test of
+// its own so the two compile side by side (gpu.sh tests).
+TEST(GpuPackGqa, PrefillTileAtHeadDim64MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tile";
+  check_prefill_tile("sm_90a", 64);
 }
 
 // sm_90a's unpacked decode tile (BM 64, BN 64, two CTAs per SM: jit::choose_kernel, MHA
@@ -299,7 +314,8 @@ TEST(GpuPackGqa, UnpackedDecodeTileMatchesReference) {
 }
 
 // Prefill under a sliding window at head dims 64 and 96 (docs/PERF.md run 88): gpt-oss's 128-key
-// window (with sinks) takes sm_90a's 64-row tile (jit::choose_kernel with the window's keys), wider
+// window (with sinks) takes sm_90a's 64-row tile (jit::choose_kernel with the window's keys; the persistent
+// walk, two CTAs per SM, run 89), wider
 // windows the default tile on the persistent walk; a window open on the right too, and varlen rows.
 TEST(GpuPackGqa, WindowedPrefillTilesMatchReference) {
   SKIP_WITHOUT_GPU();
@@ -322,7 +338,7 @@ TEST(GpuPackGqa, WindowedPrefillTilesMatchReference) {
   };
   FA4Config d96 = w;
   d96.depth = 96;
-  for (const Run& r : {Run{tile, 127, 0, 0}, Run{tile, 63, 5, 0}, Run{w, 300, 0, 1}, Run{d96, 300, 0, 1}}) {
+  for (const Run& r : {Run{tile, 127, 0, 1}, Run{tile, 63, 5, 1}, Run{w, 300, 0, 1}, Run{d96, 300, 0, 1}}) {
     const auto kernel = jit::get_kernel(r.config, jit::testing::env_tune());
     if (jit::testing::env_tune().tune.empty()) EXPECT_EQ(kernel->config().tuning.persistent, r.walk);
     const std::string what =

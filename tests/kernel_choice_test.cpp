@@ -68,11 +68,11 @@ TEST(ChooseKernel, PacksDecodeRowsContinuousBatchingStepsAndUnevenBatches) {
   EXPECT_FALSE(jit::choose_kernel(c, f).pack_gqa);
 }
 
-// sm_90a's own tiles: a packed launch over more than 128 rows runs the prefill tile (BM 128), except
-// a continuous-batching step (uneven, mean at most 512 queries), decode and speculative rows, FP8,
-// head dims other than 96 and 128 and groups above 64; an unpacked launch of a group that never
-// packs (MHA), at most 64 queries, runs the decode tile (BM 64); other archs, or none, keep their
-// default (0), and so does an explicit BM.
+// sm_90a's own tiles: a packed launch over more than 128 rows runs the prefill tile (BM 128; 192 at
+// head dim 64), except a continuous-batching step (uneven, mean at most 512 queries), decode and
+// speculative rows, FP8, head dims above 128, V narrower than Q and groups above 64; an unpacked launch of a group that
+// never packs (MHA), at most 64 queries, runs the decode tile (BM 64); other archs, or none, keep their default (0),
+// and so does an explicit BM.
 TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
   const jit::FA4Config c = bf16();
   EXPECT_EQ(bm(c, facts(4, 7000, 8, 16048)), 128);  // uneven varlen prefill
@@ -89,8 +89,11 @@ TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
   jit::FA4Config fp8 = c;
   fp8.dtype = jit::DType::e4m3;
   EXPECT_EQ(bm(fp8, facts(4, 7000, 8, 16048)), 0);
-  for (int depth : {64, 192, 256}) EXPECT_EQ(bm(bf16(depth), facts(4, 7000, 8, 16048)), 0) << depth;
+  for (int depth : {192, 256}) EXPECT_EQ(bm(bf16(depth), facts(4, 7000, 8, 16048)), 0) << depth;
   EXPECT_EQ(bm(bf16(96), facts(4, 7000, 8, 16048)), 128);
+  EXPECT_EQ(bm(bf16(64), facts(8, 7000, 8, 16048)), 192);         // gpt-oss's varlen batch
+  EXPECT_EQ(bm(bf16(64), facts(8, 2048, 50, 48 + 2 * 2048)), 0);  // its continuous-batching step
+  EXPECT_EQ(bm(bf16(64), facts(8, 16)), 0);
   jit::FA4Config narrow = bf16(128);
   narrow.depth_v = 64;
   EXPECT_EQ(bm(narrow, facts(4, 7000, 8, 16048)), 0);
@@ -135,8 +138,10 @@ TEST(ChooseKernel, Sm90aSmallWindowAtHeadDim64TakesTheDecodeTile) {
   EXPECT_EQ(bm(w, windowed(8, 16384, 0)), 0);                        // one side unbounded
   EXPECT_TRUE(jit::choose_kernel(w, windowed(8, 1, 128)).pack_gqa);  // decode rows pack: their tile
   EXPECT_EQ(bm(w, windowed(8, 1, 128)), 0);
-  EXPECT_EQ(bm(w, windowed(8, 7000, 128, 8, 16048)), 0);  // an uneven batch packs
-  EXPECT_EQ(bm(bf16(64), windowed(8, 16384, 128)), 0);    // causal: the window fields are not its
+  EXPECT_TRUE(jit::choose_kernel(w, windowed(8, 7000, 128, 8, 16048)).pack_gqa);  // an uneven batch packs,
+  EXPECT_EQ(bm(w, windowed(8, 7000, 128, 8, 16048)), 0);    // its decode tile (BM 64) the small window's too
+  EXPECT_EQ(bm(w, windowed(8, 7000, 513, 8, 16048)), 192);  // wider: the packed prefill tile
+  EXPECT_EQ(bm(bf16(64), windowed(8, 16384, 128)), 0);      // causal: the window fields are not its
   jit::FA4Config w128 = w;
   w128.depth = 128;
   EXPECT_EQ(bm(w128, windowed(8, 16384, 128)), 0);
@@ -145,18 +150,20 @@ TEST(ChooseKernel, Sm90aSmallWindowAtHeadDim64TakesTheDecodeTile) {
     other.arch = arch;
     EXPECT_EQ(bm(other, windowed(8, 16384, 128)), 0) << arch;
   }
-  // The tile resolves, and runs the grid walk (the persistent walk measured slower at BM 64).
+  // The tile resolves, and walks persistently, two CTAs per SM (docs/PERF.md run 89).
   const jit::ResolvedConfig rc = jit::resolve(jit::choose_kernel(w, windowed(8, 16384, 128)));
   EXPECT_EQ(rc.config.BM, 64);
-  EXPECT_EQ(rc.tuning.persistent, 0);
+  EXPECT_EQ(rc.tuning.persistent, 1);
+  EXPECT_EQ(rc.ctas_per_sm, 2);
 }
 
 // The chosen configs resolve: the tile is one sm_90a accepts for the packed or unpacked kernel.
 TEST(ChooseKernel, ChosenTilesResolve) {
-  for (const jit::LaunchFacts& f : {facts(4, 7000, 8, 16048), facts(1, 1), facts(7, 1), facts(12, 3000, 4, 5000)}) {
-    const jit::FA4Config chosen = jit::choose_kernel(bf16(), f);
-    EXPECT_NO_THROW(jit::resolve(chosen)) << f.group << " " << f.max_seqlen_q;
-  }
+  for (int depth : {64, 96, 128})
+    for (const jit::LaunchFacts& f : {facts(4, 7000, 8, 16048), facts(1, 1), facts(7, 1), facts(12, 3000, 4, 5000)}) {
+      const jit::FA4Config chosen = jit::choose_kernel(bf16(depth), f);
+      EXPECT_NO_THROW(jit::resolve(chosen)) << depth << " " << f.group << " " << f.max_seqlen_q;
+    }
 }
 
 TEST(ChooseKernel, RefusesAGroupBelowOneAndNegativeLengths) {

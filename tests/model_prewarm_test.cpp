@@ -38,10 +38,10 @@ FA4Config expected(DType dtype, int depth, Mask mask, ScoreMod score = ScoreMod:
   return c;
 }
 
-// sm_90a's packed prefill tile (jit::choose_kernel): the packed kernel at BM 128.
+// sm_90a's packed prefill tile (jit::choose_kernel): the packed kernel at BM 128 (192 at head dim 64).
 FA4Config prefill_tile(DType dtype, int depth, Mask mask, ScoreMod score, int group) {
   FA4Config c = expected(dtype, depth, std::move(mask), std::move(score), group);
-  c.BM = 128;
+  c.BM = depth <= 64 ? 192 : 128;
   return c;
 }
 
@@ -148,18 +148,24 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
   jit::ModelOptions o;
   o.dtype = DType::bf16;
   const auto ks = jit::model_kernels(model("gpt_oss_20b"), o);
-  // Its 128-key window: one prompt runs sm_90a's 64-row tile (jit::choose_kernel), for that arch only.
+  // sm_90a only: its packed prefill tile (BM 192 at head dim 64) for the full-attention layers'
+  // varlen batches, and for the 128-key window one prompt's 64-row tile; a varlen batch under that
+  // window keeps the packed default (jit::choose_kernel, which the runtime asks with the window's keys).
   FA4Config window_tile = expected(DType::bf16, 64, Mask::sliding_window());
   window_tile.BM = 64;
-  EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 64, Mask::causal()),
-                                                 expected(DType::bf16, 64, Mask::causal(), {}, 8),
-                                                 expected(DType::bf16, 64, Mask::sliding_window()), window_tile,
-                                                 expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
+  EXPECT_EQ(configs(ks),
+            (std::vector<FA4Config>{
+                expected(DType::bf16, 64, Mask::causal()), expected(DType::bf16, 64, Mask::causal(), {}, 8),
+                prefill_tile(DType::bf16, 64, Mask::causal(), {}, 8), expected(DType::bf16, 64, Mask::sliding_window()),
+                window_tile, expected(DType::bf16, 64, Mask::sliding_window(), {}, 8)}));
   for (const auto& k : ks) EXPECT_NE(k.use.find("attention sinks: a launch argument"), std::string::npos) << k.use;
-  EXPECT_EQ(ks[3].only_arch, "sm_90a");
-  EXPECT_EQ(ks[3].use.rfind("prefill (a window of 128 keys, BM 64): sliding-window layers", 0), 0u) << ks[3].use;
+  EXPECT_EQ(ks[2].only_arch, "sm_90a");
+  EXPECT_EQ(ks[2].use.rfind("packed prefill (varlen batches of uneven lengths or short chunks, BM 192)", 0), 0u)
+      << ks[2].use;
+  EXPECT_EQ(ks[4].only_arch, "sm_90a");
+  EXPECT_EQ(ks[4].use.rfind("prefill (a window of 128 keys, BM 64): sliding-window layers", 0), 0u) << ks[4].use;
   for (const auto& k : ks)
-    if (&k != &ks[3]) EXPECT_EQ(k.only_arch, "") << k.use;
+    if (&k != &ks[2] && &k != &ks[4]) EXPECT_EQ(k.only_arch, "") << k.use;
 }
 
 // Families beyond the zoo's: Command R (cohere, MHA: the decode tile), Command R7B / A (cohere2:
@@ -302,16 +308,20 @@ TEST_F(Cli, PrewarmModelPrintsTheKernelsAsJson) {
   const auto r = run("prewarm --model " + file + " --dtype bf16 --arch sm_90a,sm_100a --print");
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
-  // 4 kernels x 2 archs, and sm_90a's tile for the 128-key window (head dim 64: no packed prefill tile)
-  ASSERT_EQ(j.size(), 9u) << r.out;
+  // 4 kernels x 2 archs, and sm_90a's packed prefill tile (BM 192 at head dim 64) and its tile for
+  // the 128-key window
+  ASSERT_EQ(j.size(), 10u) << r.out;
   EXPECT_EQ(j[0]["config"]["arch"], "sm_90a");
   EXPECT_EQ(j[1]["config"]["arch"], "sm_100a");
   EXPECT_EQ(j[2]["config"]["pack_gqa"], true);
   EXPECT_EQ(j[2]["config"]["group"], 8);
   EXPECT_NE(j[2]["use"].get<std::string>().find("decode"), std::string::npos);
-  EXPECT_EQ(j[6]["config"]["arch"], "sm_90a");
-  EXPECT_EQ(j[6]["config"]["BM"], 64);
-  EXPECT_EQ(j[6]["config"]["mask"]["kind"], "sliding_window");
+  EXPECT_EQ(j[4]["config"]["arch"], "sm_90a");
+  EXPECT_EQ(j[4]["config"]["BM"], 192);
+  EXPECT_EQ(j[4]["config"]["pack_gqa"], true);
+  EXPECT_EQ(j[7]["config"]["arch"], "sm_90a");
+  EXPECT_EQ(j[7]["config"]["BM"], 64);
+  EXPECT_EQ(j[7]["config"]["mask"]["kind"], "sliding_window");
   EXPECT_EQ(run("cache ls").out, "") << "--print compiles nothing";
 }
 

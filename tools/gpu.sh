@@ -261,11 +261,12 @@ sanitize() {
           'causal --heads 14 --kv-heads 2 --seqlens-q 300 0 9 8 5 1 1 --seqlens-k 700 50 2000 2000 4000 5000 3000 --page-size 16 --pack-gqa'
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 1 1 1 --seqlens-k 3000 5000 4000 2000 50 --pack-gqa')
         san_masks "" '"depth":128' "${cases[@]}" ;;
-      tiles)  # sm_90a's tiles beside its defaults (jit::choose_kernel): the packed prefill tile (BM 128) on
-        # an uneven prefill batch and a continuous-batching step; the unpacked decode tile (BM 64)
+      tiles)  # sm_90a's tiles beside its defaults (jit::choose_kernel): the packed prefill tile (BM 128; 192
+        # at d64) on an uneven prefill batch and a continuous-batching step; the unpacked decode tile (BM 64)
         local cases=('causal --heads 10 --kv-heads 2 --seqlens-q 700 1 300 129 0 64 5 --seqlens-k 700 1 450 129 50 64 5 --pack-gqa'
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa')
         san_masks "" '"depth":128,"BM":128' "${cases[@]}"
+        san_masks "" '"depth":64,"BM":192' "${cases[@]}"
         cases=('causal --batch 3 --heads 4 --kv-heads 4 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 16 --splits 3 --sinks'
           'causal --heads 4 --kv-heads 4 --seqlens-q 5 1 64 --seqlens-k 777 40 300 --splits 0')
         san_masks "" '"depth":128,"BM":64' "${cases[@]}" ;;
@@ -356,9 +357,9 @@ sanitize() {
           '{"depth":96,"mask":"causal"}|--heads 2 --seqlens-q 100 0 1 --seqlens-k 100 50 129 --page-size 16 --splits 3'
           '{"depth":96,"mask":"causal","kv_dtype":"e4m3"}|--batch 1 --heads 1 --kv-heads 1 --seqlen-q 1 --seqlen-k 333')
         san_cases sm_90 "${cases[@]}" ;;
-      window)  # sm_90a's windowed prefill at head dims 64 and 96 (docs/PERF.md run 88): the 64-row tile
-        # a small window takes (grid walk, two CTAs per SM) with sinks and varlen rows, and the
-        # persistent walk at d64 (BM 192) and d96 (padded 128)
+      window)  # sm_90a's windowed prefill at head dims 64 and 96 (docs/PERF.md runs 88, 89): the 64-row
+        # tile a small window takes (the persistent walk, two CTAs per SM) with sinks and varlen rows,
+        # and the persistent walk at d64 (BM 192) and d96 (padded 128)
         local cases=(
           '{"depth":64,"mask":"sliding_window","BM":64}|--batch 2 --heads 8 --kv-heads 2 --seqlen-q 400 --seqlen-k 400 --window 127,0 --sinks'
           '{"depth":64,"mask":"sliding_window","BM":64}|--heads 4 --kv-heads 2 --seqlens-q 300 1 129 --seqlens-k 300 50 700 --window 63,5'

@@ -263,7 +263,13 @@ class Sm90a final : public BackendPolicy {
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
     // O split over warpgroups (V 512, abi.h o_split): the grid walk, its one measured shape.
-    t.persistent = !c.pack_gqa && c.BM != 64 && !wide_o(c, dp) && deep_ok && (plain || persistent_measured(c)) ? 1 : 0;
+    // The 64-row tile (two CTAs per SM, each walking persistently) at head dim 64 under a sliding
+    // window (BackendPolicy::launch_bm's small-window tile): gpt-oss's window of 128 keys 16-22%
+    // faster than the grid, whose CTAs each ran three KV tiles between a prologue and an epilogue
+    // (H200, `fa4jit bench`, docs/PERF.md run 89: 1 x 16k 64/8 0.459 -> 0.357 ms, 1 x 2k 0.0614 ->
+    // 0.0493; 16/2 0.1227 -> 0.0956, 0.0180 -> 0.0152). Decode's 64-row tile keeps the grid.
+    const bool bm_ok = c.BM != 64 || (c.depth == 64 && c.mask.kind == Mask::Kind::sliding_window);
+    t.persistent = !c.pack_gqa && bm_ok && !wide_o(c, dp) && deep_ok && (plain || persistent_measured(c)) ? 1 : 0;
     if (dynamic_measured(c, dp) && c.BM != 64) t.persistent = 3;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
@@ -303,13 +309,18 @@ class Sm90a final : public BackendPolicy {
     // The dynamic walk hands each unit to the consumers with Q (templates/common/persistent_walk.h
     // DynamicTiles); FP8's transposers and an FP8 KV cache's converters walk the tiles on their own,
     // and packed GQA runs stream-K or the grid.
-    if (t.persistent == 3 && (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa))
+    // One consumer warpgroup (the 64-row tile): all four producer warps gather pages
+    // (templates/sm90a/load.cuh kGatherWarps), and the dynamic walk's claim is shared within one warp.
+    const bool one_consumer_wg = abi::consumer_wgs(c.BM, padded_depth_v(c, dp)) == 1;
+    if (t.persistent == 3 && (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa || one_consumer_wg))
       throw ConfigError(fmt::format(
-          "tune: persistent=3: the dynamic walk runs 16-bit Q, K and V without packed GQA on {} (this config: {})",
+          "tune: persistent=3: the dynamic walk runs 16-bit Q, K and V without packed GQA at BM 128 or 192 on {} "
+          "(this config: {})",
           c.arch,
           c.dtype == DType::e4m3 ? "dtype e4m3"
           : c.kv_dtype           ? "kv_dtype e4m3"
-                                 : "pack_gqa"));
+          : c.pack_gqa           ? "pack_gqa"
+                                 : "BM 64"));
     // The converters walk whole tiles (grid or persistent); stream-K, which packed GQA turns a
     // persistent walk into, cuts tiles into segments.
     if (c.kv_dtype && (t.persistent == 2 || (t.persistent == 1 && c.pack_gqa)))
@@ -372,8 +383,10 @@ class Sm90a final : public BackendPolicy {
     const abi::Family f = family(c);
     const int dpv = padded_depth_v(c, dp);
     const bool persistent = t.persistent != 0;
+    // Two CTAs per SM (ctas_per_sm) keep two such regions in the SM's shared memory.
+    const int limit = b.ctas_per_sm == 2 ? (a.max_smem + 1024) / 2 - 1024 : a.max_smem;
     b.smem = abi::smem_bytes(f, c.BM, c.BN, dp, dpv, c.num_kv_stages, persistent,
-                             abi::own_o(f, persistent, c.BM, c.BN, dp, dpv, c.num_kv_stages, a.max_smem));
+                             abi::own_o(f, persistent, c.BM, c.BN, dp, dpv, c.num_kv_stages, limit));
   }
 
   bool uses_tma() const override { return true; }
@@ -412,33 +425,36 @@ class Sm90a final : public BackendPolicy {
     return c.dtype != DType::e4m3 && !c.kv_dtype && rc.padded_depth == 128 && c.BM == 128 &&
            rc.tuning.intra_wg_overlap != 0 && plain_softmax(c) && (c.depth <= 96 || c.mask.kind == Mask::Kind::causal);
   }
-  // Two tiles beside the defaults, at head dims 96 and 128 (padded 128) with 16-bit Q, K, V and V as
-  // wide: where they were measured and are GPU-tested. Packed, a group of at most 64: the prefill
-  // tile (two consumer warpgroups) over more than 128 packed rows, whose decode tile ran prefill
-  // rows 1.1-1.25x slower (docs/PERF.md run 81), except a continuous-batching step (uneven, a mean
-  // of at most 512 queries), whose decode rows stream their KV caches faster at the decode tile (the
-  // step 1-14% slower at BM 128, run 80). Unpacked, a group that never packs: the decode tile (one
-  // warpgroup, BN 64, two CTAs per SM) for at most 64 queries, MHA decode 3-10% faster (run 82); a
-  // packable group left unpacked keeps the default, the kernel `prewarm --model` builds for it.
-  // Unpacked at head dim 64 under a window of at most kSmallWindowKeys keys per query (gpt-oss: 128):
-  // the decode tile too, whose 64-key tiles over 64 queries cover the band with fewer wasted keys
-  // than BM 192's (three tiles per 64 queries against five per 192 at 128 keys), two CTAs per SM.
-  // H200, `fa4jit bench`, 1 x 16k, 64/8 heads, sinks (docs/PERF.md run 88), against BM 192 with the
-  // persistent walk: windows of 128 keys 0.475 -> 0.460 ms, 256 0.777 -> 0.567, 512 0.894 -> 0.765,
-  // 1024 1.122 -> 1.150 (so not there); at d128 as fast at 128 keys and slower from 256.
-  static constexpr int kDecodeBm = 64, kPrefillBm = 128, kSmallWindowKeys = 512;
+  // Tiles beside the defaults, for 16-bit Q, K, V with V as wide, where they were measured and are
+  // GPU-tested. Packed, a group of at most 64: the unpacked kernel's prefill tile (two consumer
+  // warpgroups at head dims 96 and 128, three at 64) over more than 128 packed rows, whose decode
+  // tile ran prefill rows 1.1-1.25x slower at d128 (docs/PERF.md run 81) and 1.37-1.46x at d64
+  // (gpt-oss's varlen batch, run 89: 64/8 heads 1.711 -> 1.246 ms at BM 192, 1.439 at BM 128; 16/2
+  // 0.433 -> 0.296), except a continuous-batching step (uneven, a mean of at most 512 queries), whose
+  // decode rows stream their KV caches faster at the decode tile (the step 1-14% slower at BM 128,
+  // run 80). Unpacked, a group that never packs: the decode tile (one warpgroup, BN 64, two CTAs per
+  // SM) for at most 64 queries, MHA decode 3-10% faster (run 82); a packable group left unpacked
+  // keeps the default, the kernel `prewarm --model` builds for it.
+  // At head dim 64 under a window of at most kSmallWindowKeys keys per query (gpt-oss: 128) the
+  // decode tile, packed or not, whose 64-key tiles over 64 queries cover the band with fewer wasted
+  // keys than BM 192's (three tiles per 64 queries against five per 192 at 128 keys). H200, `fa4jit
+  // bench`, 1 x 16k, 64/8 heads, sinks (run 88), against BM 192 with the persistent walk: windows of
+  // 128 keys 0.475 -> 0.460 ms, 256 0.777 -> 0.567, 512 0.894 -> 0.765, 1024 1.122 -> 1.150 (so not
+  // there); at d128 as fast at 128 keys and slower from 256. Packed, the varlen batch under 128 keys:
+  // BM 64 0.458 ms, BM 128 0.640 (run 89).
+  static constexpr int kDecodeBm = 64, kPrefillBm = 128, kPrefillBm64 = 192, kSmallWindowKeys = 512;
   int launch_bm(const FA4Config& c, const LaunchFacts& f, bool never_packs) const override {
     const bool sixteen_bit = (c.dtype == DType::bf16 || c.dtype == DType::fp16) && !c.kv_dtype;
     if (!sixteen_bit || c.depth > 128 || value_depth(c) != c.depth) return 0;
-    if (c.depth <= 64)
-      return !c.pack_gqa && c.mask.kind == Mask::Kind::sliding_window && f.window_keys > 0 &&
-                     f.window_keys <= kSmallWindowKeys
-                 ? kDecodeBm
-                 : 0;
-    if (!c.pack_gqa) return never_packs && f.max_seqlen_q <= 64 ? kDecodeBm : 0;
-    if (c.group > 64 || short_rows(f)) return 0;
+    const bool small_window = c.depth <= 64 && c.mask.kind == Mask::Kind::sliding_window && f.window_keys > 0 &&
+                              f.window_keys <= kSmallWindowKeys;
+    if (!c.pack_gqa) {
+      if (c.depth <= 64) return small_window ? kDecodeBm : 0;
+      return never_packs && f.max_seqlen_q <= 64 ? kDecodeBm : 0;
+    }
+    if (c.group > 64 || short_rows(f) || small_window) return 0;
     if (uneven(f) && f.total_q <= 512LL * f.varlen_batch) return 0;
-    return kPrefillBm;
+    return c.depth <= 64 ? kPrefillBm64 : kPrefillBm;
   }
 };
 

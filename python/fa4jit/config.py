@@ -124,7 +124,7 @@ def model_configs(model: Union[str, "os.PathLike[str]", Dict[str, Any]], dtype: 
     over an FP8 KV cache, so beside each kernel whose keys come from the cache comes its twin with
     ``"kv_dtype": "e4m3"`` (MLA models: the absorbed decode over the latent cache). A feature fa4jit
     has no kernel for raises ConfigError naming its key. A kernel of one arch only (sm_90a's packed
-    prefill tile, BM 128, and unpacked decode tile, BM 64) carries ``"only_arch"``; ``arch`` (e.g.
+    prefill tile, BM 128 or 192, and 64-row tile) carries ``"only_arch"``; ``arch`` (e.g.
     "sm_100a") leaves out those of other archs. Feed ``[k["config"] for k in model_configs(...,
     arch=a)]`` to ``prewarm(..., archs=[a])``."""
     if isinstance(model, dict):

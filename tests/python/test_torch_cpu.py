@@ -807,7 +807,7 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
 
 def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_prefill_tile():
     """ops._choose asks the library (fa4jit_choose_kernel; the rule's cases: tests/kernel_choice_test.cpp):
-    decode rows pack; a varlen batch of uneven lengths packs, on sm_90a at its prefill tile (BM 128);
+    decode rows pack; a varlen batch of uneven lengths packs, on sm_90a at its prefill tile (BM 128, 192 at d64);
     a continuous-batching step keeps decode's tile; one prompt stays unpacked; MHA decode runs sm_90a's
     decode tile unpacked; an explicit pack_gqa wins; other archs keep their default tile."""
     from fa4jit.ops import _choose
@@ -823,6 +823,9 @@ def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_pref
     # gpt-oss's 128-key window (fa4jit_choose_kernel2) at head dim 64: sm_90a's 64-row tile; 4096 keys: the default
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 16384, 0, 16384, -1, 127, 0, 0) == (False, 64)
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 16384, 0, 16384, -1, 4095, 0, 0) == (False, 0)
+    # its varlen batch: the packed prefill tile (BM 192 at head dim 64), under the 128-key window packed decode's
+    assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1) == (True, 192)
+    assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1, 127, 0, 0) == (True, 0)
     with pytest.raises(fa4jit.ConfigError, match="choose_kernel: group 0"):
         _choose("sm_90a", "bf16", "bf16", 128, 128, 0, 1, 0, 1, -1)
 
