@@ -41,6 +41,13 @@ TEST(SplitHeuristic, LeavesFullGridsAndShortKeysAlone) {
   EXPECT_EQ(choose_num_splits(106, 512, 132), 1);  // >= 80% of the slots
   EXPECT_EQ(choose_num_splits(8, 3, 132), 1);      // fewer than 4 KV tiles
   EXPECT_EQ(choose_num_splits(8, 10, 132), 5);     // at least two KV tiles per split
+  // A split must shorten the longest run by kMinSavedKvTiles (8): 32 x 2 KV heads over 4 tiles
+  // (gpt-oss's speculative rows under its window) or 8 (512 keys) stay whole; 16 tiles split in two.
+  EXPECT_EQ(choose_num_splits(64, 4, 132), 1);
+  EXPECT_EQ(choose_num_splits(64, 8, 132), 1);
+  EXPECT_EQ(choose_num_splits(64, 16, 132), 2);
+  EXPECT_EQ(choose_num_splits(2, 9, 132), 1);   // runs of 3 save 6 (their combine costs more)
+  EXPECT_EQ(choose_num_splits(2, 12, 132), 6);  // 12 -> 2: saves 10
 }
 
 // Grids within half the slots at the most splits: the fewest splits with the shortest runs.

@@ -31,7 +31,8 @@ struct GridWalk {
 #if !defined(__CUDACC_RTC__)
   // Split count for `tiles` CTAs over `kv_blocks` KV tiles each, on `slots` CTA slots: 1 when the
   // grid already fills 80% of them, else the fewest splits whose slot fill is within 95% of the
-  // best (FlashAttention's wave rule), each split keeping at least two KV tiles. The caller passes
+  // best (FlashAttention's wave rule), each split keeping at least two KV tiles, and none that saves
+  // fewer than kMinSavedKvTiles (below). The caller passes
   // the SM count even for 2-CTA-per-SM decode kernels: on an H200, 128 CTAs (one per SM) read K/V
   // at 4.27 TB/s and 256 at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16 splits 3.99
   // TB/s, 32 splits 3.64). The persistent walk uses it too.
@@ -40,12 +41,19 @@ struct GridWalk {
   // is the shortest possible (batch-1 decode at 4k keys, 1-2 KV heads: 32 splits of 2 tiles, where
   // the fill rule's 31 left runs of 3: 7.3 against 7.8 us per call in a CUDA graph, docs/PERF.md
   // run 66; at 4 KV heads, 128 CTAs, even runs were not faster).
+  // A split pays for itself only where it shortens the longest run of KV tiles by at least
+  // kMinSavedKvTiles: the combine launch costs about what 7 KV tiles of decode take. H200, `fa4jit
+  // bench`, 32 x 16/2 packed decode, d128 (docs/PERF.md run 89): 256-512 keys (4-8 tiles) split in
+  // two 7.98-10.8 -> 11.9-13.4 us, 1024 (16 tiles, 8 saved) 16.5 either way; gpt-oss's speculative
+  // rows under its 128-key window (4 tiles) 8.9 -> 13.9 us.
+  static constexpr int kMinSavedKvTiles = 8;
   static int choose_splits(long long tiles, int kv_blocks, int slots) {
-    if (tiles <= 0 || slots <= 0 || tiles >= slots * 8LL / 10 || kv_blocks < 4) return 1;
+    if (tiles <= 0 || slots <= 0 || tiles >= slots * 8LL / 10 || kv_blocks < kMinSavedKvTiles + 1) return 1;
     const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
+    const auto worth = [&](int s) { return s > 1 && kv_blocks - (kv_blocks + s - 1) / s >= kMinSavedKvTiles ? s : 1; };
     if (2 * tiles * max_splits <= slots) {
       const int run = (kv_blocks + max_splits - 1) / max_splits;
-      return (kv_blocks + run - 1) / run;
+      return worth((kv_blocks + run - 1) / run);
     }
     auto fill = [&](int s) {
       const double waves = static_cast<double>(tiles * s) / slots;
@@ -54,7 +62,7 @@ struct GridWalk {
     double best = 0;
     for (int s = 1; s <= max_splits; ++s) best = std::max(best, fill(s));
     for (int s = 1; s <= max_splits; ++s)
-      if (fill(s) >= 0.95 * best) return s;
+      if (fill(s) >= 0.95 * best) return worth(s);
     return 1;
   }
   // Automatic split count of the grid and persistent walks: none without known keys.
