@@ -313,10 +313,10 @@ TEST(GpuPackGqa, UnpackedDecodeTileMatchesReference) {
                  "unpacked BM 64 window 100 softcap");
 }
 
-// Prefill under a sliding window at head dims 64 and 96 (docs/PERF.md run 88): gpt-oss's 128-key
-// window (with sinks) takes sm_90a's 64-row tile (jit::choose_kernel with the window's keys; the persistent
-// walk, two CTAs per SM, run 89), wider
-// windows the default tile on the persistent walk; a window open on the right too, and varlen rows.
+// Prefill under a sliding window at head dims 64 and 96 (docs/PERF.md runs 88, 89): gpt-oss's
+// 128-key window (with sinks) takes sm_90a's 64-row tile (jit::choose_kernel with the window's keys;
+// the persistent walk, two CTAs per SM), wider windows the default tile on the persistent walk; a
+// window open on the right too, and varlen rows.
 TEST(GpuPackGqa, WindowedPrefillTilesMatchReference) {
   SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tiles";

@@ -28,11 +28,12 @@ std::vector<int> legal_bns(abi::Family f, int bm, int dp) {
   return out;
 }
 
-// Two CTAs per SM when both fit (each also takes 1 KiB of reserved shared memory per block):
-// decode (BM 64) at padded depth <= 128; deeper heads run one CTA per SM.
-int ctas_per_sm(int bm, int smem, const ArchInfo& a) {
-  return bm == 64 && 2 * (smem + 1024) <= a.max_smem + 1024 ? 2 : 1;
-}
+// The dynamic shared memory each of `ctas` CTAs on one SM may take: each also takes 1 KiB of
+// reserved shared memory per block, which a.max_smem (one block's limit) already leaves out once.
+int smem_per_cta(int ctas, const ArchInfo& a) { return (a.max_smem + 1024) / ctas - 1024; }
+
+// Two CTAs per SM when both fit: decode (BM 64) at padded depth <= 128; deeper heads run one CTA per SM.
+int ctas_per_sm(int bm, int smem, const ArchInfo& a) { return bm == 64 && smem <= smem_per_cta(2, a) ? 2 : 1; }
 
 // Per-element masks (all but none and causal) and position-dependent score-mods (ALiBi, snippets).
 bool heavy_softmax(const FA4Config& c) {
@@ -384,9 +385,9 @@ class Sm90a final : public BackendPolicy {
     const int dpv = padded_depth_v(c, dp);
     const bool persistent = t.persistent != 0;
     // Two CTAs per SM (ctas_per_sm) keep two such regions in the SM's shared memory.
-    const int limit = b.ctas_per_sm == 2 ? (a.max_smem + 1024) / 2 - 1024 : a.max_smem;
-    b.smem = abi::smem_bytes(f, c.BM, c.BN, dp, dpv, c.num_kv_stages, persistent,
-                             abi::own_o(f, persistent, c.BM, c.BN, dp, dpv, c.num_kv_stages, limit));
+    b.smem = abi::smem_bytes(
+        f, c.BM, c.BN, dp, dpv, c.num_kv_stages, persistent,
+        abi::own_o(f, persistent, c.BM, c.BN, dp, dpv, c.num_kv_stages, smem_per_cta(b.ctas_per_sm, a)));
   }
 
   bool uses_tma() const override { return true; }
