@@ -827,6 +827,7 @@ def main(argv=None):
                     help="keep only decode / paged / fp8kv / mla rows of these batch sizes (e.g. 1,32)")
     ap.add_argument("--pages", default="", help="keep only paged rows of these page sizes (e.g. 64)")
     ap.add_argument("--kinds", default="", help="keep only rows of these kinds (e.g. varlen,mixed of --rows prefill,mixed)")
+    ap.add_argument("--match", default="", help="keep only rows whose name contains this text (e.g. 'window 128')")
     ap.add_argument("--peers", default="cudnn,fa2,fa4,flex,flashinfer")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
@@ -861,6 +862,8 @@ def main(argv=None):
         rows = [r for r in rows if r.kind != "paged" or r.page in keep_p]
     if a.kinds:
         rows = [r for r in rows if r.kind in a.kinds.split(",")]
+    if a.match:
+        rows = [r for r in rows if a.match in r.name]
     if a.list:
         for r in rows:
             print(f"{r.name:48s} {', '.join(r.models)}")

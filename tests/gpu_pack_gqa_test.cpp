@@ -184,6 +184,28 @@ TEST(GpuPackGqa, LongPoleSplitsMatchReference) {
   }
 }
 
+// Under a sliding window the decode rows' tiles walk only the window's band (a few KV tiles), so the
+// same step splits nothing (GridWalk::long_pole_split counts the band's keys: gpt-oss's 128-key
+// window made 2-3 pieces of which all but one were empty, and a combine launch).
+TEST(GpuPackGqa, LongPolesUnderAWindowRunWhole) {
+  SKIP_WITHOUT_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's grid walk lists varlen tiles";
+  FA4Config window = packed("sm_90a", 8, Mask::sliding_window());
+  window.depth = 64;
+  const auto kernel = jit::get_kernel(window, jit::testing::env_tune());
+  CheckCase c = long_pole_batch(8, false);
+  c.window_left = 127;
+  c.window_right = 0;
+  c.with_sinks = true;
+  const jit::testing::CheckResult r = jit::testing::run_and_check(*kernel, c);
+  expect_matches(r, "packed group 8 d64 window 127");
+  EXPECT_EQ(r.splits, 1) << "the decode rows under a 128-key window were split";
+  c.window_left = 4000;  // a band as long as the caches: split again
+  const jit::testing::CheckResult wide = jit::testing::run_and_check(*kernel, c);
+  expect_matches(wide, "packed group 8 d64 window 4000");
+  EXPECT_GT(wide.splits, 1) << "the decode rows under a 4001-key window were not split";
+}
+
 // A decode-only varlen batch over packed keys (cu_seqlens_k, no page table): 40 rows of 1.5k-6k
 // keys at 2 KV heads, a grid far from full. The caller's max_seqlen_k is the only length the host
 // has, and with it the automatic choice splits the keys (before, such a batch never split: 1.5

@@ -502,6 +502,7 @@ TEST(GridWalkPlan, LongPoleSplitsOnlyTheShortSequencesOfAMixedBatch) {
         Case{"no listed tiles", [](fa4::WalkInput& i) { i.varlen_tiles = 0; }},
         Case{"a kernel that cannot (bottom-aligned tiles)", [](fa4::WalkInput& i) { i.pole_qmax = 0; }},
         Case{"keys within one piece", [](fa4::WalkInput& i) { i.max_seqlen_k = 2048; }},
+        Case{"a window's band within one piece", [](fa4::WalkInput& i) { i.kv_blocks = 3; }},
         Case{"hints at the int limit, keys within one piece",
              [](fa4::WalkInput& i) { i.max_seqlen_q = i.max_seqlen_k = std::numeric_limits<int>::max(); }},
         Case{"scratch past 256 MiB", [](fa4::WalkInput& i) {

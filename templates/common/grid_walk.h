@@ -80,6 +80,9 @@ struct GridWalk {
   // within kPoleScratchBytes: a piece of 16 query rows reads its keys at a fraction of the time a
   // 64-row tile computes over as many (pieces of 3072-4096 keys were 7-12% faster than 2048 on the
   // zoo's 16/1, 10/2 and 14/2 steps; 1024 slower, 6144 faster at 16/1 only, one piece slowest: run 84).
+  // A tile walks at most kv_blocks KV tiles (fewer than the sequence's under a sliding window's
+  // band, ScheduleModel::kv_tiles): pieces count those keys, so a band within one piece splits
+  // nothing (gpt-oss's 128-key window: 2-3 pieces of which all but one were empty, and a combine).
   // Returns the most pieces (1: no long-pole split) and the keys per piece.
   static constexpr long long kPoleScratchBytes = 256LL << 20;
   struct PoleSplit {
@@ -93,7 +96,8 @@ struct GridWalk {
     // In 64 bits: both lengths may be the caller's hints, any int. More than one piece only where
     // keys < max_seqlen_k, so the keys a piece holds then fit an int.
     const long long keys = std::max(16LL * in.bn, 2LL * std::min(in.max_seqlen_q, in.max_seqlen_k));
-    int s = static_cast<int>(std::min<long long>(kMaxSplits, (in.max_seqlen_k + keys - 1) / keys));
+    const long long walked = std::min<long long>(in.max_seqlen_k, 1LL * in.kv_blocks * in.bn);
+    int s = static_cast<int>(std::min<long long>(kMaxSplits, (walked + keys - 1) / keys));
     const long long rows = 1LL * in.batch * in.heads * in.pole_head_rows;
     while (s >= 2 && rows * (1LL * s * (in.value_depth + 1) + 2) * 4 > kPoleScratchBytes) --s;
     if (s >= 2) ps = PoleSplit{s, static_cast<int>(keys)};
