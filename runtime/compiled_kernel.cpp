@@ -88,7 +88,9 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
   });
 }
 
-// The automatic split count fills SMs x this many CTA slots. The portable kernel: as many CTAs as
+// The automatic split count fills SMs x this many CTA slots. A persistent walk fills every slot its
+// kernel is sized for (ctas_per_sm: the 64-row tiles hold two; its grid had launched one CTA per SM,
+// docs/PERF.md run 89). The grid walk: the portable kernel as many CTAs as
 // the driver's occupancy calculator fits on one SM; its decode (B 8, Hq/Hkv 32/8, 32k keys) ran one
 // 4-warp CTA per SM at 2 splits, DRAM 27%, and 4 splits read K/V 1.33x faster on an H100, bf16 and
 // e4m3 alike (docs/PERF.md run 31). sm90a's kernels are sized for one or two CTAs per SM
@@ -97,7 +99,9 @@ const LoadedModule& CompiledKernel::module_for_current_context() const {
 // gathered rows: 16-18 GB/s per CTA at page 16 and page 1, where contiguous TMA reads 33; Qwen2.5-7B
 // 32 x 32k at 128 CTAs 2.28 TB/s, run 64); contiguous 16-bit K/V one (the same speed at 2, 4 and 8
 // splits; more splits only cost combine work).
-int CompiledKernel::split_slots_per_sm(bool paged) const {
+int CompiledKernel::slots_per_sm(bool paged) const {
+  if (config_.walk == TileWalk::persistent || config_.walk == TileWalk::dynamic)
+    return std::max(1, config_.ctas_per_sm);
   if (config_.backend == Backend::portable) return module_for_current_context().resident_ctas();
   return config_.config.kv_dtype || paged ? std::max(1, config_.ctas_per_sm) : 1;
 }
@@ -146,11 +150,7 @@ LaunchPlan CompiledKernel::plan(const LaunchArgs& args) const {
   in.kv_blocks = model.kv_tiles(c.BN);
   in.keys_known = model.shape.max_seqlen_k != 0;
   in.requested_splits = args.num_splits;
-  // A persistent walk fills every CTA slot of an SM (the 64-row tiles hold two), a grid walk's
-  // splits the slots split_slots_per_sm counts.
-  const bool walks_persistent = config_.walk == TileWalk::persistent || config_.walk == TileWalk::dynamic;
-  in.sms = sm_count() *
-           (walks_persistent ? std::max(1, config_.ctas_per_sm) : split_slots_per_sm(args.page_table != nullptr));
+  in.sms = sm_count() * slots_per_sm(args.page_table != nullptr);
   in.equal_tiles = !masked && !c.pack_gqa && !args.cu_seqlens_q;
   in.max_seqlen_q = shape.max_seqlen_q;
   in.bm = c.BM;

@@ -117,7 +117,7 @@ class CompiledKernel final : public Kernel {
   const LoadedModule& module_for_current_context() const;
   // p: this kernel's plan; module: this kernel's module in the current context.
   void enqueue(LaunchPlan& p, const LaunchArgs& args, Stream stream, const LoadedModule& module) const;
-  int split_slots_per_sm(bool paged) const;  // CTA slots per SM the automatic split count fills
+  int slots_per_sm(bool paged) const;  // CTA slots per SM the walk and the automatic split count fill
 
   ResolvedConfig config_;
   std::string key_, origin_;

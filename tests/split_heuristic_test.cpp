@@ -28,7 +28,7 @@ TEST(SplitHeuristic, FillsTheSlotsForDecode) {
   EXPECT_EQ(choose_num_splits(8, 2048, 132), 16);
   // Twice the slots: twice the splits for the same fill.
   EXPECT_EQ(choose_num_splits(64, 512, 264), 4);
-  // Paged launches count both slots of an SM (CompiledKernel::split_slots_per_sm): Qwen2.5-7B's 32 x
+  // Paged launches count both slots of an SM (CompiledKernel::slots_per_sm): Qwen2.5-7B's 32 x
   // 4 KV heads over 32768 keys, 128 CTAs, split in two on 264 slots (one split on 132), and Llama-3-8B's
   // 256 CTAs fill 80% of them unsplit.
   EXPECT_EQ(choose_num_splits(128, 512, 132), 1);
