@@ -35,8 +35,8 @@ struct GridWalk {
   // fewer than kMinSavedKvTiles (below). The caller passes
   // the SM count for the grid walk's contiguous 16-bit decode even where two CTAs fit an SM
   // (CompiledKernel::slots_per_sm): on an H200, 128 CTAs (one per SM) read K/V at 4.27 TB/s and 256
-  // at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16 splits 3.99 TB/s, 32 splits 3.64);
-  // a persistent walk, every CTA slot. The persistent walk uses it too.
+  // at 4.03 (B 8 x Sk 32768: 2 vs 4 splits; B 1 x Sk 131072: 16 splits 3.99 TB/s, 32 splits 3.64).
+  // The persistent walk uses this rule too, over every CTA slot of its SMs.
   // A grid that stays within half the slots even at the most splits is bound by latency, not DRAM:
   // its time is the longest split's run of KV tiles, so it takes the fewest splits whose longest run
   // is the shortest possible (batch-1 decode at 4k keys, 1-2 KV heads: 32 splits of 2 tiles, where
