@@ -428,6 +428,18 @@ def test_list_runs_without_a_gpu(capsys):
     assert "spec Sq4 32x4k, 40/10 d128" in out and out.strip().endswith("2 rows")
 
 
+def test_match_keeps_the_rows_whose_name_holds_the_text(capsys):
+    argv = ["--list", "--models", "gpt_oss_120b", "--rows", "mixed", "--kinds", "mixed"]
+    assert zoo.main(argv) == 0
+    every = capsys.readouterr().out
+    assert zoo.main(argv + ["--match", "window 128"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith(("mixed", "varlen"))]
+    assert rows and all("window 128" in ln for ln in rows)
+    assert any(ln.startswith(("mixed", "varlen")) and "window" not in ln for ln in every.splitlines())
+    assert out.strip().endswith(f"{len(rows)} rows")
+
+
 def test_bad_arguments_name_the_flag():
     with pytest.raises(SystemExit):
         zoo.main(["--list", "--models", "llama9"])
