@@ -22,15 +22,16 @@ TEST(GpuBlackwellHost, LaunchPlanIsBuiltUpToTheDriverCall) {
     const auto kernel = jit::get_kernel(cfg);
     const auto* compiled = dynamic_cast<const jit::detail::CompiledKernel*>(kernel.get());
     ASSERT_NE(compiled, nullptr);
-    const int B = 2, S = 1000, H = 8, Hkv = 2;
-    jit::testing::DeviceBuffer q(B * S * H * depth * 2), k(B * S * Hkv * depth * 2), v(B * S * Hkv * depth * 2),
+    const int B = 2, S = 1000, Sk = 4096, H = 8, Hkv = 2;
+    jit::testing::DeviceBuffer q(B * S * H * depth * 2), k(B * Sk * Hkv * depth * 2), v(B * Sk * Hkv * depth * 2),
         o(B * S * H * depth * 2);
     jit::LaunchArgs a;
     a.q = jit::Tensor::contiguous(q.get(), jit::DType::bf16, B, S, H, depth);
-    a.k = jit::Tensor::contiguous(k.get(), jit::DType::bf16, B, S, Hkv, depth);
-    a.v = jit::Tensor::contiguous(v.get(), jit::DType::bf16, B, S, Hkv, depth);
+    a.k = jit::Tensor::contiguous(k.get(), jit::DType::bf16, B, Sk, Hkv, depth);
+    a.v = jit::Tensor::contiguous(v.get(), jit::DType::bf16, B, Sk, Hkv, depth);
     a.o = jit::Tensor::contiguous(o.get(), jit::DType::bf16, B, S, H, depth);
-    // 4 x 8 x 2 = 64 tiles leave most SMs idle: the automatic choice splits the keys.
+    // 4 x 8 x 2 = 64 tiles leave most SMs idle: the automatic choice splits the keys. 4096 keys, so
+    // that a split saves GridWalk::kMinSavedKvTiles (1000 keys at BN 128 are 8 KV tiles: no split).
     const auto split = compiled->plan(a);
     EXPECT_GT(split.params.num_splits, 1);
     EXPECT_EQ(split.grid[0], (S + 255) / 256u * split.params.num_splits);

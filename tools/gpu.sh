@@ -579,18 +579,32 @@ profile() {
         for peer in $peers; do python3 dev/stall_samples.py "$OUT/ncu_${tag}_ours.txt" "$OUT/ncu_${tag}_$peer.txt"; done
         for f in ours $peers; do gzip -f "$OUT/ncu_${tag}_$f.txt"; done  # MBs of CSV otherwise
       fi ;;
-    decode)
+    decode)  # SHAPES="B,Sq,Sk ..." HEADS=H,Hkv (32,8) PAGE=rows (paged K/V; cuDNN runs contiguous)
+             # PEERS=cudnn|none; SOURCE=1: warp-stall samples per SASS instruction (dev/stall_samples.py)
+      local H HKV kv tag
+      IFS=, read -r H HKV <<<"${HEADS:-32,8}"
       echo "${CFG:-{\"depth\":128,\"mask\":\"none\"\}}" > /tmp/gpu_pd.json
+      if [[ ${SOURCE:-0} == 1 ]]; then
+        sections="--section SourceCounters --metrics group:smsp__pcsamp_warp_stall_reasons --page source --csv --print-source sass"
+        keys="\"Kernel Name\""
+      fi
+      kv="--kv-bhsd"
+      [[ -n ${PAGE:-} ]] && kv="--page-size $PAGE"
       for shape in ${SHAPES:-8,1,32768 1,1,131072}; do
         IFS=, read -r B SQ SK <<<"$shape"
-        args="bench --config /tmp/gpu_pd.json --arch sm_90a --batch $B --heads 32 --kv-heads 8 --seqlen-q $SQ --seqlen-k $SK
-              --pack-gqa --kv-bhsd --warmup 1 --iters 1"
+        tag=${B}_${SQ}_${SK}_${H}_${HKV}${PAGE:+_p$PAGE}
+        args="bench --config /tmp/gpu_pd.json --arch sm_90a --batch $B --heads $H --kv-heads $HKV --seqlen-q $SQ --seqlen-k $SK
+              --pack-gqa $kv --warmup 1 --iters 1"
         $F $args >/dev/null
         timeout 240 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $sections \
-          $F $args > "$OUT/ncu_ours_${B}_${SQ}_${SK}.txt" 2>&1
-        timeout 240 ncu --clock-control none --profile-from-start off $sections \
-          python3 "$py" "$B" 32 8 "$SQ" "$SK" 128 > "$OUT/ncu_cudnn_${B}_${SQ}_${SK}.txt" 2>&1
-        for f in ours cudnn; do echo "== $f $shape"; grep -E "$keys" "$OUT/ncu_${f}_${B}_${SQ}_${SK}.txt" | head -40; done
+          $F $args > "$OUT/ncu_ours_$tag.txt" 2>&1
+        [[ ${PEERS:-cudnn} == cudnn ]] && timeout 240 ncu --clock-control none --profile-from-start off $sections \
+          python3 "$py" "$B" "$H" "$HKV" "$SQ" "$SK" 128 > "$OUT/ncu_cudnn_$tag.txt" 2>&1
+        for f in "$OUT/ncu_ours_$tag.txt" "$OUT/ncu_cudnn_$tag.txt"; do [[ -f $f ]] || continue; echo "== $f"; grep -E "$keys" "$f" | head -40; done
+        if [[ ${SOURCE:-0} == 1 ]]; then
+          python3 dev/stall_samples.py "$OUT/ncu_ours_$tag.txt"
+          for f in "$OUT/ncu_ours_$tag.txt" "$OUT/ncu_cudnn_$tag.txt"; do [[ -f $f ]] && gzip -f "$f"; done
+        fi
       done ;;
     *) echo "profile: prefill or decode"; exit 2 ;;
   esac
