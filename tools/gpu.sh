@@ -62,7 +62,8 @@ On the GPU machine (repository root, .device carried):
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
                         prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none [PEERS='cudnn fa4'] [OPCODES=1: executed
                         instructions per SASS opcode instead of the sections; SOURCE=1: warp-stall samples per
-                        SASS instruction, summed by dev/stall_samples.py]; decode: SHAPES="B,Sq,Sk ..."
+                        SASS instruction, summed by dev/stall_samples.py]; decode: SHAPES="B,Sq,Sk ..." [HEADS=H,Hkv
+                        PAGE=rows PEERS=cudnn|none SOURCE=1]
   sweep [FILE]          fa4jit bench over FA4JIT_TUNE settings (default bench/sweep.txt)
   kvfp8                 FP8 KV caches: `fa4jit check` on sm_90a and sm_90 (speed: zoo --rows fp8kv)
   fp8                   FP8 (e4m3) kernels: `fa4jit check` on a few configs and the GpuFp8 tests
