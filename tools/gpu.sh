@@ -19,8 +19,11 @@ Here (the development machine):
                         commit to compare against, for `ab`).
 On the GPU machine (repository root, .device carried):
   info                  GPU, driver, commit, `fa4jit info`, one `fa4jit check` (the build runs here)
-  tests [FILTER ...]    fa4jit_tests, the filters side by side, each under TEST_LIMIT s (240);
-                        default: 'GpuFeatures*' and 'Gpu*:ApiExample*-GpuFeatures*'
+  tests [FILTER ...]    fa4jit_tests, the filters side by side, each in SHARDS (4) gtest shards that
+                        run side by side too, each under TEST_LIMIT s (240); default: 'GpuFeatures*'
+                        and 'Gpu*:ApiExample*-GpuFeatures*' (2026-12-03: as 8 unsharded filters, 5
+                        finished in 220 s and 3 did not: the compiles share the 16 cores); a log per
+                        filter and shard, and $OUT brings back 8 files: keep filters x SHARDS <= 8
   sanitize [SET ...]    compute-sanitizer; SET: prefill (memcheck/racecheck/synccheck on small cases
                         of every sm90a tile walk: grid, persistent + splits, split tail, several
                         tiles per CTA, 3 warpgroups, varlen, per-warpgroup spans, d192/d256 causal,
@@ -116,20 +119,24 @@ info() {
   timeout 120 $F check --require-gpu --batch 2 --seqlen 1024 --heads 16 --kv-heads 4
 }
 
-tests() {  # the filters run side by side (kernel compiles use the 16 cores; one GPU is enough)
+tests() {  # the filters run side by side, each in SHARDS gtest shards (kernel compiles use the 16 cores; one GPU is enough)
   need
-  local filters=("$@") f i name rc pids=() names=() start=$SECONDS
+  local filters=("$@") f i k name rc pids=() names=() labels=() start=$SECONDS shards=${SHARDS:-4}
   [[ ${#filters[@]} -gt 0 ]] || filters=('GpuFeatures*' 'Gpu*:ApiExample*-GpuFeatures*')
   for i in "${!filters[@]}"; do
-    name=$(echo "${filters[$i]}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-40)
-    names+=("$name")
-    timeout "${TEST_LIMIT:-240}" .device/fa4jit_tests --gtest_filter="${filters[$i]}" --gtest_brief=1 >"$OUT/tests_$name.log" 2>&1 &
-    pids+=($!)
+    for ((k = 0; k < shards; k++)); do
+      name=$(echo "${filters[$i]}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-40)_s$k
+      names+=("$name")
+      labels+=("${filters[$i]} (shard $((k + 1))/$shards)")
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$k timeout "${TEST_LIMIT:-240}" .device/fa4jit_tests \
+        --gtest_filter="${filters[$i]}" --gtest_brief=1 >"$OUT/tests_$name.log" 2>&1 &
+      pids+=($!)
+    done
   done
-  for i in "${!filters[@]}"; do
+  for i in "${!names[@]}"; do
     wait "${pids[$i]}"; rc=$?
     f=$OUT/tests_${names[$i]}.log
-    echo "== tests ${filters[$i]}: rc=$rc ($((SECONDS - start)) s since start), $(grep -c 'Failure' "$f") failures; $(tail -1 "$f")"
+    echo "== tests ${labels[$i]}: rc=$rc ($((SECONDS - start)) s since start), $(grep -c 'Failure' "$f") failures; $(tail -1 "$f")"
     grep -E "^\[  (FAILED|PASSED)|Failure|rel_l2=" "$f" | grep -v "^\[  PASSED" | cut -c1-260 | head -12
     (( rc == 0 )) || fail=1
   done
