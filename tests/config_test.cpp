@@ -536,14 +536,26 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
     for (int depth : {64, 96, 128})
       EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::sliding_window())).tuning.persistent, 1) << depth;
     {
-      // The 64-row tile (two CTAs per SM) walks persistently at depth 64 under a window (run 89): both
-      // CTAs of an SM walk, and the own-O region fits beside each; causal (decode's) keeps the grid.
+      // The 64-row tile walks persistently at depth 64 under a window (run 89), three CTAs per SM
+      // (run 92): all three walk, and the own-O region fits beside each; causal (decode's) keeps the
+      // grid. Packed, or with a score-mod, the same tile runs two CTAs per SM.
       auto tile = with_mask(64, jit::Mask::sliding_window());
       tile.BM = 64;
       const jit::ResolvedConfig rc = jit::resolve(tile);
       EXPECT_EQ(rc.tuning.persistent, 1);
-      EXPECT_EQ(rc.ctas_per_sm, 2);
-      EXPECT_LE(2 * (rc.smem_bytes + 1024), 227 * 1024 + 1024) << rc.smem_bytes;
+      EXPECT_EQ(rc.ctas_per_sm, 3);
+      EXPECT_LE(3 * (rc.smem_bytes + 1024), 227 * 1024 + 1024) << rc.smem_bytes;
+      namespace abi = fa4::sm90a::abi;  // the split fills the launch's registers (abi.h budgets_fit)
+      EXPECT_EQ(abi::producer_regs(abi::Family::k16, 1, 3, 64, 64) + abi::consumer_regs(abi::Family::k16, 1, 3, 64, 64),
+                abi::launch_regs(256, 3) * 2);
+      auto packed = tile;
+      packed.num_q_heads = 64;
+      packed.group = 8;
+      packed.pack_gqa = true;
+      EXPECT_EQ(jit::resolve(packed).ctas_per_sm, 2);
+      auto scored = tile;
+      scored.score_mod = jit::ScoreMod::softcap();
+      EXPECT_EQ(jit::resolve(scored).ctas_per_sm, 2);
       tile.mask = jit::Mask::causal();
       EXPECT_EQ(jit::resolve(tile).tuning.persistent, 0);
       tile = with_mask(128, jit::Mask::sliding_window());

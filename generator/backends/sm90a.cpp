@@ -32,8 +32,23 @@ std::vector<int> legal_bns(abi::Family f, int bm, int dp) {
 // reserved shared memory per block, which a.max_smem (one block's limit) already leaves out once.
 int smem_per_cta(int ctas, const ArchInfo& a) { return (a.max_smem + 1024) / ctas - 1024; }
 
-// Two CTAs per SM when both fit: decode (BM 64) at padded depth <= 128; deeper heads run one CTA per SM.
-int ctas_per_sm(int bm, int smem, const ArchInfo& a) { return bm == 64 && smem <= smem_per_cta(2, a) ? 2 : 1; }
+// CTAs per SM: one, or two where both fit (BM 64, the decode and small-window tile, at padded depth
+// <= 128; deeper heads run one). Three for the unpacked 16-bit small-window tile (padded depth 64, BN
+// <= 64, a sliding window without a score-mod: gpt-oss's prefill under its 128-key band), whose Q
+// tiles each walk three KV tiles between a prologue and an epilogue that a third CTA's work hides
+// (abi.h consumer_regs: the register split). H200, `fa4jit bench`, ABBA (docs/PERF.md run 92): 1 x
+// 16k 64/8 heads 0.357 -> 0.316 ms, 16/2 0.095 -> 0.082, 1 x 2k 64/8 0.049 -> 0.044; slower: 1 x 2k
+// 16/2 0.0152 -> 0.0162 (512 tiles on 396 CTAs against 264) and page 1 (gathered rows) 1 x 16k 0.467
+// -> 0.508. Packed (decode, the varlen batch, the continuous-batching step: the same kernel) keeps
+// two: page-1 decode ran 1.35x slower at three (the producer's 40 or 48 registers; at 56 the
+// consumer spills), though the contiguous varlen batch ran 1.26x faster.
+int ctas_per_sm(const FA4Config& c, int dp, int smem, const ArchInfo& a) {
+  if (c.BM != 64) return 1;
+  const bool window_tile = family(c) == abi::Family::k16 && dp == 64 && c.BN <= 64 && !c.pack_gqa &&
+                           c.mask.kind == Mask::Kind::sliding_window && c.score_mod.kind == ScoreMod::Kind::identity;
+  if (window_tile && smem <= smem_per_cta(3, a)) return 3;
+  return smem <= smem_per_cta(2, a) ? 2 : 1;
+}
 
 // Per-element masks (all but none and causal) and position-dependent score-mods (ALiBi, snippets).
 bool heavy_softmax(const FA4Config& c) {
@@ -168,7 +183,7 @@ class Sm90a final : public BackendPolicy {
     if (smem > a.max_smem)
       throw ConfigError(fmt::format("num_kv_stages: {} stages of BN={} at depth {} need {} bytes; {} allows {}",
                                     c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    return {abi::num_threads(c.BM, dpv), smem, ctas_per_sm(c.BM, smem, a)};
+    return {abi::num_threads(c.BM, dpv), smem, ctas_per_sm(c, dp, smem, a)};
   }
 
   // FP8 (e4m3 Q, K, V; templates/sm90a: k32 wgmma, V transposed in shared memory by the producer
@@ -240,7 +255,7 @@ class Sm90a final : public BackendPolicy {
       throw ConfigError(
           fmt::format("num_kv_stages: {} stages of BN={} at depth {} (kv_dtype e4m3) need {} bytes; {} allows {}",
                       c.num_kv_stages, c.BN, c.depth, smem, c.arch, a.max_smem));
-    return {abi::num_threads(c.BM, dpv), smem, ctas_per_sm(c.BM, smem, a)};
+    return {abi::num_threads(c.BM, dpv), smem, ctas_per_sm(c, dp, smem, a)};
   }
 
   static bool fp8_three_wgs(const FA4Config& c, int dp) { return c.dtype == DType::e4m3 && c.BM == 192 && dp == 128; }

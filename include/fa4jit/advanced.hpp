@@ -91,7 +91,7 @@ struct ResolvedConfig {
   int padded_depth_v = 0;  // V / O's: padded_depth, or value_depth rounded up to 64 (16-bit only)
   int num_threads = 0;
   int smem_bytes = 0;
-  int ctas_per_sm = 1;  // __launch_bounds__ minimum blocks: 2 lets two decode CTAs share an SM
+  int ctas_per_sm = 1;  // __launch_bounds__ minimum blocks: 2 (decode), 3 (sm_90a's small-window tile) share an SM
   TileWalk walk = TileWalk::grid;
   bool uses_tma = false;   // Q, K, V tiles come through TMA descriptors built at launch
   bool lpt_order = false;  // masked launches may reorder CTAs longest-first (sm80 keeps grid order)

@@ -174,6 +174,11 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 // GatherTile); at 24 one warp issued one dependent shuffle, address and cp.async at a time (page 1
 // at 0.31-0.43x page 16, docs/PERF.md run 63). The consumer's fragments there are 112 registers
 // (d128 BN 64).
+// 1 consumer WG, 3 CTAs per SM (the unpacked small-window tile at padded depth 64:
+// generator/backends/sm90a.cpp ctas_per_sm): 3 * (128*40 + 128*120) = 61440 = 3 * 256 * 80 launch
+// registers. The consumer's fragments are 80 (d64 BN 64); 56 / 104 spilled 48 B (ptxas, sm_90a)
+// and 48 / 112 spilled 52 B with softcap; at 40 (or 48) the producer gathers page-1 rows 1.35x
+// slower than at 56 (docs/PERF.md run 92), which is why packed launches keep two CTAs.
 // 1 consumer WG, 1 CTA per SM (decode at padded depth > 128, or a large kBN): FA3's 56 / 256
 // (128*56 + 128*256 = 39936). With 24 / 240 there ptxas spills ~470 B (packed GQA + custom mask
 // and score-mod, d128 kBN 128 or d192 kBN 64); 56 / 256 spills none.
@@ -190,14 +195,16 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 FA4_HOST_DEVICE constexpr bool fp8_consumers_160(Family f, int wgs, int dp, int bn) {
   return f == Family::kFp8 && wgs == 3 && (dp == 128 || bn == 160);
 }
-FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int dp, int bn) {  // any CTAs per SM
-  return fp8_consumers_160(f, wgs, dp, bn)  ? 32
+FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
+  return ctas_per_sm == 3                   ? 40
+         : fp8_consumers_160(f, wgs, dp, bn)  ? 32
          : wgs == 1 || f != Family::k16 ? 56
          : wgs <= 2                     ? 24
                                         : 32;
 }
 FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
-  return ctas_per_sm == 2                              ? 200
+  return ctas_per_sm == 3                              ? 120
+         : ctas_per_sm == 2                            ? 200
          : wgs == 1 && ctas_per_sm == 1                ? 256
          : fp8_consumers_160(f, wgs, dp, bn)           ? 160
          : f != Family::k16 && wgs == 3                ? 152
@@ -213,7 +220,7 @@ FA4_HOST_DEVICE constexpr int launch_regs(int threads, int ctas_per_sm) {
   return (65536 / (threads * ctas_per_sm) < 255 ? 65536 / (threads * ctas_per_sm) : 255) / 8 * 8;
 }
 FA4_HOST_DEVICE constexpr bool budgets_fit(Family f, int bm, int ctas_per_sm, int dp, int dpv, int bn) {
-  return 128 * producer_regs(f, consumer_wgs(bm, dpv), dp, bn) +
+  return 128 * producer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) +
              128 * consumer_wgs(bm, dpv) * consumer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) <=
          launch_regs(num_threads(bm, dpv), ctas_per_sm) * num_threads(bm, dpv);
 }

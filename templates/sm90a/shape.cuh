@@ -42,7 +42,7 @@ template <class C> struct PersistentOf { static constexpr int value = C::kPersis
 // Config::kPack (1: one q head per CTA; p > 1: GQA packing, p q heads of one KV head share the
 // Q tile, tile row r -> (query, head) by PackedRow<p, 64> in common/packed_rows.h: dense when p
 // divides 64, else each warpgroup's 64 rows hold 64 / p whole queries and padding).
-// Config::kCtasPerSm (1; 2: __launch_bounds__ asks for two CTAs per SM, registers split for it).
+// Config::kCtasPerSm (1; 2 or 3: __launch_bounds__ asks for that many CTAs per SM, registers split for it).
 template <class Config>
 struct Shape {
   using Element = typename Config::Element;
@@ -163,7 +163,7 @@ struct Shape {
 
   // setmaxnreg budgets (abi.h: FA3's splits, and why each).
   static constexpr int kCtasPerSm = Config::kCtasPerSm;
-  static constexpr int kProducerRegs = abi::producer_regs(kFamily, kNumConsumerWGs, kDp, kBN);
+  static constexpr int kProducerRegs = abi::producer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
   static constexpr int kConsumerRegs = abi::consumer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
   static constexpr bool kFp8Consumers160 = abi::fp8_consumers_160(kFamily, kNumConsumerWGs, kDp, kBN);
   static constexpr int kNumThreads = abi::num_threads(kBM, kDpV);
