@@ -275,6 +275,10 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
         FA4Config tile = choose_kernel(a, facts);
         if (tile.BM == 0) continue;
         tile.arch.clear();
+        // Another launch's tile already (a varlen batch under a small window runs one prompt's).
+        if (std::any_of(out.begin(), out.end(),
+                        [&](const ModelKernel& m) { return m.config == tile && m.only_arch == arch; }))
+          continue;
         out.push_back({fmt::format("{} ({}, BM {}): {}{}", use, when, tile.BM, layers_text, sinks), tile, arch});
       }
     };
@@ -292,7 +296,7 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     } else {
       add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks),
           decode);
-      add_arch_tiles("packed prefill", "varlen batches of uneven lengths or short chunks", decode, prefill_batch);
+      add_arch_tiles("packed prefill", "varlen batches of uneven lengths or short chunks", k, prefill_batch);
     }
     if (latent == 0 || window) continue;  // MLA models have no sliding-window layers
     for (int tp : kMlaTensorParallel) {

@@ -138,10 +138,24 @@ TEST(ChooseKernel, Sm90aSmallWindowAtHeadDim64TakesTheDecodeTile) {
   EXPECT_EQ(bm(w, windowed(8, 16384, 0)), 0);                        // one side unbounded
   EXPECT_TRUE(jit::choose_kernel(w, windowed(8, 1, 128)).pack_gqa);  // decode rows pack: their tile
   EXPECT_EQ(bm(w, windowed(8, 1, 128)), 0);
-  EXPECT_TRUE(jit::choose_kernel(w, windowed(8, 7000, 128, 8, 16048)).pack_gqa);  // an uneven batch packs,
-  EXPECT_EQ(bm(w, windowed(8, 7000, 128, 8, 16048)), 0);    // its decode tile (BM 64) the small window's too
-  EXPECT_EQ(bm(w, windowed(8, 7000, 513, 8, 16048)), 192);  // wider: the packed prefill tile
-  EXPECT_EQ(bm(bf16(64), windowed(8, 16384, 128)), 0);      // causal: the window fields are not its
+  // An uneven prefill batch runs the tile unpacked (three CTAs per SM, docs/PERF.md run 93), with a
+  // score-mod too (the C API's choice does not know it); a continuous-batching step (a mean of at
+  // most 512 queries) keeps the packed decode tile (BM 64, the default), a wider window the packed
+  // prefill tile.
+  EXPECT_FALSE(jit::choose_kernel(w, windowed(8, 7000, 128, 8, 16048)).pack_gqa);
+  EXPECT_EQ(bm(w, windowed(8, 7000, 128, 8, 16048)), 64);
+  EXPECT_TRUE(jit::choose_kernel(w, windowed(8, 2048, 128, 50, 4144)).pack_gqa);
+  EXPECT_EQ(bm(w, windowed(8, 2048, 128, 50, 4144)), 0);
+  jit::FA4Config capped = w;
+  capped.score_mod = jit::ScoreMod::softcap();
+  EXPECT_FALSE(jit::choose_kernel(capped, windowed(8, 7000, 128, 8, 16048)).pack_gqa);
+  EXPECT_EQ(bm(capped, windowed(8, 7000, 128, 8, 16048)), 64);
+  EXPECT_TRUE(jit::choose_kernel(w, windowed(8, 7000, 513, 8, 16048)).pack_gqa);
+  EXPECT_EQ(bm(w, windowed(8, 7000, 513, 8, 16048)), 192);
+  jit::FA4Config fixed = w;
+  fixed.BM = 192;  // a caller's tile: the automatic packing as on any arch
+  EXPECT_TRUE(jit::choose_kernel(fixed, windowed(8, 7000, 128, 8, 16048)).pack_gqa);
+  EXPECT_EQ(bm(bf16(64), windowed(8, 16384, 128)), 0);  // causal: the window fields are not its
   jit::FA4Config w128 = w;
   w128.depth = 128;
   EXPECT_EQ(bm(w128, windowed(8, 16384, 128)), 0);
@@ -149,6 +163,7 @@ TEST(ChooseKernel, Sm90aSmallWindowAtHeadDim64TakesTheDecodeTile) {
     jit::FA4Config other = w;
     other.arch = arch;
     EXPECT_EQ(bm(other, windowed(8, 16384, 128)), 0) << arch;
+    EXPECT_TRUE(jit::choose_kernel(other, windowed(8, 7000, 128, 8, 16048)).pack_gqa) << arch;
   }
   // The tile resolves, and walks persistently, three CTAs per SM (docs/PERF.md runs 89 and 92).
   const jit::ResolvedConfig rc = jit::resolve(jit::choose_kernel(w, windowed(8, 16384, 128)));

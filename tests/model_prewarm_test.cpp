@@ -149,8 +149,8 @@ TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {
   o.dtype = DType::bf16;
   const auto ks = jit::model_kernels(model("gpt_oss_20b"), o);
   // sm_90a only: its packed prefill tile (BM 192 at head dim 64) for the full-attention layers'
-  // varlen batches, and for the 128-key window one prompt's 64-row tile; a varlen batch under that
-  // window keeps the packed default (jit::choose_kernel, which the runtime asks with the window's keys).
+  // varlen batches, and for the 128-key window one prompt's 64-row tile, which a varlen batch under
+  // that window runs too, unpacked (jit::choose_kernel, which the runtime asks with the window's keys).
   FA4Config window_tile = expected(DType::bf16, 64, Mask::sliding_window());
   window_tile.BM = 64;
   EXPECT_EQ(configs(ks),

@@ -72,6 +72,9 @@ class BackendPolicy {
   // `f`: the launch; never_packs: the launch's group is one no backend packs (MHA, or a prime group
   // above 64), so its decode rows run unpacked.
   virtual int launch_bm(const FA4Config& /*c*/, const LaunchFacts& /*f*/, bool /*never_packs*/) const { return 0; }
+  // Whether a launch the automatic choice would pack runs faster unpacked at a tile of this
+  // backend's own (launch_bm then picks it). `c`: the config as choose_kernel receives it.
+  virtual bool unpacks(const FA4Config& /*c*/, const LaunchFacts& /*f*/) const { return false; }
 };
 
 // V's and O's padded depth: `dp` (Q's and K's), or for a narrower 16-bit V its depth in whole

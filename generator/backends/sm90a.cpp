@@ -459,11 +459,16 @@ class Sm90a final : public BackendPolicy {
   // there); at d128 as fast at 128 keys and slower from 256. Packed, the varlen batch under 128 keys:
   // BM 64 0.458 ms, BM 128 0.640 (run 89).
   static constexpr int kDecodeBm = 64, kPrefillBm = 128, kPrefillBm64 = 192, kSmallWindowKeys = 512;
+  static bool sixteen_bit_qkv(const FA4Config& c) {
+    return (c.dtype == DType::bf16 || c.dtype == DType::fp16) && !c.kv_dtype && value_depth(c) == c.depth;
+  }
+  static bool small_window(const FA4Config& c, const LaunchFacts& f) {
+    return c.depth <= 64 && c.mask.kind == Mask::Kind::sliding_window && f.window_keys > 0 &&
+           f.window_keys <= kSmallWindowKeys;
+  }
   int launch_bm(const FA4Config& c, const LaunchFacts& f, bool never_packs) const override {
-    const bool sixteen_bit = (c.dtype == DType::bf16 || c.dtype == DType::fp16) && !c.kv_dtype;
-    if (!sixteen_bit || c.depth > 128 || value_depth(c) != c.depth) return 0;
-    const bool small_window = c.depth <= 64 && c.mask.kind == Mask::Kind::sliding_window && f.window_keys > 0 &&
-                              f.window_keys <= kSmallWindowKeys;
+    if (!sixteen_bit_qkv(c) || c.depth > 128) return 0;
+    const bool small_window = Sm90a::small_window(c, f);
     if (!c.pack_gqa) {
       if (c.depth <= 64) return small_window ? kDecodeBm : 0;
       return never_packs && f.max_seqlen_q <= 64 ? kDecodeBm : 0;
@@ -471,6 +476,17 @@ class Sm90a final : public BackendPolicy {
     if (c.group > 64 || short_rows(f) || small_window) return 0;
     if (uneven(f) && f.total_q <= 512LL * f.varlen_batch) return 0;
     return c.depth <= 64 ? kPrefillBm64 : kPrefillBm;
+  }
+  // A varlen prefill batch (a mean of more than 512 queries: not a continuous-batching step, whose
+  // decode rows would fill one 64-row tile each) under a small window runs unpacked, at the tile's
+  // three CTAs per SM (ctas_per_sm), which packed (two: its page-1 decode rows) it does not get.
+  // H200, `fa4jit bench`, gpt-oss d64 window 128 + sinks, the zoo's uneven batch (7000 to 100
+  // queries; docs/PERF.md run 93): packed 64/8 heads 0.460 ms, unpacked 0.399; 16/2 0.122 -> 0.110.
+  // Not by score-mod, which the C API's choice (fa4jit_choose_kernel2) does not know, as launch_bm's
+  // unpacked small-window tile: with one (two CTAs per SM) about 4% slower than packed (run 90's
+  // unpacked 0.479 ms), no model having one at head dim 64.
+  bool unpacks(const FA4Config& c, const LaunchFacts& f) const override {
+    return sixteen_bit_qkv(c) && small_window(c, f) && f.varlen_batch > 0 && f.total_q > 512LL * f.varlen_batch;
   }
 };
 

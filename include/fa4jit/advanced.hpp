@@ -115,7 +115,8 @@ struct LaunchFacts {
 // The automatic choice of a launch's kernel: `config` with pack_gqa and group set (packed GQA for
 // decode and speculative rows, and for varlen batches of uneven or short query lengths; a group
 // that no backend packs stays unpacked), and, where config.BM is 0 and config.arch's backend runs
-// a tile of its own for such a launch (sm_90a: generator/backends/sm90a.cpp launch_bm), that BM.
+// a tile of its own for such a launch (sm_90a: generator/backends/sm90a.cpp launch_bm), that BM;
+// with BM 0 a backend may keep such a batch unpacked for its own tile (sm90a.cpp unpacks).
 // config.arch empty: no arch's own tile. Pure: the Python ops and `prewarm --model` choose
 // through it, so a prewarmed server compiles nothing. ConfigError for a group or length below 0/1
 // (window_keys below 0).

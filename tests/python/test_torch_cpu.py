@@ -823,9 +823,11 @@ def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_pref
     # gpt-oss's 128-key window (fa4jit_choose_kernel2) at head dim 64: sm_90a's 64-row tile; 4096 keys: the default
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 16384, 0, 16384, -1, 127, 0, 0) == (False, 64)
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 16384, 0, 16384, -1, 4095, 0, 0) == (False, 0)
-    # its varlen batch: the packed prefill tile (BM 192 at head dim 64), under the 128-key window packed decode's
+    # its varlen batch: the packed prefill tile (BM 192 at head dim 64), under the 128-key window the 64-row
+    # tile unpacked (three CTAs per SM); its continuous-batching step under the window: packed decode's
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1) == (True, 192)
-    assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1, 127, 0, 0) == (True, 0)
+    assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1, 127, 0, 0) == (False, 64)
+    assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 2048, 50, 48 + 2 * 2048, -1, 127, 0, 0) == (True, 0)
     with pytest.raises(fa4jit.ConfigError, match="choose_kernel: group 0"):
         _choose("sm_90a", "bf16", "bf16", 128, 128, 0, 1, 0, 1, -1)
 
