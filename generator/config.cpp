@@ -186,7 +186,7 @@ ResolvedConfig resolve(const FA4Config& input, const ResolveOptions& options) {
            fmt::format("the {} backend packs groups of up to {} heads, or larger groups in equal slices of "
                        "2..{} heads; {} has no such divisor",
                        to_string(arch.backend), box_rows, box_rows, c.group));
-  Tuning tuning = backend.default_tuning(c, dp);
+  Tuning tuning = backend.default_tuning(c, dp, b);
   for (const TuneField& f : kTuneFields)
     if (const std::optional<int>& v = options.tune.*f.override) tuning.*f.value = *v;
   if (tuning.persistent < 0 || tuning.persistent > 3)

@@ -537,13 +537,17 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       EXPECT_EQ(jit::resolve(with_mask(depth, jit::Mask::sliding_window())).tuning.persistent, 1) << depth;
     {
       // The 64-row tile walks persistently at depth 64 under a window (run 89), three CTAs per SM
-      // (run 92): all three walk, and the own-O region fits beside each; causal (decode's) keeps the
-      // grid. Packed, or with a score-mod, the same tile runs two CTAs per SM.
+      // (run 92), each claiming its tiles (the dynamic walk, run 94: its producer warp gathers alone)
+      // with the own-O region beside it; causal (decode's) keeps the grid. Packed, or with a
+      // score-mod, the same tile runs two CTAs per SM, whose four gathering producer warps refuse
+      // the dynamic walk.
       auto tile = with_mask(64, jit::Mask::sliding_window());
       tile.BM = 64;
       const jit::ResolvedConfig rc = jit::resolve(tile);
-      EXPECT_EQ(rc.tuning.persistent, 1);
+      EXPECT_EQ(rc.tuning.persistent, 3);
+      EXPECT_EQ(rc.walk, jit::TileWalk::dynamic);
       EXPECT_EQ(rc.ctas_per_sm, 3);
+      EXPECT_EQ(jit::resolve(tile, tuned("persistent=1")).walk, jit::TileWalk::persistent);
       EXPECT_LE(3 * (rc.smem_bytes + 1024), 227 * 1024 + 1024) << rc.smem_bytes;
       namespace abi = fa4::sm90a::abi;  // the split fills the launch's registers (abi.h budgets_fit)
       EXPECT_EQ(abi::producer_regs(abi::Family::k16, 1, 3, 64, 64) + abi::consumer_regs(abi::Family::k16, 1, 3, 64, 64),
@@ -556,6 +560,7 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       auto scored = tile;
       scored.score_mod = jit::ScoreMod::softcap();
       EXPECT_EQ(jit::resolve(scored).ctas_per_sm, 2);
+      EXPECT_THROW(jit::resolve(scored, tuned("persistent=3")), jit::ConfigError);
       tile.mask = jit::Mask::causal();
       EXPECT_EQ(jit::resolve(tile).tuning.persistent, 0);
       tile = with_mask(128, jit::Mask::sliding_window());

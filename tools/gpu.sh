@@ -366,12 +366,14 @@ sanitize() {
           '{"depth":96,"mask":"causal","kv_dtype":"e4m3"}|--batch 1 --heads 1 --kv-heads 1 --seqlen-q 1 --seqlen-k 333')
         san_cases sm_90 "${cases[@]}" ;;
       window)  # sm_90a's windowed prefill at head dims 64 and 96 (docs/PERF.md runs 88, 89): the 64-row
-        # tile a small window takes (the persistent walk, three CTAs per SM: run 92) with sinks, varlen
-        # rows and gathered page-1 rows, and the persistent walk at d64 (BM 192) and d96 (padded 128)
+        # tile a small window takes (three CTAs per SM claiming their tiles: runs 92, 94) with sinks,
+        # varlen rows (units without Q rows claimed past) and gathered page-1 rows, and the persistent
+        # walk at d64 (BM 192) and d96 (padded 128)
         local cases=(
           '{"depth":64,"mask":"sliding_window","BM":64}|--batch 2 --heads 8 --kv-heads 2 --seqlen-q 400 --seqlen-k 400 --window 127,0 --sinks'
           '{"depth":64,"mask":"sliding_window","BM":64}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 300 --seqlen-k 300 --window 127,0 --page-size 1'
           '{"depth":64,"mask":"sliding_window","BM":64}|--heads 4 --kv-heads 2 --seqlens-q 300 1 129 --seqlens-k 300 50 700 --window 63,5'
+          '{"depth":64,"mask":"sliding_window","BM":64}|--heads 4 --kv-heads 2 --seqlens-q 1 1 700 65 64 0 3 --seqlens-k 500 1 700 900 64 10 3 --window 127,0 --page-size 1'
           '{"depth":64,"mask":"sliding_window"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 700 --seqlen-k 700 --window 300,0 --sinks'
           '{"depth":96,"mask":"sliding_window"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 500 --seqlen-k 500 --window 200,0')
         san_cases sm_90a "${cases[@]}" ;;

@@ -43,8 +43,9 @@ class BackendPolicy {
   // Packed GQA: the span of PackedRow (templates/common/packed_rows.h): a box holds the whole
   // (query, head) row sets that fit, the rest of the span is padding.
   virtual int q_box_rows(const FA4Config& c) const = 0;
-  // The measured per-arch scheduling defaults before any override (Tuning's comments).
-  virtual Tuning default_tuning(const FA4Config& c, int dp) const = 0;
+  // The measured per-arch scheduling defaults before any override (Tuning's comments), for the
+  // budget derive() gave the tile (some defaults are its CTAs per SM's).
+  virtual Tuning default_tuning(const FA4Config& c, int dp, const Budget& b) const = 0;
   // After the overrides: the tuning this backend can run, and the budget that tuning takes
   // (tile walks that change the shared memory or CTAs per SM).
   virtual void settle(Tuning& t, Budget& b, const FA4Config& c, int dp, const ArchInfo& arch) const = 0;

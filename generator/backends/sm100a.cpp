@@ -99,7 +99,7 @@ class Sm100a final : public BackendPolicy {
   // One 128-row MMA tile of the CTA's two.
   int q_box_rows(const FA4Config& c) const override { return c.BM / 2; }
 
-  Tuning default_tuning(const FA4Config&, int) const override {
+  Tuning default_tuning(const FA4Config&, int, const Budget&) const override {
     Tuning t;
     // FA4: MUFU did not scale with the tensor cores, so one exp2 pair in 4 goes to the FMA pipe.
     t.exp2_emulate_every = 4;

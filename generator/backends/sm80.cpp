@@ -89,7 +89,7 @@ class Sm80 final : public BackendPolicy {
 
   int q_box_rows(const FA4Config&) const override { return 0; }  // Q comes through plain loads
 
-  Tuning default_tuning(const FA4Config&, int) const override { return Tuning{}; }
+  Tuning default_tuning(const FA4Config&, int, const Budget&) const override { return Tuning{}; }
 
   // The tile walks are sm90a's schedulers; sm80 runs the grid.
   void settle(Tuning& t, Budget&, const FA4Config&, int, const ArchInfo&) const override { t.persistent = 0; }

@@ -106,8 +106,16 @@ bool alternate_s_runs(const FA4Config& c, int dp) { return wide_o(c, dp) && !c.k
 // zoo's varlen batch (7000 ... 100 tokens) 0.350 -> 0.284 ms at 8 heads, 0.677 -> 0.562 at 16,
 // 5.32 -> 4.93 at 128; one 16k prompt within +-1%; one 2k prompt 2-3% slower (not profiled:
 // presumably each unit's handoff through shared memory). Other depths were not measured.
-bool dynamic_measured(const FA4Config& c, int dp) {
+// And the three-CTA small-window tile (ctas_per_sm: gpt-oss's prefill under its 128-key band),
+// whose varlen batches are uneven: since the producer claims past units without Q rows
+// (DynamicTiles::claim), H200, `fa4jit bench` (run 94), against the persistent walk: the zoo's
+// varlen batch 64/8 heads 0.399 -> 0.345 ms, 16/2 0.110 -> 0.093 (the grid walk 0.362 / 0.097);
+// 1 x 16k and 1 x 2k at 64/8 within +-0.3%; 1 x 2k 16/2 0.0160 -> 0.0165.
+// The other BM 64 tiles keep their walks: their decode producer gathers with four warps (settle).
+bool dynamic_measured(const FA4Config& c, int dp, int ctas_per_sm) {
   if (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa) return false;
+  if (ctas_per_sm == 3) return true;
+  if (c.BM == 64) return false;
   const bool snippet_d128 = snippet_mask(c.mask) && dp == 128 && c.depth == 128 && value_depth(c) == 128;
   const bool latent_prefill =
       c.depth == 192 && value_depth(c) == 128 && plain_softmax(c) && c.mask.kind == Mask::Kind::causal;
@@ -263,7 +271,7 @@ class Sm90a final : public BackendPolicy {
   // One consumer warpgroup's 64 rows.
   int q_box_rows(const FA4Config&) const override { return 64; }
 
-  Tuning default_tuning(const FA4Config& c, int dp) const override {
+  Tuning default_tuning(const FA4Config& c, int dp, const Budget& b) const override {
     Tuning t;
     // Persistent CTAs (one per SM walking the tiles; masked: heaviest first) for unmasked and
     // causal attention without a score-mod at padded depth <= 128. docs/PERF.md run 15, per call:
@@ -283,10 +291,11 @@ class Sm90a final : public BackendPolicy {
     // window (BackendPolicy::launch_bm's small-window tile): gpt-oss's window of 128 keys 16-22%
     // faster than the grid, whose CTAs each ran three KV tiles between a prologue and an epilogue
     // (H200, `fa4jit bench`, docs/PERF.md run 89: 1 x 16k 64/8 0.459 -> 0.357 ms, 1 x 2k 0.0614 ->
-    // 0.0493; 16/2 0.1227 -> 0.0956, 0.0180 -> 0.0152). Decode's 64-row tile keeps the grid.
+    // 0.0493; 16/2 0.1227 -> 0.0956, 0.0180 -> 0.0152). Decode's 64-row tile keeps the grid. At
+    // three CTAs per SM (ctas_per_sm, run 92) it claims its tiles instead (dynamic_measured, run 94).
     const bool bm_ok = c.BM != 64 || (c.depth == 64 && c.mask.kind == Mask::Kind::sliding_window);
     t.persistent = !c.pack_gqa && bm_ok && !wide_o(c, dp) && deep_ok && (plain || persistent_measured(c)) ? 1 : 0;
-    if (dynamic_measured(c, dp) && c.BM != 64) t.persistent = 3;
+    if (dynamic_measured(c, dp, b.ctas_per_sm)) t.persistent = 3;
     // Per-warpgroup P V spans (consumer.cuh, WgKeySpan) for causal attention without a score-mod
     // at kBM 192 (d64), where a warpgroup sees none or half of up to two tiles per Q tile.
     // docs/PERF.md run 17 (H200, ABBA): d64 causal +3%; d128 causal (kBM 128, only the first
@@ -325,18 +334,20 @@ class Sm90a final : public BackendPolicy {
     // The dynamic walk hands each unit to the consumers with Q (templates/common/persistent_walk.h
     // DynamicTiles); FP8's transposers and an FP8 KV cache's converters walk the tiles on their own,
     // and packed GQA runs stream-K or the grid.
-    // One consumer warpgroup (the 64-row tile): all four producer warps gather pages
-    // (templates/sm90a/load.cuh kGatherWarps), and the dynamic walk's claim is shared within one warp.
-    const bool one_consumer_wg = abi::consumer_wgs(c.BM, padded_depth_v(c, dp)) == 1;
-    if (t.persistent == 3 && (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa || one_consumer_wg))
+    // The decode producer (one consumer warpgroup, 56 registers: the 64-row tile at one or two CTAs
+    // per SM) gathers pages with all four warps (templates/sm90a/load.cuh kGatherWarps), and the
+    // dynamic walk's claim is shared within one warp; the three-CTA tile's producer warp gathers alone.
+    const int wgs = abi::consumer_wgs(c.BM, padded_depth_v(c, dp));
+    const bool four_gatherers = abi::decode_producer(family(c), wgs, b.ctas_per_sm, dp, c.BN);
+    if (t.persistent == 3 && (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa || four_gatherers))
       throw ConfigError(fmt::format(
-          "tune: persistent=3: the dynamic walk runs 16-bit Q, K and V without packed GQA at BM 128 or 192 on {} "
-          "(this config: {})",
+          "tune: persistent=3: the dynamic walk runs 16-bit Q, K and V without packed GQA at BM 128 or 192, or "
+          "BM 64 at three CTAs per SM, on {} (this config: {})",
           c.arch,
           c.dtype == DType::e4m3 ? "dtype e4m3"
           : c.kv_dtype           ? "kv_dtype e4m3"
           : c.pack_gqa           ? "pack_gqa"
-                                 : "BM 64"));
+                                 : "BM 64 at one or two CTAs per SM"));
     // The converters walk whole tiles (grid or persistent); stream-K, which packed GQA turns a
     // persistent walk into, cuts tiles into segments.
     if (c.kv_dtype && (t.persistent == 2 || (t.persistent == 1 && c.pack_gqa)))

@@ -341,14 +341,34 @@ struct DynamicTiles : PersistentWalk {
   // warp runs the walk; lane 0 claims and the warp shares it). Without a counter (the host's
   // ScheduleModel::static_order: a built-in mask over equal lengths, whose tiles weigh as the order
   // says) the static walk's next unit, as PersistentTiles strides: no memset, no atomics.
-  template <bool kWholeWarp = false>
+  // With one, units without Q rows (a varlen batch's units past a shorter sequence's last tile: the
+  // walk counts every sequence at the longest, most of the units of an uneven batch) are claimed
+  // past here, so only units with Q rows and the end reach the consumers: handed, each would cost
+  // a Q handshake, during which the producer issues no loads for the next real tile. H200, `fa4jit
+  // bench`, the zoo's batch of 7000 to 100 queries (docs/PERF.md run 94): gpt-oss d64 under its
+  // 128-key window 64/8 heads 0.379 -> 0.345 ms, 16/2 0.104 -> 0.093; DeepSeek-V3 prefill (d192,
+  // V 128, causal) 128 heads 4.95 -> 4.82.
+  template <int kBM, bool kWholeWarp = false>
   __device__ __forceinline__ int claim(const FwdParams& p) const {
     if (p.tile_counter == nullptr)
       return PersistentWalk::unit(iter + 1, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), !Mask::kIsNone);
+    const int end = units(p, p.num_m_blocks * p.num_q_heads * p.batch);
     int next = 0;
-    if (!kWholeWarp || threadIdx.x % 32 == 0) next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
-    if constexpr (kWholeWarp) next = __shfl_sync(0xffffffffu, next, 0);
+    do {
+      if (!kWholeWarp || threadIdx.x % 32 == 0) next = static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+      if constexpr (kWholeWarp) next = __shfl_sync(0xffffffffu, next, 0);
+    } while (next < end && !has_q_rows<kBM>(p, next));
     return next;
+  }
+  // Whether unit t's tile holds Q rows: its m block below its sequence's ceil(seqlen_q / kBM) (the
+  // dynamic walk runs unpacked; TileWork::finish_rows' test, bottom-aligned tiles or not).
+  template <int kBM>
+  __device__ __forceinline__ static bool has_q_rows(const FwdParams& p, int t) {
+    if (p.cu_seqlens_q == nullptr) return true;
+    int m, split, h, b;
+    PersistentWalk::decode(p, t, !Mask::kIsNone, m, split, h, b);
+    const int m_block = Mask::kIsNone ? m : p.num_m_blocks - 1 - m;
+    return m_block * kBM < p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
   }
   __device__ __forceinline__ void advance(int next) {  // the producer
     ++iter;

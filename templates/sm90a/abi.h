@@ -202,6 +202,12 @@ FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, 
          : wgs <= 2                     ? 24
                                         : 32;
 }
+// The decode kernels' producer warpgroup (load.cuh kDecodeProducer): one consumer warpgroup beside a
+// producer of 56 registers, room for a stage's page numbers and four gathering warps. The
+// three-CTA tile's 40-register producer is not one: its producer warp gathers alone.
+FA4_HOST_DEVICE constexpr bool decode_producer(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
+  return wgs == 1 && producer_regs(f, wgs, ctas_per_sm, dp, bn) >= 56;
+}
 FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
   return ctas_per_sm == 3                              ? 120
          : ctas_per_sm == 2                            ? 200

@@ -34,7 +34,8 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
 // producer_regs): room for what prefill's 24-register producers cannot hold (a stage's page
 // numbers, a unit's sequence).
 template <class Config>
-constexpr bool kDecodeProducer = Shape<Config>::kNumConsumerWGs == 1 && Shape<Config>::kProducerRegs >= 56;
+constexpr bool kDecodeProducer = abi::decode_producer(Shape<Config>::kFamily, Shape<Config>::kNumConsumerWGs,
+                                                     Shape<Config>::kCtasPerSm, Shape<Config>::kDp, Shape<Config>::kBN);
 // Where the producers' registers allow (the decode producer beside a tile walk that is a range;
 // beside a block snippet's walk it spilled 20-56 B, and prefill's 24-register producers 4-24 B),
 // paged loads take their page-table entries together and split rows by page_index / page_row
@@ -536,7 +537,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
       }
       // Claimed here, not as the tile starts: nothing holds it across the loads (the producer runs at
       // 24 registers), and its latency passes while the producer waits for the next free stage.
-      if constexpr (kDynamic) claimed = tiles.template claim<kGather>(p);
+      if constexpr (kDynamic) claimed = tiles.template claim<Sh::kBM, kGather>(p);
     }
     // The dynamic walk's end: the unit past the last one, with a plain arrival on each q_full, ends
     // the consumers' walk (consumer_loop reads it as an invalid unit).
