@@ -279,12 +279,16 @@ struct PersistentTiles : PersistentWalk {
     decode(p, m, split, h, b, zero);
     return work_of<kBM, kBN, kPack, kBottom, kSpan>(p, m, split, h, b);
   }
+  // The m block of walk-order m: masked walks run the last (heaviest) Q tile first.
+  __device__ __forceinline__ static int m_block_of(const FwdParams& p, int m) {
+    return Mask::kIsNone ? m : p.num_m_blocks - 1 - m;
+  }
   // The work of decoded unit (m, split, h, b): m in walk order, split as decode() gives it.
   template <int kBM, int kBN, int kPack, bool kBottom, int kSpan>
   __device__ __forceinline__ static TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> work_of(const FwdParams& p, int m,
                                                                                           int split, int h, int b) {
     TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> w =
-        TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan>::make(p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b);
+        TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan>::make(p, m_block_of(p, m), h * kPack, b);
     w.split = split;
     if (split >= 0 && p.num_splits > 1) w.keep_share(split, split + 1, p.num_splits);
     return w;
@@ -352,6 +356,8 @@ struct DynamicTiles : PersistentWalk {
   __device__ __forceinline__ int claim(const FwdParams& p) const {
     if (p.tile_counter == nullptr)
       return PersistentWalk::unit(iter + 1, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), !Mask::kIsNone);
+    // in_walk's unit count, held across the loop (in_walk itself here spilled 8 B more in the d128
+    // snippet kernel's 24-register producer).
     const int end = units(p, p.num_m_blocks * p.num_q_heads * p.batch);
     int next = 0;
     do {
@@ -367,8 +373,7 @@ struct DynamicTiles : PersistentWalk {
     if (p.cu_seqlens_q == nullptr) return true;
     int m, split, h, b;
     PersistentWalk::decode(p, t, !Mask::kIsNone, m, split, h, b);
-    const int m_block = Mask::kIsNone ? m : p.num_m_blocks - 1 - m;
-    return m_block * kBM < p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    return PersistentTiles<Mask>::m_block_of(p, m) * kBM < p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
   }
   __device__ __forceinline__ void advance(int next) {  // the producer
     ++iter;
@@ -388,7 +393,7 @@ struct DynamicTiles : PersistentWalk {
     int m, split, h, b;
     PersistentWalk::decode(p, t, !Mask::kIsNone, m, split, h, b);
     TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan> w = TileWork<kBM, kBN, Mask, kPack, kBottom, kSpan>::make(
-        p, Mask::kIsNone ? m : p.num_m_blocks - 1 - m, h * kPack, b, n_begin, n_end);
+        p, PersistentTiles<Mask>::m_block_of(p, m), h * kPack, b, n_begin, n_end);
     w.split = split;
     return w;
   }
