@@ -86,7 +86,8 @@ TEST(Compile, HopperDeepHeadsCompileWithoutSpills) {
     EXPECT_EQ(use.stack_frame, 0) << what << "\n" << out.log;
     const char* ty = k.dtype == jit::DType::bf16 ? "bf16" : "f16";
     const std::string qk = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.config.BN, ty);
-    const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", r.padded_depth, ty);
+    // P V's N is the real depth, not the padded one (d96: N 96 over V's 128-column rows, Shape::kOWg).
+    const std::string pv = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", k.depth, ty);
     expect_ptx_has(out.ptx, {qk.c_str(), pv.c_str(), "cp.async.bulk.tensor", "setmaxnreg"}, what);
   }
 }

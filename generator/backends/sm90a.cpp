@@ -111,6 +111,9 @@ bool alternate_s_runs(const FA4Config& c, int dp) { return wide_o(c, dp) && !c.k
 // (DynamicTiles::claim), H200, `fa4jit bench` (run 94), against the persistent walk: the zoo's
 // varlen batch 64/8 heads 0.399 -> 0.345 ms, 16/2 0.110 -> 0.093 (the grid walk 0.362 / 0.097);
 // 1 x 16k and 1 x 2k at 64/8 within +-0.3%; 1 x 2k 16/2 0.0160 -> 0.0165.
+// And Phi-3's head dim 96 under a sliding window without a score-mod (BM 128): H200, `fa4jit bench`
+// (run 95), 32/32 heads, window 2047: the zoo's varlen batch 0.712-0.717 -> 0.672-0.688 ms against
+// the persistent walk (the grid 0.715-0.722); one 16k prompt 0.947-0.956 -> 0.951-0.962.
 // The other BM 64 tiles keep their walks: their decode producer gathers with four warps (settle).
 bool dynamic_measured(const FA4Config& c, int dp, int ctas_per_sm) {
   if (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa) return false;
@@ -119,7 +122,9 @@ bool dynamic_measured(const FA4Config& c, int dp, int ctas_per_sm) {
   const bool snippet_d128 = snippet_mask(c.mask) && dp == 128 && c.depth == 128 && value_depth(c) == 128;
   const bool latent_prefill =
       c.depth == 192 && value_depth(c) == 128 && plain_softmax(c) && c.mask.kind == Mask::Kind::causal;
-  return snippet_d128 || latent_prefill;
+  const bool d96_window =
+      c.depth == 96 && c.mask.kind == Mask::Kind::sliding_window && c.score_mod.kind == ScoreMod::Kind::identity;
+  return snippet_d128 || latent_prefill || d96_window;
 }
 
 class Sm90a final : public BackendPolicy {

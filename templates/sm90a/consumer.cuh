@@ -118,7 +118,7 @@ struct WgKeySpan {
 
 // O += P V over the warpgroup's span of the tile (no wgmma for kNone).
 template <class Config>
-__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDpVWg / 2], const u32 (&pr)[Shape<Config>::kPRegs],
+__device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kOWg / 2], const u32 (&pr)[Shape<Config>::kPRegs],
                                              Span span, u32 v_addr) {
   using Sh = Shape<Config>;
   using E = typename Sh::MmaElement;
@@ -129,9 +129,9 @@ __device__ __forceinline__ void gemm_pv_span(float (&o)[Shape<Config>::kDpVWg / 
       if (span == Span::kHalf) gemm_pv_fp8<Sh::kDpVWg, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
     }
   } else if (span == Span::kFull) {
-    gemm_pv<E, Sh::kDpVWg, Sh::kBN>(o, pr, v_addr);
+    gemm_pv<E, Sh::kOWg, Sh::kBN>(o, pr, v_addr);
   } else if constexpr (Sh::kHalfSpans) {
-    if (span == Span::kHalf) gemm_pv<E, Sh::kDpVWg, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
+    if (span == Span::kHalf) gemm_pv<E, Sh::kOWg, Sh::kBN, Sh::kBN / 2>(o, pr, v_addr);
   }
 }
 
@@ -225,7 +225,7 @@ __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRin
 
 // O += P V alone, waited: every tile of the simple schedule, the last of the overlapped one.
 template <class Config, class VRing>
-__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDpVWg / 2], u32 (&pr)[Shape<Config>::kPRegs],
+__device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kOWg / 2], u32 (&pr)[Shape<Config>::kPRegs],
                                         VRing& v_ring, u32 v_addr, Span span) {
   auto vs = v_ring.acquire();
   fence_operand(o);
@@ -246,7 +246,7 @@ __device__ __forceinline__ void pv_step(float (&o)[Shape<Config>::kDpVWg / 2], u
 // warpgroup's span of n_prev (an empty span still commits its wgmma group, empty, so the waits
 // below count the same groups).
 template <class Config, bool kCorrectO, class KRing, class VRing, class Sched, class Q, class CorrectFn, class SoftmaxFn>
-__device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kDpVWg / 2],
+__device__ __forceinline__ void overlapped_step(float (&s)[Shape<Config>::kBN / 2], float (&o)[Shape<Config>::kOWg / 2],
                                                 u32 (&pr)[Shape<Config>::kPRegs], KRing& k_ring, VRing& v_ring,
                                                 const Sched& sched, Q q, u32 k_addr, u32 v_addr,
                                                 Span pv_span, CorrectFn correct_o, SoftmaxFn softmax) {
@@ -289,7 +289,7 @@ template <class Config, class Mask, class ScoreMod, bool kCorrectO, class KRing,
 __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
                                                    KRing& k_ring, VRing& v_ring, const Sched& sched,
                                                    WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                                   float (&o)[Shape<Config>::kDpVWg / 2],
+                                                   float (&o)[Shape<Config>::kOWg / 2],
                                                    float (&s)[Shape<Config>::kBN / 2],
                                                    u32 (&pr)[Shape<Config>::kPRegs], Q q,
                                                    u32 k_addr, u32 v_addr, WgKeySpan<Config, Mask> span,
@@ -320,7 +320,7 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
 template <class Config, class Mask, class ScoreMod, class KRing, class VRing, class Sched>
 __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n, KRing& k_ring,
                                             VRing& v_ring, const Sched& sched, WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                            float (&o)[Shape<Config>::kDpVWg / 2], float (&s)[Shape<Config>::kBN / 2],
+                                            float (&o)[Shape<Config>::kOWg / 2], float (&s)[Shape<Config>::kBN / 2],
                                             u32 (&pr)[Shape<Config>::kPRegs], u32 q_addr, u32 k_addr, u32 v_addr,
                                             int row_group, SharedP<Config>& share) {
   using Sh = Shape<Config>;
@@ -367,7 +367,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
 // tile acquired, its publication (of phase parity `parity`) taken, O corrected, the P V issued and
 // waited for, with every wgmma this warpgroup committed before (the caller's S), then V released.
 template <class Config, class Softmax, class VRing>
-__device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kDpVWg / 2], const Baton<Config>& baton,
+__device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kOWg / 2], const Baton<Config>& baton,
                                              u32 parity, Softmax& sm, VRing& v_ring, u32 v_addr) {
   using Sh = Shape<Config>;
   auto vs = v_ring.acquire();
@@ -380,7 +380,7 @@ __device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kDpVWg / 
   Softmax::rescale_o(o, t.corr);
   fence_operand(o);
   wgmma_fence();
-  gemm_pv_ss<typename Sh::MmaElement, Sh::kDpVWg, Sh::kBN>(o, baton.p_addr(),
+  gemm_pv_ss<typename Sh::MmaElement, Sh::kOWg, Sh::kBN>(o, baton.p_addr(),
                                                            v_addr + vs.index() * SmemLayout<Config>::kPVStageBytes);
   wgmma_commit();
   wgmma_wait<0>();
@@ -398,7 +398,7 @@ __device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kDpVWg / 
 template <class Config, class Mask, class ScoreMod, class KRing, class VRing>
 __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const CtaWork<Config, Mask>& w, int n,
                                                    KRing& k_ring, VRing& v_ring, WgSoftmax<Config, Mask, ScoreMod>& sm,
-                                                   float (&o)[Shape<Config>::kDpVWg / 2],
+                                                   float (&o)[Shape<Config>::kOWg / 2],
                                                    float (&s)[Shape<Config>::kBN / 2], u32 (&pr)[Shape<Config>::kPRegs],
                                                    u32 q_addr, u32 k_addr, u32 v_addr, const Baton<Config>& baton,
                                                    int slice) {
@@ -451,7 +451,7 @@ __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const Cta
 // after this P V released V).
 template <class Config, class Mask, class KWatch, class VRing>
 __device__ __forceinline__ void follow_p(const CtaWork<Config, Mask>& w, int n, KWatch& k_watch, VRing& v_ring,
-                                         SharedPReader<Config>& share, float (&o)[Shape<Config>::kDpVWg / 2],
+                                         SharedPReader<Config>& share, float (&o)[Shape<Config>::kOWg / 2],
                                          u32 v_addr) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
@@ -462,14 +462,14 @@ __device__ __forceinline__ void follow_p(const CtaWork<Config, Mask>& w, int n, 
       share.corr(corr);
       if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-        for (int i = 0; i < Sh::kDpVWg / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+        for (int i = 0; i < Sh::kOWg / 2; ++i) o[i] *= corr[(i >> 1) & 1];
       }
     }
     if constexpr (Sh::kVInK) k_watch.acquire();  // K(n) landed: V(n) is its prefix
     auto vs = v_ring.acquire();
     fence_operand(o);
     wgmma_fence();
-    gemm_pv_ss<typename Sh::MmaElement, Sh::kDpVWg, Sh::kBN>(o, share.p_addr(), v_addr + vs.index() * L::kPVStageBytes);
+    gemm_pv_ss<typename Sh::MmaElement, Sh::kOWg, Sh::kBN>(o, share.p_addr(), v_addr + vs.index() * L::kPVStageBytes);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operand(o);
@@ -514,7 +514,7 @@ __device__ __forceinline__ void partner_loop(const FwdParams& p, Tiles tiles, un
     const CtaWork<Config, Mask>& w = tiles.template work<Sh::kBM, Sh::kBN, Sh::kPack, Sh::kBottomTiles, Sh::kWgRows>(p);
     if (!w.valid) continue;  // uniform over the CTA, as the S warpgroup's
     SharedPReader<Config> share = SharedPReader<Config>::make(base, bars);
-    float o[Sh::kDpVWg / 2];
+    float o[Sh::kOWg / 2];
     zero(o);
     const int n = w.first_tile();
     if (w.has(n)) {
@@ -579,7 +579,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
   const u32 o_addr = base + L::o_offset(rg);  // O staging (not used where O is split: epilogue)
   const u32 k_addr = base + L::kKOffset, v_addr = base + L::kPVOffset + L::pv_slice_offset(wg);
 
-  float o[Sh::kDpVWg / 2];  // the warpgroup's columns of O (V's width, or its slice of it)
+  float o[Sh::kOWg / 2];  // the warpgroup's columns of O (V's width, or its slice of it)
   float s[kBN / 2];
   u32 pr[Sh::kPRegs];
   zero(s);

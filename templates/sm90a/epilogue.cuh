@@ -41,7 +41,7 @@ __device__ __forceinline__ void st_global_v2f(float* ptr, float x, float y) {
 // also the LSE.
 template <class Config, class Softmax, class Work>
 __device__ __forceinline__ void store_split_partials(const FwdParams& p, const Work& w, int row_base,
-                                                     const float (&o)[Shape<Config>::kDpVWg / 2], const Softmax* sm,
+                                                     const float (&o)[Shape<Config>::kOWg / 2], const Softmax* sm,
                                                      const float (&inv)[2], int slice) {
   using Sh = Shape<Config>;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
@@ -105,7 +105,7 @@ __device__ __forceinline__ void store_lse(const FwdParams& p, const Work& w, int
 // half of a 512-wide row's bytes anyway); decode writes few rows.
 template <class Config, class Work>
 __device__ __forceinline__ void store_o_slice(const FwdParams& p, const Work& w, int row_base, int slice,
-                                              const float (&o)[Shape<Config>::kDpVWg / 2], const float (&inv)[2]) {
+                                              const float (&o)[Shape<Config>::kOWg / 2], const float (&inv)[2]) {
   using Sh = Shape<Config>;
   using Out = typename Sh::OutElement;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
@@ -141,7 +141,7 @@ struct NoLse {
 // (Shape::kAlternateS): every warpgroup of the split, each with the rows' final state.
 template <class Config, class Mask, class ScoreMod, class Work>
 __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int wg,
-                                         float (&o)[Shape<Config>::kDpVWg / 2],
+                                         float (&o)[Shape<Config>::kOWg / 2],
                                          WgSoftmax<Config, Mask, ScoreMod>& sm, u32 o_smem,
                                          SharedP<Config>& share) {
   using Sh = Shape<Config>;
@@ -228,7 +228,7 @@ __device__ __forceinline__ void epilogue(const FwdParams& p, const Work& w, int 
 // 1 / sums of the S warpgroup (the P full barrier's last publication).
 template <class Config, class Work>
 __device__ __forceinline__ void epilogue_partner(const FwdParams& p, const Work& w, int wg,
-                                                 const float (&o)[Shape<Config>::kDpVWg / 2],
+                                                 const float (&o)[Shape<Config>::kOWg / 2],
                                                  SharedPReader<Config>& share) {
   using Sh = Shape<Config>;
   float inv[2];

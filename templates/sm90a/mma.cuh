@@ -121,8 +121,9 @@ __device__ __forceinline__ void gemm_qk_rs(float (&s)[N / 2], const u32 (&q)[D /
 }
 
 // O[64 x Dp] += P[64 x BN] V[BN x Dp]; P in registers as wgmma A fragments (4 regs per k16),
-// V MN-major SW128 blocks of BN rows x 64 depth (transpose bit set). kKeys < BN: the first kKeys
-// keys only (the rest of P is zero).
+// V MN-major SW128 blocks of BN rows x 64 depth (transpose bit set). Dp may end inside a block
+// (96: the first 32 columns of the second; Shape::kOWg). kKeys < BN: the first kKeys keys only
+// (the rest of P is zero).
 template <class Element, int Dp, int BN, int kKeys = BN>
 __device__ __forceinline__ void gemm_pv(float (&o)[Dp / 2], const u32 (&p)[BN / 4], u32 v_addr) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16;

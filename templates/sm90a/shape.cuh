@@ -114,9 +114,13 @@ struct Shape {
   static constexpr bool kProducerHelpers = kFp8 || kKvFp8;
   // Padded depth (kDepth 96 in kDp 128): the TMA maps end at kDepth, so the last chunk's columns
   // past it land as zeros. S = Q K^T runs only the k16 steps of real columns (kDepth / 16);
-  // P V runs the whole kDp (wgmma N must cover whole 64-wide MN-major SW128 blocks), and the
-  // epilogue never stores O columns >= kDepth.
+  // 16-bit P V runs only O's real columns too (kOWg: wgmma N 96 over the first 96 columns of V's
+  // MN-major SW128 blocks), and the epilogue never stores O columns >= kDepthV.
   static constexpr int kQKDepth = kDepth;
+  // O's fragment of one warpgroup, and its P V's wgmma N: the warpgroup's real columns for 16-bit
+  // P V (an O 96 wide holds 48 floats, not 64); FP8's transposed V rows keep the padded width.
+  static constexpr int kOWg = kFp8 ? kDpVWg : kDepthVWg;
+  static_assert(kOWg % 16 == 0 && kOWg <= kDpVWg, "sm90a kernel: O's fragment is whole k16-wide column pairs");
 
   static constexpr bool kIntraWGOverlap = Config::kIntraWGOverlap != 0;
   // The consumer warpgroups take turns (named barriers, consumer.cuh Scheduler; no partner alone):
