@@ -53,7 +53,7 @@ for n in NS:
         out.append("  }")
         out.append("};")
 # FP8 (e4m3 x e4m3, k32): both operands K-major (wgmma has no transpose for 8-bit types, so V is
-# transposed in shared memory first: sm90a/load.cuh). N: kBN for S = Q K^T (128; 160 for unmasked
+# transposed in shared memory first: sm90a/helpers.cuh). N: kBN for S = Q K^T (128; 160 for unmasked
 # attention at depth 64, FA3's FP8 d64 tile), the padded depth (64, 128) for O += P V.
 for n in NS_FP8:
     na = n // 2

@@ -212,7 +212,7 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
   }
 }
 
-// sm90a kernels that gather pages no TMA box takes (load.cuh GatherTile): the packed decode kernels
+// sm90a kernels that gather pages no TMA box takes (gather.cuh GatherTile): the packed decode kernels
 // (four gathering warps) and a prefill kernel (the producer warp alone) copy rows by cp.async, arrive
 // on the stages' full barriers from the copies (cp.async.mbarrier.arrive.noinc: no lane waits for its
 // own copies), and their consumers fence to the async proxy before the wgmma reads a gathered stage

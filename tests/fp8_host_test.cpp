@@ -853,7 +853,7 @@ TEST(Fp8KvHost, Sm90aKernelsCompileWithoutSpills) {
     EXPECT_EQ(out.ptx.find("cvt.rn.satfinite.f16x2.f32") != std::string::npos, k.dtype == DType::bf16)
         << what << ": Q's bf16 -> fp16 conversion";
     // The converters read a batch of 6 passes (3 on the persistent walk) before converting any
-    // (load.cuh convert_kv; one read at a time left each read's latency exposed: docs/PERF.md run
+    // (helpers.cuh convert_kv; one read at a time left each read's latency exposed: docs/PERF.md run
     // 46): the shared-memory reads between the stage's barrier wait and its first e4m3 conversion.
     EXPECT_EQ(reads_before_first(out.ptx, "cvt.rn.f16x2.e4m3x2"), rc.tuning.persistent ? 3 : 6) << what;
   }

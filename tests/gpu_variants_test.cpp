@@ -308,7 +308,7 @@ TEST(GpuVariants, HeadDim512MatchesReference) {
 }
 
 // Pages no TMA box takes (gcd(page_size, BN) not a multiple of 8 rows): sm_90a's producer warp
-// gathers their rows (cp.async, load.cuh GatherTile), the portable kernel loads them as any page.
+// gathers their rows (cp.async, gather.cuh GatherTile), the portable kernel loads them as any page.
 // Prefill through the persistent walk (d128 and d64 causal, pages 1, 3 and 100) and the grid walk
 // (a window; a custom mask whose walk skips tiles; d256 under persistent=0; head dim 512), varlen
 // queries, split-KV, and packed decode (pages of 1 to 12 rows, one and five queries). Keys past a
@@ -344,7 +344,7 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
     cases.push_back(w);
   }
   // A walk that skips KV tiles (the block snippet's): each tile's page numbers are fetched with the
-  // stage before it (load.cuh GatherState), which must follow the walk, not n - 1.
+  // stage before it (gather.cuh GatherState), which must follow the walk, not n - 1.
   {
     Case m{
         "d128 skipping custom mask",
@@ -369,7 +369,7 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
     cases.push_back(s);
   }
   // Packed decode (the decode producer warpgroup's four gathering warps, which hold the sequence and
-  // split rows by a shift for power-of-two pages, load.cuh lean_gather): pages 1, 2, 4 (shifts) and
+  // split rows by a shift for power-of-two pages, load.cuh lean_producer): pages 1, 2, 4 (shifts) and
   // 3, 12 (divisions), one query and five (speculative, bottom-right causal), split-KV.
   for (int page : {1, 2, 3, 4, 12})
     for (int sq : {1, 5}) {

@@ -340,7 +340,7 @@ class Sm90a final : public BackendPolicy {
     // DynamicTiles); FP8's transposers and an FP8 KV cache's converters walk the tiles on their own,
     // and packed GQA runs stream-K or the grid.
     // The decode producer (one consumer warpgroup, 56 registers: the 64-row tile at one or two CTAs
-    // per SM) gathers pages with all four warps (templates/sm90a/load.cuh kGatherWarps), and the
+    // per SM) gathers pages with all four warps (templates/sm90a/gather.cuh kGatherWarps), and the
     // dynamic walk's claim is shared within one warp; the three-CTA tile's producer warp gathers alone.
     const int wgs = abi::consumer_wgs(c.BM, padded_depth_v(c, dp));
     const bool four_gatherers = abi::decode_producer(family(c), wgs, b.ctas_per_sm, dp, c.BN);
@@ -436,7 +436,7 @@ class Sm90a final : public BackendPolicy {
   bool runs_on(const ResolvedConfig&, int sm) const override { return sm == 90; }
 
   // Pages no TMA box takes (gcd(page_size, BN) not a multiple of 8 rows: page sizes 1, 2, 4, 12,
-  // ...) are gathered row by row (abi.h gathers; templates/sm90a/load.cuh GatherTile).
+  // ...) are gathered row by row (abi.h gathers; templates/sm90a/gather.cuh GatherTile).
   int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const override {
     const bool persistent = rc.tuning.persistent != 0;
     if (abi::gathers(family(rc.config), persistent, rc.padded_depth))

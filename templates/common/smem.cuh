@@ -14,7 +14,7 @@ __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid
                : "memory");
 }
 // 4-byte async copy global -> shared (through L1: .ca, the only cache op below 16 bytes): sm90a's
-// gathering warps fetch page numbers with it (load.cuh GatherState).
+// gathering warps fetch page numbers with it (sm90a/gather.cuh GatherState).
 __device__ __forceinline__ void cp_async_4(u32 dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }

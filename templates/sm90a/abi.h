@@ -67,7 +67,7 @@ FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
 
 // ---- Gathered pages ----
 // Paged K / V whose pages no TMA box takes (gcd(page_size, kBN) not a multiple of 8 rows: page
-// sizes 1, 2, 4, 12, ...) are gathered by producer warps with cp.async (load.cuh GatherTile):
+// sizes 1, 2, 4, 12, ...) are gathered by producer warps with cp.async (gather.cuh GatherTile):
 // by the 16-bit kernels and an FP8 KV cache's, except persistent walks at padded depth above 128,
 // whose 24-register producer spills the gather (4-8 B at d192 / d256 causal), and FP8 (e4m3 Q, K,
 // V; 72 B at d128 causal). The launch refuses such pages for those (naming page_size).
@@ -75,7 +75,7 @@ FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
   return f != Family::kFp8 && (!persistent || dp <= 128);
 }
 // The gathering warps read each key row's page number from shared memory, fetched by cp.async one
-// KV tile ahead (load.cuh GatherState): two slots of bn page numbers (4 bytes a key row), behind
+// KV tile ahead (gather.cuh GatherState): two slots of bn page numbers (4 bytes a key row), behind
 // the barriers. A page-table read per 32 rows, made just before their copies, left every stage
 // waiting on a global load's latency (page 1 at 0.31-0.43x page 16, docs/PERF.md run 63).
 FA4_HOST_DEVICE constexpr int page_ring_bytes(Family f, bool persistent, int dp, int bn) {
@@ -170,7 +170,7 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 // setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
 // 3 consumer WGs: 128*32 + 384*160 = 65536.
 // 1 consumer WG, 2 CTAs per SM (decode): 2 * (128*56 + 128*200) = 65536. The producer's 56 let its
-// four warps gather pages no TMA box takes, each unrolling its row copies (load.cuh kGatherWarps,
+// four warps gather pages no TMA box takes, each unrolling its row copies (gather.cuh kGatherWarps,
 // GatherTile); at 24 one warp issued one dependent shuffle, address and cp.async at a time (page 1
 // at 0.31-0.43x page 16, docs/PERF.md run 63). The consumer's fragments there are 112 registers
 // (d128 BN 64).

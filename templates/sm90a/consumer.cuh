@@ -30,7 +30,7 @@ namespace fa4 {
 namespace sm90a {
 
 // What a consumer does once a K / V stage landed (pipe::Consumer's OnLanded). The gathering warps'
-// cp.async writes go through the generic proxy and arrive on their own (load.cuh GatherState), so
+// cp.async writes go through the generic proxy and arrive on their own (gather.cuh GatherState), so
 // each consumer thread fences to the async proxy after its wait, before the wgmma that reads the
 // stage: a uniform branch, taken only by launches that gather (false at compile time in kernels
 // that cannot). TMA fills and an FP8 KV cache's converters (which fence before arriving) need nothing.

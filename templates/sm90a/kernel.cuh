@@ -17,7 +17,8 @@
 #include "sm90a/walk.cuh"
 #include "sm90a/mma.cuh"
 #include "sm90a/softmax.cuh"
-#include "sm90a/load.cuh"
+#include "sm90a/producer.cuh"
+#include "sm90a/helpers.cuh"
 #include "sm90a/epilogue.cuh"
 #include "sm90a/consumer.cuh"
 
@@ -60,7 +61,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
       bars->v.init(fills, kHelperThreads / 32);
       bars->vt.init(kHelperThreads, Sh::kNumConsumerWGs * 4);
     } else if constexpr (Sh::kKvFp8) {  // e4m3 K, V -> converter warps (3) -> K, V (every converter thread) -> consumers
-      bars->k_load.init(fills, kHelperThreads);  // every converter thread releases (load.cuh convert_loop)
+      bars->k_load.init(fills, kHelperThreads);  // every converter thread releases (helpers.cuh convert_loop)
       bars->v_load.init(fills, kHelperThreads);
       bars->k.init(kHelperThreads, Sh::kKReaderWGs * 4);
       bars->v.init(kHelperThreads, Sh::kNumConsumerWGs * 4);  // latent KV: the converters hand V on too

@@ -138,7 +138,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Dp / 2], const u32 (&p)[BN / 
 }
 
 // FP8: O[64 x Dp] += P[64 x BN] Vt[Dp x BN]^T, e4m3. P in registers, 4 per register (k32 step k:
-// p[4k..4k+3], softmax.cuh pack_p); Vt K-major SW128 blocks of [Dp rows][128 keys] (load.cuh
+// p[4k..4k+3], softmax.cuh pack_p); Vt K-major SW128 blocks of [Dp rows][128 keys] (helpers.cuh
 // transpose_v, which orders the keys of each k32 step as pack_p leaves them). kKeys < BN: the first
 // kKeys keys only.
 // O += P V with P from shared memory (a warpgroup that splits O with the one that computed P:

@@ -73,7 +73,7 @@ struct Shape {
   __device__ __forceinline__ static constexpr int row_wg(int wg) { return wg / kOSplit; }
   __device__ __forceinline__ static constexpr int o_slice(int wg) { return wg % kOSplit; }
   // FP8 (e4m3 Q, K, V): 1-byte elements, so a 128-byte swizzle row holds 128 of them; the grid walk
-  // only, with a transposed copy of each V tile (load.cuh transpose_v: FP8 wgmma reads B K-major).
+  // only, with a transposed copy of each V tile (helpers.cuh transpose_v: FP8 wgmma reads B K-major).
   static constexpr bool kFp8 = DTypeTraits<Element>::kIsFp8;
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
   // Bytes of one swizzled Q / K / V row in shared memory (the TMA box's inner span and the wgmma
@@ -85,7 +85,7 @@ struct Shape {
   static constexpr int kPRegs = kBN / 2 * kElemBytes / 4;  // packed P registers per consumer thread (kBN/2 values)
   // FP8 KV cache (Config::KVElement e4m3 under a 16-bit Element): TMA brings e4m3 K / V stages, and
   // warps 1-3 of the producer warpgroup convert each into the 16-bit stage the consumers read
-  // (load.cuh convert_loop), so the consumers run the 16-bit kernel; descale_k / descale_v as FP8's.
+  // (helpers.cuh convert_loop), so the consumers run the 16-bit kernel; descale_k / descale_v as FP8's.
   using KVElement = typename Config::KVElement;
   static constexpr bool kKvFp8 = !kFp8 && DTypeTraits<KVElement>::kIsFp8;
   static constexpr abi::Family kFamily = abi::family_of(kFp8, kKvFp8);  // shared memory, registers, kBN
@@ -157,7 +157,7 @@ struct Shape {
   static constexpr int kQBoxRows = Rows::kSpanRows;  // rows one Q box loads: 64, or the real rows of a padded span
   static constexpr bool kBottomTiles = Config::kBottomTiles != 0;  // Q tiles end at the last row
   static constexpr bool kRuntimeVariants = FA4_SM90A_RUNTIME_VARIANTS != 0;  // paged / split branches
-  // Paged launches whose pages no TMA box takes gather K / V rows (abi.h gathers, load.cuh GatherTile).
+  // Paged launches whose pages no TMA box takes gather K / V rows (abi.h gathers, gather.cuh GatherTile).
   static constexpr bool kGathers = kRuntimeVariants && abi::gathers(kFamily, kPersistent, kDp);
   // Per-warpgroup key spans (consumer.cuh, WgKeySpan; Config::kWgSpans): a consumer
   // warpgroup's P V skips the keys of a KV tile its own 64 rows cannot see (masked kernels). Half
@@ -266,7 +266,7 @@ struct SharedPBarrier {
   static_assert(kEmpty < 16, "named barrier ids must be < 16");
 };
 
-// Whether this launch gathers (the host's kv_box_rows 0: paged, pages no TMA box takes; load.cuh
+// Whether this launch gathers (the host's kv_box_rows 0: paged, pages no TMA box takes; gather.cuh
 // GatherTile), which the producer and the consumers (consumer.cuh KvLanded) both ask.
 template <class Config>
 __device__ __forceinline__ bool gathers_kv(const FwdParams& p) {

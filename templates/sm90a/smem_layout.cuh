@@ -76,7 +76,7 @@ struct SmemLayout {
   __device__ __forceinline__ static constexpr u32 o_offset(int g) {
     return kOwnO ? kOOffset + static_cast<u32>(g) * kOWgBytes : q_offset(g);
   }
-  // Gathering kernels: two slots of kBN page numbers behind the barriers (load.cuh GatherState).
+  // Gathering kernels: two slots of kBN page numbers behind the barriers (gather.cuh GatherState).
   static constexpr u32 kPageRingOffset = kBarOffset + abi::kBarrierBytes;
   static constexpr u32 kTotalBytes =
       kBarOffset + static_cast<u32>(abi::tail_bytes(Sh::kFamily, Sh::kPersistent, Sh::kDp, Sh::kBN));

@@ -244,7 +244,7 @@ struct WgSoftmax {
   // FP8: k32 step c uses p[4c..4c+3], four e4m3 each. The A fragment wants row g, keys 4t..4t+3
   // (t = lane % 4) in register 0, row g + 8 in 1, keys 16 + 4t.. in 2 and 3; the accumulator gives
   // this thread keys {2t, 2t+1, 8+2t, 9+2t} (+16) of those rows. So each register takes those four,
-  // and P V runs over the keys in that order: transpose_v (load.cuh) writes Vt's columns permuted to
+  // and P V runs over the keys in that order: transpose_v (helpers.cuh) writes Vt's columns permuted to
   // match (logical key 16h + 4t + i <-> tile key 16h + 8(i/2) + 2t + i%2), so no shuffle is needed.
   __device__ __forceinline__ static void pack_p(const float (&s)[kN], u32 (&pr)[Sh::kPRegs]) {
     if constexpr (Sh::kFp8) {
