@@ -12,6 +12,9 @@
 // kContiguous: every KV tile inside kv_range has a visible key for some row of the Q tile (the
 // rows' key ranges overlap: None and bands), so walks step tile by tile without classify().
 // kSnippet: visible() calls a user's snippet (Custom, or a combinator holding one).
+// kRowInterval: each query row q sees one interval of keys, kv_range(q, q + 1) (None, bands,
+// chunks, a prefix beside causal, an And of such); kernels may then mask a partial tile by that
+// interval's two bounds instead of asking visible() per element.
 #pragma once
 #include "common/prelude.cuh"
 
@@ -51,6 +54,7 @@ struct None {
   static constexpr bool kIsNone = true;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = true;
+  static constexpr bool kRowInterval = true;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int, int, const Ctx&) {
     return true;
@@ -90,6 +94,7 @@ struct BandMask {
   static constexpr bool kIsNone = false;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = true;
+  static constexpr bool kRowInterval = true;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     return Derived::band(c).visible(q, k, c);
@@ -132,6 +137,7 @@ struct Prefixed {
   static constexpr bool kIsNone = false;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = PrefixKeepsContiguous<M>::value;
+  static constexpr bool kRowInterval = PrefixKeepsContiguous<M>::value;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     return k < c.params->mask_prefix || M::template visible<kInside>(q, k, c);
@@ -156,6 +162,7 @@ struct Chunked {
   static constexpr bool kIsNone = false;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = false;
+  static constexpr bool kRowInterval = true;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
     const int C = c.params->chunk_size;
@@ -186,6 +193,7 @@ template <class A, class B>
 struct And {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
+  static constexpr bool kRowInterval = A::kRowInterval && B::kRowInterval;
   static constexpr bool kSnippet = A::kSnippet || B::kSnippet;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
@@ -209,6 +217,7 @@ template <class A, class B>
 struct Or {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
+  static constexpr bool kRowInterval = false;
   static constexpr bool kSnippet = A::kSnippet || B::kSnippet;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {
@@ -347,6 +356,7 @@ template <class User>
 struct Custom {
   static constexpr bool kIsNone = false;
   static constexpr bool kContiguous = false;
+  static constexpr bool kRowInterval = false;
   static constexpr bool kSnippet = true;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int q, int k, const Ctx& c) {

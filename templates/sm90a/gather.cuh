@@ -70,11 +70,13 @@ constexpr int gather_unroll() {
   return !kWideGather<Config> ? 1 : kGatherWarps<Config> > 1 && !Mask::kContiguous ? 2 : 4;
 }
 
-// kChunks: swizzle blocks per row (K's, or V's); kUnroll: gather_unroll; kLean: lean_producer.
+// kChunks: swizzle blocks per row (K's, or V's); kRealBytes: the bytes of a row in global memory
+// (depth 96: 192 of the 256 its two blocks hold; the rest is zero-filled, never read past the row,
+// as TMA fills a box past the tensor); kUnroll: gather_unroll; kLean: lean_producer.
 // Blocks of 128-byte rows (SW128: unit c % 8 of a row at c % 8 ^ r % 8), or of 64-byte rows (SW64, an e4m3 latent cache's 576
 // bytes: unit c % 4 at c % 4 ^ (r / 2) % 4, 4 lanes a row, so a row group of 8 rows keeps each
 // lane's swizzle term).
-template <class Config, int kChunks, int kUnroll, bool kLean>
+template <class Config, int kChunks, int kRealBytes, int kUnroll, bool kLean>
 struct GatherTile {
   using Sh = Shape<Config>;
   static constexpr int kRowBytes = Sh::kKvRowBytes;
@@ -89,6 +91,7 @@ struct GatherTile {
   static constexpr int kRowsPerStep = 32 / kLanesPerRow;
   static_assert(kRowBytes == 128 || kRowsPerStep % 8 == 0, "gather: SW64 row groups keep each lane's swizzle");
   static_assert(kLanesPerRow % kUnits == 0, "gather: a lane's units are whole blocks apart");
+  static_assert(kRealBytes % 16 == 0 && kRealBytes <= kRowChunks * 16, "gather: a row's real bytes are whole chunks");
   static constexpr int kSteps = kRowChunks / kLanesPerRow;  // cp.async per lane and row group
   static constexpr int kWarpRows = GatherRows<Config>::kWarpRows, kLookups = GatherRows<Config>::kLookups;
   static_assert(kWarpRows % kRowsPerStep == 0, "gather: whole row groups per warp");
@@ -132,9 +135,12 @@ struct GatherTile {
         const u32 group_dst =
             (kRowBytes == 128 ? lane_dst ^ (((g * kRowsPerStep) % 8) << 4) : lane_dst) + g * kRowsPerStep * kRowBytes;
 #pragma unroll 1
-        for (int k = 0; k < kSteps; ++k)
-          cp_async_16(group_dst + (k * kLanesPerRow / kUnits) * (Sh::kBN * kRowBytes), row + 16 * (k * kLanesPerRow + c0),
-                      valid);
+        for (int k = 0; k < kSteps; ++k) {
+          const int chunk = k * kLanesPerRow + c0;
+          const bool real = kRowChunks * 16 == kRealBytes || 16 * chunk < kRealBytes;  // padding: zeros
+          cp_async_16(group_dst + (k * kLanesPerRow / kUnits) * (Sh::kBN * kRowBytes), real ? row + 16 * chunk : row,
+                      valid && real);
+        }
       }
     }
   }
@@ -221,7 +227,8 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   // Paged K / V: the KV head's offset is its only term besides the page and the row.
   const char* base = static_cast<const char*>(kV ? p.v : p.k) +
                      s.kv_head * (kV ? p.v_head_stride : p.k_head_stride) * Sh::kKvElemBytes;
-  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, gather_unroll<Config, Mask>(), kLean>::copy(
+  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, (kV ? Sh::kDepthV : Sh::kDepth) * Sh::kKvElemBytes,
+             gather_unroll<Config, Mask>(), kLean>::copy(
       p, s, base, kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_row_stride : p.k_row_stride,
       smem_u32(ring_base) + st.index() * kBytes, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
       GatherRows<Config>::warp());

@@ -111,6 +111,8 @@ struct WgSoftmax {
       if (need_mask) {
         if constexpr (Mask::kSnippet) {
           apply_snippet_mask(s, n, w, [&](int h) { return q[h]; }, [&](int h) -> const mask::Ctx& { return ctx[h]; });
+        } else if constexpr (Mask::kRowInterval) {
+          mask_rows(s, n, [&](int h) { return q[h]; }, [&](int h) -> const mask::Ctx& { return ctx[h]; });
         } else {
 #pragma unroll
           for (int i = 0; i < kN; ++i) {
@@ -133,6 +135,27 @@ struct WgSoftmax {
     for (int i = 0; i < kN; ++i) {
       const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
       if (!(Mask::template visible<kInside>(row_q(h), k, row_ctx(h)) && (kInside || k < seqlen_k))) s[i] = kNegInf;
+    }
+  }
+  // A partial tile under a mask whose rows each see one interval of keys (Mask::kRowInterval:
+  // bands, chunks): row h's interval, kv_range(q, q + 1) (bounded by seqlen_k), in the tile's own
+  // columns once per row, then two compares per element against its column, an immediate. The
+  // per-element visible() and key bound ran 12 instructions an element under a sliding window's
+  // run-time extents (its unbounded tests kept per element).
+  template <class RowQ, class RowCtx>
+  __device__ __forceinline__ void mask_rows(float (&s)[kN], int n, RowQ row_q, RowCtx row_ctx) const {
+    const int k0 = n * kBN + kc;
+    int lo[2], hi[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const mask::KvRange r = Mask::kv_range(row_q(h), row_q(h) + 1, row_ctx(h));
+      lo[h] = r.begin - k0;
+      hi[h] = r.end - k0;
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int h = (i >> 1) & 1, c = 8 * (i >> 2) + (i & 1);
+      if (c < lo[h] || c >= hi[h]) s[i] = kNegInf;
     }
   }
   // A snippet mask's partial tile. Tiles inside the sequence (all but its last Q tile and last KV
@@ -177,6 +200,8 @@ struct WgSoftmax {
     if (need_mask) {
       if constexpr (Mask::kSnippet) {
         apply_snippet_mask(s, n, w, [&](int h) { return q0 + 8 * h; }, [&](int) -> const mask::Ctx& { return ctx; });
+      } else if constexpr (Mask::kRowInterval) {
+        mask_rows(s, n, [&](int h) { return q0 + 8 * h; }, [&](int) -> const mask::Ctx& { return ctx; });
       } else {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
