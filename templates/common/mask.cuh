@@ -12,9 +12,9 @@
 // kContiguous: every KV tile inside kv_range has a visible key for some row of the Q tile (the
 // rows' key ranges overlap: None and bands), so walks step tile by tile without classify().
 // kSnippet: visible() calls a user's snippet (Custom, or a combinator holding one).
-// kRowInterval: each query row q sees one interval of keys, kv_range(q, q + 1) (None, bands,
-// chunks, a prefix beside causal, an And of such); kernels may then mask a partial tile by that
-// interval's two bounds instead of asking visible() per element.
+// kRowInterval: each query row q sees one interval of keys, kv_range(q, q + 1) (bands, chunks, a
+// prefix beside causal, an And of such); kernels may then mask a partial tile by that interval's
+// two bounds instead of asking visible() per element. None keeps its one key bound (false).
 #pragma once
 #include "common/prelude.cuh"
 
@@ -54,7 +54,7 @@ struct None {
   static constexpr bool kIsNone = true;
   static constexpr bool kSnippet = false;
   static constexpr bool kContiguous = true;
-  static constexpr bool kRowInterval = true;
+  static constexpr bool kRowInterval = false;
   template <bool kInside = false>
   __device__ __forceinline__ static bool visible(int, int, const Ctx&) {
     return true;
