@@ -17,6 +17,7 @@
 // two bounds instead of asking visible() per element. None keeps its one key bound (false).
 #pragma once
 #include "common/prelude.cuh"
+#include "common/row_keys.h"
 
 namespace fa4 {
 namespace mask {
@@ -413,6 +414,16 @@ struct Custom {
 
 // The two-step class read (Custom::read / resolve) for any mask: Custom's own, and for every other
 // mask its class at once (their classes are arithmetic, or a Custom inside And / Or, read at once).
+// Row q's visible keys under a kRowInterval mask, relative to key k0: [begin, end) (kv_range of
+// the one row, bounded by seqlen_k). The kernels mask a partial tile by it (sm90a mask_rows,
+// sm100a visible_bits) instead of asking visible() per key.
+template <class M>
+__device__ __forceinline__ KvRange row_keys(int q, int k0, const Ctx& c) {
+  static_assert(M::kRowInterval, "row_keys: a mask whose rows each see one interval of keys");
+  const KvRange r = M::kv_range(q, q + 1, c);
+  return {r.begin - k0, r.end - k0};
+}
+
 template <class M>
 struct ClassRead {
   using Read = TileClass;

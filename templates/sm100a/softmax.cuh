@@ -66,11 +66,16 @@ struct SoftmaxRow {
     const int valid = ctx.seqlen_k - k0;  // keys past seqlen_k are never visible
     u32 bits = valid >= 32 ? ~0u : (valid <= 0 ? 0u : (1u << valid) - 1u);
     if (cls == mask::kPartial) {  // masks never see keys >= seqlen_k (DEVICE_ABI)
-      u32 vis = 0u;
-      const int n = min(32, valid);
+      if constexpr (Mask::kRowInterval) {  // bands, chunks: the row's interval, no per-key loop
+        const mask::KvRange r = mask::row_keys<Mask>(q, k0, ctx);
+        bits &= mask::span_bits(r.begin, r.end);
+      } else {
+        u32 vis = 0u;
+        const int n = min(32, valid);
 #pragma unroll 1
-      for (int j = 0; j < n; ++j) vis |= static_cast<u32>(Mask::visible(q, k0 + j, ctx)) << j;
-      bits &= vis;
+        for (int j = 0; j < n; ++j) vis |= static_cast<u32>(Mask::visible(q, k0 + j, ctx)) << j;
+        bits &= vis;
+      }
     }
     return bits;
   }

@@ -138,8 +138,8 @@ struct WgSoftmax {
     }
   }
   // A partial tile under a mask whose rows each see one interval of keys (Mask::kRowInterval:
-  // bands, chunks): row h's interval, kv_range(q, q + 1) (bounded by seqlen_k), in the tile's own
-  // columns once per row, then two compares per element against its column, an immediate. The
+  // bands, chunks): row h's interval in the tile's own columns once per row (mask::row_keys), then
+  // two compares per element against its column, an immediate. The
   // per-element visible() and key bound ran 12 instructions an element under a sliding window's
   // run-time extents (its unbounded tests kept per element).
   template <class RowQ, class RowCtx>
@@ -148,9 +148,9 @@ struct WgSoftmax {
     int lo[2], hi[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const mask::KvRange r = Mask::kv_range(row_q(h), row_q(h) + 1, row_ctx(h));
-      lo[h] = r.begin - k0;
-      hi[h] = r.end - k0;
+      const mask::KvRange r = mask::row_keys<Mask>(row_q(h), k0, row_ctx(h));
+      lo[h] = r.begin;
+      hi[h] = r.end;
     }
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
