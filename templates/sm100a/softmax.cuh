@@ -64,7 +64,7 @@ struct SoftmaxRow {
   __device__ __forceinline__ u32 visible_bits(int k0) const {
     if (cls == mask::kSkip) return 0u;
     const int valid = ctx.seqlen_k - k0;  // keys past seqlen_k are never visible
-    u32 bits = valid >= 32 ? ~0u : (valid <= 0 ? 0u : (1u << valid) - 1u);
+    u32 bits = mask::span_bits(0, valid);
     if (cls == mask::kPartial) {  // masks never see keys >= seqlen_k (DEVICE_ABI)
       if constexpr (Mask::kRowInterval) {  // bands, chunks: the row's interval, no per-key loop
         const mask::KvRange r = mask::row_keys<Mask>(q, k0, ctx);

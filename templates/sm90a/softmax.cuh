@@ -139,9 +139,8 @@ struct WgSoftmax {
   }
   // A partial tile under a mask whose rows each see one interval of keys (Mask::kRowInterval:
   // bands, chunks): row h's interval in the tile's own columns once per row (mask::row_keys), then
-  // two compares per element against its column, an immediate. The
-  // per-element visible() and key bound ran 12 instructions an element under a sliding window's
-  // run-time extents (its unbounded tests kept per element).
+  // two compares per element against its column, an immediate. The per-element visible() and key
+  // bound ran 12 instructions an element under a sliding window's run-time extents.
   template <class RowQ, class RowCtx>
   __device__ __forceinline__ void mask_rows(float (&s)[kN], int n, RowQ row_q, RowCtx row_ctx) const {
     const int k0 = n * kBN + kc;
