@@ -11,6 +11,7 @@
 // (BM 64). Skips without a GPU. Run: --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -250,7 +251,8 @@ TEST(GpuPackGqa, LongPoleSplitsOverFp8KvCacheMatchReference) {
 // prefill batches of uneven lengths and short chunks): groups 5, 7 and 8 over an uneven causal
 // batch (a 700-query prompt beside short ones, one query, an empty sequence and more keys than
 // queries: bottom-right), paged 16 with sinks, a sliding window with softcap, split 3, and the
-// long-pole steps (decode rows split into pieces beside whole tiles). The other backends' packed
+// long-pole steps (decode rows split into pieces beside whole tiles; head dim 256 runs page 1
+// alone instead). The other backends' packed
 // default is this tile.
 int prefill_tile_bm(int depth) { return depth <= 64 ? 192 : 128; }
 
@@ -273,8 +275,9 @@ CheckCase uneven_prefill(int group) {
   return c;
 }
 
-void check_prefill_tile(const std::string& arch, int depth) {
-  for (int group : {5, 7, 8}) {
+void check_prefill_tile(const std::string& arch, int depth, std::initializer_list<int> groups = {5, 7, 8},
+                        bool long_poles = true) {
+  for (int group : groups) {
     const std::string what = fmt::format("{} d{} prefill tile group {}", arch, depth, group);
     const auto kernel = jit::get_kernel(prefill_tile(arch, group, depth), jit::testing::env_tune());
     if (arch == "sm_90a") EXPECT_EQ(kernel->config().config.BM, prefill_tile_bm(depth)) << what;
@@ -286,7 +289,13 @@ void check_prefill_tile(const std::string& arch, int depth) {
     c = uneven_prefill(group);
     c.num_splits = 3;
     expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} splits 3", what));
-    check_long_poles(*kernel, group, fmt::format("{} long poles", what));
+    if (long_poles) {
+      check_long_poles(*kernel, group, fmt::format("{} long poles", what));
+    } else {  // their page-1 launch alone (gathered rows), at a fraction of their reference's work
+      c = uneven_prefill(group);
+      c.page_size = 1;
+      expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("{} paged 1", what));
+    }
     FA4Config window = prefill_tile(arch, group, depth, Mask::sliding_window());
     window.score_mod = jit::ScoreMod::softcap();
     c = uneven_prefill(group);
@@ -309,6 +318,14 @@ TEST(GpuPackGqa, PrefillTileAtHeadDim64MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tile";
   check_prefill_tile("sm_90a", 64);
+}
+
+// Head dim 256's (BM 128 over one CTA per SM: Gemma 2 and 3's varlen batches), sm_90a's own, at
+// group 2 (Gemma 3 4B) and 5; the long-pole steps are the tile walk's, tested above at head dim 128.
+TEST(GpuPackGqa, PrefillTileAtHeadDim256MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tile";
+  check_prefill_tile("sm_90a", 256, {2, 5}, /*long_poles=*/false);
 }
 
 // sm_90a's unpacked decode tile (BM 64, BN 64, two CTAs per SM: jit::choose_kernel, MHA

@@ -38,7 +38,8 @@ FA4Config expected(DType dtype, int depth, Mask mask, ScoreMod score = ScoreMod:
   return c;
 }
 
-// sm_90a's packed prefill tile (jit::choose_kernel): the packed kernel at BM 128 (192 at head dim 64).
+// sm_90a's packed prefill tile (jit::choose_kernel): the packed kernel at BM 128 (192 at head dim 64;
+// head dims 64, 96, 128 and 256).
 FA4Config prefill_tile(DType dtype, int depth, Mask mask, ScoreMod score, int group) {
   FA4Config c = expected(dtype, depth, std::move(mask), std::move(score), group);
   c.BM = depth <= 64 ? 192 : 128;
@@ -127,18 +128,22 @@ TEST(ModelKernels, Gemma2AlternatesLayersWithSoftcapAndNeedsADtypeForItsFloat32C
   EXPECT_EQ(configs(ks),
             (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap()),
                                     expected(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
+                                    prefill_tile(DType::bf16, 256, Mask::causal(), ScoreMod::softcap(), 2),
                                     expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap()),
-                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
+                                    expected(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2),
+                                    prefill_tile(DType::bf16, 256, Mask::sliding_window(), ScoreMod::softcap(), 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 1, 3, 5, 7, 9, 11 (+15 more)");
-  EXPECT_EQ(ks[2].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
+  EXPECT_EQ(ks[3].use, "prefill: sliding-window layers 0, 2, 4, 6, 8, 10 (+15 more)");
 }
 
 TEST(ModelKernels, Gemma3ReadsTheTextConfigAndItsFiveToOnePattern) {
   const auto ks = jit::model_kernels(model("gemma3_4b"));
   EXPECT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 256, Mask::causal()),
                                                  expected(DType::bf16, 256, Mask::causal(), {}, 2),
+                                                 prefill_tile(DType::bf16, 256, Mask::causal(), {}, 2),
                                                  expected(DType::bf16, 256, Mask::sliding_window()),
-                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
+                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2),
+                                                 prefill_tile(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 5, 11, 17, 23, 29");
 }
 

@@ -474,6 +474,11 @@ class Sm90a final : public BackendPolicy {
   // 128 keys 0.475 -> 0.460 ms, 256 0.777 -> 0.567, 512 0.894 -> 0.765, 1024 1.122 -> 1.150 (so not
   // there); at d128 as fast at 128 keys and slower from 256. Packed, the varlen batch under 128 keys:
   // BM 64 0.458 ms, BM 128 0.640 (run 89).
+  // Head dim 256 packs at the prefill tile too (BM 128 over its one CTA per SM), where the default
+  // packed tile (BM 64) ran the zoo's uneven varlen batch 1.35-1.44x slower. H200, `fa4jit bench`,
+  // 2 passes (docs/PERF.md run 97): Gemma 3 4B 8/4 heads under its 1024-key window 0.276 -> 0.192
+  // ms (unpacked 0.205), causal 0.58 -> 0.41-0.43 (unpacked the same); Gemma 2 9B 16/8 heads, window
+  // 4096 with softcap, 1.24 -> 0.88-0.91 (unpacked 0.99). Head dim 192 (V as wide) was not measured.
   static constexpr int kDecodeBm = 64, kPrefillBm = 128, kPrefillBm64 = 192, kSmallWindowKeys = 512;
   static bool sixteen_bit_qkv(const FA4Config& c) {
     return (c.dtype == DType::bf16 || c.dtype == DType::fp16) && !c.kv_dtype && value_depth(c) == c.depth;
@@ -483,9 +488,10 @@ class Sm90a final : public BackendPolicy {
            f.window_keys <= kSmallWindowKeys;
   }
   int launch_bm(const FA4Config& c, const LaunchFacts& f, bool never_packs) const override {
-    if (!sixteen_bit_qkv(c) || c.depth > 128) return 0;
+    if (!sixteen_bit_qkv(c) || (c.depth > 128 && c.depth != 256)) return 0;
     const bool small_window = Sm90a::small_window(c, f);
     if (!c.pack_gqa) {
+      if (c.depth > 128) return 0;
       if (c.depth <= 64) return small_window ? kDecodeBm : 0;
       return never_packs && f.max_seqlen_q <= 64 ? kDecodeBm : 0;
     }

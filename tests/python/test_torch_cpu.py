@@ -807,7 +807,8 @@ def test_kv_fp8_paged_varlen_and_packed_decode_reach_the_driver(no_gpu_launch):
 
 def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_prefill_tile():
     """ops._choose asks the library (fa4jit_choose_kernel; the rule's cases: tests/kernel_choice_test.cpp):
-    decode rows pack; a varlen batch of uneven lengths packs, on sm_90a at its prefill tile (BM 128, 192 at d64);
+    decode rows pack; a varlen batch of uneven lengths packs, on sm_90a at its prefill tile (BM 128, 192 at d64;
+    d64 to d128 and d256);
     a continuous-batching step keeps decode's tile; one prompt stays unpacked; MHA decode runs sm_90a's
     decode tile unpacked; an explicit pack_gqa wins; other archs keep their default tile."""
     from fa4jit.ops import _choose
@@ -828,6 +829,9 @@ def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_pref
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1) == (True, 192)
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1, 127, 0, 0) == (False, 64)
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 2048, 50, 48 + 2 * 2048, -1, 127, 0, 0) == (True, 0)
+    # Gemma 3 4B's (head dim 256) varlen batch, under its 1024-key window too: the prefill tile (docs/PERF.md run 97)
+    assert _choose("sm_90a", "bf16", "bf16", 256, 256, 2, 7000, 8, 16048, -1) == (True, 128)
+    assert _choose("sm_90a", "bf16", "bf16", 256, 256, 2, 7000, 8, 16048, -1, 1023, 0, 0) == (True, 128)
     with pytest.raises(fa4jit.ConfigError, match="choose_kernel: group 0"):
         _choose("sm_90a", "bf16", "bf16", 128, 128, 0, 1, 0, 1, -1)
 
