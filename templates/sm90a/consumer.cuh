@@ -300,17 +300,17 @@ __device__ __forceinline__ int kv_overlapped_tiles(const FwdParams& p, const Cta
   while (w.has(at.n)) {
     const auto ahead = w.peek(at);  // the next tile's class, read while this one runs
     overlapped_step<Config, kCorrectO>(
-        s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(at.n + 1), [&] { Softmax::rescale_o(o, corr); },
+        s, o, pr, k_ring, v_ring, sched, q, k_addr, v_addr, span.of(at.n + 1), [&] { rescale_o<Config>(o, corr); },
         [&] {
           sm.logits(s, at.n, w.needs_mask(at), p, w);
           sm.online(s, corr);
         });
-    if constexpr (!kCorrectO) Softmax::rescale_o(o, corr);
+    if constexpr (!kCorrectO) rescale_o<Config>(o, corr);
     Softmax::pack_p(s, pr);
     share.publish(pr, corr);
     at = w.after(at, ahead);
   }
-  if constexpr (kCorrectO) Softmax::rescale_o(o, corr);  // the last tile's, before its P V
+  if constexpr (kCorrectO) rescale_o<Config>(o, corr);  // the last tile's, before its P V
   return at.n;
 }
 
@@ -338,7 +338,7 @@ __device__ __forceinline__ void kv_mainloop(const FwdParams& p, const CtaWork<Co
       sched.template wait_turn<Turn::kSoftmax>();
       sm.logits(s, n, w.needs_mask(at), p, w);
       sm.online(s, corr);
-      Softmax::rescale_o(o, corr);
+      rescale_o<Config>(o, corr);
       Softmax::pack_p(s, pr);
       share.publish(pr, corr);
       sched.template pass_turn<Turn::kSoftmax>();
@@ -377,7 +377,7 @@ __device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kOWg / 2]
     sm.row[h].max = t.max[h];
     sm.row[h].sum = t.sum[h];
   }
-  Softmax::rescale_o(o, t.corr);
+  rescale_o<Config>(o, t.corr);
   fence_operand(o);
   wgmma_fence();
   gemm_pv_ss<typename Sh::MmaElement, Sh::kOWg, Sh::kBN>(o, baton.p_addr(),
@@ -426,7 +426,7 @@ __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const Cta
       }  // release K(i)
       sm.logits(s, at.n, w.needs_mask(at), p, w);
       sm.online(s, corr);
-      Softmax::rescale_o(o, corr);
+      rescale_o<Config>(o, corr);
       Softmax::pack_p(s, pr);
       baton.publish(pr, corr, sm.row);
       pv_step<Config>(o, pr, v_ring, v_addr, Span::kFull);
@@ -460,10 +460,7 @@ __device__ __forceinline__ void follow_p(const CtaWork<Config, Mask>& w, int n, 
     if (!first) {                // O is zero before the first tile
       float corr[2];
       share.corr(corr);
-      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < Sh::kOWg / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-      }
+      rescale_o<Config>(o, corr);
     }
     if constexpr (Sh::kVInK) k_watch.acquire();  // K(n) landed: V(n) is its prefix
     auto vs = v_ring.acquire();

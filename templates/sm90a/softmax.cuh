@@ -15,6 +15,27 @@
 namespace fa4 {
 namespace sm90a {
 
+// O's rescale. Eager (every tile, branch-free, as FA3/FA4's Hopper kernels) with three consumer
+// warpgroups (kBM 192: depth 64, FP8 d128 and d64); lazy elsewhere (O's multiply skipped by a warp
+// vote while no row maximum moved; the stale maximum kept up to 2^8 of growth, FP8 P: none).
+// docs/PERF.md run 39 (H100, ABBA): eager at kBM 192 gave +1-9% on FP8 and +1-4% at bf16 d64;
+// at kBM 128 it ran 3-5% slower at bf16 d128 / d256 (O's 64-128 floats per thread make every
+// tile's multiply dearer than the branches it removes) and mixed on FP8 (softcap +15%, causal +
+// softcap -6%), so those keep the lazy form.
+template <class Config>
+constexpr bool kEagerRescale = Shape<Config>::kNumConsumerWGs == 3;
+
+// O *= corr per row (corr[0] the thread's row r0, corr[1] r0 + 8); lazy: skipped when no lane of
+// the warp changed its maximum (O registers are private to the thread, so a warp-level vote is
+// exact). The softmax warpgroup's O and an O split's partner warpgroup's (consumer.cuh follow_p).
+template <class Config, int kNO>
+__device__ __forceinline__ void rescale_o(float (&o)[kNO], const float (&corr)[2]) {
+  if (kEagerRescale<Config> || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < kNO; ++i) o[i] *= corr[(i >> 1) & 1];
+  }
+}
+
 template <class Config, class Mask, class ScoreMod>
 struct WgSoftmax {
   using Sh = Shape<Config>;
@@ -28,14 +49,6 @@ struct WgSoftmax {
   // (kFp8PShiftLog2; kFp8RescaleThresholdLog2, which the eager form below also keeps: the maximum
   // moves whenever it grows, so P <= 2^shift < 448); the sums are shifted back in finalize().
   static constexpr int kPShiftLog2 = Sh::kFp8 ? softmax::kFp8PShiftLog2 : 0;
-  // O's rescale. Eager (every tile, branch-free, as FA3/FA4's Hopper kernels) with three consumer
-  // warpgroups (kBM 192: depth 64, FP8 d128 and d64); lazy elsewhere (O's multiply skipped by a warp
-  // vote while no row maximum moved; the stale maximum kept up to 2^8 of growth, FP8 P: none).
-  // docs/PERF.md run 39 (H100, ABBA): eager at kBM 192 gave +1-9% on FP8 and +1-4% at bf16 d64;
-  // at kBM 128 it ran 3-5% slower at bf16 d128 / d256 (O's 64-128 floats per thread make every
-  // tile's multiply dearer than the branches it removes) and mixed on FP8 (softcap +15%, causal +
-  // softcap -6%), so those keep the lazy form.
-  static constexpr bool kEagerRescale = Sh::kNumConsumerWGs == 3;
 
   softmax::RowState row[2];
   float scale;   // exponent (log2) units per logit unit: scale_log2 for identity, log2(e) after a score-mod
@@ -242,7 +255,7 @@ struct WgSoftmax {
     for (int r = 0; r < 2; ++r) {
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
       m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-      if constexpr (kEagerRescale)
+      if constexpr (kEagerRescale<Config>)
         corr[r] = row[r].update_max_eager(m[r], scale);
       else
         corr[r] = row[r].template update_max<Sh::kFp8 ? softmax::kFp8RescaleThresholdLog2
@@ -283,16 +296,6 @@ struct WgSoftmax {
     } else {
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) pr[i] = pack2<Element>(s[2 * i], s[2 * i + 1]);
-    }
-  }
-
-  // O *= corr per row; lazy: skipped when no lane of the warp changed its maximum (O registers are
-  // private to the thread, so a warp-level vote is exact).
-  template <int kNO>
-  __device__ __forceinline__ static void rescale_o(float (&o)[kNO], const float (&corr)[2]) {
-    if (kEagerRescale || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-      for (int i = 0; i < kNO; ++i) o[i] *= corr[(i >> 1) & 1];
     }
   }
 
