@@ -46,8 +46,8 @@ FA4Config choose_kernel(FA4Config c, const LaunchFacts& facts) {
   if (f.varlen_batch > 0 && f.total_q > 0 && f.max_seqlen_q > f.total_q) f.max_seqlen_q = static_cast<int>(f.total_q);
   const bool packable = detail::packable(f.group);
   const detail::BackendPolicy* arch = c.arch.empty() ? nullptr : &detail::policy(parse_arch(c.arch).backend);
-  c.pack_gqa = f.pack_gqa ? *f.pack_gqa && f.group > 1
-                          : packable && detail::auto_pack(f) && !(arch && c.BM == 0 && arch->unpacks(c, f));
+  const std::optional<bool> own = arch && c.BM == 0 ? arch->packs(c, f) : std::nullopt;
+  c.pack_gqa = f.pack_gqa ? *f.pack_gqa && f.group > 1 : packable && own.value_or(detail::auto_pack(f));
   if (c.pack_gqa) c.group = f.group;
   if (c.BM == 0 && arch) c.BM = arch->launch_bm(c, f, /*never_packs=*/!packable);
   return c;

@@ -320,12 +320,40 @@ TEST(GpuPackGqa, PrefillTileAtHeadDim64MatchesReference) {
   check_prefill_tile("sm_90a", 64);
 }
 
-// Head dim 256's (BM 128 over one CTA per SM: Gemma 2 and 3's varlen batches), sm_90a's own, at
-// group 2 (Gemma 3 4B) and 5; the long-pole steps are the tile walk's, tested above at head dim 128.
+// Head dim 256's (BM 128 over one CTA per SM: Gemma 2 and 3's varlen batches, Gemma 3's prompts
+// under its window), sm_90a's own, at group 2 (Gemma 3 4B) and 5; the long-pole steps are the tile
+// walk's, tested above at head dim 128.
 TEST(GpuPackGqa, PrefillTileAtHeadDim256MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tile";
   check_prefill_tile("sm_90a", 256, {2, 5}, /*long_poles=*/false);
+  // Dense launches under a window of at most 1024 keys pack at this tile (jit::choose_kernel, docs/
+  // PERF.md run 98): two prompts of 1200 queries, and one of 1000 over 1300 keys (bottom-right).
+  for (int group : {2, 5}) {
+    jit::LaunchFacts f;
+    f.group = group;
+    f.max_seqlen_q = 1200;
+    f.window_keys = 301;
+    FA4Config w = packed("sm_90a", group, Mask::sliding_window());
+    w.depth = 256;
+    w.pack_gqa = false;
+    w.group = 0;
+    const FA4Config chosen = jit::choose_kernel(w, f);
+    ASSERT_TRUE(chosen.pack_gqa && chosen.BM == 128) << "group " << group;
+    const auto kernel = jit::get_kernel(chosen, jit::testing::env_tune());
+    CheckCase c;
+    c.batch = 2;
+    c.seqlen_q = c.seqlen_k = 1200;
+    c.num_q_heads = 2 * group;
+    c.num_kv_heads = 2;
+    c.window_left = 300;
+    c.window_right = 0;
+    expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("d256 window prompt group {}", group));
+    c.batch = 1;
+    c.seqlen_q = 1000;
+    c.seqlen_k = 1300;
+    expect_matches(jit::testing::run_and_check(*kernel, c), fmt::format("d256 window prompt group {} Sq < Sk", group));
+  }
 }
 
 // sm_90a's unpacked decode tile (BM 64, BN 64, two CTAs per SM: jit::choose_kernel, MHA

@@ -176,6 +176,41 @@ TEST(ChooseKernel, Sm90aSmallWindowAtHeadDim64TakesTheDecodeTile) {
   EXPECT_EQ(rc.ctas_per_sm, 3);
 }
 
+// One prompt at head dim 256 under a window of at most 1024 keys (Gemma 3's) packs at sm_90a's
+// prefill tile (docs/PERF.md run 98); a wider window, a varlen batch of even lengths, head dim 128,
+// decode rows' own tiles and other archs keep the automatic rule.
+TEST(ChooseKernel, Sm90aPacksOnePromptAtHeadDim256UnderANarrowWindow) {
+  jit::FA4Config w = bf16(256);
+  w.mask = jit::Mask::sliding_window();
+  const auto windowed = [](int sq, int keys, int varlen_batch = 0, long long total_q = 0) {
+    jit::LaunchFacts f = facts(2, sq, varlen_batch, total_q);
+    f.window_keys = keys;
+    return f;
+  };
+  for (int sq : {2048, 16384}) {
+    const jit::FA4Config chosen = jit::choose_kernel(w, windowed(sq, 1024));
+    EXPECT_TRUE(chosen.pack_gqa) << sq;
+    EXPECT_EQ(chosen.group, 2);
+    EXPECT_EQ(chosen.BM, 128);
+    EXPECT_NO_THROW(jit::resolve(chosen));
+  }
+  EXPECT_FALSE(jit::choose_kernel(w, windowed(16384, 4096)).pack_gqa);          // Gemma 2's window: not measured
+  EXPECT_FALSE(jit::choose_kernel(w, windowed(16384, 0)).pack_gqa);             // no window
+  EXPECT_FALSE(jit::choose_kernel(w, windowed(2048, 1024, 4, 8192)).pack_gqa);  // an even varlen batch
+  const jit::FA4Config decode = jit::choose_kernel(w, windowed(1, 1024));
+  EXPECT_TRUE(decode.pack_gqa);
+  EXPECT_EQ(decode.BM, 0);  // decode's own tile, the default
+  jit::FA4Config w128 = w;
+  w128.depth = 128;
+  EXPECT_FALSE(jit::choose_kernel(w128, windowed(16384, 1024)).pack_gqa);
+  jit::FA4Config fixed = w;
+  fixed.BM = 128;  // a caller's tile: the automatic rule
+  EXPECT_FALSE(jit::choose_kernel(fixed, windowed(16384, 1024)).pack_gqa);
+  jit::FA4Config other = w;
+  other.arch = "sm_100a";
+  EXPECT_FALSE(jit::choose_kernel(other, windowed(16384, 1024)).pack_gqa);
+}
+
 // The chosen configs resolve: the tile is one sm_90a accepts for the packed or unpacked kernel.
 TEST(ChooseKernel, ChosenTilesResolve) {
   for (int depth : {64, 96, 128})

@@ -142,9 +142,13 @@ TEST(ModelKernels, Gemma3ReadsTheTextConfigAndItsFiveToOnePattern) {
                                                  expected(DType::bf16, 256, Mask::causal(), {}, 2),
                                                  prefill_tile(DType::bf16, 256, Mask::causal(), {}, 2),
                                                  expected(DType::bf16, 256, Mask::sliding_window()),
-                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2),
-                                                 prefill_tile(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
+                                                 prefill_tile(DType::bf16, 256, Mask::sliding_window(), {}, 2),
+                                                 expected(DType::bf16, 256, Mask::sliding_window(), {}, 2)}));
   EXPECT_EQ(ks[0].use, "prefill: full-attention layers 5, 11, 17, 23, 29");
+  // One prompt under the 1024-key window packs at sm_90a's prefill tile (docs/PERF.md run 98), the
+  // tile of the varlen batches too (so built once).
+  EXPECT_EQ(ks[4].only_arch, "sm_90a");
+  EXPECT_EQ(ks[4].use.rfind("prefill (a window of 1024 keys, BM 128): sliding-window layers", 0), 0u) << ks[4].use;
 }
 
 TEST(ModelKernels, GptOssFollowsLayerTypesAndNotesItsSinks) {

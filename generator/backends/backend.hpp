@@ -3,6 +3,7 @@
 // boxes, which GPUs run the cubin). generator/config.cpp resolves what is common and asks the
 // backend's policy for the rest; the runtime asks it too, so it tests no Backend value itself.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "fa4jit/config.hpp"
@@ -73,9 +74,10 @@ class BackendPolicy {
   // `f`: the launch; never_packs: the launch's group is one no backend packs (MHA, or a prime group
   // above 64), so its decode rows run unpacked.
   virtual int launch_bm(const FA4Config& /*c*/, const LaunchFacts& /*f*/, bool /*never_packs*/) const { return 0; }
-  // Whether a launch the automatic choice would pack runs faster unpacked at a tile of this
-  // backend's own (launch_bm then picks it). `c`: the config as choose_kernel receives it.
-  virtual bool unpacks(const FA4Config& /*c*/, const LaunchFacts& /*f*/) const { return false; }
+  // This backend's own answer to whether a launch packs GQA, where it was measured to differ from
+  // the automatic rule (kernel_choice.cpp auto_pack) at a tile of its own (launch_bm then picks
+  // it); nullopt: the rule's. `c`: the config as choose_kernel receives it (BM 0).
+  virtual std::optional<bool> packs(const FA4Config& /*c*/, const LaunchFacts& /*f*/) const { return std::nullopt; }
 };
 
 // V's and O's padded depth: `dp` (Q's and K's), or for a narrower 16-bit V its depth in whole

@@ -479,7 +479,8 @@ class Sm90a final : public BackendPolicy {
   // 2 passes (docs/PERF.md run 97): Gemma 3 4B 8/4 heads under its 1024-key window 0.276 -> 0.192
   // ms (unpacked 0.205), causal 0.58 -> 0.41-0.43 (unpacked the same); Gemma 2 9B 16/8 heads, window
   // 4096 with softcap, 1.24 -> 0.88-0.91 (unpacked 0.99). Head dim 192 (V as wide) was not measured.
-  static constexpr int kDecodeBm = 64, kPrefillBm = 128, kPrefillBm64 = 192, kSmallWindowKeys = 512;
+  static constexpr int kDecodeBm = 64, kPrefillBm = 128, kPrefillBm64 = 192, kSmallWindowKeys = 512,
+                       kPackedPromptWindowKeys = 1024;
   static bool sixteen_bit_qkv(const FA4Config& c) {
     return (c.dtype == DType::bf16 || c.dtype == DType::fp16) && !c.kv_dtype && value_depth(c) == c.depth;
   }
@@ -507,8 +508,21 @@ class Sm90a final : public BackendPolicy {
   // Not by score-mod, which the C API's choice (fa4jit_choose_kernel2) does not know, as launch_bm's
   // unpacked small-window tile: with one (two CTAs per SM) about 4% slower than packed (run 90's
   // unpacked 0.479 ms), no model having one at head dim 64.
-  bool unpacks(const FA4Config& c, const LaunchFacts& f) const override {
-    return sixteen_bit_qkv(c) && small_window(c, f) && f.varlen_batch > 0 && f.total_q > 512LL * f.varlen_batch;
+  // And a dense launch (one prompt) at head dim 256 under a window of at most kPackedPromptWindowKeys
+  // keys packs, at the prefill tile (launch_bm), where K and V are read once per KV head: H200,
+  // `fa4jit bench`, Gemma 3 4B (8/4 heads, its 1024-key window), 2 passes (docs/PERF.md run 98): 1 x
+  // 16k 0.241 -> 0.227 ms, 1 x 2k 0.0314 -> 0.0301 (the zoo against FA4, back to back: 0.883 ->
+  // 0.941, 0.944 -> 0.979). Packed was slower or level elsewhere, 1 x 16k: d128 under Gemma 3 27B's
+  // window (32/16) 0.537 -> 0.562 ms, under Mistral's 4096 keys 1.66-1.72 -> 1.70; causal d64
+  // (16/2, sinks) and d128 (4/1, 14/2) 0-6% slower. d256 under a wider window (Gemma 2's 4096) was
+  // not measured.
+  std::optional<bool> packs(const FA4Config& c, const LaunchFacts& f) const override {
+    if (!sixteen_bit_qkv(c)) return std::nullopt;
+    if (small_window(c, f) && f.varlen_batch > 0 && f.total_q > 512LL * f.varlen_batch) return false;
+    if (c.depth == 256 && f.varlen_batch == 0 && f.window_keys > 0 && f.window_keys <= kPackedPromptWindowKeys &&
+        !short_rows(f))
+      return true;
+    return std::nullopt;
   }
 };
 

@@ -116,7 +116,7 @@ struct LaunchFacts {
 // decode and speculative rows, and for varlen batches of uneven or short query lengths; a group
 // that no backend packs stays unpacked), and, where config.BM is 0 and config.arch's backend runs
 // a tile of its own for such a launch (sm_90a: generator/backends/sm90a.cpp launch_bm), that BM;
-// with BM 0 a backend may keep such a batch unpacked for its own tile (sm90a.cpp unpacks).
+// with BM 0 a backend may answer for itself where its own tile was measured faster (sm90a.cpp packs).
 // config.arch empty: no arch's own tile. Pure: the Python ops and `prewarm --model` choose
 // through it, so a prewarmed server compiles nothing. ConfigError for a group or length below 0/1
 // (window_keys below 0).

@@ -829,9 +829,12 @@ def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_pref
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1) == (True, 192)
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 7000, 8, 16048, -1, 127, 0, 0) == (False, 64)
     assert _choose("sm_90a", "bf16", "bf16", 64, 64, 8, 2048, 50, 48 + 2 * 2048, -1, 127, 0, 0) == (True, 0)
-    # Gemma 3 4B's (head dim 256) varlen batch, under its 1024-key window too: the prefill tile (docs/PERF.md run 97)
+    # Gemma 3 4B's (head dim 256) varlen batch, under its 1024-key window too: the prefill tile (docs/PERF.md run 97),
     assert _choose("sm_90a", "bf16", "bf16", 256, 256, 2, 7000, 8, 16048, -1) == (True, 128)
     assert _choose("sm_90a", "bf16", "bf16", 256, 256, 2, 7000, 8, 16048, -1, 1023, 0, 0) == (True, 128)
+    # and its one prompt under that window (run 98); without the window it stays unpacked
+    assert _choose("sm_90a", "bf16", "bf16", 256, 256, 2, 16384, 0, 16384, -1, 1023, 0, 0) == (True, 128)
+    assert _choose("sm_90a", "bf16", "bf16", 256, 256, 2, 16384, 0, 16384, -1) == (False, 0)
     with pytest.raises(fa4jit.ConfigError, match="choose_kernel: group 0"):
         _choose("sm_90a", "bf16", "bf16", 128, 128, 0, 1, 0, 1, -1)
 
