@@ -529,6 +529,31 @@ def test_a_row_measured_again_comes_from_the_newest_run_in_any_order(tmp_path):
         assert len(line) == 1 and "| 1.250 " in line[0], (order, line)
 
 
+def test_perf_md_holds_the_block_the_committed_runs_make(tmp_path):
+    """docs/PERF.md's zoo block (the runs, the counts, the rows below 0.97) is what --perf-md makes of
+    docs/perf/*.json: a run added without rewriting it fails here. --perf-md rewrites only the block."""
+    import glob
+    paths = glob.glob(os.path.join(REPO, "docs", "perf", "*.json"))
+    with open(os.path.join(REPO, "docs", "PERF.md"), encoding="utf-8") as f:
+        text = f.read()
+    start, end = text.index(zoo.PERF_BEGIN), text.index(zoo.PERF_END) + len(zoo.PERF_END)
+    block = zoo.perf_block(paths)
+    assert text[start:end] == block, ("docs/PERF.md's zoo block is stale: python3 bench/zoo.py --table "
+                                      "docs/perf/*.json --perf-md docs/PERF.md")
+    assert zoo.perf_block(list(reversed(paths))) == block  # the files' order does not matter
+    listed = [ln for ln in block.splitlines() if ln.startswith("| ") and not ln.startswith("| row")]
+    counts = next(ln for ln in block.splitlines() if "rows measured of the zoo's" in ln)
+    assert f": {len(listed)} below 0.97 back to back" in counts, counts
+    doc = tmp_path / "PERF.md"
+    doc.write_text("# head\n" + zoo.PERF_BEGIN + "\nstale\n" + zoo.PERF_END + "\ntail\n", encoding="utf-8")
+    assert zoo.main(["--table", *paths, "--perf-md", str(doc)]) == 0
+    assert doc.read_text(encoding="utf-8") == "# head\n" + block + "\ntail\n"
+    assert not zoo.update_perf_md(str(doc), paths)  # current: not written again
+    doc.write_text("no block\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="no generated block"):
+        zoo.update_perf_md(str(doc), paths)
+
+
 def test_table_of_the_committed_runs_renders_every_row(capsys):
     """docs/perf/*.json are the runs behind docs/PERF.md's table: --table rebuilds it from them."""
     import glob
