@@ -412,8 +412,6 @@ struct Custom {
   }
 };
 
-// The two-step class read (Custom::read / resolve) for any mask: Custom's own, and for every other
-// mask its class at once (their classes are arithmetic, or a Custom inside And / Or, read at once).
 // Row q's visible keys under a kRowInterval mask, relative to key k0: [begin, end) (kv_range of
 // the one row, bounded by seqlen_k). The kernels mask a partial tile by it (sm90a mask_rows,
 // sm100a visible_bits) instead of asking visible() per key.
@@ -424,6 +422,8 @@ __device__ __forceinline__ KvRange row_keys(int q, int k0, const Ctx& c) {
   return {r.begin - k0, r.end - k0};
 }
 
+// The two-step class read (Custom::read / resolve) for any mask: Custom's own, and for every other
+// mask its class at once (their classes are arithmetic, or a Custom inside And / Or, read at once).
 template <class M>
 struct ClassRead {
   using Read = TileClass;
