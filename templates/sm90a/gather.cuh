@@ -133,7 +133,7 @@ struct GatherTile {
                   : base + __shfl_sync(0xffffffffu, off, (r - row0) % 32) * Sh::kKvElemBytes;
         const bool valid = r < keys_left;
         const u32 group_dst =
-            (kRowBytes == 128 ? lane_dst ^ (((g * kRowsPerStep) % 8) << 4) : lane_dst) + g * kRowsPerStep * kRowBytes;
+            (kRowBytes == 128 ? lane_dst ^ ((static_cast<u32>(g * kRowsPerStep) % 8u) << 4) : lane_dst) + g * kRowsPerStep * kRowBytes;
 #pragma unroll 1
         for (int k = 0; k < kSteps; ++k) {
           const int chunk = k * kLanesPerRow + c0;
