@@ -17,6 +17,12 @@ inline bool uneven(const LaunchFacts& f) {
   return f.varlen_batch > 0 && 5LL * f.max_seqlen_q * f.varlen_batch >= 6 * f.total_q;
 }
 
+// A continuous-batching step (decode rows beside prefill chunks in one varlen call): uneven, with a
+// mean of at most 512 queries a sequence. Its decode rows stream whole KV caches, which sm_90a's
+// decode tiles (BM 64) do faster than its prefill tiles (BackendPolicy::launch_bm); a varlen
+// prefill batch (a mean above 512) is the prefill tiles' work.
+inline bool serving_step(const LaunchFacts& f) { return uneven(f) && f.total_q <= 512LL * f.varlen_batch; }
+
 // LaunchFacts::window_keys of a sliding window's extents (-1: unbounded) and key prefix: the keys
 // one query sees at most, or 0 where a side is unbounded (clamped to INT_MAX).
 inline int window_keys(long long left, long long right, long long prefix) {

@@ -292,7 +292,7 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
       add_arch_tiles("prefill", fmt::format("a window of {} keys", window_keys), k, prompt);
     }
     if (!packs) {
-      add_arch_tiles("decode", "Sq <= 64", k, decode_rows);
+      add_arch_tiles("decode", "Sq <= 64, and d128 continuous-batching steps", k, decode_rows);
     } else {
       add(fmt::format("decode (Sq x {} <= {}, packed GQA): {}{}", group, std::max(128, group), layers_text, sinks),
           decode);

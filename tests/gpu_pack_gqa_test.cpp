@@ -357,8 +357,10 @@ TEST(GpuPackGqa, PrefillTileAtHeadDim256MatchesReference) {
 }
 
 // sm_90a's unpacked decode tile (BM 64, BN 64, two CTAs per SM: jit::choose_kernel, MHA
-// decode and speculative rows of at most 64 queries): every decode layout of check_layouts (one
-// query head per KV head), causal, and a sliding window with softcap.
+// decode and speculative rows of at most 64 queries, and continuous-batching steps): every decode
+// layout of check_layouts (one query head per KV head), causal; the mixed batch and the long-pole
+// steps (decode rows split into pieces beside whole chunk tiles: d128 MHA steps take this tile); a
+// sliding window with softcap, and Phi-3's decode kernel (d96, its 2047-key window) over a step.
 TEST(GpuPackGqa, UnpackedDecodeTileMatchesReference) {
   SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a") GTEST_SKIP() << "sm_90a's tile";
@@ -369,6 +371,16 @@ TEST(GpuPackGqa, UnpackedDecodeTileMatchesReference) {
   EXPECT_EQ(kernel->config().config.BN, 64);
   EXPECT_EQ(kernel->config().ctas_per_sm, 2);
   for (int sq : {1, 5, 16}) check_layouts(*kernel, 1, sq, fmt::format("unpacked BM 64 Sq {}", sq));
+  check_mixed_batch(*kernel, 1, "unpacked BM 64 mixed batch");
+  check_long_poles(*kernel, 1, "unpacked BM 64");
+  FA4Config d96 = c;
+  d96.depth = 96;
+  d96.mask = Mask::sliding_window();
+  CheckCase step = long_pole_batch(1, false);
+  step.window_left = 2047;
+  step.window_right = 0;
+  expect_matches(jit::testing::run_and_check(*jit::get_kernel(d96, jit::testing::env_tune()), step),
+                 "unpacked BM 64 d96 window 2047 long-pole step");
   c.mask = Mask::sliding_window();
   c.score_mod = jit::ScoreMod::softcap();
   CheckCase w = decode_case(1, 4);

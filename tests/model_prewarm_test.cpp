@@ -85,7 +85,7 @@ TEST(ModelKernels, MultiHeadAttentionDecodesUnpackedAtTheDecodeTileOnHopper) {
   tile.BM = 64;
   ASSERT_EQ(configs(ks), (std::vector<FA4Config>{expected(DType::bf16, 128, Mask::causal()), tile}));
   EXPECT_EQ(ks[0].use, "prefill and decode: full-attention all layers");
-  EXPECT_EQ(ks[1].use, "decode (Sq <= 64, BM 64): full-attention all layers");
+  EXPECT_EQ(ks[1].use, "decode (Sq <= 64, and d128 continuous-batching steps, BM 64): full-attention all layers");
   EXPECT_EQ(ks[0].only_arch, "");
   EXPECT_EQ(ks[1].only_arch, "sm_90a");
   FA4Config c = ks[1].config;

@@ -465,8 +465,15 @@ class Sm90a final : public BackendPolicy {
   // 0.433 -> 0.296), except a continuous-batching step (uneven, a mean of at most 512 queries), whose
   // decode rows stream their KV caches faster at the decode tile (the step 1-14% slower at BM 128,
   // run 80). Unpacked, a group that never packs: the decode tile (one warpgroup, BN 64, two CTAs per
-  // SM) for at most 64 queries, MHA decode 3-10% faster (run 82); a packable group left unpacked
-  // keeps the default, the kernel `prewarm --model` builds for it.
+  // SM) for at most 64 queries, MHA decode 3-10% faster (run 82), and at head dim 128 for a
+  // continuous-batching step (serving_step) without a bounded window, whose decode rows then split
+  // as long poles and run two CTAs per SM. H200, `fa4jit bench`, d128 causal, 2 passes (docs/PERF.md
+  // run 99): Command R 64/64, the zoo's step (48 decode rows over 4.1k-8.7k keys, two chunks of
+  // 2048), 3.33-3.36 ms -> 2.48 (BM 128 on the grid walk 3.03, the dynamic walk 3.00); 32/32 heads
+  // 1.69-1.71 -> 1.24, and 16 rows + 4 chunks (a mean of 410 queries) 0.84-0.85 -> 0.61-0.65; the
+  // uneven prefill batch stays at BM 128 (2.18 ms, BM 64 2.50). Under Phi-3's 2047-key window (d96)
+  // the step ran slower at BM 64 (0.54-0.56 -> 0.62 ms): its decode rows' bands are no long poles.
+  // A packable group left unpacked keeps the default, the kernel `prewarm --model` builds for it.
   // At head dim 64 under a window of at most kSmallWindowKeys keys per query (gpt-oss: 128) the
   // decode tile, packed or not, whose 64-key tiles over 64 queries cover the band with fewer wasted
   // keys than BM 192's (three tiles per 64 queries against five per 192 at 128 keys). H200, `fa4jit
@@ -494,10 +501,10 @@ class Sm90a final : public BackendPolicy {
     if (!c.pack_gqa) {
       if (c.depth > 128) return 0;
       if (c.depth <= 64) return small_window ? kDecodeBm : 0;
-      return never_packs && f.max_seqlen_q <= 64 ? kDecodeBm : 0;
+      const bool mha_step = serving_step(f) && c.depth == 128 && f.window_keys == 0;
+      return never_packs && (f.max_seqlen_q <= 64 || mha_step) ? kDecodeBm : 0;
     }
-    if (c.group > 64 || short_rows(f) || small_window) return 0;
-    if (uneven(f) && f.total_q <= 512LL * f.varlen_batch) return 0;
+    if (c.group > 64 || short_rows(f) || small_window || serving_step(f)) return 0;
     return c.depth <= 64 ? kPrefillBm64 : kPrefillBm;
   }
   // A varlen prefill batch (a mean of more than 512 queries: not a continuous-batching step, whose
