@@ -72,7 +72,8 @@ TEST(ChooseKernel, PacksDecodeRowsContinuousBatchingStepsAndUnevenBatches) {
 // head dim 64), except a continuous-batching step (uneven, mean at most 512 queries), decode and
 // speculative rows, FP8, head dim 192 (not measured; 256 takes the tile), V narrower than Q and
 // groups above 64; an unpacked launch of a group that never packs (MHA), at most 64 queries or a
-// continuous-batching step at head dim 128 without a window, runs the decode tile (BM 64); other archs, or none, keep their default (0), and so does an explicit BM.
+// continuous-batching step at head dim 128 without a window, runs the decode tile (BM 64); other archs, or none, keep
+// their default (0), and so does an explicit BM.
 TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
   const jit::FA4Config c = bf16();
   EXPECT_EQ(bm(c, facts(4, 7000, 8, 16048)), 128);  // uneven varlen prefill
@@ -104,10 +105,10 @@ TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
   EXPECT_EQ(bm(c, facts(1, 1)), 64);   // MHA decode
   EXPECT_EQ(bm(c, facts(1, 64)), 64);  // ... up to 64 queries
   EXPECT_EQ(bm(c, facts(1, 65)), 0);
-  EXPECT_EQ(bm(c, facts(1, 2048, 50, 48 + 2 * 2048)), 64);  // MHA continuous-batching step (mean 83)
-  EXPECT_EQ(bm(c, facts(1, 2048, 20, 16 + 4 * 2048)), 64);  // ... a mean of 410
-  EXPECT_EQ(bm(c, facts(1, 7000, 8, 16048)), 0);            // MHA uneven prefill batch (mean 2006)
-  EXPECT_EQ(bm(c, facts(1, 2048, 8, 8 * 2048)), 0);         // MHA even chunks
+  EXPECT_EQ(bm(c, facts(1, 2048, 50, 48 + 2 * 2048)), 64);        // MHA continuous-batching step (mean 83)
+  EXPECT_EQ(bm(c, facts(1, 2048, 20, 16 + 4 * 2048)), 64);        // ... a mean of 410
+  EXPECT_EQ(bm(c, facts(1, 7000, 8, 16048)), 0);                  // MHA uneven prefill batch (mean 2006)
+  EXPECT_EQ(bm(c, facts(1, 2048, 8, 8 * 2048)), 0);               // MHA even chunks
   EXPECT_EQ(bm(bf16(96), facts(1, 2048, 50, 48 + 2 * 2048)), 0);  // not measured at d96
   jit::FA4Config window = c;
   window.mask = jit::Mask::sliding_window();
@@ -119,7 +120,7 @@ TEST(ChooseKernel, Sm90aTilesForPackedPrefillAndUnpackedDecode) {
   banded.max_seqlen_q = 1;
   banded.total_q = 48;
   banded.varlen_batch = 48;
-  EXPECT_EQ(bm(window, banded), 64);  // its decode rows
+  EXPECT_EQ(bm(window, banded), 64);   // its decode rows
   EXPECT_EQ(bm(c, facts(67, 1)), 64);  // a group no backend packs
   jit::LaunchFacts unpacked = facts(4, 1);
   unpacked.pack_gqa = false;
