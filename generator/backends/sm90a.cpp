@@ -468,7 +468,7 @@ class Sm90a final : public BackendPolicy {
   // SM) for at most 64 queries, MHA decode 3-10% faster (run 82), and at head dim 128 for a
   // continuous-batching step (serving_step) without a bounded window, whose decode rows then split
   // as long poles and run two CTAs per SM. H200, `fa4jit bench`, d128 causal, 2 passes (docs/PERF.md
-  // run 99): Command R 64/64, the zoo's step (48 decode rows over 4.1k-8.7k keys, two chunks of
+  // run 100): Command R 64/64, the zoo's step (48 decode rows over 4.1k-8.7k keys, two chunks of
   // 2048), 3.33-3.36 ms -> 2.48 (BM 128 on the grid walk 3.03, the dynamic walk 3.00); 32/32 heads
   // 1.69-1.71 -> 1.24, and 16 rows + 4 chunks (a mean of 410 queries) 0.84-0.85 -> 0.61-0.65; the
   // uneven prefill batch stays at BM 128 (2.18 ms, BM 64 2.50). Under Phi-3's 2047-key window (d96)

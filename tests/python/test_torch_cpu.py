@@ -819,7 +819,7 @@ def test_automatic_choice_is_the_librarys_and_packs_uneven_batches_at_sm90a_pref
     assert _choose("sm_90a", "bf16", "bf16", 128, 128, 4, 2048, 0, 2048, 1) == (True, 128)  # pack_gqa=True
     assert _choose("sm_90a", "bf16", "bf16", 128, 128, 4, 1, 0, 1, 0) == (False, 0)  # pack_gqa=False
     assert _choose("sm_90a", "fp16", "fp16", 96, 96, 1, 1, 0, 1, -1) == (False, 64)  # MHA decode
-    # an MHA continuous-batching step at head dim 128: the decode tile too (docs/PERF.md run 99); a prefill batch not
+    # an MHA continuous-batching step at head dim 128: the decode tile too (docs/PERF.md run 100); a prefill batch not
     assert _choose("sm_90a", "bf16", "bf16", 128, 128, 1, 2048, 50, 48 + 2 * 2048, -1) == (False, 64)
     assert _choose("sm_90a", "bf16", "bf16", 128, 128, 1, 7000, 8, 16048, -1) == (False, 0)
     assert _choose("sm_90a", "bf16", "e4m3", 128, 128, 4, 7000, 8, 16048, -1) == (True, 0)  # FP8 KV cache
