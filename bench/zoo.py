@@ -29,6 +29,7 @@ without a paged form run on contiguous copies of the same keys, and for FP8-KV r
 what a user would otherwise run.
 """
 import argparse
+import collections
 import dataclasses
 import json
 import math
@@ -606,9 +607,63 @@ PERF_END = "<!-- end of the zoo table -->"
 PERF_BAR = 0.97  # the rows the block lists: below this back to back (the issues' goal)
 
 
+# docs/PERF.md's summary: the measured rows by kind, in this order (summary_kind).
+SUMMARY_KINDS = (
+    "decode, batch 32 and 128", "decode, batch 1", "paged decode, page 64", "paged decode, pages 1 and 16",
+    "speculative decode, 4 queries", "FP8-KV decode (peers on bf16 K/V)", "prefill, one prompt",
+    "varlen prefill batch (8 lengths, 16k tokens)", "continuous-batching step (48 decode rows + 2 chunks)",
+    "varlen decode (a step's 48 decode rows alone)", "MLA decode over the latent cache",
+    "MLA decode over an e4m3 latent cache", "sliding-window layers: decode, paged and speculative",
+    "sliding-window layers: prefill, one prompt", "sliding-window layers: varlen prefill batch",
+    "sliding-window layers: continuous-batching step and its decode rows")
+
+
+def summary_kind(row):
+    """The line of the summary (SUMMARY_KINDS) a row counts in."""
+    if row.latent:
+        return SUMMARY_KINDS[10 if row.kind == "mla" else 11]
+    step = row.kind == "mixed" and any(q > 1 for q, _ in row.lens)
+    if row.shape.window:
+        if row.kind in ("decode", "paged", "spec", "fp8kv"):
+            return SUMMARY_KINDS[12]
+        return SUMMARY_KINDS[{"prefill": 13, "varlen": 14}.get(row.kind, 15)]
+    if row.kind == "decode":
+        return SUMMARY_KINDS[1 if row.B == 1 else 0]
+    if row.kind == "paged":
+        return SUMMARY_KINDS[2 if row.page >= 64 else 3]
+    return SUMMARY_KINDS[{"spec": 4, "fp8kv": 5, "prefill": 6, "varlen": 7}.get(row.kind, 8 if step else 9)]
+
+
+def summary(rows):
+    """Markdown: per kind of row (summary_kind) the measured rows, the worst and median ratio against
+    the best peer per call and back to back (worst in bold below PERF_BAR), and which peers led."""
+    by_kind = {}
+    for row, s in rows:
+        if "skipped" in s or "vs_best" not in s or "ms" not in s["arms"].get("fa4jit", {}):
+            continue
+        by_kind.setdefault(summary_kind(row), []).append((row, s))
+    lines = ["| rows | n | per call: worst, median | back to back: worst, median | led by (rows) |",
+             "|---|---|---|---|---|"]
+    for kind in SUMMARY_KINDS:
+        got = by_kind.get(kind)
+        if not got:
+            continue
+        call = [s["vs_best"][0] for _, s in got]
+        b2b = [s["vs_best_b2b"][0] for _, s in got]
+        worst = f"{min(b2b):.2f}"
+        if min(b2b) < PERF_BAR:
+            worst = f"**{worst}**"
+        leaders = collections.Counter(s["best_peer"] for _, s in got)
+        led = ", ".join(f"{peer} {n}" for peer, n in sorted(leaders.items(), key=lambda kv: (-kv[1], kv[0])))
+        lines.append(f"| {kind} | {len(got)} | {min(call):.2f}, {harness.median(call):.2f} | {worst}, "
+                     f"{harness.median(b2b):.2f} | {led} |")
+    return "\n".join(lines)
+
+
 def perf_block(paths):
     """The runs' states, the counts of measured rows by their back-to-back ratio against the best
-    peer, and the rows below PERF_BAR, worst first, with the A/A verdict over every row. The files
+    peer, the summary per kind of row, and the rows below PERF_BAR, worst first, with the A/A verdict
+    over every row. The files
     are taken in name order (runs of one date and no time then keep it), whatever order a shell's
     locale gives a glob."""
     heads, rows = combined_runs(sorted(paths, key=os.path.basename))
@@ -625,7 +680,9 @@ def perf_block(paths):
               f"worst first), {near} at {PERF_BAR}-1.0, {ahead} at or above 1.0, {len(measured) - below - near - ahead} "
               f"run by no peer.")
     listed = table(rows, shown=lambda r, s: "skipped" not in s and b2b(s) < PERF_BAR)
-    return "\n".join([PERF_BEGIN, *heads, "", counts, "", listed, PERF_END])
+    kinds = ("**Summary, per kind of row** (ratio = the best peer's time / fa4jit's; >1: fa4jit faster; the "
+             "peer that led each row, by its per-call time):")
+    return "\n".join([PERF_BEGIN, *heads, "", counts, "", kinds, "", summary(rows), "", listed, PERF_END])
 
 
 def update_perf_md(doc, paths):
