@@ -270,13 +270,15 @@ sanitize() {
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 1 1 1 --seqlens-k 3000 5000 4000 2000 50 --pack-gqa')
         san_masks "" '"depth":128' "${cases[@]}" ;;
       tiles)  # sm_90a's tiles beside its defaults (jit::choose_kernel): the packed prefill tile (BM 128; 192
-        # at d64) on an uneven prefill batch and a continuous-batching step; the unpacked decode tile (BM 64)
+        # at d64) on an uneven prefill batch and a continuous-batching step; the unpacked decode tile (BM 64),
+        # also an MHA step's (docs/PERF.md run 100: its decode rows split as long poles; page 1 gathers)
         local cases=('causal --heads 10 --kv-heads 2 --seqlens-q 700 1 300 129 0 64 5 --seqlens-k 700 1 450 129 50 64 5 --pack-gqa'
           'causal --heads 14 --kv-heads 2 --seqlens-q 1 1 5 8 9 0 300 --seqlens-k 3000 5000 4000 2000 2000 50 700 --pack-gqa')
         san_masks "" '"depth":128,"BM":128' "${cases[@]}"
         san_masks "" '"depth":64,"BM":192' "${cases[@]}"
         cases=('causal --batch 3 --heads 4 --kv-heads 4 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 16 --splits 3 --sinks'
-          'causal --heads 4 --kv-heads 4 --seqlens-q 5 1 64 --seqlens-k 777 40 300 --splits 0')
+          'causal --heads 4 --kv-heads 4 --seqlens-q 5 1 64 --seqlens-k 777 40 300 --splits 0'
+          'causal --heads 4 --kv-heads 4 --seqlens-q 1 1 1 1 1 1 5 8 200 0 1 --seqlens-k 1500 3000 2200 4000 900 2600 1800 2500 700 50 3300 --page-size 1')
         san_masks "" '"depth":128,"BM":64' "${cases[@]}" ;;
       d512)  # head dim 512 (O split over two warpgroups sharing P; K and V rings of BN 32): GQA prefill,
         # a window, varlen, packed paged decode with splits, on sm_90a
