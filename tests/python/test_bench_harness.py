@@ -422,6 +422,33 @@ def test_table_puts_the_worst_row_first_and_judges_the_aa_arm():
     assert "OUTSIDE +-2%" in zoo.table([(good, s_noisy)])
 
 
+def test_summary_counts_each_kind_of_row_and_marks_a_worst_below_the_bar():
+    """docs/PERF.md's summary per kind of row (zoo.summary): rows go to their kind (a step is not its
+    decode rows alone; a window has kinds of its own), each kind's worst and median, worst in bold
+    below 0.97 back to back, and the peers that led."""
+    d128, window = zoo.Shape(32, 8, 128), zoo.Shape(32, 8, 128, window=4096)
+    step = zoo.Row("mixed", d128, 50, 2048, 8700, lens=zoo.MIXED_LENS)
+    alone = zoo.Row("mixed", d128, 48, 1, 8700, lens=zoo.VARLEN_DECODE_LENS)
+    assert zoo.summary_kind(step).startswith("continuous-batching step")
+    assert zoo.summary_kind(alone).startswith("varlen decode")
+    assert zoo.summary_kind(zoo.Row("decode", d128, 1, 1, 4096)) == "decode, batch 1"
+    assert zoo.summary_kind(zoo.Row("paged", d128, 32, 1, 4096, page=16)) == "paged decode, pages 1 and 16"
+    assert zoo.summary_kind(zoo.Row("paged", window, 32, 1, 4096, page=1)).startswith("sliding-window layers: decode")
+    assert zoo.summary_kind(zoo.Row("mla8", zoo.Shape(16, 1, 576, Dv=512), 8, 1, 32768, page=64)).startswith("MLA")
+
+    def run(ms, peer, peer_ms):
+        return harness.summarize(rounds_of([ms] * 3, [ms] * 3, {peer: [peer_ms] * 3}), "fa4jit", "fa4jit A/A", [peer])
+    rows = [(zoo.Row("decode", d128, 32, 1, 4096), run(1.0, "cudnn", 1.2)),
+            (zoo.Row("decode", zoo.Shape(28, 4, 128), 32, 1, 4096), run(1.0, "cudnn", 0.9)),
+            (zoo.Row("decode", zoo.Shape(64, 8, 128), 32, 1, 4096), run(1.0, "fa4", 1.1)),
+            (step, run(1.0, "fa4", 1.5))]
+    lines = {ln.split(" | ")[0][2:]: ln for ln in zoo.summary(rows).splitlines()[2:]}
+    assert set(lines) == {"decode, batch 32 and 128", "continuous-batching step (48 decode rows + 2 chunks)"}
+    assert lines["decode, batch 32 and 128"] == \
+        "| decode, batch 32 and 128 | 3 | 0.90, 1.10 | **0.90**, 1.10 | cudnn 2, fa4 1 |"
+    assert "| 1.50, 1.50 | 1.50, 1.50 | fa4 1 |" in lines["continuous-batching step (48 decode rows + 2 chunks)"]
+
+
 def test_list_runs_without_a_gpu(capsys):
     assert zoo.main(["--list", "--models", "phi4", "--rows", "spec"]) == 0
     out = capsys.readouterr().out
