@@ -132,6 +132,8 @@ struct GatherTile {
             kLean ? reinterpret_cast<const char*>(__shfl_sync(0xffffffffu, mine_row, static_cast<int>((r - row0) & 31)))
                   : base + __shfl_sync(0xffffffffu, off, (r - row0) % 32) * Sh::kKvElemBytes;
         const bool valid = r < keys_left;
+        // Unsigned: g kRowsPerStep >= 0, so % 8 is a mask (the signed % kept a sign fix-up: the
+        // unrolled page-1 loop ran 79 SASS instructions per 4 cp.async, 54 so; docs/PERF.md run 99).
         const u32 group_dst =
             (kRowBytes == 128 ? lane_dst ^ ((static_cast<u32>(g * kRowsPerStep) % 8u) << 4) : lane_dst) + g * kRowsPerStep * kRowBytes;
 #pragma unroll 1
