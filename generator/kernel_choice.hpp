@@ -21,7 +21,11 @@ inline bool uneven(const LaunchFacts& f) {
 // mean of at most 512 queries a sequence. Its decode rows stream whole KV caches, which sm_90a's
 // decode tiles (BM 64) do faster than its prefill tiles (BackendPolicy::launch_bm); a varlen
 // prefill batch (a mean above 512) is the prefill tiles' work.
-inline bool serving_step(const LaunchFacts& f) { return uneven(f) && f.total_q <= 512LL * f.varlen_batch; }
+constexpr long long kStepMeanQueries = 512;
+inline bool prefill_batch(const LaunchFacts& f) {  // a varlen batch of a mean above kStepMeanQueries
+  return f.varlen_batch > 0 && f.total_q > kStepMeanQueries * f.varlen_batch;
+}
+inline bool serving_step(const LaunchFacts& f) { return uneven(f) && !prefill_batch(f); }
 
 // LaunchFacts::window_keys of a sliding window's extents (-1: unbounded) and key prefix: the keys
 // one query sees at most, or 0 where a side is unbounded (clamped to INT_MAX).

@@ -525,7 +525,7 @@ class Sm90a final : public BackendPolicy {
   // not measured.
   std::optional<bool> packs(const FA4Config& c, const LaunchFacts& f) const override {
     if (!sixteen_bit_qkv(c)) return std::nullopt;
-    if (small_window(c, f) && f.varlen_batch > 0 && f.total_q > 512LL * f.varlen_batch) return false;
+    if (small_window(c, f) && prefill_batch(f)) return false;
     if (c.depth == 256 && f.varlen_batch == 0 && f.window_keys > 0 && f.window_keys <= kPackedPromptWindowKeys &&
         !short_rows(f))
       return true;
