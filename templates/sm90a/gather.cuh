@@ -15,7 +15,8 @@ namespace sm90a {
 // (chunk c of tile row r: swizzle block c / 8, 16-byte unit (c % 8) ^ (r % 8)), so the consumers
 // and the e4m3 converters read it unchanged. kLanesPerRow lanes take consecutive chunks of one row
 // (reads of 128 bytes or more); each lane reads the page numbers of its warp's rows row0 + lane +
-// 32 j from the page ring (GatherState) and the lanes copying a row take its offset by shuffle.
+// 32 j from the page ring (GatherState) and the lanes copying a row take its offset by shuffle
+// (copy), or where one warp gathers, lane pairs form their rows' addresses themselves (copy_own).
 // Keys past the sequence are zero-filled (P V then never meets a NaN).
 // Who gathers (kGatherWarps): decode kernels (one consumer warpgroup; the producer warpgroup at 56
 // registers, abi.h producer_regs) without helper warps use all four producer warps, a quarter of
@@ -59,6 +60,16 @@ struct GatherRows {
     }
   }
 };
+
+// Lanes a row in copy_own (0: copy's row groups, their addresses taken by shuffle): 2 where one
+// warp gathers at 56 registers (an FP8 KV cache's decode, whose warps 1-3 convert) over 128-byte
+// swizzle rows. That warp alone is bound by its issue: pairs, 8 row addresses a lane and 4
+// cp.async each, ran FP8 KV page-1 decode 18% faster than row groups. Four warps are bound by the
+// 128-byte lines each cp.async touches: pairs (16 lines) ran bf16 page 1 2.4x slower, 4 lanes (8
+// lines) 1.28x, 8 lanes 1.01x, 16 lanes (2 rows, 16 addresses a lane) 1.31x (docs/PERF.md run 102).
+template <class Config>
+constexpr int kOwnRowLanes =
+    kWideGather<Config> && kGatherWarps<Config> == 1 && Shape<Config>::kKvRowBytes == 128 ? 2 : 0;
 
 // Row groups a gathering warp issues at once (GatherTile): one warp issuing one shuffle, address
 // and cp.async at a time is bound by their latencies. 4 at 56 registers (the FP8 KV decode's warp
@@ -146,6 +157,42 @@ struct GatherTile {
       }
     }
   }
+
+  // kOwnRowLanes's copy (L = kLanes lanes a row, R = 32 / L rows a cp.async): lane L i + h copies
+  // chunks c = L k + h of rows r = row0 + R st + i, each row's address formed by the lane itself
+  // from the page ring (no shuffle). Chunk c's unit (c % 8) ^ (r % 8) = t ^ u(k, st) with the
+  // lane's t = (h % 8) ^ (i % 8) and u(k, st) = (L k % 8) ^ (R st % 8) a constant (h < L, i < R,
+  // and L, R divide or are multiples of 8); rows are 128-byte aligned, so u is one xor of bits 4-6
+  // and the block ((L k + h) / 8), the row step and the global chunk are immediates. Rows past the
+  // keys read zero bytes from a mapped address (base).
+  template <int kLanes>
+  __device__ __forceinline__ static void copy_own(const FwdParams& p, const SeqInfo& s, const char* base,
+                                                  long long page_stride, long long row_stride, u32 dst, u32 pages,
+                                                  int n, int lane, int warp) {
+    constexpr int R = 32 / kLanes;
+    static_assert(kRowBytes == 128 && kRowChunks % kLanes == 0 && kWarpRows % R == 0 && (R % 8 == 0 || 8 % R == 0),
+                  "copy_own: 128-byte rows, whole chunk and row steps");
+    const int keys_left = min(s.seqlen_k - n * Sh::kBN, Sh::kBN);
+    const int i = lane / kLanes, h = lane % kLanes, row0 = warp * kWarpRows;
+    const u32 lane_dst = dst + static_cast<u32>((row0 + i) * kRowBytes + (h / 8) * (Sh::kBN * kRowBytes)) +
+                         (static_cast<u32>((h % 8) ^ (i % 8)) << 4);
+#pragma unroll
+    for (int st = 0; st < kWarpRows / R; ++st) {
+      const int r = row0 + R * st + i, key = n * Sh::kBN + r;
+      const bool valid = r < keys_left;
+      const long long page = valid ? static_cast<int>(ld_shared_u32(pages + 4 * r)) : 0;
+      const long long off =
+          valid ? page * page_stride + (kLean ? page_row(p, key) : key % p.page_size) * row_stride : 0;
+      const char* row = base + off * Sh::kKvElemBytes + 16 * h;
+#pragma unroll
+      for (int k = 0; k < kRowChunks / kLanes; ++k) {
+        const bool real = kRowChunks * 16 == kRealBytes || 16 * (kLanes * k + h) < kRealBytes;  // padding: zeros
+        const u32 u = static_cast<u32>(((kLanes * k) % 8) ^ ((R * st) % 8)) << 4;
+        cp_async_16((lane_dst ^ u) + static_cast<u32>((kLanes * k / 8) * (Sh::kBN * kRowBytes) + R * st * kRowBytes),
+                    row + 16 * kLanes * k, valid && real);
+      }
+    }
+  }
 };
 
 // A gathering warp's state over one unit of work.
@@ -221,6 +268,9 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
       kLean ? seq : SeqInfo::make(p, static_cast<int>(opaque_u32(static_cast<u32>(seq.batch))), seq.q_head);
   if constexpr (!kV) {
     GatherState<Config>::pages_landed();
+    // copy_own's lanes read other lanes' page numbers: landed for every lane, and the previous
+    // tile's reads of the slot the next fetch overwrites are done.
+    if constexpr (kOwnRowLanes<Config> > 0) __syncwarp();
     if (has_next) {
       GatherState<Config>::template fetch_pages<kLean>(p, s, gs.next_pages(), next);
       cp_async_commit();  // a group of their own (GatherState)
@@ -229,11 +279,17 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   // Paged K / V: the KV head's offset is its only term besides the page and the row.
   const char* base = static_cast<const char*>(kV ? p.v : p.k) +
                      s.kv_head * (kV ? p.v_head_stride : p.k_head_stride) * Sh::kKvElemBytes;
-  GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, (kV ? Sh::kDepthV : Sh::kDepth) * Sh::kKvElemBytes,
-             gather_unroll<Config, Mask>(), kLean>::copy(
-      p, s, base, kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_row_stride : p.k_row_stride,
-      smem_u32(ring_base) + st.index() * kBytes, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
-      GatherRows<Config>::warp());
+  using Tile = GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, (kV ? Sh::kDepthV : Sh::kDepth) * Sh::kKvElemBytes,
+                          gather_unroll<Config, Mask>(), kLean>;
+  const long long page_stride = kV ? p.v_batch_stride : p.k_batch_stride;
+  const long long row_stride = kV ? p.v_row_stride : p.k_row_stride;
+  const u32 dst = smem_u32(ring_base) + st.index() * kBytes;
+  if constexpr (kOwnRowLanes<Config> > 0)
+    Tile::template copy_own<kOwnRowLanes<Config>>(p, s, base, page_stride, row_stride, dst, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
+                     GatherRows<Config>::warp());
+  else
+    Tile::copy(p, s, base, page_stride, row_stride, dst, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
+               GatherRows<Config>::warp());
   GatherState<Config>::issued(st.full_barrier());
 }
 
