@@ -64,9 +64,10 @@ struct GatherRows {
 // Lanes a row in copy_own (0: copy's row groups, their addresses taken by shuffle): 2 where one
 // warp gathers at 56 registers (an FP8 KV cache's decode, whose warps 1-3 convert) over 128-byte
 // swizzle rows. That warp alone is bound by its issue: pairs, 8 row addresses a lane and 4
-// cp.async each, ran FP8 KV page-1 decode 18% faster than row groups. Four warps are bound by the
-// 128-byte lines each cp.async touches: pairs (16 lines) ran bf16 page 1 2.4x slower, 4 lanes (8
-// lines) 1.28x, 8 lanes 1.01x, 16 lanes (2 rows, 16 addresses a lane) 1.31x (docs/PERF.md run 102).
+// cp.async each, ran FP8 KV page-1 decode 18% faster than row groups (one lane a row, 32 lines a
+// cp.async: 3.4x slower, run 103). Four warps are bound by the 128-byte lines each cp.async
+// touches: pairs (16 lines) ran bf16 page 1 2.4x slower, 4 lanes (8 lines) 1.28x, 8 lanes 1.01x,
+// 16 lanes (2 rows, 16 addresses a lane) 1.31x (docs/PERF.md run 102).
 template <class Config>
 constexpr int kOwnRowLanes =
     kWideGather<Config> && kGatherWarps<Config> == 1 && Shape<Config>::kKvRowBytes == 128 ? 2 : 0;
