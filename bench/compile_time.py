@@ -10,7 +10,7 @@ random:  the seeded random feature combinations of tests/gpu_features_test.cpp (
          FeatureCompile.RandomCasesSurviveJson with FA4JIT_WRITE_RANDOM_CASES set), 24 per arch.
 Each run compiles the whole set with `fa4jit prewarm --jobs 1` into a fresh cache directory; a
 kernel's time is its `get_kernel` wall time as prewarm reports it (generate, key, NVRTC, publish).
-Prints the markdown table docs/PERF.md keeps (median and max over runs, per kernel and per group).
+Prints a markdown table of compile times (median and max over runs, per kernel and per group).
 """
 import argparse
 import json

@@ -121,19 +121,8 @@ struct WgSoftmax {
         for (int i = 0; i < kN; ++i)
           s[i] = row[(i >> 1) & 1](s[i] * logit_mul(p), 8 * (i >> 2) + (i & 1), p);
       }
-      if (need_mask) {
-        if constexpr (Mask::kSnippet) {
-          apply_snippet_mask(s, n, w, [&](int h) { return q[h]; }, [&](int h) -> const mask::Ctx& { return ctx[h]; });
-        } else if constexpr (Mask::kRowInterval) {
-          mask_rows(s, n, [&](int h) { return q[h]; }, [&](int h) -> const mask::Ctx& { return ctx[h]; });
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
-            if (!(Mask::visible(q[h], k, ctx[h]) && k < w.seq.seqlen_k)) s[i] = kNegInf;
-          }
-        }
-      }
+      if (need_mask)
+        apply_mask(s, n, k0, w, [&](int h) { return q[h]; }, [&](int h) -> const mask::Ctx& { return ctx[h]; });
     }
   }
 
@@ -187,6 +176,25 @@ struct WgSoftmax {
       mask_tile<false>(s, n, row_q, row_ctx, seqlen_k);
   }
 
+  // -inf where a row of tile n cannot see a key (a tile that needs its mask): a snippet's partial
+  // tile (apply_snippet_mask), a mask whose rows each see one interval of keys (mask_rows), or a
+  // built-in mask element by element. k0: the caller's n kBN + kc.
+  template <class Work, class RowQ, class RowCtx>
+  __device__ __forceinline__ void apply_mask(float (&s)[kN], int n, int k0, const Work& w, RowQ row_q,
+                                             RowCtx row_ctx) const {
+    if constexpr (Mask::kSnippet) {
+      apply_snippet_mask(s, n, w, row_q, row_ctx);
+    } else if constexpr (Mask::kRowInterval) {
+      mask_rows(s, n, row_q, row_ctx);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        const int h = (i >> 1) & 1, k = k0 + 8 * (i >> 2) + (i & 1);
+        if (!(Mask::visible(row_q(h), k, row_ctx(h)) && k < w.seq.seqlen_k)) s[i] = kNegInf;
+      }
+    }
+  }
+
   template <class Work>
   __device__ __forceinline__ void logits_unpacked(float (&s)[kN], int n, bool need_mask, const FwdParams& p,
                                                   const Work& w) const {
@@ -209,19 +217,8 @@ struct WgSoftmax {
       for (int i = 0; i < kN; ++i)
         s[i] = row[(i >> 1) & 1](s[i] * logit_mul(p), 8 * (i >> 2) + (i & 1), p);
     }
-    if (need_mask) {
-      if constexpr (Mask::kSnippet) {
-        apply_snippet_mask(s, n, w, [&](int h) { return q0 + 8 * h; }, [&](int) -> const mask::Ctx& { return ctx; });
-      } else if constexpr (Mask::kRowInterval) {
-        mask_rows(s, n, [&](int h) { return q0 + 8 * h; }, [&](int) -> const mask::Ctx& { return ctx; });
-      } else {
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          const int q = q0 + 8 * ((i >> 1) & 1), k = k0 + 8 * (i >> 2) + (i & 1);
-          if (!(Mask::visible(q, k, ctx) && k < w.seq.seqlen_k)) s[i] = kNegInf;
-        }
-      }
-    }
+    if (need_mask)
+      apply_mask(s, n, k0, w, [&](int h) { return q0 + 8 * h; }, [&](int) -> const mask::Ctx& { return ctx; });
   }
 
   // Folds tile logits into the row state and turns them into unnormalised P (fp32, in place).
