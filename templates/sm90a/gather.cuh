@@ -73,10 +73,11 @@ constexpr int kOwnRowLanes =
     kWideGather<Config> && kGatherWarps<Config> == 1 && Shape<Config>::kKvRowBytes == 128 ? 2 : 0;
 
 // Row groups a gathering warp issues at once (GatherTile): one warp issuing one shuffle, address
-// and cp.async at a time is bound by their latencies. 4 at 56 registers (the FP8 KV decode's warp
-// alone; four warps under masks whose tile walk is a range), 2 in four warps beside a mask that
-// skips tiles (4 spilled 20 B beside a block snippet's walk: page 1 5-7% slower at 2), 1 at 24
-// registers (the addresses were hoisted out of the walk and spilled).
+// and cp.async at a time is bound by their latencies. 4 at 56 registers (an FP8 KV decode's warp
+// alone over 64-byte rows, copy_own taking the 128-byte ones; four warps under masks whose tile
+// walk is a range), 2 in four warps beside a mask that skips tiles (4 spilled 20 B beside a block
+// snippet's walk: page 1 5-7% slower at 2), 1 at 24 registers (the addresses were hoisted out of
+// the walk and spilled).
 template <class Config, class Mask>
 constexpr int gather_unroll() {
   return !kWideGather<Config> ? 1 : kGatherWarps<Config> > 1 && !Mask::kContiguous ? 2 : 4;
@@ -286,8 +287,8 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   const long long row_stride = kV ? p.v_row_stride : p.k_row_stride;
   const u32 dst = smem_u32(ring_base) + st.index() * kBytes;
   if constexpr (kOwnRowLanes<Config> > 0)
-    Tile::template copy_own<kOwnRowLanes<Config>>(p, s, base, page_stride, row_stride, dst, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
-                     GatherRows<Config>::warp());
+    Tile::template copy_own<kOwnRowLanes<Config>>(p, s, base, page_stride, row_stride, dst, gs.pages(), n,
+                                                  static_cast<int>(threadIdx.x % 32), GatherRows<Config>::warp());
   else
     Tile::copy(p, s, base, page_stride, row_stride, dst, gs.pages(), n, static_cast<int>(threadIdx.x % 32),
                GatherRows<Config>::warp());
