@@ -75,6 +75,38 @@ TEST(GpuKvFp8, PackedGqaDecodeMatchesReference) {
     }
 }
 
+// Pages no TMA box takes (1 and 3) of an FP8 cache in the packed decode tile, where sm_90a's
+// producer warp gathers alone by lane pairs (gather.cuh copy_own): under causal (the lean producer)
+// and under a mask whose tile walk skips (a custom snippet beside causal), with a one-key sequence,
+// partial last tiles and split-KV.
+TEST(GpuKvFp8, GatheredPagesMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int> keys = {2100, 1, 777};
+  for (const std::string& arch : archs())
+    for (bool skipping : {false, true}) {
+      jit::FA4Config cfg = kv_fp8_config(
+          arch, 128, DType::bf16,
+          skipping ? Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}) : Mask::causal());
+      cfg.group = 4;
+      cfg.pack_gqa = true;
+      const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+      for (int sq : {1, 5})
+        for (int page : {1, 3}) {
+          CheckCase c = gqa_case(sq, keys[0], /*batch=*/3);
+          c.seqlens_k = keys;
+          c.page_size = page;
+          c.num_splits = page == 3 ? 3 : 0;
+          if (skipping)
+            c.custom_visible = [&keys, sq](int b, int h, int q, int k) {
+              return k <= q + keys[b] - sq && (k + h) % 5 != 0;
+            };
+          check_case(*kernel, c,
+                     fmt::format("packed GQA 4 {} Sq {} Sk 2100/1/777 page {} splits {}",
+                                 skipping ? "causal + snippet" : "causal", sq, page, c.num_splits));
+        }
+    }
+}
+
 // Prefill over an FP8 cache: MHA and GQA, none / causal, head dims 64, 96 (sm_90a, padded) and 128,
 // bf16 and fp16, Sq == Sk and Sq != Sk.
 TEST(GpuKvFp8, PrefillMatchesReference) {
