@@ -127,6 +127,16 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
     if (bm.batch_stride < 0 || bm.head_stride < 0 || bm.row_stride < 0) bad("block_mask strides must be non-negative");
   }
   const int kv_box_rows = paged ? policy(rc).paged_kv_box_rows(rc, page_size) : c.BN;
+  // Gathered pages (no TMA box takes them): the gathering lanes form row offsets from 32-bit page
+  // and row strides (sm90a gather.cuh copy_own).
+  if (paged && kv_box_rows == 0)
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"k", &a.k}, {"v", &a.v}})
+      for (int d : {0, 1})
+        if (t->stride[d] > INT32_MAX)
+          bad(
+              fmt::format("{}.stride[{}] is {} elements: a paged cache of page size {} is gathered row by row, "
+                          "which takes strides below 2^31",
+                          name, d, t->stride[d], page_size));
 
   fa4::FwdParams p{};
   p.q = a.q.data;

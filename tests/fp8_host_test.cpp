@@ -740,6 +740,45 @@ TEST(Fp8KvHost, LaunchChecksKvTypeAndDescales) {
             "launch: descale_q is set but the kernel's dtype is bf16: descale factors are for e4m3 (FP8) tensors only");
 }
 
+// Pages no TMA box takes are gathered row by row from 32-bit page and row strides (sm90a
+// gather.cuh copy_own): a wider stride is refused naming it; TMA-boxed pages (16) keep any stride.
+TEST(Fp8KvHost, GatheredPagesTakeStridesBelow2To31) {
+  jit::FA4Config c = kv_fp8();
+  c.group = 4;
+  c.pack_gqa = true;
+  const auto rc = jit::resolve(c);
+  auto paged = [&](int page_size) {
+    jit::LaunchArgs a = args_for(rc);
+    const std::int64_t pages = 4096 / page_size;
+    a.q = jit::Tensor::contiguous(a.q.data, DType::bf16, 2, 1, 8, 128);
+    a.o = jit::Tensor::contiguous(a.o.data, DType::bf16, 2, 1, 8, 128);
+    a.k = jit::Tensor::contiguous(a.k.data, DType::e4m3, pages, page_size, 2, 128);
+    a.v = jit::Tensor::contiguous(a.v.data, DType::e4m3, pages, page_size, 2, 128);
+    static const int table[2][16] = {};
+    a.page_table = &table[0][0];
+    a.max_pages = 16;
+    return a;
+  };
+  for (int page_size : {1, 3, 16}) {
+    jit::LaunchArgs a = paged(page_size);
+    EXPECT_EQ(launch_error(rc, a), "") << page_size;
+    a.k.stride[0] = std::int64_t{1} << 31;
+    const std::string k0 = launch_error(rc, a);
+    a = paged(page_size);
+    a.v.stride[1] = std::int64_t{1} << 31;
+    const std::string v1 = launch_error(rc, a);
+    if (page_size == 16) {
+      EXPECT_EQ(k0, "");
+      EXPECT_EQ(v1, "");
+    } else {
+      EXPECT_EQ(k0, fmt::format("launch: k.stride[0] is 2147483648 elements: a paged cache of page size {} is "
+                                "gathered row by row, which takes strides below 2^31",
+                                page_size));
+      EXPECT_NE(v1.find("v.stride[1] is 2147483648 elements"), std::string::npos) << v1;
+    }
+  }
+}
+
 // MLA over an e4m3 latent cache (depth 576, depth_v 512): its e4m3 rows are 64-byte TMA rows (576
 // bytes are no whole 128-byte rows) beside Q's 128-byte bf16 rows, and its launch takes per-page
 // factors (page_descale), which every other kernel refuses, as it refuses them without a page table.
