@@ -271,8 +271,9 @@ TEST(Compile, SplitCombineWaitsForItsKernelOnSm90AndLater) {
 }
 
 // sm90a Q in registers (Config::kQInRegs, S = Q K^T as an RS wgmma): where it was measured faster
-// (d96; causal d128, persistent or grid), not elsewhere (docs/PERF.md run 50). On, the PTX has no SS Q K^T left (an SS
-// wgmma's A operand is a descriptor, "}, %rd"; RS's is registers, "}, {"), and nothing spills or serializes.
+// (d96; causal d128, persistent or grid; a d128 sliding window), not elsewhere (docs/PERF.md runs 50,
+// 107). On, the PTX has no SS Q K^T left (an SS wgmma's A operand is a descriptor, "}, %rd"; RS's is
+// registers, "}, {"), and nothing spills or serializes.
 TEST(Compile, HopperQInRegistersWhereMeasured) {
   struct Case {
     int depth;
@@ -288,6 +289,8 @@ TEST(Compile, HopperQInRegistersWhereMeasured) {
       {96, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", true},
       {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", true},
       {128, jit::DType::bf16, jit::Mask::none(), jit::ScoreMod::identity(), "", false},
+      {128, jit::DType::bf16, jit::Mask::sliding_window(), jit::ScoreMod::identity(), "", true},
+      {128, jit::DType::bf16, jit::Mask::sliding_window(), jit::ScoreMod::softcap(), "", false},
       {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::softcap(), "", false},
       {128, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "intra_wg_overlap=0", false},
       {64, jit::DType::bf16, jit::Mask::causal(), jit::ScoreMod::identity(), "", false},

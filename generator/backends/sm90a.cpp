@@ -449,13 +449,19 @@ class Sm90a final : public BackendPolicy {
               "runs the grid walk, which gathers them)");
   }
   // Q in registers for S = Q K^T (templates/sm90a/consumer.cuh QFragments): the 16-bit kernels at
-  // kBM 128 and padded depth 128 with the overlap, unmasked or causal without a score-mod, where it
-  // was measured faster: depth 96 and causal. docs/PERF.md runs 49 (4), 50 (H200, ABBA): 16x16x2048
-  // causal +0.9-2.2% per call (6 passes), d96 +0.5-2.2%; unmasked d128 0.99-1.00, so not there.
+  // kBM 128 and padded depth 128 with the overlap, without a score-mod, where it was measured faster:
+  // depth 96 and causal (unmasked or causal), and a sliding window at depth 128. docs/PERF.md runs
+  // 49 (4), 50 (H200, ABBA): 16x16x2048 causal +0.9-2.2% per call (6 passes), d96 +0.5-2.2%; unmasked
+  // d128 0.99-1.00, so not there. Run 107 (`fa4jit bench`, 1 x 16k, 6 passes): window 4095 at 32/8
+  // heads (Mistral) 0.977-0.992x the time, window 1023 (Gemma 3) 0.96-1.03x; d96 under Phi-3's 2047
+  // 0.96-1.04x and custom snippet masks (document, 1024-token blocks) 0.99-1.00x, so not those.
   bool q_in_registers(const ResolvedConfig& rc) const override {
     const FA4Config& c = rc.config;
+    const bool window128 = c.mask.kind == Mask::Kind::sliding_window && !c.mask.prefix && c.depth == 128 &&
+                           c.score_mod.kind == ScoreMod::Kind::identity;
     return c.dtype != DType::e4m3 && !c.kv_dtype && rc.padded_depth == 128 && c.BM == 128 &&
-           rc.tuning.intra_wg_overlap != 0 && plain_softmax(c) && (c.depth <= 96 || c.mask.kind == Mask::Kind::causal);
+           rc.tuning.intra_wg_overlap != 0 &&
+           ((plain_softmax(c) && (c.depth <= 96 || c.mask.kind == Mask::Kind::causal)) || window128);
   }
   // Tiles beside the defaults, for 16-bit Q, K, V with V as wide, where they were measured and are
   // GPU-tested. Packed, a group of at most 64: the unpacked kernel's prefill tile (two consumer
