@@ -141,7 +141,7 @@ _BINARY = {
     aten.add: "+", aten.sub: "-", aten.mul: "*", aten.eq: "==", aten.ne: "!=", aten.lt: "<", aten.le: "<=",
     aten.gt: ">", aten.ge: ">=", aten.bitwise_and: "&", aten.bitwise_or: "|", aten.bitwise_xor: "^",
     aten.__and__: "&", aten.__or__: "|", aten.__xor__: "^", aten.bitwise_left_shift: "<<",
-    aten.bitwise_right_shift: ">>",
+    aten.bitwise_right_shift: ">>", aten.__lshift__: "<<", aten.__rshift__: ">>",  # x << n, x >> n in Python
 }
 _COMPARE = {aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge}
 _INDEX_ARGS = _ARGS["mask"]  # the int32 positions a mod receives (a mask mod's arguments), never negative

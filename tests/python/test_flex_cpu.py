@@ -101,6 +101,28 @@ def test_position_comparisons_match_torch_when_compiled():
     assert got == want and 0 < sum(want) < n * n
 
 
+def test_shifts_and_integer_bit_operations_match_torch_when_compiled():
+    """Python's << and >> on positions (aten.__lshift__ / __rshift__, what `q_idx >> 10` traces to) and
+    torch's named shifts and bit operations, traced and compiled by the host C++ compiler, against
+    torch on the same int32 positions."""
+    def mod(b, h, q_idx, kv_idx):
+        return (((q_idx >> 3) == (kv_idx >> 3)) & (q_idx >= kv_idx)) | (((kv_idx << 2) & 12) == 8) | \
+            (torch.bitwise_right_shift(q_idx ^ kv_idx, 4) == torch.bitwise_left_shift(h, 1))
+
+    t = _trace.trace(mod, "mask")
+    assert ">> 3" in t.snippet and "<< 2" in t.snippet
+    n = 40
+    q_idx, kv_idx = torch.meshgrid(torch.arange(n, dtype=torch.int32), torch.arange(n, dtype=torch.int32),
+                                   indexing="ij")
+    want = [int(x) for x in mod(torch.tensor(0, dtype=torch.int32), torch.tensor(1, dtype=torch.int32), q_idx,
+                                kv_idx).reshape(-1).tolist()]
+    src = ("#include <cstdio>\nstatic bool f(int b, int h, int q_idx, int kv_idx) {\n" + t.snippet + "\n}\n"
+           f"int main() {{ for (int q = 0; q < {n}; ++q) for (int k = 0; k < {n}; ++k) "
+           "std::printf(\"%d\\n\", (int)f(0, 1, q, k)); }\n")
+    got = [int(x) for x in _host_program_output(src)]
+    assert got == want and 0 < sum(want) < n * n
+
+
 def test_integer_division_and_modulo_match_torch_when_compiled():
     """Traced floor division and modulo, compiled by the host C++ compiler, against torch on the same
     int32 positions (negative intermediate values included): shifts, masks and the 32- and 64-bit
