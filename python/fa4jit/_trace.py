@@ -5,9 +5,10 @@ returns a bool, ``score_mod(score, b, h, q_idx, kv_idx)`` a float. ``trace(fn, k
 function once under ``make_fx`` (fake tensors: data-dependent Python control flow is an error, not a
 silently baked branch) and translates the aten graph, one node per ``const`` line, into the body of
 fa4jit's custom mask or score-mod (docs/VARIANTS.md). What it takes: arithmetic, comparisons,
-logical / bitwise operators, ``torch.where``, tanh / exp / log / sqrt / sigmoid / abs / minimum /
-maximum / clamp / floor / ceil / pow ..., dtype conversions, integer division and modulo (Python's
-floor semantics) and indexing into captured tensors. A captured tensor becomes a typed aux tensor
+logical / bitwise operators and shifts, ``torch.where``, tanh / exp / log / sqrt / sigmoid / abs /
+minimum / maximum / clamp / floor / ceil / pow / relu / isnan ..., torch.nn.functional's activations
+(through their decompositions, ``_DECOMPOSED``), dtype conversions, integer division and modulo
+(Python's floor semantics) and indexing into captured tensors. A captured tensor becomes a typed aux tensor
 (its strides are written into the snippet; the kernel reads its memory live, so later in-place
 writes are seen). Anything else is a ``ConfigError`` naming the operation and the line of the
 function that used it.
@@ -432,6 +433,15 @@ class _Emitter:
         if packet is aten.sign:
             a = _cast(self.value(args[0], env, node), dtype)
             return self.temp(f"({_CTYPE[dtype]})(({a} > 0) - ({a} < 0))", dtype)
+        if packet is aten.relu:
+            a = _cast(self.value(args[0], env, node), dtype)
+            return self.temp(f"max({a}, {_lit(0, dtype)})", dtype)
+        if packet in (aten.isnan, aten.isinf, aten.isfinite):
+            a = self.value(args[0], env, node)
+            if not a.dtype.is_floating_point:  # integers are never NaN or infinite
+                return _Scalar("true" if packet is aten.isfinite else "false", torch.bool)
+            fn = {aten.isnan: "isnan", aten.isinf: "isinf", aten.isfinite: "isfinite"}[packet]
+            return self.temp(f"{fn}({a.expr})", dtype)
         if packet is aten.sigmoid:
             a = _cast(self.value(args[0], env, node), dtype)
             return self.temp(f"{_lit(1, dtype)} / ({_lit(1, dtype)} + exp(-{a}))", dtype)
@@ -537,6 +547,18 @@ def _outside_dynamo() -> contextlib.ExitStack:
     return stack
 
 
+# torch.nn.functional's activations, which mods apply to the score (PyTorch's own FlexAttention tests:
+# silu), are traced through their decompositions into the elementwise ops the emitter writes
+# (silu: x * sigmoid(x); gelu: erf or tanh; softplus: log1p(exp); hardtanh: clamp; ...).
+_DECOMPOSED = ("silu", "gelu", "softplus", "hardtanh", "leaky_relu", "elu", "celu", "selu", "mish", "hardsigmoid",
+               "hardswish", "hardshrink", "softshrink", "logaddexp", "logaddexp2", "xlogy", "logit", "sinc")
+
+
+def _decompositions():
+    from torch._decomp import get_decompositions
+    return get_decompositions([getattr(aten, n) for n in _DECOMPOSED if hasattr(aten, n)])
+
+
 def _trace(fn, kind: str) -> TracedMod:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -550,11 +572,13 @@ def _trace(fn, kind: str) -> TracedMod:
     args = ([torch.zeros((), dtype=torch.float32)] if kind == "score" else []) + ints
     try:
         with _outside_dynamo():
-            gm = make_fx(indexed, tracing_mode="fake", record_stack_traces=True, _allow_non_fake_inputs=True)(*args)
+            gm = make_fx(indexed, decomposition_table=_decompositions(), tracing_mode="fake", record_stack_traces=True,
+                         _allow_non_fake_inputs=True)(*args)
     except TypeError as e:
         if "record_stack_traces" in str(e) or "_allow_non_fake_inputs" in str(e):
             with _outside_dynamo():
-                gm = make_fx(indexed, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+                gm = make_fx(indexed, decomposition_table=_decompositions(), tracing_mode="fake",
+                             _allow_non_fake_inputs=True)(*args)
         else:
             raise _trace_error(fn, kind, e) from e
     except ConfigError:

@@ -123,6 +123,46 @@ def test_shifts_and_integer_bit_operations_match_torch_when_compiled():
     assert got == want and 0 < sum(want) < n * n
 
 
+def test_activations_trace_through_decompositions_and_match_torch_when_compiled():
+    """Score mods that apply torch.nn.functional's activations (PyTorch's own FlexAttention tests run
+    silu on the score) trace through their decompositions, relu and isnan directly, and the snippets,
+    compiled by the host C++ compiler, give torch's values on the same scores."""
+    F = torch.nn.functional
+    mods = [lambda s, b, h, q, kv: F.silu(s), lambda s, b, h, q, kv: F.gelu(s),
+            lambda s, b, h, q, kv: F.gelu(s, approximate="tanh"), lambda s, b, h, q, kv: F.softplus(s),
+            lambda s, b, h, q, kv: F.hardtanh(s), lambda s, b, h, q, kv: F.leaky_relu(s, 0.1),
+            lambda s, b, h, q, kv: F.elu(s), lambda s, b, h, q, kv: F.mish(s), lambda s, b, h, q, kv: F.hardswish(s),
+            lambda s, b, h, q, kv: torch.logaddexp(s, s * 0.5), lambda s, b, h, q, kv: s + torch.relu(q - kv),
+            lambda s, b, h, q, kv: torch.where(torch.isnan(s), 0.0, s) + torch.relu(s)]
+    scores = [-30.0, -7.5, -2.0, -0.75, -0.1, 0.0, 0.2, 1.0, 2.5, 9.0, 25.0]
+    qs = [(3, 1), (1, 3)]
+    bodies, want = [], []
+    for i, mod in enumerate(mods):
+        t = _trace.trace(mod, "score")
+        assert "fa_" not in t.snippet and not t.aux, t.snippet
+        bodies.append(f"static float f{i}(float score, int b, int h, int q_idx, int kv_idx) {{\n{t.snippet}\n}}\n")
+        for sc in scores:
+            for q, kv in qs:
+                want.append(float(mod(torch.tensor(sc), torch.tensor(0, dtype=torch.int32),
+                                      torch.tensor(0, dtype=torch.int32), torch.tensor(q, dtype=torch.int32),
+                                      torch.tensor(kv, dtype=torch.int32))))
+    calls = "".join(f"for (float s : sc) for (int j = 0; j < 2; ++j) std::printf(\"%.9g\\n\", f{i}(s, 0, 0, qs[j][0], "
+                    f"qs[j][1]));\n" for i in range(len(mods)))
+    src = ("#include <cstdio>\n#include <cmath>\n#include <cstring>\n#include <algorithm>\nusing namespace std;\n"
+           "static float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }  // CUDA's, for infinities\n" +
+           "".join(bodies) +
+           "int main() { const float sc[] = {" + ", ".join(f"{x}f" for x in scores) + "};\n"
+           "const int qs[2][2] = {{3, 1}, {1, 3}};\n" + calls + "}\n")
+    got = [float(x) for x in _host_program_output(src)]
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert abs(g - w) <= 1e-5 * abs(w) + 1e-6, (i // (len(scores) * 2), g, w)
+    # NVRTC takes the CUDA math they call (erf, expm1, log1p, isnan, tanh, max / min on floats).
+    every = lambda s, b, h, q, kv: sum(m(s, b, h, q, kv) for m in mods)  # noqa: E731
+    report = fa4jit.prewarm([_typed_config(None, every)], archs=["sm_90a"])
+    assert all(r["status"] in ("compiled", "hit") for r in report), report
+
+
 def test_integer_division_and_modulo_match_torch_when_compiled():
     """Traced floor division and modulo, compiled by the host C++ compiler, against torch on the same
     int32 positions (negative intermediate values included): shifts, masks and the 32- and 64-bit
