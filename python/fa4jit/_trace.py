@@ -207,7 +207,10 @@ class _Emitter:
         return _Scalar(name, dtype)
 
     def tensor_const(self, node, t: torch.Tensor):
-        if t.dim() == 0:
+        # A shape-() tensor on the host is a constant of the trace (torch.tensor(0.5) in the mod's body,
+        # or a captured CPU scalar): its value. One on the device is a captured tensor like any other,
+        # read live (a learned scale updated in place is seen, and tracing does not synchronize).
+        if t.dim() == 0 and t.device.type == "cpu":
             return _Scalar(_lit(t.item(), t.dtype), t.dtype)
         name = self.aux_by_id.get(id(t))
         bits16 = False

@@ -163,6 +163,23 @@ def test_activations_trace_through_decompositions_and_match_torch_when_compiled(
     assert all(r["status"] in ("compiled", "hit") for r in report), report
 
 
+def test_device_scalars_become_aux_and_host_constants_literals():
+    """A captured shape-() tensor on a device (meta here, as CUDA on a GPU machine) is read from memory
+    as an aux tensor, also as an index; a constant made in the body or a captured CPU scalar is a
+    literal of the snippet."""
+    scale, which = torch.tensor(2.0, device="meta"), torch.tensor(1, device="meta")
+    bias, host = torch.randn(4, 8, device="meta"), torch.tensor(3.0)
+
+    def mod(score, b, h, q_idx, kv_idx):
+        return score * scale + bias[which, q_idx] + torch.tensor(0.5) + host
+
+    t = _trace.trace(mod, "score")
+    by_tensor = {id(x): n for n, x in t.aux.items()}
+    assert set(by_tensor) == {id(scale), id(which), id(bias)}, t.aux
+    assert f"{by_tensor[id(scale)]}[0]" in t.snippet and f"{by_tensor[id(which)]}[0]" in t.snippet
+    assert "0.5f" in t.snippet and "3.0f" in t.snippet, t.snippet
+
+
 def test_integer_division_and_modulo_match_torch_when_compiled():
     """Traced floor division and modulo, compiled by the host C++ compiler, against torch on the same
     int32 positions (negative intermediate values included): shifts, masks and the 32- and 64-bit

@@ -139,6 +139,31 @@ def test_alibi_with_captured_slopes_runs_the_built_in_alibi_and_reads_them_live(
         assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"documented alibi, step {step}")
 
 
+def test_captured_scalar_tensors_are_read_live():
+    """A shape-() tensor on the GPU captured by a mod (a scale, an index) is an aux tensor like any
+    other: written in place, the next call sees the new value (it used to be baked into the snippet
+    at its first trace). A constant made in the mod's body stays a literal."""
+    B, H, S = 2, 4, 384
+    q, k, v = bhsd(B, H, H, S, S, seed=11)
+    temp = torch.tensor(0.5, device="cuda")
+    row = torch.tensor(1, device="cuda")
+    bias = torch.randn(3, S, device="cuda")
+
+    def mod(score, b, h, q_idx, kv_idx):
+        return score * temp + bias[row, kv_idx] + torch.tensor(0.25)
+
+    from fa4jit import _trace
+    t = _trace.trace(mod, "score")
+    assert len(t.aux) == 3 and "0.25f" in t.snippet, t.snippet
+    for step in range(2):
+        if step:
+            temp.fill_(1.5)
+            row.fill_(2)
+        o, lse = fa4jit.flex_attention(q, k, v, score_mod=mod, block_mask=None, return_lse=True)
+        ref_o, ref_lse = reference(q, k, v, None, mod)
+        assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"live scalars, step {step}")
+
+
 def test_relative_position_bias_captured_tensor_and_gqa():
     B, H, Hkv, Sq, Sk = 2, 8, 2, 384, 640
     q, k, v = bhsd(B, H, Hkv, Sq, Sk, seed=2)
