@@ -774,18 +774,32 @@ def _builtin_band(bm: Optional[BlockMask], Sq: int, Sk: int) -> Optional[dict]:
 
 def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optional[Callable] = None,
                    block_mask=None, scale: Optional[float] = None, enable_gqa: bool = False,
-                   return_lse: bool = False, kernel_options=None, return_aux=None):
+                   return_lse: bool = False, kernel_options=None, *, return_aux=None):
     """FlexAttention's flex_attention (forward only) on fa4jit's kernels.
 
     query (B, Hq, Sq, D), key / value (B, Hkv, Sk, D) (Hq != Hkv needs enable_gqa=True);
     score_mod(score, b, h, q_idx, kv_idx) a Python function (traced into a CUDA snippet);
     block_mask an fa4jit BlockMask (create_block_mask) or FlexAttention's, whose mask_mod is the
     element mask and whose empty tiles are skipped; scale default 1/sqrt(D). Returns out
-    (B, Hq, Sq, D), or (out, lse) with lse float32 (B, Hq, Sq) (natural log) when return_lse.
+    (B, Hq, Sq, D), or (out, lse) with lse float32 (B, Hq, Sq) (natural log) when return_lse, or
+    (out, AuxOutput(lse=...)) with return_aux=AuxRequest(lse=True), FlexAttention's newer spelling.
+    AuxRequest(max_scores=True) is refused: the kernels do not write the row maxima.
     """
     from .ops import attention
     if return_aux is not None:
-        raise ConfigError("return_aux: not supported by fa4jit's flex_attention (use return_lse)")
+        if return_lse:  # as FlexAttention
+            raise ConfigError("return_lse and return_aux: pass one (return_aux=AuxRequest(lse=True) replaces "
+                              "return_lse)")
+        if getattr(return_aux, "max_scores", False):
+            raise ConfigError("return_aux: max_scores is not computed by fa4jit's kernels (they write out and "
+                              "lse only); request AuxRequest(lse=True)")
+        if not hasattr(return_aux, "lse"):
+            raise ConfigError(f"return_aux: expected torch.nn.attention.flex_attention.AuxRequest, got "
+                              f"{type(return_aux).__name__}")
+        r = flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                           return_lse=bool(return_aux.lse), kernel_options=kernel_options)
+        out, lse = r if return_aux.lse else (r, None)
+        return out, _aux_output(lse)
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor) or t.dim() != 4:
             raise ConfigError(f"{name}: expected a 4-D (B, H, S, D) tensor")
@@ -825,6 +839,15 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optiona
     return attention(query, key, value, softmax_scale=scale, mask_mod=mask_s or None, block_mask_mod=block_s or None,
                      score_mod=score_s or None, aux=aux or None, return_lse=return_lse, layout="bhsd",
                      **(builtin or {}))
+
+
+def _aux_output(lse: Optional[Tensor]):
+    """FlexAttention's AuxOutput (max_scores None: never requested here)."""
+    try:
+        from torch.nn.attention.flex_attention import AuxOutput
+    except ImportError:  # a PyTorch before AuxOutput (2.9) has no return_aux to ask for it
+        raise ConfigError("return_aux: this PyTorch has no AuxOutput; use return_lse=True") from None
+    return AuxOutput(lse=lse, max_scores=None)
 
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention", "from_torch_block_mask"]

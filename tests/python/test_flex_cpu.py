@@ -458,6 +458,29 @@ def test_fake_tensor_tracing_of_flex_attention():
         assert lse.shape == (2, 4, 256) and lse.dtype == torch.float32
 
 
+def test_return_aux_requests_lse_as_flex_attention_does():
+    """FlexAttention's return_aux=AuxRequest(lse=True) (return_lse's replacement) returns (out, AuxOutput);
+    max_scores, which the kernels do not write, and return_lse beside return_aux are refused by name."""
+    fa = pytest.importorskip("torch.nn.attention.flex_attention")
+    if not hasattr(fa, "AuxRequest"):
+        pytest.skip("this PyTorch has no AuxRequest (added in 2.9)")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(2, 4, 256, 64, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(2, 2, 256, 64, dtype=torch.bfloat16, device="cuda")
+        o, aux = fa4jit.flex_attention(q, k, k, score_mod=softcap, enable_gqa=True, return_aux=fa.AuxRequest(lse=True))
+        assert isinstance(aux, fa.AuxOutput) and aux.max_scores is None
+        assert o.shape == q.shape and aux.lse.shape == (2, 4, 256) and aux.lse.dtype == torch.float32
+        o, aux = fa4jit.flex_attention(q, k, k, enable_gqa=True, return_aux=fa.AuxRequest())
+        assert o.shape == q.shape and aux == fa.AuxOutput(lse=None, max_scores=None)
+        with pytest.raises(fa4jit.ConfigError, match="max_scores"):
+            fa4jit.flex_attention(q, k, k, enable_gqa=True, return_aux=fa.AuxRequest(lse=True, max_scores=True))
+        with pytest.raises(fa4jit.ConfigError, match="return_lse and return_aux"):
+            fa4jit.flex_attention(q, k, k, enable_gqa=True, return_lse=True, return_aux=fa.AuxRequest(lse=True))
+        with pytest.raises(fa4jit.ConfigError, match="AuxRequest"):
+            fa4jit.flex_attention(q, k, k, enable_gqa=True, return_aux=True)
+
+
 
 def test_band_masks_are_recognized_for_the_built_in_masks():
     def window(b, h, q_idx, kv_idx):

@@ -114,6 +114,9 @@ def test_documented_mods_against_reference_and_flex(mask_mod, score_mod):
     if tbm is not None:  # FlexAttention's own BlockMask: the same results
         o2, lse2 = fa4jit.flex_attention(q, k, v, score_mod=score_mod, block_mask=tbm, return_lse=True)
         assert_close(o2, ref_o, torch.bfloat16, lse2, ref_lse, what=f"{mask_mod} {score_mod}, torch's BlockMask")
+    if hasattr(fa, "AuxRequest"):  # FlexAttention's newer spelling of return_lse
+        o3, aux = fa4jit.flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, return_aux=fa.AuxRequest(lse=True))
+        assert_close(o3, ref_o, torch.bfloat16, aux.lse, ref_lse, what=f"{mask_mod} {score_mod}, return_aux")
 
 
 def test_alibi_with_captured_slopes_runs_the_built_in_alibi_and_reads_them_live():
