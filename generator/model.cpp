@@ -60,8 +60,10 @@ constexpr Family kFamilies[] = {
     // Multi-head latent attention, as transformers runs it (up-projections not absorbed): per head
     // Q/K of qk_nope_head_dim + qk_rope_head_dim (192), V of v_head_dim (128); and as serving
     // engines decode it (absorbed, over the latent cache: kMlaTensorParallel below).
+    {"deepseek_v2", WindowLayout::all, false},  // DeepSeek-V2, V2.5, V2-Lite, Coder-V2: as V3's
     {"deepseek_v3", WindowLayout::all, false},
     {"kimi_k2", WindowLayout::all, false},
+    {"glm4_moe_lite", WindowLayout::all, false},  // GLM-4.7-Flash: MLA with Q/K and V of 256, latent 512 + 64
 };
 
 // MLA absorbed decode (configs with kv_lora_rank): serving engines fold the K and V up-projections

@@ -404,6 +404,21 @@ TEST(ModelKernels, DeepSeekStyleLatentAttentionRunsQk192AndV128) {
     std::string why;
     EXPECT_TRUE(jit::supported(c, &why)) << name << ": " << why;
   }
+  // DeepSeek-V2-Lite (no q_lora_rank): the same pair; GLM-4.7-Flash: Q/K 192 + 64 and V 256, one depth.
+  const auto lite = jit::model_kernels(model("deepseek_v2_lite"), {});
+  FA4Config want = expected(DType::bf16, 192, Mask::causal());
+  want.depth_v = 128;
+  EXPECT_EQ(lite.at(0).config, want);
+  const auto glm = jit::model_kernels(model("glm4_7_flash"), {});
+  EXPECT_EQ(glm.at(0).config, expected(DType::bf16, 256, Mask::causal()));
+  for (const auto* ks : {&lite, &glm})
+    for (const ModelKernel& k : *ks) {
+      FA4Config c = k.config;
+      c.arch = "sm_90a";
+      std::string why;
+      EXPECT_TRUE(jit::supported(c, &why)) << k.use << ": " << why;
+    }
+
   nlohmann::json j = model("deepseek_v3");
   j["qk_rope_head_dim"] = 0;
   EXPECT_NE(refusal(j).find("qk_rope_head_dim"), std::string::npos);
@@ -422,7 +437,9 @@ TEST(ModelKernels, LatentAttentionModelsDeriveAbsorbedDecodePerTensorParallelDeg
     std::vector<int> heads_per_gpu;
     std::vector<int> tp;
   };
-  for (const Want& w : {Want{"deepseek_v3", {128, 16}, {1, 8}}, Want{"kimi_k2", {64, 8}, {1, 8}}}) {
+  // DeepSeek-V2-Lite's 16 heads leave 2 a GPU at TP 8, GLM-4.7-Flash's 20 do not divide by 8.
+  for (const Want& w : {Want{"deepseek_v3", {128, 16}, {1, 8}}, Want{"kimi_k2", {64, 8}, {1, 8}},
+                        Want{"deepseek_v2_lite", {16}, {1}}, Want{"glm4_7_flash", {20}, {1}}}) {
     const auto ks = jit::model_kernels(model(w.name), {});
     ASSERT_EQ(ks.size(), 1 + w.heads_per_gpu.size()) << w.name;
     for (std::size_t i = 0; i < w.heads_per_gpu.size(); ++i) {

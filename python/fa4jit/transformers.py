@@ -9,15 +9,18 @@ module (``is_causal``), ``sliding_window`` and ``softcap`` from the layer (Mistr
 ``s_aux`` as attention sinks (gpt-oss); decode steps with a KV cache (fewer queries than keys) use
 fa4jit's bottom-right causal alignment. Padding masks arrive as transformers' 2-D flash-attention
 mask (registered for this name) and run as varlen attention over the unpadded tokens. Values may be
-narrower than queries and keys (DeepSeek-V3 / Kimi-K2 MLA prefill: 192 / 128). Forward only
-(inference); bf16 / fp16 models.
+narrower than queries and keys: a pair the GPU's backend has a kernel for runs it (DeepSeek-V2/V3,
+Kimi-K2, LongCat MLA prefill: 192 / 128); another pair (MiniCPM3: 96 / 64) runs with V zero-padded to
+Q's width and O cut back, as transformers' own flash-attention path does. Forward only (inference);
+bf16 / fp16 models.
 """
+import functools
 from typing import Optional, Tuple
 
 import torch
 
-from . import ops
-from .errors import LaunchError
+from . import config, ops
+from .errors import ConfigError, LaunchError
 
 NAME = "fa4jit"
 
@@ -26,6 +29,31 @@ def _unpadded(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """(B, S, H, D) rows at flat token indices -> (tokens, H, D)."""
     B, S, H, D = x.shape
     return x.reshape(B * S, H, D).index_select(0, index)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_kernel_for_v_width(arch: str, dtype: torch.dtype, depth: int, depth_v: int) -> bool:
+    """Whether arch's backend runs V of depth_v beside Q/K of depth (FA4Config::depth_v: the library's
+    own list, asked without compiling)."""
+    try:
+        config.resolve({"depth": depth, "depth_v": depth_v, "dtype": "bf16" if dtype == torch.bfloat16 else "fp16"},
+                       arch)
+    except ConfigError:
+        return False
+    return True
+
+
+def _device_arch(device_type: str, index: Optional[int]) -> Optional[str]:
+    return ops._arch(index or 0) if device_type == "cuda" else None  # a CPU tensor: ops refuses it later
+
+
+@torch._dynamo.assume_constant_result  # a fact of the device and shapes: a constant of a compiled graph
+def _pads_v(device_type: str, index: Optional[int], dtype: torch.dtype, depth: int, depth_v: int) -> bool:
+    """V narrower than Q and K without a kernel for the pair: zero-pad V to Q's width."""
+    if depth_v >= depth:
+        return False
+    arch = _device_arch(device_type, index)
+    return arch is not None and not _has_kernel_for_v_width(arch, dtype, depth, depth_v)
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -45,9 +73,16 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
     is_causal = bool(is_causal)
+    v_width = int(value.shape[-1])  # O's: DeepSeek-V3's attention passes V narrower than Q (192 / 128)
+    if v_width < query.shape[-1] and _pads_v(value.device.type, value.device.index, query.dtype,
+                                              int(query.shape[-1]), v_width):
+        value = torch.nn.functional.pad(value, (0, query.shape[-1] - v_width))
+        o, w = attention_forward(module, query, key, value, attention_mask, scaling, dropout, sliding_window,
+                                 softcap, s_aux, **kwargs)
+        return o[..., :v_width], w
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # (B, S, H, D) views
     B, Sq, Hq, _ = q.shape
-    Sk, D = k.shape[1], v.shape[-1]  # O is V's width: DeepSeek-V3's attention passes V narrower than Q (192 / 128)
+    Sk, D = k.shape[1], v_width
     # transformers' sliding_window W: each query sees itself and the W - 1 keys before it.
     window = (sliding_window - 1, 0 if is_causal else sliding_window - 1) if sliding_window else None
     common = dict(causal=is_causal, window=window, softcap=float(softcap or 0.0), softmax_scale=scaling, sinks=s_aux)

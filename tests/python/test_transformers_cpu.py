@@ -26,7 +26,7 @@ class ReferenceOps:
 
     @classmethod
     def attention(cls, q, k, v, causal=False, window=None, softcap=0.0, softmax_scale=None, sinks=None):
-        cls.calls.append(("attention", tuple(q.shape), tuple(k.shape), causal, window))
+        cls.calls.append(("attention", tuple(q.shape), tuple(k.shape), causal, window, v.shape[-1]))
         o, _ = attention_ref(q, k, v, causal=causal, window=_window(window, causal), softcap=softcap,
                              scale=softmax_scale, sinks=sinks)
         return o.to(q.dtype)
@@ -34,7 +34,7 @@ class ReferenceOps:
     @classmethod
     def attention_varlen(cls, q, k, v, cu_q, cu_k, max_q, max_seqlen_k=None, causal=False, window=None, softcap=0.0,
                          softmax_scale=None, sinks=None):
-        cls.calls.append(("varlen", tuple(q.shape), tuple(k.shape), causal, window))
+        cls.calls.append(("varlen", tuple(q.shape), tuple(k.shape), causal, window, v.shape[-1]))
         assert max_q == int((cu_q[1:] - cu_q[:-1]).max())
         # The key hint that sizes the split (a decode step's keys spread over the SMs): every row's keys at most
         assert max_seqlen_k is not None and max_seqlen_k >= int((cu_k[1:] - cu_k[:-1]).max())
@@ -52,6 +52,8 @@ class ReferenceOps:
 @pytest.fixture
 def reference_ops(monkeypatch):
     ReferenceOps.calls = []
+    # The CPU tensors stand for an H200's: V head dims are checked against sm_90a's kernels.
+    monkeypatch.setattr(fa4jit_hf, "_device_arch", lambda device_type, index: "sm_90a")
     monkeypatch.setattr(fa4jit_hf.ops, "attention", ReferenceOps.attention)
     monkeypatch.setattr(fa4jit_hf.ops, "attention_varlen", ReferenceOps.attention_varlen)
     fa4jit_hf.register()
@@ -131,3 +133,69 @@ def test_gemma2_adapter_window_and_softcap(reference_ops):
     _check(a, b, ids)
     windows = {c[4] for c in reference_ops.calls}
     assert (7, 0) in windows and None in windows  # sliding layers see W - 1 keys back; full layers none
+
+
+def test_v_head_dims_pair_with_the_backends_kernels():
+    """Which V widths run their own kernel is the library's list (no GPU needed to ask)."""
+    bf16 = torch.bfloat16
+    assert fa4jit_hf._has_kernel_for_v_width("sm_90a", bf16, 192, 128)  # DeepSeek-V2/V3, Kimi-K2
+    assert fa4jit_hf._has_kernel_for_v_width("sm_80", torch.float16, 192, 128)
+    assert not fa4jit_hf._has_kernel_for_v_width("sm_90a", bf16, 96, 64)  # MiniCPM3: V padded
+    assert not fa4jit_hf._has_kernel_for_v_width("sm_90a", bf16, 128, 64)
+    assert not fa4jit_hf._pads_v("cuda", 0, bf16, 128, 128)  # same widths: nothing to ask
+    assert not fa4jit_hf._pads_v("cpu", None, bf16, 96, 64)  # no device arch: the ops refuse CPU tensors
+
+
+def _check_v_width(cfg, reference_ops, q_width, v_passed):
+    a, b = _pair(cfg, "sdpa")
+    ids = torch.randint(0, cfg.vocab_size, (2, 18))
+    _check(a, b, ids)
+    calls = reference_ops.calls
+    assert calls and all(c[1][-1] == q_width and c[2][-1] == q_width for c in calls)
+    assert {c[5] for c in calls} == {v_passed}  # the V width the kernel was given
+
+
+def test_deepseek_v2_runs_v_narrower_than_q(reference_ops):
+    """DeepSeek-V2 (-Lite): Q/K 192 (128 + 64 rope), V 128, a pair sm_90a has a kernel for: V reaches
+    the op as it is."""
+    from transformers import DeepseekV2Config
+    cfg = DeepseekV2Config(vocab_size=256, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                           num_hidden_layers=2, first_k_dense_replace=2, n_routed_experts=4, num_experts_per_tok=2,
+                           n_shared_experts=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+                           kv_lora_rank=64, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                           max_position_embeddings=256)
+    _check_v_width(cfg, reference_ops, 192, v_passed=128)
+
+
+def test_minicpm3_v_pair_without_a_kernel_runs_with_v_padded(reference_ops):
+    """MiniCPM3: Q/K 96 (64 + 32 rope), V 64, a pair no backend has: V is zero-padded to 96 for the
+    kernel and O cut back to 64 (transformers' own flash-attention path does the same); the logits
+    match SDPA's."""
+    _check_v_width(_minicpm3_config(), reference_ops, 96, v_passed=96)
+
+
+def test_padded_v_compiles_without_graph_breaks(monkeypatch):
+    """torch.compile of a MiniCPM3 forward: the V-width question is a constant of the graph
+    (assume_constant_result), so the padding path adds no graph break."""
+    from transformers import AutoModelForCausalLM
+
+    def attention(q, k, v, causal=False, window=None, softcap=0.0, softmax_scale=None, sinks=None):
+        assert v.shape[-1] == q.shape[-1]  # padded
+        return attention_ref(q, k, v, causal=causal, scale=softmax_scale)[0].to(q.dtype)
+
+    monkeypatch.setattr(fa4jit_hf.ops, "attention", attention)
+    monkeypatch.setattr(fa4jit_hf, "_device_arch", lambda device_type, index: "sm_90a")
+    fa4jit_hf.register()
+    m = AutoModelForCausalLM.from_config(_minicpm3_config(layers=1), attn_implementation="fa4jit",
+                                         dtype=torch.bfloat16).eval()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explain = torch._dynamo.explain(m)(input_ids=torch.randint(0, 256, (1, 16)), use_cache=False)
+    assert explain.graph_break_count == 0, explain.break_reasons
+
+
+def _minicpm3_config(layers=2):
+    from transformers import MiniCPM3Config
+    return MiniCPM3Config(vocab_size=256, hidden_size=256, intermediate_size=256, num_hidden_layers=layers,
+                          num_attention_heads=4, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=64,
+                          qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, max_position_embeddings=256)

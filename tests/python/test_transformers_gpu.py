@@ -141,6 +141,21 @@ def test_deepseek_v3_value_heads_narrower_than_queries():
     _compare(models, ids, what="deepseek-v3")
 
 
+def test_minicpm3_value_heads_without_a_pair_kernel_run_padded():
+    """MiniCPM3's MLA prefill: Q/K 96 (64 + 32 rope), V 64, a pair without a kernel: the backend pads V
+    to 96 and cuts O back, against SDPA."""
+    if not hasattr(transformers, "MiniCPM3Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no MiniCPM3")
+    cfg = transformers.MiniCPM3Config(
+        vocab_size=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=8, q_lora_rank=128, kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32,
+        v_head_dim=64, max_position_embeddings=1024)
+    models = _models(cfg)
+    torch.manual_seed(5)
+    ids = torch.randint(0, 1024, (2, 130), device="cuda")
+    _compare(models, ids, what="minicpm3")
+
+
 def test_torch_compile_of_the_model_has_no_graph_break():
     models = _models(_llama_config(), with_ref=False)
     m = models["fa4jit"]
