@@ -8,9 +8,10 @@ fa4jit's custom mask or score-mod (docs/VARIANTS.md). What it takes: arithmetic,
 logical / bitwise operators and shifts, ``torch.where``, tanh / exp / log / sqrt / sigmoid / abs /
 minimum / maximum / clamp / floor / ceil / pow / relu / isnan ..., torch.nn.functional's activations
 (through their decompositions, ``_DECOMPOSED``), dtype conversions, integer division and modulo
-(Python's floor semantics) and indexing into captured tensors. A captured tensor becomes a typed aux tensor
-(its strides are written into the snippet; the kernel reads its memory live, so later in-place
-writes are seen). Anything else is a ``ConfigError`` naming the operation and the line of the
+(Python's floor semantics), indexing into captured tensors, and short 1-D rows of them (``_Vector``:
+unrolled, reduced by sum / dot / any ...). A captured tensor becomes a typed aux tensor (its strides
+are written into the snippet; a view is read through its base; the kernel reads its memory live, so
+later in-place writes are seen). Anything else is a ``ConfigError`` naming the operation and the line of the
 function that used it.
 
 ``TracedMod.graph`` (the aten graph module) evaluates the same function on tensors, which is how
@@ -65,6 +66,20 @@ class _View:
 class _Scalar:
     def __init__(self, expr: str, dtype: torch.dtype):
         self.expr, self.dtype = expr, dtype
+
+
+class _Vector:
+    """A short 1-D value, unrolled: a captured row (``pos[q_idx]``: 3 coordinates; ``topk[b, h, q]``:
+    the selected tiles) and what elementwise ops make of it, until a reduction (``sum``, ``any``,
+    ``dot``, ``amax`` ...) makes it one value again. One _Scalar an element, at most _MAX_LANES."""
+
+    def __init__(self, items: List[_Scalar]):
+        self.items = items
+
+
+# Elements of a _Vector: every one is a temporary of its own per element of a tile (MLA's rope part,
+# q_rope . k_rope, has 64).
+_MAX_LANES = 128
 
 
 class TracedMod:
@@ -154,6 +169,7 @@ _UNARY_FLOAT = {
     aten.sinh: "sinh", aten.cosh: "cosh", aten.erf: "erf", aten.floor: "floor", aten.ceil: "ceil",
     aten.trunc: "trunc", aten.round: "rint",
 }
+_REDUCTIONS = {aten.sum, aten.mean, aten.prod, aten.amax, aten.amin, aten.max, aten.min, aten.any, aten.all, aten.dot}
 _IDENTITY = {aten.alias, aten.detach, aten.lift_fresh_copy, aten.clone, aten.lift_fresh, aten.view, aten.reshape,
              aten._unsafe_view, aten.squeeze, aten.unsqueeze, aten.expand, aten.contiguous}
 
@@ -168,6 +184,7 @@ class _Emitter:
         self.origin: Dict[str, tuple] = {}  # aux name -> (the captured tensor, steps to the passed one)
         self.n = 0
         self.temps: Dict[tuple, str] = {}  # (expression, C type) -> its temporary
+        self.lane: Optional[int] = None  # the element of _Vector operands an op is emitted for
 
     def fail(self, node, what):
         where = _user_line(node.meta.get("stack_trace"), self.fn)
@@ -212,27 +229,31 @@ class _Emitter:
         # read live (a learned scale updated in place is seen, and tracing does not synchronize).
         if t.dim() == 0 and t.device.type == "cpu":
             return _Scalar(_lit(t.item(), t.dtype), t.dtype)
-        name = self.aux_by_id.get(id(t))
-        bits16 = False
+        # A view (table[:, n], one row of a stacked tensor) is read through its base, with its own
+        # offset and strides in the snippet: every view of one tensor is one aux tensor (a kernel
+        # takes 4), and nothing is copied, so an in-place write to the base is seen.
+        base = t._base
+        root = base if base is not None and base.dtype == t.dtype and base.is_contiguous() else t
+        name = self.aux_by_id.get(id(root))
         if name is None:
             name = f"{self.kind[0]}c{len(self.aux)}"
-            passed = t
-            if t.dtype == torch.bfloat16:
-                passed, bits16 = t.view(torch.int16), True
-            elif t.dtype == torch.float16:
-                passed = t.float()  # a copy: fp16 has no bit-cast reader here
-            steps = ("view_int16",) if bits16 else ("float",) if t.dtype == torch.float16 else ()
+            passed, steps = root, (("base",) if root is not t else ())
+            if root.dtype == torch.bfloat16:
+                passed, steps = passed.view(torch.int16), steps + ("view_int16",)
+            elif root.dtype == torch.float16:
+                passed, steps = passed.float(), steps + ("float",)  # a copy: fp16 has no bit-cast reader here
             if not passed.is_contiguous():
-                passed = passed.contiguous()
-                steps += ("contiguous",)
+                passed, steps = passed.contiguous(), steps + ("contiguous",)
             self.aux[name] = passed
-            self.aux_by_id[id(t)] = name
+            self.aux_by_id[id(root)] = name
             self.origin[name] = (t, steps)
-        else:
-            bits16 = t.dtype == torch.bfloat16
         passed = self.aux[name]
-        extent = sum((n - 1) * st for n, st in zip(passed.shape, passed.stride()) if n > 0)
-        return _View(name, t.dtype, "0", list(passed.shape), list(passed.stride()), bits16, wide=extent >= 2 ** 31)
+        if root is t:
+            sizes, strides, offset = list(passed.shape), list(passed.stride()), 0
+        else:
+            sizes, strides, offset = list(t.shape), list(t.stride()), t.storage_offset() - root.storage_offset()
+        extent = offset + sum((n - 1) * st for n, st in zip(sizes, strides) if n > 0)
+        return _View(name, t.dtype, str(offset), sizes, strides, t.dtype == torch.bfloat16, wide=extent >= 2 ** 31)
 
     def load(self, v: _View, node) -> _Scalar:
         if v.sizes:
@@ -247,6 +268,8 @@ class _Emitter:
         """An argument as a _Scalar (Python numbers as literals of dtype, or of their own kind)."""
         if isinstance(a, torch.fx.Node):
             v = env[a]
+            if isinstance(v, _Vector) or (isinstance(v, _View) and len(v.sizes) == 1 and self.lane is not None):
+                return self.element(v, self.lane, node)
             if isinstance(v, _View):
                 v = env[a] = self.load(v, node)
             return v
@@ -259,11 +282,56 @@ class _Emitter:
             return _Scalar(_lit(a, d), d)
         self.fail(node, f"argument {a!r}")
 
+    def element(self, v, j: Optional[int], node) -> _Scalar:
+        """Element j of a _Vector or of a 1-D _View (a size-1 one broadcasts, as torch's)."""
+        n = len(v.items) if isinstance(v, _Vector) else v.sizes[0]
+        if j is None:
+            self.fail(node, f"a tensor of shape ({n},) where one value is expected")
+        j = 0 if n == 1 else j
+        if isinstance(v, _Vector):
+            return v.items[j]
+        return self.load(self.index(v, 0, _Scalar(str(j), torch.int64)), node)
+
+    def elements(self, a, env, node) -> List[_Scalar]:
+        """Every element of a 1-D operand (a _Vector or a captured row)."""
+        v = env[a] if isinstance(a, torch.fx.Node) else None
+        if isinstance(v, _View) and len(v.sizes) == 1:
+            return [self.element(v, j, node) for j in range(v.sizes[0])]
+        if isinstance(v, _Vector):
+            return list(v.items)
+        self.fail(node, "a reduction of a value that is not a 1-D tensor")
+
+    def reduce(self, node, env, packet, dtype) -> _Scalar:
+        """sum / mean / prod / amax / amin / any / all over the one dimension of a 1-D operand, and
+        dot of two: a chain of the elements' temporaries."""
+        args = node.args
+        if packet is aten.dot:
+            xs, ys = self.elements(args[0], env, node), self.elements(args[1], env, node)
+            terms = [f"{_cast(x, dtype)} * {_cast(y, dtype)}" for x, y in zip(xs, ys)]
+            return self.temp(" + ".join(terms), dtype)
+        dims = args[1] if len(args) > 1 else node.kwargs.get("dim")
+        if isinstance(dims, (list, tuple)):
+            dims = dims[0] if len(dims) == 1 else "many"
+        if dims not in (None, 0, -1):
+            self.fail(node, f"'{node.target}' over dimension {dims} of a 1-D tensor")
+        xs = [_cast(x, dtype) for x in self.elements(args[0], env, node)]
+        if packet in (aten.amax, aten.amin, aten.max, aten.min):
+            fn = "max" if packet in (aten.amax, aten.max) else "min"
+            acc = xs[0]
+            for x in xs[1:]:
+                acc = self.temp(f"{fn}({acc}, {x})", dtype).expr
+            return _Scalar(acc, dtype)
+        op = {aten.sum: " + ", aten.mean: " + ", aten.prod: " * ", aten.any: " || ", aten.all: " && "}[packet]
+        total = self.temp(op.join(xs), dtype)
+        if packet is aten.mean:
+            return self.temp(f"{total.expr} / {_lit(len(xs), dtype)}", dtype)
+        return total
+
     def index(self, v: _View, dim: int, idx: _Scalar) -> _View:
         """v indexed at idx along dim. Python's negative indices count from the end; the mod's own
         arguments (b, h, q_idx, kv_idx) are never negative (VARIANTS.md) and need no such test."""
         n, st = v.sizes[dim], v.strides[dim]
-        plain = idx.expr.isdigit() or idx.expr in _ARGS["mask"]
+        plain = idx.expr.removesuffix("LL").isdigit() or idx.expr in _ARGS["mask"]
         i = idx.expr if plain else f"({idx.expr} < 0 ? {idx.expr} + {n} : {idx.expr})"
         term = f"(long long){i} * {st}" if v.wide else (i if st == 1 else f"{i} * {st}")
         off = f"{v.offset} + {term}" if v.offset != "0" else term
@@ -340,7 +408,21 @@ class _Emitter:
             return self.index(base, dim, self.value(args[2], env, node, torch.int64))
         if dtype is None or dtype not in _CTYPE:
             self.fail(node, f"'{name}'")
-        if isinstance(val, torch.Tensor) and val.dim() != 0:
+        if packet in (aten.max, aten.min) and len(args) > 1 and isinstance(args[1], torch.fx.Node):
+            packet = aten.maximum if packet is aten.max else aten.minimum  # torch.max(a, b): elementwise
+        if packet in _REDUCTIONS and self.lane is None:
+            r = self.reduce(node, env, packet, dtype)
+            return _Vector([r]) if isinstance(val, torch.Tensor) and val.dim() == 1 else r  # keepdim
+        if isinstance(val, torch.Tensor) and val.dim() == 1 and self.lane is None and val.shape[0] <= _MAX_LANES:
+            items = []  # an elementwise op over 1-D operands: emitted once per element
+            try:
+                for j in range(val.shape[0]):
+                    self.lane = j
+                    items.append(self.op(node, env))
+            finally:
+                self.lane = None
+            return _Vector(items)
+        if isinstance(val, torch.Tensor) and val.dim() != 0 and not (self.lane is not None and val.dim() == 1):
             self.fail(node, f"'{name}' making a tensor of shape {tuple(val.shape)}")
         # Constants of shape (): FlexAttention's own noop_mask is batch.new_ones(size=(), dtype=torch.bool).
         if packet in (aten.ones, aten.new_ones, aten.ones_like):
@@ -624,7 +706,8 @@ def fetch(fn, where: str, key, steps: tuple) -> torch.Tensor:
     calls, which torch.compile traces, so the tensor becomes an input of the graph."""
     t = fn.__closure__[key].cell_contents if where == "cell" else fn.__globals__[key]
     for step in steps:
-        t = t.view(torch.int16) if step == "view_int16" else t.float() if step == "float" else t.contiguous()
+        t = (t._base if step == "base" else t.view(torch.int16) if step == "view_int16" else t.float()
+             if step == "float" else t.contiguous())
     return t
 
 

@@ -94,6 +94,99 @@ def _assert_mask_matches_torch_when_compiled(mod, traced, n, b, h):
     assert got == want and 0 < sum(want) < n * n
 
 
+_HOST_AUX_TYPES = {torch.float32: "float", torch.int32: "int", torch.int64: "long long", torch.int16: "short",
+                   torch.bool: "bool", torch.uint8: "unsigned char"}
+
+
+def _host_values(mod, kind: str, points) -> tuple:
+    """(the traced snippet's values, compiled by the host C++ compiler with its aux tensors as arrays
+    behind params.aux_ptr as the kernel passes them, torch's values of mod) at points (score, b, h, q,
+    kv); score is ignored for a mask."""
+    t = _trace.trace(mod, kind)
+    aux = list(t.aux.values())
+    m, _, s = ops._snippet_texts(aux, ",".join(t.aux), t.snippet if kind == "mask" else "", "",
+                                 t.snippet if kind == "score" else "")
+    arrays = "".join(f"static const {_HOST_AUX_TYPES[a.dtype]} A{i}[] = {{" +
+                     ", ".join(str(int(v)) if not a.is_floating_point() else f"{float(v)!r}f"
+                               for v in a.reshape(-1).tolist()) + "};\n" for i, a in enumerate(aux))
+    src = ("#include <cstdio>\n#include <cmath>\n#include <algorithm>\nusing namespace std;\n"
+           "struct Params { const void* aux_ptr[4]; } params;\n" + arrays +
+           f"static double f(float score, int b, int h, int q_idx, int kv_idx) {{ {m or s} }}\n"
+           "int main() {\n" + "".join(f"params.aux_ptr[{i}] = A{i};\n" for i in range(len(aux))) +
+           "".join(f"std::printf(\"%.9g\\n\", f({sc!r}f, {b}, {h}, {q}, {kv}));\n" for sc, b, h, q, kv in points) + "}\n")
+    got = [float(x) for x in _host_program_output(src)]
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    want = [float(mod(torch.tensor(sc), i32(b), i32(h), i32(q), i32(kv)) if kind == "score" else
+                  mod(i32(b), i32(h), i32(q), i32(kv))) for sc, b, h, q, kv in points]
+    return got, want
+
+
+def test_short_vectors_unroll_and_reduce_match_torch_when_compiled():
+    """A captured row indexed down to one dimension (positions (S, 3), a rope part (S, 8), a top-k
+    list of KV tiles per Q tile) is a short vector: elementwise ops run per element, and sum, dot,
+    any, all, amax, amin, mean and prod reduce it (PyTorch's FlexAttention tests and attention-gym:
+    a Euclidean distance bias, MLA's rope dot product, top-k tile selection). Compiled by the host
+    compiler against torch, and by NVRTC."""
+    g = torch.Generator().manual_seed(7)
+    pos = torch.randn(64, 3, generator=g)
+    q_rope, k_rope = torch.randn(2, 64, 8, generator=g), torch.randn(2, 64, 8, generator=g)
+    topk = torch.randint(0, 8, (2, 8, 4), generator=g, dtype=torch.int32)
+
+    def euclid(score, b, h, q_idx, kv_idx):
+        return score - (pos[q_idx] - pos[kv_idx]).pow(2).sum(-1).sqrt()
+
+    def rope(score, b, h, q_idx, kv_idx):
+        return score + 0.25 * torch.dot(q_rope[b, q_idx], k_rope[b, kv_idx])
+
+    def stats(score, b, h, q_idx, kv_idx):
+        d = pos[q_idx] * pos[kv_idx]
+        return score + d.amax() - d.amin() + d.mean() + d.prod(0) + (d > 0).all().float()
+
+    def selected(b, h, q_idx, kv_idx):
+        return (topk[b, q_idx // 8] == (kv_idx // 8).unsqueeze(-1)).any(dim=-1)
+
+    gen = torch.Generator().manual_seed(8)
+    points = [(float(torch.randn((), generator=gen)), int(torch.randint(0, 2, (), generator=gen)), 0,
+               int(torch.randint(0, 64, (), generator=gen)), int(torch.randint(0, 64, (), generator=gen)))
+              for _ in range(64)]
+    for mod in (euclid, rope, stats):
+        got, want = _host_values(mod, "score", points)
+        assert all(abs(a - w) <= 1e-5 * abs(w) + 1e-5 for a, w in zip(got, want)), mod.__name__
+    got, want = _host_values(selected, "mask", points)
+    assert got == want and 0 < sum(want) < len(want)
+    assert _trace.trace(euclid, "score").snippet.count("sqrt(") == 1  # three squares summed, one root
+    with pytest.raises(fa4jit.ConfigError, match="where one value is expected"):
+        _trace.trace(lambda b, h, q_idx, kv_idx: topk[b, q_idx] > 0, "mask")  # a vector as the mask
+    report = fa4jit.prewarm([_typed_config(selected, rope)], archs=["sm_90a"])
+    assert all(r["status"] in ("compiled", "hit") for r in report), report
+
+
+def test_views_of_one_tensor_share_its_aux_and_read_it_live():
+    """Captured views of one tensor (attention-gym's Graphormer bias: one table sliced per path step)
+    are one aux tensor, the base itself (no copy), read at each view's offset and strides: four
+    views take one of a kernel's four aux slots, and an in-place write to the base is what the kernel
+    reads."""
+    g = torch.Generator().manual_seed(3)
+    table = torch.randn(4, 5, 6, generator=g)
+    steps = [table[:, n] for n in range(5)]  # (4, 6) each, strided
+    col = table[2, :, 1]  # (5,), stride 6, offset 2 * 30 + 1
+
+    def path_bias(score, b, h, q_idx, kv_idx):
+        total = score + col[kv_idx % 5]
+        for n, step in enumerate(steps):
+            total = total + step[h, (q_idx + n) % 6]
+        return total
+
+    t = _trace.trace(path_bias, "score")
+    assert list(t.aux) == ["sc0"] and t.aux["sc0"] is table
+    assert "61 + " in t.snippet  # col's offset into the table
+    points = [(0.5, 0, h, q, kv) for h in range(4) for q in range(6) for kv in range(0, 10, 3)]
+    got, want = _host_values(path_bias, "score", points)
+    assert all(abs(a - w) <= 1e-5 * abs(w) + 1e-5 for a, w in zip(got, want))
+    table.mul_(2)  # an in-place write: the traced aux is the same memory
+    assert torch.equal(_trace.trace(path_bias, "score").aux["sc0"], table)
+
+
 def test_position_comparisons_match_torch_when_compiled():
     """Every comparison between two positions, traced and compiled by the host C++ compiler, against
     torch on the same int32 positions."""
@@ -559,7 +652,7 @@ def test_captured_tensor_sources_for_compiled_graphs():
     assert t.sources is not None and len(t.sources) == 3
     for name, where, key, steps in t.sources:
         assert where == "cell" and torch.equal(_trace.fetch(mod, where, key, steps), t.aux[name])
-    assert {steps for *_, steps in t.sources} == {("view_int16",), ("contiguous",), ()}
+    assert {steps for *_, steps in t.sources} == {("view_int16",), ("base",), ()}  # cols: read through its base
     g = _trace.trace(_global_head_bias, "score")
     assert g.sources == (("sc0", "global", "_GLOBAL_BIAS", ()),)
     assert _trace.trace(held, "mask").sources is None

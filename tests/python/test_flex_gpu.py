@@ -181,6 +181,45 @@ def test_relative_position_bias_captured_tensor_and_gqa():
     assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what="relpos gqa")
 
 
+def test_short_vectors_and_views_of_one_base():
+    """Mods over captured rows (a Euclidean distance over (S, 3) positions, a rope dot product, top-k
+    KV tiles per Q tile with .any()) and views of one table (four aux reads of one base), against the
+    float64 reference; the tile map of the top-k mask (automatic) skips the unselected tiles; an
+    in-place write to the viewed base reaches the next call."""
+    B, H, S = 2, 4, 640
+    q, k, v = bhsd(B, H, H, S, S, seed=12)
+    g = torch.Generator(device="cuda").manual_seed(12)
+    pos = torch.randn(S, 3, device="cuda", generator=g)
+    rope_q, rope_k = (torch.randn(B, S, 16, device="cuda", generator=g) for _ in range(2))
+    topk = torch.randint(0, S // 128, (B, S // 128, 2), device="cuda", generator=g, dtype=torch.int32)
+    table = torch.randn(H, 4, 8, device="cuda", generator=g)
+    steps = [table[:, n] for n in range(4)]
+
+    def geometry(score, b, h, q_idx, kv_idx):
+        d = (pos[q_idx] - pos[kv_idx]).pow(2).sum(-1).sqrt()
+        return score - 0.5 * d + 0.1 * torch.dot(rope_q[b, q_idx], rope_k[b, kv_idx])
+
+    def path(score, b, h, q_idx, kv_idx):
+        total = score
+        for n, step in enumerate(steps):
+            total = total + step[h, (q_idx + n * kv_idx) % 8]
+        return total
+
+    def selected(b, h, q_idx, kv_idx):
+        return (topk[b, q_idx // 128] == (kv_idx // 128).unsqueeze(-1)).any(dim=-1) | (q_idx // 128 == kv_idx // 128)
+
+    bm = fa4jit.create_block_mask(selected, B, None, S, S, device="cuda")
+    assert 0 < bm.sparsity() < 100
+    for score_mod in (geometry, path):
+        o, lse = fa4jit.flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, return_lse=True)
+        ref_o, ref_lse = reference(q, k, v, selected, score_mod)
+        assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=score_mod.__name__)
+    table.mul_(-1)  # the views' base, written in place: read live
+    o, lse = fa4jit.flex_attention(q, k, v, score_mod=path, block_mask=bm, return_lse=True)
+    ref_o, ref_lse = reference(q, k, v, selected, path)
+    assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what="path after the write")
+
+
 def test_aux_dependent_document_mask_tile_map_follows_aux_contents():
     """fa4jit.attention with a Python mask: the tile map is built automatically, reused while the
     document ids are unchanged, and rebuilt when they are written in place."""
