@@ -11,7 +11,9 @@ fa4jit's bottom-right causal alignment. Padding masks arrive as transformers' 2-
 mask (registered for this name) and run as varlen attention over the unpadded tokens. Values may be
 narrower than queries and keys: a pair the GPU's backend has a kernel for runs it (DeepSeek-V2/V3,
 Kimi-K2, LongCat MLA prefill: 192 / 128); another pair (MiniCPM3: 96 / 64) runs with V zero-padded to
-Q's width and O cut back, as transformers' own flash-attention path does. Forward only (inference);
+Q's width and O cut back, as transformers' own flash-attention path does. Llama 4's chunked layers
+run chunked attention (prompts without a cache); families that declare no flash-attention support
+(their masks are more than this backend is given) are refused by name. Forward only (inference);
 bf16 / fp16 models.
 """
 import functools
@@ -56,6 +58,47 @@ def _pads_v(device_type: str, index: Optional[int], dtype: torch.dtype, depth: i
     return arch is not None and not _has_kernel_for_v_width(arch, dtype, depth, depth_v)
 
 
+# Families whose PreTrainedModel says _supports_flash_attn = False for a reason this backend handles:
+# Llama 4's chunked layers (read from the layer: _chunk_size; prompts without a cache only).
+_HANDLED_WITHOUT_FLASH = {"Llama4PreTrainedModel"}
+
+
+@functools.lru_cache(maxsize=None)
+def _family_without_flash(module_name: str) -> Optional[str]:
+    """The PreTrainedModel of a modeling module that declares _supports_flash_attn = False (DeepSeek-V4's
+    compressed keys, Doge's dynamic masks, T5's position bias: masks beyond causal, window and
+    padding, which the flash-style 2-D mask this backend registers drops), unless handled here."""
+    import sys
+    mod = sys.modules.get(module_name)
+    for c in vars(mod).values() if mod is not None else ():
+        if (isinstance(c, type) and c.__module__ == module_name and c.__dict__.get("_supports_flash_attn") is False
+                and c.__name__ not in _HANDLED_WITHOUT_FLASH):
+            return c.__name__
+    return None
+
+
+@torch._dynamo.assume_constant_result  # a fact of the model's code: a constant of a compiled graph
+def _refused_family(module_name: str) -> str:
+    return _family_without_flash(module_name) or ""
+
+
+def _chunk_size(module: torch.nn.Module, queries: int, keys: int) -> int:
+    """Llama 4's chunked layers (config.layer_types[layer_idx] == "chunked_attention"): keys in the
+    query's chunk of attention_chunk_size positions only, which transformers puts in a mask the
+    flash-style one does not carry: fa4jit's chunk_size, whose chunks start at key 0. That holds for
+    a prompt without a cache; a cache keeps only the last chunk's keys and the interface does not
+    say at which position they start, so steps over a cache are refused."""
+    cfg, i = getattr(module, "config", None), getattr(module, "layer_idx", None)
+    types = getattr(cfg, "layer_types", None)
+    if i is None or not types or i >= len(types) or types[i] != "chunked_attention":
+        return 0
+    if queries != keys:
+        raise LaunchError(f"layer {i} is a chunked-attention layer (Llama 4) over a KV cache: the cache keeps "
+                          f"the last chunk's keys without their positions, which chunks need; run prompts without "
+                          f"a cache (use_cache=False) or generate with 'sdpa'")
+    return int(cfg.attention_chunk_size)
+
+
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, dropout: float = 0.0,
                       sliding_window: Optional[int] = None, softcap: Optional[float] = None,
@@ -63,6 +106,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """transformers AttentionInterface function. query/key (B, Hq|Hkv, S, D), value (B, Hkv, Sk, Dv) with Dv
     = D or a head dim the kernels pair with D (DeepSeek-V3: 192 / 128); returns (attn_output (B, Sq, Hq, Dv),
     None)."""
+    family = _refused_family(type(module).__module__)
+    if family:
+        raise LaunchError(f"{family} declares no flash-attention support (its attention masks are more than "
+                          f"causal, window and padding); fa4jit's backend would drop them: use 'sdpa' or 'eager'")
     if dropout:
         raise LaunchError(f"dropout is {dropout}: fa4jit is forward only (inference); use model.eval()")
     if kwargs.get("output_attentions"):
@@ -85,7 +132,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     Sk, D = k.shape[1], v_width
     # transformers' sliding_window W: each query sees itself and the W - 1 keys before it.
     window = (sliding_window - 1, 0 if is_causal else sliding_window - 1) if sliding_window else None
-    common = dict(causal=is_causal, window=window, softcap=float(softcap or 0.0), softmax_scale=scaling, sinks=s_aux)
+    common = dict(causal=is_causal, window=window, softcap=float(softcap or 0.0), softmax_scale=scaling, sinks=s_aux,
+                  chunk_size=_chunk_size(module, Sq, Sk))
 
     if attention_mask is None:
         return ops.attention(q, k, v, **common), None

@@ -25,16 +25,16 @@ class ReferenceOps:
     calls = []
 
     @classmethod
-    def attention(cls, q, k, v, causal=False, window=None, softcap=0.0, softmax_scale=None, sinks=None):
-        cls.calls.append(("attention", tuple(q.shape), tuple(k.shape), causal, window, v.shape[-1]))
-        o, _ = attention_ref(q, k, v, causal=causal, window=_window(window, causal), softcap=softcap,
+    def attention(cls, q, k, v, causal=False, window=None, softcap=0.0, softmax_scale=None, sinks=None, chunk_size=0):
+        cls.calls.append(("attention", tuple(q.shape), tuple(k.shape), causal, window, v.shape[-1], chunk_size))
+        o, _ = attention_ref(q, k, v, causal=causal, window=_window(window, causal), chunk=chunk_size, softcap=softcap,
                              scale=softmax_scale, sinks=sinks)
-        return o.to(q.dtype)
+        return o.to(q.dtype).contiguous()  # as the ops' output
 
     @classmethod
     def attention_varlen(cls, q, k, v, cu_q, cu_k, max_q, max_seqlen_k=None, causal=False, window=None, softcap=0.0,
-                         softmax_scale=None, sinks=None):
-        cls.calls.append(("varlen", tuple(q.shape), tuple(k.shape), causal, window, v.shape[-1]))
+                         softmax_scale=None, sinks=None, chunk_size=0):
+        cls.calls.append(("varlen", tuple(q.shape), tuple(k.shape), causal, window, v.shape[-1], chunk_size))
         assert max_q == int((cu_q[1:] - cu_q[:-1]).max())
         # The key hint that sizes the split (a decode step's keys spread over the SMs): every row's keys at most
         assert max_seqlen_k is not None and max_seqlen_k >= int((cu_k[1:] - cu_k[:-1]).max())
@@ -44,7 +44,7 @@ class ReferenceOps:
             if qs.stop == qs.start:
                 continue
             o, _ = attention_ref(q[qs][None], k[ks][None], v[ks][None], causal=causal, window=_window(window, causal),
-                                 softcap=softcap, scale=softmax_scale, sinks=sinks)
+                                 chunk=chunk_size, softcap=softcap, scale=softmax_scale, sinks=sinks)
             outs.append(o[0].to(q.dtype))
         return torch.cat(outs)
 
@@ -179,7 +179,7 @@ def test_padded_v_compiles_without_graph_breaks(monkeypatch):
     (assume_constant_result), so the padding path adds no graph break."""
     from transformers import AutoModelForCausalLM
 
-    def attention(q, k, v, causal=False, window=None, softcap=0.0, softmax_scale=None, sinks=None):
+    def attention(q, k, v, causal=False, window=None, softcap=0.0, softmax_scale=None, sinks=None, chunk_size=0):
         assert v.shape[-1] == q.shape[-1]  # padded
         return attention_ref(q, k, v, causal=causal, scale=softmax_scale)[0].to(q.dtype)
 
@@ -199,3 +199,58 @@ def _minicpm3_config(layers=2):
     return MiniCPM3Config(vocab_size=256, hidden_size=256, intermediate_size=256, num_hidden_layers=layers,
                           num_attention_heads=4, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=64,
                           qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, max_position_embeddings=256)
+
+
+def test_llama4_chunked_layers_run_chunked_attention(reference_ops, monkeypatch):
+    """Llama 4's chunked layers (layer_types "chunked_attention"): each query sees the keys of its own
+    chunk of attention_chunk_size positions, which transformers puts in a mask the flash-style one
+    does not carry; the backend reads the chunk size from the layer. A 20-token prompt crosses two
+    chunk boundaries (chunk 8) and its logits match SDPA's; a step over the cache, which keeps the last
+    chunk's keys without their positions, is refused by name."""
+    from transformers import AutoModelForCausalLM, DynamicCache, Llama4TextConfig
+    cfg = Llama4TextConfig(vocab_size=256, hidden_size=128, intermediate_size=256, intermediate_size_mlp=256,
+                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                           num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=8,
+                           max_position_embeddings=256)
+    chunked = [i for i, t in enumerate(cfg.layer_types) if t == "chunked_attention"]
+    assert 0 < len(chunked) < cfg.num_hidden_layers
+    a, b = _pair(cfg, "sdpa")
+    ids = torch.randint(0, 256, (2, 20))
+    with torch.no_grad():
+        la, lb = a(input_ids=ids, use_cache=False).logits.float(), b(input_ids=ids, use_cache=False).logits.float()
+    tol = 0.05 * lb.abs().max().item() + 0.05
+    assert (la - lb).abs().max().item() <= tol
+    assert [c[6] for c in reference_ops.calls] == [8 if i in chunked else 0 for i in range(cfg.num_hidden_layers)]
+    with monkeypatch.context() as m, torch.no_grad():  # the chunks matter here: plain causal layers differ
+        m.setattr(fa4jit_hf, "_chunk_size", lambda module, queries, keys: 0)
+        assert (a(input_ids=ids, use_cache=False).logits.float() - lb).abs().max().item() > tol
+    with torch.no_grad():
+        r = a(input_ids=ids, past_key_values=DynamicCache(config=a.config), use_cache=True)
+        with pytest.raises(fa4jit_hf.LaunchError, match="chunked-attention layer .* over a KV cache"):
+            a(input_ids=ids[:, :1], past_key_values=r.past_key_values, use_cache=True)
+
+
+def test_families_without_flash_attention_support_are_refused():
+    """A model whose PreTrainedModel declares _supports_flash_attn = False (DeepSeek-V4's compressed keys,
+    Doge's dynamic masks, T5's position bias) has masks the flash-style one drops: the backend refuses
+    it by name instead of running without them. Llama 4 (its reason, chunked layers, handled) and the
+    families that support flash attention pass."""
+    import sys
+    import types
+    name = "fa4jit_test_fake_modeling"
+    fake = types.ModuleType(name)
+    exec("import torch\nclass FakePreTrainedModel:\n    _supports_flash_attn = False\n"
+         "class FakeAttention(torch.nn.Module):\n    pass\n", fake.__dict__)
+    sys.modules[name] = fake
+    try:
+        assert fa4jit_hf._family_without_flash(name) == "FakePreTrainedModel"
+        q = torch.zeros(1, 2, 4, 32, dtype=torch.bfloat16)
+        with pytest.raises(fa4jit_hf.LaunchError, match="FakePreTrainedModel declares no flash-attention support"):
+            fa4jit_hf.attention_forward(fake.FakeAttention(), q, q, q, None)
+    finally:
+        del sys.modules[name]
+    import transformers.models.llama.modeling_llama as llama
+    import transformers.models.llama4.modeling_llama4 as llama4
+    assert fa4jit_hf._family_without_flash(llama.__name__) is None
+    assert fa4jit_hf._family_without_flash(llama4.__name__) is None  # chunked layers: handled
+    assert llama4.Llama4PreTrainedModel._supports_flash_attn is False
