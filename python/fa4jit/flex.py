@@ -35,7 +35,7 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 
-from . import _checks, _lib, _snippets, _trace
+from . import _checks, _lib, _snippets, _trace, _widths
 from .errors import ConfigError
 
 Tensor = torch.Tensor
@@ -807,6 +807,12 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Optiona
     Hkv, Sk = key.shape[1], key.shape[2]
     if Hq != Hkv and not enable_gqa:
         raise ConfigError(f"query has {Hq} heads, key/value {Hkv}: pass enable_gqa=True for GQA (as FlexAttention)")
+    wq, wv = _widths.widths_for(query, value)  # head dims without a kernel (16, 32, 80 ...) run zero-padded
+    if (wq, wv) != (D, value.shape[-1]):
+        r = flex_attention(_widths.pad_to(query, wq), _widths.pad_to(key, wq), _widths.pad_to(value, wv), score_mod,
+                           block_mask, D ** -0.5 if scale is None else scale, enable_gqa, return_lse, kernel_options)
+        o = (r[0] if return_lse else r)[..., :value.shape[-1]]
+        return (o, r[1]) if return_lse else o
     bm = _as_block_mask(block_mask)
     mask_mod = None
     if bm is not None:

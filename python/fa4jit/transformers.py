@@ -21,8 +21,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import config, ops
-from .errors import ConfigError, LaunchError
+from . import _widths, ops
+from .errors import LaunchError
 
 NAME = "fa4jit"
 
@@ -31,31 +31,6 @@ def _unpadded(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """(B, S, H, D) rows at flat token indices -> (tokens, H, D)."""
     B, S, H, D = x.shape
     return x.reshape(B * S, H, D).index_select(0, index)
-
-
-@functools.lru_cache(maxsize=None)
-def _has_kernel_for_v_width(arch: str, dtype: torch.dtype, depth: int, depth_v: int) -> bool:
-    """Whether arch's backend runs V of depth_v beside Q/K of depth (FA4Config::depth_v: the library's
-    own list, asked without compiling)."""
-    try:
-        config.resolve({"depth": depth, "depth_v": depth_v, "dtype": "bf16" if dtype == torch.bfloat16 else "fp16"},
-                       arch)
-    except ConfigError:
-        return False
-    return True
-
-
-def _device_arch(device_type: str, index: Optional[int]) -> Optional[str]:
-    return ops._arch(index or 0) if device_type == "cuda" else None  # a CPU tensor: ops refuses it later
-
-
-@torch._dynamo.assume_constant_result  # a fact of the device and shapes: a constant of a compiled graph
-def _pads_v(device_type: str, index: Optional[int], dtype: torch.dtype, depth: int, depth_v: int) -> bool:
-    """V narrower than Q and K without a kernel for the pair: zero-pad V to Q's width."""
-    if depth_v >= depth:
-        return False
-    arch = _device_arch(device_type, index)
-    return arch is not None and not _has_kernel_for_v_width(arch, dtype, depth, depth_v)
 
 
 # Families whose PreTrainedModel says _supports_flash_attn = False for a reason this backend handles:
@@ -120,12 +95,15 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
     is_causal = bool(is_causal)
-    v_width = int(value.shape[-1])  # O's: DeepSeek-V3's attention passes V narrower than Q (192 / 128)
-    if v_width < query.shape[-1] and _pads_v(value.device.type, value.device.index, query.dtype,
-                                              int(query.shape[-1]), v_width):
-        value = torch.nn.functional.pad(value, (0, query.shape[-1] - v_width))
-        o, w = attention_forward(module, query, key, value, attention_mask, scaling, dropout, sliding_window,
-                                 softcap, s_aux, **kwargs)
+    # O is V's width: DeepSeek-V3's attention passes V narrower than Q (192 / 128). Widths without a
+    # kernel (MiniCPM3's 96 / 64, Phi-2's 80) run zero-padded (fa4jit._widths).
+    depth, v_width = int(query.shape[-1]), int(value.shape[-1])
+    wq, wv = _widths.widths_for(query, value)
+    if (wq, wv) != (depth, v_width):
+        scale = depth ** -0.5 if scaling is None else scaling
+        o, w = attention_forward(module, _widths.pad_to(query, wq), _widths.pad_to(key, wq),
+                                 _widths.pad_to(value, wv), attention_mask, scale, dropout, sliding_window, softcap,
+                                 s_aux, **kwargs)
         return o[..., :v_width], w
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # (B, S, H, D) views
     B, Sq, Hq, _ = q.shape

@@ -575,6 +575,30 @@ def test_return_aux_requests_lse_as_flex_attention_does():
 
 
 
+def test_head_dims_without_a_kernel_run_padded(monkeypatch):
+    """FlexAttention's head dims that no fa4jit kernel has (its tests use 16 and 32; V may be narrower)
+    run zero-padded to the backend's next one, with the scale of the real head dim, and come back
+    cut to V's width (the kernel replaced by a stand-in that records what it was given)."""
+    seen = []
+
+    def kernel(q, k, v, softmax_scale=None, return_lse=False, **kw):
+        seen.append((q.shape[-1], k.shape[-1], v.shape[-1], softmax_scale))
+        o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+        return (o, torch.zeros(q.shape[:-1])) if return_lse else o
+
+    monkeypatch.setattr(fa4jit.ops, "attention", kernel)
+    monkeypatch.setattr(fa4jit._widths, "device_arch", lambda device_type, index: "sm_90a")
+    q, k, v = torch.randn(1, 2, 16, 32, dtype=torch.bfloat16), torch.randn(1, 2, 16, 32), torch.randn(1, 2, 16, 16)
+    o, lse = fa4jit.flex_attention(q, k.bfloat16(), v.bfloat16(), return_lse=True)
+    assert o.shape == (1, 2, 16, 16) and lse.shape == (1, 2, 16)
+    assert seen == [(64, 64, 64, 32 ** -0.5)]
+    o = fa4jit.flex_attention(q, k.bfloat16(), k.bfloat16(), scale=0.3)
+    assert o.shape == q.shape and seen[-1] == (64, 64, 64, 0.3)
+    q = torch.randn(1, 2, 16, 128, dtype=torch.bfloat16)
+    fa4jit.flex_attention(q, q, q)
+    assert seen[-1] == (128, 128, 128, None)  # a kernel's own width: as it is
+
+
 def test_band_masks_are_recognized_for_the_built_in_masks():
     def window(b, h, q_idx, kv_idx):
         return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 7)

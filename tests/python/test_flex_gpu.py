@@ -220,6 +220,21 @@ def test_short_vectors_and_views_of_one_base():
     assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what="path after the write")
 
 
+@pytest.mark.parametrize("dims", [(32, 32), (80, 80), (64, 32)], ids=str)
+def test_head_dims_without_a_kernel_run_padded(dims):
+    """Head dims no kernel has (FlexAttention's tests use 16 and 32; Phi-2 80; V narrower than Q) run
+    zero-padded and cut back, against the float64 reference."""
+    D, Dv = dims
+    B, H, S = 2, 4, 300
+    q, k, _ = bhsd(B, H, H, S, S, D=D, seed=21)
+    v = rnd(B, H, S, Dv, seed=24)
+    bm = fa4jit.create_block_mask(causal, None, None, S, S, device="cuda")
+    o, lse = fa4jit.flex_attention(q, k, v, score_mod=softcap, block_mask=bm, return_lse=True)
+    assert o.shape == (B, H, S, Dv)
+    ref_o, ref_lse = reference(q, k, v, causal, softcap)
+    assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"widths {dims}")
+
+
 def test_aux_dependent_document_mask_tile_map_follows_aux_contents():
     """fa4jit.attention with a Python mask: the tile map is built automatically, reused while the
     document ids are unchanged, and rebuilt when they are written in place."""

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 pytest.importorskip("transformers", reason="transformers is not installed")
 
 import fa4jit.transformers as fa4jit_hf  # noqa: E402
+from fa4jit import _widths  # noqa: E402
 from reference import attention_ref  # noqa: E402
 
 
@@ -53,7 +54,7 @@ class ReferenceOps:
 def reference_ops(monkeypatch):
     ReferenceOps.calls = []
     # The CPU tensors stand for an H200's: V head dims are checked against sm_90a's kernels.
-    monkeypatch.setattr(fa4jit_hf, "_device_arch", lambda device_type, index: "sm_90a")
+    monkeypatch.setattr(_widths, "device_arch", lambda device_type, index: "sm_90a")
     monkeypatch.setattr(fa4jit_hf.ops, "attention", ReferenceOps.attention)
     monkeypatch.setattr(fa4jit_hf.ops, "attention_varlen", ReferenceOps.attention_varlen)
     fa4jit_hf.register()
@@ -104,9 +105,10 @@ def test_llama_adapter(reference_ops):
     kinds = {c[0] for c in reference_ops.calls}
     assert kinds == {"attention"}
     prefill = reference_ops.calls[0]
-    assert prefill[1] == (2, 24, 4, 32) and prefill[2] == (2, 24, 2, 32) and prefill[3] is True
+    # Head dim 32 runs zero-padded to 64, sm_90a's smallest (fa4jit._widths); logits as SDPA's.
+    assert prefill[1] == (2, 24, 4, 64) and prefill[2] == (2, 24, 2, 64) and prefill[3] is True
     decode = reference_ops.calls[-1]
-    assert decode[1] == (2, 1, 4, 32) and decode[2] == (2, 28, 2, 32)  # Sq < Sk: bottom-right causal
+    assert decode[1] == (2, 1, 4, 64) and decode[2] == (2, 28, 2, 64)  # Sq < Sk: bottom-right causal
 
 
 def test_llama_adapter_left_padding_uses_varlen(reference_ops):
@@ -135,15 +137,20 @@ def test_gemma2_adapter_window_and_softcap(reference_ops):
     assert (7, 0) in windows and None in windows  # sliding layers see W - 1 keys back; full layers none
 
 
-def test_v_head_dims_pair_with_the_backends_kernels():
-    """Which V widths run their own kernel is the library's list (no GPU needed to ask)."""
-    bf16 = torch.bfloat16
-    assert fa4jit_hf._has_kernel_for_v_width("sm_90a", bf16, 192, 128)  # DeepSeek-V2/V3, Kimi-K2
-    assert fa4jit_hf._has_kernel_for_v_width("sm_80", torch.float16, 192, 128)
-    assert not fa4jit_hf._has_kernel_for_v_width("sm_90a", bf16, 96, 64)  # MiniCPM3: V padded
-    assert not fa4jit_hf._has_kernel_for_v_width("sm_90a", bf16, 128, 64)
-    assert not fa4jit_hf._pads_v("cuda", 0, bf16, 128, 128)  # same widths: nothing to ask
-    assert not fa4jit_hf._pads_v("cpu", None, bf16, 96, 64)  # no device arch: the ops refuse CPU tensors
+def test_widths_without_a_kernel_are_padded_to_ones_with_one():
+    """Which widths run as they are is the library's list (no GPU needed to ask); others pad V to Q's
+    width, or both to the next depth the backend runs."""
+    w = _widths.padded_widths
+    assert w("sm_90a", "bf16", 192, 128) == (192, 128)  # DeepSeek-V2/V3, Kimi-K2: a kernel of its own
+    assert w("sm_80", "fp16", 192, 128) == (192, 128)
+    assert w("sm_90a", "bf16", 96, 64) == (96, 96)  # MiniCPM3: V padded
+    assert w("sm_90a", "bf16", 128, 64) == (128, 128)
+    assert w("sm_90a", "bf16", 80, 80) == (96, 96)  # Phi-2
+    assert w("sm_90a", "bf16", 32, 32) == (64, 64)
+    assert w("sm_100a", "bf16", 160, 160) == (192, 192)  # sm_100a's list is its own (no 256)
+    assert w("sm_90a", "bf16", 2000, 2000) is None
+    assert _widths.launch_widths("", torch.bfloat16, 96, 64) == (96, 64)  # no device: as they are
+    assert _widths.launch_widths("sm_90a", torch.float32, 80, 80) == (80, 80)  # the launch names the dtype
 
 
 def _check_v_width(cfg, reference_ops, q_width, v_passed):
@@ -184,7 +191,7 @@ def test_padded_v_compiles_without_graph_breaks(monkeypatch):
         return attention_ref(q, k, v, causal=causal, scale=softmax_scale)[0].to(q.dtype)
 
     monkeypatch.setattr(fa4jit_hf.ops, "attention", attention)
-    monkeypatch.setattr(fa4jit_hf, "_device_arch", lambda device_type, index: "sm_90a")
+    monkeypatch.setattr(_widths, "device_arch", lambda device_type, index: "sm_90a")
     fa4jit_hf.register()
     m = AutoModelForCausalLM.from_config(_minicpm3_config(layers=1), attn_implementation="fa4jit",
                                          dtype=torch.bfloat16).eval()

@@ -156,6 +156,17 @@ def test_minicpm3_value_heads_without_a_pair_kernel_run_padded():
     _compare(models, ids, what="minicpm3")
 
 
+def test_phi_head_dim_80_runs_padded():
+    """Phi-2's head dim 80 (2560 / 32; partial rotary), which no kernel has: zero-padded to the next
+    one and cut back, against SDPA."""
+    cfg = transformers.PhiConfig(vocab_size=1024, hidden_size=640, intermediate_size=1024, num_hidden_layers=2,
+                                 num_attention_heads=8, partial_rotary_factor=0.4, max_position_embeddings=1024)
+    models = _models(cfg)
+    torch.manual_seed(6)
+    ids = torch.randint(0, 1024, (2, 130), device="cuda")
+    _compare(models, ids, what="phi head dim 80")
+
+
 def test_torch_compile_of_the_model_has_no_graph_break():
     models = _models(_llama_config(), with_ref=False)
     m = models["fa4jit"]
