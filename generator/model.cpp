@@ -64,6 +64,9 @@ constexpr Family kFamilies[] = {
     {"deepseek_v3", WindowLayout::all, false},
     {"kimi_k2", WindowLayout::all, false},
     {"glm4_moe_lite", WindowLayout::all, false},  // GLM-4.7-Flash: MLA with Q/K and V of 256, latent 512 + 64
+    // Chunked local attention on 3 of 4 layers (layer_kinds), full attention on the others.
+    {"llama4", WindowLayout::all, false},
+    {"llama4_text", WindowLayout::all, false},
 };
 
 // MLA absorbed decode (configs with kv_lora_rank): serving engines fold the K and V up-projections
@@ -78,12 +81,6 @@ constexpr int kMlaMinHeads = 8, kMlaMaxHeads = 128;
 // An uneven varlen prefill batch (bench/zoo.py VARLEN_LENS: 7000 to 100 queries), whose kernel
 // the model's prefill batches take (choose_kernel); its group is the model's.
 constexpr LaunchFacts kUnevenPrefillBatch{1, 7000, 8, 16048, std::nullopt};
-
-// Keys of attention variants fa4jit has no kernel for; a config that sets one is refused by name
-// (checked before model_type, so the answer names the feature, not just the family).
-constexpr std::pair<const char*, const char*> kUnsupportedKeys[] = {
-    {"attention_chunk_size", "chunked local-attention layers (Llama 4) are not derived by the model prewarm yet"},
-};
 
 [[noreturn]] void refuse(const std::string& key, const std::string& why) {
   throw ConfigError(fmt::format("config.json: {}: {}", key, why));
@@ -115,9 +112,16 @@ DType model_dtype(const json& root, const json& text, const ModelOptions& o) {
   refuse("torch_dtype", "missing; choose the dtype you serve in (CLI: --dtype bf16)");
 }
 
-// Per layer: true where the layer attends within a sliding window.
-std::vector<bool> sliding_layers(const json& c, const Family& f, int layers, bool has_window) {
-  std::vector<bool> sliding(static_cast<std::size_t>(layers), false);
+// What each layer attends to: every key before it, a sliding window of them, or its own chunk of
+// attention_chunk_size positions (Llama 4).
+enum class LayerKind { full, sliding, chunked };
+constexpr LayerKind kLayerKinds[] = {LayerKind::full, LayerKind::sliding, LayerKind::chunked};
+
+// Per layer: its kind, from layer_types; else Llama 4's no_rope_layers (the layers with rope are the
+// chunked ones) or one NoPE full layer every no_rope_layer_interval (4), as transformers' Llama4TextConfig
+// derives them; else the family's window layout.
+std::vector<LayerKind> layer_kinds(const json& c, const Family& f, int layers, bool has_window, bool has_chunk) {
+  std::vector<LayerKind> kinds(static_cast<std::size_t>(layers), LayerKind::full);
   if (set(c, "layer_types")) {
     const json& t = c.at("layer_types");
     if (!t.is_array() || static_cast<int>(t.size()) != layers)
@@ -125,17 +129,38 @@ std::vector<bool> sliding_layers(const json& c, const Family& f, int layers, boo
     for (int i = 0; i < layers; ++i) {
       const json& v = t[static_cast<std::size_t>(i)];
       const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+      LayerKind& k = kinds[static_cast<std::size_t>(i)];
       if (s == "sliding_attention")
-        sliding[static_cast<std::size_t>(i)] = true;
+        k = LayerKind::sliding;
+      else if (s == "chunked_attention")
+        k = LayerKind::chunked;
       else if (s != "full_attention")
         refuse(fmt::format("layer_types[{}]", i),
-               fmt::format("'{}' has no fa4jit kernel (full_attention and sliding_attention do)", s.substr(0, 64)));
+               fmt::format("'{}' has no fa4jit kernel (full_attention, sliding_attention and chunked_attention do)",
+                           s.substr(0, 64)));
     }
-    if (std::find(sliding.begin(), sliding.end(), true) != sliding.end() && !has_window)
+    const auto any = [&](LayerKind k) { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
+    if (any(LayerKind::sliding) && !has_window)
       refuse("sliding_window", "layer_types has sliding_attention layers but no window size is set");
-    return sliding;
+    if (any(LayerKind::chunked) && !has_chunk)
+      refuse("attention_chunk_size", "layer_types has chunked_attention layers but no chunk size is set");
+    return kinds;
   }
-  if (!has_window) return sliding;
+  if (has_chunk) {
+    const bool listed =
+        set(c, "no_rope_layers") && c.at("no_rope_layers").is_array() && !c.at("no_rope_layers").empty();
+    if (listed && static_cast<int>(c.at("no_rope_layers").size()) != layers)
+      refuse("no_rope_layers", fmt::format("expected one entry per layer ({})", layers));
+    const int interval = set(c, "no_rope_layer_interval") ? positive_int(c, "no_rope_layer_interval") : 4;
+    for (int i = 0; i < layers; ++i) {
+      const json* v = listed ? &c.at("no_rope_layers")[static_cast<std::size_t>(i)] : nullptr;
+      const bool rope =
+          v ? (v->is_boolean() ? v->get<bool>() : v->is_number() && v->get<double>() != 0) : (i + 1) % interval != 0;
+      kinds[static_cast<std::size_t>(i)] = rope ? LayerKind::chunked : LayerKind::full;
+    }
+    return kinds;
+  }
+  if (!has_window) return kinds;
   for (int i = 0; i < layers; ++i) {
     bool s = true;
     switch (f.layout) {
@@ -150,16 +175,24 @@ std::vector<bool> sliding_layers(const json& c, const Family& f, int layers, boo
         s = i >= (set(c, "max_window_layers") ? positive_int(c, "max_window_layers") : 0);
         break;
     }
-    sliding[static_cast<std::size_t>(i)] = s;
+    kinds[static_cast<std::size_t>(i)] = s ? LayerKind::sliding : LayerKind::full;
   }
-  return sliding;
+  return kinds;
 }
 
-std::string layer_list(const std::vector<bool>& sliding, bool want) {
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::sliding: return "sliding-window";
+    case LayerKind::chunked: return "chunked-attention";
+    default: return "full-attention";
+  }
+}
+
+std::string layer_list(const std::vector<LayerKind>& kinds, LayerKind want) {
   std::vector<int> ids;
-  for (std::size_t i = 0; i < sliding.size(); ++i)
-    if (sliding[i] == want) ids.push_back(static_cast<int>(i));
-  if (ids.size() == sliding.size()) return "all layers";
+  for (std::size_t i = 0; i < kinds.size(); ++i)
+    if (kinds[i] == want) ids.push_back(static_cast<int>(i));
+  if (ids.size() == kinds.size()) return "all layers";
   const std::size_t shown = std::min<std::size_t>(ids.size(), 6);
   std::string s = fmt::format("layers {}", fmt::join(ids.begin(), ids.begin() + static_cast<long>(shown), ", "));
   if (ids.size() > shown) s += fmt::format(" (+{} more)", ids.size() - shown);
@@ -182,8 +215,6 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
   for (const json* j : {&c, &root})
     if (model_type.empty() && set(*j, "model_type") && j->at("model_type").is_string())
       model_type = j->at("model_type").get<std::string>();
-  for (const auto& [key, why] : kUnsupportedKeys)
-    if (set(c, key)) refuse(key, why);
   const auto family = std::find_if(std::begin(kFamilies), std::end(kFamilies),
                                    [&](const Family& f) { return model_type == f.model_type; });
   if (family == std::end(kFamilies))
@@ -215,7 +246,10 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
   const bool has_window = use_window && set(c, "sliding_window") && positive_int(c, "sliding_window") > 0;
   // transformers' sliding_window W: each query sees itself and the W - 1 keys before it.
   const int window_keys = has_window ? positive_int(c, "sliding_window") : 0;
-  const std::vector<bool> sliding = sliding_layers(c, *family, layers, has_window);
+  // Llama 4: attention_chunk_size (its config class defaults it, so a text config without it has one).
+  const bool has_chunk =
+      set(c, "attention_chunk_size") ? positive_int(c, "attention_chunk_size") > 0 : model_type.rfind("llama4", 0) == 0;
+  const std::vector<LayerKind> kinds = layer_kinds(c, *family, layers, has_window, has_chunk);
 
   ScoreMod score = ScoreMod::identity();
   if (set(c, "attn_logit_softcapping")) {
@@ -239,16 +273,19 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
     e.kv_dtype = options.kv_dtype;
     out.push_back({use + "; over an e4m3 KV cache", e, {}});
   };
-  for (bool window : {false, true}) {
-    if (std::find(sliding.begin(), sliding.end(), window) == sliding.end()) continue;
+  for (LayerKind kind : kLayerKinds) {
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) continue;
+    const bool window = kind == LayerKind::sliding;
     FA4Config k;
     k.dtype = dtype;
     k.depth = depth;
     k.depth_v = depth_v == depth ? 0 : depth_v;
-    k.mask = window ? Mask::sliding_window() : Mask::causal();
+    // A chunked layer: causal within its chunk, as the ops ask for causal with a chunk_size.
+    k.mask = window                       ? Mask::sliding_window()
+             : kind == LayerKind::chunked ? Mask::all_of({Mask::causal(), Mask::chunked()})
+                                          : Mask::causal();
     k.score_mod = score;
-    const std::string layers_text =
-        fmt::format("{} {}", window ? "sliding-window" : "full-attention", layer_list(sliding, window));
+    const std::string layers_text = fmt::format("{} {}", layer_kind_name(kind), layer_list(kinds, kind));
     // The kernels the runtime's automatic choice (choose_kernel: the Python ops' too) takes for this
     // model's launches: decode rows (one query), then an uneven varlen prefill batch (the zoo's, 7000
     // to 100 queries); prefill of one prompt runs the base kernel.
@@ -300,7 +337,7 @@ std::vector<ModelKernel> model_kernels(const json& root, const ModelOptions& opt
           decode);
       add_arch_tiles("packed prefill", "varlen batches of uneven lengths or short chunks", k, prefill_batch);
     }
-    if (latent == 0 || window) continue;  // MLA models have no sliding-window layers
+    if (latent == 0 || kind != LayerKind::full) continue;  // MLA models have no window or chunked layers
     for (int tp : kMlaTensorParallel) {
       const int per_gpu = heads / tp;
       if (heads % tp != 0 || per_gpu < kMlaMinHeads || per_gpu > kMlaMaxHeads) continue;

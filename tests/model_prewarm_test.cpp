@@ -232,12 +232,55 @@ TEST(ModelKernels, UnsupportedFeaturesAreNamed) {
   EXPECT_NE(refusal(j).find("sliding_window: layer_types has sliding_attention layers but no window"),
             std::string::npos);
   j = model("llama3_8b");
+  j["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < 32; ++i) j["layer_types"].push_back(i == 5 ? "chunked_attention" : "full_attention");
+  EXPECT_NE(refusal(j).find("attention_chunk_size: layer_types has chunked_attention layers but no chunk size"),
+            std::string::npos)
+      << refusal(j);
+  j = model("llama3_8b");
   j.erase("torch_dtype");
   EXPECT_NE(refusal(j).find("torch_dtype: missing"), std::string::npos);
   j = model("llama3_8b");
   j["head_dim"] = "128";
   EXPECT_NE(refusal(j).find("head_dim: expected a positive integer"), std::string::npos);
   EXPECT_NE(refusal(nlohmann::json::array()).find("expected an object"), std::string::npos);
+}
+
+// Llama 4 (Scout: 40/8 heads, d128): 3 of 4 layers attend within their chunk of attention_chunk_size
+// positions (the layers with rope; one NoPE full-attention layer in 4, as transformers'
+// Llama4TextConfig derives them without layer_types), causal within it: the mask the ops ask for
+// with causal and a chunk_size. Prefill and packed decode for each kind, and every one resolves.
+TEST(ModelKernels, Llama4ChunkedLayersTakeTheChunkedCausalMask) {
+  const auto ks = jit::model_kernels(model("llama4_scout"), {});
+  const Mask chunked = Mask::all_of({Mask::causal(), Mask::chunked()});
+  std::vector<std::string> uses;
+  for (const ModelKernel& k : ks) {
+    uses.push_back(k.use);
+    FA4Config c = k.config;
+    c.arch = k.only_arch.empty() ? "sm_90a" : k.only_arch;
+    std::string why;
+    EXPECT_TRUE(jit::supported(c, &why)) << k.use << ": " << why;
+  }
+  ASSERT_GE(ks.size(), 4u);
+  EXPECT_EQ(ks[0].config, expected(DType::bf16, 128, Mask::causal()));
+  EXPECT_EQ(ks[0].use, "prefill: full-attention layers 3, 7, 11, 15, 19, 23 (+6 more)");
+  const auto first_chunked =
+      std::find_if(ks.begin(), ks.end(), [&](const ModelKernel& k) { return k.config.mask == chunked; });
+  ASSERT_NE(first_chunked, ks.end()) << fmt::format("{}", fmt::join(uses, "\n"));
+  EXPECT_EQ(first_chunked->config, expected(DType::bf16, 128, chunked));
+  EXPECT_EQ(first_chunked->use, "prefill: chunked-attention layers 0, 1, 2, 4, 5, 6 (+30 more)");
+  EXPECT_TRUE(std::any_of(ks.begin(), ks.end(), [&](const ModelKernel& k) {
+    return k.config == expected(DType::bf16, 128, chunked, ScoreMod::identity(), 5);
+  })) << "the chunked layers' packed decode (group 40 / 8)";
+
+  // no_rope_layers, where listed, say which layers have rope (the chunked ones).
+  nlohmann::json j = model("llama4_scout");
+  j["text_config"]["num_hidden_layers"] = 4;
+  j["text_config"]["no_rope_layers"] = {1, 0, 0, 1};
+  const auto four = jit::model_kernels(j, {});
+  EXPECT_EQ(four[0].use, "prefill: full-attention layers 1, 2");
+  j["text_config"]["no_rope_layers"] = {1, 0};
+  EXPECT_NE(refusal(j).find("no_rope_layers: expected one entry per layer (4)"), std::string::npos) << refusal(j);
 }
 
 // Every kernel a listed model needs resolves on sm_90a (d256 included); sm_100a refuses d256.
