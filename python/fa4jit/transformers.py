@@ -12,7 +12,7 @@ mask (registered for this name) and run as varlen attention over the unpadded to
 narrower than queries and keys: a pair the GPU's backend has a kernel for runs it (DeepSeek-V2/V3,
 Kimi-K2, LongCat MLA prefill: 192 / 128); another pair (MiniCPM3: 96 / 64) runs with V zero-padded to
 Q's width and O cut back, as transformers' own flash-attention path does. Llama 4's chunked layers
-run chunked attention (prompts without a cache); families that declare no flash-attention support
+run chunked attention (prompts, and decode within the first chunk); families that declare no flash-attention support
 (their masks are more than this backend is given) are refused by name. Forward only (inference);
 bf16 / fp16 models.
 """
@@ -60,18 +60,21 @@ def _refused_family(module_name: str) -> str:
 def _chunk_size(module: torch.nn.Module, queries: int, keys: int) -> int:
     """Llama 4's chunked layers (config.layer_types[layer_idx] == "chunked_attention"): keys in the
     query's chunk of attention_chunk_size positions only, which transformers puts in a mask the
-    flash-style one does not carry: fa4jit's chunk_size, whose chunks start at key 0. That holds for
-    a prompt without a cache; a cache keeps only the last chunk's keys and the interface does not
-    say at which position they start, so steps over a cache are refused."""
+    flash-style one does not carry: fa4jit's chunk_size, whose chunks start at key 0. That holds while
+    the keys start at position 0: a prompt, and steps over a cache that has not dropped any (transformers'
+    cache for these layers keeps the last chunk - 1 keys, so fewer past keys than that are all of
+    them: generation within the first chunk, 8192 positions for Llama 4). Past that the interface does
+    not say at which position the keys start, and the step is refused."""
     cfg, i = getattr(module, "config", None), getattr(module, "layer_idx", None)
     types = getattr(cfg, "layer_types", None)
     if i is None or not types or i >= len(types) or types[i] != "chunked_attention":
         return 0
-    if queries != keys:
-        raise LaunchError(f"layer {i} is a chunked-attention layer (Llama 4) over a KV cache: the cache keeps "
-                          f"the last chunk's keys without their positions, which chunks need; run prompts without "
-                          f"a cache (use_cache=False) or generate with 'sdpa'")
-    return int(cfg.attention_chunk_size)
+    chunk = int(cfg.attention_chunk_size)
+    if keys - queries >= chunk - 1:
+        raise LaunchError(f"layer {i} is a chunked-attention layer (Llama 4) over a KV cache of {keys - queries} "
+                          f"past keys: from {chunk - 1} on, the cache keeps the last chunk's keys without their "
+                          f"positions, which chunks need; generate past {chunk - 1} positions with 'sdpa'")
+    return chunk
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -212,8 +212,9 @@ def test_llama4_chunked_layers_run_chunked_attention(reference_ops, monkeypatch)
     """Llama 4's chunked layers (layer_types "chunked_attention"): each query sees the keys of its own
     chunk of attention_chunk_size positions, which transformers puts in a mask the flash-style one
     does not carry; the backend reads the chunk size from the layer. A 20-token prompt crosses two
-    chunk boundaries (chunk 8) and its logits match SDPA's; a step over the cache, which keeps the last
-    chunk's keys without their positions, is refused by name."""
+    chunk boundaries (chunk 8) and its logits match SDPA's; decode steps match while the cache holds
+    every past key (fewer than chunk - 1), and a step over a cache that has dropped keys (they come
+    without their positions) is refused by name."""
     from transformers import AutoModelForCausalLM, DynamicCache, Llama4TextConfig
     cfg = Llama4TextConfig(vocab_size=256, hidden_size=128, intermediate_size=256, intermediate_size_mlp=256,
                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -231,9 +232,11 @@ def test_llama4_chunked_layers_run_chunked_attention(reference_ops, monkeypatch)
     with monkeypatch.context() as m, torch.no_grad():  # the chunks matter here: plain causal layers differ
         m.setattr(fa4jit_hf, "_chunk_size", lambda module, queries, keys: 0)
         assert (a(input_ids=ids, use_cache=False).logits.float() - lb).abs().max().item() > tol
+    la, lb = _decode(a, ids[:, :4], None, steps=3), _decode(b, ids[:, :4], None, steps=3)  # 6 past keys at most
+    assert (la - lb).abs().max().item() <= 0.05 * lb.abs().max().item() + 0.05
     with torch.no_grad():
         r = a(input_ids=ids, past_key_values=DynamicCache(config=a.config), use_cache=True)
-        with pytest.raises(fa4jit_hf.LaunchError, match="chunked-attention layer .* over a KV cache"):
+        with pytest.raises(fa4jit_hf.LaunchError, match="chunked-attention layer .* over a KV cache of 7 past keys"):
             a(input_ids=ids[:, :1], past_key_values=r.past_key_values, use_cache=True)
 
 
