@@ -293,12 +293,16 @@ class _Emitter:
         return self.load(self.index(v, 0, _Scalar(str(j), torch.int64)), node)
 
     def elements(self, a, env, node) -> List[_Scalar]:
-        """Every element of a 1-D operand (a _Vector or a captured row)."""
+        """Every element of a 1-D operand (a _Vector or a captured row), or of one value (shape (),
+        or expanded to (n,): n times)."""
         v = env[a] if isinstance(a, torch.fx.Node) else None
         if isinstance(v, _View) and len(v.sizes) == 1:
             return [self.element(v, j, node) for j in range(v.sizes[0])]
         if isinstance(v, _Vector):
             return list(v.items)
+        shape = tuple(getattr(a.meta.get("val"), "shape", (0, 0))) if isinstance(a, torch.fx.Node) else ()
+        if len(shape) <= 1 and (isinstance(v, _Scalar) or (isinstance(v, _View) and not v.sizes)):
+            return [self.value(a, env, node)] * (shape[0] if shape else 1)
         self.fail(node, "a reduction of a value that is not a 1-D tensor")
 
     def reduce(self, node, env, packet, dtype) -> _Scalar:

@@ -145,11 +145,14 @@ def test_short_vectors_unroll_and_reduce_match_torch_when_compiled():
     def selected(b, h, q_idx, kv_idx):
         return (topk[b, q_idx // 8] == (kv_idx // 8).unsqueeze(-1)).any(dim=-1)
 
+    def of_one_value(score, b, h, q_idx, kv_idx):  # a reduction of one value, or of it expanded
+        return score.sum() + (q_idx - kv_idx).float().expand(3).sum() + pos[q_idx, 0].amax()
+
     gen = torch.Generator().manual_seed(8)
     points = [(float(torch.randn((), generator=gen)), int(torch.randint(0, 2, (), generator=gen)), 0,
                int(torch.randint(0, 64, (), generator=gen)), int(torch.randint(0, 64, (), generator=gen)))
               for _ in range(64)]
-    for mod in (euclid, rope, stats):
+    for mod in (euclid, rope, stats, of_one_value):
         got, want = _host_values(mod, "score", points)
         assert all(abs(a - w) <= 1e-5 * abs(w) + 1e-5 for a, w in zip(got, want)), mod.__name__
     got, want = _host_values(selected, "mask", points)
