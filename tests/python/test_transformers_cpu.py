@@ -215,7 +215,7 @@ def test_llama4_chunked_layers_run_chunked_attention(reference_ops, monkeypatch)
     chunk boundaries (chunk 8) and its logits match SDPA's; decode steps match while the cache holds
     every past key (fewer than chunk - 1), and a step over a cache that has dropped keys (they come
     without their positions) is refused by name."""
-    from transformers import AutoModelForCausalLM, DynamicCache, Llama4TextConfig
+    from transformers import DynamicCache, Llama4TextConfig
     cfg = Llama4TextConfig(vocab_size=256, hidden_size=128, intermediate_size=256, intermediate_size_mlp=256,
                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                            num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=8,
