@@ -34,7 +34,7 @@ def _unpadded(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 # Families whose PreTrainedModel says _supports_flash_attn = False for a reason this backend handles:
-# Llama 4's chunked layers (read from the layer: _chunk_size; prompts without a cache only).
+# Llama 4's chunked layers (read from the layer: _chunk_size; prompts, and decode within the first chunk).
 _HANDLED_WITHOUT_FLASH = {"Llama4PreTrainedModel"}
 
 
