@@ -80,20 +80,6 @@ def _host_program_output(src: str) -> list:
         return subprocess.run([f"{d}/m"], check=True, capture_output=True, text=True).stdout.split()
 
 
-def _assert_mask_matches_torch_when_compiled(mod, traced, n, b, h):
-    """traced (mod's trace), compiled by the host C++ compiler, gives torch's mask over n x n int32
-    positions at batch b and head h, and the mask is neither empty nor full there."""
-    q_idx, kv_idx = torch.meshgrid(torch.arange(n, dtype=torch.int32), torch.arange(n, dtype=torch.int32),
-                                   indexing="ij")
-    want = [int(x) for x in mod(torch.tensor(b, dtype=torch.int32), torch.tensor(h, dtype=torch.int32), q_idx,
-                                kv_idx).reshape(-1).tolist()]
-    src = ("#include <cstdio>\nstatic bool f(int b, int h, int q_idx, int kv_idx) {\n" + traced.snippet + "\n}\n"
-           f"int main() {{ for (int q = 0; q < {n}; ++q) for (int k = 0; k < {n}; ++k) "
-           f"std::printf(\"%d\\n\", (int)f({b}, {h}, q, k)); }}\n")
-    got = [int(x) for x in _host_program_output(src)]
-    assert got == want and 0 < sum(want) < n * n
-
-
 _HOST_AUX_TYPES = {torch.float32: "float", torch.int32: "int", torch.int64: "long long", torch.int16: "short",
                    torch.bool: "bool", torch.uint8: "unsigned char"}
 
@@ -190,6 +176,13 @@ def test_views_of_one_tensor_share_its_aux_and_read_it_live():
     assert torch.equal(_trace.trace(path_bias, "score").aux["sc0"], table)
 
 
+def _assert_mask_matches_torch_when_compiled(mod, n, b, h):
+    """mod's trace, compiled by the host C++ compiler, gives torch's mask over n x n int32 positions at
+    batch b and head h, and the mask is neither empty nor full there."""
+    got, want = _host_values(mod, "mask", [(0.0, b, h, q, k) for q in range(n) for k in range(n)])
+    assert got == want and 0 < sum(want) < n * n
+
+
 def test_position_comparisons_match_torch_when_compiled():
     """Every comparison between two positions, traced and compiled by the host C++ compiler, against
     torch on the same int32 positions."""
@@ -198,7 +191,7 @@ def test_position_comparisons_match_torch_when_compiled():
                 ((kv_idx == q_idx + 9) ^ (b < h)) | ((q_idx != kv_idx) & (kv_idx <= q_idx) & (q_idx % 11 == 0)) |
                 ((q_idx < kv_idx) & (kv_idx % 5 == 0) & (h <= b)) | ((q_idx > kv_idx) & (q_idx == 23)))
 
-    _assert_mask_matches_torch_when_compiled(mod, _trace.trace(mod, "mask"), n=24, b=1, h=0)
+    _assert_mask_matches_torch_when_compiled(mod, n=24, b=1, h=0)
 
 
 def test_shifts_and_integer_bit_operations_match_torch_when_compiled():
@@ -211,7 +204,7 @@ def test_shifts_and_integer_bit_operations_match_torch_when_compiled():
 
     t = _trace.trace(mod, "mask")
     assert ">> 3" in t.snippet and "<< 2" in t.snippet
-    _assert_mask_matches_torch_when_compiled(mod, t, n=40, b=0, h=1)
+    _assert_mask_matches_torch_when_compiled(mod, n=40, b=0, h=1)
 
 
 def test_activations_trace_through_decompositions_and_match_torch_when_compiled():
