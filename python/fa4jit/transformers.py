@@ -7,21 +7,25 @@
 ``attention_forward`` has transformers' AttentionInterface signature. It reads causality from the
 module (``is_causal``), ``sliding_window`` and ``softcap`` from the layer (Mistral, Gemma 2/3), and
 ``s_aux`` as attention sinks (gpt-oss); decode steps with a KV cache (fewer queries than keys) use
-fa4jit's bottom-right causal alignment. Padding masks arrive as transformers' 2-D flash-attention
-mask (registered for this name) and run as varlen attention over the unpadded tokens. Values may be
-narrower than queries and keys: a pair the GPU's backend has a kernel for runs it (DeepSeek-V2/V3,
-Kimi-K2, LongCat MLA prefill: 192 / 128); another pair (MiniCPM3: 96 / 64) runs with V zero-padded to
-Q's width and O cut back, as transformers' own flash-attention path does. Llama 4's chunked layers
-run chunked attention (prompts, and decode within the first chunk); families that declare no flash-attention support
-(their masks are more than this backend is given) are refused by name. Forward only (inference);
-bf16 / fp16 models.
+fa4jit's bottom-right causal alignment. Its mask interface (``_key_mask``, registered with it) hands
+over transformers' 2-D flash-attention padding mask, which runs as varlen attention over the unpadded
+tokens, and what static caches and chunked layers need beside it. Static caches (StaticCache,
+``generate(cache_implementation="static")``, torch.compile) attend their buffer's rows up to the last
+query's, without a host sync when there is no padding. Sequences packed into one row (position_ids
+that restart, or transformers' cu_seq_lens kwargs) run as varlen. Values may be narrower than
+queries and keys: a pair the GPU's backend has a kernel for runs it (DeepSeek-V2/V3, Kimi-K2, LongCat
+MLA prefill: 192 / 128); another pair (MiniCPM3: 96 / 64) runs with V zero-padded to Q's width and O
+cut back, as transformers' own flash-attention path does. Llama 4's chunked layers run chunked
+attention, also past the first chunk; families that declare no flash-attention support (their masks
+are more than this backend is given) are refused by name. Forward only (inference); bf16 / fp16
+models.
 """
 import functools
 from typing import Optional, Tuple
 
 import torch
 
-from . import _widths, ops
+from . import _widths, flash_attn_interface, ops
 from .errors import LaunchError
 
 NAME = "fa4jit"
@@ -34,7 +38,7 @@ def _unpadded(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 # Families whose PreTrainedModel says _supports_flash_attn = False for a reason this backend handles:
-# Llama 4's chunked layers (read from the layer: _chunk_size; prompts, and decode within the first chunk).
+# Llama 4's chunked layers (the chunk size read from the layer: _chunk_size; the keys cut by _key_mask).
 _HANDLED_WITHOUT_FLASH = {"Llama4PreTrainedModel"}
 
 
@@ -57,24 +61,88 @@ def _refused_family(module_name: str) -> str:
     return _family_without_flash(module_name) or ""
 
 
-def _chunk_size(module: torch.nn.Module, queries: int, keys: int) -> int:
+def _chunk_size(module: torch.nn.Module) -> int:
     """Llama 4's chunked layers (config.layer_types[layer_idx] == "chunked_attention"): keys in the
     query's chunk of attention_chunk_size positions only, which transformers puts in a mask the
-    flash-style one does not carry: fa4jit's chunk_size, whose chunks start at key 0. That holds while
-    the keys start at position 0: a prompt, and steps over a cache that has not dropped any (transformers'
-    cache for these layers keeps the last chunk - 1 keys, so fewer past keys than that are all of
-    them: generation within the first chunk, 8192 positions for Llama 4). Past that the interface does
-    not say at which position the keys start, and the step is refused."""
+    flash-style one does not carry: fa4jit's chunk_size, whose chunks start at the first key. Where
+    transformers' cache has dropped keys from a chunk's start, _key_mask cuts the keys before the
+    first query's chunk, so the first key passed is a chunk's first."""
     cfg, i = getattr(module, "config", None), getattr(module, "layer_idx", None)
     types = getattr(cfg, "layer_types", None)
     if i is None or not types or i >= len(types) or types[i] != "chunked_attention":
         return 0
-    chunk = int(cfg.attention_chunk_size)
-    if keys - queries >= chunk - 1:
-        raise LaunchError(f"layer {i} is a chunked-attention layer (Llama 4) over a KV cache of {keys - queries} "
-                          f"past keys: from {chunk - 1} on, the cache keeps the last chunk's keys without their "
-                          f"positions, which chunks need; generate past {chunk - 1} positions with 'sdpa'")
-    return chunk
+    return int(cfg.attention_chunk_size)
+
+
+def _key_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset: int = 0,
+              mask_function=None, attention_mask: Optional[torch.Tensor] = None, local_size: Optional[int] = None,
+              config=None, device="cpu", **kwargs):
+    """transformers' mask interface for this backend (register() registers it): the keys of each row
+    that attention_forward attends, in the form it runs fastest. Beside transformers' flash-attention
+    mask (None, or the 2-D padding mask), two facts reach the kernels only through here:
+    - a static cache passes its whole buffer as the keys; rows past the last query's position are
+      not written yet. The keys up to it, q_offset + q_length - kv_offset of every row, are returned
+      as an int32 (B,) count (no padding: attention over the cache rows, no host sync, CUDA-graph
+      safe), or the padding mask stays shorter than the buffer (padding: varlen over the rows it
+      covers, as transformers' flash-attention path slices them).
+    - a chunked layer (Llama 4) over a cache that has dropped its oldest keys: the keys before the
+      first query's chunk (transformers' own mask function, evaluated on that query's row) are masked
+      out, so the kernels' chunks, which start at the first key attended, start where the model's do.
+    Returns None (every key real and aligned), the (B,) count, or a bool (B, keys) mask."""
+    from transformers.masking_utils import flash_attention_mask
+    if attention_mask is not None and attention_mask.dim() == 1:
+        # This function's own count, which generate() computed for this step ahead of the forward
+        # (compileable caches); the forward passes it back in as the attention mask.
+        return attention_mask
+    pad = flash_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask)
+    if local_size and local_size == getattr(config, "attention_chunk_size", None) and kv_offset > 0:
+        b = torch.arange(batch_size, device=device).view(-1, 1)
+        q = (torch.arange(1, device=device) + q_offset).view(1, 1)
+        kv = (torch.arange(kv_length, device=device) + kv_offset).view(1, -1)
+        seen = mask_function(b, torch.zeros_like(q), q, kv).expand(batch_size, kv_length)  # the first query's keys
+        keys = seen.cumsum(1) > 0  # from its first key on: later queries' keys are in its chunk or the next ones
+        return keys if pad is None else keys & pad
+    if pad is not None:
+        # A static cache's ones (generate's mask without padding): one host sync a forward, here rather
+        # than in every layer's unpadding.
+        if pad.shape[-1] < kv_length and bool(pad.all()):
+            return torch.full((batch_size,), pad.shape[-1], dtype=torch.int32, device=device)
+        return pad
+    used = q_offset + q_length - kv_offset  # a 0-d tensor for static caches, whose length is a tensor
+    if isinstance(used, int) and used >= kv_length:
+        return None
+    return torch.as_tensor(used, device=device).to(torch.int32).reshape(1).expand(batch_size).contiguous()
+
+
+def _packed(kwargs: dict, B: int, Sq: int, Sk: int):
+    """Sequences packed into one row without padding, read as transformers' flash-attention path reads
+    them: its varlen kwargs (cu_seq_lens_q / _k, max_length_q / _k: DataCollatorWithFlattening with
+    return_flash_attn_kwargs), else position_ids of a batch-1 prompt that restart at their first value
+    (each restart a sequence). Returns (cu_q, cu_k, max_q, max_k), or None for one sequence a row.
+    Where the sequences start is data: read on the host (one sync a layer, as transformers' path) in
+    eager mode; under torch.compile a device-side assert that there is one, so that compiled prompts
+    keep their graph whole and a packed one fails instead of attending across its sequences."""
+    names = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+    given = [kwargs.get(n) for n in names]
+    if all(x is not None for x in given):
+        cu_q, cu_k, max_q, max_k = given
+        return cu_q.to(torch.int32), cu_k.to(torch.int32), int(max_q), int(max_k)
+    pos = kwargs.get("position_ids")
+    if pos is None or B != 1 or Sq != Sk or Sq < 2 or tuple(pos.shape) not in ((Sq,), (1, Sq)):
+        return None
+    pos = pos.reshape(-1)
+    starts = pos == pos.min()
+    if torch.compiler.is_compiling():
+        torch._assert_async(starts.sum() == 1, "fa4jit: position_ids pack several sequences into one row, which "
+                            "compiled prompts do not split: pass cu_seq_lens_q / cu_seq_lens_k / max_length_q / "
+                            "max_length_k (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or run eagerly")
+        return None
+    first = starts.nonzero().view(-1)
+    if first.numel() < 2:
+        return None
+    cu = torch.cat([first, first.new_tensor([Sq])]).to(torch.int32)
+    longest = int(cu.diff().max())
+    return cu, cu, longest, longest
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -114,16 +182,27 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     # transformers' sliding_window W: each query sees itself and the W - 1 keys before it.
     window = (sliding_window - 1, 0 if is_causal else sliding_window - 1) if sliding_window else None
     common = dict(causal=is_causal, window=window, softcap=float(softcap or 0.0), softmax_scale=scaling, sinks=s_aux,
-                  chunk_size=_chunk_size(module, Sq, Sk))
+                  chunk_size=_chunk_size(module))
 
     if attention_mask is None:
-        return ops.attention(q, k, v, **common), None
-    if attention_mask.dim() != 2:
-        raise LaunchError(f"attention_mask has shape {tuple(attention_mask.shape)}: fa4jit takes transformers' 2-D "
-                          f"padding mask (registered by fa4jit.transformers.register())")
-    if attention_mask.shape != (B, Sk):
+        packed = _packed(kwargs, B, Sq, Sk)
+        if packed is None:
+            return ops.attention(q, k, v, **common), None
+        cu_q, cu_k, max_q, max_k = packed
+        o = ops.attention_varlen(q.reshape(B * Sq, Hq, -1), k.reshape(B * Sk, k.shape[2], -1),
+                                 v.reshape(B * Sk, v.shape[2], -1), cu_q, cu_k, max_q, max_seqlen_k=max_k, **common)
+        return o.view(B, Sq, Hq, D), None
+    if attention_mask.dim() == 1:  # _key_mask: a static cache's keys used per row, the rest unwritten
+        o = flash_attn_interface.flash_attn_with_kvcache(
+            q, k, v, cache_seqlens=attention_mask, causal=is_causal, window_size=window or (-1, -1),
+            softcap=common["softcap"], softmax_scale=scaling, s_aux=s_aux, attention_chunk=common["chunk_size"])
+        return o, None
+    if attention_mask.dim() != 2 or attention_mask.shape[0] != B or attention_mask.shape[1] > Sk:
         raise LaunchError(f"attention_mask has shape {tuple(attention_mask.shape)}, keys are (batch {B}, {Sk}): "
-                          f"static caches with padding are not supported")
+                          f"fa4jit takes transformers' 2-D padding mask (registered by fa4jit.transformers.register())")
+    if attention_mask.shape[1] < Sk:  # a static cache: rows past the mask are not written yet
+        Sk = attention_mask.shape[1]
+        k, v = k[:, :Sk], v[:, :Sk]
     # Padding: varlen over the unpadded tokens. The queries are the last Sq positions of each row.
     kmask = attention_mask.bool()
     qmask = kmask[:, Sk - Sq:]
@@ -146,10 +225,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 
 
 def register(name: str = NAME) -> None:
-    """Registers ``attention_forward`` as ``attn_implementation=name`` (and transformers' 2-D
-    flash-attention padding mask for it)."""
+    """Registers ``attention_forward`` as ``attn_implementation=name``, and ``_key_mask`` as its mask
+    interface (transformers' 2-D flash-attention padding mask, and what static caches and chunked
+    layers need beside it)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(name, attention_forward)
-    AttentionMaskInterface.register(name, flash_attention_mask)
+    AttentionMaskInterface.register(name, _key_mask)

@@ -34,20 +34,45 @@ class ReferenceOps:
 
     @classmethod
     def attention_varlen(cls, q, k, v, cu_q, cu_k, max_q, max_seqlen_k=None, causal=False, window=None, softcap=0.0,
-                         softmax_scale=None, sinks=None, chunk_size=0):
+                         softmax_scale=None, sinks=None, chunk_size=0, seqused_k=None, **unused):
         cls.calls.append(("varlen", tuple(q.shape), tuple(k.shape), causal, window, v.shape[-1], chunk_size))
+        _assert_defaults(unused)
         assert max_q == int((cu_q[1:] - cu_q[:-1]).max())
         # The key hint that sizes the split (a decode step's keys spread over the SMs): every row's keys at most
         assert max_seqlen_k is not None and max_seqlen_k >= int((cu_k[1:] - cu_k[:-1]).max())
         outs = []
         for b in range(cu_q.numel() - 1):
-            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            qs = slice(int(cu_q[b]), int(cu_q[b + 1]))
+            used = int(cu_k[b + 1] - cu_k[b]) if seqused_k is None else int(seqused_k[b])
+            ks = slice(int(cu_k[b]), int(cu_k[b]) + used)
             if qs.stop == qs.start:
                 continue
             o, _ = attention_ref(q[qs][None], k[ks][None], v[ks][None], causal=causal, window=_window(window, causal),
                                  chunk=chunk_size, softcap=softcap, scale=softmax_scale, sinks=sinks)
             outs.append(o[0].to(q.dtype))
         return torch.cat(outs)
+
+    @classmethod
+    def attention_paged(cls, q, k_cache, v_cache, page_table, seqused_k, causal=False, window=None, softcap=0.0,
+                        softmax_scale=None, sinks=None, chunk_size=0, **unused):
+        """Pages of whole rows only (page_table (B, 1)), as flash_attn_with_kvcache passes a contiguous cache."""
+        cls.calls.append(("paged", tuple(q.shape), tuple(k_cache.shape), causal, window, v_cache.shape[-1],
+                          chunk_size))
+        _assert_defaults(unused)
+        assert page_table.shape == (q.shape[0], 1)
+        outs = []
+        for b in range(q.shape[0]):
+            row, used = int(page_table[b, 0]), int(seqused_k[b])
+            o, _ = attention_ref(q[b:b + 1], k_cache[row:row + 1, :used], v_cache[row:row + 1, :used], causal=causal,
+                                 window=_window(window, causal), chunk=chunk_size, softcap=softcap,
+                                 scale=softmax_scale, sinks=sinks)
+            outs.append(o.to(q.dtype))
+        return torch.cat(outs)
+
+
+def _assert_defaults(unused: dict):
+    """The ops' other arguments, which the backend leaves at their defaults."""
+    assert all(not value for value in unused.values()), unused
 
 
 @pytest.fixture
@@ -57,6 +82,7 @@ def reference_ops(monkeypatch):
     monkeypatch.setattr(_widths, "device_arch", lambda device_type, index: "sm_90a")
     monkeypatch.setattr(fa4jit_hf.ops, "attention", ReferenceOps.attention)
     monkeypatch.setattr(fa4jit_hf.ops, "attention_varlen", ReferenceOps.attention_varlen)
+    monkeypatch.setattr(fa4jit_hf.ops, "attention_paged", ReferenceOps.attention_paged)
     fa4jit_hf.register()
     return ReferenceOps
 
@@ -72,14 +98,18 @@ def _pair(config, ref):
     return a.eval(), b.eval()
 
 
-def _decode(model, ids, mask, steps=4):
+def _decode(model, ids, mask, steps=4, cache=None, step=1):
+    """Logits of the prompt's last token and of steps more forwards of step tokens each, over cache
+    (a function of the model's config; default a DynamicCache)."""
     from transformers import DynamicCache
+    cache = (cache or (lambda config: DynamicCache(config=config)))(model.config)
     logits = []
     with torch.no_grad():
-        r = model(input_ids=ids, attention_mask=mask, past_key_values=DynamicCache(config=model.config), use_cache=True)
+        r = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
         logits.append(r.logits[:, -1].float())
         for t in range(steps):
-            nxt = (ids[:, t:t + 1] * 7 + 3) % model.config.vocab_size  # fixed tokens: both models see the same
+            # fixed tokens: both models see the same
+            nxt = (ids[:, :1] * 7 + 5 * t + torch.arange(step)) % model.config.vocab_size
             if mask is not None:
                 mask = torch.cat([mask, torch.ones_like(nxt)], 1)
             r = model(input_ids=nxt, attention_mask=mask, past_key_values=r.past_key_values, use_cache=True)
@@ -87,19 +117,28 @@ def _decode(model, ids, mask, steps=4):
     return torch.stack(logits, 1)
 
 
-def _check(a, b, ids, mask=None):
-    la, lb = _decode(a, ids, mask), _decode(b, ids, mask)
-    scale = lb.abs().max().item()
-    diff = (la - lb).abs().max().item()
+def _static(max_cache_len):
+    from transformers import StaticCache
+    return lambda config: StaticCache(config=config, max_cache_len=max_cache_len)
+
+
+def _close(la, lb):
+    diff, scale = (la - lb).abs().max().item(), lb.abs().max().item()
     assert diff <= 0.05 * scale + 0.05, f"max logit diff {diff} (scale {scale})"
-    return diff
+
+
+def _check(a, b, ids, mask=None):
+    _close(_decode(a, ids, mask), _decode(b, ids, mask))
+
+
+def _llama_config():
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
 
 
 def test_llama_adapter(reference_ops):
-    from transformers import LlamaConfig
-    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    a, b = _pair(cfg, "sdpa")
+    a, b = _pair(_llama_config(), "sdpa")
     ids = torch.randint(0, 256, (2, 24))
     _check(a, b, ids)
     kinds = {c[0] for c in reference_ops.calls}
@@ -112,15 +151,11 @@ def test_llama_adapter(reference_ops):
 
 
 def test_llama_adapter_left_padding_uses_varlen(reference_ops):
-    from transformers import LlamaConfig
-    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    a, b = _pair(cfg, "sdpa")
+    a, b = _pair(_llama_config(), "sdpa")
     ids = torch.randint(0, 256, (2, 20))
     mask = torch.ones_like(ids)
     mask[0, :6] = 0
-    la, lb = _decode(a, ids, mask), _decode(b, ids, mask)
-    assert (la - lb).abs().max().item() <= 0.05 * lb.abs().max().item() + 0.05
+    _check(a, b, ids, mask)
     assert {c[0] for c in reference_ops.calls} == {"varlen"}
 
 
@@ -208,36 +243,194 @@ def _minicpm3_config(layers=2):
                           qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, max_position_embeddings=256)
 
 
+def _llama4_config():
+    from transformers import Llama4TextConfig
+    return Llama4TextConfig(vocab_size=256, hidden_size=128, intermediate_size=256, intermediate_size_mlp=256,
+                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                            num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=8,
+                            max_position_embeddings=256)
+
+
 def test_llama4_chunked_layers_run_chunked_attention(reference_ops, monkeypatch):
     """Llama 4's chunked layers (layer_types "chunked_attention"): each query sees the keys of its own
     chunk of attention_chunk_size positions, which transformers puts in a mask the flash-style one
     does not carry; the backend reads the chunk size from the layer. A 20-token prompt crosses two
-    chunk boundaries (chunk 8) and its logits match SDPA's; decode steps match while the cache holds
-    every past key (fewer than chunk - 1), and a step over a cache that has dropped keys (they come
-    without their positions) is refused by name."""
-    from transformers import DynamicCache, Llama4TextConfig
-    cfg = Llama4TextConfig(vocab_size=256, hidden_size=128, intermediate_size=256, intermediate_size_mlp=256,
-                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                           num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=8,
-                           max_position_embeddings=256)
+    chunk boundaries (chunk 8) and its logits match SDPA's, and would not without the chunks."""
+    cfg = _llama4_config()
     chunked = [i for i, t in enumerate(cfg.layer_types) if t == "chunked_attention"]
     assert 0 < len(chunked) < cfg.num_hidden_layers
     a, b = _pair(cfg, "sdpa")
     ids = torch.randint(0, 256, (2, 20))
     with torch.no_grad():
         la, lb = a(input_ids=ids, use_cache=False).logits.float(), b(input_ids=ids, use_cache=False).logits.float()
-    tol = 0.05 * lb.abs().max().item() + 0.05
-    assert (la - lb).abs().max().item() <= tol
+    _close(la, lb)
     assert [c[6] for c in reference_ops.calls] == [8 if i in chunked else 0 for i in range(cfg.num_hidden_layers)]
     with monkeypatch.context() as m, torch.no_grad():  # the chunks matter here: plain causal layers differ
-        m.setattr(fa4jit_hf, "_chunk_size", lambda module, queries, keys: 0)
-        assert (a(input_ids=ids, use_cache=False).logits.float() - lb).abs().max().item() > tol
-    la, lb = _decode(a, ids[:, :4], None, steps=3), _decode(b, ids[:, :4], None, steps=3)  # 6 past keys at most
-    assert (la - lb).abs().max().item() <= 0.05 * lb.abs().max().item() + 0.05
+        m.setattr(fa4jit_hf, "_chunk_size", lambda module: 0)
+        with pytest.raises(AssertionError):
+            _close(a(input_ids=ids, use_cache=False).logits.float(), lb)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("step", [1, 3])
+def test_llama4_generation_past_the_first_chunk(reference_ops, cache, step):
+    """Decode over caches that have dropped the oldest keys of a chunked layer (transformers keeps
+    its last chunk - 1): _key_mask cuts the keys before the first query's chunk, so the kernels'
+    chunks start where the model's do. Single tokens and 3-token steps (which cross chunk boundaries:
+    speculative decoding's shape), a dynamic and a static cache, a left-padded row: logits match SDPA's
+    over 30 positions, almost 4 chunks of 8."""
+    a, b = _pair(_llama4_config(), "sdpa")
+    ids = torch.randint(0, 256, (2, 6))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    make = None if cache == "dynamic" else _static(40)
+    steps = 24 // step
+    _close(_decode(a, ids, mask, steps=steps, cache=make, step=step),
+           _decode(b, ids, mask, steps=steps, cache=make, step=step))
+    chunked = [c for c in reference_ops.calls if c[6] == 8]
+    assert chunked and all(c[0] == "varlen" for c in chunked[-steps:])  # padding, and the cut keys
+
+
+@pytest.mark.parametrize("max_cache_len", [40, 37])
+def test_static_cache_matches_sdpa(reference_ops, max_cache_len):
+    """A StaticCache passes its whole buffer as the keys, rows past the last query not yet written
+    (zeros, or a previous generation's). Without padding the backend attends the rows up to it, a
+    count per row with no host sync (a paged cache whose pages are the buffer's rows; a buffer of
+    37 rows goes through varlen with seqused_k); with padding, varlen over the rows the mask covers.
+    Logits match SDPA's over the same cache, before and after a stale generation fills the buffer."""
+    a, b = _pair(_llama_config(), "sdpa")
+    ids = torch.randint(0, 256, (2, 12))
+    for mask in (None, torch.ones_like(ids)):
+        reference_ops.calls = []
+        _close(_decode(a, ids, mask, cache=_static(max_cache_len)), _decode(b, ids, mask, cache=_static(max_cache_len)))
+        assert {c[0] for c in reference_ops.calls} == {"paged" if max_cache_len % 8 == 0 else "varlen"}
+    padded = torch.ones_like(ids)
+    padded[0, :5] = 0
+    reference_ops.calls = []
+    _close(_decode(a, ids, padded, cache=_static(max_cache_len)), _decode(b, ids, padded, cache=_static(max_cache_len)))
+    assert {c[0] for c in reference_ops.calls} == {"varlen"}
+    assert all(c[2][0] < 2 * max_cache_len for c in reference_ops.calls)  # the rows past the mask are not read
+
+
+def test_static_cache_reused_after_a_longer_generation(reference_ops):
+    """The rows past the last query hold the previous generation's keys when a static cache is reset
+    and reused (they are not zeroed): attending them would be silently wrong."""
+    from transformers import StaticCache
+    a, b = _pair(_llama_config(), "sdpa")
+    ids = torch.randint(0, 256, (1, 16))
+    out = []
+    for m in (a, b):
+        cache = StaticCache(config=m.config, max_cache_len=32)
+        with torch.no_grad():
+            m(input_ids=torch.randint(0, 256, (1, 30)), past_key_values=cache, use_cache=True)
+            cache.reset()
+            m(input_ids=torch.randint(0, 256, (1, 30)), past_key_values=cache, use_cache=True)  # rows 0..29 set
+            cache.reset()
+            out.append(m(input_ids=ids, past_key_values=cache, use_cache=True).logits.float())
+    _close(*out)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_generate_with_a_static_cache(reference_ops, padded):
+    """generate(cache_implementation="static") builds each step's masks ahead of the forward
+    (compileable caches) and passes them back in as the attention mask: _key_mask takes its own count
+    back. Greedy tokens and logits match SDPA's until the first near-tie of this random model."""
+    a, b = _pair(_llama_config(), "sdpa")
+    ids = torch.randint(0, 256, (2, 12))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :3] = 0
+    kw = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, cache_implementation="static",
+              output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    ga, gb = a.generate(ids, **kw), b.generate(ids, **kw)
+    agree = int((ga.sequences == gb.sequences).all(0)[ids.shape[1]:].cumprod(0).sum())
+    assert agree >= 6, f"the greedy tokens part after {agree} steps"
+    _close(torch.stack(ga.logits[:agree + 1], 1).float(), torch.stack(gb.logits[:agree + 1], 1).float())
+    assert {c[0] for c in reference_ops.calls} == {"varlen"}  # 23 rows a buffer: varlen over its rows
+
+
+def test_static_cache_decode_compiles_without_graph_breaks(monkeypatch):
+    """transformers' compiled generation runs decode steps over a StaticCache: the keys used per row
+    (_key_mask's count) stay on the device, so a step is one graph, and its logits match SDPA's."""
+    def attention_paged(q, k_cache, v_cache, page_table, seqused_k, causal=False, softmax_scale=None, **unused):
+        # A contiguous cache's rows as pages, written with tensor ops only (traceable).
+        _assert_defaults({n: x for n, x in unused.items() if n not in ("window", "softcap", "sinks")})
+        k, v = k_cache[page_table[:, 0].long()], v_cache[page_table[:, 0].long()]
+        B, Sq, Hq, D = q.shape
+        S, g = k.shape[1], Hq // k.shape[2]
+        s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.repeat_interleave(g, 2).float()) * (softmax_scale or D ** -0.5)
+        used = seqused_k.view(B, 1, 1).long()
+        kv = torch.arange(S).view(1, 1, S)
+        s = s.masked_fill(~((kv < used) & (kv <= used - Sq + torch.arange(Sq).view(1, Sq, 1)))[:, None], float("-inf"))
+        return torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v.repeat_interleave(g, 2).float()).to(q.dtype)
+
+    monkeypatch.setattr(fa4jit_hf.ops, "attention_paged", attention_paged)
+    monkeypatch.setattr(_widths, "device_arch", lambda device_type, index: "sm_90a")
+    a, b = _pair(_llama_config(), "sdpa")
+    ids = torch.randint(0, 256, (1, 12))
+    caches = [_static(40)(m.config) for m in (a, b)]
     with torch.no_grad():
-        r = a(input_ids=ids, past_key_values=DynamicCache(config=a.config), use_cache=True)
-        with pytest.raises(fa4jit_hf.LaunchError, match="chunked-attention layer .* over a KV cache of 7 past keys"):
-            a(input_ids=ids[:, :1], past_key_values=r.past_key_values, use_cache=True)
+        for m, c in zip((a, b), caches):
+            m(input_ids=ids, past_key_values=c, use_cache=True)
+        torch._dynamo.reset()
+        step = torch.compile(a)
+        for t in range(3):
+            nxt = ids[:, t:t + 1]
+            _close(step(input_ids=nxt, past_key_values=caches[0], use_cache=True).logits.float(),
+                   b(input_ids=nxt, past_key_values=caches[1], use_cache=True).logits.float())
+        torch._dynamo.reset()
+        explain = torch._dynamo.explain(a)(input_ids=ids[:, :1], past_key_values=caches[0], use_cache=True)
+    assert explain.graph_break_count == 0, explain.break_reasons
+
+
+def test_gemma2_static_cache_past_the_window(reference_ops):
+    """Gemma 2's sliding layers over a StaticCache (a buffer of sliding_window rows, rolled once full):
+    a 6-token prompt and 8 steps cross the window of 8; logits match eager attention's."""
+    from transformers import Gemma2Config
+    cfg = Gemma2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
+                       attn_logit_softcapping=20.0, final_logit_softcapping=30.0, query_pre_attn_scalar=32,
+                       max_position_embeddings=256)
+    a, b = _pair(cfg, "eager")
+    ids = torch.randint(0, 256, (2, 6))
+    _close(_decode(a, ids, None, steps=8, cache=_static(24)), _decode(b, ids, None, steps=8, cache=_static(24)))
+
+
+def test_packed_sequences_run_varlen(reference_ops):
+    """Sequences packed into one row (batch 1, no padding), as transformers' flash-attention path
+    reads them: position_ids that restart, or its varlen kwargs (cu_seq_lens_q / _k, max_length_q /
+    _k). Each sequence attends only itself: logits match each sequence run alone."""
+    a, _ = _pair(_llama_config(), "sdpa")
+    ids = torch.randint(0, 256, (1, 20))
+    with torch.no_grad():
+        alone = torch.cat([a(input_ids=ids[:, :8]).logits, a(input_ids=ids[:, 8:]).logits], 1).float()
+        pos = torch.cat([torch.arange(8), torch.arange(12)])[None]
+        _close(a(input_ids=ids, position_ids=pos).logits.float(), alone)
+        cu = torch.tensor([0, 8, 20], dtype=torch.int32)
+        _close(a(input_ids=ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=12,
+                 max_length_k=12).logits.float(), alone)
+        assert {c[:2] for c in reference_ops.calls[-4:]} == {("varlen", (20, 4, 64))}
+        with pytest.raises(AssertionError):  # packing matters here
+            _close(a(input_ids=ids).logits.float(), alone)
+
+
+def test_packed_position_ids_fail_under_torch_compile(monkeypatch):
+    """Compiled prompts keep their graph whole (no host read of where sequences start): packed
+    position_ids there fail by a device-side assert rather than attend across sequences; unpacked
+    ones run."""
+    def attention(q, k, v, causal=False, window=None, softcap=0.0, softmax_scale=None, sinks=None, chunk_size=0):
+        return attention_ref(q, k, v, causal=causal, scale=softmax_scale)[0].to(q.dtype)
+
+    monkeypatch.setattr(fa4jit_hf.ops, "attention", attention)
+    monkeypatch.setattr(_widths, "device_arch", lambda device_type, index: "sm_90a")
+    a, _ = _pair(_llama_config(), "sdpa")
+    torch._dynamo.reset()
+    compiled = torch.compile(a, fullgraph=False)
+    ids = torch.randint(0, 256, (1, 16))
+    with torch.no_grad():
+        compiled(input_ids=ids, position_ids=torch.arange(16)[None])
+        with pytest.raises(RuntimeError, match="pack several sequences"):
+            compiled(input_ids=ids, position_ids=torch.cat([torch.arange(8), torch.arange(8)])[None])
 
 
 def test_families_without_flash_attention_support_are_refused():

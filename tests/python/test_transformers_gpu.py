@@ -35,11 +35,12 @@ def _models(config, ref="sdpa", with_ref=True):
     return models
 
 
-def _run(model, ids, attention_mask, steps, forced):
+def _run(model, ids, attention_mask, steps, forced, cache=None):
     """Prefill, then `steps` decode steps feeding the tokens in `forced` (teacher forcing keeps every
-    model on the same sequence). Returns the logits of each step, float32."""
+    model on the same sequence), over cache (a function of the model's config; default a
+    DynamicCache). Returns the logits of each step, float32."""
     from transformers import DynamicCache
-    cache = DynamicCache(config=model.config)
+    cache = (cache or (lambda config: DynamicCache(config=config)))(model.config)
     out = []
     with torch.no_grad():
         r = model(input_ids=ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
@@ -55,7 +56,7 @@ def _run(model, ids, attention_mask, steps, forced):
     return prefill, torch.stack(out, 1)
 
 
-def _compare(models, ids, attention_mask=None, what="", ref="sdpa"):
+def _compare(models, ids, attention_mask=None, what="", ref="sdpa", cache=None):
     # The float32 model's greedy tokens drive every model.
     with torch.no_grad():
         seq = ids
@@ -67,7 +68,7 @@ def _compare(models, ids, attention_mask=None, what="", ref="sdpa"):
             if mask is not None:
                 mask = torch.cat([mask, torch.ones_like(nxt)], 1)
     forced = seq[:, ids.shape[1]:]
-    res = {name: _run(m, ids, attention_mask, STEPS, forced) for name, m in models.items()}
+    res = {name: _run(m, ids, attention_mask, STEPS, forced, cache) for name, m in models.items()}
     ref_prefill, ref_steps = res["fp32"]
     valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(ids, dtype=torch.bool)
     report = {}
@@ -175,3 +176,80 @@ def test_torch_compile_of_the_model_has_no_graph_break():
         explain = torch._dynamo.explain(m)(input_ids=ids, use_cache=False)
     print(f"llama forward: {explain.graph_count} graph(s), {explain.graph_break_count} break(s)")
     assert explain.graph_break_count == 0
+
+
+def _static(max_cache_len):
+    from transformers import StaticCache
+    return lambda config: StaticCache(config=config, max_cache_len=max_cache_len)
+
+
+@pytest.mark.parametrize("max_cache_len", [128, 85])
+def test_static_cache_matches_sdpa(max_cache_len):
+    """A StaticCache passes its whole buffer as the keys, the rows past the last query unwritten: the
+    backend attends the rows up to it (a count per row: paged over the buffer's rows, or varlen with
+    seqused_k for a buffer of 85 rows), and with a left-padded batch varlen over the rows the mask
+    covers."""
+    models = _models(_llama_config())
+    torch.manual_seed(7)
+    ids = torch.randint(0, 1024, (2, 48), device="cuda")
+    _compare(models, ids, what=f"static cache of {max_cache_len}", cache=_static(max_cache_len))
+    mask = torch.ones_like(ids)
+    mask[0, :11] = 0
+    _compare(models, ids, mask, what=f"static cache of {max_cache_len}, left padding", cache=_static(max_cache_len))
+
+
+def test_static_cache_decode_compiles_without_graph_breaks():
+    """torch.compile of a decode step over a StaticCache (transformers' compiled generation): the
+    keys used per row stay on the device, so the step is one graph, and its logits match SDPA's."""
+    from transformers import StaticCache
+    models = _models(_llama_config())
+    m, ref = models["fa4jit"], models["ref"]
+    ids = torch.randint(0, 1024, (1, 40), device="cuda")
+    caches = [StaticCache(config=x.config, max_cache_len=96) for x in (m, ref)]
+    with torch.no_grad():
+        for x, c in zip((m, ref), caches):
+            x(input_ids=ids, past_key_values=c, use_cache=True)
+        torch._dynamo.reset()
+        step = torch.compile(m)
+        for t in range(4):
+            nxt = ids[:, t:t + 1]
+            la = step(input_ids=nxt, past_key_values=caches[0], use_cache=True).logits.float()
+            lb = ref(input_ids=nxt, past_key_values=caches[1], use_cache=True).logits.float()
+            assert (la - lb).abs().max().item() <= 0.05 * lb.abs().max().item() + 0.05
+        torch._dynamo.reset()
+        explain = torch._dynamo.explain(m)(input_ids=ids[:, :1], past_key_values=caches[0], use_cache=True)
+    assert explain.graph_break_count == 0, explain.break_reasons
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_llama4_generation_past_the_first_chunk(cache):
+    """Llama 4's chunked layers (chunk 32 here) generating past the first chunk, where transformers'
+    cache for them has dropped the oldest keys: the keys before the query's chunk are cut, so the
+    kernels' chunks start where the model's do. 40-token prompts, one left-padded, and 16 steps."""
+    cfg = transformers.Llama4TextConfig(vocab_size=1024, hidden_size=512, intermediate_size=1024,
+                                        intermediate_size_mlp=1024, num_hidden_layers=4, num_attention_heads=8,
+                                        num_key_value_heads=2, head_dim=64, num_local_experts=2,
+                                        num_experts_per_tok=1, attention_chunk_size=32, max_position_embeddings=1024)
+    models = _models(cfg)
+    torch.manual_seed(8)
+    ids = torch.randint(0, 1024, (2, 40), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    _compare(models, ids, mask, what=f"llama4 chunked layers, {cache} cache",
+             cache=None if cache == "dynamic" else _static(64))
+
+
+def test_packed_sequences_match_each_alone():
+    """Three sequences packed into one row (position_ids restarting, batch 1): each attends only
+    itself, as transformers' flash-attention path runs them."""
+    m = _models(_llama_config(), with_ref=False)["fa4jit"]
+    torch.manual_seed(9)
+    lengths = (70, 33, 150)
+    ids = torch.randint(0, 1024, (1, sum(lengths)), device="cuda")
+    pos = torch.cat([torch.arange(n, device="cuda") for n in lengths])[None]
+    with torch.no_grad():
+        packed = m(input_ids=ids, position_ids=pos).logits.float()
+        alone = torch.cat([m(input_ids=x).logits for x in ids.split(lengths, 1)], 1).float()
+    diff = (packed - alone).abs().max().item()
+    print(f"packed vs alone: max |logit diff| {diff:.4f} (scale {alone.abs().max().item():.2f})")
+    assert diff <= 0.02 * alone.abs().max().item()
