@@ -160,8 +160,16 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise LaunchError(f"dropout is {dropout}: fa4jit is forward only (inference); use model.eval()")
     if kwargs.get("output_attentions"):
         raise LaunchError("output_attentions: fa4jit does not materialize attention weights; use 'eager'")
+    if query.dtype == torch.float32:
+        # PEFT's float32 layer norms and adapters hand a bf16 / fp16 model float32 states: cast them to
+        # the autocast dtype or the model's weights' dtype, as transformers' flash-attention path does.
+        from transformers.integrations.flash_attention import get_target_dtype
+        target = get_target_dtype(query, module)
+        if target in (torch.bfloat16, torch.float16):
+            query, key, value = query.to(target), key.to(target), value.to(target)
     if query.dtype not in (torch.bfloat16, torch.float16):
-        raise LaunchError(f"query has dtype {query.dtype}: fa4jit runs bf16 / fp16 models (load with dtype=torch.bfloat16)")
+        raise LaunchError(f"query has dtype {query.dtype}: fa4jit runs bf16 / fp16 models (load with dtype=torch.bfloat16, "
+                          f"or run under torch.autocast)")
     is_causal = kwargs.get("is_causal")
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)

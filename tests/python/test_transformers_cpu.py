@@ -396,6 +396,21 @@ def test_gemma2_static_cache_past_the_window(reference_ops):
     _close(_decode(a, ids, None, steps=8, cache=_static(24)), _decode(b, ids, None, steps=8, cache=_static(24)))
 
 
+def test_float32_states_of_a_bf16_model_are_cast_back(reference_ops):
+    """PEFT's float32 adapters (or layer norms) hand a bf16 model float32 q, k, v: they run in the
+    weights' dtype, as transformers' flash-attention path casts them; a float32 model is refused by
+    name."""
+    a, b = _pair(_llama_config(), "sdpa")
+    for layer in a.model.layers:  # as adapters whose float32 outputs are added to the projections' (exactly)
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+            proj.register_forward_hook(lambda mod, args, out: out.float())
+    _check(a, b, torch.randint(0, 256, (2, 16)))
+    assert reference_ops.calls and all(c[0] == "attention" for c in reference_ops.calls)
+    with pytest.raises(fa4jit_hf.LaunchError, match="query has dtype torch.float32"):
+        q = torch.zeros(1, 2, 4, 64)
+        fa4jit_hf.attention_forward(a.model.layers[0].self_attn.float(), q, q, q, None)
+
+
 def test_packed_sequences_run_varlen(reference_ops):
     """Sequences packed into one row (batch 1, no padding), as transformers' flash-attention path
     reads them: position_ids that restart, or its varlen kwargs (cu_seq_lens_q / _k, max_length_q /
