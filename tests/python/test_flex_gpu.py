@@ -167,6 +167,34 @@ def test_captured_scalar_tensors_are_read_live():
         assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"live scalars, step {step}")
 
 
+def test_gpt_fast_decode_with_a_sliced_block_mask():
+    """gpt-fast's FlexAttention decode over a static cache: the causal BlockMask of the whole cache,
+    sliced to the query's block row each step (block_mask[:, :, input_pos // 128]), its mask_mod
+    offset by the position (input_pos[0], a view of a device tensor, captured) and its seq_lengths
+    set to (1, max_seq_length). The offset is read live: one traced mod serves every step."""
+    fa, _ = torch_flex()
+    B, H, S = 2, 4, 1024
+    _, k, v = bhsd(B, H, H, 1, S, seed=12)
+    whole = fa.create_block_mask(causal, None, None, S, S, device="cuda")
+    input_pos = torch.zeros(1, dtype=torch.long, device="cuda")
+
+    def offset(mask_mod, off):
+        def shifted(b, h, q_idx, kv_idx):
+            return mask_mod(b, h, q_idx + off, kv_idx)
+        return shifted
+
+    shifted = offset(causal, input_pos[0])
+    for pos in (0, 127, 128, 700, S - 1):
+        input_pos.fill_(pos)
+        q = rnd(B, H, 1, 128, seed=pos)
+        m = whole[:, :, input_pos // 128]
+        m.mask_mod = shifted
+        m.seq_lengths = (1, S)
+        o, lse = fa4jit.flex_attention(q, k, v, block_mask=m, return_lse=True)
+        ref_o, ref_lse = reference(q, k, v, lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + pos)
+        assert_close(o, ref_o, torch.bfloat16, lse, ref_lse, what=f"gpt-fast decode at {pos}")
+
+
 def test_relative_position_bias_captured_tensor_and_gqa():
     B, H, Hkv, Sq, Sk = 2, 8, 2, 384, 640
     q, k, v = bhsd(B, H, Hkv, Sq, Sk, seed=2)
@@ -385,7 +413,7 @@ def test_traced_bands_run_the_built_in_masks_aligned_top_left():
     """A traced mask of q_idx - kv_idx alone that is one band runs fa4jit's built-in causal / window
     mask aligned top-left (FlexAttention's positions) on paged, varlen and dense Sq != Sk calls:
     checked against the float64 reference with FlexAttention's semantics, outputs poisoned first."""
-    H, Hkv, D = 4, 2, 128
+    H, Hkv = 4, 2
 
     def window(b, h, q_idx, kv_idx):
         return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 3)
@@ -409,9 +437,9 @@ def test_traced_prefix_masks_run_the_built_in_mask_with_a_prefix():
     """Prefix LM (FlexAttention's or_masks of a key prefix and causal) and a sliding window with sink
     keys run fa4jit's built-in causal / window mask with a prefix (the config's mask.prefix, the
     launch's mask_prefix), not the snippet: dense Sq == Sk and Sq != Sk, paged, varlen, each against the
-    float64 reference with outputs poisoned first."""
+    float64 reference (the paged and varlen outputs poisoned first)."""
     from fa4jit import ops
-    H, Hkv, D = 4, 2, 128
+    H, Hkv = 4, 2
 
     def sink_window(b, h, q_idx, kv_idx):
         return ((q_idx >= kv_idx) & (q_idx - kv_idx < 100)) | (kv_idx < 4)
@@ -420,7 +448,6 @@ def test_traced_prefix_masks_run_the_built_in_mask_with_a_prefix():
         for Sq, Sk in ((700, 700), (300, 900)):
             q, k, v = bhsd(2, H, Hkv, Sq, Sk, seed=41)
             bm = fa4jit.create_block_mask(mod, None, None, Sq, Sk, device="cuda")
-            out = torch.full((2, H, Sq, D), float("nan"), device="cuda", dtype=torch.bfloat16)
             o, lse = fa4jit.flex_attention(q, k, v, block_mask=bm, enable_gqa=True, return_lse=True)
             kr, vr = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
             ref_o, ref_lse = reference(q, kr, vr, mod)
