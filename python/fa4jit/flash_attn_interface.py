@@ -358,19 +358,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             raise ValueError(f"{fn}: max_seqlen_q is required with cu_seqlens_q")
         common.update(cu_seqlens_q=cu_seqlens_q, max_seqlen_q=int(max_seqlen_q))
     if table is None:
-        # A contiguous cache is a paged one whose page is a whole sequence: page_size seqlen_cache,
-        # one page per sequence (its cache row). TMA backends need pages of a multiple of 8 rows;
-        # other sizes go through the varlen kernel over the gathered rows.
-        S_cache = k_cache.shape[1]
-        if S_cache % 8 == 0:
-            result = _ops.attention_paged(q, k_cache, v_cache, rows.view(batch, 1), used, **common)
-        else:
-            kc, vc = k_cache, v_cache
-            if cache_batch_idx is not None:
-                kc, vc = k_cache.index_select(0, rows.to(torch.long)), v_cache.index_select(0, rows.to(torch.long))
-            cu_k = torch.arange(batch + 1, dtype=torch.int32, device=device) * S_cache
-            lengths = used if used is not None else torch.full((batch,), S_cache, dtype=torch.int32, device=device)
-            result = _varlen_over_rows(q, kc[:batch], vc[:batch], cu_k, lengths, varlen_q, common)
+        result = attend_cache_rows(q, k_cache, v_cache, rows, used, common, picked=cache_batch_idx is not None)
     else:
         result = _ops.attention_paged(q, k_cache, v_cache, table, used, **common)
     return _lse_result(result, want_lse)
@@ -384,6 +372,25 @@ def _positions(seqlens: Tensor, S: int, per_token: bool) -> Tensor:
     return start + torch.arange(S, device=seqlens.device).view(1, S)
 
 
+def attend_cache_rows(q, k_cache, v_cache, rows: Tensor, used: Optional[Tensor], common: dict, picked: bool = True):
+    """Attention over a contiguous cache (batch_cache, seqlen_cache, nheads_k, headdim): sequence b's
+    keys are the first used[b] rows (None: all) of cache row rows[b] (picked False: rows is 0 ..
+    batch - 1). Such a cache is a paged one whose page is a whole cache row. TMA backends need pages
+    of a multiple of 8 rows; other sizes go through the varlen kernel over the gathered rows (a copy).
+    common: the ops' other arguments (cu_seqlens_q and max_seqlen_q for varlen queries). Also the
+    transformers backend's static caches."""
+    batch = rows.shape[0]
+    S_cache = k_cache.shape[1]
+    if S_cache % 8 == 0:
+        return _ops.attention_paged(q, k_cache, v_cache, rows.view(batch, 1), used, **common)
+    kc, vc = k_cache, v_cache
+    if picked:
+        kc, vc = k_cache.index_select(0, rows.to(torch.long)), v_cache.index_select(0, rows.to(torch.long))
+    cu_k = torch.arange(batch + 1, dtype=torch.int32, device=k_cache.device) * S_cache
+    lengths = used if used is not None else torch.full((batch,), S_cache, dtype=torch.int32, device=k_cache.device)
+    return _varlen_over_rows(q, kc[:batch], vc[:batch], cu_k, lengths, "cu_seqlens_q" in common, common)
+
+
 def _varlen_over_rows(q, kc, vc, cu_k, lengths, varlen_q, common):
     """A contiguous cache whose seqlen_cache is not a multiple of 8, as packed varlen keys."""
     B, S_cache = kc.shape[0], kc.shape[1]
@@ -393,7 +400,7 @@ def _varlen_over_rows(q, kc, vc, cu_k, lengths, varlen_q, common):
     # Every row's keys fit its cache row: S_cache bounds them where cache_seqlens gave no exact hint,
     # so a decode step's keys still split over the SMs (docs/PERF.md run 84).
     kw["max_seqlen_k"] = kw.get("max_seqlen_k") or S_cache
-    out = kw.pop("out")
+    out = kw.pop("out", None)
     if varlen_q:
         cu_q, max_q = kw.pop("cu_seqlens_q"), kw.pop("max_seqlen_q")
         return _ops.attention_varlen(q, k_packed, v_packed, cu_q, cu_k, max_q, seqused_k=lengths, out=out, **kw)

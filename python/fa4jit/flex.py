@@ -28,7 +28,6 @@ import ctypes
 import functools
 import json
 import re
-import struct
 import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Optional, Tuple, Union

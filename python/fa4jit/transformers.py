@@ -201,10 +201,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                  v.reshape(B * Sk, v.shape[2], -1), cu_q, cu_k, max_q, max_seqlen_k=max_k, **common)
         return o.view(B, Sq, Hq, D), None
     if attention_mask.dim() == 1:  # _key_mask: a static cache's keys used per row, the rest unwritten
-        o = flash_attn_interface.flash_attn_with_kvcache(
-            q, k, v, cache_seqlens=attention_mask, causal=is_causal, window_size=window or (-1, -1),
-            softcap=common["softcap"], softmax_scale=scaling, s_aux=s_aux, attention_chunk=common["chunk_size"])
-        return o, None
+        rows = torch.arange(B, dtype=torch.int32, device=q.device)
+        return flash_attn_interface.attend_cache_rows(q, k, v, rows, attention_mask, common, picked=False), None
     if attention_mask.dim() != 2 or attention_mask.shape[0] != B or attention_mask.shape[1] > Sk:
         raise LaunchError(f"attention_mask has shape {tuple(attention_mask.shape)}, keys are (batch {B}, {Sk}): "
                           f"fa4jit takes transformers' 2-D padding mask (registered by fa4jit.transformers.register())")

@@ -310,6 +310,9 @@ def test_static_cache_matches_sdpa(reference_ops, max_cache_len):
     _close(_decode(a, ids, padded, cache=_static(max_cache_len)), _decode(b, ids, padded, cache=_static(max_cache_len)))
     assert {c[0] for c in reference_ops.calls} == {"varlen"}
     assert all(c[2][0] < 2 * max_cache_len for c in reference_ops.calls)  # the rows past the mask are not read
+    # With autograd on (a forward outside torch.no_grad()), as the other paths run
+    _close(*[m(input_ids=ids, past_key_values=_static(max_cache_len)(m.config), use_cache=True).logits.detach().float()
+             for m in (a, b)])
 
 
 def test_static_cache_reused_after_a_longer_generation(reference_ops):
