@@ -619,7 +619,8 @@ class _IndexMode(torch.overrides.TorchFunctionMode):
                     (isinstance(i, int) and not isinstance(i, bool)) or
                     (isinstance(i, slice) and i == slice(None)) for i in items):
                 lst = [None if isinstance(i, slice) else
-                       (torch.full((), i, dtype=torch.int64) if isinstance(i, int) else i) for i in items]
+                       (torch.full((), i, dtype=torch.int64, device=base.device) if isinstance(i, int) else i)
+                       for i in items]
                 return torch.ops.aten.index.Tensor(base, lst)
         return func(*args, **kwargs)
 
@@ -648,6 +649,37 @@ def _decompositions():
     return get_decompositions([getattr(aten, n) for n in _DECOMPOSED if hasattr(aten, n)])
 
 
+def _capture_device(fn, depth: int = 0) -> Optional[torch.device]:
+    """The device of the tensors fn captures (its closure's cells and the globals it names, through the
+    functions they hold) where that is not the CPU: the index arguments are made there, as
+    FlexAttention's vmap makes them on the query's device, so that a captured row compared with an
+    index made a vector (``topk[b, q_idx // 128] == (kv_idx // 128).unsqueeze(-1)``) is on one device.
+    None (the CPU) where fn captures none."""
+    if depth > 4:
+        return None
+    code = getattr(fn, "__code__", None)
+    glob = getattr(fn, "__globals__", {})
+    held = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    held += [glob[n] for n in (code.co_names if code is not None else ()) if n in glob]
+    for v in held:
+        for x in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+                return x.device
+            if callable(x) and not isinstance(x, (type, torch.Tensor)) and hasattr(x, "__code__"):
+                d = _capture_device(x, depth + 1)
+                if d is not None:
+                    return d
+    return None
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
 def _trace(fn, kind: str) -> TracedMod:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -657,8 +689,9 @@ def _trace(fn, kind: str) -> TracedMod:
         with fx_tb.preserve_node_meta(), _IndexMode():
             return fn(*a)
     n = len(_ARGS[kind])
-    ints = [torch.zeros((), dtype=torch.int32) for _ in range(4)]
-    args = ([torch.zeros((), dtype=torch.float32)] if kind == "score" else []) + ints
+    device = _capture_device(fn)
+    ints = [torch.zeros((), dtype=torch.int32, device=device) for _ in range(4)]
+    args = ([torch.zeros((), dtype=torch.float32, device=device)] if kind == "score" else []) + ints
     try:
         with _outside_dynamo():
             gm = make_fx(indexed, decomposition_table=_decompositions(), tracing_mode="fake", record_stack_traces=True,

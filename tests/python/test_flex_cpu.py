@@ -176,6 +176,27 @@ def test_views_of_one_tensor_share_its_aux_and_read_it_live():
     assert torch.equal(_trace.trace(path_bias, "score").aux["sc0"], table)
 
 
+def test_indices_are_made_on_the_captured_tensors_device():
+    """A mod comparing a captured row with an index made a vector (attention-gym's top-k tile
+    selection) mixes devices unless the indices are on the captured tensor's: they are made there, as
+    FlexAttention's vmap makes them on the query's (the meta device stands for the GPU here, the
+    mod's table reached through a closure's function as and_masks / gpt-fast's offsets hold it)."""
+    topk = torch.zeros(2, 4, 3, dtype=torch.int32, device="meta")
+
+    def selected(b, h, q_idx, kv_idx):
+        return (topk[b, q_idx // 128] == (kv_idx // 128).unsqueeze(-1)).any(dim=-1)
+
+    def wrapped(inner):
+        def mod(b, h, q_idx, kv_idx):
+            return inner(b, h, q_idx, kv_idx) | (q_idx // 128 == kv_idx // 128)
+        return mod
+
+    assert _trace._capture_device(wrapped(selected)) == torch.device("meta")
+    assert _trace._capture_device(causal) is None
+    t = _trace.trace(wrapped(selected), "mask")
+    assert list(t.aux.values())[0] is topk and t.snippet.count(" == t1;") == 4, t.snippet  # 3 lanes, the diagonal
+
+
 def _assert_mask_matches_torch_when_compiled(mod, n, b, h):
     """mod's trace, compiled by the host C++ compiler, gives torch's mask over n x n int32 positions at
     batch b and head h, and the mask is neither empty nor full there."""
