@@ -11,8 +11,8 @@ fa4jit's bottom-right causal alignment. Its mask interface (``_key_mask``, regis
 over transformers' 2-D flash-attention padding mask, which runs as varlen attention over the unpadded
 tokens, and what static caches and chunked layers need beside it. Static caches (StaticCache,
 ``generate(cache_implementation="static")``, torch.compile) attend their buffer's rows up to the last
-query's, without a host sync when there is no padding. Sequences packed into one row (position_ids
-that restart, or transformers' cu_seq_lens kwargs) run as varlen. Values may be narrower than
+query's, without a host sync when there is no padding. Sequences packed into the rows of a prompt
+(position_ids that restart, or transformers' cu_seq_lens kwargs) run as varlen. Values may be narrower than
 queries and keys: a pair the GPU's backend has a kernel for runs it (DeepSeek-V2/V3, Kimi-K2, LongCat
 MLA prefill: 192 / 128); another pair (MiniCPM3: 96 / 64) runs with V zero-padded to Q's width and O
 cut back, as transformers' own flash-attention path does. Llama 4's chunked layers run chunked
@@ -74,29 +74,48 @@ def _chunk_size(module: torch.nn.Module) -> int:
     return int(cfg.attention_chunk_size)
 
 
+# _key_mask's own descriptions of the keys, int32 4-D tensors: transformers' mask creation and the
+# models' code pass a 4-D mask on untouched, where some reshape a 1-D or 2-D one (GPT-2, CTRL:
+# attention_mask.view(batch, -1)).
+#   (B, 1, 1, 1): the keys used per row, a static cache's buffer whose later rows are unwritten;
+#   (1, 1, n + 1, 1), n >= 2: the offsets of the n sequences packed into the rows (cu_seqlens).
+def _keys_used(m: Optional[torch.Tensor]) -> bool:
+    return m is not None and m.dim() == 4 and m.dtype == torch.int32 and m.shape[1:] == (1, 1, 1)
+
+
+def _sequence_offsets(m: Optional[torch.Tensor]) -> bool:
+    return (m is not None and m.dim() == 4 and m.dtype == torch.int32 and m.shape[:2] == (1, 1) and m.shape[2] >= 3
+            and m.shape[3] == 1)
+
+
 def _key_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset: int = 0,
               mask_function=None, attention_mask: Optional[torch.Tensor] = None, local_size: Optional[int] = None,
               config=None, device="cpu", **kwargs):
     """transformers' mask interface for this backend (register() registers it): the keys of each row
     that attention_forward attends, in the form it runs fastest. Beside transformers' flash-attention
-    mask (None, or the 2-D padding mask), two facts reach the kernels only through here:
+    mask (None, or the 2-D padding mask), three facts reach the kernels only through here:
     - a static cache passes its whole buffer as the keys; rows past the last query's position are
-      not written yet. The keys up to it, q_offset + q_length - kv_offset of every row, are returned
-      as an int32 (B,) count (no padding: attention over the cache rows, no host sync, CUDA-graph
-      safe), or the padding mask stays shorter than the buffer (padding: varlen over the rows it
-      covers, as transformers' flash-attention path slices them).
+      not written yet. Without padding the keys up to it, q_offset + q_length - kv_offset of every
+      row, are returned as a count (attention over the cache rows, no host sync, CUDA-graph safe);
+      with padding the mask stays shorter than the buffer (varlen over the rows it covers, as
+      transformers' flash-attention path slices them).
     - a chunked layer (Llama 4) over a cache that has dropped its oldest keys: the keys before the
       first query's chunk (transformers' own mask function, evaluated on that query's row) are masked
       out, so the kernels' chunks, which start at the first key attended, start where the model's do.
-    Returns None (every key real and aligned), the (B,) count, or a bool (B, keys) mask."""
+    - sequences packed into a row (a prompt whose position_ids restart; transformers folds them into
+      the mask function): a token starts a sequence where it does not see the token before it, read
+      off the mask function's subdiagonal, once a forward; returned as their offsets (varlen). Under
+      torch.compile a device-side assert that there is one sequence a row instead: compiled prompts
+      keep their graph whole, and a packed one fails rather than attend across its sequences.
+    Returns None (every key real and aligned), a 2-D bool (B, keys) mask, or a description above.
+    Families refused by attention_forward are refused here already: some index the mask first."""
     from transformers.masking_utils import flash_attention_mask
-    if attention_mask is not None and attention_mask.dim() == 1:
-        # This function's own count, which generate() computed for this step ahead of the forward
-        # (compileable caches); the forward passes it back in as the attention mask.
-        return attention_mask
+    family = _refused_family(type(config).__module__.replace(".configuration_", ".modeling_"))
+    if family:
+        raise _refusal(family)
     pad = flash_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask)
+    b = torch.arange(batch_size, device=device).view(-1, 1)
     if local_size and local_size == getattr(config, "attention_chunk_size", None) and kv_offset > 0:
-        b = torch.arange(batch_size, device=device).view(-1, 1)
         q = (torch.arange(1, device=device) + q_offset).view(1, 1)
         kv = (torch.arange(kv_length, device=device) + kv_offset).view(1, -1)
         seen = mask_function(b, torch.zeros_like(q), q, kv).expand(batch_size, kv_length)  # the first query's keys
@@ -106,43 +125,44 @@ def _key_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_off
         # A static cache's ones (generate's mask without padding): one host sync a forward, here rather
         # than in every layer's unpadding.
         if pad.shape[-1] < kv_length and bool(pad.all()):
-            return torch.full((batch_size,), pad.shape[-1], dtype=torch.int32, device=device)
+            return torch.full((batch_size, 1, 1, 1), pad.shape[-1], dtype=torch.int32, device=device)
         return pad
     used = q_offset + q_length - kv_offset  # a 0-d tensor for static caches, whose length is a tensor
-    if isinstance(used, int) and used >= kv_length:
-        return None
-    return torch.as_tensor(used, device=device).to(torch.int32).reshape(1).expand(batch_size).contiguous()
+    if isinstance(used, int) and used < kv_length or not isinstance(used, int):
+        return torch.as_tensor(used, device=device).to(torch.int32).view(1, 1, 1, 1).expand(
+            batch_size, 1, 1, 1).contiguous()
+    # transformers folds packed sequences into the mask function (and says so: no causal skip); a
+    # prompt without a cache, no padding mask.
+    if (kwargs.get("allow_is_causal_skip") is False and not kwargs.get("use_vmap") and mask_function is not None
+            and q_offset == 0 and kv_offset == 0 and q_length == kv_length > 1):
+        t = torch.arange(1, q_length, device=device).view(1, -1)
+        starts = ~mask_function(b, torch.zeros_like(b), t, t - 1).expand(batch_size, q_length - 1)
+        if torch.compiler.is_compiling():
+            torch._assert_async(~starts.any(), "fa4jit: position_ids pack several sequences into one row, which "
+                                "compiled prompts do not split: pass cu_seq_lens_q / cu_seq_lens_k / max_length_q / "
+                                "max_length_k (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or run "
+                                "eagerly")
+        elif bool(starts.any()):
+            first = torch.nn.functional.pad(starts, (1, 0), value=True).reshape(-1).nonzero().view(-1)
+            offsets = torch.cat([first, first.new_tensor([batch_size * q_length])]).to(torch.int32)
+            return offsets.view(1, 1, -1, 1)
+    return None
 
 
-def _packed(kwargs: dict, B: int, Sq: int, Sk: int):
-    """Sequences packed into one row without padding, read as transformers' flash-attention path reads
-    them: its varlen kwargs (cu_seq_lens_q / _k, max_length_q / _k: DataCollatorWithFlattening with
-    return_flash_attn_kwargs), else position_ids of a batch-1 prompt that restart at their first value
-    (each restart a sequence). Returns (cu_q, cu_k, max_q, max_k), or None for one sequence a row.
-    Where the sequences start is data: read on the host (one sync a layer, as transformers' path) in
-    eager mode; under torch.compile a device-side assert that there is one, so that compiled prompts
-    keep their graph whole and a packed one fails instead of attending across its sequences."""
-    names = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
-    given = [kwargs.get(n) for n in names]
-    if all(x is not None for x in given):
-        cu_q, cu_k, max_q, max_k = given
-        return cu_q.to(torch.int32), cu_k.to(torch.int32), int(max_q), int(max_k)
-    pos = kwargs.get("position_ids")
-    if pos is None or B != 1 or Sq != Sk or Sq < 2 or tuple(pos.shape) not in ((Sq,), (1, Sq)):
+def _varlen_kwargs(kwargs: dict):
+    """transformers' flash-attention varlen kwargs (cu_seq_lens_q / _k, max_length_q / _k:
+    DataCollatorWithFlattening(return_flash_attn_kwargs=True)): the sequences packed into the rows,
+    as (cu_q, cu_k, max_q, max_k), or None."""
+    given = [kwargs.get(n) for n in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")]
+    if any(x is None for x in given):
         return None
-    pos = pos.reshape(-1)
-    starts = pos == pos.min()
-    if torch.compiler.is_compiling():
-        torch._assert_async(starts.sum() == 1, "fa4jit: position_ids pack several sequences into one row, which "
-                            "compiled prompts do not split: pass cu_seq_lens_q / cu_seq_lens_k / max_length_q / "
-                            "max_length_k (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or run eagerly")
-        return None
-    first = starts.nonzero().view(-1)
-    if first.numel() < 2:
-        return None
-    cu = torch.cat([first, first.new_tensor([Sq])]).to(torch.int32)
-    longest = int(cu.diff().max())
-    return cu, cu, longest, longest
+    cu_q, cu_k, max_q, max_k = given
+    return cu_q.to(torch.int32), cu_k.to(torch.int32), int(max_q), int(max_k)
+
+
+def _refusal(family: str) -> LaunchError:
+    return LaunchError(f"{family} declares no flash-attention support (its attention masks are more than "
+                       f"causal, window and padding); fa4jit's backend would drop them: use 'sdpa' or 'eager'")
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -154,8 +174,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     None)."""
     family = _refused_family(type(module).__module__)
     if family:
-        raise LaunchError(f"{family} declares no flash-attention support (its attention masks are more than "
-                          f"causal, window and padding); fa4jit's backend would drop them: use 'sdpa' or 'eager'")
+        raise _refusal(family)
     if dropout:
         raise LaunchError(f"dropout is {dropout}: fa4jit is forward only (inference); use model.eval()")
     if kwargs.get("output_attentions"):
@@ -183,7 +202,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         o, w = attention_forward(module, _widths.pad_to(query, wq), _widths.pad_to(key, wq),
                                  _widths.pad_to(value, wv), attention_mask, scale, dropout, sliding_window, softcap,
                                  s_aux, **kwargs)
-        return o[..., :v_width], w
+        return o[..., :v_width].contiguous(), w  # as every backend's output (AFMoE, JetMoE view it)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # (B, S, H, D) views
     B, Sq, Hq, _ = q.shape
     Sk, D = k.shape[1], v_width
@@ -192,17 +211,21 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     common = dict(causal=is_causal, window=window, softcap=float(softcap or 0.0), softmax_scale=scaling, sinks=s_aux,
                   chunk_size=_chunk_size(module))
 
-    if attention_mask is None:
-        packed = _packed(kwargs, B, Sq, Sk)
+    if attention_mask is None or _sequence_offsets(attention_mask):
+        packed = _varlen_kwargs(kwargs)
+        if attention_mask is not None:  # _key_mask: the packed sequences' offsets
+            cu = attention_mask.view(-1)
+            packed = cu, cu, int(cu.diff().max()), int(cu.diff().max())
         if packed is None:
             return ops.attention(q, k, v, **common), None
         cu_q, cu_k, max_q, max_k = packed
         o = ops.attention_varlen(q.reshape(B * Sq, Hq, -1), k.reshape(B * Sk, k.shape[2], -1),
                                  v.reshape(B * Sk, v.shape[2], -1), cu_q, cu_k, max_q, max_seqlen_k=max_k, **common)
         return o.view(B, Sq, Hq, D), None
-    if attention_mask.dim() == 1:  # _key_mask: a static cache's keys used per row, the rest unwritten
+    if _keys_used(attention_mask):  # _key_mask: a static cache's keys used per row, the rest unwritten
         rows = torch.arange(B, dtype=torch.int32, device=q.device)
-        return flash_attn_interface.attend_cache_rows(q, k, v, rows, attention_mask, common, picked=False), None
+        used = attention_mask.view(B)
+        return flash_attn_interface.attend_cache_rows(q, k, v, rows, used, common, picked=False), None
     if attention_mask.dim() != 2 or attention_mask.shape[0] != B or attention_mask.shape[1] > Sk:
         raise LaunchError(f"attention_mask has shape {tuple(attention_mask.shape)}, keys are (batch {B}, {Sk}): "
                           f"fa4jit takes transformers' 2-D padding mask (registered by fa4jit.transformers.register())")

@@ -188,6 +188,14 @@ def test_widths_without_a_kernel_are_padded_to_ones_with_one():
     assert _widths.launch_widths("sm_90a", torch.float32, 80, 80) == (80, 80)  # the launch names the dtype
 
 
+def test_padded_widths_return_a_contiguous_output(reference_ops):
+    """Head dim 32 runs padded to 64 and cut back: the output is contiguous, as every backend's (AFMoE
+    and JetMoE view it)."""
+    q = torch.randn(1, 4, 6, 32, dtype=torch.bfloat16)
+    o, _ = fa4jit_hf.attention_forward(torch.nn.Module(), q, q, q, None)
+    assert o.shape == (1, 6, 4, 32) and o.is_contiguous()
+
+
 def _check_v_width(cfg, reference_ops, q_width, v_passed):
     a, b = _pair(cfg, "sdpa")
     ids = torch.randint(0, cfg.vocab_size, (2, 18))
@@ -333,12 +341,19 @@ def test_static_cache_reused_after_a_longer_generation(reference_ops):
     _close(*out)
 
 
+def _gpt2_config():
+    from transformers import GPT2Config
+    return GPT2Config(vocab_size=256, n_embd=128, n_layer=2, n_head=4, n_positions=256)
+
+
+@pytest.mark.parametrize("config", [_llama_config, _gpt2_config])
 @pytest.mark.parametrize("padded", [False, True])
-def test_generate_with_a_static_cache(reference_ops, padded):
+def test_generate_with_a_static_cache(reference_ops, padded, config):
     """generate(cache_implementation="static") builds each step's masks ahead of the forward
-    (compileable caches) and passes them back in as the attention mask: _key_mask takes its own count
-    back. Greedy tokens and logits match SDPA's until the first near-tie of this random model."""
-    a, b = _pair(_llama_config(), "sdpa")
+    (compileable caches) and passes them back in as the attention mask: _key_mask's count is a 4-D
+    tensor, which mask creation and GPT-2's own reshape of a 1-D or 2-D mask leave as it is. Greedy
+    tokens and logits match SDPA's until the first near-tie of these random models."""
+    a, b = _pair(config(), "sdpa")
     ids = torch.randint(0, 256, (2, 12))
     mask = torch.ones_like(ids)
     if padded:
@@ -414,22 +429,35 @@ def test_float32_states_of_a_bf16_model_are_cast_back(reference_ops):
         fa4jit_hf.attention_forward(a.model.layers[0].self_attn.float(), q, q, q, None)
 
 
-def test_packed_sequences_run_varlen(reference_ops):
-    """Sequences packed into one row (batch 1, no padding), as transformers' flash-attention path
-    reads them: position_ids that restart, or its varlen kwargs (cu_seq_lens_q / _k, max_length_q /
-    _k). Each sequence attends only itself: logits match each sequence run alone."""
-    a, _ = _pair(_llama_config(), "sdpa")
-    ids = torch.randint(0, 256, (1, 20))
+def _persimmon_config():
+    from transformers import PersimmonConfig
+    return PersimmonConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, max_position_embeddings=256)
+
+
+@pytest.mark.parametrize("config", [_llama_config, _persimmon_config])
+def test_packed_sequences_run_varlen(reference_ops, config):
+    """Sequences packed into rows without padding (a prompt whose position_ids restart; two rows
+    packed differently): each attends only itself, as transformers' masks fold them in without a
+    cache, found from the mask function (Persimmon does not pass position_ids to its attention), and
+    as its flash-attention varlen kwargs (cu_seq_lens_q / _k, max_length_q / _k) give them. Logits
+    match each sequence run alone, as SDPA's do."""
+    a, b = _pair(config(), "sdpa")
+    ids = torch.randint(0, 256, (2, 20))
+    pieces = ((8, 12), (5, 15))
+    pos = torch.stack([torch.cat([torch.arange(n) for n in row]) for row in pieces])
     with torch.no_grad():
-        alone = torch.cat([a(input_ids=ids[:, :8]).logits, a(input_ids=ids[:, 8:]).logits], 1).float()
-        pos = torch.cat([torch.arange(8), torch.arange(12)])[None]
-        _close(a(input_ids=ids, position_ids=pos).logits.float(), alone)
+        alone = torch.stack([torch.cat([b(input_ids=x, use_cache=False).logits[0] for x in ids[r:r + 1].split(row, 1)])
+                             for r, row in enumerate(pieces)]).float()
+        _close(b(input_ids=ids, position_ids=pos, use_cache=False).logits.float(), alone)  # SDPA's own packing
+        reference_ops.calls = []
+        _close(a(input_ids=ids, position_ids=pos, use_cache=False).logits.float(), alone)
+        assert {c[:2] for c in reference_ops.calls} == {("varlen", (40, 4, 64))}
         cu = torch.tensor([0, 8, 20], dtype=torch.int32)
-        _close(a(input_ids=ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=12,
-                 max_length_k=12).logits.float(), alone)
-        assert {c[:2] for c in reference_ops.calls[-4:]} == {("varlen", (20, 4, 64))}
+        _close(a(input_ids=ids[:1], position_ids=pos[:1], use_cache=False, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                 max_length_q=12, max_length_k=12).logits.float(), alone[:1])
         with pytest.raises(AssertionError):  # packing matters here
-            _close(a(input_ids=ids).logits.float(), alone)
+            _close(a(input_ids=ids, use_cache=False).logits.float(), alone)
 
 
 def test_packed_position_ids_fail_under_torch_compile(monkeypatch):
@@ -446,30 +474,35 @@ def test_packed_position_ids_fail_under_torch_compile(monkeypatch):
     compiled = torch.compile(a, fullgraph=False)
     ids = torch.randint(0, 256, (1, 16))
     with torch.no_grad():
-        compiled(input_ids=ids, position_ids=torch.arange(16)[None])
+        compiled(input_ids=ids, position_ids=torch.arange(16)[None], use_cache=False)
         with pytest.raises(RuntimeError, match="pack several sequences"):
-            compiled(input_ids=ids, position_ids=torch.cat([torch.arange(8), torch.arange(8)])[None])
+            compiled(input_ids=ids, position_ids=torch.cat([torch.arange(8), torch.arange(8)])[None], use_cache=False)
 
 
 def test_families_without_flash_attention_support_are_refused():
     """A model whose PreTrainedModel declares _supports_flash_attn = False (DeepSeek-V4's compressed keys,
     Doge's dynamic masks, T5's position bias) has masks the flash-style one drops: the backend refuses
     it by name instead of running without them. Llama 4 (its reason, chunked layers, handled) and the
-    families that support flash attention pass."""
+    families that support flash attention pass. The mask interface refuses them already, as some
+    (DeepSeek-V3.2's indexer) index the mask before their attention runs."""
     import sys
     import types
-    name = "fa4jit_test_fake_modeling"
-    fake = types.ModuleType(name)
+    name, config_name = "fa4jit_test.modeling_fake", "fa4jit_test.configuration_fake"
+    fake, fake_config = types.ModuleType(name), types.ModuleType(config_name)
     exec("import torch\nclass FakePreTrainedModel:\n    _supports_flash_attn = False\n"
          "class FakeAttention(torch.nn.Module):\n    pass\n", fake.__dict__)
-    sys.modules[name] = fake
+    exec("class FakeConfig:\n    pass\n", fake_config.__dict__)
+    sys.modules[name], sys.modules[config_name] = fake, fake_config
     try:
         assert fa4jit_hf._family_without_flash(name) == "FakePreTrainedModel"
         q = torch.zeros(1, 2, 4, 32, dtype=torch.bfloat16)
         with pytest.raises(fa4jit_hf.LaunchError, match="FakePreTrainedModel declares no flash-attention support"):
             fa4jit_hf.attention_forward(fake.FakeAttention(), q, q, q, None)
+        with pytest.raises(fa4jit_hf.LaunchError, match="FakePreTrainedModel declares no flash-attention support"):
+            fa4jit_hf._key_mask(1, 4, 4, config=fake_config.FakeConfig())
     finally:
-        del sys.modules[name]
+        del sys.modules[name], sys.modules[config_name]
+        fa4jit_hf._family_without_flash.cache_clear()
     import transformers.models.llama.modeling_llama as llama
     import transformers.models.llama4.modeling_llama4 as llama4
     assert fa4jit_hf._family_without_flash(llama.__name__) is None
