@@ -145,6 +145,41 @@ def _pow2(x: _Scalar) -> Optional[int]:
     return v.bit_length() - 1 if v > 0 and v & (v - 1) == 0 else None
 
 
+def _literal(x: _Scalar) -> Optional[float]:
+    """x's value where x is a numeric literal (as _lit writes one), else None."""
+    text = x.expr[:-2] if x.expr.endswith("LL") else x.expr[:-1] if x.expr.endswith("f") else x.expr
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _pow(a: str, b: str, exponent: Optional[float], dtype: torch.dtype) -> str:
+    """torch.pow(a, b) in C++. The kernels are compiled with --use_fast_math, whose pow is
+    exp2(b * log2(a)): NaN for every negative a, where torch gives a signed power for an integral b
+    ((q - kv).pow(2): a distance). Small integral literal exponents are products; other integral
+    ones the power of |a| with a's sign where odd; a variable exponent takes the sign the same way
+    where it is integral (and pow(x, 0) is 1)."""
+    one, zero = _lit(1, dtype), _lit(0, dtype)
+    if exponent is not None and exponent == int(exponent) and abs(exponent) <= 4:
+        n = int(exponent)
+        if n == 0:
+            return one
+        product = " * ".join([a] * abs(n))
+        return product if n > 0 else f"{one} / ({product})"
+    if not dtype.is_floating_point:
+        return f"pow({a}, {b})"
+    if exponent == 0.5:
+        return f"sqrt({a})"
+    if exponent is not None and exponent == int(exponent):
+        return f"copysign(pow(fabs({a}), {b}), {a})" if int(exponent) % 2 else f"pow(fabs({a}), {b})"
+    if exponent is not None:  # not integral: NaN for a negative a, as torch's
+        return f"pow({a}, {b})"
+    two = _lit(2, dtype)
+    return (f"({b} == {zero} ? {one} : {a} < {zero} && {b} == trunc({b}) ? "
+            f"(fmod({b}, {two}) != {zero} ? -pow(-{a}, {b}) : pow(-{a}, {b})) : pow({a}, {b}))")
+
+
 def _cast(x: _Scalar, dtype: torch.dtype) -> str:
     if _CTYPE[x.dtype] == _CTYPE[dtype]:
         return x.expr
@@ -542,7 +577,7 @@ class _Emitter:
             return self.temp(f"{a} * {a}", dtype)
         if packet is aten.pow:
             a, b = self.value(args[0], env, node, dtype), self.value(args[1], env, node, dtype)
-            return self.temp(f"pow({_cast(a, dtype)}, {_cast(b, dtype)})", dtype)
+            return self.temp(_pow(_cast(a, dtype), _cast(b, dtype), _literal(b), dtype), dtype)
         if packet in _UNARY_FLOAT:
             a = self.value(args[0], env, node)
             fn = _UNARY_FLOAT[packet]

@@ -1,6 +1,8 @@
 """fa4jit.flex and fa4jit._trace without a GPU: Python mods traced into CUDA snippets (text, aux typing,
 errors naming the operation and line), NVRTC compiles of the traced snippets, tile classes against
 brute force, FlexAttention BlockMask conversion, and the automatic tile map's reuse and rebuild."""
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch-layer tests need it)")
@@ -147,6 +149,32 @@ def test_short_vectors_unroll_and_reduce_match_torch_when_compiled():
     with pytest.raises(fa4jit.ConfigError, match="where one value is expected"):
         _trace.trace(lambda b, h, q_idx, kv_idx: topk[b, q_idx] > 0, "mask")  # a vector as the mask
     report = fa4jit.prewarm([_typed_config(selected, rope)], archs=["sm_90a"])
+    assert all(r["status"] in ("compiled", "hit") for r in report), report
+
+
+def test_powers_of_negative_bases_do_not_use_fast_math_pow():
+    """The kernels compile with --use_fast_math, whose pow is exp2(b * log2(a)): NaN for any negative
+    a (a GPU run found (pos[q] - pos[kv]).pow(2) NaN). Integral literal exponents are products or the
+    signed power of |a|, a captured exponent takes the sign where integral; the values match torch
+    (host compiler) over negative and positive bases."""
+    expo = torch.tensor([2.0, 3.0, 0.5, 0.0])
+
+    def small(score, b, h, q_idx, kv_idx):
+        d = (q_idx - kv_idx) * 0.25
+        return score + d.pow(2) - 0.1 * d.pow(3) + 0.01 * (d + 0.1).pow(-2) + 0.001 * d.pow(7)
+
+    def captured(score, b, h, q_idx, kv_idx):
+        return score + ((q_idx - kv_idx) * 0.25).pow(expo[h])
+
+    t = _trace.trace(small, "score")
+    assert "pow(" not in t.snippet.replace("pow(fabs(", ""), t.snippet  # products and |a|'s power only
+    points = [(0.5, 0, h, q, kv) for h in range(4) for q in range(0, 9, 2) for kv in range(0, 9, 3)]
+    for mod in (small, captured):
+        got, want = _host_values(mod, "score", points)
+        pairs = [(a, w) for a, w in zip(got, want) if not math.isnan(w)]
+        assert len(pairs) > len(points) // 2 and all(abs(a - w) <= 1e-4 * abs(w) + 1e-4 for a, w in pairs)
+        assert all(math.isnan(a) for a, w in zip(got, want) if math.isnan(w))  # a negative base to 0.5
+    report = fa4jit.prewarm([_typed_config(None, small), _typed_config(causal, captured)], archs=["sm_90a"])
     assert all(r["status"] in ("compiled", "hit") for r in report), report
 
 
