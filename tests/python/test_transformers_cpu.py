@@ -11,6 +11,7 @@ pytest.importorskip("transformers", reason="transformers is not installed")
 
 import fa4jit.transformers as fa4jit_hf  # noqa: E402
 from fa4jit import _widths  # noqa: E402
+from hf_static import compiled_static_decode  # noqa: E402
 from reference import attention_ref  # noqa: E402
 
 
@@ -385,19 +386,9 @@ def test_static_cache_decode_compiles_without_graph_breaks(monkeypatch):
     monkeypatch.setattr(fa4jit_hf.ops, "attention_paged", attention_paged)
     monkeypatch.setattr(_widths, "device_arch", lambda device_type, index: "sm_90a")
     a, b = _pair(_llama_config(), "sdpa")
-    ids = torch.randint(0, 256, (1, 12))
-    caches = [_static(40)(m.config) for m in (a, b)]
-    with torch.no_grad():
-        for m, c in zip((a, b), caches):
-            m(input_ids=ids, past_key_values=c, use_cache=True)
-        torch._dynamo.reset()
-        step = torch.compile(a)
-        for t in range(3):
-            nxt = ids[:, t:t + 1]
-            _close(step(input_ids=nxt, past_key_values=caches[0], use_cache=True).logits.float(),
-                   b(input_ids=nxt, past_key_values=caches[1], use_cache=True).logits.float())
-        torch._dynamo.reset()
-        explain = torch._dynamo.explain(a)(input_ids=ids[:, :1], past_key_values=caches[0], use_cache=True)
+    logits, explain = compiled_static_decode(a, b, torch.randint(0, 256, (1, 12)), 40, steps=3)
+    for la, lb in logits:
+        _close(la, lb)
     assert explain.graph_break_count == 0, explain.break_reasons
 
 

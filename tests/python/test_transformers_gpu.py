@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 
 import fa4jit.transformers as fa4jit_hf  # noqa: E402
+from hf_static import compiled_static_decode  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible to torch")
 
@@ -201,23 +202,11 @@ def test_static_cache_matches_sdpa(max_cache_len):
 def test_static_cache_decode_compiles_without_graph_breaks():
     """torch.compile of a decode step over a StaticCache (transformers' compiled generation): the
     keys used per row stay on the device, so the step is one graph, and its logits match SDPA's."""
-    from transformers import StaticCache
     models = _models(_llama_config())
-    m, ref = models["fa4jit"], models["ref"]
     ids = torch.randint(0, 1024, (1, 40), device="cuda")
-    caches = [StaticCache(config=x.config, max_cache_len=96) for x in (m, ref)]
-    with torch.no_grad():
-        for x, c in zip((m, ref), caches):
-            x(input_ids=ids, past_key_values=c, use_cache=True)
-        torch._dynamo.reset()
-        step = torch.compile(m)
-        for t in range(4):
-            nxt = ids[:, t:t + 1]
-            la = step(input_ids=nxt, past_key_values=caches[0], use_cache=True).logits.float()
-            lb = ref(input_ids=nxt, past_key_values=caches[1], use_cache=True).logits.float()
-            assert (la - lb).abs().max().item() <= 0.05 * lb.abs().max().item() + 0.05
-        torch._dynamo.reset()
-        explain = torch._dynamo.explain(m)(input_ids=ids[:, :1], past_key_values=caches[0], use_cache=True)
+    logits, explain = compiled_static_decode(models["fa4jit"], models["ref"], ids, 96, steps=4)
+    for la, lb in logits:
+        assert (la - lb).abs().max().item() <= 0.05 * lb.abs().max().item() + 0.05
     assert explain.graph_break_count == 0, explain.break_reasons
 
 
