@@ -128,7 +128,7 @@ def _key_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_off
             return torch.full((batch_size, 1, 1, 1), pad.shape[-1], dtype=torch.int32, device=device)
         return pad
     used = q_offset + q_length - kv_offset  # a 0-d tensor for static caches, whose length is a tensor
-    if isinstance(used, int) and used < kv_length or not isinstance(used, int):
+    if not isinstance(used, int) or used < kv_length:
         return torch.as_tensor(used, device=device).to(torch.int32).view(1, 1, 1, 1).expand(
             batch_size, 1, 1, 1).contiguous()
     # transformers folds packed sequences into the mask function (and says so: no causal skip); a
@@ -215,7 +215,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         packed = _varlen_kwargs(kwargs)
         if attention_mask is not None:  # _key_mask: the packed sequences' offsets
             cu = attention_mask.view(-1)
-            packed = cu, cu, int(cu.diff().max()), int(cu.diff().max())
+            longest = int(cu.diff().max())
+            packed = cu, cu, longest, longest
         if packed is None:
             return ops.attention(q, k, v, **common), None
         cu_q, cu_k, max_q, max_k = packed
