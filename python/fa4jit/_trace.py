@@ -471,7 +471,10 @@ class _Emitter:
         if packet in (aten.scalar_tensor, aten.full, aten.full_like, aten.new_full):
             return _Scalar(_lit(args[-1] if packet is not aten.scalar_tensor else args[0], dtype), dtype)
         if packet in (aten._to_copy, aten.to, aten.type_as) or name.startswith("aten.to."):
-            return self.temp(_cast(self.value(args[0], env, node), dtype), dtype)
+            a = self.value(args[0], env, node)
+            if _CTYPE[a.dtype] == _CTYPE[dtype]:  # a move to another device (the index arguments): itself
+                return a
+            return self.temp(_cast(a, dtype), dtype)
         if packet in _BINARY:
             if len(args) > 2 and args[2] != 1 or node.kwargs.get("alpha", 1) != 1:
                 a, b = self.value(args[0], env, node), self.value(args[1], env, node)
@@ -720,13 +723,16 @@ def _trace(fn, kind: str) -> TracedMod:
 
     import torch.fx.traceback as fx_tb
 
+    device = _capture_device(fn)
+
     def indexed(*a):
         with fx_tb.preserve_node_meta(), _IndexMode():
-            return fn(*a)
+            # Moved in the trace (fake tensors), not made there: a GPU tensor made outside would need a
+            # driver, where torch.compile traces a mod of fake CUDA tensors without one.
+            return fn(*(x if device is None else x.to(device) for x in a))
     n = len(_ARGS[kind])
-    device = _capture_device(fn)
-    ints = [torch.zeros((), dtype=torch.int32, device=device) for _ in range(4)]
-    args = ([torch.zeros((), dtype=torch.float32, device=device)] if kind == "score" else []) + ints
+    ints = [torch.zeros((), dtype=torch.int32) for _ in range(4)]
+    args = ([torch.zeros((), dtype=torch.float32)] if kind == "score" else []) + ints
     try:
         with _outside_dynamo():
             gm = make_fx(indexed, decomposition_table=_decompositions(), tracing_mode="fake", record_stack_traces=True,
