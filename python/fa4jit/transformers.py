@@ -114,8 +114,8 @@ def _key_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_off
     if family:
         raise _refusal(family)
     pad = flash_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask)
-    b = torch.arange(batch_size, device=device).view(-1, 1)
     if local_size and local_size == getattr(config, "attention_chunk_size", None) and kv_offset > 0:
+        b = torch.arange(batch_size, device=device).view(-1, 1)
         q = (torch.arange(1, device=device) + q_offset).view(1, 1)
         kv = (torch.arange(kv_length, device=device) + kv_offset).view(1, -1)
         seen = mask_function(b, torch.zeros_like(q), q, kv).expand(batch_size, kv_length)  # the first query's keys
@@ -135,6 +135,7 @@ def _key_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_off
     # prompt without a cache, no padding mask.
     if (kwargs.get("allow_is_causal_skip") is False and not kwargs.get("use_vmap") and mask_function is not None
             and q_offset == 0 and kv_offset == 0 and q_length == kv_length > 1):
+        b = torch.arange(batch_size, device=device).view(-1, 1)
         t = torch.arange(1, q_length, device=device).view(1, -1)
         starts = ~mask_function(b, torch.zeros_like(b), t, t - 1).expand(batch_size, q_length - 1)
         if torch.compiler.is_compiling():
@@ -158,6 +159,13 @@ def _varlen_kwargs(kwargs: dict):
         return None
     cu_q, cu_k, max_q, max_k = given
     return cu_q.to(torch.int32), cu_k.to(torch.int32), int(max_q), int(max_k)
+
+
+def _offsets(m: torch.Tensor):
+    """_key_mask's packed sequences' offsets as (cu_q, cu_k, max_q, max_k): one host read a layer."""
+    cu = m.view(-1)
+    longest = int(cu.diff().max())
+    return cu, cu, longest, longest
 
 
 def _refusal(family: str) -> LaunchError:
@@ -212,11 +220,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                   chunk_size=_chunk_size(module))
 
     if attention_mask is None or _sequence_offsets(attention_mask):
-        packed = _varlen_kwargs(kwargs)
-        if attention_mask is not None:  # _key_mask: the packed sequences' offsets
-            cu = attention_mask.view(-1)
-            longest = int(cu.diff().max())
-            packed = cu, cu, longest, longest
+        packed = _varlen_kwargs(kwargs) if attention_mask is None else _offsets(attention_mask)
         if packed is None:
             return ops.attention(q, k, v, **common), None
         cu_q, cu_k, max_q, max_k = packed
