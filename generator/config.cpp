@@ -81,6 +81,7 @@ constexpr TuneField kTuneFields[] = {
      "0 grid, 1 persistent tiles, 2 stream-K, 3 persistent tiles claimed at run time"},
     {"line_info", &TuningOverrides::line_info, &Tuning::line_info, 0, 1, "0 or 1"},
     {"alternate_s", &TuningOverrides::alternate_s, &Tuning::alternate_s, 0, 1, "0 or 1"},
+    {"k_parts", &TuningOverrides::k_parts, &Tuning::k_parts, 1, 9, "1, 3 or 9 parts of each K stage"},
 };
 
 }  // namespace

@@ -168,6 +168,7 @@ std::string render_source(const ResolvedConfig& rc) {
       {"kWgSpans", rc.tuning.wg_spans},
       {"kPersistent", rc.tuning.persistent},
       {"kAlternateS", rc.tuning.alternate_s},                  // sm90a: O-split warpgroups take turns computing S
+      {"kKParts", rc.tuning.k_parts},                          // sm90a: MLA's K stages land in parts
       {"kPack", pack},                                         // GQA packing: query heads per CTA (PackedRow)
       {"kBottomTiles", detail::policy(rc).bottom_q_tiles(c)},  // Q tiles end at the last row (sm90a)
       {"kCtasPerSm", rc.ctas_per_sm},

@@ -170,6 +170,32 @@ TEST(Compile, HopperSplitOCompilesWithoutSpills) {
   }
 }
 
+// MLA's K stages in parts (Tuning::k_parts): the wgmma of S = Q K^T stay one pipelined chain
+// across the parts' barrier waits (no serialized wgmma, no spills), and each part beyond the first
+// adds its own expect_tx (the producer arms every part of every K stage it fills).
+TEST(Compile, HopperMlaKStagesInPartsStayPipelined) {
+  jit::FA4Config c;
+  c.arch = "sm_90a";
+  c.depth = 576;
+  c.depth_v = 512;
+  c.mask = jit::Mask::causal();
+  c.group = 128;
+  c.pack_gqa = true;
+  std::size_t arms[3] = {};
+  const int parts[3] = {1, 3, 9};
+  for (int i = 0; i < 3; ++i) {
+    const std::string what = fmt::format("sm_90a d576/v512 k_parts {}", parts[i]);
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c, jit::testing::tuned(fmt::format("k_parts={}", parts[i])))) << what;
+    expect_sm90a_pipelined(out, what);
+    for (std::size_t at = out.ptx.find("mbarrier.arrive.expect_tx"); at != std::string::npos;
+         at = out.ptx.find("mbarrier.arrive.expect_tx", at + 1))
+      ++arms[i];
+  }
+  EXPECT_LT(arms[0], arms[1]);
+  EXPECT_LT(arms[1], arms[2]);
+}
+
 // sm90a per-warpgroup P V spans (Tuning::wg_spans, WgKeySpan: a consumer warpgroup's P V runs over
 // half of a KV tile or none of it where its rows see no more): on by default for causal kBM 192
 // (d64), off elsewhere (d128 measured slower, docs/PERF.md run 17). Forced on, every head depth and

@@ -203,6 +203,32 @@ TEST(GpuMla, AlternatingSMatchesReference) {
   }
 }
 
+// K stages in parts (Tuning::k_parts, shape.cuh kKParts: S = Q K^T issues each part of the 576
+// columns once it landed; the partner waits for every part): every case above at each value the
+// default does not take, at 16 and 128 heads. Gathered pages (page 1) land whole and wait no part.
+TEST(GpuMla, KStagesInPartsMatchReference) {
+  std::vector<std::string> archs;
+  SKIP_WITHOUT_MLA_ARCH(archs);
+  if (std::find(archs.begin(), archs.end(), "sm_90a") == archs.end()) GTEST_SKIP() << "k_parts is sm_90a's";
+  const int derived = jit::resolve(mla_config("sm_90a", 16)).tuning.k_parts;
+  for (int parts : {1, 3, 9}) {
+    if (parts == derived) continue;  // LatentDecodeMatchesReference runs it
+    for (int heads : {16, 128}) {
+      const jit::KernelPtr kernel =
+          jit::get_kernel(mla_config("sm_90a", heads), {jit::parse_tune(fmt::format("k_parts={}", parts))});
+      ASSERT_EQ(kernel->config().tuning.k_parts, parts);
+      for (const MlaCase& m : mla_cases(heads)) {
+        const std::string what = fmt::format("sm_90a d576/v512 H{}/1 k_parts {} {}", heads, parts, m.name);
+        try {
+          jit::testing::report_and_expect("GpuMla", what, "bf16", jit::testing::run_and_check(*kernel, m.c));
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << what << ": " << e.what();
+        }
+      }
+    }
+  }
+}
+
 // fp16 (a model served in fp16, `prewarm --model --dtype fp16`): one paged decode and one split
 // speculative decode per head count.
 TEST(GpuMla, LatentDecodeInFp16MatchesReference) {

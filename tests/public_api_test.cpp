@@ -65,10 +65,10 @@ TEST(PublicApi, ConfigEqualityComparesEveryField) {
   EXPECT_NE(ScoreMod::alibi(), ScoreMod::softcap());
 
   const Tuning t;
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < 8; ++i) {
     Tuning u = t;
-    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong,   &u.wg_spans,
-                     &u.persistent,         &u.line_info,        &u.alternate_s};
+    int* fields[] = {&u.exp2_emulate_every, &u.intra_wg_overlap, &u.pingpong,    &u.wg_spans,
+                     &u.persistent,         &u.line_info,        &u.alternate_s, &u.k_parts};
     *fields[i] += 1;
     EXPECT_NE(t, u) << "Tuning field " << i;
   }

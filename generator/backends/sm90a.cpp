@@ -402,6 +402,15 @@ class Sm90a final : public BackendPolicy {
           "256 columns) over 16-bit K/V under a built-in mask on {}; this kernel: V {} columns{}{}",
           t.alternate_s, c.arch, value_depth(c), c.kv_dtype ? ", an e4m3 cache" : "",
           snippet_mask(c.mask) ? ", a snippet mask" : ""));
+    // MLA's K stages in parts (templates/sm90a/shape.cuh kKParts): whole 64-column blocks of the
+    // 576-wide 16-bit latent, read by one S warpgroup.
+    const bool latent = abi::v_in_k(dp, padded_depth_v(c, dp));
+    if (t.k_parts != 1 && (9 % t.k_parts != 0 || !latent || c.kv_dtype || t.alternate_s != 0))
+      throw ConfigError(
+          fmt::format("tune: k_parts={}: K stages land in 1, 3 or 9 parts for MLA's 16-bit latent (depth 576, V 512, "
+                      "alternate_s=0) on {}; this kernel: depth {}, V {}{}{}",
+                      t.k_parts, c.arch, c.depth, value_depth(c), c.kv_dtype ? ", an e4m3 cache" : "",
+                      t.alternate_s != 0 ? ", alternate_s=1" : ""));
     if (c.dtype == DType::e4m3 || c.kv_dtype) t.wg_spans = 0;
     if (!c.kv_dtype) {  // an FP8 KV cache's kernel stages O in the Q region, and runs no stream-K
       if (c.pack_gqa && t.persistent == 1) t.persistent = 2;  // the LPT walker visits q heads, not packed groups

@@ -42,25 +42,30 @@ struct Tuning {
   // default for head dim 512 without packed GQA); 0 the first computes every S and the second
   // follows its P (MLA's default).
   int alternate_s = 0;
+  // sm90a, MLA's 16-bit latent (one S warpgroup): each K stage lands in this many parts (1, 3 or 9
+  // of its nine 64-column blocks), each on its own barrier, and S = Q K^T issues a part's steps once
+  // it landed (FlashMLA's fine-grained TMA / GEMM pipelining); 1: the stage whole.
+  int k_parts = 1;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
            pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info &&
-           alternate_s == o.alternate_s;
+           alternate_s == o.alternate_s && k_parts == o.k_parts;
   }
   bool operator!=(const Tuning& o) const { return !(*this == o); }
 };
 
 // Tuning fields to set instead of the derived defaults (unset: derived).
 struct TuningOverrides {
-  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, wg_spans, persistent, line_info, alternate_s;
+  std::optional<int> exp2_emulate_every, intra_wg_overlap, pingpong, wg_spans, persistent, line_info, alternate_s,
+      k_parts;
   bool empty() const {
     return !exp2_emulate_every && !intra_wg_overlap && !pingpong && !wg_spans && !persistent && !line_info &&
-           !alternate_s;
+           !alternate_s && !k_parts;
   }
   bool operator==(const TuningOverrides& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
            pingpong == o.pingpong && wg_spans == o.wg_spans && persistent == o.persistent && line_info == o.line_info &&
-           alternate_s == o.alternate_s;
+           alternate_s == o.alternate_s && k_parts == o.k_parts;
   }
   bool operator!=(const TuningOverrides& o) const { return !(*this == o); }
 };

@@ -86,9 +86,10 @@ class Producer {
   PipelineState state_;
 };
 
-// What a consumer does once a stage's full barrier completed, before it reads the stage.
+// What a consumer does once a stage's full barrier completed, before it reads the stage (the
+// stage's index and phase: a stage may land in parts, each on a barrier of its own).
 struct Landed {  // nothing: TMA (async proxy) or threads that fenced before arriving filled it
-  __device__ __forceinline__ void operator()() const {}
+  __device__ __forceinline__ void operator()(PipelineState) const {}
 };
 
 template <int kStages, class Release = ArriveEachThread, class OnLanded = Landed>
@@ -116,9 +117,10 @@ class Consumer {
   __device__ __forceinline__ Consumer(Barriers<kStages>* bars, PipelineState state, OnLanded landed = {})
       : bars_(bars), state_(state), landed_(landed) {}
   __device__ __forceinline__ PipelineState state() const { return state_; }
+  __device__ __forceinline__ const OnLanded& landed() const { return landed_; }
   __device__ __forceinline__ Stage acquire() {
     mbar_wait(&bars_->full[state_.index], state_.phase);
-    landed_();
+    landed_(state_);
     return Stage(*this, state_.index);
   }
   // A stage another consumer acquires and releases: wait until it landed and step past it without
@@ -126,7 +128,7 @@ class Consumer {
   // or only step past it (skip).
   __device__ __forceinline__ void watch() {
     mbar_wait(&bars_->full[state_.index], state_.phase);
-    landed_();
+    landed_(state_);
     state_.template advance<kStages>();
   }
   __device__ __forceinline__ void skip() { state_.template advance<kStages>(); }

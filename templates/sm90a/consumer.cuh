@@ -34,15 +34,31 @@ namespace sm90a {
 // each consumer thread fences to the async proxy after its wait, before the wgmma that reads the
 // stage: a uniform branch, taken only by launches that gather (false at compile time in kernels
 // that cannot). TMA fills and an FP8 KV cache's converters (which fence before arriving) need nothing.
+// K stages in parts (Shape::kKParts > 1, TMA only: a gathered stage lands whole on its full
+// barrier): the full barrier is part 0's; a consumer that reads the stage whole (`whole`: the O
+// split's partner, P V over V's columns) waits for the other parts here, the S warpgroup part by
+// part as S = Q K^T reaches them (part()).
+template <class Config>
 struct KvLanded {
+  static constexpr int kParts = Shape<Config>::kKParts;
   bool gathered;
-  __device__ __forceinline__ void operator()() const {
+  u64* parts = nullptr;  // Barriers::k_part (K's ring of a kernel with parts), else null
+  bool whole = false;
+  __device__ __forceinline__ void operator()(pipe::PipelineState st) const {
     if (gathered) fence_proxy_async();
+    if (kParts > 1 && whole)
+#pragma unroll
+      for (int j = 1; j < kParts; ++j) part(st, j);
+  }
+  // Waits for part j > 0 of the stage at st.
+  __device__ __forceinline__ void part(pipe::PipelineState st, int j) const {
+    if (kParts > 1 && parts && !gathered) mbar_wait(parts + st.index * (kParts - 1) + (j - 1), st.phase);
   }
 };
+// K's ring (parts: Barriers::k_part; whole: every part at acquire) or V's.
 template <class Config>
-__device__ __forceinline__ KvLanded kv_landed(const FwdParams& p) {
-  return KvLanded{!Shape<Config>::kKvFp8 && gathers_kv<Config>(p)};
+__device__ __forceinline__ KvLanded<Config> kv_landed(const FwdParams& p, u64* parts = nullptr, bool whole = false) {
+  return KvLanded<Config>{!Shape<Config>::kKvFp8 && gathers_kv<Config>(p), parts, whole};
 }
 
 // The consumer warpgroups' round robin of turns (named barriers) around one phase of their KV step:
@@ -192,10 +208,13 @@ struct QOf<Config, true> {
 };
 
 // S = Q K^T on K ring stage `index`, Q from shared memory (QOperand) or from registers (QFragments).
-template <class Config>
-__device__ __forceinline__ void issue_qk(float (&s)[Shape<Config>::kBN / 2], QOperand<Config> q, u32 k_addr, u32 index) {
+// A stage in parts (Shape::kKParts > 1): before each part's first k16 step, part_landed(j) waits for it.
+template <class Config, class PartLanded = NoParts>
+__device__ __forceinline__ void issue_qk(float (&s)[Shape<Config>::kBN / 2], QOperand<Config> q, u32 k_addr, u32 index,
+                                         PartLanded part_landed = {}) {
   using Sh = Shape<Config>;
-  gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes>(s, q(), k_addr + index * SmemLayout<Config>::kKVStageBytes);
+  gemm_qk<typename Sh::MmaElement, Sh::kBN, Sh::kQKDepth, Sh::kRowBytes, Sh::kKParts>(
+      s, q(), k_addr + index * SmemLayout<Config>::kKVStageBytes, part_landed);
 }
 template <class Config>
 __device__ __forceinline__ void issue_qk(float (&s)[Shape<Config>::kBN / 2], const QFragments<Config>& q, u32 k_addr,
@@ -212,11 +231,16 @@ template <class Config, class KRing, class Sched, class Q>
 __device__ __forceinline__ void qk_step(float (&s)[Shape<Config>::kBN / 2], KRing& k_ring, const Sched& sched,
                                         Q q, u32 k_addr) {
   using Sh = Shape<Config>;
-  auto ks = k_ring.acquire();
+  auto ks = k_ring.acquire();  // part 0 of a stage in parts (KvLanded)
   sched.template wait_turn<Turn::kGemm>();
   fence_operand(s);
   wgmma_fence();
-  issue_qk<Config>(s, q, k_addr, ks.index());
+  if constexpr (Sh::kKParts > 1) {
+    const pipe::PipelineState st = k_ring.state();  // K(n)'s, until the scope ends
+    issue_qk<Config>(s, q, k_addr, ks.index(), [&](int j) { k_ring.landed().part(st, j); });
+  } else {
+    issue_qk<Config>(s, q, k_addr, ks.index());
+  }
   wgmma_commit();
   sched.template pass_turn<Turn::kGemm>();
   wgmma_wait<0>();
@@ -515,9 +539,10 @@ __device__ __forceinline__ void partner_loop(const FwdParams& p, Tiles tiles, un
     zero(o);
     const int n = w.first_tile();
     if (w.has(n)) {
-      pipe::Consumer<Sh::kStages, pipe::NoRelease, KvLanded> k_watch(&bars->k, kv_landed<Config>(p));
-      pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp, KvLanded> v_ring(L::pv_barriers(bars),
-                                                                                  kv_landed<Config>(p));
+      pipe::Consumer<Sh::kStages, pipe::NoRelease, KvLanded<Config>> k_watch(&bars->k,
+                                                                             kv_landed<Config>(p, bars->k_part, true));
+      pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp, KvLanded<Config>> v_ring(L::pv_barriers(bars),
+                                                                                    kv_landed<Config>(p));
       follow_p<Config>(w, n, k_watch, v_ring, share, o, v_addr);
     }
     epilogue_partner<Config>(p, w, wg, o, share);
@@ -626,7 +651,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       const int n = w.first_tile();
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
-        pipe::Consumer<Sh::kStages, Release, KvLanded> k_ring(&bars->k, st, kv_landed<Config>(p)),
+        pipe::Consumer<Sh::kStages, Release, KvLanded<Config>> k_ring(&bars->k, st, kv_landed<Config>(p, bars->k_part)),
             v_ring(L::pv_barriers(bars), st, kv_landed<Config>(p));
         if constexpr (!kPersistent) {
           sched.start();

@@ -68,6 +68,8 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
     } else {
       bars->k.init(fills, Sh::kKReaderWGs * 4);  // O-split: only the warpgroups computing S read K
       bars->v.init(fills, Sh::kNumConsumerWGs * 4);
+      if constexpr (Sh::kKParts > 1)  // the producer's expect_tx arrival (gathered stages: unused)
+        for (int i = 0; i < Sh::kStages * (Sh::kKParts - 1); ++i) mbar_init(&bars->k_part[i], 1);
     }
     if constexpr (Sh::kOSplit > 1) bars->p.init(128, 128);  // the S warpgroup's threads -> the partner's
     fence_barrier_init();

@@ -75,7 +75,16 @@ struct TilePages<Config, true> {
   }
 };
 
-// K or V tile n into one ring stage (dst: its first swizzle block; bar: its full barrier).
+// The barriers one stage's boxes complete: its full barrier, or, for a K stage in parts
+// (Shape::kKParts > 1, kPer swizzle blocks a part), part ch / kPer's (Barriers::k_part past part 0).
+template <int kPer>
+struct ChunkBars {
+  u64* full;
+  u64* rest;  // the stage's parts 1 .. (kPer > 0)
+  __device__ __forceinline__ u64* of(int ch) const { return kPer == 0 || ch < kPer ? full : rest + (ch / kPer - 1); }
+};
+
+// K or V tile n into one ring stage (dst: its first swizzle block; bars: its full barrier, or its parts').
 // Unpaged: one box of kBN rows per swizzle-row chunk of the depth. Paged: kBN / p.kv_box_rows boxes
 // per chunk, box i at i * kv_box_rows rows (kv_box_rows % 8 == 0: whole 8-row swizzle periods, 1024
 // bytes at SW128 and 512 at SW64, so the pattern is the one a single box would give), each from its
@@ -83,20 +92,25 @@ struct TilePages<Config, true> {
 // CTA on p.page_table), or, persistent, a uniform branch per tile on c.pages (a second copy of the
 // persistent loop pushed the kBN 176 consumers into spills).
 // kChunks: swizzle blocks per row (K's, or V's, which may be narrower: Shape::kVChunks).
-// kLean (lean_producer): the boxes' pages come read (TilePages).
-template <class Config, bool kPaged, int kChunks, bool kLean>
+// kLean (lean_producer): the boxes' pages come read (TilePages); a stage in parts issues them part
+// by part (every page's blocks of part 0 first).
+template <class Config, bool kPaged, int kChunks, bool kLean, int kPer>
 __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
-                                             unsigned char* dst, u64* bar, int n, const TilePages<Config, kLean>& pg) {
+                                             unsigned char* dst, ChunkBars<kPer> bars, int n,
+                                             const TilePages<Config, kLean>& pg) {
   using Sh = Shape<Config>;
   if constexpr (kPaged && kLean) {
+    constexpr int kBoxes = TilePages<Config, true>::kMaxBoxes;
+    constexpr int kOuter = kPer > 0 ? kChunks : kBoxes, kInner = kPer > 0 ? kBoxes : kChunks;
 #pragma unroll
-    for (int i = 0; i < TilePages<Config, true>::kMaxBoxes; ++i) {
-      const int r = i * p.kv_box_rows;
-      if (r < Sh::kBN) {
+    for (int x = 0; x < kOuter; ++x) {
+      if (kPer == 0 && x * p.kv_box_rows >= Sh::kBN) continue;  // page-major: box x past the tile
 #pragma unroll
-        for (int ch = 0; ch < kChunks; ++ch)
-          tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bar, ch * Sh::kKvBlockElems,
-                      page_row(p, n * Sh::kBN + r), c.kv_head, pg.page[i]);
+      for (int y = 0; y < kInner; ++y) {
+        const int i = kPer > 0 ? y : x, ch = kPer > 0 ? x : y, r = i * p.kv_box_rows;
+        if (kPer == 0 || r < Sh::kBN)
+          tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bars.of(ch),
+                      ch * Sh::kKvBlockElems, page_row(p, n * Sh::kBN + r), c.kv_head, pg.page[i]);
       }
     }
   } else if (kPaged || (Sh::kPersistent && Sh::kRuntimeVariants && c.pages)) {
@@ -104,29 +118,39 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
       const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
 #pragma unroll
       for (int ch = 0; ch < kChunks; ++ch)
-        tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bar, ch * Sh::kKvBlockElems, b.row,
-                    c.kv_head, b.batch);
+        tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bars.of(ch),
+                    ch * Sh::kKvBlockElems, b.row, c.kv_head, b.batch);
     }
   } else {
     const int row = c.kv_row0 + n * Sh::kBN;
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch)
-      tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes), map, bar, ch * Sh::kKvBlockElems, row, c.kv_head, c.kv_batch);
+      tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes), map, bars.of(ch), ch * Sh::kKvBlockElems, row, c.kv_head,
+                  c.kv_batch);
   }
 }
 
 // One TMA stage of KV tile n: K's ring, or V's (kV; narrower where V has a depth of its own).
+// k_parts: Barriers::k_part, where K's stages land in parts (Shape::kKParts > 1).
 template <class Config, bool kPaged, bool kV, bool kLean = false, class Ring>
 __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, const TmaDesc* map,
                                               unsigned char* ring_base, int n, const TmaCoords& c,
-                                              const TilePages<Config, kLean>& pg = {}) {
+                                              const TilePages<Config, kLean>& pg = {}, u64* k_parts = nullptr) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
+  constexpr int kChunks = kV ? Sh::kVChunks : Sh::kKvChunks;
+  constexpr int kParts = kV ? 1 : Sh::kKParts;
+  constexpr int kPer = kParts > 1 ? kChunks / kParts : 0;
   auto st = ring.acquire();
-  st.expect_bytes(kBytes);
-  load_kv_tile<Config, kPaged, kV ? Sh::kVChunks : Sh::kKvChunks, kLean>(p, map, c, ring_base + st.index() * kBytes,
-                                                                         st.full_barrier(), n, pg);
+  ChunkBars<kPer> bars{st.full_barrier(), nullptr};
+  st.expect_bytes(kBytes / kParts);
+  if constexpr (kParts > 1) {
+    bars.rest = k_parts + st.index() * (kParts - 1);
+#pragma unroll
+    for (int j = 0; j < kParts - 1; ++j) mbar_expect_tx(bars.rest + j, kBytes / kParts);
+  }
+  load_kv_tile<Config, kPaged, kChunks, kLean>(p, map, c, ring_base + st.index() * kBytes, bars, n, pg);
 }
 
 }  // namespace sm90a

@@ -80,21 +80,31 @@ template <int N>
 struct WgmmaFp8;
 #include "sm90a/mma_ops.inc"
 
+// A K operand that landed whole (gemm_qk's kParts 1).
+struct NoParts {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
 // S[64 x N] (=) Q[64 x D] K[N x D]^T, both K-major blocks of kRowBytes-wide rows (SW128, or SW64 for
 // e4m3 at depth 64). q_addr/k_addr: first block.
 // D: the contracted depth, a multiple of 16 (the real head depth: padded columns are zero and skipped).
 // scale_d = 0 on the first k-step overwrites the stale accumulator.
 // FP8 (e4m3): k32 steps of 32 bytes, so the byte offsets are those of the 16-bit k16 steps (a
 // 128-byte row holds 128 e4m3 depth elements instead of 64).
-template <class Element, int N, int D, int kRowBytes = 128>
-__device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_addr) {
+// kParts > 1: K lands in that many equal parts of whole swizzle blocks; part_landed(j) runs before
+// part j's first k-step (j > 0), between the asynchronous wgmma of the parts before it.
+template <class Element, int N, int D, int kRowBytes = 128, int kParts = 1, class PartLanded = NoParts>
+__device__ __forceinline__ void gemm_qk(float (&s)[N / 2], u32 q_addr, u32 k_addr, PartLanded part_landed = {}) {
   constexpr bool kBf16 = DTypeTraits<Element>::kIsBf16, kFp8 = DTypeTraits<Element>::kIsFp8;
   constexpr int kStep = kFp8 ? 32 : 16;  // elements per k-step: 32 bytes either way
   constexpr int kRowSteps = kRowBytes / 32;  // k-steps per swizzle row
   static_assert(D % kStep == 0, "gemm_qk: depth must be a multiple of the k-step (16; FP8: 32)");
+  static_assert(kParts == 1 || (D / kStep) % (kParts * kRowSteps) == 0, "gemm_qk: parts of whole swizzle blocks");
+  constexpr int kPartSteps = D / kStep / kParts;
   const DescAt q = DescAt::of(desc_kmajor<kRowBytes>(q_addr)), kd = DescAt::of(desc_kmajor<kRowBytes>(k_addr));
 #pragma unroll
   for (int k = 0; k < D / kStep; ++k) {
+    if (kParts > 1 && k > 0 && k % kPartSteps == 0) part_landed(k / kPartSteps);
     // Q block: 64 rows x kRowBytes, K block: N rows x kRowBytes; a k-step inside one adds 32 bytes.
     const u64 a = q.at((k / kRowSteps) * (64 * kRowBytes) + 32 * (k % kRowSteps)),
               b = kd.at((k / kRowSteps) * (N * kRowBytes) + 32 * (k % kRowSteps));

@@ -138,6 +138,15 @@ struct Shape {
   static constexpr bool kAlternateS = Config::kAlternateS != 0;
   static_assert(!kAlternateS || (kOSplit == 2 && !kKvFp8),
                 "sm90a kernel: alternating S needs O split over two warpgroups and 16-bit K/V");
+  // K stages in parts (Tuning::k_parts; consumer.cuh KvLanded): TMA fills part j of a K stage (its
+  // j-th kKvChunks / kKParts swizzle blocks) on a barrier of its own, and S = Q K^T issues each
+  // part's k16 steps once it landed, so a stage's tail lands under the GEMM on its head (FlashMLA's
+  // fine-grained TMA / GEMM pipelining). MLA's 16-bit latent under the S warpgroup: two stages of
+  // 73.7 KB, one load in flight while the other is read (docs/PERF.md, the MLA decode section).
+  static constexpr int kKParts = Config::kKParts;
+  static_assert(kKParts == 1 || (kVInK && !kKvFp8 && !kAlternateS && kKvChunks % kKParts == 0),
+                "sm90a kernel: K stages land in parts (kKParts > 1) for MLA's 16-bit latent with one S "
+                "warpgroup, whole swizzle blocks a part");
   // Warpgroups that read K (and arrive on its empty barriers) per stage: each row group's first one
   // where O is split (alternating: the one whose turn the tile is).
   static constexpr int kKReaderWGs = kOSplit > 1 ? kRowWGs : kNumConsumerWGs;

@@ -103,6 +103,9 @@ struct SmemLayout {
     // Dynamic persistent walk only (DynamicTiles; last, so no other offset moves): consumer
     // warpgroup g's next unit and its KV tiles, written by the producer before it arrives on q_full[g].
     HandedUnit unit[Sh::kNumConsumerWGs];
+    // K stages in parts (Shape::kKParts > 1): stage i's parts 1 .. kKParts - 1 (part 0 is its full
+    // barrier), at k_part[i * (kKParts - 1) + j - 1]; tx bytes like full.
+    u64 k_part[Sh::kKParts > 1 ? Sh::kStages * (Sh::kKParts - 1) : 1];
   };
   // The ring P V acquires: V, or for FP8 its transposed copy.
   __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* pv_barriers(Barriers* b) {
