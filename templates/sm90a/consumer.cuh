@@ -42,7 +42,7 @@ template <class Config>
 struct KvLanded {
   static constexpr int kParts = Shape<Config>::kKParts;
   bool gathered;
-  u64* parts = nullptr;  // Barriers::k_part (K's ring of a kernel with parts), else null
+  typename SmemLayout<Config>::Barriers* parts = nullptr;  // K's ring of a kernel with parts, else null
   bool whole = false;
   __device__ __forceinline__ void operator()(pipe::PipelineState st) const {
     if (gathered) fence_proxy_async();
@@ -52,12 +52,14 @@ struct KvLanded {
   }
   // Waits for part j > 0 of the stage at st.
   __device__ __forceinline__ void part(pipe::PipelineState st, int j) const {
-    if (kParts > 1 && parts && !gathered) mbar_wait(parts + st.index * (kParts - 1) + (j - 1), st.phase);
+    if (kParts > 1 && parts && !gathered) mbar_wait(parts->k_parts_of(st.index) + (j - 1), st.phase);
   }
 };
-// K's ring (parts: Barriers::k_part; whole: every part at acquire) or V's.
+// K's ring (parts: the barriers whose k_part it waits on; whole: every part at acquire) or V's.
 template <class Config>
-__device__ __forceinline__ KvLanded<Config> kv_landed(const FwdParams& p, u64* parts = nullptr, bool whole = false) {
+__device__ __forceinline__ KvLanded<Config> kv_landed(const FwdParams& p,
+                                                      typename SmemLayout<Config>::Barriers* parts = nullptr,
+                                                      bool whole = false) {
   return KvLanded<Config>{!Shape<Config>::kKvFp8 && gathers_kv<Config>(p), parts, whole};
 }
 
@@ -540,7 +542,7 @@ __device__ __forceinline__ void partner_loop(const FwdParams& p, Tiles tiles, un
     const int n = w.first_tile();
     if (w.has(n)) {
       pipe::Consumer<Sh::kStages, pipe::NoRelease, KvLanded<Config>> k_watch(&bars->k,
-                                                                             kv_landed<Config>(p, bars->k_part, true));
+                                                                             kv_landed<Config>(p, bars, true));
       pipe::Consumer<Sh::kStages, pipe::ArriveOnePerWarp, KvLanded<Config>> v_ring(L::pv_barriers(bars),
                                                                                     kv_landed<Config>(p));
       follow_p<Config>(w, n, k_watch, v_ring, share, o, v_addr);
@@ -651,7 +653,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       const int n = w.first_tile();
       if (w.has(n)) {  // else: no visible key in the tile, O = 0 and LSE = -inf below
         const pipe::PipelineState st{carry & 3u, (carry >> 2) & 1u};
-        pipe::Consumer<Sh::kStages, Release, KvLanded<Config>> k_ring(&bars->k, st, kv_landed<Config>(p, bars->k_part)),
+        pipe::Consumer<Sh::kStages, Release, KvLanded<Config>> k_ring(&bars->k, st, kv_landed<Config>(p, bars)),
             v_ring(L::pv_barriers(bars), st, kv_landed<Config>(p));
         if constexpr (!kPersistent) {
           sched.start();

@@ -131,11 +131,12 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
 }
 
 // One TMA stage of KV tile n: K's ring, or V's (kV; narrower where V has a depth of its own).
-// k_parts: Barriers::k_part, where K's stages land in parts (Shape::kKParts > 1).
+// bars_parts: the barriers whose k_part a K stage in parts lands on (Shape::kKParts > 1).
 template <class Config, bool kPaged, bool kV, bool kLean = false, class Ring>
 __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, const TmaDesc* map,
                                               unsigned char* ring_base, int n, const TmaCoords& c,
-                                              const TilePages<Config, kLean>& pg = {}, u64* k_parts = nullptr) {
+                                              const TilePages<Config, kLean>& pg = {},
+                                              typename SmemLayout<Config>::Barriers* bars_parts = nullptr) {
   using Sh = Shape<Config>;
   using L = SmemLayout<Config>;
   constexpr u32 kBytes = kV ? L::kVLoadStageBytes : L::kKVLoadStageBytes;
@@ -146,7 +147,7 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, co
   ChunkBars<kPer> bars{st.full_barrier(), nullptr};
   st.expect_bytes(kBytes / kParts);
   if constexpr (kParts > 1) {
-    bars.rest = k_parts + st.index() * (kParts - 1);
+    bars.rest = bars_parts->k_parts_of(st.index());
 #pragma unroll
     for (int j = 0; j < kParts - 1; ++j) mbar_expect_tx(bars.rest + j, kBytes / kParts);
   }

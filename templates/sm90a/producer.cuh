@@ -105,7 +105,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
       // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
       // after it waited for K(n)'s bytes.
       auto vs = v_ring.acquire();
-      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg, bars->k_part);
+      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg, bars);
       vs.arrive();
     } else {
       // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.

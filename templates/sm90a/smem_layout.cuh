@@ -106,6 +106,8 @@ struct SmemLayout {
     // K stages in parts (Shape::kKParts > 1): stage i's parts 1 .. kKParts - 1 (part 0 is its full
     // barrier), at k_part[i * (kKParts - 1) + j - 1]; tx bytes like full.
     u64 k_part[Sh::kKParts > 1 ? Sh::kStages * (Sh::kKParts - 1) : 1];
+    // Stage i's parts 1 .. kKParts - 1 (the producer arms them, the consumers wait on them).
+    __device__ __forceinline__ u64* k_parts_of(u32 i) { return k_part + i * (Sh::kKParts - 1); }
   };
   // The ring P V acquires: V, or for FP8 its transposed copy.
   __device__ __forceinline__ static pipe::Barriers<Sh::kStages>* pv_barriers(Barriers* b) {
