@@ -44,7 +44,8 @@ struct Tuning {
   int alternate_s = 0;
   // sm90a, MLA's 16-bit latent (one S warpgroup): each K stage lands in this many parts (1, 3 or 9
   // of its nine 64-column blocks), each on its own barrier, and S = Q K^T issues a part's steps once
-  // it landed (FlashMLA's fine-grained TMA / GEMM pipelining); 1: the stage whole.
+  // it landed (FlashMLA's fine-grained TMA / GEMM pipelining); 1: the stage whole. Derived: 3 for
+  // MLA's latent (1 under alternate_s or an e4m3 cache), 1 elsewhere.
   int k_parts = 1;
   bool operator==(const Tuning& o) const {
     return exp2_emulate_every == o.exp2_emulate_every && intra_wg_overlap == o.intra_wg_overlap &&
