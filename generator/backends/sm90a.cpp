@@ -323,7 +323,7 @@ class Sm90a final : public BackendPolicy {
     // cache or a snippet mask (alternate_s_runs).
     if (alternate_s_runs(c, dp) && !abi::v_in_k(dp, padded_depth_v(c, dp)) && !c.pack_gqa) t.alternate_s = 1;
     // MLA's 16-bit latent: K stages in 3 parts (S = Q K^T starts on a stage's first third). H200,
-    // one process, interleaved rounds (docs/PERF.md run 111): 3 parts 0.5-1.5% faster on 9 decode
+    // one process, interleaved rounds (docs/PERF.md run 111): 3 parts 0.4-1.4% faster on 9 decode
     // shapes (16 and 128 heads, Sq 1 and 4, pages 16 and 64), 9 parts 0-2.8% slower. 0 here: settle
     // takes 3, or 1 where alternate_s was set (the parts run under one S warpgroup).
     if (abi::v_in_k(dp, padded_depth_v(c, dp)) && !c.kv_dtype) t.k_parts = 0;
