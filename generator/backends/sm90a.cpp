@@ -321,12 +321,13 @@ class Sm90a final : public BackendPolicy {
     // unpacked decode 7-14% faster; packed decode (memory-bound) 0-0.5% slower, and MLA's latent
     // (V is K's prefix) 12-30% slower (Sq 1 and 4, 16 and 128 heads): off there. Never with an e4m3
     // cache or a snippet mask (alternate_s_runs).
-    if (alternate_s_runs(c, dp) && !abi::v_in_k(dp, padded_depth_v(c, dp)) && !c.pack_gqa) t.alternate_s = 1;
+    const bool latent = abi::v_in_k(dp, padded_depth_v(c, dp));  // MLA's: V is K's first 512 columns
+    if (alternate_s_runs(c, dp) && !latent && !c.pack_gqa) t.alternate_s = 1;
     // MLA's 16-bit latent: K stages in 3 parts (S = Q K^T starts on a stage's first third). H200,
     // one process, interleaved rounds (docs/PERF.md run 111): 3 parts 0.4-1.4% faster on 9 decode
     // shapes (16 and 128 heads, Sq 1 and 4, pages 16 and 64), 9 parts 0-2.8% slower. 0 here: settle
     // takes 3, or 1 where alternate_s was set (the parts run under one S warpgroup).
-    if (abi::v_in_k(dp, padded_depth_v(c, dp)) && !c.kv_dtype) t.k_parts = 0;
+    if (latent && !c.kv_dtype) t.k_parts = 0;
     // FP8 BM 192 at padded depth 128: S (64 floats) and O (64) leave no room for P(n-1) beside
     // S(n) in 160 registers (the overlap spills 144 B and serializes wgmma), so one step at a time;
     // the three warpgroups take turns around their softmax (pingpong 2), not their GEMM issue:
