@@ -543,6 +543,45 @@ TEST(GpuFeatures, BlockSnippetAndRunTimeBlockMask) {
     }
 }
 
+// A run-time block mask whose key blocks are the kernel's tile width (the Python package's maps of
+// 128 at BN 128), or below BN 128 a multiple of it (maps of 128 at depth 256's BN 64): the walk reads
+// one byte per tile from the unit's map row, found once per Q tile (mask::Custom::map_row). The
+// mask's blocks depend on batch and head, and it has empty, full and partial blocks, so a map row
+// taken for the wrong batch, head or query block skips visible keys or reads a partial tile
+// unmasked; ragged lengths end the sequences inside a block.
+TEST(GpuFeatures, RunTimeBlockMaskAtTheTileWidthMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const std::string element = "return (q_idx / 128 + kv_idx / 128 + b + 2 * h) % 3 != 0 && kv_idx <= q_idx + 40;";
+  auto visible = [](int b, int h, int q, int k) { return (q / 128 + k / 128 + b + 2 * h) % 3 != 0 && k <= q + 40; };
+  for (const std::string& arch : runnable_archs())
+    for (int depth : {128, 256}) {
+      const auto kernel = jit::get_kernel(config(arch, depth, Mask::custom(element)));
+      const int bn = kernel->config().config.BN;
+      for (int layout = 0; layout < 3; ++layout) {
+        CheckCase c = heads(4, 2);
+        c.custom_visible = visible;
+        c.block_mask_q = 128;
+        c.block_mask_k = bn >= 128 ? bn : 128;  // the tile width, or whole tiles of it
+        if (layout == 0) {
+          c.batch = 3;
+          c.seqlen_q = 700;
+          c.seqlen_k = 900;
+        } else if (layout == 1) {  // varlen
+          c.seqlens_q = {300, 129, 640};
+          c.seqlens_k = {300, 700, 650};
+        } else {  // KV split
+          c.batch = 2;
+          c.seqlen_q = 200;
+          c.seqlen_k = 1500;
+          c.num_splits = 3;
+        }
+        expect_matches(
+            jit::testing::run_and_check(*kernel, c),
+            fmt::format("{} d{} BN {} layout {} map blocks 128 x {}", arch, depth, bn, layout, c.block_mask_k));
+      }
+    }
+}
+
 // Snippets that reproduce softcap and ALiBi give the built-ins' results within rounding.
 TEST(GpuFeatures, SnippetsReproduceSoftcapAndAlibi) {
   SKIP_WITHOUT_GPU();

@@ -740,9 +740,14 @@ def _alibi_slopes(ts, H: int, causal: bool, device) -> Optional[Tensor]:
             sign * (dist or 1) == -1:
         base, idx = x.args
         t = getattr(ts.graph, base.target, None) if base.op == "get_attr" else None
-        if t is not None and len(idx) == 1 and idx[0] is h and any(t is a for a in ts.aux.values()) and \
-                t.dtype == torch.float32 and t.dim() == 1 and t.numel() == H and t.device == torch.device(device):
-            return t
+        # The aux tensor the snippet reads: t itself, or the tensor t views whole (the tracer reads a
+        # view through its base, _trace._Emitter.view; make_fx holds a CUDA capture as such a view).
+        a = None if t is None else next((a for a in ts.aux.values() if a is t or (
+            t._base is a and t.shape == a.shape and t.stride() == a.stride() and
+            t.storage_offset() == a.storage_offset())), None)
+        if a is not None and len(idx) == 1 and idx[0] is h and \
+                a.dtype == torch.float32 and a.dim() == 1 and a.numel() == H and a.device == torch.device(device):
+            return a
     if any(n.op == "get_attr" for n in ts.graph.graph.nodes):
         return None  # a captured tensor read otherwise: kept live through the snippet
     f = torch.vmap(ts.graph, in_dims=(None, None, 0, None, None))

@@ -388,22 +388,43 @@ struct Custom {
   // A tile's class in two steps, for a walk that reads it a tile early (TileWork::peek / after):
   // read() loads the run-time block mask's byte, resolve() decodes it when the tile is done. For one
   // head and one map block per tile dimension (the Python package's maps: blocks of 128), a single
-  // load without classify()'s loops and early exits: H200, the kernels of the flex prefix LM,
-  // strided and document rows 5.5%, 2% and 1.8% faster (docs/PERF.md run 72). ptxas still moves
-  // the byte to a uniform register right after the load (SASS), so its latency is not hidden yet.
-  // Other tiles (packed heads, smaller blocks), a block snippet's SKIP / FULL and no map: classify().
+  // load at the unit's map row (map_row) without classify()'s loops and early exits: H200, the
+  // kernels of the flex prefix LM, strided and document rows 5.5%, 2% and 1.8% faster (docs/PERF.md
+  // run 72). ptxas still moves the byte to a uniform register right after the load (SASS), so its
+  // latency is not hidden yet. Other tiles (packed heads, smaller blocks), a block snippet's SKIP /
+  // FULL and no map: classify().
   struct Read {
     int cls;  // the class, or kPartial pending the map's byte
     int raw;  // the map's byte (0 none, 1 all, other: partial) or -1: cls is the class
   };
-  __device__ __forceinline__ static Read read(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+  // The Q tile's row of the run-time block mask, found once per unit (TileWork::finish_rows): the
+  // byte offset of key block 0 of its one map row, where the tile covers one head and one block row
+  // and each KV tile lies in one key block: the blocks are the tiles (block_mask_k == kBN: the Python
+  // package's maps of 128 at BN 128) or, below BN 128, whole multiples of them (maps of 128 at BN 64);
+  // else -1. Found per tile (four block divisions and three 64-bit strides), it made the snippet
+  // kernel of causal attention 1.14x the time of the built-in one over the same tiles (H100,
+  // docs/PERF.md run 113).
+  template <int kBN>
+  __device__ __forceinline__ static int map_row(int q_lo, int q_hi, const Ctx& c) {
     const FwdParams& p = *c.params;
-    const int ql = max(q_lo, 0), qh = min(q_hi, c.seqlen_q), kl = max(k_lo, 0), kh = min(k_hi, c.seqlen_k);
-    if (p.block_mask && c.num_heads == 1 && ql < qh && kl < kh) {
-      const int bq = div_block(ql, p.block_mask_q), bk = div_block(kl, p.block_mask_k);
-      if (bq == div_block(qh - 1, p.block_mask_q) && bk == div_block(kh - 1, p.block_mask_k) &&
-          User::block(c.batch, c.q_head, ql, qh, kl, kh, p) == kPartial)
-        return {kPartial, map_of(c.q_head, c)[bq * p.block_mask_row_stride + bk]};
+    const int ql = max(q_lo, 0), qh = min(q_hi, c.seqlen_q), bk = p.block_mask_k;
+    if (!p.block_mask || c.num_heads != 1 || ql >= qh || !(bk == kBN || (kBN < 128 && bk % kBN == 0))) return -1;
+    const int bq = div_block(ql, p.block_mask_q);
+    if (bq != div_block(qh - 1, p.block_mask_q)) return -1;
+    const long long row = (map_of(c.q_head, c) - p.block_mask) + bq * p.block_mask_row_stride;
+    return row + ceil_div(c.seqlen_k, kBN) <= 0x7fffffffLL ? static_cast<int>(row) : -1;
+  }
+  // The class of KV tile n (keys [k_lo, k_hi)) of the unit whose map row is `row` (map_row): one byte
+  // load where the row is known (the block snippet, if any, first), else classify(). Read a tile
+  // ahead and decoded (resolve) when the tile is done: TileWork::peek / after.
+  template <int kBN>
+  __device__ __forceinline__ static Read read(int row, int n, int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    const FwdParams& p = *c.params;
+    if (row >= 0) {  // tile n lies inside the sequence (the walk's tiles start below seqlen_k)
+      const int ql = max(q_lo, 0), qh = min(q_hi, c.seqlen_q), kl = max(k_lo, 0), kh = min(k_hi, c.seqlen_k);
+      const int t = User::block(c.batch, c.q_head, ql, qh, kl, kh, p);
+      const int bk = kBN >= 128 ? n : div_block(n * kBN, p.block_mask_k);
+      return t == kPartial ? Read{kPartial, p.block_mask[row + bk]} : Read{t, -1};
     }
     return {classify(q_lo, q_hi, k_lo, k_hi, c), -1};
   }
@@ -424,10 +445,14 @@ __device__ __forceinline__ KvRange row_keys(int q, int k0, const Ctx& c) {
 
 // The two-step class read (Custom::read / resolve) for any mask: Custom's own, and for every other
 // mask its class at once (their classes are arithmetic, or a Custom inside And / Or, read at once).
+// map_row: the unit's tile-map row where one load reads a tile's byte (Custom::map_row), else -1.
 template <class M>
 struct ClassRead {
   using Read = TileClass;
-  __device__ __forceinline__ static Read read(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+  template <int kBN>
+  __device__ __forceinline__ static int map_row(int, int, const Ctx&) { return -1; }
+  template <int kBN>
+  __device__ __forceinline__ static Read read(int, int, int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
     return M::classify(q_lo, q_hi, k_lo, k_hi, c);
   }
   __device__ __forceinline__ static Read none() { return kSkip; }
@@ -436,8 +461,13 @@ struct ClassRead {
 template <class User>
 struct ClassRead<Custom<User>> {
   using Read = typename Custom<User>::Read;
-  __device__ __forceinline__ static Read read(int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
-    return Custom<User>::read(q_lo, q_hi, k_lo, k_hi, c);
+  template <int kBN>
+  __device__ __forceinline__ static int map_row(int q_lo, int q_hi, const Ctx& c) {
+    return Custom<User>::template map_row<kBN>(q_lo, q_hi, c);
+  }
+  template <int kBN>
+  __device__ __forceinline__ static Read read(int row, int n, int q_lo, int q_hi, int k_lo, int k_hi, const Ctx& c) {
+    return Custom<User>::template read<kBN>(row, n, q_lo, q_hi, k_lo, k_hi, c);
   }
   __device__ __forceinline__ static Read none() { return {kSkip, -1}; }
   __device__ __forceinline__ static TileClass resolve(Read r) { return Custom<User>::resolve(r); }

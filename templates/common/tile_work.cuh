@@ -66,6 +66,7 @@ struct TileWork {
                        // kBottom: q_lo < 0 on a partial first tile)
   int n_begin, n_end;  // KV tiles [n_begin, n_end) before skip classification (this split's share)
   bool valid;          // false: this CTA has no Q rows (varlen tail, grid over max_seqlen_q)
+  int map_row;         // snippet masks: the unit's run-time tile-map row, or -1 (mask::Custom::map_row)
 
   // The unit of a plain grid's CTA (GridWalk): grid (num_m_blocks * num_splits, heads (KV heads if
   // packed), batch), longest-first CTA order for masked launches with p.lpt_heads; or, for a varlen
@@ -211,6 +212,7 @@ struct TileWork {
     q_lo = m_block * kBM - (kBottom ? ceil_div(rows, kBM) * kBM - rows : 0);
     q_hi = min(q_lo + kBM, rows);
     valid = q_lo < rows;
+    map_row = mask::ClassRead<Mask>::template map_row<kBN>(query_lo(row_lo()), query_hi(q_hi), ctx);
   }
   // The tile's first real row: q_lo, or 0 where kBottom tiling starts the tile above row 0.
   __device__ __forceinline__ int row_lo() const { return kBottom ? max(q_lo, 0) : q_lo; }
@@ -279,7 +281,7 @@ struct TileWork {
     if constexpr (kClassAhead) {
       const int n = at.n - 1;
       if (n < n_begin) return R::none();
-      return R::read(query_lo(row_lo()), query_hi(q_hi), n * kBN, keys_end(n), ctx);
+      return R::template read<kBN>(map_row, n, query_lo(row_lo()), query_hi(q_hi), n * kBN, keys_end(n), ctx);
     }
     return Ahead{};
   }

@@ -829,6 +829,25 @@ def test_alibi_score_mods_are_recognized_for_the_built_in_alibi():
     assert flex._builtin_alibi(_trace.trace(scaled_distance, "score"), 16, True, "cpu") is None
 
 
+def test_alibi_slopes_captured_as_a_whole_view_are_read_through_their_base():
+    """Slopes captured as a view of a whole tensor (what make_fx holds for a CUDA capture): the tracer
+    passes the base as the aux tensor (its in-place writes are seen), and the built-in ALiBi reads
+    that same tensor; a view of part of it is not one slope per head and keeps the snippet."""
+    base = torch.rand(16)
+    whole, part = base.view(16), base[:8]
+
+    def documented(score, b, h, q_idx, kv_idx):
+        return score + whole[h] * (kv_idx - q_idx)
+
+    def first_half(score, b, h, q_idx, kv_idx):
+        return score + part[h] * (kv_idx - q_idx)
+
+    traced = _trace.trace(documented, "score")
+    assert any(a is base for a in traced.aux.values())
+    assert flex._builtin_alibi(traced, 16, True, "cpu") is base
+    assert flex._builtin_alibi(_trace.trace(first_half, "score"), 8, True, "cpu") is None
+
+
 def test_traced_bands_hold_over_every_position_a_call_can_have():
     def window(b, h, q_idx, kv_idx):
         return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 7)
