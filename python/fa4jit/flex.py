@@ -659,6 +659,14 @@ _ATEN = torch.ops.aten
 _DTYPE_MOVES = (_ATEN._to_copy.default, _ATEN.clone.default, _ATEN.alias.default)
 
 
+def _bare(n):
+    """A graph node without the dtype / device moves around it (a mod that captures a CUDA tensor is
+    traced with its arguments moved to that device, _trace._capture_device)."""
+    while isinstance(n, torch.fx.Node) and n.target in _DTYPE_MOVES:
+        n = n.args[0]
+    return n
+
+
 def _alibi_terms(gm):
     """(X, sign, distance, h) of a traced score-mod graph whose result is score + sign * X * D, X a node
     or number that depends on h alone, D q_idx - kv_idx (distance 1), kv_idx - q_idx (-1) or the
@@ -668,11 +676,7 @@ def _alibi_terms(gm):
     if len(ph) != 5 or not isinstance(out, torch.fx.Node):
         return None
     score, _, h, q, kv = ph
-
-    def bare(n):
-        while isinstance(n, torch.fx.Node) and n.target in _DTYPE_MOVES:
-            n = n.args[0]
-        return n
+    bare = _bare
 
     def call(n, *targets):
         return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets and \
@@ -741,11 +745,12 @@ def _alibi_slopes(ts, H: int, causal: bool, device) -> Optional[Tensor]:
         base, idx = x.args
         t = getattr(ts.graph, base.target, None) if base.op == "get_attr" else None
         # The aux tensor the snippet reads: t itself, or the tensor t views whole (the tracer reads a
-        # view through its base, _trace._Emitter.view; make_fx holds a CUDA capture as such a view).
+        # view through its base, _trace._Emitter.view). The head index may come moved to the
+        # captured tensor's device (_bare).
         a = None if t is None else next((a for a in ts.aux.values() if a is t or (
             t._base is a and t.shape == a.shape and t.stride() == a.stride() and
             t.storage_offset() == a.storage_offset())), None)
-        if a is not None and len(idx) == 1 and idx[0] is h and \
+        if a is not None and len(idx) == 1 and _bare(idx[0]) is h and \
                 a.dtype == torch.float32 and a.dim() == 1 and a.numel() == H and a.device == torch.device(device):
             return a
     if any(n.op == "get_attr" for n in ts.graph.graph.nodes):

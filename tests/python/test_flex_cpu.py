@@ -848,6 +848,21 @@ def test_alibi_slopes_captured_as_a_whole_view_are_read_through_their_base():
     assert flex._builtin_alibi(_trace.trace(first_half, "score"), 8, True, "cpu") is None
 
 
+def test_alibi_slopes_on_another_device_than_the_indices_are_recognized():
+    """A mod capturing a tensor off the CPU is traced with its arguments moved to that tensor's device
+    (a _to_copy between the head index and slopes[h]), as FlexAttention's CUDA slopes are; the meta
+    device stands in for CUDA here. The built-in ALiBi still reads the captured slopes themselves
+    (test_flex_gpu's captured-ALiBi test failed on the GPU for this)."""
+    slopes = torch.rand(16, device="meta")
+
+    def documented(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    traced = _trace.trace(documented, "score")
+    assert any(n.target == torch.ops.aten._to_copy.default for n in traced.graph.graph.nodes)
+    assert flex._builtin_alibi(traced, 16, True, "meta") is slopes
+
+
 def test_traced_bands_hold_over_every_position_a_call_can_have():
     def window(b, h, q_idx, kv_idx):
         return (q_idx - kv_idx <= 100) & (kv_idx - q_idx <= 7)
