@@ -676,18 +676,17 @@ def _alibi_terms(gm):
     if len(ph) != 5 or not isinstance(out, torch.fx.Node):
         return None
     score, _, h, q, kv = ph
-    bare = _bare
 
     def call(n, *targets):
         return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets and \
             all(v == 1 for k, v in n.kwargs.items() if k == "alpha") and set(n.kwargs) <= {"alpha"}
 
     def distance(n):
-        n = bare(n)
+        n = _bare(n)
         if call(n, _ATEN.abs.default):
             return 0 if distance(n.args[0]) in (1, -1) else None
-        if call(n, _ATEN.sub.Tensor) and tuple(map(bare, n.args)) in ((q, kv), (kv, q)):
-            return 1 if bare(n.args[0]) is q else -1
+        if call(n, _ATEN.sub.Tensor) and tuple(map(_bare, n.args)) in ((q, kv), (kv, q)):
+            return 1 if _bare(n.args[0]) is q else -1
         return None
 
     def reads_only_h(x):
@@ -702,13 +701,13 @@ def _alibi_terms(gm):
             todo.extend(n.all_input_nodes)
         return True
 
-    if call(out, _ATEN.sub.Tensor) and bare(out.args[0]) is score:
+    if call(out, _ATEN.sub.Tensor) and _bare(out.args[0]) is score:
         sign, term = -1, out.args[1]
-    elif call(out, _ATEN.add.Tensor) and score in map(bare, out.args):
-        sign, term = 1, out.args[1] if bare(out.args[0]) is score else out.args[0]
+    elif call(out, _ATEN.add.Tensor) and score in map(_bare, out.args):
+        sign, term = 1, out.args[1] if _bare(out.args[0]) is score else out.args[0]
     else:
         return None
-    term = bare(term)
+    term = _bare(term)
     if not call(term, _ATEN.mul.Tensor):
         return None
     for x, d in (term.args, term.args[::-1]):

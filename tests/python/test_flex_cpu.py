@@ -830,9 +830,9 @@ def test_alibi_score_mods_are_recognized_for_the_built_in_alibi():
 
 
 def test_alibi_slopes_captured_as_a_whole_view_are_read_through_their_base():
-    """Slopes captured as a view of a whole tensor (what make_fx holds for a CUDA capture): the tracer
-    passes the base as the aux tensor (its in-place writes are seen), and the built-in ALiBi reads
-    that same tensor; a view of part of it is not one slope per head and keeps the snippet."""
+    """Slopes captured as a view of a whole tensor (a caller's ``table.view(H)``): the tracer passes the
+    base as the aux tensor (its in-place writes are seen), and the built-in ALiBi reads that same
+    tensor; a view of part of it is not one slope per head and keeps the snippet."""
     base = torch.rand(16)
     whole, part = base.view(16), base[:8]
 
