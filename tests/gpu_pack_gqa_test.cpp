@@ -8,7 +8,8 @@
 // combine), varlen batches, sinks and an FP8 KV cache, a continuous-batching step's long-pole
 // splits (its short sequences' tiles split, the rest whole), a decode-only varlen batch split by
 // the caller's max_seqlen_k, sm_90a's packed prefill tile (BM 128) and its unpacked decode tile
-// (BM 64). Skips without a GPU. Run: --gtest_filter='GpuPackGqa*'.
+// (BM 64), and batch-1 decode split into runs of one KV tile. Skips without a GPU. Run:
+// --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
 
 #include <initializer_list>
@@ -19,6 +20,7 @@
 
 #include "check/gpu.hpp"
 #include "fa4jit/jit.hpp"
+#include "runtime/driver.hpp"
 #include "tests/support/expect.hpp"
 #include "tests/support/tune.hpp"
 
@@ -233,6 +235,38 @@ TEST(GpuPackGqa, VarlenDecodeSplitsByTheKeyHint) {
       const jit::testing::CheckResult r = jit::testing::run_and_check(*kernel, c);
       expect_matches(r, what + " max_seqlen_k 6000");
       EXPECT_GT(r.splits, 1) << what << ": a varlen decode batch with the key hint was not split";
+    }
+}
+
+// Batch-1 decode at one KV head: where even one KV tile a split keeps the grid within half the CTA
+// slots (GridWalk::choose_splits; 64 CTAs of 64 keys at 4096 keys on sm_90a), the automatic choice
+// splits the keys into runs of one tile, the combine merging up to 64 splits a row; a partial last
+// tile (4000 keys), contiguous and paged (1: gathered rows, 16: TMA boxes).
+TEST(GpuPackGqa, BatchOneDecodeSplitsIntoSingleKvTiles) {
+  SKIP_WITHOUT_GPU();
+  const int sms = jit::detail::device_limits(jit::detail::ensure_context()).sms;
+  for (const std::string& arch : runnable_archs())
+    for (int group : {8, 16}) {
+      const auto kernel = jit::get_kernel(packed(arch, group), jit::testing::env_tune());
+      const int bn = kernel->config().config.BN;
+      for (int keys : {4096, 4000})
+        for (int page : {0, 1, 16}) {
+          CheckCase c;
+          c.batch = 1;
+          c.seqlen_q = 1;
+          c.seqlen_k = keys;
+          c.num_q_heads = group;
+          c.num_kv_heads = 1;
+          c.page_size = page;
+          c.num_splits = 0;
+          const std::string what = fmt::format("{} group {} keys {} page {}", arch, group, keys, page);
+          const jit::testing::CheckResult r = jit::testing::run_and_check(*kernel, c);
+          expect_matches(r, what);
+          const int tiles = (keys + bn - 1) / bn;
+          // Paged: the launch models the keys by the page table's width (4096 keys: 65 tiles here).
+          if (arch == "sm_90a" && 2 * tiles <= sms)
+            EXPECT_TRUE(page ? r.splits >= tiles : r.splits == tiles) << what << ": " << r.splits << " splits";
+        }
     }
 }
 

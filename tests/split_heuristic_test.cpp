@@ -46,15 +46,21 @@ TEST(SplitHeuristic, LeavesFullGridsAndShortKeysAlone) {
   EXPECT_EQ(choose_num_splits(64, 4, 132), 1);
   EXPECT_EQ(choose_num_splits(64, 8, 132), 1);
   EXPECT_EQ(choose_num_splits(64, 16, 132), 2);
-  EXPECT_EQ(choose_num_splits(2, 9, 132), 1);   // runs of 3 save 6 (their combine costs more)
-  EXPECT_EQ(choose_num_splits(2, 12, 132), 6);  // 12 -> 2: saves 10
+  EXPECT_EQ(choose_num_splits(8, 9, 132), 1);   // runs of 3 save 6 (their combine costs more)
+  EXPECT_EQ(choose_num_splits(8, 12, 132), 6);  // 12 -> 2: saves 10
+  EXPECT_EQ(choose_num_splits(2, 9, 132), 9);   // runs of 1 (a small grid, below) save 8
 }
 
 // Grids within half the slots at the most splits: the fewest splits with the shortest runs.
 TEST(SplitHeuristic, SmallGridsEvenTheirRunsOfKvTiles) {
-  EXPECT_EQ(choose_num_splits(1, 64, 132), 32);    // batch 1, 4096 keys: 32 runs of 2 (the fill rule: 31)
-  EXPECT_EQ(choose_num_splits(2, 64, 132), 32);    // two KV heads: 64 CTAs
-  EXPECT_EQ(choose_num_splits(1, 65, 132), 22);    // 32 at most; runs of 3 need only 22
+  EXPECT_EQ(choose_num_splits(2, 64, 132), 32);  // batch 1, 4096 keys, 2 KV heads: 32 runs of 2 (the fill rule: 31)
+  EXPECT_EQ(choose_num_splits(2, 65, 132), 22);  // 32 at most; runs of 3 need only 22
+  // One tile a split where that grid stays within half the slots: one KV head at 4096 keys, 64 CTAs
+  // (32 runs of 2 before, run 114); at 2 KV heads 128 CTAs of one tile pass half the slots (above).
+  EXPECT_EQ(choose_num_splits(1, 64, 132), 64);
+  EXPECT_EQ(choose_num_splits(1, 66, 132), 66);
+  EXPECT_EQ(choose_num_splits(1, 67, 132), 23);    // 134 CTAs: 33 splits at most, runs of 3
+  EXPECT_EQ(choose_num_splits(1, 130, 264), 65);   // over 128 tiles: runs of 2
   EXPECT_EQ(choose_num_splits(4, 64, 132), 31);    // 128 CTAs: past half the slots, the fill rule
   EXPECT_EQ(choose_num_splits(1, 512, 132), 122);  // 32768 keys: 128 splits pass half the slots
 }

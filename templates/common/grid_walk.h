@@ -31,7 +31,8 @@ struct GridWalk {
 #if !defined(__CUDACC_RTC__)
   // Split count for `tiles` CTAs over `kv_blocks` KV tiles each, on `slots` CTA slots: 1 when the
   // grid already fills 80% of them, else the fewest splits whose slot fill is within 95% of the
-  // best (FlashAttention's wave rule), each split keeping at least two KV tiles, and none that saves
+  // best (FlashAttention's wave rule), each split keeping at least two KV tiles (small grids: one,
+  // below), and none that saves
   // fewer than kMinSavedKvTiles (below). The caller passes
   // the SM count for the grid walk's contiguous 16-bit decode even where two CTAs fit an SM
   // (CompiledKernel::slots_per_sm): on an H200, 128 CTAs (one per SM) read K/V at 4.27 TB/s and 256
@@ -39,9 +40,12 @@ struct GridWalk {
   // The persistent walk uses this rule too, over every CTA slot of its SMs.
   // A grid that stays within half the slots even at the most splits is bound by latency, not DRAM:
   // its time is the longest split's run of KV tiles, so it takes the fewest splits whose longest run
-  // is the shortest possible (batch-1 decode at 4k keys, 1-2 KV heads: 32 splits of 2 tiles, where
+  // is the shortest possible (batch-1 decode at 4k keys, 2 KV heads: 32 splits of 2 tiles, where
   // the fill rule's 31 left runs of 3: 7.3 against 7.8 us per call in a CUDA graph, docs/PERF.md
-  // run 66; at 4 KV heads, 128 CTAs, even runs were not faster).
+  // run 66; at 4 KV heads, 128 CTAs, even runs were not faster). Where even one tile a split stays
+  // within half the slots, runs of one: batch-1 decode at 4k keys and one KV head, 64 CTAs, 4-10%
+  // faster than 32 of 2 tiles; at two KV heads 128 CTAs of one tile were 2% slower than 64 of two
+  // (H100, CUDA graphs, run 114).
   // A split pays for itself only where it shortens the longest run of KV tiles by at least
   // kMinSavedKvTiles: the combine launch costs about what 7 KV tiles of decode take. H200, `fa4jit
   // bench`, 32 x 16/2 packed decode, d128 (docs/PERF.md run 89): 256-512 keys (4-8 tiles) split in
@@ -53,6 +57,7 @@ struct GridWalk {
     const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
     const auto worth = [&](int s) { return s > 1 && kv_blocks - (kv_blocks + s - 1) / s >= kMinSavedKvTiles ? s : 1; };
     if (2 * tiles * max_splits <= slots) {
+      if (2 * tiles * kv_blocks <= slots && kv_blocks <= 128) return worth(kv_blocks);
       const int run = (kv_blocks + max_splits - 1) / max_splits;
       return worth((kv_blocks + run - 1) / run);
     }
