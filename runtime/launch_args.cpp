@@ -210,7 +210,9 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
 ScheduleModel schedule_model(const LaunchShape& shape, const LaunchArgs& args, const FA4Config& c) {
   ScheduleModel m{shape, false};
   const bool varlen = args.cu_seqlens_q || args.cu_seqlens_k;
-  if (varlen && args.max_seqlen_k > 0)  // packed keys: unknown without it; paged: bounded by the table
+  // Packed keys: unknown without the hint. Paged (varlen or not): the table's row bounds the keys,
+  // but tables are sized for a cache's capacity, not this step's sequences (seqused_k, on the GPU).
+  if ((varlen || args.page_table) && args.max_seqlen_k > 0)
     m.shape.max_seqlen_k = shape.max_seqlen_k > 0 ? std::min(shape.max_seqlen_k, args.max_seqlen_k) : args.max_seqlen_k;
   m.causal_known_lengths =
       c.mask.kind == Mask::Kind::causal && m.shape.max_seqlen_k > 0 && (!varlen || args.max_seqlen_k > 0);

@@ -16,8 +16,9 @@ struct LaunchShape {
 fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, LaunchShape* shape);
 
 // The schedule's model of a launch: every sequence at the longest lengths. `shape.max_seqlen_k` is
-// the keys it assumes: the launch's own where the host knows them; for a varlen launch the
-// caller's max_seqlen_k (packed keys: unknown without it, 0; paged: at most the page table's row).
+// the keys it assumes: the launch's own where the host knows them; for a varlen or paged launch
+// the caller's max_seqlen_k (packed keys: unknown without it, 0; paged: at most the page table's
+// row, which is the model without it).
 // causal_known_lengths: a causal launch whose model is complete (varlen: with max_seqlen_k), so its
 // longest-first sections are chosen by simulating the walk. Only the CTA order and count follow
 // the model, never a length the kernel reads, so a wrong hint costs speed only.

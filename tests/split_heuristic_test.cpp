@@ -618,7 +618,8 @@ TEST(PersistentWalkPlan, GridUnitsAndSplitTail) {
 }
 
 // What the schedule assumes of a launch's lengths (schedule_model): the launch's own where the
-// host knows them; packed varlen keys only through the caller's max_seqlen_k.
+// host knows them; packed varlen keys only through the caller's max_seqlen_k, and paged keys
+// through it where it is below the page table's row.
 TEST(ScheduleModel, VarlenKeysAreKnownOnlyThroughTheHint) {
   jit::FA4Config causal;
   causal.mask = jit::Mask::causal();
@@ -655,6 +656,18 @@ TEST(ScheduleModel, VarlenKeysAreKnownOnlyThroughTheHint) {
   EXPECT_EQ(jit::detail::schedule_model(shape, a, causal).shape.max_seqlen_k, 4096);
   a.max_seqlen_k = 0;  // the query lengths are not known without it: the L2 rule
   EXPECT_FALSE(jit::detail::schedule_model(shape, a, causal).causal_known_lengths);
+
+  // A paged launch without varlen queries: its table holds 32768 keys a sequence (a cache's
+  // capacity), the caller's sequences at most 4096 (seqused_k): the hint sizes the split.
+  a.cu_seqlens_q = nullptr;
+  shape.max_seqlen_k = 32768;
+  a.max_seqlen_k = 4096;
+  m = jit::detail::schedule_model(shape, a, causal);
+  EXPECT_EQ(m.shape.max_seqlen_k, 4096);
+  EXPECT_EQ(m.kv_tiles(64), 64);
+  EXPECT_TRUE(m.causal_known_lengths);
+  a.max_seqlen_k = 0;  // no hint: the table's row
+  EXPECT_EQ(jit::detail::schedule_model(shape, a, causal).shape.max_seqlen_k, 32768);
 }
 
 // A varlen launch's max_seqlen_q is the caller's hint: no sequence holds more queries than q's rows,
