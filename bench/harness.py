@@ -59,9 +59,12 @@ def summarize(rounds, ours, aa, peers):
     """One row's summary from its rounds (a list of {arm: measurement}).
 
     Per arm: the median over rounds of each measured quantity. The best peer is the peer with the
-    lowest median per-call time among those that ran every round. Ratios are paired per round
-    (peer time / our time: >1 means fa4jit is faster), per call ("ms") and back to back ("ms_b2b");
-    ``aa`` is the same kernel as ``ours`` under another name, its ratio the row's noise floor."""
+    lowest median per-call time among those that ran every round, and ``best_peer_b2b`` the one with
+    the lowest back-to-back time (a peer with a slow host path can lead per call and trail back to
+    back: the back-to-back ratio is taken against the peer fastest there, not the per-call leader).
+    Ratios are paired per round (peer time / our time: >1 means fa4jit is faster), per call ("ms")
+    and back to back ("ms_b2b"); ``aa`` is the same kernel as ``ours`` under another name, its ratio
+    the row's noise floor."""
     arms = {}
     names = [ours, aa] + list(peers)
     for name in names:
@@ -74,11 +77,14 @@ def summarize(rounds, ours, aa, peers):
         arms[name]["mode"] = runs[0].get("mode", "")
     ran = [p for p in peers if "ms" in arms.get(p, {})]
     best = min(ran, key=lambda p: arms[p]["ms"]) if ran else None
-    out = {"arms": arms, "best_peer": best}
+    ran_b2b = [p for p in ran if "ms_b2b" in arms[p]]
+    best_b2b = min(ran_b2b, key=lambda p: arms[p]["ms_b2b"]) if ran_b2b else None
+    out = {"arms": arms, "best_peer": best, "best_peer_b2b": best_b2b}
     if "ms" in arms.get(ours, {}):
         if best:
             out["vs_best"] = spread(paired(rounds, best, ours, "ms"))
-            out["vs_best_b2b"] = spread(paired(rounds, best, ours, "ms_b2b"))
+        if best_b2b:
+            out["vs_best_b2b"] = spread(paired(rounds, best_b2b, ours, "ms_b2b"))
         if "ms" in arms.get(aa, {}):
             out["aa"] = spread(paired(rounds, aa, ours, "ms"))
             out["aa_b2b"] = spread(paired(rounds, aa, ours, "ms_b2b"))

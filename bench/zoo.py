@@ -514,6 +514,15 @@ def rate(row, ms):
     return f"{row.flops() / ms / 1e9:.0f} TFLOP/s"
 
 
+def peer_label(row, peer):
+    """A peer's name in the table, with what it ran where that is not the row's own layout."""
+    if peer and row.kind == "paged" and peer not in ("fa4", "flashinfer"):
+        return peer + " (contiguous)"
+    if peer and row.kind in ("fp8kv", "mla8") and peer != "fa4jit bf16 cache":
+        return peer + " (bf16 KV)"
+    return peer
+
+
 def table(results, shown=None):
     """Markdown, worst row first (the lower of the per-call and back-to-back ratios); shown: which
     (row, summary) pairs get a line (default all; the A/A verdict always judges every row)."""
@@ -547,14 +556,14 @@ def table(results, shown=None):
         aa_dev.append(dev)
         if not listed:
             continue
-        label = best or "none runs it"
-        if best and row.kind == "paged" and best not in ("fa4", "flashinfer"):
-            label += " (contiguous)"
-        if best and row.kind in ("fp8kv", "mla8") and best != "fa4jit bf16 cache":
-            label += " (bf16 KV)"
+        label = peer_label(row, best) if best else "none runs it"
+        b2b_peer = s.get("best_peer_b2b", best)
+        against = ""  # the back-to-back leader, where it is not the per-call one
+        if b2b_peer and b2b_peer != best:
+            against = f" vs {peer_label(row, b2b_peer)}" + (", medians" if s.get("b2b_medians") else "")
         lines.append(f"| {row.name} | {', '.join(row.models)} | {o['ms']:.4f} | {rate(row, o['ms'])} | {label} | "
                      f"{fmt_ratio(s.get('vs_best', (float('nan'),) * 3))} | "
-                     f"{fmt_ratio(s.get('vs_best_b2b', (float('nan'),) * 3))} ({o.get('mode', '')}) | {j} | "
+                     f"{fmt_ratio(s.get('vs_best_b2b', (float('nan'),) * 3))} ({o.get('mode', '')}{against}) | {j} | "
                      f"{o.get('sm_mhz') or 0:.0f}, {o.get('power_w') or 0:.0f} | {aa[0]:.3f} / {aa2[0]:.3f}"
                      f"{' (noisy)' if dev > 0.02 else ''} |")
     devs = sorted(d for d in aa_dev if not math.isnan(d))
@@ -566,8 +575,25 @@ def table(results, shown=None):
     return "\n".join(lines)
 
 
+def with_b2b_leader(s):
+    """A summary written before they named the back-to-back leader (harness.summarize's
+    best_peer_b2b, 2026-12-05), whose back-to-back ratio is against the per-call leader: the peer
+    with the lowest back-to-back median leads, and where that is another peer the ratio is of the
+    two arms' medians (``b2b_medians``: those runs kept no rounds to pair)."""
+    if "best_peer_b2b" in s or "ms_b2b" not in s.get("arms", {}).get("fa4jit", {}):
+        return s
+    arms = s["arms"]
+    peers = [p for p, a in arms.items() if p not in ("fa4jit", "fa4jit A/A") and "ms_b2b" in a]
+    lead = min(peers, key=lambda p: arms[p]["ms_b2b"]) if peers else None
+    s = dict(s, best_peer_b2b=lead)
+    if lead and lead != s.get("best_peer"):
+        r = arms[lead]["ms_b2b"] / arms["fa4jit"]["ms_b2b"]
+        s.update(vs_best_b2b=[r, r, r], b2b_medians=True)
+    return s
+
+
 def load_results(path):
-    """(head, [(Row, summary)]) of an --out file."""
+    """(head, [(Row, summary)]) of an --out file (with_b2b_leader applied)."""
     with open(path, encoding="utf-8") as f:
         j = json.load(f)
     out = []
@@ -575,7 +601,7 @@ def load_results(path):
         d = dict(r["row"])
         d["shape"] = Shape(**d["shape"])
         d["lens"] = tuple(tuple(p) for p in d["lens"])
-        out.append((Row(**d), {k: v for k, v in r.items() if k not in ("row", "name")}))
+        out.append((Row(**d), with_b2b_leader({k: v for k, v in r.items() if k not in ("row", "name")})))
     return j["head"], out
 
 
@@ -680,7 +706,8 @@ def perf_block(paths):
               f"worst first), {near} at {PERF_BAR}-1.0, {ahead} at or above 1.0, {len(measured) - below - near - ahead} "
               f"run by no peer.")
     listed = table(rows, shown=lambda r, s: "skipped" not in s and b2b(s) < PERF_BAR)
-    kinds = ("**Summary, per kind of row** (ratio = the best peer's time / fa4jit's; >1: fa4jit faster; the "
+    kinds = ("**Summary, per kind of row** (ratio = the best peer's time / fa4jit's; >1: fa4jit faster; per "
+             "call against the peer fastest per call, back to back against the one fastest back to back; the "
              "peer that led each row, by its per-call time):")
     return "\n".join([PERF_BEGIN, *heads, "", counts, "", kinds, "", summary(rows), "", listed, PERF_END])
 

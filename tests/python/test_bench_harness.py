@@ -98,6 +98,36 @@ def test_summarize_pairs_ratios_per_round_against_the_fastest_peer():
     assert "error" in s["arms"]["fa2"]
 
 
+def test_back_to_back_ratio_is_against_the_peer_fastest_back_to_back():
+    """A peer with a slow host path (FA2 at batch-1 decode) leads per call and trails back to back:
+    the back-to-back ratio is taken against the peer fastest there (cuDNN), paired per round."""
+    rounds = [{"fa4jit": {"ms": 30.0, "ms_b2b": 7.2}, "fa4jit A/A": {"ms": 30.0, "ms_b2b": 7.2},
+               "fa2": {"ms": 25.0, "ms_b2b": 13.8}, "cudnn": {"ms": 60.0, "ms_b2b": c}}
+              for c in (7.0, 7.1, 7.2)]
+    s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["fa2", "cudnn"])
+    assert s["best_peer"] == "fa2" and s["best_peer_b2b"] == "cudnn"
+    assert s["vs_best"][0] == pytest.approx(25.0 / 30.0)
+    assert s["vs_best_b2b"][0] == pytest.approx(7.1 / 7.2) and s["vs_best_b2b"][1] == pytest.approx(7.0 / 7.2)
+
+
+def test_runs_written_before_the_back_to_back_leader_are_read_against_it():
+    """zoo.with_b2b_leader: an older summary's back-to-back ratio, against its per-call leader, is
+    replaced by the ratio of medians against the back-to-back leader, and says so (b2b_medians);
+    one whose leaders agree keeps its paired ratio."""
+    arms = {"fa4jit": {"ms": 0.030, "ms_b2b": 0.0072}, "fa4jit A/A": {"ms": 0.030, "ms_b2b": 0.0070},
+            "fa2": {"ms": 0.025, "ms_b2b": 0.0138}, "cudnn": {"ms": 0.060, "ms_b2b": 0.0071}}
+    old = {"arms": arms, "best_peer": "fa2", "vs_best": [0.83] * 3, "vs_best_b2b": [1.9] * 3}
+    s = zoo.with_b2b_leader(old)
+    assert s["best_peer_b2b"] == "cudnn" and s["b2b_medians"]
+    assert s["vs_best_b2b"][0] == pytest.approx(0.0071 / 0.0072) and s["vs_best"] == [0.83] * 3
+    assert old["vs_best_b2b"] == [1.9] * 3  # the loaded summary is not changed in place
+    agree = dict(old, best_peer="cudnn", vs_best_b2b=[0.98, 0.97, 0.99])
+    s = zoo.with_b2b_leader(agree)
+    assert s["vs_best_b2b"] == [0.98, 0.97, 0.99] and "b2b_medians" not in s
+    new = dict(old, best_peer_b2b="fa2")  # a current run's summary: as written
+    assert zoo.with_b2b_leader(new) is new
+
+
 def test_summarize_without_a_peer_has_no_ratio():
     rounds = rounds_of([1.0, 1.0], [1.0, 1.0], {"cudnn": [None, None]})
     s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn"])
