@@ -40,12 +40,12 @@ struct GridWalk {
   // The persistent walk uses this rule too, over every CTA slot of its SMs.
   // A grid that stays within half the slots even at the most splits is bound by latency, not DRAM:
   // its time is the longest split's run of KV tiles, so it takes the fewest splits whose longest run
-  // is the shortest possible (batch-1 decode at 4k keys, 2 KV heads: 32 splits of 2 tiles, where
-  // the fill rule's 31 left runs of 3: 7.3 against 7.8 us per call in a CUDA graph, docs/PERF.md
-  // run 66; at 4 KV heads, 128 CTAs, even runs were not faster). Where even one tile a split stays
-  // within half the slots, runs of one: batch-1 decode at 4k keys and one KV head, 64 CTAs, 4-10%
-  // faster than 32 of 2 tiles; at two KV heads 128 CTAs of one tile were 2% slower than 64 of two
-  // (H100, CUDA graphs, run 114).
+  // is the shortest possible (batch-1 decode at 4k keys and 2 KV heads: 32 splits of 2 tiles, where
+  // the fill rule's 31 left runs of 3: 7.3 against 7.8 us per call in a CUDA graph at 1-2 KV heads,
+  // docs/PERF.md run 66; at 4 KV heads, 128 CTAs, even runs were not faster). Where even one tile a
+  // split stays within half the slots, runs of one: batch-1 decode at 4k keys and one KV head, 64
+  // CTAs, 4-9% faster a call than 32 of 2 tiles (H200); at two KV heads 128 CTAs of one tile were 2%
+  // slower than 64 of two (H100; CUDA graphs, run 114).
   // A split pays for itself only where it shortens the longest run of KV tiles by at least
   // kMinSavedKvTiles: the combine launch costs about what 7 KV tiles of decode take. H200, `fa4jit
   // bench`, 32 x 16/2 packed decode, d128 (docs/PERF.md run 89): 256-512 keys (4-8 tiles) split in
