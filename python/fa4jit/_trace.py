@@ -209,6 +209,20 @@ _IDENTITY = {aten.alias, aten.detach, aten.lift_fresh_copy, aten.clone, aten.lif
              aten._unsafe_view, aten.squeeze, aten.unsqueeze, aten.expand, aten.contiguous}
 
 
+def read_root(t: torch.Tensor) -> torch.Tensor:
+    """The tensor a snippet reads a captured tensor t through: t's base where t is a view of a contiguous
+    tensor of its dtype (table[:, n], one row of a stacked tensor: every view of one tensor is one aux
+    tensor, and an in-place write to the base is seen), else t itself."""
+    base = t._base
+    return base if base is not None and base.dtype == t.dtype and base.is_contiguous() else t
+
+
+def views_whole(t: torch.Tensor, root: torch.Tensor) -> bool:
+    """Whether t reads every element of root in root's own order (t is root, or a view of all of it)."""
+    return t is root or (t.shape == root.shape and t.stride() == root.stride() and
+                         t.storage_offset() == root.storage_offset())
+
+
 class _Emitter:
     def __init__(self, kind, fn, gm):
         self.kind, self.fn, self.gm = kind, fn, gm
@@ -264,11 +278,9 @@ class _Emitter:
         # read live (a learned scale updated in place is seen, and tracing does not synchronize).
         if t.dim() == 0 and t.device.type == "cpu":
             return _Scalar(_lit(t.item(), t.dtype), t.dtype)
-        # A view (table[:, n], one row of a stacked tensor) is read through its base, with its own
-        # offset and strides in the snippet: every view of one tensor is one aux tensor (a kernel
-        # takes 4), and nothing is copied, so an in-place write to the base is seen.
-        base = t._base
-        root = base if base is not None and base.dtype == t.dtype and base.is_contiguous() else t
+        # A view is read through its base (read_root), with its own offset and strides in the
+        # snippet: a kernel takes 4 aux tensors, and nothing is copied.
+        root = read_root(t)
         name = self.aux_by_id.get(id(root))
         if name is None:
             name = f"{self.kind[0]}c{len(self.aux)}"

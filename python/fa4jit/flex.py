@@ -743,12 +743,11 @@ def _alibi_slopes(ts, H: int, causal: bool, device) -> Optional[Tensor]:
             sign * (dist or 1) == -1:
         base, idx = x.args
         t = getattr(ts.graph, base.target, None) if base.op == "get_attr" else None
-        # The aux tensor the snippet reads: t itself, or the tensor t views whole (the tracer reads a
-        # view through its base, _trace._Emitter.view). The head index may come moved to the
-        # captured tensor's device (_bare).
-        a = None if t is None else next((a for a in ts.aux.values() if a is t or (
-            t._base is a and t.shape == a.shape and t.stride() == a.stride() and
-            t.storage_offset() == a.storage_offset())), None)
+        # The aux tensor the snippet reads t through (_trace.read_root), where t views all of it in
+        # its order. The head index may come moved to the captured tensor's device (_bare).
+        root = None if t is None else _trace.read_root(t)
+        a = None if root is None or not _trace.views_whole(t, root) else next(
+            (a for a in ts.aux.values() if a is root), None)
         if a is not None and len(idx) == 1 and _bare(idx[0]) is h and \
                 a.dtype == torch.float32 and a.dim() == 1 and a.numel() == H and a.device == torch.device(device):
             return a

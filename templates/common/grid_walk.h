@@ -52,12 +52,14 @@ struct GridWalk {
   // two 7.98-10.8 -> 11.9-13.4 us, 1024 (16 tiles, 8 saved) 16.5 either way; gpt-oss's speculative
   // rows under its 128-key window (4 tiles) 8.9 -> 13.9 us.
   static constexpr int kMinSavedKvTiles = 8;
+  // The most splits the automatic rule picks (a caller's num_splits may go to kMaxSplits).
+  static constexpr int kMaxAutoSplits = 128;
   static int choose_splits(long long tiles, int kv_blocks, int slots) {
     if (tiles <= 0 || slots <= 0 || tiles >= slots * 8LL / 10 || kv_blocks < kMinSavedKvTiles + 1) return 1;
-    const int max_splits = std::min({128, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
+    const int max_splits = std::min({kMaxAutoSplits, kv_blocks / 2, static_cast<int>(4LL * slots / tiles + 1)});
     const auto worth = [&](int s) { return s > 1 && kv_blocks - (kv_blocks + s - 1) / s >= kMinSavedKvTiles ? s : 1; };
     if (2 * tiles * max_splits <= slots) {
-      if (2 * tiles * kv_blocks <= slots && kv_blocks <= 128) return worth(kv_blocks);
+      if (2 * tiles * kv_blocks <= slots && kv_blocks <= kMaxAutoSplits) return worth(kv_blocks);
       const int run = (kv_blocks + max_splits - 1) / max_splits;
       return worth((kv_blocks + run - 1) / run);
     }
