@@ -263,6 +263,43 @@ TEST(Compile, HopperGatheringKernelsArriveFromTheirCopies) {
   }
 }
 
+// sm90a K/V loads (TMA boxes, and the rows gathered where no box takes a page) carry an L2 eviction
+// hint exactly in the decode kernels and MLA's (load.cuh kv_l2_hint), which read each KV head's keys
+// once, and keeps them spill-free; prefill's tiles re-read theirs from L2, and a decode kernel whose
+// walk classifies tiles (a block snippet) has no registers for the policy. Each keeps its wgmma
+// pipeline and spills nothing with it.
+TEST(Compile, HopperDecodeKvLoadsEvictFirst) {
+  const char* hinted =
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint";
+  jit::FA4Config mla;
+  mla.arch = "sm_90a";
+  mla.depth = 576;
+  mla.depth_v = 512;
+  mla.group = 128;
+  mla.pack_gqa = true;
+  struct Case {
+    std::string what;
+    jit::FA4Config config;
+    bool hint;
+  };
+  std::vector<Case> cases = {{"llama3-8b-decode", jit::preset("llama3-8b-decode").front(), true},
+                             {"llama3-8b prefill", jit::preset("llama3-8b").front(), false},
+                             {"mla d576/v512", mla, true}};
+  jit::FA4Config blocks = cases[0].config;
+  blocks.mask = jit::Mask::custom("const int* doc = (const int*)aux[0]; return doc[q_idx] == doc[kv_idx];",
+                                  "const int* doc = (const int*)aux[0];\n"
+                                  "return doc[q_hi - 1] < doc[kv_lo] || doc[kv_hi - 1] < doc[q_lo] ? SKIP : PARTIAL;");
+  cases.push_back({"llama3-8b-decode, block snippet", blocks, false});
+  for (Case& k : cases) {
+    k.config.arch = "sm_90a";
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(k.config)) << k.what;
+    EXPECT_EQ(out.ptx.find(hinted) != std::string::npos, k.hint) << k.what;
+    EXPECT_EQ(out.ptx.find("cp.async.cg.shared.global.L2::cache_hint") != std::string::npos, k.hint) << k.what;
+    if (k.hint) expect_sm90a_pipelined(out, k.what);  // the policy's register pair spills nothing
+  }
+}
+
 // Split-KV on sm_90+: every attention kernel lets its combine launch early
 // (griddepcontrol.launch_dependents at the entry), and the combine compiled for such an arch waits
 // for the attention grid (griddepcontrol.wait) before it reads a partial: the host launches it as a

@@ -41,13 +41,22 @@ __device__ __forceinline__ void tma_prefetch(const TmaDesc* d) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(d) : "memory");
 }
 
-// 4-D tile load (depth, row, head, batch), completion counted in bytes on `bar`.
+// 4-D tile load (depth, row, head, batch), completion counted in bytes on `bar`; kHint: the lines'
+// L2 priority (kNone: the plain instruction).
+template <L2Hint kHint = L2Hint::kNone>
 __device__ __forceinline__ void tma_load_4d(void* dst, const TmaDesc* d, u64* bar, int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
-      "%6}], [%2];" ::"r"(smem_u32(dst)),
-      "l"(d), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
+  if constexpr (kHint == L2Hint::kNone)
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+        "%6}], [%2];" ::"r"(smem_u32(dst)),
+        "l"(d), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+        "{%3, %4, %5, %6}], [%2], %7;" ::"r"(smem_u32(dst)),
+        "l"(d), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(static_cast<u64>(kHint))
+        : "memory");
 }
 
 // 5-D tile load: packed-GQA Q maps (depth, group heads, rows, kv heads, batch), see runtime/tma.cpp.

@@ -10,6 +10,11 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short u16;
 
+// L2 eviction priority of a load's lines (the .L2::cache_hint operand: createpolicy.fractional's
+// 64-bit encodings at fraction 1.0, as CUTLASS's CacheHintSm90 writes them). kEvictFirst: lines a
+// launch reads once go first, so they do not push out what the kernel (or the next one) reads again.
+enum class L2Hint : u64 { kNone = 0, kEvictFirst = 0x12F0000000000000ull };
+
 // Storage types: bits only; all arithmetic happens in float32. e4m3_t: float8 e4m3 (e4m3fn).
 struct bf16_t { u16 bits; };
 struct half_t { u16 bits; };

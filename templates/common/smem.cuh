@@ -8,10 +8,16 @@ namespace fa4 {
 
 // 16-byte async copy global -> shared (sm_80+, bypassing registers and L1); `valid == false` copies
 // 0 source bytes and zero-fills the 16 bytes (rows past seqlen read as zero, so their S is 0 and
-// P*V adds 0, never NaN). The portable kernel's loads and sm90a's gathered paged K / V rows.
+// P*V adds 0, never NaN). The portable kernel's loads and sm90a's gathered paged K / V rows; kHint:
+// the lines' L2 priority (kNone: the plain instruction).
+template <L2Hint kHint = L2Hint::kNone>
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
+  if constexpr (kHint == L2Hint::kNone)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0), "l"(static_cast<u64>(kHint))
+                 : "memory");
 }
 // 4-byte async copy global -> shared (through L1: .ca, the only cache op below 16 bytes): sm90a's
 // gathering warps fetch page numbers with it (sm90a/gather.cuh GatherState).

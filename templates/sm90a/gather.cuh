@@ -85,11 +85,12 @@ constexpr int gather_unroll() {
 
 // kChunks: swizzle blocks per row (K's, or V's); kRealBytes: the bytes of a row in global memory
 // (depth 96: 192 of the 256 its two blocks hold; the rest is zero-filled, never read past the row,
-// as TMA fills a box past the tensor); kUnroll: gather_unroll; kLean: lean_producer.
+// as TMA fills a box past the tensor); kUnroll: gather_unroll; kLean: lean_producer; kHint: the
+// copies' L2 priority (load.cuh kv_l2_hint).
 // Blocks of 128-byte rows (SW128: unit c % 8 of a row at c % 8 ^ r % 8), or of 64-byte rows (SW64, an e4m3 latent cache's 576
 // bytes: unit c % 4 at c % 4 ^ (r / 2) % 4, 4 lanes a row, so a row group of 8 rows keeps each
 // lane's swizzle term).
-template <class Config, int kChunks, int kRealBytes, int kUnroll, bool kLean>
+template <class Config, int kChunks, int kRealBytes, int kUnroll, bool kLean, L2Hint kHint>
 struct GatherTile {
   using Sh = Shape<Config>;
   static constexpr int kRowBytes = Sh::kKvRowBytes;
@@ -153,7 +154,7 @@ struct GatherTile {
         for (int k = 0; k < kSteps; ++k) {
           const int chunk = k * kLanesPerRow + c0;
           const bool real = kRowChunks * 16 == kRealBytes || 16 * chunk < kRealBytes;  // padding: zeros
-          cp_async_16(group_dst + (k * kLanesPerRow / kUnits) * (Sh::kBN * kRowBytes), real ? row + 16 * chunk : row,
+          cp_async_16<kHint>(group_dst + (k * kLanesPerRow / kUnits) * (Sh::kBN * kRowBytes), real ? row + 16 * chunk : row,
                       valid && real);
         }
       }
@@ -198,7 +199,7 @@ struct GatherTile {
         for (int k = 0; k < kRowChunks / kLanes; ++k) {
           const bool real = kRowChunks * 16 == kRealBytes || 16 * (kLanes * k + h) < kRealBytes;  // padding: zeros
           const u32 u = static_cast<u32>(((kLanes * k) % 8) ^ ((R * st) % 8)) << 4;
-          cp_async_16((lane_dst ^ u) + static_cast<u32>((kLanes * k / 8) * (Sh::kBN * kRowBytes) + R * st * kRowBytes),
+          cp_async_16<kHint>((lane_dst ^ u) + static_cast<u32>((kLanes * k / 8) * (Sh::kBN * kRowBytes) + R * st * kRowBytes),
                       row + 16 * kLanes * k, valid && real);
         }
       }
@@ -295,7 +296,7 @@ __device__ __forceinline__ void gather_kv_stage(const FwdParams& p, const SeqInf
   const char* base = static_cast<const char*>(kV ? p.v : p.k) +
                      s.kv_head * (kV ? p.v_head_stride : p.k_head_stride) * Sh::kKvElemBytes;
   using Tile = GatherTile<Config, kV ? Sh::kVChunks : Sh::kKvChunks, (kV ? Sh::kDepthV : Sh::kDepth) * Sh::kKvElemBytes,
-                          gather_unroll<Config, Mask>(), kLean>;
+                          gather_unroll<Config, Mask>(), kLean, kv_l2_hint<Config, Mask>()>;
   const long long page_stride = kV ? p.v_batch_stride : p.k_batch_stride;
   const long long row_stride = kV ? p.v_row_stride : p.k_row_stride;
   const u32 dst = smem_u32(ring_base) + st.index() * kBytes;

@@ -37,6 +37,19 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
 template <class Config>
 constexpr bool kDecodeProducer = abi::decode_producer(Shape<Config>::kFamily, Shape<Config>::kNumConsumerWGs,
                                                      Shape<Config>::kCtasPerSm, Shape<Config>::kDp, Shape<Config>::kBN);
+// The L2 priority of K/V loads (TMA boxes here, gathered rows in gather.cuh): EVICT_FIRST in the
+// decode kernels and MLA's (latent K/V: kVInK), whose CTAs read their KV head's keys once (a packed
+// tile holds the group's rows; MLA's head tiles of one sequence run side by side, reading a stage at
+// about the same time), so those lines need not outlive the read and push out others. H200: paged
+// decode 32 x 4k keys 8/1 heads 4-5% faster, MLA 16 heads 3% (docs/PERF.md run 116). Prefill's Q
+// tiles re-read K/V from L2 over the launch, so its loads keep no hint; neither do masks whose walk
+// classifies tiles (block snippets, !kContiguous): the policy's register pair spilled their decode
+// producer (8 B at 56 registers).
+template <class Config, class Mask>
+constexpr L2Hint kv_l2_hint() {
+  return Mask::kContiguous && (kDecodeProducer<Config> || Shape<Config>::kVInK) ? L2Hint::kEvictFirst
+                                                                                 : L2Hint::kNone;
+}
 // Where the producers' registers allow (the decode producer beside a tile walk that is a range;
 // beside a block snippet's walk it spilled 20-56 B, and prefill's 24-register producers 4-24 B),
 // paged loads take their page-table entries together and split rows by page_index / page_row
@@ -94,7 +107,7 @@ struct ChunkBars {
 // kChunks: swizzle blocks per row (K's, or V's, which may be narrower: Shape::kVChunks).
 // kLean (lean_producer): the boxes' pages come read (TilePages); a stage in parts issues them part
 // by part (every page's blocks of part 0 first).
-template <class Config, bool kPaged, int kChunks, bool kLean, int kPer>
+template <class Config, bool kPaged, int kChunks, bool kLean, L2Hint kHint, int kPer>
 __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
                                              unsigned char* dst, ChunkBars<kPer> bars, int n,
                                              const TilePages<Config, kLean>& pg) {
@@ -109,7 +122,7 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
       for (int y = 0; y < kInner; ++y) {
         const int i = kPer > 0 ? y : x, ch = kPer > 0 ? x : y, r = i * p.kv_box_rows;
         if (kPer == 0 || r < Sh::kBN)
-          tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bars.of(ch),
+          tma_load_4d<kHint>(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bars.of(ch),
                       ch * Sh::kKvBlockElems, page_row(p, n * Sh::kBN + r), c.kv_head, pg.page[i]);
       }
     }
@@ -118,21 +131,21 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
       const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
 #pragma unroll
       for (int ch = 0; ch < kChunks; ++ch)
-        tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bars.of(ch),
+        tma_load_4d<kHint>(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bars.of(ch),
                     ch * Sh::kKvBlockElems, b.row, c.kv_head, b.batch);
     }
   } else {
     const int row = c.kv_row0 + n * Sh::kBN;
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch)
-      tma_load_4d(dst + ch * (Sh::kBN * Sh::kKvRowBytes), map, bars.of(ch), ch * Sh::kKvBlockElems, row, c.kv_head,
+      tma_load_4d<kHint>(dst + ch * (Sh::kBN * Sh::kKvRowBytes), map, bars.of(ch), ch * Sh::kKvBlockElems, row, c.kv_head,
                   c.kv_batch);
   }
 }
 
 // One TMA stage of KV tile n: K's ring, or V's (kV; narrower where V has a depth of its own).
 // bars_parts: the barriers whose k_part a K stage in parts lands on (Shape::kKParts > 1).
-template <class Config, bool kPaged, bool kV, bool kLean = false, class Ring>
+template <class Config, class Mask, bool kPaged, bool kV, bool kLean = false, class Ring>
 __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, const TmaDesc* map,
                                               unsigned char* ring_base, int n, const TmaCoords& c,
                                               const TilePages<Config, kLean>& pg = {},
@@ -151,7 +164,7 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, co
 #pragma unroll
     for (int j = 0; j < kParts - 1; ++j) mbar_expect_tx(bars.rest + j, kBytes / kParts);
   }
-  load_kv_tile<Config, kPaged, kChunks, kLean>(p, map, c, ring_base + st.index() * kBytes, bars, n, pg);
+  load_kv_tile<Config, kPaged, kChunks, kLean, kv_l2_hint<Config, Mask>()>(p, map, c, ring_base + st.index() * kBytes, bars, n, pg);
 }
 
 }  // namespace sm90a

@@ -99,18 +99,18 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
   for (Pages pg = Pages::read(p, c, n); w.has(n);) {
     if constexpr (Sh::kVInK && Sh::kKvFp8) {
       // An e4m3 latent cache: the converters hand V(n) (K(n)'s 16-bit stage) to P V (convert_loop).
-      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
+      load_kv_stage<Config, Mask, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
     } else if constexpr (Sh::kVInK) {
       // Latent KV: V(n) is K(n)'s stage, so the slot is refilled only once P V(n - stages) is done
       // too (V's empty barrier). V's full barrier is a plain arrival: a consumer acquires V(n) only
       // after it waited for K(n)'s bytes.
       auto vs = v_ring.acquire();
-      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg, bars);
+      load_kv_stage<Config, Mask, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg, bars);
       vs.arrive();
     } else {
       // K tile n; consumers need K(n) before V(n-1) in the overlapped schedule, V(n) after.
-      load_kv_stage<Config, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
-      load_kv_stage<Config, kPaged, true, kLean>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c, pg);
+      load_kv_stage<Config, Mask, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
+      load_kv_stage<Config, Mask, kPaged, true, kLean>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c, pg);
     }
     n = w.next_tile(n);
     if (w.has(n)) pg = Pages::read(p, c, n);  // before the next stage is acquired (TilePages)
@@ -184,12 +184,12 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, const TmaDescs
           load_q_persistent<Config, Mask, true, kDynamic>(tma, w, c, smem, bars, q_empty_phase, false, unit);
         }
       } else if (w.has(n)) {
-        load_kv_stage<Config, false, false>(p, k_ring, &tma.k, k_dst, n, c);
+        load_kv_stage<Config, Mask, false, false>(p, k_ring, &tma.k, k_dst, n, c);
         load_q_persistent<Config, Mask, false, kDynamic>(tma, w, c, smem, bars, q_empty_phase, true, unit);
-        load_kv_stage<Config, false, true>(p, v_ring, &tma.v, v_dst, n, c);
+        load_kv_stage<Config, Mask, false, true>(p, v_ring, &tma.v, v_dst, n, c);
         for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-          load_kv_stage<Config, false, false>(p, k_ring, &tma.k, k_dst, n, c);
-          load_kv_stage<Config, false, true>(p, v_ring, &tma.v, v_dst, n, c);
+          load_kv_stage<Config, Mask, false, false>(p, k_ring, &tma.k, k_dst, n, c);
+          load_kv_stage<Config, Mask, false, true>(p, v_ring, &tma.v, v_dst, n, c);
         }
       } else {
         load_q_persistent<Config, Mask, false, kDynamic>(tma, w, c, smem, bars, q_empty_phase, false, unit);
