@@ -266,8 +266,7 @@ TEST(Compile, HopperGatheringKernelsArriveFromTheirCopies) {
 // sm90a K/V loads (TMA boxes, and the rows gathered where no box takes a page) carry an L2 eviction
 // hint exactly in the decode kernels and MLA's (load.cuh kv_l2_hint), which read each KV head's keys
 // once, and keeps them spill-free; prefill's tiles re-read theirs from L2, and a decode kernel whose
-// walk classifies tiles (a block snippet) has no registers for the policy. Each keeps its wgmma
-// pipeline and spills nothing with it.
+// walk classifies tiles (a block snippet) has no registers for the policy.
 TEST(Compile, HopperDecodeKvLoadsEvictFirst) {
   const char* hinted =
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint";
