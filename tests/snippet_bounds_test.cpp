@@ -388,6 +388,28 @@ TEST(SnippetBoundsCompile, IssueSnippetsCompileWithoutSpills) {
       }
 }
 
+// sm90a packed decode under a document mask, with and without its block snippet, at groups whose
+// tiles cover 2 to 8 heads: the gathering warps (56 registers, pages no TMA box takes) walk the
+// tiles through mask::Custom::classify, whose loop over the tile's heads, unrolled at 2 and 4 heads,
+// spilled them 12-52 bytes; it is kept rolled (one head per pass) and they spill nothing.
+TEST(SnippetBoundsCompile, PackedDecodeDocumentMasksSpillNothing) {
+  const char* const doc_block =
+      "const int* doc = (const int*)aux[0];\n"
+      "return doc[q_hi - 1] < doc[kv_lo] || doc[kv_hi - 1] < doc[q_lo] ? SKIP : PARTIAL;";
+  for (int group : {2, 4, 6})
+    for (const Mask& m : {Mask::custom(kPlainDocMask), Mask::custom(kPlainDocMask, doc_block)}) {
+      const FA4Config c = config("sm_90a", 128, m, ScoreMod::identity(), group);
+      const std::string what = describe(c);
+      try {
+        const auto use = jit::detail::parse_ptxas_log(compile(c).log);
+        EXPECT_GT(use.registers, 0) << what;
+        EXPECT_EQ(use.spill_stores, 0) << what;
+      } catch (const jit::Error& e) {
+        ADD_FAILURE() << what << ": " << e.what();
+      }
+    }
+}
+
 // mask::Custom evaluates the snippet branch-free on positions clamped into the sequence, so a
 // document mask's row-only and column-only loads (doc[q_idx], doc[kv_idx]) are issued once per row
 // and column of a thread's tile, not twice per element (docs/PERF.md run 69: 1.18x faster). sm90a

@@ -376,6 +376,9 @@ struct Custom {
     k_hi = min(k_hi, c.seqlen_k);
     if (q_lo >= q_hi || k_lo >= k_hi) return kSkip;
     TileClass acc = kPartial;
+    // Not unrolled: a packed tile's heads (2 or 4) unrolled with their map loops spilled the sm90a
+    // decode kernels' gathering warps (56 registers) 12-52 bytes; one head per pass spills nothing.
+#pragma unroll 1
     for (int h = c.q_head; h < c.q_head + c.num_heads; ++h) {
       TileClass t = static_cast<TileClass>(User::block(c.batch, h, q_lo, q_hi, k_lo, k_hi, *c.params));
       if (t == kPartial && c.params->block_mask) t = block_mask_class(h, q_lo, q_hi, k_lo, k_hi, c);
