@@ -8,7 +8,8 @@
 // combine), varlen batches, sinks and an FP8 KV cache, a continuous-batching step's long-pole
 // splits (its short sequences' tiles split, the rest whole), a decode-only varlen batch split by
 // the caller's max_seqlen_k, sm_90a's packed prefill tile (BM 128) and its unpacked decode tile
-// (BM 64), and batch-1 decode split into runs of one KV tile. Skips without a GPU. Run:
+// (BM 64), batch-1 decode split into runs of one KV tile, and a custom mask's tile walk over a
+// packed tile's heads. Skips without a GPU. Run:
 // --gtest_filter='GpuPackGqa*'.
 #include <gtest/gtest.h>
 
@@ -85,6 +86,38 @@ TEST(GpuPackGqa, AnyGroupDecodeMatchesReference) {
     for (int group : {3, 5, 6, 7, 12, 16}) {
       const auto kernel = jit::get_kernel(packed(arch, group), jit::testing::env_tune());
       for (int sq : {1, 5, 16}) check_layouts(*kernel, group, sq, fmt::format("{} group {} Sq {}", arch, group, sq));
+    }
+}
+
+// Packed decode under a custom mask whose 64-key blocks are empty for every head of a batch, or
+// for the even heads alone, with and without a run-time tile map (64 x 64 blocks): a packed tile
+// covers 2 to 7 heads, and its walk classifies each KV tile over all of them (mask::Custom::classify,
+// its head loop kept rolled: at groups 2 and 4 the sm90a gathering warps spilled there), so it
+// skips the first kind and must read the second (a walk that asked the tile's first head alone
+// would skip keys its odd heads see). Contiguous, paged 1 (gathered rows) and 16 (TMA boxes), split
+// 3; Sq 1 and 5. Key 0 stays visible, so no row is empty.
+TEST(GpuPackGqa, CustomMaskDecodeWalksEachHeadsTiles) {
+  SKIP_WITHOUT_GPU();
+  const Mask mask = Mask::custom(
+      "return kv_idx == 0 || ((kv_idx / 64 + b) % 3 != 1 && (kv_idx / 64 % 4 != 0 || h % 2 == 1) && (kv_idx + h) % 5 "
+      "!= 0);");
+  const auto visible = [](int b, int h, int, int k) {
+    return k == 0 || ((k / 64 + b) % 3 != 1 && (k / 64 % 4 != 0 || h % 2 == 1) && (k + h) % 5 != 0);
+  };
+  for (const std::string& arch : runnable_archs())
+    for (int group : {2, 4, 7}) {
+      const auto kernel = jit::get_kernel(packed(arch, group, mask), jit::testing::env_tune());
+      for (int sq : {1, 5})
+        for (int map : {0, 64})
+          for (int layout = 0; layout < 4; ++layout) {
+            CheckCase c = decode_case(group, sq);
+            c.custom_visible = visible;
+            c.block_mask_q = c.block_mask_k = map;
+            c.page_size = layout == 1 ? 1 : layout == 2 ? 16 : 0;
+            c.num_splits = layout == 3 ? 3 : 0;
+            expect_matches(jit::testing::run_and_check(*kernel, c),
+                           fmt::format("{} group {} Sq {} map {} layout {}", arch, group, sq, map, layout));
+          }
     }
 }
 
