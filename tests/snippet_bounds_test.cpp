@@ -388,8 +388,8 @@ TEST(SnippetBoundsCompile, IssueSnippetsCompileWithoutSpills) {
       }
 }
 
-// sm90a packed decode under a document mask, with and without its block snippet, at groups whose
-// tiles cover 2 to 8 heads: the gathering warps (56 registers, pages no TMA box takes) walk the
+// sm90a packed decode under a document mask, with and without its block snippet, at groups 2, 4
+// and 6 (a tile covers that many heads): the gathering warps (56 registers, pages no TMA box takes) walk the
 // tiles through mask::Custom::classify, whose loop over the tile's heads, unrolled at 2 and 4 heads,
 // spilled them 12-52 bytes; it is kept rolled (one head per pass) and they spill nothing.
 TEST(SnippetBoundsCompile, PackedDecodeDocumentMasksSpillNothing) {
