@@ -424,14 +424,18 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   EXPECT_EQ(d512.config.BN, 32);
   EXPECT_EQ(d512.config.num_kv_stages, 2);
   EXPECT_FALSE(d512.v_in_k);
-  EXPECT_EQ(d512.walk, jit::TileWalk::grid);
+  EXPECT_EQ(d512.walk, jit::TileWalk::persistent);  // alternating S, plain causal: persistent CTAs
   jit::FA4Config wide_bn = cfg_for("sm_90a", 512);
   wide_bn.BN = 64;
   expect_config_error([&] { jit::resolve(wide_bn); }, {"BN", "64", "32"});
   jit::FA4Config three = cfg_for("sm_90a", 512);
   three.num_kv_stages = 3;
   expect_config_error([&] { jit::resolve(three); }, {"num_kv_stages"});
-  expect_config_error([&] { jit::resolve(cfg_for("sm_90a", 512), tuned("persistent=1")); }, {"persistent=1"});
+  // The persistent walk with alternating S only (its turns carry from unit to unit); not stream-K.
+  EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 512), tuned("persistent=0")).walk, jit::TileWalk::grid);
+  expect_config_error([&] { jit::resolve(cfg_for("sm_90a", 512), tuned("alternate_s=0")); },
+                      {"persistent=1", "alternate_s=1"});
+  expect_config_error([&] { jit::resolve(cfg_for("sm_90a", 512), tuned("persistent=2")); }, {"persistent=2"});
   jit::FA4Config fp8 = cfg_for("sm_90a", 512);
   fp8.dtype = jit::DType::e4m3;
   expect_config_error([&] { jit::resolve(fp8); }, {"depth"});

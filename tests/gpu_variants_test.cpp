@@ -307,6 +307,34 @@ TEST(GpuVariants, HeadDim512MatchesReference) {
   expect_depths_match(512, 0, cases);
 }
 
+// Head dim 512's persistent walk (sm_90a, plain causal and unmasked): more units than SMs, so CTAs
+// walk several, with odd and even KV tile counts (32-key tiles of 333 keys), so the alternating
+// warpgroups' turns carry across units (consumer.cuh alternate_mainloop); unmasked, the last round
+// split over the SMs (split partials of both O slices).
+TEST(GpuVariants, HeadDim512PersistentWalkMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (jit::current_device_arch() != "sm_90a")
+    GTEST_SKIP() << "the persistent O-split walk is sm_90a's; this GPU runs " << jit::current_device_arch();
+  CheckCase c;
+  c.batch = 3;
+  c.seqlen_q = 300;
+  c.seqlen_k = 333;
+  c.num_q_heads = 16;
+  c.num_kv_heads = 4;
+  c.o_head_pad = 8;
+  for (const Mask& mask : {Mask::causal(), Mask::none()}) {
+    jit::FA4Config cfg;
+    cfg.arch = "sm_90a";
+    cfg.depth = 512;
+    cfg.mask = mask;
+    const auto kernel = jit::get_kernel(cfg, jit::ResolveOptions{jit::parse_tune("persistent=1")});
+    ASSERT_EQ(kernel->config().walk, jit::TileWalk::persistent);
+    const std::string what =
+        fmt::format("sm_90a d512 persistent {}", mask.kind == Mask::Kind::causal ? "causal" : "unmasked");
+    jit::testing::expect_matches(jit::testing::run_and_check(*kernel, c), what);
+  }
+}
+
 // Pages no TMA box takes (gcd(page_size, BN) not a multiple of 8 rows): sm_90a's producer warp
 // gathers their rows (cp.async, gather.cuh GatherTile), the portable kernel loads them as any page.
 // Prefill through the persistent walk (d128 and d64 causal, pages 1, 3 and 100) and the grid walk

@@ -281,17 +281,21 @@ sanitize() {
           'causal --heads 4 --kv-heads 4 --seqlens-q 1 1 1 1 1 1 5 8 200 0 1 --seqlens-k 1500 3000 2200 4000 900 2600 1800 2500 700 50 3300 --page-size 1')
         san_masks "" '"depth":128,"BM":64' "${cases[@]}" ;;
       d512)  # head dim 512 (O split over two warpgroups sharing P; K and V rings of BN 32): GQA prefill,
-        # a window, varlen, packed paged decode with splits, on sm_90a
+        # its persistent walk over more units than SMs (causal; unmasked with the split tail), a
+        # window, varlen, packed paged decode with splits, on sm_90a
         local cases=(
           'causal --batch 2 --heads 4 --kv-heads 2 --seqlen-q 150 --seqlen-k 200'
+          'causal --batch 2 --heads 16 --kv-heads 4 --seqlen-q 300 --seqlen-k 333'
+          'none --batch 1 --heads 16 --kv-heads 4 --seqlen-q 600 --seqlen-k 333'
           'sliding_window --batch 1 --heads 2 --seqlen-q 300 --seqlen-k 300 --window 70,0'
           'causal --heads 4 --seqlens-q 100 0 1 --seqlens-k 100 50 129'
           'causal --batch 3 --heads 8 --kv-heads 2 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 16 --pack-gqa --splits 3')
         san_masks "" '"depth":512' "${cases[@]}" ;;
       gather)  # pages no TMA box takes (page 1, 3): the producer warp's cp.async gather, on sm_90a (MLA's
-        # latent rows of 16 bits and of e4m3 too)
+        # latent rows of 16 bits and of e4m3 too; head dim 512's persistent walk)
         local cases=(
           '{"depth":128,"mask":"causal"}|--batch 2 --heads 4 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
+          '{"depth":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 4 --seqlen-q 300 --seqlens-k 333 300 --page-size 1'
           '{"depth":128,"mask":"causal","group":7,"pack_gqa":true}|--batch 3 --heads 14 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 3 --splits 3'
           '{"depth":128,"mask":"causal","group":8,"pack_gqa":true,"kv_dtype":"e4m3"}|--batch 2 --heads 16 --seqlen-q 1 --seqlens-k 700 64 --page-size 1'
           '{"depth":576,"depth_v":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa'

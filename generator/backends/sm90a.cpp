@@ -291,7 +291,8 @@ class Sm90a final : public BackendPolicy {
     // loads now overlap the epilogue), unmasked d256 within the noise (docs/PERF.md run 40).
     const bool plain = plain_softmax(c);
     const bool deep_ok = dp <= 128 || c.mask.kind == Mask::Kind::causal;
-    // O split over warpgroups (V 512, abi.h o_split): the grid walk, its one measured shape.
+    // O split over warpgroups (V 512, abi.h o_split): the grid walk here; head dim 512 walks
+    // persistently with alternating S (below).
     // The 64-row tile (two CTAs per SM, each walking persistently) at head dim 64 under a sliding
     // window (BackendPolicy::launch_bm's small-window tile): gpt-oss's window of 128 keys 16-22%
     // faster than the grid, whose CTAs each ran three KV tiles between a prologue and an epilogue
@@ -323,6 +324,10 @@ class Sm90a final : public BackendPolicy {
     // cache or a snippet mask (alternate_s_runs).
     const bool latent = abi::v_in_k(dp, padded_depth_v(c, dp));  // MLA's: V is K's first 512 columns
     if (alternate_s_runs(c, dp) && !latent && !c.pack_gqa) t.alternate_s = 1;
+    // ... and walks its tiles persistently (one CTA per SM, heaviest first; the warpgroups' turns
+    // carry from unit to unit) for plain causal or unmasked attention: each CTA's Q load and first S
+    // then follow the previous tile's KV loop instead of a CTA launch (measured: docs/PERF.md run 119).
+    if (t.alternate_s == 1 && plain) t.persistent = 1;
     // MLA's 16-bit latent: K stages in 3 parts (S = Q K^T starts on a stage's first third). H200,
     // one process, interleaved rounds (docs/PERF.md run 111): 3 parts 0.4-1.4% faster on 9 decode
     // shapes (16 and 128 heads, Sq 1 and 4, pages 16 and 64), 9 parts 0-2.8% slower. 0 here: settle
@@ -397,10 +402,13 @@ class Sm90a final : public BackendPolicy {
           fmt::format("tune: persistent={}: packed GQA with group {} (packed in slices of {} heads) "
                       "runs the grid walk (0) on {}",
                       t.persistent, c.group, pack_heads(c, q_box_rows(c)), c.arch));
-    if (wide_o(c, dp) && t.persistent != 0)
+    // The persistent walk of an O split carries its warpgroups' turns from unit to unit (consumer.cuh
+    // alternate_mainloop); the S warpgroup and partner of the other O split do not.
+    if (wide_o(c, dp) && t.persistent != 0 && (t.persistent != 1 || t.alternate_s == 0 || c.pack_gqa))
       throw ConfigError(
           fmt::format("tune: persistent={}: a V of {} columns (O split over two warpgroups) runs the "
-                      "grid walk (0) on {}",
+                      "grid walk (0), or the persistent one (1) with alternating S (alternate_s=1) and without "
+                      "packed GQA, on {}",
                       t.persistent, value_depth(c), c.arch));
     if (t.alternate_s != 0 && !alternate_s_runs(c, dp))
       throw ConfigError(fmt::format(

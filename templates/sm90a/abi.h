@@ -68,11 +68,12 @@ FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
 // ---- Gathered pages ----
 // Paged K / V whose pages no TMA box takes (gcd(page_size, kBN) not a multiple of 8 rows: page
 // sizes 1, 2, 4, 12, ...) are gathered by producer warps with cp.async (gather.cuh GatherTile):
-// by the 16-bit kernels and an FP8 KV cache's, except persistent walks at padded depth above 128,
-// whose 24-register producer spills the gather (4-8 B at d192 / d256 causal), and FP8 (e4m3 Q, K,
-// V; 72 B at d128 causal). The launch refuses such pages for those (naming page_size).
+// by the 16-bit kernels and an FP8 KV cache's, except persistent walks at padded depth 192 and 256,
+// whose 24-register producer spills the gather (4-8 B at d192 / d256 causal; head dim 512's runs at
+// 56, producer_regs), and FP8 (e4m3 Q, K, V; 72 B at d128 causal). The launch refuses such pages for
+// those (naming page_size).
 FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
-  return f != Family::kFp8 && (!persistent || dp <= 128);
+  return f != Family::kFp8 && (!persistent || dp <= 128 || dp == 512);
 }
 // The gathering warps read each key row's page number from shared memory, fetched by cp.async one
 // KV tile ahead (gather.cuh GatherState): two slots of bn page numbers (4 bytes a key row), behind
@@ -190,6 +191,8 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 // S 64 + P 16 + O 64, no intra-warpgroup overlap (152 spills 1 KB); depth 64 over kBN 160 (FA3's
 // 192 x 160): S 80 + P 20 + O 32 with the overlap (152 spilled 96 B and serialized wgmma).
 // FP8 KV cache, 1 consumer WG at 2 CTAs per SM: the same 56 / 200.
+// Head dim 512 (O split, 16-bit): 56 / 224 as FP8's 2 WGs (O 128 + S 16 + P 8 per consumer thread);
+// at 24 its persistent producer spilled 16-24 B (nvcc), and at 56 it gathers pages (gathers above).
 // The producer's helper warps (FP8's V transposers, an FP8 KV cache's converters) work for both
 // FP8 families.
 FA4_HOST_DEVICE constexpr bool fp8_consumers_160(Family f, int wgs, int dp, int bn) {
@@ -198,7 +201,7 @@ FA4_HOST_DEVICE constexpr bool fp8_consumers_160(Family f, int wgs, int dp, int 
 FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
   return ctas_per_sm == 3                   ? 40
          : fp8_consumers_160(f, wgs, dp, bn)  ? 32
-         : wgs == 1 || f != Family::k16 ? 56
+         : wgs == 1 || f != Family::k16 || dp == 512 ? 56
          : wgs <= 2                     ? 24
                                         : 32;
 }
@@ -214,7 +217,7 @@ FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, 
          : wgs == 1 && ctas_per_sm == 1                ? 256
          : fp8_consumers_160(f, wgs, dp, bn)           ? 160
          : f != Family::k16 && wgs == 3                ? 152
-         : f != Family::k16                            ? 224
+         : f != Family::k16 || dp == 512               ? 224
          : wgs <= 2                                    ? 240
                                                        : 160;
 }

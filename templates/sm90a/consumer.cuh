@@ -403,6 +403,12 @@ __device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kOWg / 2]
     sm.row[h].max = t.max[h];
     sm.row[h].sum = t.sum[h];
   }
+  // Only S(i) may still run (pv_step waits for its own P V). Said to ptxas before the correction,
+  // whose branch (rescale_o: skipped where no row of the warp moved its maximum) may differ between
+  // the warpgroup's warps: without it ptxas put a wgmma wait inside that branch (C7517), which
+  // synccheck reports as warps at different warpgroup instructions (undefined behaviour in PTX).
+  wgmma_wait<1>();
+  fence_operand(o);
   rescale_o<Config>(o, t.corr);
   fence_operand(o);
   wgmma_fence();
@@ -414,7 +420,8 @@ __device__ __forceinline__ void follow_baton(float (&o)[Shape<Config>::kOWg / 2]
 }
 
 // The KV loop of an O split with alternating S (Shape::kAlternateS, shared_p.cuh Baton): both
-// warpgroups of the row group run it, slice = o_slice(wg); KV tile i of the walk is slice i % 2's.
+// warpgroups of the row group run it, slice = o_slice(wg); the CTA's KV tile i (counted over every
+// unit of a persistent walk) is slice i % 2's.
 // On its own tile: S(i) = Q K(i)^T issued, then (unless i is the walk's first) the other's tile
 // i - 1 followed (its P V from the slot, under S(i)), both waited; softmax(i) resumed from the
 // state i - 1 left, O corrected, P(i) published, P V(i) from registers. On the other's tile: K(i)
@@ -434,7 +441,13 @@ __device__ __forceinline__ void alternate_mainloop(const FwdParams& p, const Cta
   const QOperand<Config> q{q_addr};
   const u32 others = static_cast<u32>(slice) ^ 1u;  // the phase parity of the other's publications
   float corr[2];
-  bool mine = slice == 0, follow = false;  // follow: the previous tile was the other's
+  // Publication j of the CTA's life (its j-th KV tile, counted over the persistent walk's units too)
+  // is o_slice j % 2's, so the warpgroup that read the last one publishes the next, as the slot's
+  // ordering needs, across units too. Every KV tile takes one K stage (acquired or skipped), so the
+  // K ring's position at the unit's start holds j's parity (0 on the grid walk).
+  const pipe::PipelineState k0 = k_ring.state();
+  bool mine = static_cast<u32>(slice) == ((k0.index + k0.phase * Sh::kStages) & 1u);
+  bool follow = false;  // follow: the previous tile was the other's
   for (auto at = w.pos(n); w.has(at.n); mine = !mine) {
     const auto ahead = w.peek(at);  // the next tile's class, read while this one runs
     if (mine) {
@@ -576,10 +589,10 @@ __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
 // Grid (one unit, Tiles::kPersistent false): if the tile has a visible KV tile, wait for Q
 // (q_full, parity 0), KV loop; epilogue (O = 0 and LSE = -inf when no key is visible: the
 // producer then loads nothing, not even Q). Rings and scheduler live for this tile only.
-// Persistent: per tile i: wait q_full[wg] (parity i & 1; the producer signals it for every tile,
+// Persistent: per tile i: wait q_full[rg] (rg: the warpgroup's row group, row_wg; parity i & 1; the producer signals it for every tile,
 // by TMA bytes or, for a tile without KV tiles or Q rows, a plain arrival; DynamicTiles: the wait
-// comes first, and the unit is read from Barriers::unit[wg] after it); if the tile has Q rows:
-// KV loop, epilogue. Every thread arrives on q_empty[wg] (count 128) once its Q reads are done:
+// comes first, and the unit is read from Barriers::unit[rg] after it); if the tile has Q rows:
+// KV loop, epilogue. Every thread arrives on q_empty[rg] (count 128 per warpgroup of the row group) once its Q reads are done:
 // right after the KV loop when O is staged in its own region (SmemLayout::kOwnO) or not staged at
 // all (split partials); else after the epilogue's O staging in the Q region and a
 // fence.proxy.async that orders those generic-proxy smem accesses before the next TMA write. The
@@ -633,17 +646,19 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       tiles.iter = static_cast<int>(carry >> 3);
     }
     if constexpr (Tiles::kDynamic) {  // the unit comes with Q (or, past the last unit, alone)
-      mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
-      const HandedUnit u = bars->unit[wg];
+      mbar_wait(&bars->q_full[rg], static_cast<u32>(tiles.iter) & 1u);
+      const HandedUnit u = bars->unit[rg];
       tiles.take({static_cast<int>(warp_uniform(static_cast<u32>(u.t))),
                   static_cast<int>(warp_uniform(static_cast<u32>(u.n_begin))),
                   static_cast<int>(warp_uniform(static_cast<u32>(u.n_end))), 0});
     }
     if (!tiles.valid(p, Tiles::loop_zero())) break;
     const CtaWork<Config, Mask>& w = tile_work<Config, Mask>(p, tiles);
-    // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform).
-    const bool early_q_release = kPersistent && (L::kOwnO || (Sh::kRuntimeVariants && writes_partials<Config>(p, w)));
-    if constexpr (kPersistent && !Tiles::kDynamic) mbar_wait(&bars->q_full[wg], static_cast<u32>(tiles.iter) & 1u);
+    // Q's region is free once the KV loop is done unless the epilogue stages O in it (uniform; an O
+    // split stores its columns straight from the fragment, epilogue.cuh store_o_slice).
+    const bool early_q_release =
+        kPersistent && (L::kOwnO || Sh::kOSplit > 1 || (Sh::kRuntimeVariants && writes_partials<Config>(p, w)));
+    if constexpr (kPersistent && !Tiles::kDynamic) mbar_wait(&bars->q_full[rg], static_cast<u32>(tiles.iter) & 1u);
     if (w.valid) {  // uniform over the CTA; no Q rows (varlen tail): Q handshake only
       zero(o);
       SharedP<Config> share = SharedP<Config>::make(base, bars);  // O split: P, corrections, 1 / sums to the partner
@@ -672,7 +687,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
         }
       }
       // Hand Q's region back before the epilogue, so the next tile's Q load overlaps it.
-      if (early_q_release) mbar_arrive(&bars->q_empty[wg]);
+      if (early_q_release) mbar_arrive(&bars->q_empty[rg]);
       if constexpr (kPersistent && !Mask::kIsNone) {
         // Masked: the sequence offsets (four 64-bit values) are re-derived after the KV loop
         // (opaque batch, so not CSE'd) instead of held across it; kBM 192 Causal+Softcap spills
@@ -686,7 +701,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, u
       if constexpr (kPersistent && !L::kOwnO) fence_proxy_async();  // O staged in Q's region, which TMA writes next
     }
     if constexpr (kPersistent) {
-      if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[wg]);
+      if (!early_q_release || !w.valid) mbar_arrive(&bars->q_empty[rg]);
       update_carry(carry_addr, ~0u, 8u);  // next iteration
     }
   }

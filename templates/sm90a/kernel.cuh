@@ -51,7 +51,9 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
 #pragma unroll
     for (int g = 0; g < Sh::kNumConsumerWGs; ++g) {
       mbar_init(&bars->q_full[g], 1);  // producer: expect_tx (+ Q bytes), or a plain arrive (persistent, empty tile)
-      if constexpr (Sh::kPersistent) mbar_init(&bars->q_empty[g], 128);  // warpgroup g's threads, done with Q
+      // Row group g's threads (the warpgroups of an O split share its Q), done with Q.
+      if constexpr (Sh::kPersistent)
+        if (g < Sh::kRowWGs) mbar_init(&bars->q_empty[g], 128 * Sh::kOSplit);
     }
     // full: the producer's expect_tx arrival, or each gathering thread's (32 a gathering warp);
     // empty: every consumer warp (8 or 12) arrives once.

@@ -210,9 +210,10 @@ struct Shape {
                 "sm90a kernel: padded depth 64, 128, 192 or 256 (wgmma N of P V, 64-column swizzle blocks), 512 "
                 "(O split over two warpgroups) or MLA's 576 (latent KV)");
   static_assert(kOSplit == 1 || (kDpVWg == 256 && kDepthV == kDpV && !kFp8 && (!kKvFp8 || kVInK) && kBM == 64 &&
-                                 !kPersistent && !kQInRegs && !kWgSpans),
+                                 (!kPersistent || (Config::kPersistent == 1 && kAlternateS)) && !kQInRegs && !kWgSpans),
                 "sm90a kernel: O split across warpgroups (V wider than 256) is 16-bit, 256 whole columns a "
-                "warpgroup, kBM 64 (two consumer warpgroups on one Q tile), the grid walk");
+                "warpgroup, kBM 64 (two consumer warpgroups on one Q tile), the grid walk (or, with alternating "
+                "S, the persistent one: kPersistent 1)");
   static_assert(kDepth % 16 == 0 && kDepth <= kDp && kDp - kDepth < kKvBlockElems,
                 "sm90a kernel: kDepth must be a multiple of 16 (one k16 step of Q K^T) in the last 128-byte "
                 "block of kPaddedDepth (of the K/V rows: an FP8 KV cache pads a 16-bit Q to its e4m3 rows)");
