@@ -10,6 +10,7 @@
 #include "tests/support/expect.hpp"
 #include "tests/support/tune.hpp"
 #include "check/gpu.hpp"
+#include "tests/support/gpu_cases.hpp"
 
 namespace {
 
@@ -315,11 +316,8 @@ TEST(GpuVariants, HeadDim512PersistentWalkMatchesReference) {
   SKIP_WITHOUT_GPU();
   if (jit::current_device_arch() != "sm_90a")
     GTEST_SKIP() << "the persistent O-split walk is sm_90a's; this GPU runs " << jit::current_device_arch();
-  CheckCase c;
-  c.batch = 3;
-  c.seqlen_q = 300;
-  c.seqlen_k = 333;
-  c.num_q_heads = 16;
+  CheckCase c = jit::testing::gqa_case(300, 333, 3);
+  c.num_q_heads = 16;  // 3 x 16 x 5 Q tiles: 240 units
   c.num_kv_heads = 4;
   c.o_head_pad = 8;
   for (const Mask& mask : {Mask::causal(), Mask::none()}) {

@@ -407,8 +407,8 @@ class Sm90a final : public BackendPolicy {
     if (wide_o(c, dp) && t.persistent != 0 && (t.persistent != 1 || t.alternate_s == 0 || c.pack_gqa))
       throw ConfigError(
           fmt::format("tune: persistent={}: a V of {} columns (O split over two warpgroups) runs the "
-                      "grid walk (0), or the persistent one (1) with alternating S (alternate_s=1) and without "
-                      "packed GQA, on {}",
+                      "grid walk (0), or the persistent one (1, the default for plain causal or unmasked head dim "
+                      "512) with alternating S (alternate_s=1) and without packed GQA, on {}",
                       t.persistent, value_depth(c), c.arch));
     if (t.alternate_s != 0 && !alternate_s_runs(c, dp))
       throw ConfigError(fmt::format(

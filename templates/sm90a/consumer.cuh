@@ -589,16 +589,17 @@ __device__ __forceinline__ void update_carry(u32 addr, u32 keep, u32 add) {
 // Grid (one unit, Tiles::kPersistent false): if the tile has a visible KV tile, wait for Q
 // (q_full, parity 0), KV loop; epilogue (O = 0 and LSE = -inf when no key is visible: the
 // producer then loads nothing, not even Q). Rings and scheduler live for this tile only.
-// Persistent: per tile i: wait q_full[rg] (rg: the warpgroup's row group, row_wg; parity i & 1; the producer signals it for every tile,
-// by TMA bytes or, for a tile without KV tiles or Q rows, a plain arrival; DynamicTiles: the wait
-// comes first, and the unit is read from Barriers::unit[rg] after it); if the tile has Q rows:
-// KV loop, epilogue. Every thread arrives on q_empty[rg] (count 128 per warpgroup of the row group) once its Q reads are done:
-// right after the KV loop when O is staged in its own region (SmemLayout::kOwnO) or not staged at
-// all (split partials); else after the epilogue's O staging in the Q region and a
-// fence.proxy.async that orders those generic-proxy smem accesses before the next TMA write. The
-// K/V consumer rings and the ping-pong turn chain run on across tiles: Scheduler::start() once, so
-// warpgroup W-1's last pass_turn of a tile is warpgroup 0's first turn of the next (every
-// warpgroup takes the same number of turns per tile).
+// Persistent: per tile i: wait q_full[rg] (rg: the warpgroup's row group, row_wg; parity i & 1;
+// the producer signals it for every tile, by TMA bytes or, for a tile without KV tiles or Q rows, a
+// plain arrival; DynamicTiles: the wait comes first, and the unit is read from Barriers::unit[rg]
+// after it); if the tile has Q rows: KV loop, epilogue. Every thread arrives on q_empty[rg] (count
+// 128 per warpgroup of the row group) once its Q reads are done: right after the KV loop when O is
+// staged in its own region (SmemLayout::kOwnO) or not staged at all (split partials, an O split);
+// else after the epilogue's O staging in the Q region and a fence.proxy.async that orders those
+// generic-proxy smem accesses before the next TMA write. The K/V consumer rings and the ping-pong
+// turn chain run on across tiles: Scheduler::start() once, so warpgroup W-1's last pass_turn of a
+// tile is warpgroup 0's first turn of the next (every warpgroup takes the same number of turns per
+// tile).
 template <class Config, class Mask, class ScoreMod, class Tiles>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, Tiles tiles, unsigned char* smem,
                                               typename SmemLayout<Config>::Barriers* bars, int wg) {

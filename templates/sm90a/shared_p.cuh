@@ -108,11 +108,11 @@ struct SharedPReader {
 
 // Alternating S (Shape::kAlternateS): the one slot both warpgroups publish in, each on its own
 // tiles, and read the other's from. Publication i (the CTA's KV tile i, over every unit of a
-// persistent walk) completes phase i of the
-// slot's full barrier (every thread of the publisher arrives). No empty barrier: publication i + 1
-// comes from the warpgroup that read publication i, after its P V(i) from the slot was waited for,
-// and publication i + 2 from i's publisher after it waited for i + 1; so every reuse of the slot is
-// ordered after the last read of it, through the full barrier (each reading thread's own wait).
+// persistent walk) completes phase i of the slot's full barrier (every thread of the publisher
+// arrives). No empty barrier: publication i + 1 comes from the warpgroup that read publication i,
+// after its P V(i) from the slot was waited for, and publication i + 2 from i's publisher after it
+// waited for i + 1; so every reuse of the slot is ordered after the last read of it, through the
+// full barrier (each reading thread's own wait).
 template <class Config>
 struct Baton {
   using Sh = Shape<Config>;
