@@ -244,20 +244,25 @@ TEST(Compile, HopperWarpgroupSpansKeepTheWgmmaPipeline) {
 }
 
 // sm90a kernels that gather pages no TMA box takes (gather.cuh GatherTile): the packed decode kernels
-// (four gathering warps) and a prefill kernel (the producer warp alone) copy rows by cp.async, arrive
-// on the stages' full barriers from the copies (cp.async.mbarrier.arrive.noinc: no lane waits for its
-// own copies), and their consumers fence to the async proxy before the wgmma reads a gathered stage
+// and the persistent walks at head dim 256 (four gathering warps), d128 prefill and DeepSeek's
+// (192, 128) on its dynamic walk (the producer warp alone) copy rows by cp.async, arrive on the
+// stages' full barriers from the copies (cp.async.mbarrier.arrive.noinc: no lane waits for its own
+// copies), and their consumers fence to the async proxy before the wgmma reads a gathered stage
 // (consumer.cuh KvLanded); nothing spills, at the producers' 56 and 24 registers.
 TEST(Compile, HopperGatheringKernelsArriveFromTheirCopies) {
-  for (int group : {0, 4, 7}) {
+  struct Case {
+    int depth, depth_v, group;
+  };
+  for (const Case k : {Case{128, 0, 0}, Case{128, 0, 4}, Case{128, 0, 7}, Case{256, 0, 0}, Case{192, 128, 0}}) {
     jit::FA4Config c;
     c.arch = "sm_90a";
-    c.depth = 128;
+    c.depth = k.depth;
+    c.depth_v = k.depth_v;
     c.mask = jit::Mask::causal();
-    c.group = group;
-    c.pack_gqa = group > 0;
-    const std::string what =
-        fmt::format("sm_90a d128 causal {}", group ? fmt::format("packed group {}", group) : "prefill");
+    c.group = k.group;
+    c.pack_gqa = k.group > 0;
+    const std::string what = fmt::format("sm_90a d{}/{} causal {}", k.depth, k.depth_v ? k.depth_v : k.depth,
+                                         k.group ? fmt::format("packed group {}", k.group) : "prefill");
     CompileOutput out;
     ASSERT_NO_THROW(out = compile(c)) << what;
     expect_ptx_has(out.ptx,

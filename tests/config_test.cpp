@@ -326,7 +326,7 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
     EXPECT_EQ(own_o, abi::own_o(f, r.tuning.persistent != 0, bm, bn, dp, dpv, stages, r.smem_bytes)) << what;
     EXPECT_EQ(r.num_threads, abi::num_threads(bm, dpv)) << what;
     EXPECT_TRUE(abi::bn_legal(f, bn, bm, dp)) << what;
-    EXPECT_TRUE(abi::budgets_fit(f, bm, r.ctas_per_sm, dp, dpv, bn)) << what;
+    EXPECT_TRUE(abi::budgets_fit(f, bm, r.ctas_per_sm, dp, dpv, bn, r.tuning.persistent != 0)) << what;
   }
   // The persistent 16-bit d128 kernel stages O in its own region; d256's does not fit one.
   const jit::ResolvedConfig d128 = jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=1"));
@@ -335,7 +335,7 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   EXPECT_EQ(d256.smem_bytes, abi::smem_bytes(abi::Family::k16, 128, d256.config.BN, 256, 256, 2, true, false));
   // Kernels that gather pages keep two tiles of page numbers behind the barriers (abi.h
   // page_ring_bytes): the grid walk at d128 (BN 128) has a 512 + 2 x 128 x 4 byte tail; packed
-  // decode (BN 64) keeps the 1024 bytes it had; d256's persistent walk gathers nothing.
+  // decode (BN 64) keeps the 1024 bytes it had; d256's persistent walk (BN 80) 512 + 2 x 80 x 4.
   const jit::ResolvedConfig grid = jit::resolve(cfg_for("sm_90a", 128), tuned("persistent=0"));
   EXPECT_EQ(grid.smem_bytes, 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 512 + 1024);
   jit::FA4Config decode = cfg_for("sm_90a", 128);
@@ -343,7 +343,8 @@ TEST(Config, HopperBudgetsAreTheKernelAbi) {
   decode.group = 8;
   decode.pack_gqa = true;
   EXPECT_EQ(jit::resolve(decode).smem_bytes, 64 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 1024);
-  EXPECT_EQ(d256.smem_bytes, 128 * 256 * 2 + 2 * 2 * d256.config.BN * 256 * 2 + 1024);
+  ASSERT_EQ(d256.config.BN, 80);
+  EXPECT_EQ(d256.smem_bytes, 128 * 256 * 2 + 2 * 2 * 80 * 256 * 2 + 512 + 2 * 80 * 4);
   // MLA: Q and two 576-wide K stages (64 x 576 x 2 bytes each), no V ring, the shared P ([64][64]
   // 16-bit, 64 corrections and 64 1 / sums); a producer and two consumers that split O.
   jit::FA4Config mla = cfg_for("sm_90a", 576);
@@ -519,7 +520,8 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
               2 * (2 * 128 * 128 + 2 * 2 * 128 * 128) + 512 + 8 * 128);
     EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 64), lpt).smem_bytes,
               2 * (2 * 192 * 64 + 2 * 2 * 128 * 64) + 512 + 8 * 128);
-    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 256), lpt).smem_bytes, 2 * (128 * 256 + 4 * 80 * 256) + 1024);  // no room
+    EXPECT_EQ(jit::resolve(cfg_for("sm_90a", 256), lpt).smem_bytes,
+              2 * (128 * 256 + 4 * 80 * 256) + 512 + 8 * 80);  // no room for O's own region
   }
   {
     // Defaults: sm90a unmasked and causal kernels without a score-mod at depth <= 128 are
@@ -579,7 +581,8 @@ TEST(Config, DerivesHopperTilesForDeepHeads) {
       EXPECT_EQ(jit::resolve(tile, tuned("persistent=1")).walk, jit::TileWalk::persistent);
       EXPECT_LE(3 * (rc.smem_bytes + 1024), 227 * 1024 + 1024) << rc.smem_bytes;
       namespace abi = fa4::sm90a::abi;  // the split fills the launch's registers (abi.h budgets_fit)
-      EXPECT_EQ(abi::producer_regs(abi::Family::k16, 1, 3, 64, 64) + abi::consumer_regs(abi::Family::k16, 1, 3, 64, 64),
+      EXPECT_EQ(abi::producer_regs(abi::Family::k16, 1, 3, 64, 64, true) +
+                    abi::consumer_regs(abi::Family::k16, 1, 3, 64, 64, true),
                 abi::launch_regs(256, 3) * 2);
       auto packed = tile;
       packed.num_q_heads = 64;
@@ -1289,12 +1292,16 @@ TEST(Config, PagesNoTmaBoxTakesAreGatheredOrRefusedByName) {
   mla.pack_gqa = true;
   EXPECT_EQ(rows(mla, 1), 0);
   EXPECT_EQ(rows(cfg_for("sm_90a", 512), 1), 0);
-  // Persistent walks past padded depth 128 load by TMA only; their grid walk gathers.
-  jit::FA4Config deep = cfg_for("sm_90a", 256);
-  deep.mask = jit::Mask::causal();
-  ASSERT_EQ(jit::resolve(deep).tuning.persistent, 1);
-  expect_refused(deep, 1, {"page_size", "1", "persistent=0"});
-  EXPECT_EQ(rows(deep, 1, "persistent=0"), 0);
+  // Persistent walks past padded depth 128 gather too (their producer at 56 registers: abi.h
+  // roomy_producer), as their grid walk does.
+  for (const int depth : {192, 256}) {
+    jit::FA4Config deep = cfg_for("sm_90a", depth);
+    deep.mask = jit::Mask::causal();
+    ASSERT_EQ(jit::resolve(deep).tuning.persistent, 1) << depth;
+    EXPECT_EQ(rows(deep, 1), 0) << depth;
+    EXPECT_EQ(rows(deep, 100), 0) << depth;
+    EXPECT_EQ(rows(deep, 1, "persistent=0"), 0) << depth;
+  }
   jit::FA4Config fp8 = cfg_for("sm_90a");
   fp8.dtype = jit::DType::e4m3;
   expect_refused(fp8, 12, {"page_size", "12", "FP8"});

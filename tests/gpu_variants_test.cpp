@@ -335,8 +335,10 @@ TEST(GpuVariants, HeadDim512PersistentWalkMatchesReference) {
 
 // Pages no TMA box takes (gcd(page_size, BN) not a multiple of 8 rows): sm_90a's producer warp
 // gathers their rows (cp.async, gather.cuh GatherTile), the portable kernel loads them as any page.
-// Prefill through the persistent walk (d128 and d64 causal, pages 1, 3 and 100) and the grid walk
-// (a window; a custom mask whose walk skips tiles; d256 under persistent=0; head dim 512), varlen
+// Prefill through the persistent walk (d128 and d64 causal, pages 1, 3 and 100; d256 and DeepSeek's
+// (192, 128) causal, whose producer runs at 56 registers: abi.h roomy_producer) and the grid walk
+// (a window; a custom mask whose walk skips tiles; d256 under persistent=0; head dim 512, its
+// persistent walk and its grid walk under a window: four gathering warps), varlen
 // queries, split-KV, and packed decode (pages of 1 to 12 rows, one and five queries). Keys past a
 // sequence come from table entries of other sequences' pages.
 TEST(GpuVariants, GatheredPagesMatchReference) {
@@ -348,7 +350,8 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
     const char* tune;
     int page;
     CheckCase c;
-    int group = 0;  // packed GQA (decode): the query heads of a KV head
+    int group = 0;    // packed GQA (decode): the query heads of a KV head
+    int depth_v = 0;  // V's head dim (0: depth)
   };
   auto prefill = [](int sq, std::vector<int> keys) {
     CheckCase c;
@@ -383,7 +386,18 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
     cases.push_back(m);
   }
   cases.push_back({"d256 causal grid", 256, Mask::causal(), "persistent=0", 1, prefill(130, {130, 400})});
+  for (int page : {1, 3})
+    cases.push_back({"d256 causal persistent", 256, Mask::causal(), "persistent=1", page, prefill(300, {300, 517})});
+  for (int page : {1, 100})
+    cases.push_back(
+        {"d192/128 causal persistent", 192, Mask::causal(), "persistent=1", page, prefill(260, {700, 260}), 0, 128});
   cases.push_back({"d512 causal", 512, Mask::causal(), "", 1, prefill(70, {70, 333})});
+  {
+    Case w{"d512 window 90 grid", 512, Mask::sliding_window(), "", 3, prefill(150, {500, 150})};
+    w.c.window_left = 90;
+    w.c.window_right = 7;
+    cases.push_back(w);
+  }
   {
     Case v{"d128 causal varlen queries", 128, Mask::causal(), "", 1, prefill(0, {400, 40, 129})};
     v.c.seqlens_q = {17, 0, 129};
@@ -409,6 +423,7 @@ TEST(GpuVariants, GatheredPagesMatchReference) {
       jit::FA4Config cfg;
       cfg.arch = arch;
       cfg.depth = k.depth;
+      cfg.depth_v = k.depth_v;
       cfg.mask = k.mask;
       cfg.group = k.group;
       cfg.pack_gqa = k.group > 1;

@@ -37,7 +37,8 @@ On the GPU machine (repository root, .device carried):
                         poles (long-pole splits of a packed continuous-batching step, both orders;
                         its decode rows alone, split by the key hint),
                         tiles (sm_90a's packed prefill tile, BM 128, and unpacked decode tile, BM 64),
-                        gather (pages 1 and 3: persistent prefill, packed decode + splits, FP8 KV, MLA),
+                        gather (pages 1 and 3: persistent prefill at d128, d256, (192, 128) and d512, packed
+                        decode + splits, FP8 KV, MLA),
                         snippets (memcheck on the GpuSnippetBounds tests), fp8 (the e4m3 kernels),
                         d96 (head dim 96 on the portable kernel: the last row at the allocation's
                         end, a window, varlen + paged + split, FP8 KV),
@@ -55,7 +56,8 @@ On the GPU machine (repository root, .device carried):
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
                         binary[:FA4JIT_TUNE[:bench args, '+' for spaces]] (default fa4jit_base
                         fa4jit). ROWS='B,H,S,D,mask[+score_mod][,dtype];...' (H: query and KV heads,
-                        or Hq/Hkv for GQA; softcap: cap 30; dtype bf16 default, e4m3, fp16), PASSES=2,
+                        or Hq/Hkv for GQA; D: head dim, or D/Dv where V's differs; softcap: cap 30;
+                        dtype bf16 default, e4m3, fp16), PASSES=2,
                         ARCH=sm_90a
   decode sweep          fa4jit bench over CFGS ('|'-separated JSON), SPLITS, PAGE, LAYOUTS on decode
                         shapes (fa4jit alone, each in its own process: for its own knobs, never
@@ -292,9 +294,11 @@ sanitize() {
           'causal --batch 3 --heads 8 --kv-heads 2 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 16 --pack-gqa --splits 3')
         san_masks "" '"depth":512' "${cases[@]}" ;;
       gather)  # pages no TMA box takes (page 1, 3): the producer warp's cp.async gather, on sm_90a (MLA's
-        # latent rows of 16 bits and of e4m3 too; head dim 512's persistent walk)
+        # latent rows of 16 bits and of e4m3 too; the persistent walks of head dims 256, (192, 128), 512)
         local cases=(
           '{"depth":128,"mask":"causal"}|--batch 2 --heads 4 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
+          '{"depth":256,"mask":"causal"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
+          '{"depth":192,"depth_v":128,"mask":"causal"}|--batch 2 --heads 4 --seqlen-q 260 --seqlens-k 700 260 --page-size 3'
           '{"depth":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 4 --seqlen-q 300 --seqlens-k 333 300 --page-size 1'
           '{"depth":128,"mask":"causal","group":7,"pack_gqa":true}|--batch 3 --heads 14 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 3 --splits 3'
           '{"depth":128,"mask":"causal","group":8,"pack_gqa":true,"kv_dtype":"e4m3"}|--batch 2 --heads 16 --seqlen-q 1 --seqlens-k 700 64 --page-size 1'
@@ -444,12 +448,12 @@ ab() {  # the same rows through two fa4jit arms, alternating ABBA (no peers: a c
   need
   local A=${1:-fa4jit_base} B=${2:-fa4jit} rows pass row b h s d m t ta sa tb sb
   local ROWS=${ROWS:-16,16,2048,128,none;16,16,2048,128,causal;4,16,8192,128,none;4,16,8192,128,causal}
-  tflops() {  # arm B H[/Hkv] S D mask[+score_mod] dtype -> "per-call stream" TFLOP/s
-    local bin tune args flops mask=${6%%+*} mod=identity hq=${3%/*} hkv=${3#*/}
+  tflops() {  # arm B H[/Hkv] S D[/Dv] mask[+score_mod] dtype -> "per-call stream" TFLOP/s
+    local bin tune args flops mask=${6%%+*} mod=identity hq=${3%/*} hkv=${3#*/} dq=${5%/*} dv=${5#*/}
     [[ $6 == *+* ]] && mod=${6#*+}
     IFS=: read -r bin tune args <<<"$1"
-    echo "{\"depth\":$5,\"mask\":\"$mask\",\"score_mod\":\"$mod\",\"dtype\":\"${7:-bf16}\"}" > /tmp/gpu_ab.json
-    flops=$(python3 -c "print(4*$2*$hq*$4*$4*$5*(0.5 if '$mask'=='causal' else 1.0))")
+    echo "{\"depth\":$dq,\"depth_v\":$dv,\"mask\":\"$mask\",\"score_mod\":\"$mod\",\"dtype\":\"${7:-bf16}\"}" > /tmp/gpu_ab.json
+    flops=$(python3 -c "print(2*$2*$hq*$4*$4*($dq+$dv)*(0.5 if '$mask'=='causal' else 1.0))")
     FA4JIT_TUNE=$tune timeout 60 ".device/$bin" bench --json --config /tmp/gpu_ab.json --arch "${ARCH:-sm_90a}" --batch "$2" \
       --heads "$hq" --kv-heads "$hkv" --seqlen-q "$4" --seqlen-k "$4" --iters 20 ${args//+/ } $([[ $mod == softcap ]] && echo --softcap 30) 2>/dev/null | tail -1 |
       python3 -c "import json,sys; j=json.load(sys.stdin); print(f\"{$flops/(j['ms']*1e9):.0f} {$flops/(j['ms_stream']*1e9):.0f}\")" \

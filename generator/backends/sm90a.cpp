@@ -354,7 +354,7 @@ class Sm90a final : public BackendPolicy {
     // per SM) gathers pages with all four warps (templates/sm90a/gather.cuh kGatherWarps), and the
     // dynamic walk's claim is shared within one warp; the three-CTA tile's producer warp gathers alone.
     const int wgs = abi::consumer_wgs(c.BM, padded_depth_v(c, dp));
-    const bool four_gatherers = abi::decode_producer(family(c), wgs, b.ctas_per_sm, dp, c.BN);
+    const bool four_gatherers = abi::decode_producer(family(c), wgs, b.ctas_per_sm, dp, c.BN, t.persistent != 0);
     if (t.persistent == 3 && (c.dtype == DType::e4m3 || c.kv_dtype || c.pack_gqa || four_gatherers))
       throw ConfigError(fmt::format(
           "tune: persistent=3: the dynamic walk runs 16-bit Q, K and V without packed GQA at BM 128 or 192, or "
@@ -469,7 +469,7 @@ class Sm90a final : public BackendPolicy {
         rc, page_size,
         rc.config.dtype == DType::e4m3
             ? "FP8 (e4m3) kernels load no other pages"
-            : "persistent kernels at head dim above 128 load no other pages (this kernel's walk: tune persistent=0 "
+            : "persistent kernels at MLA's head dim 576 load no other pages (this kernel's walk: tune persistent=0 "
               "runs the grid walk, which gathers them)");
   }
   // Q in registers for S = Q K^T (templates/sm90a/consumer.cuh QFragments): the 16-bit kernels at

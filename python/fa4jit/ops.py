@@ -685,8 +685,8 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
     must still be valid page indices); seqused_k: int32 (B,) keys per sequence (None: every page).
     q: (B, Sq, Hq, D), or packed (total_q, Hq, D) with cu_seqlens_q and max_seqlen_q (varlen queries).
     Any page_size on sm_90a and the portable backend (sm_90a gathers pages no TMA box takes, such as
-    1, row by row: decode at page 16's speed, prefill not timed; FP8 and persistent kernels above head
-    dim 128 refuse them, naming page_size); sm_100a takes multiples of 8. max_seqlen_k:
+    1, row by row: decode at page 16's speed; FP8 (e4m3 q, k, v) refuses them, naming page_size);
+    sm_100a takes multiples of 8. max_seqlen_k:
     the longest sequence's keys (None: max_pages x page_size bounds it), a hint as in
     attention_varlen(). page_descale: an e4m3 latent cache's (MLA on sm_90a: fa4jit.mla_decode)
     per-page factors, float32 (num_pages,): page p's rows are read as page_descale[p] x stored value.

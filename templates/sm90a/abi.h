@@ -65,15 +65,25 @@ FA4_HOST_DEVICE constexpr int shared_p_bytes(int bn, int dpv) {
   return o_split(dpv) > 1 ? shared_p_tile_bytes(bn) + 4 * 64 * 4 : 0;
 }
 
+// Room in the producer warpgroup: the 16-bit two-consumer kernels at head dim 512 (the O split) and
+// the persistent ones at padded depth 192 and 256 run their producer at 56 registers and their
+// consumers at 224, not at 24 / 240: their persistent producers gather pages no TMA box takes only
+// so (at 24 they spilled 4-24 B, at 40 / 232 still 4 B at d192 causal; NVRTC's ptxas, sm_90a). The
+// grid walks at 192 and 256 gather at 24 and keep 240 (d256 softcap spilled 8 B at 224). MLA's
+// latent (576) keeps 24 / 240. producer_regs, consumer_regs and gathers read this one rule.
+FA4_HOST_DEVICE constexpr bool roomy_producer(int dp, bool persistent) {
+  return dp == 512 || (persistent && dp > 128 && dp < 512);
+}
+
 // ---- Gathered pages ----
 // Paged K / V whose pages no TMA box takes (gcd(page_size, kBN) not a multiple of 8 rows: page
 // sizes 1, 2, 4, 12, ...) are gathered by producer warps with cp.async (gather.cuh GatherTile):
-// by the 16-bit kernels and an FP8 KV cache's, except persistent walks at padded depth 192 and 256,
-// whose 24-register producer spills the gather (4-8 B at d192 / d256 causal; head dim 512's runs at
-// 56, producer_regs), and FP8 (e4m3 Q, K, V; 72 B at d128 causal). The launch refuses such pages for
-// those (naming page_size).
+// by the 16-bit kernels and an FP8 KV cache's, on every walk up to head dim 512 (the persistent ones
+// above padded depth 128 with their 56-register producer: roomy_producer), not by FP8 (e4m3 Q, K, V;
+// 72 B spilled at d128 causal) or a persistent walk over MLA's latent. The launch refuses such pages
+// for those (naming page_size).
 FA4_HOST_DEVICE constexpr bool gathers(Family f, bool persistent, int dp) {
-  return f != Family::kFp8 && (!persistent || dp <= 128 || dp == 512);
+  return f != Family::kFp8 && (!persistent || dp <= 128 || roomy_producer(dp, persistent));
 }
 // The gathering warps read each key row's page number from shared memory, fetched by cp.async one
 // KV tile ahead (gather.cuh GatherState): two slots of bn page numbers (4 bytes a key row), behind
@@ -168,7 +178,8 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
   return bm == 192 ? 128 : heavy_softmax ? 176 : 196;
 }
 
-// setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536;
+// setmaxnreg budgets (FA3's splits): 2 consumer WGs: 128*24 + 256*240 = 64512 <= 65536 (padded depth
+// <= 128 and grid walks at 192 / 256; 128*56 + 256*224 = 64512 where roomy_producer);
 // 3 consumer WGs: 128*32 + 384*160 = 65536.
 // 1 consumer WG, 2 CTAs per SM (decode): 2 * (128*56 + 128*200) = 65536. The producer's 56 let its
 // four warps gather pages no TMA box takes, each unrolling its row copies (gather.cuh kGatherWarps,
@@ -191,35 +202,35 @@ FA4_HOST_DEVICE constexpr int fragment_budget(int bm, bool heavy_softmax) {
 // S 64 + P 16 + O 64, no intra-warpgroup overlap (152 spills 1 KB); depth 64 over kBN 160 (FA3's
 // 192 x 160): S 80 + P 20 + O 32 with the overlap (152 spilled 96 B and serialized wgmma).
 // FP8 KV cache, 1 consumer WG at 2 CTAs per SM: the same 56 / 200.
-// Head dim 512 (O split, 16-bit): 56 / 224 as FP8's 2 WGs (O 128 + S 16 + P 8 per consumer thread);
-// at 24 its persistent producer spilled 16-24 B (nvcc), and at 56 it gathers pages (gathers above).
+// 16-bit at head dim 512 (the O split) and persistent at padded depth 192 and 256: 56 / 224 as FP8's
+// 2 WGs (roomy_producer above).
 // The producer's helper warps (FP8's V transposers, an FP8 KV cache's converters) work for both
 // FP8 families.
 FA4_HOST_DEVICE constexpr bool fp8_consumers_160(Family f, int wgs, int dp, int bn) {
   return f == Family::kFp8 && wgs == 3 && (dp == 128 || bn == 160);
 }
-FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
-  return ctas_per_sm == 3                   ? 40
-         : fp8_consumers_160(f, wgs, dp, bn)  ? 32
-         : wgs == 1 || f != Family::k16 || dp == 512 ? 56
-         : wgs <= 2                     ? 24
-                                        : 32;
+FA4_HOST_DEVICE constexpr int producer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn, bool persistent) {
+  return ctas_per_sm == 3                                                  ? 40
+         : fp8_consumers_160(f, wgs, dp, bn)                                ? 32
+         : wgs == 1 || f != Family::k16 || roomy_producer(dp, persistent) ? 56
+         : wgs <= 2                                                         ? 24
+                                                                            : 32;
 }
 // The decode kernels' producer warpgroup (load.cuh kDecodeProducer): one consumer warpgroup beside a
 // producer of 56 registers, room for a stage's page numbers and four gathering warps. The
 // three-CTA tile's 40-register producer is not one: its producer warp gathers alone.
-FA4_HOST_DEVICE constexpr bool decode_producer(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
-  return wgs == 1 && producer_regs(f, wgs, ctas_per_sm, dp, bn) >= 56;
+FA4_HOST_DEVICE constexpr bool decode_producer(Family f, int wgs, int ctas_per_sm, int dp, int bn, bool persistent) {
+  return wgs == 1 && producer_regs(f, wgs, ctas_per_sm, dp, bn, persistent) >= 56;
 }
-FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn) {
-  return ctas_per_sm == 3                              ? 120
-         : ctas_per_sm == 2                            ? 200
-         : wgs == 1 && ctas_per_sm == 1                ? 256
-         : fp8_consumers_160(f, wgs, dp, bn)           ? 160
-         : f != Family::k16 && wgs == 3                ? 152
-         : f != Family::k16 || dp == 512               ? 224
-         : wgs <= 2                                    ? 240
-                                                       : 160;
+FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, int dp, int bn, bool persistent) {
+  return ctas_per_sm == 3                                     ? 120
+         : ctas_per_sm == 2                                   ? 200
+         : wgs == 1 && ctas_per_sm == 1                       ? 256
+         : fp8_consumers_160(f, wgs, dp, bn)                  ? 160
+         : f != Family::k16 && wgs == 3                       ? 152
+         : f != Family::k16 || roomy_producer(dp, persistent) ? 224
+         : wgs <= 2                                           ? 240
+                                                              : 160;
 }
 // setmaxnreg moves registers through a per-CTA pool holding what the launch allocated: the
 // __launch_bounds__ count (65536 / (threads x CTAs per SM), at most 255, in units of 8) for every
@@ -228,9 +239,9 @@ FA4_HOST_DEVICE constexpr int consumer_regs(Family f, int wgs, int ctas_per_sm, 
 FA4_HOST_DEVICE constexpr int launch_regs(int threads, int ctas_per_sm) {
   return (65536 / (threads * ctas_per_sm) < 255 ? 65536 / (threads * ctas_per_sm) : 255) / 8 * 8;
 }
-FA4_HOST_DEVICE constexpr bool budgets_fit(Family f, int bm, int ctas_per_sm, int dp, int dpv, int bn) {
-  return 128 * producer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) +
-             128 * consumer_wgs(bm, dpv) * consumer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn) <=
+FA4_HOST_DEVICE constexpr bool budgets_fit(Family f, int bm, int ctas_per_sm, int dp, int dpv, int bn, bool persistent) {
+  return 128 * producer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn, persistent) +
+             128 * consumer_wgs(bm, dpv) * consumer_regs(f, consumer_wgs(bm, dpv), ctas_per_sm, dp, bn, persistent) <=
          launch_regs(num_threads(bm, dpv), ctas_per_sm) * num_threads(bm, dpv);
 }
 

@@ -21,11 +21,15 @@ namespace sm90a {
 // Who gathers (kGatherWarps): decode kernels (one consumer warpgroup; the producer warpgroup at 56
 // registers, abi.h producer_regs) without helper warps use all four producer warps, a quarter of
 // each tile's rows each: one warp's cp.async in flight was the bound (page 1 at 0.66-0.76x page 16;
-// four warps 0.79-1.01x, docs/PERF.md run 64). Elsewhere the producer warp alone: at 24 registers
-// (prefill) every variant that spread the rows spilled (run 61), and an FP8 KV cache's warps 1-3
-// are its converters.
+// four warps 0.79-1.01x, docs/PERF.md run 64); so do the prefill walks whose producer runs at 56
+// registers (abi.h roomy_producer: head dim 512, and the persistent walks at padded depth 192 and
+// 256), except the dynamic walk, whose claim one warp takes. Elsewhere the producer warp alone: at
+// 24 registers (prefill) every variant that spread the rows spilled (run 61), and an FP8 KV cache's
+// warps 1-3 are its converters.
 template <class Config>
-constexpr bool kWideGather = kDecodeProducer<Config>;
+constexpr bool kWideGather =
+    kDecodeProducer<Config> ||
+    (abi::roomy_producer(Shape<Config>::kDp, Shape<Config>::kPersistent) && !Shape<Config>::kDynamic);
 template <class Config>
 constexpr int kGatherWarps = kWideGather<Config> && !Shape<Config>::kProducerHelpers ? 4 : 1;
 

@@ -36,7 +36,8 @@ __device__ __forceinline__ void load_q_wg(const TmaDescs& tma, const CtaWork<Con
 // numbers, a unit's sequence).
 template <class Config>
 constexpr bool kDecodeProducer = abi::decode_producer(Shape<Config>::kFamily, Shape<Config>::kNumConsumerWGs,
-                                                     Shape<Config>::kCtasPerSm, Shape<Config>::kDp, Shape<Config>::kBN);
+                                                     Shape<Config>::kCtasPerSm, Shape<Config>::kDp, Shape<Config>::kBN,
+                                                     Shape<Config>::kPersistent);
 // The L2 priority of K/V loads (TMA boxes here, gathered rows in gather.cuh): EVICT_FIRST in the
 // decode kernels and MLA's (latent K/V: kVInK), whose CTAs read their KV head's keys once (a packed
 // tile holds the group's rows; MLA's head tiles of one sequence run side by side, reading a stage at

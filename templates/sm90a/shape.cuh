@@ -176,12 +176,12 @@ struct Shape {
 
   // setmaxnreg budgets (abi.h: FA3's splits, and why each).
   static constexpr int kCtasPerSm = Config::kCtasPerSm;
-  static constexpr int kProducerRegs = abi::producer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
-  static constexpr int kConsumerRegs = abi::consumer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN);
+  static constexpr int kProducerRegs = abi::producer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN, kPersistent);
+  static constexpr int kConsumerRegs = abi::consumer_regs(kFamily, kNumConsumerWGs, kCtasPerSm, kDp, kBN, kPersistent);
   static constexpr bool kFp8Consumers160 = abi::fp8_consumers_160(kFamily, kNumConsumerWGs, kDp, kBN);
   static constexpr int kNumThreads = abi::num_threads(kBM, kDpV);
   // Budgets above the launch's registers make setmaxnreg.inc wait forever (abi.h launch_regs).
-  static_assert(abi::budgets_fit(kFamily, kBM, kCtasPerSm, kDp, kDpV, kBN),
+  static_assert(abi::budgets_fit(kFamily, kBM, kCtasPerSm, kDp, kDpV, kBN, kPersistent),
                 "sm90a kernel: the producer's and consumers' setmaxnreg budgets exceed the CTA's launch registers");
 
   static_assert(Config::kArch == 90, "sm90a kernel: Config::kArch must be 90");
