@@ -65,7 +65,7 @@ On the GPU machine (repository root, .device carried):
   python [-k EXPR]      fa4jit from .whl/ (or python/ over .device), run tests/python and (without -k)
                         bench/python_overhead.py
   profile prefill|decode  Nsight Compute on our fa4_fwd and on cuDNN's kernel (through SDPA; prefill: FlashAttention-4 too when FA4_SITE is set);
-                        prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none [PEERS='cudnn fa4'] [OPCODES=1: executed
+                        prefill: SHAPE=B,H,S,D[,Hkv] MASK=causal|none [PEERS='cudnn fa4'|none PAGE=rows] [OPCODES=1: executed
                         instructions per SASS opcode instead of the sections; SOURCE=1: warp-stall samples per
                         SASS instruction, summed by dev/stall_samples.py]; decode: SHAPES="B,Sq,Sk ..." [HEADS=H,Hkv
                         PAGE=rows PEERS=cudnn|none SOURCE=1]
@@ -574,11 +574,13 @@ profile() {
   local keys="^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per|Grid Size|Block Size|Dynamic Shared|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit Rate|Waves Per SM"
   case $what in
     prefill)  # SHAPE=B,H,S,D[,Hkv]; FlashAttention-4 too when FA4_SITE is set (stage B of fa4_peer.sh);
-              # PEERS='cudnn fa4' (default: both where present); OPCODES=1: the instruction mix instead
+              # PEERS='cudnn fa4' (default: both where present; none: ours alone); OPCODES=1: the
+              # instruction mix instead; PAGE=rows: ours over paged K/V (the peers run contiguous)
       local HKV tag peer peers=${PEERS:-cudnn ${FA4_SITE:+fa4}}
+      [[ $peers == none ]] && peers=""
       IFS=, read -r B H S D HKV <<<"${SHAPE:-16,16,2048,128}"
       HKV=${HKV:-$H}
-      tag=${B}_${H}_${HKV}_${S}_${D}_${MASK:-causal}
+      tag=${B}_${H}_${HKV}_${S}_${D}_${MASK:-causal}${PAGE:+_p$PAGE}
       if [[ ${OPCODES:-0} == 1 ]]; then  # instruction mix only: executed warp instructions per SASS opcode
         sections="--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.max --print-metric-instances details"
         keys="sass__inst_executed_per_opcode|inst_executed.sum|cycles_elapsed"
@@ -591,7 +593,7 @@ profile() {
       fi
       echo "{\"depth\":$D,\"mask\":\"${MASK:-causal}\"}" > /tmp/gpu_pp.json
       args="bench --config /tmp/gpu_pp.json --arch sm_90a --batch $B --heads $H --kv-heads $HKV --seqlen-q $S --seqlen-k $S
-            --warmup 1 --iters 1"
+            --warmup 1 --iters 1${PAGE:+ --page-size $PAGE}"
       $F $args >/dev/null  # compile outside the profiler
       timeout 200 ncu --clock-control none --kernel-name regex:^fa4_fwd_ --launch-skip 2 --launch-count 1 $sections \
         $F $args > "$OUT/ncu_${tag}_ours.txt" 2>&1

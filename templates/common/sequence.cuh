@@ -25,11 +25,15 @@ __device__ __forceinline__ int page_row(const FwdParams& p, int r) {
 
 // Paged KV: the entry of a sequence's page-table row (pages) that holds key row r. Rows past the
 // table (only in the padding of the last tile, which the key bound masks) take the last entry:
-// finite data, never a fault. The one clamp rule (SeqInfo::page_entry, TmaCoords::kv_box).
-// kShift: page_index's shift for power-of-two page sizes (above).
+// finite data, never a fault. The one clamp rule (SeqInfo::page_entry, TmaCoords::PagedBoxes).
+// kShift: page_index's shift for power-of-two page sizes (above). page_table_slot: the same entry
+// by its index in the row (page r / page_size), for walks that step from page to page.
+__device__ __forceinline__ const int* page_table_slot(const FwdParams& p, const int* pages, int index) {
+  return pages + min(index, p.max_pages - 1);
+}
 template <bool kShift = false>
 __device__ __forceinline__ const int* page_table_entry(const FwdParams& p, const int* pages, int r) {
-  return pages + min(kShift ? page_index(p, r) : r / p.page_size, p.max_pages - 1);
+  return page_table_slot(p, pages, kShift ? page_index(p, r) : r / p.page_size);
 }
 
 struct SeqInfo {

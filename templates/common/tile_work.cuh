@@ -13,7 +13,7 @@ namespace fa4 {
 // TMA coordinates of a sequence's row 0. Varlen maps pack all sequences into batch 0 and rows
 // are absolute (cu_seqlens[b] + local row); a KV tile that ends past its sequence reads the next
 // sequence's rows, which the k < seqlen_k bound masks, or zeros past the tensor. Paged maps are
-// over (depth, page_size, kv_heads, num_pages): kv_box() gives each box's (row, page).
+// over (depth, page_size, kv_heads, num_pages): PagedBoxes gives each box's (row, page).
 struct TmaCoords {
   int q_row0, kv_row0;
   int q_batch, kv_batch;
@@ -30,15 +30,27 @@ struct TmaCoords {
     c.pages = s.pages;
     return c;
   }
-  // Map coordinates (row, batch) of the K/V box that starts at key row r of the sequence. A tile
-  // of kBN rows is kBN / p.kv_box_rows boxes (1 unless paged with pages smaller than kBN).
-  struct Box {
-    int row, batch;
+  // Paged maps: the boxes of one KV tile, in order from the tile's key row r0 (a tile of kBN rows is
+  // kBN / p.kv_box_rows boxes): the first box's page and row by one division by the run-time page
+  // size, each next box kv_box_rows rows on (kv_box_rows divides page_size: no box crosses a page).
+  // A division per box (~40 dependent uniform instructions before its page-table read) held paged
+  // prefill's TMA producer at 0.70x contiguous at page 16, 16 boxes a K / V tile (docs/PERF.md run 122).
+  struct PagedBoxes {
+    int index;  // the box's page: its entry in the sequence's page-table row
+    int row;    // the box's first row in that page (the map's row coordinate)
+    __device__ __forceinline__ PagedBoxes(const FwdParams& p, int r0)
+        : index(r0 / p.page_size), row(r0 - index * p.page_size) {}
+    __device__ __forceinline__ int page(const FwdParams& p, const int* pages) const {  // the map's batch coordinate
+      return *page_table_slot(p, pages, index);
+    }
+    __device__ __forceinline__ void next(const FwdParams& p) {
+      row += p.kv_box_rows;
+      if (row == p.page_size) {
+        row = 0;
+        ++index;
+      }
+    }
   };
-  __device__ __forceinline__ Box kv_box(const FwdParams& p, int r) const {
-    if (pages) return {r % p.page_size, *page_table_entry(p, pages, r)};
-    return {kv_row0 + r, kv_batch};
-  }
 };
 
 // One CTA's problem: which (batch, head, Q tile, KV split) it owns and which KV tiles it visits.

@@ -50,13 +50,13 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
       for (int b = 0; b < boxes; ++b)
         tma_load_4d(dst + b * T::kBN * 128, map, bar, col0 + b * box_cols, c.kv_row0 + row, c.kv_head, c.kv_batch);
     } else {
-      const int rows = p.kv_box_rows;
+      TmaCoords::PagedBoxes box(p, row);
 #pragma unroll 1
-      for (int i = 0; i < T::kBN; i += rows) {
-        const TmaCoords::Box box = c.kv_box(p, row + i);
+      for (int i = 0; i < T::kBN; i += p.kv_box_rows, box.next(p)) {
+        const int page = box.page(p, c.pages);
 #pragma unroll
         for (int b = 0; b < boxes; ++b)
-          tma_load_4d(dst + b * T::kBN * 128 + i * 128, map, bar, col0 + b * box_cols, box.row, c.kv_head, box.batch);
+          tma_load_4d(dst + b * T::kBN * 128 + i * 128, map, bar, col0 + b * box_cols, box.row, c.kv_head, page);
       }
     }
   };

@@ -128,12 +128,13 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
       }
     }
   } else if (kPaged || (Sh::kPersistent && Sh::kRuntimeVariants && c.pages)) {
-    for (int r = 0; r < Sh::kBN; r += p.kv_box_rows) {
-      const TmaCoords::Box b = c.kv_box(p, n * Sh::kBN + r);
+    TmaCoords::PagedBoxes box(p, n * Sh::kBN);
+    for (int r = 0; r < Sh::kBN; r += p.kv_box_rows, box.next(p)) {
+      const int page = box.page(p, c.pages);
 #pragma unroll
       for (int ch = 0; ch < kChunks; ++ch)
         tma_load_4d<kHint>(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + r * Sh::kKvRowBytes, map, bars.of(ch),
-                    ch * Sh::kKvBlockElems, b.row, c.kv_head, b.batch);
+                    ch * Sh::kKvBlockElems, box.row, c.kv_head, page);
     }
   } else {
     const int row = c.kv_row0 + n * Sh::kBN;
