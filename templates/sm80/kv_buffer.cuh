@@ -90,8 +90,8 @@ struct KVBuffer {
     Staging::convert(k16 + T::kKBytes, k8 + T::kKV8Bytes, tid);
   }
 
-  // Paged KV: key row r is row r % page_size of page pages[r / page_size] (SeqInfo::k_row /
-  // v_row; K/V batch strides are page strides).
+  // Paged KV: key row r is row r % page_size of page pages[r / page_size] (common/sequence.cuh
+  // page_table_entry; K/V batch strides are page strides).
   // Not inlined: the KV loop runs at the register limit, and inlined paged code in it (even an
   // empty branch) shifted ptxas's allocation of the whole loop and added spills to unpaged
   // configs. As a call (whole-program ptxas: nothing saved around it; the callee reads the
