@@ -5,6 +5,7 @@
 #pragma once
 #include "common/prelude.cuh"
 #include "common/packed_rows.h"  // PackedRow: tile row -> (query, head)
+#include "common/paged_boxes.h"   // page_table_slot
 
 namespace fa4 {
 
@@ -23,14 +24,9 @@ __device__ __forceinline__ int page_row(const FwdParams& p, int r) {
   return static_cast<int>((ps & (ps - 1)) == 0 ? u & (ps - 1) : u % ps);
 }
 
-// Paged KV: the entry of a sequence's page-table row (pages) that holds key row r. Rows past the
-// table (only in the padding of the last tile, which the key bound masks) take the last entry:
-// finite data, never a fault. The one clamp rule (SeqInfo::page_entry, TmaCoords::PagedBoxes).
-// kShift: page_index's shift for power-of-two page sizes (above). page_table_slot: the same entry
-// by its index in the row (page r / page_size), for walks that step from page to page.
-__device__ __forceinline__ const int* page_table_slot(const FwdParams& p, const int* pages, int index) {
-  return pages + min(index, p.max_pages - 1);
-}
+// Paged KV: the entry of a sequence's page-table row (pages) that holds key row r, clamped as
+// page_table_slot (common/paged_boxes.h). kShift: page_index's shift for power-of-two page sizes
+// (above).
 template <bool kShift = false>
 __device__ __forceinline__ const int* page_table_entry(const FwdParams& p, const int* pages, int r) {
   return page_table_slot(p, pages, kShift ? page_index(p, r) : r / p.page_size);

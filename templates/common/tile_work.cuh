@@ -7,6 +7,7 @@
 #include "common/mask.cuh"
 #include "common/sequence.cuh"
 #include "common/grid_walk.h"
+#include "common/paged_boxes.h"
 
 namespace fa4 {
 
@@ -30,27 +31,7 @@ struct TmaCoords {
     c.pages = s.pages;
     return c;
   }
-  // Paged maps: the boxes of one KV tile, in order from the tile's key row r0 (a tile of kBN rows is
-  // kBN / p.kv_box_rows boxes): the first box's page and row by one division by the run-time page
-  // size, each next box kv_box_rows rows on (kv_box_rows divides page_size: no box crosses a page).
-  // A division per box (~40 dependent uniform instructions before its page-table read) held paged
-  // prefill's TMA producer at 0.70x contiguous at page 16, 16 boxes a K / V tile (docs/PERF.md run 122).
-  struct PagedBoxes {
-    int index;  // the box's page: its entry in the sequence's page-table row
-    int row;    // the box's first row in that page (the map's row coordinate)
-    __device__ __forceinline__ PagedBoxes(const FwdParams& p, int r0)
-        : index(r0 / p.page_size), row(r0 - index * p.page_size) {}
-    __device__ __forceinline__ int page(const FwdParams& p, const int* pages) const {  // the map's batch coordinate
-      return *page_table_slot(p, pages, index);
-    }
-    __device__ __forceinline__ void next(const FwdParams& p) {
-      row += p.kv_box_rows;
-      if (row == p.page_size) {
-        row = 0;
-        ++index;
-      }
-    }
-  };
+  using PagedBoxes = fa4::PagedBoxes;  // paged maps: a KV tile's boxes (common/paged_boxes.h)
 };
 
 // One CTA's problem: which (batch, head, Q tile, KV split) it owns and which KV tiles it visits.

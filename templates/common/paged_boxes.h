@@ -1,0 +1,39 @@
+// A paged KV tile's TMA boxes (sm90a and sm100a load.cuh), walked page by page. Plain C++, so the
+// unit tests walk them on the host as the kernels do (tests/paged_boxes_test.cpp).
+#pragma once
+#include "common/params.h"
+#include "common/segments.h"  // FA4_HOST_DEVICE
+
+namespace fa4 {
+
+// The page-table entry at index `index` of a sequence's row (pages): page index / page_size holds
+// key row r. Indices past the row (only in the padding of the last tile, which the key bound
+// masks) take its last entry: finite data, never a fault. The one clamp rule (page_table_entry,
+// PagedBoxes).
+FA4_HOST_DEVICE const int* page_table_slot(const FwdParams& p, const int* pages, int index) {
+  return pages + (index < p.max_pages - 1 ? index : p.max_pages - 1);
+}
+
+// The boxes of one KV tile, in order from the tile's key row r0 (a tile of kBN rows is kBN /
+// p.kv_box_rows boxes): the first box's page and row by one division by the run-time page size,
+// each next box kv_box_rows rows on (kv_box_rows divides page_size, so no box crosses a page: the
+// host's rule, BackendPolicy::paged_kv_box_rows). A division per box (~40 dependent uniform
+// instructions before each box's page-table read) held paged prefill's TMA producer at 0.70x
+// contiguous at page 16, 16 boxes a K / V tile (docs/PERF.md run 122).
+struct PagedBoxes {
+  int index;  // the box's page: its entry in the sequence's page-table row
+  int row;    // the box's first row in that page (the map's row coordinate)
+  FA4_HOST_DEVICE PagedBoxes(const FwdParams& p, int r0) : index(r0 / p.page_size), row(r0 - index * p.page_size) {}
+  FA4_HOST_DEVICE int page(const FwdParams& p, const int* pages) const {  // the map's batch coordinate
+    return *page_table_slot(p, pages, index);
+  }
+  FA4_HOST_DEVICE void next(const FwdParams& p) {
+    row += p.kv_box_rows;
+    if (row == p.page_size) {
+      row = 0;
+      ++index;
+    }
+  }
+};
+
+}  // namespace fa4

@@ -1,0 +1,75 @@
+// PagedBoxes (common/paged_boxes.h): the TMA boxes of a paged KV tile, stepped page by page from one
+// division per tile (sm90a and sm100a load.cuh). Compiled here by the host compiler exactly as the
+// kernels compile it, with the box rows the host's launch rule picks (BackendPolicy::paged_kv_box_rows)
+// for the tile widths the TMA kernels resolve, and checked box by box against the division it replaced.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "common/paged_boxes.h"
+#include "fa4jit/jit.hpp"
+#include "generator/backends/backend.hpp"
+
+namespace {
+
+jit::FA4Config tma_config(const std::string& arch, int depth, int depth_v, jit::Mask mask, int group = 1) {
+  jit::FA4Config c;
+  c.arch = arch;
+  c.depth = depth;
+  c.depth_v = depth_v;
+  c.mask = mask;
+  if (group > 1) {
+    c.group = group;
+    c.pack_gqa = true;
+  }
+  return c;
+}
+
+TEST(PagedBoxes, EveryBoxSitsInOnePageAtTheRowTheDivisionGives) {
+  // Tile widths of the sm90a / sm100a kernels: prefill at head dims 64-512 (BN 80 at d256, 32 at
+  // d512), packed decode, MLA's latent cache.
+  const std::vector<jit::FA4Config> configs = {
+      tma_config("sm_90a", 128, 0, jit::Mask::causal()),   tma_config("sm_90a", 256, 0, jit::Mask::causal()),
+      tma_config("sm_90a", 192, 128, jit::Mask::causal()), tma_config("sm_90a", 512, 0, jit::Mask::causal()),
+      tma_config("sm_90a", 64, 0, jit::Mask::none()),      tma_config("sm_90a", 128, 0, jit::Mask::causal(), 7),
+      tma_config("sm_90a", 576, 512, jit::Mask::causal()), tma_config("sm_100a", 128, 0, jit::Mask::causal()),
+      tma_config("sm_100a", 192, 128, jit::Mask::causal())};
+  int walked = 0;
+  for (const jit::FA4Config& c : configs) {
+    const jit::ResolvedConfig rc = jit::resolve(c);
+    const int bn = rc.config.BN;
+    for (int page = 1; page <= 520; ++page) {
+      int box_rows = 0;
+      try {
+        box_rows = jit::detail::policy(rc).paged_kv_box_rows(rc, page);
+      } catch (const jit::LaunchError&) {  // sm100a: pages no box takes are refused
+        continue;
+      }
+      if (box_rows == 0) continue;  // gathered row by row (sm90a), no boxes
+      const std::string what = fmt::format("{} d{} BN {} page {} boxes of {}", c.arch, c.depth, bn, page, box_rows);
+      ASSERT_EQ(bn % box_rows, 0) << what;
+      ASSERT_EQ(page % box_rows, 0) << what << ": a box would cross a page";
+      fa4::FwdParams p{};
+      p.page_size = page;
+      p.kv_box_rows = box_rows;
+      p.max_pages = (40 * bn + page - 1) / page;  // a 40-tile sequence's row
+      std::vector<int> pages(p.max_pages);
+      for (int i = 0; i < p.max_pages; ++i) pages[i] = 1000 + 7 * i;
+      for (int n = 0; n < 41; ++n) {  // the last tile past the row: its boxes take the last entry
+        fa4::PagedBoxes box(p, n * bn);
+        for (int r = 0; r < bn; r += box_rows, box.next(p)) {
+          const int key = n * bn + r, index = key / page;
+          ASSERT_EQ(box.index, index) << what << " key " << key;
+          ASSERT_EQ(box.row, key % page) << what << " key " << key;
+          ASSERT_EQ(box.page(p, pages.data()), pages[std::min(index, p.max_pages - 1)]) << what << " key " << key;
+          ++walked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(walked, 100000);  // every config walked boxes at many page sizes
+}
+
+}  // namespace
