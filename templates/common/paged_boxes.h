@@ -11,7 +11,11 @@ namespace fa4 {
 // masks) take its last entry: finite data, never a fault. The one clamp rule (page_table_entry,
 // PagedBoxes).
 FA4_HOST_DEVICE const int* page_table_slot(const FwdParams& p, const int* pages, int index) {
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  return pages + min(index, p.max_pages - 1);  // the device's min: the kernels' SASS as GPU-tested
+#else
   return pages + (index < p.max_pages - 1 ? index : p.max_pages - 1);
+#endif
 }
 
 // The boxes of one KV tile, in order from the tile's key row r0 (a tile of kBN rows is kBN /
