@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "common/paged_boxes.h"

@@ -6,10 +6,10 @@
 
 namespace fa4 {
 
-// The page-table entry at index `index` of a sequence's row (pages): page index / page_size holds
-// key row r. Indices past the row (only in the padding of the last tile, which the key bound
-// masks) take its last entry: finite data, never a fault. The one clamp rule (page_table_entry,
-// PagedBoxes).
+// Entry `index` of a sequence's page-table row (pages): the page that holds its key rows
+// [index * page_size, (index + 1) * page_size). Indices past the row (only in the padding of the
+// last tile, which the key bound masks) take its last entry: finite data, never a fault. The one
+// clamp rule (page_table_entry, PagedBoxes).
 FA4_HOST_DEVICE const int* page_table_slot(const FwdParams& p, const int* pages, int index) {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   return pages + min(index, p.max_pages - 1);  // the device's min: the kernels' SASS as GPU-tested
