@@ -17,7 +17,8 @@ cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) la
   fa4jit's (pages, page, 1, 576) cache, no copies); ``BatchDecodeWithPagedKVCacheWrapper`` on the
   decode rows, over fa4jit's own page pool and tables (NHD, any page size) or, contiguous, each
   sequence's K/V as one page of Sk rows (no copy; FP8-KV rows: the bf16 copies the other peers
-  read); ``BatchPrefillWithPagedKVCacheWrapper`` (causal, bottom-right) on the speculative rows;
+  read); ``BatchPrefillWithPagedKVCacheWrapper`` (causal, bottom-right) on the speculative rows and
+  the prefill rows over a paged cache (pchunk: a chunk, a continuous-batching step);
   and ``BatchPrefillWithRaggedKVCacheWrapper`` on the varlen and continuous-batching rows (packed
   K/V and cu_seqlens, as flash_attn_varlen_func; causal aligned bottom-right as fa4jit's). Where
   FlashInfer has two kernels for a row (decode on CUDA cores or on tensor cores, chosen by the
@@ -121,17 +122,19 @@ def fa4_arm(row, data):
         kw["window_size"] = (sh.window - 1, 0)
     if sh.sinks:
         kw["learnable_sink"] = data["sinks"]
-    if row.lens:
-        def fn(i):
-            return m.flash_attn_varlen_func(rot(data["q"], i), rot(data["k_bf16"], i), rot(data["v_bf16"], i),
-                                            cu_seqlens_q=data["cu_q"], cu_seqlens_k=data["cu_k"],
-                                            max_seqlen_q=row.max_seqlens()[0], max_seqlen_k=row.max_seqlens()[1],
-                                            **kw)
-    elif row.page:
+    mq, mk = row.max_seqlens()
+    if row.page:  # its paged form (with cu_seqlens_q on a varlen row)
+        cu_q = dict(cu_seqlens_q=data["cu_q"]) if row.lens else {}
+
         def fn(i):
             return m.flash_attn_varlen_func(rot(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],
                                             seqused_k=data["seqused_k"], page_table=rot(data["page_table"], i),
-                                            max_seqlen_q=row.Sq, max_seqlen_k=row.Sk, **kw)
+                                            max_seqlen_q=mq, max_seqlen_k=mk, **cu_q, **kw)
+    elif row.lens:
+        def fn(i):
+            return m.flash_attn_varlen_func(rot(data["q"], i), rot(data["k_bf16"], i), rot(data["v_bf16"], i),
+                                            cu_seqlens_q=data["cu_q"], cu_seqlens_k=data["cu_k"],
+                                            max_seqlen_q=mq, max_seqlen_k=mk, **kw)
     else:
         def fn(i):
             return m.flash_attn_func(rot(data["q"], i), rot(data["k_bf16"], i), rot(data["v_bf16"], i), **kw)
@@ -234,48 +237,55 @@ def _flashinfer_mla(row, data):
 
 
 def _fi_pages(row, data):
-    """The row's K/V as FlashInfer's paged cache (NHD): (page size, the page table of each input
-    set, cache(i): set i's (K, V) pages). A paged row's own pool and tables; a contiguous row's
-    (B, Sk, Hkv, D) tensors are B pages of Sk rows (no copy), every set's table the identity."""
+    """The row's K/V as FlashInfer's paged cache (NHD): (page size, the flat page indices of each
+    input set (every sequence's pages in order), its kv_indptr, its last-page lengths, cache(i): set
+    i's (K, V) pages). A paged row's own pool and tables (a varlen row's table rows are padded past
+    each sequence's pages: cut); a contiguous row's (B, Sk, Hkv, D) tensors are B pages of Sk rows (no
+    copy), every set's table the identity."""
     import torch
+    dev = data["q"][0].device
+    page = row.page or row.Sk
+    counts = [-(-k // page) for _, k in row.seqs()]
     if row.page:
-        return row.page, data["page_table"], lambda i: (data["k_pages_bf16"], data["v_pages_bf16"])
-    identity = torch.arange(row.B, dtype=torch.int32, device=data["q"][0].device).view(row.B, 1)
-    return row.Sk, [identity], lambda i: (rot(data["k_bf16"], i), rot(data["v_bf16"], i))
+        tables = [torch.cat([t[:c] for t, c in zip(table, counts)]) for table in data["page_table"]]
+        cache = lambda i: (data["k_pages_bf16"], data["v_pages_bf16"])  # noqa: E731
+    else:
+        tables = [torch.arange(row.B, dtype=torch.int32, device=dev)]
+        cache = lambda i: (rot(data["k_bf16"], i), rot(data["v_bf16"], i))  # noqa: E731
+    i32 = dict(dtype=torch.int32, device=dev)
+    indptr = torch.tensor([0] + [sum(counts[:b + 1]) for b in range(len(counts))], **i32)
+    last = torch.tensor([k - (c - 1) * page for (_, k), c in zip(row.seqs(), counts)], **i32)
+    return page, tables, indptr, last, cache
 
 
-def _flashinfer_decode(row, data):
-    """Decode (one query per sequence) and speculative rows over paged or contiguous K/V: the
-    decode wrapper (the faster of its CUDA-core and tensor-core kernels) for one query, the paged
-    prefill wrapper (causal, bottom-right) for several."""
-    feats = _fi_features(row.shape, "FlashInfer decode")
+def _flashinfer_paged(row, data):
+    """Rows over paged or contiguous K/V: the decode wrapper (the faster of its CUDA-core and
+    tensor-core kernels) for one query per sequence, the paged prefill wrapper (causal, bottom-right)
+    for several (speculative rows, prefill chunks, a continuous-batching step over a paged cache)."""
+    feats = _fi_features(row.shape, "FlashInfer paged")
     fi = flashinfer_module()
     import torch
     sh = row.shape
     dev = data["q"][0].device
-    page, tables, cache = _fi_pages(row, data)
-    per_seq = row.Sk // page
-    i32 = dict(dtype=torch.int32, device=dev)
-    indptr = torch.arange(row.B + 1, **i32) * per_seq
-    last = torch.full((row.B,), row.Sk - (per_seq - 1) * page, **i32)
+    page, tables, indptr, last, cache = _fi_pages(row, data)
     dtypes = dict(q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
     work = _fi_workspace(dev)
-    if row.Sq == 1:
+    if not row.lens and row.Sq == 1:
         def make(tensor_cores):
             return fi.BatchDecodeWithPagedKVCacheWrapper(work, "NHD", use_tensor_cores=tensor_cores)
 
         def plan(w, table):
-            w.plan(indptr, table.reshape(-1), last, sh.Hq, sh.Hkv, sh.D, page, **dtypes, **feats)
+            w.plan(indptr, table, last, sh.Hq, sh.Hkv, sh.D, page, **dtypes, **feats)
         modes = (False, True)
     else:
-        qo_indptr = torch.arange(row.B + 1, **i32) * row.Sq
+        qs = [q for q, _ in row.seqs()]
+        qo_indptr = torch.tensor([0] + [sum(qs[:b + 1]) for b in range(len(qs))], dtype=torch.int32, device=dev)
 
         def make(_):
             return fi.BatchPrefillWithPagedKVCacheWrapper(work, "NHD")
 
         def plan(w, table):
-            w.plan(qo_indptr, indptr, table.reshape(-1), last, sh.Hq, sh.Hkv, sh.D, page, causal=True, **dtypes,
-                   **feats)
+            w.plan(qo_indptr, indptr, table, last, sh.Hq, sh.Hkv, sh.D, page, causal=True, **dtypes, **feats)
         modes = (True,)
     fns, reason = [], ""
     for mode in modes:
@@ -286,13 +296,13 @@ def _flashinfer_decode(row, data):
                 plan(wrappers[-1], table)
 
             def fn(i, wrappers=wrappers):
-                q = rot(data["q"], i).view(row.B * row.Sq, sh.Hq, sh.D)
-                return rot(wrappers, i).run(q, cache(i)).view(row.B, row.Sq, sh.Hq, sh.D)
+                q = rot(data["q"], i)
+                return rot(wrappers, i).run(q.reshape(-1, sh.Hq, sh.D), cache(i)).view(q.shape)
             fn(0)
             torch.cuda.synchronize()
             fns.append(fn)
         except Exception as e:  # noqa: BLE001 - a group its CUDA-core decode does not take: the other kernel
-            reason = f"FlashInfer decode (tensor cores {mode}): {type(e).__name__}: {e}"[:140]
+            reason = f"FlashInfer paged (tensor cores {mode}): {type(e).__name__}: {e}"[:140]
     if not fns:
         raise Unsupported(reason)
     return _faster(fns)
@@ -317,11 +327,11 @@ def _flashinfer_ragged(row, data):
 def flashinfer_arm(row, data):
     if row.latent:  # mla and mla8 (whose peers read a bf16 cache of the same values)
         return _flashinfer_mla(row, data)
-    if row.lens:
+    if row.lens and not row.page:
         return _flashinfer_ragged(row, data)
-    if row.kind in ("decode", "paged", "spec", "fp8kv"):
-        return _flashinfer_decode(row, data)
-    raise Unsupported("timed on the MLA, decode (paged, contiguous, speculative) and varlen rows")
+    if row.page or row.kind in ("decode", "spec", "fp8kv"):
+        return _flashinfer_paged(row, data)
+    raise Unsupported("timed on the MLA, decode (paged, contiguous, speculative), varlen and paged prefill rows")
 
 
 PEERS = {"cudnn": cudnn_arm, "fa2": fa2_arm, "fa4": fa4_arm, "flex": flex_arm, "flashinfer": flashinfer_arm}

@@ -13,7 +13,9 @@ Mistral 7B v0.1, Phi-3-mini; ``fa4jit.model_configs`` says which layers slide). 
 (``ROWSETS``): prefill (one 2k and one 16k prompt, a varlen batch of mixed lengths), decode
 (batch 1, 32 and 128 over 4k and 32k keys), paged decode (pages of 1, 16 and 64), speculative decode
 (4 queries), FP8-KV decode, a continuous-batching step (48 decode rows and two prefill chunks in
-one varlen call), and head dim 512 (``d512``: one synthetic GQA shape, no model file having it).
+one varlen call), prefill over a page-16 cache (``pchunk``: a 2k chunk of a 16k prompt and the
+continuous-batching step, vLLM's shapes), and head dim 512 (``d512``: one synthetic GQA shape, no
+model file having it).
 Models with multi-head latent attention (DeepSeek-V3, Kimi-K2) get the prefill
 rows of their unabsorbed heads (Q/K 192, V 128) and, for decode, the ``mla`` rows: the absorbed
 decode serving engines run over the latent cache (one KV head of 576 columns in pages of 64, V its
@@ -66,6 +68,10 @@ MIXED_LENS = tuple([(1, 4100 + (i * 2749) % 4600) for i in range(48)] + [(2048, 
 # A step with no prefill chunk waiting: the mixed step's 48 decode rows as one varlen call over packed
 # keys (cu_seqlens_k), as flash_attn_varlen_func takes them.
 VARLEN_DECODE_LENS = MIXED_LENS[:48]
+# Prefill over a paged cache as vLLM and SGLang issue it (the pchunk rows): pages of PCHUNK_PAGE rows,
+# a chunk of PCHUNK_Q queries at the end of a PCHUNK_K-key prompt (chunked prefill), and the
+# continuous-batching step (MIXED_LENS) with every sequence's keys in the pages.
+PCHUNK_PAGE, PCHUNK_Q, PCHUNK_K = 16, 2048, 16384
 MAX_KV_GIB = 40  # rows whose K/V would not fit beside their copies are listed as skipped
 
 
@@ -100,7 +106,8 @@ class Shape:
 @dataclasses.dataclass
 class Row:
     kind: str  # prefill | varlen | mixed | decode | paged | spec | fp8kv | mla (latent-cache decode, paged) | mla8
-    # (mla over an e4m3 latent cache; the peers read a bf16 cache of the same values)
+    # (mla over an e4m3 latent cache; the peers read a bf16 cache of the same values) | chunk (a prefill
+    # chunk: Sq queries at the end of Sk keys). page > 0: K/V in a paged cache (decode, chunk and mixed)
     shape: Shape
     B: int
     Sq: int
@@ -112,12 +119,15 @@ class Row:
     @property
     def name(self):
         s = self.shape.label
+        paged = f"paged{self.page} " if self.page and self.kind in ("mixed", "chunk") else ""
+        if self.kind == "chunk":
+            return f"{paged}chunk {self.Sq // 1024}k of {self.B}x{self.Sk // 1024}k, {s}"
         if self.kind == "varlen":
             return f"varlen {len(self.lens)} seqs {sum(q for q, _ in self.lens)} tok, {s}"
         if self.kind == "mixed" and all(q == 1 for q, _ in self.lens):
             return f"varlen decode {len(self.lens)} seqs, {s}"
         if self.kind == "mixed":
-            return f"mixed step {sum(q == 1 for q, _ in self.lens)} decode + {sum(q > 1 for q, _ in self.lens)} chunks, {s}"
+            return f"{paged}mixed step {sum(q == 1 for q, _ in self.lens)} decode + {sum(q > 1 for q, _ in self.lens)} chunks, {s}"
         if self.kind == "prefill":
             return f"prefill {self.B}x{self.Sk // 1024}k, {s}"
         if self.latent:
@@ -135,7 +145,7 @@ class Row:
     @property
     def memory_bound(self):
         """Judged by K/V bytes per second (a mixed step's bytes are mostly its decode rows')."""
-        return self.kind not in ("prefill", "varlen")
+        return self.kind not in ("prefill", "varlen", "chunk")
 
     def max_seqlens(self):
         """(longest query, longest key sequence)."""
@@ -236,6 +246,9 @@ def rows_of(shape, rowsets):
         out += [Row("spec", shape, 32, 4, k) for k in (4096, 32768)]
     if "fp8kv" in rowsets:
         out.append(Row("fp8kv", shape, 32, 1, 32768))
+    if "pchunk" in rowsets:
+        out += [Row("chunk", shape, 1, PCHUNK_Q, PCHUNK_K, page=PCHUNK_PAGE),
+                Row("mixed", shape, len(MIXED_LENS), 0, 0, page=PCHUNK_PAGE, lens=MIXED_LENS)]
     return out
 
 
@@ -253,7 +266,7 @@ def d512_rows():
            [Row(kind, D512, 32, 1, 4096, page=page) for kind, page in (("decode", 0), ("paged", 64))]
 
 
-ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "mla", "mla8", "d512")
+ROWSETS = ("prefill", "decode", "paged", "spec", "fp8kv", "mixed", "pchunk", "mla", "mla8", "d512")
 MODEL_FREE = ("mla", "mla8", "d512")  # row sets a model's own layers do not make
 
 
@@ -346,8 +359,9 @@ def make_data(row, sets):
     if row.lens:
         tq, tk = sum(q for q, _ in row.lens), sum(k for _, k in row.lens)
         d["q"] = [rnd(tq, sh.Hq, sh.D) for _ in range(sets)]
-        d["k_bf16"] = [rnd(tk, sh.Hkv, sh.D) for _ in range(sets)]
-        d["v_bf16"] = [rnd(tk, sh.Hkv, sh.dv) for _ in range(sets)]
+        if not row.page:  # paged: _paged_lens below
+            d["k_bf16"] = [rnd(tk, sh.Hkv, sh.D) for _ in range(sets)]
+            d["v_bf16"] = [rnd(tk, sh.Hkv, sh.dv) for _ in range(sets)]
         for name, col in (("cu_q", 0), ("cu_k", 1)):
             cu = [0]
             for pair in row.lens:
@@ -357,7 +371,9 @@ def make_data(row, sets):
         d["q"] = [rnd(row.B, row.Sq, sh.Hq, sh.D) for _ in range(sets)]
         d["k_bf16"] = [rnd(row.B, row.Sk, sh.Hkv, sh.D) for _ in range(sets)]
         d["v_bf16"] = [rnd(row.B, row.Sk, sh.Hkv, sh.dv) for _ in range(sets)]
-    if row.page:
+    if row.page and row.lens:
+        _paged_lens(row, d, sets)
+    elif row.page:
         per_seq = row.Sk // row.page
         n = row.B * per_seq
         # Each set's table points at its own pages, in shuffled order (as a long-running cache is).
@@ -385,6 +401,32 @@ def make_data(row, sets):
     return d
 
 
+def _paged_lens(row, d, sets):
+    """A varlen row's keys in a paged cache: sequence b's ceil(Sk_b / page) pages, every set's own,
+    shuffled (a long-running cache's order); its page-table row padded with its last page (entries
+    past a sequence's pages must be valid). The peers' packed K/V (cu_seqlens_k) are gathered back
+    from the pages, so every arm reads the same keys."""
+    import torch
+    sh, dev = row.shape, d["q"][0].device
+    counts = [-(-k // row.page) for _, k in row.lens]
+    n, width = sum(counts), max(counts)
+    starts = [sum(counts[:b]) for b in range(len(counts))]
+    d["k_pages_bf16"] = torch.randn(sets * n, row.page, sh.Hkv, sh.D, device=dev, dtype=torch.bfloat16)
+    d["v_pages_bf16"] = torch.randn(sets * n, row.page, sh.Hkv, sh.dv, device=dev, dtype=torch.bfloat16)
+    perm = torch.randperm(n, device=dev, dtype=torch.int64)
+    d["page_table"], d["k_bf16"], d["v_bf16"] = [], [], []
+    cols = torch.arange(width, device=dev)
+    for s in range(sets):
+        order = perm + s * n
+        table = torch.stack([order[a + cols.clamp(max=c - 1)] for a, c in zip(starts, counts)])
+        d["page_table"].append(table.to(torch.int32).contiguous())
+        for name in ("k", "v"):
+            pool = d[f"{name}_pages_bf16"]
+            d[f"{name}_bf16"].append(torch.cat([pool[t[:c]].flatten(0, 1)[:k] for t, c, (_, k)
+                                                in zip(table, counts, row.lens)]))
+    d["seqused_k"] = torch.tensor([k for _, k in row.lens], dtype=torch.int32, device=dev)
+
+
 def fa4jit_arm(row, data, pack=None, bf16_cache=False):
     """fa4jit on this row; pack: the op's pack_gqa (None: its automatic choice); bf16_cache: an mla8
     row's bf16 copy of its e4m3 cache (the 16-bit latent kernel on the same values)."""
@@ -410,6 +452,13 @@ def fa4jit_arm(row, data, pack=None, bf16_cache=False):
         def fn(i):
             return fa4jit.attention_paged(r(data["q"], i), cache, latent, r(data["page_table"], i), data["seqused_k"],
                                           max_seqlen_k=row.Sk, softmax_scale=sh.softmax_scale, pack_gqa=True, **kw)
+    elif row.lens and row.page:
+        mq, mk = row.max_seqlens()
+
+        def fn(i):
+            return fa4jit.attention_paged(r(data["q"], i), data["k_pages_bf16"], data["v_pages_bf16"],
+                                          r(data["page_table"], i), data["seqused_k"], cu_seqlens_q=data["cu_q"],
+                                          max_seqlen_q=mq, max_seqlen_k=mk, **kw)
     elif row.lens:
         mq, mk = row.max_seqlens()
 
@@ -516,7 +565,7 @@ def rate(row, ms):
 
 def peer_label(row, peer):
     """A peer's name in the table, with what it ran where that is not the row's own layout."""
-    if peer and row.kind == "paged" and peer not in ("fa4", "flashinfer"):
+    if peer and row.page and not row.latent and peer not in ("fa4", "flashinfer"):
         return peer + " (contiguous)"
     if peer and row.kind in ("fp8kv", "mla8") and peer != "fa4jit bf16 cache":
         return peer + " (bf16 KV)"
@@ -641,13 +690,16 @@ SUMMARY_KINDS = (
     "varlen decode (a step's 48 decode rows alone)", "MLA decode over the latent cache",
     "MLA decode over an e4m3 latent cache", "sliding-window layers: decode, paged and speculative",
     "sliding-window layers: prefill, one prompt", "sliding-window layers: varlen prefill batch",
-    "sliding-window layers: continuous-batching step and its decode rows")
+    "sliding-window layers: continuous-batching step and its decode rows",
+    "prefill over a page-16 cache: a 2k chunk of a 16k prompt, the continuous-batching step")
 
 
 def summary_kind(row):
     """The line of the summary (SUMMARY_KINDS) a row counts in."""
     if row.latent:
         return SUMMARY_KINDS[10 if row.kind == "mla" else 11]
+    if row.page and row.kind in ("chunk", "mixed"):
+        return SUMMARY_KINDS[16]
     step = row.kind == "mixed" and any(q > 1 for q, _ in row.lens)
     if row.shape.window:
         if row.kind in ("decode", "paged", "spec", "fp8kv"):

@@ -216,7 +216,7 @@ def test_mla_models_get_prefill_rows_and_latent_decode_rows():
     # Their decode is the mla rows; the unabsorbed decode row sets are not run on them.
     assert [m for m, _ in pending] == ["deepseek_v3", "kimi_k2"]
     why = dict(pending)
-    assert why["deepseek_v3"] == ("decode, paged, spec, fp8kv, mixed rows: MLA decodes over the latent cache "
+    assert why["deepseek_v3"] == ("decode, paged, spec, fp8kv, mixed, pchunk rows: MLA decodes over the latent cache "
                                   "(the mla rows)")
 
 
@@ -295,7 +295,7 @@ def test_only_flashinfer_peers_the_mla_rows_and_its_absence_is_a_skip(monkeypatc
             peers.PEERS[name](mla, {})
     # FlashInfer runs the rows serving engines call it on (MLA, decode, speculative, varlen batches),
     # not single prompts' prefill, and not what its wrappers lack (sinks; V narrower than K).
-    with pytest.raises(peers.Unsupported, match="decode .paged, contiguous, speculative. and varlen"):
+    with pytest.raises(peers.Unsupported, match="decode .paged, contiguous, speculative., varlen and paged prefill"):
         peers.PEERS["flashinfer"](zoo.Row("prefill", zoo.Shape(32, 8, 128), 1, 2048, 2048), {})
     with pytest.raises(peers.Unsupported, match="sinks"):
         peers.PEERS["flashinfer"](zoo.Row("paged", zoo.Shape(64, 8, 64, sinks=True), 32, 1, 4096, page=16), {})
@@ -387,6 +387,46 @@ def test_flashinfer_decode_arm_plans_pages_as_flashinfer_reads_them(monkeypatch)
     assert kind == "BatchPrefillWithPagedKVCacheWrapper" and kw["causal"] is True
     assert args[0].tolist() == [0, 4, 8] and args[7] == Sk
     assert fn(0).shape == (B, 4, sh.Hq, sh.D) and fake.runs[-1][1] == (B * 4, sh.Hq, sh.D)
+
+
+def test_paged_varlen_rows_read_the_same_keys_everywhere(monkeypatch):
+    """A varlen row over a paged cache (pchunk's continuous-batching step): every sequence's keys sit
+    in its own ceil(Sk / page) pages, shuffled; the table's padding repeats a sequence's last page
+    (valid indices); the peers' packed K/V are those pages' rows; FlashInfer's paged prefill wrapper
+    gets each sequence's pages (the padding cut), query offsets and last-page lengths."""
+    torch = pytest.importorskip("torch")
+    import peers
+    sh, page = zoo.Shape(4, 2, 8), 16
+    lens = ((1, 37), (5, 16), (3, 50))
+    row = zoo.Row("mixed", sh, len(lens), 0, 0, page=page, lens=lens)
+    assert row.name == "paged16 mixed step 1 decode + 2 chunks, 4/2 d8" and row.memory_bound
+    d = {"q": [torch.randn(sum(q for q, _ in lens), sh.Hq, sh.D) for _ in range(2)]}
+    zoo._paged_lens(row, d, 2)
+    counts = [3, 1, 4]
+    assert d["seqused_k"].tolist() == [37, 16, 50] and d["k_pages_bf16"].shape == (2 * 8, page, sh.Hkv, sh.D)
+    for s, table in enumerate(d["page_table"]):
+        assert table.shape == (3, 4) and table.dtype == torch.int32
+        used = [table[b, :c].tolist() for b, c in enumerate(counts)]
+        assert sorted(sum(used, [])) == list(range(8 * s, 8 * s + 8))  # each set its own pages, each once
+        assert all(table[b, c:].eq(table[b, c - 1]).all() for b, c in enumerate(counts))
+        for name in ("k", "v"):
+            rows = torch.cat([d[f"{name}_pages_bf16"][t].flatten(0, 1)[:k] for t, (_, k) in zip(used, lens)])
+            assert torch.equal(d[f"{name}_bf16"][s], rows)
+    fake = _FakeFlashInfer()
+    monkeypatch.setattr(peers, "flashinfer_module", lambda name="flashinfer": fake)
+    monkeypatch.setattr(peers, "_fi_workspace", lambda dev: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    fn = peers.PEERS["flashinfer"](row, d)
+    kind, args, kw = fake.plans[0]
+    assert kind == "BatchPrefillWithPagedKVCacheWrapper" and kw["causal"] is True
+    qo, indptr, indices, last = args[:4]
+    assert qo.tolist() == [0, 1, 6, 9] and indptr.tolist() == [0, 3, 4, 8] and last.tolist() == [5, 16, 2]
+    assert indices.tolist() == sum((d["page_table"][0][b, :c].tolist() for b, c in enumerate(counts)), [])
+    assert fn(1).shape == d["q"][1].shape and fake.runs[-1][2][0] is d["k_pages_bf16"]
+    chunk = zoo.Row("chunk", sh, 1, zoo.PCHUNK_Q, zoo.PCHUNK_K, page=zoo.PCHUNK_PAGE)
+    assert chunk.name == "paged16 chunk 2k of 1x16k, 4/2 d8" and not chunk.memory_bound
+    assert zoo.summary_kind(chunk) == zoo.summary_kind(row) == zoo.SUMMARY_KINDS[-1]
+    assert zoo.peer_label(row, "cudnn") == "cudnn (contiguous)" and zoo.peer_label(row, "fa4") == "fa4"
 
 
 def test_model_features_reach_the_shape():
