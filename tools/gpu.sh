@@ -17,6 +17,12 @@ Here (the development machine):
                         .device/ (+ hiredis, redis-server); carry ".device" in the device call.
                         --base DIR also packs DIR/fa4jit as .device/fa4jit_base (a build of the
                         commit to compare against, for `ab`).
+  peers-pack [MIB]      the peers' files (FA4: .fa4/ of ../shared/bench/fa4_peer.sh prepare; FlashInfer,
+                        if prepared: .fi/ of flashinfer_peer.sh prepare) cut into .stage/cN/ of MIB
+                        (default 50) each: every device call carries the working tree too, and no call
+                        more than 64 MiB. Then, back to back (the machine goes back after 30 s idle),
+                        one call per folder: carry [".stage/cN"], run `tools/gpu.sh peers-stage`; the
+                        last one unpacks FA4 into $HOME/fa4site and FlashInfer into $HOME/fisite.
 On the GPU machine (repository root, .device carried):
   info                  GPU, driver, commit, `fa4jit info`, one `fa4jit check` (the build runs here)
   tests [FILTER ...]    fa4jit_tests, the filters side by side, each in SHARDS (4) gtest shards that
@@ -45,12 +51,13 @@ On the GPU machine (repository root, .device carried):
                         kvfp8 (FP8 KV caches, sm_90a and sm_90: packed decode, the persistent
                         walk with pages and varlen), window (sm_90a's windowed prefill at d64 and
                         d96: a small window's 64-row tile, the persistent and dynamic walks); default: prefill decode
+  peers-stage           this call's .stage/cN (peers-pack) into $HOME/stage; once every part is there,
+                        FA4 and FlashInfer installed (FA4_SITE, FI_SITE: zoo and profile find them)
   zoo [ARGS]            the benchmark zoo (bench/zoo.py ARGS, e.g. --rows decode --models llama3_8b):
                         fa4jit through its Python op and every peer (cuDNN, FA2, FlexAttention, and
-                        FlashAttention-4 when FA4_SITE is set: ../shared/bench/fa4_peer.sh stage A in
-                        the call before, then `source .fa4/small/stage_b.sh` in this one; FlashInfer
-                        on the MLA, paged and varlen rows when FI_SITE is set: the stages of
-                        ../shared/bench/flashinfer_peer.sh in the calls before) in one
+                        FlashAttention-4 when FA4_SITE is set or peers-stage installed it; FlashInfer
+                        on the MLA, paged, varlen and paged prefill rows when FI_SITE is set or
+                        peers-stage installed it) in one
                         process at steady state; fa4jit from .whl/ if carried, else python/ over
                         .device/libfa4jit.so.0; BENCH_LIMIT (570)
   ab [A B]              two fa4jit arms on the same rows, no peers, ABBA passes; an arm is
@@ -438,7 +445,7 @@ py_env() {  # fa4jit importable in this shell: the wheel in .whl/ if carried, el
 
 zoo() {  # the benchmark zoo (bench/zoo.py): fa4jit and its peers in this one process, at steady state
   py_env
-  [[ -n ${FA4_SITE:-} ]] || echo "zoo: FA4_SITE unset: FlashAttention-4 is not a peer (source .fa4/small/stage_b.sh after stage A)"
+  peer_sites
   local name=${ZOO_NAME:-zoo}  # several zoo runs in one call: ZOO_NAME names each one's files
   timeout "${BENCH_LIMIT:-570}" python3 bench/zoo.py --out "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1 || fail=1
   grep -v "^[a-z].*: fa4jit .* ms, best" "$OUT/$name.log" | tail -150
@@ -567,6 +574,7 @@ stall_metrics() {  # warp stall reasons, cycles per issued instruction (WarpStat
 
 profile() {
   need
+  peer_sites
   local what=${1:-} py args B H S D SQ SK shape
   py=$(sdpa_call)
   local sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
@@ -649,6 +657,79 @@ sweep() {  # each line of FILE: <FA4JIT_TUNE or -> <config json> <bench flags...
   done < "${1:-bench/sweep.txt}"
 }
 
+# The peers reach the GPU machine in parts: FA4's CUDA 13 DSL library (~61 MiB packed) and FlashInfer's
+# wheel (~60 MiB) each pass the 64 MiB a call carries once the working tree travels beside them.
+# peers-pack (here) puts every file of the two recipes in one stream cut into .stage/cN/part;
+# peers-stage (there, one call per part, back to back) gathers the parts in $HOME/stage and, with the
+# last, unpacks them (the recipes' stage steps).
+PEER_HOME=${HOME:-/root}
+peers_pack() {
+  local mib=${1:-50} whl=() parts names=() n=0 f
+  [[ -f .fa4/big/cu13.tar.xz && -d .fa4/small ]] || { echo "peers-pack: no .fa4/ (bash ../shared/bench/fa4_peer.sh prepare)"; exit 2; }
+  set +f; whl=(.fi/a/flashinfer_python-*.whl); set -f
+  rm -rf .stage && mkdir -p .stage/tmp
+  tar -C .fa4 -cf .stage/tmp/fa4small.tar small
+  names=(cu13.tar.xz fa4small.tar)
+  parts=(.fa4/big/cu13.tar.xz .stage/tmp/fa4small.tar)
+  if [[ -f ${whl[0]} && -d .fi/b ]]; then
+    tar -C .fi -cf .stage/tmp/fib.tar b
+    names+=("$(basename "${whl[0]}")" fib.tar); parts+=("${whl[0]}" .stage/tmp/fib.tar)
+  else
+    echo "peers-pack: no .fi/ (bash ../shared/bench/flashinfer_peer.sh prepare): FA4 only"
+  fi
+  for f in "${!parts[@]}"; do echo "${names[$f]} $(stat -c %s "${parts[$f]}")"; done > .stage/tmp/manifest
+  cat "${parts[@]}" | split -b "${mib}M" -d -a 2 - .stage/tmp/part
+  set +f
+  for f in .stage/tmp/part*; do
+    mkdir -p ".stage/c$n" && mv "$f" ".stage/c$n/" && cp .stage/tmp/manifest ".stage/c$n/"
+    n=$((n + 1))
+  done
+  for f in .stage/c*/; do echo "$n" > "${f}count"; done
+  set -f
+  rm -rf .stage/tmp
+  grep -qx '/.stage/' .git/info/exclude 2>/dev/null || echo "peers-pack: add /.stage/ to .git/info/exclude"
+  echo "peers-pack: $n calls, back to back, each: carry [\".stage/cK\"], command tools/gpu.sh peers-stage (K = 0..$((n - 1)))"
+}
+
+peers_stage() {
+  local dir f want have name size at=0
+  set +f  # globs below are the shell's (the script's set -f is for gtest filters)
+  dir=(.stage/c*)
+  [[ -d ${dir[0]} ]] || { echo "peers-stage: no .stage/cN carried (tools/gpu.sh peers-pack here)"; exit 2; }
+  mkdir -p "$PEER_HOME/stage"
+  for f in "${dir[@]}"; do cp "$f"/part* "$f"/manifest "$f"/count "$PEER_HOME/stage/"; done
+  want=$(cat "$PEER_HOME/stage/count")
+  have=$(ls "$PEER_HOME"/stage/part* | wc -l)
+  echo "peers-stage: $have of $want parts on this machine"
+  (( have == want )) || return 0
+  cd "$PEER_HOME/stage" || exit 1
+  cat part* > stream
+  while read -r name size; do  # the manifest's files, in the stream's order
+    tail -c +$((at + 1)) stream | head -c "$size" > "$name"
+    at=$((at + size))
+  done < manifest
+  rm -rf "$PEER_HOME/fa4_cu13" "$PEER_HOME/fa4site" "$PEER_HOME/fisite" small b && mkdir -p "$PEER_HOME/fa4_cu13"
+  tar -xJf cu13.tar.xz -C "$PEER_HOME/fa4_cu13" && tar -xf fa4small.tar || { echo "peers-stage: FA4 unpack failed"; exit 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$PEER_HOME/fa4site" small/*.whl &&
+    cp -r "$PEER_HOME/fa4_cu13"/. "$PEER_HOME/fa4site"/ && echo "peers-stage: FA4 in $PEER_HOME/fa4site"
+  if [[ -f fib.tar ]]; then  # FlashInfer beside FA4's DSL libraries (flashinfer_peer.sh's stages 1-3)
+    tar -xf fib.tar
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$PEER_HOME/fisite" flashinfer_python-*.whl &&
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PEER_HOME/fisite" b/*.whl \
+        small/apache_tvm_ffi*.whl small/nvidia_cutlass_dsl-*.whl small/nvidia_cutlass_dsl_libs_base*.whl \
+        small/nvidia_cutlass_dsl_libs_core*.whl &&
+      cp -r "$PEER_HOME/fa4_cu13"/. "$PEER_HOME/fisite"/ && echo "peers-stage: FlashInfer in $PEER_HOME/fisite"
+  fi
+  rm -f stream part*
+}
+
+# FA4_SITE / FI_SITE from peers-stage's installs where the caller set none.
+peer_sites() {
+  [[ -z ${FA4_SITE:-} && -d $PEER_HOME/fa4site/flash_attn ]] && export FA4_SITE=$PEER_HOME/fa4site
+  [[ -z ${FI_SITE:-} && -d $PEER_HOME/fisite/flashinfer ]] && export FI_SITE=$PEER_HOME/fisite MAX_JOBS=${MAX_JOBS:-16}
+  [[ -n ${FA4_SITE:-} ]] || echo "gpu.sh: FA4_SITE unset: FlashAttention-4 is not a peer (tools/gpu.sh peers-pack, peers-stage)"
+}
+
 stage() {  # NAME COMMAND...: runs it and says how long it took
   local name=$1 start=$SECONDS
   shift
@@ -662,6 +743,8 @@ verb=${1:-}
 shift || true
 case $verb in
   pack) pack "$@"; exit $? ;;
+  peers-pack) peers_pack "$@"; exit $? ;;
+  peers-stage) peers_stage; exit $? ;;
   -h|--help|help|"") usage; [[ -n $verb ]]; exit $? ;;
 esac
 mkdir -p "$OUT"
