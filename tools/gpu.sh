@@ -663,6 +663,7 @@ sweep() {  # each line of FILE: <FA4JIT_TUNE or -> <config json> <bench flags...
 # peers-stage (there, one call per part, back to back) gathers the parts in $HOME/stage and, with the
 # last, unpacks them (the recipes' stage steps).
 PEER_HOME=${HOME:-/root}
+PEER_PIP=${PEER_PIP:-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir}  # tools/gpu_sh_test.sh: a stand-in
 peers_pack() {
   local mib=${1:-50} whl=() parts names=() n=0 f
   [[ -f .fa4/big/cu13.tar.xz && -d .fa4/small ]] || { echo "peers-pack: no .fa4/ (bash ../shared/bench/fa4_peer.sh prepare)"; exit 2; }
@@ -710,12 +711,12 @@ peers_stage() {
   done < manifest
   rm -rf "$PEER_HOME/fa4_cu13" "$PEER_HOME/fa4site" "$PEER_HOME/fisite" small b && mkdir -p "$PEER_HOME/fa4_cu13"
   tar -xJf cu13.tar.xz -C "$PEER_HOME/fa4_cu13" && tar -xf fa4small.tar || { echo "peers-stage: FA4 unpack failed"; exit 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$PEER_HOME/fa4site" small/*.whl &&
+  $PEER_PIP --target "$PEER_HOME/fa4site" small/*.whl &&
     cp -r "$PEER_HOME/fa4_cu13"/. "$PEER_HOME/fa4site"/ && echo "peers-stage: FA4 in $PEER_HOME/fa4site"
   if [[ -f fib.tar ]]; then  # FlashInfer beside FA4's DSL libraries (flashinfer_peer.sh's stages 1-3)
     tar -xf fib.tar
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$PEER_HOME/fisite" flashinfer_python-*.whl &&
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PEER_HOME/fisite" b/*.whl \
+    $PEER_PIP --target "$PEER_HOME/fisite" flashinfer_python-*.whl &&
+      $PEER_PIP --upgrade --target "$PEER_HOME/fisite" b/*.whl \
         small/apache_tvm_ffi*.whl small/nvidia_cutlass_dsl-*.whl small/nvidia_cutlass_dsl_libs_base*.whl \
         small/nvidia_cutlass_dsl_libs_core*.whl &&
       cp -r "$PEER_HOME/fa4_cu13"/. "$PEER_HOME/fisite"/ && echo "peers-stage: FlashInfer in $PEER_HOME/fisite"

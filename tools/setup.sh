@@ -4,7 +4,7 @@
 # Arguments: further Debian packages a caller needs (tools/fuzz.sh: clang).
 set -euo pipefail
 pkgs=(python3-pip cmake ninja-build g++ pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev
-      libhiredis-dev redis-server python3-jsonschema clang-format "$@")
+      libhiredis-dev redis-server python3-jsonschema clang-format xz-utils "$@")
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
