@@ -26,6 +26,7 @@ cannot run the row. ``data`` holds the row's tensors in fa4jit's (B, S, H, D) la
   The other peers have no latent-cache form and skip the MLA rows.
 """
 import importlib
+import itertools
 import os
 
 
@@ -253,7 +254,7 @@ def _fi_pages(row, data):
         tables = [torch.arange(row.B, dtype=torch.int32, device=dev)]
         cache = lambda i: (rot(data["k_bf16"], i), rot(data["v_bf16"], i))  # noqa: E731
     i32 = dict(dtype=torch.int32, device=dev)
-    indptr = torch.tensor([0] + [sum(counts[:b + 1]) for b in range(len(counts))], **i32)
+    indptr = torch.tensor(list(itertools.accumulate(counts, initial=0)), **i32)
     last = torch.tensor([k - (c - 1) * page for (_, k), c in zip(row.seqs(), counts)], **i32)
     return page, tables, indptr, last, cache
 
@@ -278,8 +279,8 @@ def _flashinfer_paged(row, data):
             w.plan(indptr, table, last, sh.Hq, sh.Hkv, sh.D, page, **dtypes, **feats)
         modes = (False, True)
     else:
-        qs = [q for q, _ in row.seqs()]
-        qo_indptr = torch.tensor([0] + [sum(qs[:b + 1]) for b in range(len(qs))], dtype=torch.int32, device=dev)
+        qo = itertools.accumulate((q for q, _ in row.seqs()), initial=0)
+        qo_indptr = torch.tensor(list(qo), dtype=torch.int32, device=dev)
 
         def make(_):
             return fi.BatchPrefillWithPagedKVCacheWrapper(work, "NHD")

@@ -33,6 +33,7 @@ what a user would otherwise run.
 import argparse
 import collections
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -363,10 +364,8 @@ def make_data(row, sets):
             d["k_bf16"] = [rnd(tk, sh.Hkv, sh.D) for _ in range(sets)]
             d["v_bf16"] = [rnd(tk, sh.Hkv, sh.dv) for _ in range(sets)]
         for name, col in (("cu_q", 0), ("cu_k", 1)):
-            cu = [0]
-            for pair in row.lens:
-                cu.append(cu[-1] + pair[col])
-            d[name] = torch.tensor(cu, dtype=torch.int32, device=dev)
+            cu = itertools.accumulate((pair[col] for pair in row.lens), initial=0)
+            d[name] = torch.tensor(list(cu), dtype=torch.int32, device=dev)
     else:
         d["q"] = [rnd(row.B, row.Sq, sh.Hq, sh.D) for _ in range(sets)]
         d["k_bf16"] = [rnd(row.B, row.Sk, sh.Hkv, sh.D) for _ in range(sets)]
@@ -410,7 +409,7 @@ def _paged_lens(row, d, sets):
     sh, dev = row.shape, d["q"][0].device
     counts = [-(-k // row.page) for _, k in row.lens]
     n, width = sum(counts), max(counts)
-    starts = [sum(counts[:b]) for b in range(len(counts))]
+    first = list(itertools.accumulate(counts[:-1], initial=0))  # each sequence's first page
     d["k_pages_bf16"] = torch.randn(sets * n, row.page, sh.Hkv, sh.D, device=dev, dtype=torch.bfloat16)
     d["v_pages_bf16"] = torch.randn(sets * n, row.page, sh.Hkv, sh.dv, device=dev, dtype=torch.bfloat16)
     perm = torch.randperm(n, device=dev, dtype=torch.int64)
@@ -418,7 +417,7 @@ def _paged_lens(row, d, sets):
     cols = torch.arange(width, device=dev)
     for s in range(sets):
         order = perm + s * n
-        table = torch.stack([order[a + cols.clamp(max=c - 1)] for a, c in zip(starts, counts)])
+        table = torch.stack([order[a + cols.clamp(max=c - 1)] for a, c in zip(first, counts)])
         d["page_table"].append(table.to(torch.int32).contiguous())
         for name in ("k", "v"):
             pool = d[f"{name}_pages_bf16"]
