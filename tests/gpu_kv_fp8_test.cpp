@@ -76,34 +76,58 @@ TEST(GpuKvFp8, PackedGqaDecodeMatchesReference) {
 }
 
 // Pages no TMA box takes (1 and 3) of an FP8 cache in the packed decode tile, where sm_90a's
-// producer warp gathers alone by lane pairs (gather.cuh copy_own): under causal (the lean producer)
-// and under a mask whose tile walk skips (a custom snippet beside causal), with a one-key sequence,
-// partial last tiles and split-KV.
+// producer warp gathers alone by lane pairs (gather.cuh copy_own; head dim 96: 96 real bytes of
+// each 128-byte row, the rest zero-filled): under causal (the lean producer) and under a mask whose
+// tile walk skips (a custom snippet beside causal), with a one-key sequence, partial last tiles and
+// split-KV.
 TEST(GpuKvFp8, GatheredPagesMatchReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<int> keys = {2100, 1, 777};
   for (const std::string& arch : archs())
-    for (bool skipping : {false, true}) {
-      jit::FA4Config cfg = kv_fp8_config(
-          arch, 128, DType::bf16,
-          skipping ? Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}) : Mask::causal());
-      cfg.group = 4;
-      cfg.pack_gqa = true;
-      const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
-      for (int sq : {1, 5})
-        for (int page : {1, 3}) {
-          CheckCase c = gqa_case(sq, keys[0], /*batch=*/3);
-          c.seqlens_k = keys;
-          c.page_size = page;
-          c.num_splits = page == 3 ? 3 : 0;
-          if (skipping)
-            c.custom_visible = [&keys, sq](int b, int h, int q, int k) {
-              return k <= q + keys[b] - sq && (k + h) % 5 != 0;
-            };
-          check_case(*kernel, c,
-                     fmt::format("packed GQA 4 {} Sq {} Sk 2100/1/777 page {} splits {}",
-                                 skipping ? "causal + snippet" : "causal", sq, page, c.num_splits));
-        }
+    for (int depth : {128, 96})
+      for (bool skipping : {false, true}) {
+        if (depth == 96 && skipping) continue;  // 96: its padded rows under causal
+        jit::FA4Config cfg = kv_fp8_config(
+            arch, depth, depth == 96 ? DType::fp16 : DType::bf16,
+            skipping ? Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}) : Mask::causal());
+        cfg.group = 4;
+        cfg.pack_gqa = true;
+        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+        for (int sq : {1, 5})
+          for (int page : {1, 3}) {
+            CheckCase c = gqa_case(sq, keys[0], /*batch=*/3);
+            c.seqlens_k = keys;
+            c.page_size = page;
+            c.num_splits = page == 3 ? 3 : 0;
+            if (skipping)
+              c.custom_visible = [&keys, sq](int b, int h, int q, int k) {
+                return k <= q + keys[b] - sq && (k + h) % 5 != 0;
+              };
+            check_case(*kernel, c,
+                       fmt::format("packed GQA 4 {} Sq {} Sk 2100/1/777 page {} splits {}",
+                                   skipping ? "causal + snippet" : "causal", sq, page, c.num_splits));
+          }
+      }
+}
+
+// Prefill over pages no TMA box takes: the prefill producer's warp gathers alone, in row
+// groups (gather.cuh GatherTile::copy), into the e4m3 stages its converters read; head dims 128, 96
+// and 64 (real bytes 128, 96 and 64 of 128-byte rows). Partial last tiles (zero-filled rows past the
+// keys), split-KV, and a page size that is no power of two.
+TEST(GpuKvFp8, GatheredPagesPrefillMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& arch : archs())
+    for (int depth : {128, 96, 64}) {
+      const auto kernel =
+          jit::get_kernel(kv_fp8_config(arch, depth, depth == 96 ? DType::fp16 : DType::bf16, Mask::causal()),
+                          jit::testing::env_tune());
+      for (int page : {1, 3}) {
+        CheckCase c = gqa_case(300, 517, /*batch=*/3);
+        c.seqlens_k = {517, 300, 301};
+        c.page_size = page;
+        c.num_splits = page == 3 && depth == 128 ? 2 : 0;
+        check_case(*kernel, c, fmt::format("causal Sq 300 Sk 517/300/301 page {} splits {}", page, c.num_splits));
+      }
     }
 }
 

@@ -301,7 +301,8 @@ sanitize() {
           'causal --batch 3 --heads 8 --kv-heads 2 --seqlen-q 1 --seqlens-k 900 64 333 --page-size 16 --pack-gqa --splits 3')
         san_masks "" '"depth":512' "${cases[@]}" ;;
       gather)  # pages no TMA box takes (page 1, 3): the producer warp's cp.async gather, on sm_90a (MLA's
-        # latent rows of 16 bits and of e4m3 too; the persistent walks of head dims 256, (192, 128), 512)
+        # latent rows of 16 bits and of e4m3 too; the persistent walks of head dims 256, (192, 128), 512;
+        # an FP8 KV cache's decode and prefill)
         local cases=(
           '{"depth":128,"mask":"causal"}|--batch 2 --heads 4 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
           '{"depth":256,"mask":"causal"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
@@ -309,6 +310,7 @@ sanitize() {
           '{"depth":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 4 --seqlen-q 300 --seqlens-k 333 300 --page-size 1'
           '{"depth":128,"mask":"causal","group":7,"pack_gqa":true}|--batch 3 --heads 14 --seqlen-q 5 --seqlens-k 900 1 333 --page-size 3 --splits 3'
           '{"depth":128,"mask":"causal","group":8,"pack_gqa":true,"kv_dtype":"e4m3"}|--batch 2 --heads 16 --seqlen-q 1 --seqlens-k 700 64 --page-size 1'
+          '{"depth":128,"mask":"causal","kv_dtype":"e4m3"}|--batch 2 --heads 4 --kv-heads 2 --seqlen-q 300 --seqlens-k 300 517 --page-size 1'
           '{"depth":576,"depth_v":512,"mask":"causal"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa'
           '{"depth":576,"depth_v":512,"mask":"causal","kv_dtype":"e4m3"}|--batch 2 --heads 16 --kv-heads 1 --seqlen-q 2 --seqlens-k 300 65 --page-size 1 --pack-gqa --splits 3')
         san_cases sm_90a "${cases[@]}" ;;
