@@ -39,6 +39,10 @@ jit::FA4Config kv_fp8_config(const std::string& arch, int depth, DType dtype = D
   return c;
 }
 
+// The Q / output type beside the e4m3 cache: fp16 at head dim 96, bf16 elsewhere (both 16-bit
+// types meet the converters).
+DType q_dtype(int depth) { return depth == 96 ? DType::fp16 : DType::bf16; }
+
 // Runs, prints the measured errors, and applies the 16-bit rule (CheckResult::dtype is the Q type).
 void check_case(const jit::Kernel& kernel, const CheckCase& c, const std::string& what) {
   const jit::FA4Config& k = kernel.config().config;
@@ -83,31 +87,33 @@ TEST(GpuKvFp8, PackedGqaDecodeMatchesReference) {
 TEST(GpuKvFp8, GatheredPagesMatchReference) {
   SKIP_WITHOUT_GPU();
   const std::vector<int> keys = {2100, 1, 777};
+  struct Variant {
+    int depth;
+    bool skipping;  // a custom snippet beside causal: a tile walk that skips (not at 96: its padded rows under causal)
+  };
   for (const std::string& arch : archs())
-    for (int depth : {128, 96})
-      for (bool skipping : {false, true}) {
-        if (depth == 96 && skipping) continue;  // 96: its padded rows under causal
-        jit::FA4Config cfg = kv_fp8_config(
-            arch, depth, depth == 96 ? DType::fp16 : DType::bf16,
-            skipping ? Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}) : Mask::causal());
-        cfg.group = 4;
-        cfg.pack_gqa = true;
-        const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
-        for (int sq : {1, 5})
-          for (int page : {1, 3}) {
-            CheckCase c = gqa_case(sq, keys[0], /*batch=*/3);
-            c.seqlens_k = keys;
-            c.page_size = page;
-            c.num_splits = page == 3 ? 3 : 0;
-            if (skipping)
-              c.custom_visible = [&keys, sq](int b, int h, int q, int k) {
-                return k <= q + keys[b] - sq && (k + h) % 5 != 0;
-              };
-            check_case(*kernel, c,
-                       fmt::format("packed GQA 4 {} Sq {} Sk 2100/1/777 page {} splits {}",
-                                   skipping ? "causal + snippet" : "causal", sq, page, c.num_splits));
-          }
-      }
+    for (const auto& [depth, skipping] : {Variant{128, false}, Variant{128, true}, Variant{96, false}}) {
+      jit::FA4Config cfg = kv_fp8_config(
+          arch, depth, q_dtype(depth),
+          skipping ? Mask::all_of({Mask::causal(), Mask::custom("return (kv_idx + h) % 5 != 0;")}) : Mask::causal());
+      cfg.group = 4;
+      cfg.pack_gqa = true;
+      const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
+      for (int sq : {1, 5})
+        for (int page : {1, 3}) {
+          CheckCase c = gqa_case(sq, keys[0], /*batch=*/3);
+          c.seqlens_k = keys;
+          c.page_size = page;
+          c.num_splits = page == 3 ? 3 : 0;
+          if (skipping)
+            c.custom_visible = [&keys, sq](int b, int h, int q, int k) {
+              return k <= q + keys[b] - sq && (k + h) % 5 != 0;
+            };
+          check_case(*kernel, c,
+                     fmt::format("packed GQA 4 {} Sq {} Sk 2100/1/777 page {} splits {}",
+                                 skipping ? "causal + snippet" : "causal", sq, page, c.num_splits));
+        }
+    }
 }
 
 // Prefill over pages no TMA box takes: the prefill producer's warp gathers alone, in row
@@ -119,8 +125,7 @@ TEST(GpuKvFp8, GatheredPagesPrefillMatchesReference) {
   for (const std::string& arch : archs())
     for (int depth : {128, 96, 64}) {
       const auto kernel =
-          jit::get_kernel(kv_fp8_config(arch, depth, depth == 96 ? DType::fp16 : DType::bf16, Mask::causal()),
-                          jit::testing::env_tune());
+          jit::get_kernel(kv_fp8_config(arch, depth, q_dtype(depth), Mask::causal()), jit::testing::env_tune());
       for (int page : {1, 3}) {
         CheckCase c = gqa_case(300, 517, /*batch=*/3);
         c.seqlens_k = {517, 300, 301};
@@ -142,8 +147,7 @@ TEST(GpuKvFp8, PrefillMatchesReference) {
   for (const std::string& arch : archs())
     for (int depth : {64, 96, 128})
       for (bool causal : {false, true}) {
-        jit::FA4Config cfg =
-            kv_fp8_config(arch, depth, depth == 96 ? DType::fp16 : DType::bf16, causal ? Mask::causal() : Mask::none());
+        jit::FA4Config cfg = kv_fp8_config(arch, depth, q_dtype(depth), causal ? Mask::causal() : Mask::none());
         const auto kernel = jit::get_kernel(cfg, jit::testing::env_tune());
         for (const Shape& s : shapes)
           for (int group : {1, 4}) {
