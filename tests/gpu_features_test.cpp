@@ -92,7 +92,7 @@ TEST(GpuFeatures, PagedKvMatchesContiguous) {
       for (const char* tune : {"", "persistent=0"}) {
         if (*tune && arch != "sm_90a") continue;
         const auto kernel = jit::get_kernel(config(arch, depth, Mask::causal()), jit::testing::tuned(tune));
-        for (int page : {16, 48, 64, 256}) {
+        for (int page : {16, 32, 48, 64, 256}) {
           CheckCase c = heads(8, 2);
           c.batch = 3;
           c.seqlen_q = 33;

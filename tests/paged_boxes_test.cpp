@@ -1,5 +1,6 @@
 // PagedBoxes (common/paged_boxes.h): the TMA boxes of a paged KV tile, stepped page by page from one
-// division per tile (sm90a and sm100a load.cuh). Compiled here by the host compiler exactly as the
+// division per tile (sm90a and sm100a load.cuh), and whole_page_index, sm90a's shortcut where each
+// page is one box. Compiled here by the host compiler exactly as the
 // kernels compile it, with the box rows the host's launch rule picks (BackendPolicy::paged_kv_box_rows)
 // for the tile widths the TMA kernels resolve, and checked box by box against the division it replaced.
 #include <gtest/gtest.h>
@@ -38,7 +39,7 @@ TEST(PagedBoxes, EveryBoxSitsInOnePageAtTheRowTheDivisionGives) {
       tma_config("sm_90a", 64, 0, jit::Mask::none()),      tma_config("sm_90a", 128, 0, jit::Mask::causal(), 7),
       tma_config("sm_90a", 576, 512, jit::Mask::causal()), tma_config("sm_100a", 128, 0, jit::Mask::causal()),
       tma_config("sm_100a", 192, 128, jit::Mask::causal())};
-  int walked = 0;
+  int walked = 0, whole_boxes = 0;
   for (const jit::FA4Config& c : configs) {
     const jit::ResolvedConfig rc = jit::resolve(c);
     const int bn = rc.config.BN;
@@ -59,19 +60,26 @@ TEST(PagedBoxes, EveryBoxSitsInOnePageAtTheRowTheDivisionGives) {
       p.max_pages = (40 * bn + page - 1) / page;  // a 40-tile sequence's row
       std::vector<int> pages(p.max_pages);
       for (int i = 0; i < p.max_pages; ++i) pages[i] = 1000 + 7 * i;
-      for (int n = 0; n < 41; ++n) {  // the last tile past the row: its boxes take the last entry
+      const bool whole = bn % page == 0;  // each page one box (sm90a's load_whole_pages)
+      for (int n = 0; n < 41; ++n) {      // the last tile past the row: its boxes take the last entry
         fa4::PagedBoxes box(p, n * bn);
         for (int r = 0; r < bn; r += box_rows, box.next(p)) {
           const int key = n * bn + r, index = key / page;
           ASSERT_EQ(box.index, index) << what << " key " << key;
           ASSERT_EQ(box.row, key % page) << what << " key " << key;
           ASSERT_EQ(box.page(p, pages.data()), pages[std::min(index, p.max_pages - 1)]) << what << " key " << key;
+          if (whole) {
+            ASSERT_EQ(box_rows, page) << what;
+            ASSERT_EQ(fa4::whole_page_index(n, bn / page, r / page), index) << what << " key " << key;
+            ++whole_boxes;
+          }
           ++walked;
         }
       }
     }
   }
-  EXPECT_GT(walked, 100000);  // every config walked boxes at many page sizes
+  EXPECT_GT(walked, 100000);     // every config walked boxes at many page sizes
+  EXPECT_GT(whole_boxes, 5000);  // and whole pages at each tile width's divisors
 }
 
 }  // namespace

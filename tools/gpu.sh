@@ -232,6 +232,7 @@ sanitize() {
           'causal --heads 4 --seqlens-q 300 0 129 --seqlens-k 300 50 700'
           'causal --batch 3 --heads 4 --seqlen-q 700 --seqlen-k 250'
           'causal --batch 3 --heads 4 --seqlen-q 300 --seqlens-k 900 64 333 --page-size 64'
+          'causal --batch 3 --heads 4 --seqlen-q 300 --seqlens-k 900 64 333 --page-size 16'
           'none --batch 3 --heads 4 --seqlen-q 300 --seqlens-k 900 64 333 --page-size 3')
         san_masks persistent=3 '"depth":128' "${cases[@]}" ;;
       depthv)  # V narrower than Q and K (depth 192, depth_v 128): every tile walk (causal's default: dynamic), varlen, paged, split, packed

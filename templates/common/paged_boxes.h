@@ -40,4 +40,9 @@ struct PagedBoxes {
   }
 };
 
+// Pages that are whole boxes (page_size divides the tile width BN; sm90a load.cuh load_whole_pages
+// for page sizes 16, 32 and 64): box i of tile n is entry n * (BN / page_size) + i from its row 0,
+// where PagedBoxes' walk lands without its division and per-box chain.
+FA4_HOST_DEVICE constexpr int whole_page_index(int n, int pages_per_tile, int i) { return n * pages_per_tile + i; }
+
 }  // namespace fa4

@@ -98,6 +98,59 @@ struct ChunkBars {
   __device__ __forceinline__ u64* of(int ch) const { return kPer == 0 || ch < kPer ? full : rest + (ch / kPer - 1); }
 };
 
+// Paged, each page one box (page sizes 16, 32 and 64 where kBN is a multiple: 16 is vLLM's
+// default): tile n's boxes are entries n * kBN / kPage onward of the sequence's page-table row
+// (whole_page_index), each from its page's row 0: no division and no per-box chain (PagedBoxes'
+// walk, a read and ~20 uniform instructions on each box's chain, held page 16 at 0.78-0.90x
+// contiguous: docs/PERF.md runs 127-128). K(n)'s stage fetches the tile's entries together into the
+// page ring (cp.async, one wait), V(n)'s reads them again; each box reads its entry from shared
+// memory just before it, so the 24-register producers hold one page number at a time (the entries
+// held in registers spilled 28-40 B there, run 128). Kernels without the page ring (the FP8 family,
+// MLA's persistent walk) hold them in registers where the producer has 32 or more; K stages in parts
+// and the rest keep PagedBoxes' walk. Order as the lean path's. Returns whether it loaded the tile
+// (p.page_size is kPage and kBN a multiple).
+template <int kPage, class Config, bool kV, int kChunks, L2Hint kHint, int kPer>
+__device__ __forceinline__ bool load_whole_pages(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
+                                                 unsigned char* dst, ChunkBars<kPer> bars, int n) {
+  using Sh = Shape<Config>;
+  // Staged: a K stage in parts re-reads each entry per part (MLA's d576 spilled 12 B at 24).
+  constexpr bool kStaged = Sh::kGathers && kPer == 0, kInRegisters = !Sh::kGathers && Sh::kProducerRegs >= 32;
+  if constexpr (Sh::kBN % kPage != 0 || !(kStaged || kInRegisters)) {
+    return false;
+  } else {
+    if (p.page_size != kPage) return false;
+    constexpr int kPages = Sh::kBN / kPage;
+    constexpr int kOuter = kPer > 0 ? kChunks : kPages, kInner = kPer > 0 ? kPages : kChunks;
+    auto issue = [&](auto&& page_of) {
+#pragma unroll
+      for (int x = 0; x < kOuter; ++x)
+#pragma unroll
+        for (int y = 0; y < kInner; ++y) {
+          const int i = kPer > 0 ? y : x, ch = kPer > 0 ? x : y;
+          tma_load_4d<kHint>(dst + ch * (Sh::kBN * Sh::kKvRowBytes) + i * kPage * Sh::kKvRowBytes, map, bars.of(ch),
+                             ch * Sh::kKvBlockElems, 0, c.kv_head, page_of(i));
+        }
+    };
+    if constexpr (kStaged) {  // the page ring (abi.h page_ring_bytes) is this kernel's
+      extern __shared__ __align__(1024) unsigned char fa4_smem[];
+      const u32 ring = smem_u32(fa4_smem) + SmemLayout<Config>::kPageRingOffset;
+      if constexpr (!kV || Sh::kVInK) {
+#pragma unroll
+        for (int i = 0; i < kPages; ++i) cp_async_4(ring + 4 * i, page_table_slot(p, c.pages, whole_page_index(n, kPages, i)));
+        cp_async_commit();
+        cp_async_wait<0>();
+      }
+      issue([&](int i) { return static_cast<int>(ld_shared_u32(ring + 4 * i)); });
+    } else {
+      int page[kPages];
+#pragma unroll
+      for (int i = 0; i < kPages; ++i) page[i] = *page_table_slot(p, c.pages, whole_page_index(n, kPages, i));
+      issue([&](int i) { return page[i]; });
+    }
+    return true;
+  }
+}
+
 // K or V tile n into one ring stage (dst: its first swizzle block; bars: its full barrier, or its parts').
 // Unpaged: one box of kBN rows per swizzle-row chunk of the depth. Paged: kBN / p.kv_box_rows boxes
 // per chunk, box i at i * kv_box_rows rows (kv_box_rows % 8 == 0: whole 8-row swizzle periods, 1024
@@ -108,7 +161,7 @@ struct ChunkBars {
 // kChunks: swizzle blocks per row (K's, or V's, which may be narrower: Shape::kVChunks).
 // kLean (lean_producer): the boxes' pages come read (TilePages); a stage in parts issues them part
 // by part (every page's blocks of part 0 first).
-template <class Config, bool kPaged, int kChunks, bool kLean, L2Hint kHint, int kPer>
+template <class Config, bool kPaged, bool kV, int kChunks, bool kLean, L2Hint kHint, int kPer>
 __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* map, const TmaCoords& c,
                                              unsigned char* dst, ChunkBars<kPer> bars, int n,
                                              const TilePages<Config, kLean>& pg) {
@@ -128,6 +181,10 @@ __device__ __forceinline__ void load_kv_tile(const FwdParams& p, const TmaDesc* 
       }
     }
   } else if (kPaged || (Sh::kPersistent && Sh::kRuntimeVariants && c.pages)) {
+    if (load_whole_pages<16, Config, kV, kChunks, kHint>(p, map, c, dst, bars, n) ||
+        load_whole_pages<32, Config, kV, kChunks, kHint>(p, map, c, dst, bars, n) ||
+        load_whole_pages<64, Config, kV, kChunks, kHint>(p, map, c, dst, bars, n))
+      return;
     TmaCoords::PagedBoxes box(p, n * Sh::kBN);
     for (int r = 0; r < Sh::kBN; r += p.kv_box_rows, box.next(p)) {
       const int page = box.page(p, c.pages);
@@ -166,7 +223,7 @@ __device__ __forceinline__ void load_kv_stage(const FwdParams& p, Ring& ring, co
 #pragma unroll
     for (int j = 0; j < kParts - 1; ++j) mbar_expect_tx(bars.rest + j, kBytes / kParts);
   }
-  load_kv_tile<Config, kPaged, kChunks, kLean, kv_l2_hint<Config, Mask>()>(p, map, c, ring_base + st.index() * kBytes, bars, n, pg);
+  load_kv_tile<Config, kPaged, kV, kChunks, kLean, kv_l2_hint<Config, Mask>()>(p, map, c, ring_base + st.index() * kBytes, bars, n, pg);
 }
 
 }  // namespace sm90a
