@@ -1,6 +1,6 @@
 // PagedBoxes (common/paged_boxes.h): the TMA boxes of a paged KV tile, stepped page by page from one
-// division per tile (sm90a and sm100a load.cuh), and whole_page_index, sm90a's shortcut where each
-// page is one box. Compiled here by the host compiler exactly as the
+// division per tile (sm90a and sm100a load.cuh), and whole_page_index / WholePages, the shortcut
+// where each page is one box. Compiled here by the host compiler exactly as the
 // kernels compile it, with the box rows the host's launch rule picks (BackendPolicy::paged_kv_box_rows)
 // for the tile widths the TMA kernels resolve, and checked box by box against the division it replaced.
 #include <gtest/gtest.h>
@@ -80,6 +80,44 @@ TEST(PagedBoxes, EveryBoxSitsInOnePageAtTheRowTheDivisionGives) {
   }
   EXPECT_GT(walked, 100000);     // every config walked boxes at many page sizes
   EXPECT_GT(whole_boxes, 5000);  // and whole pages at each tile width's divisors
+}
+
+// WholePages<kPage, kBN> (sm100a's TMA warp, sm90a's producers with registers for it) reads, for every
+// tile of a sequence and past its row, the entries PagedBoxes' walk reads, each box from row 0.
+template <int kPage, int kBN>
+void check_whole_pages(int& checked) {
+  if constexpr (kBN % kPage == 0) {
+    fa4::FwdParams p{};
+    p.page_size = kPage;
+    p.kv_box_rows = kPage;
+    p.max_pages = (40 * kBN + kPage - 1) / kPage;
+    std::vector<int> pages(p.max_pages);
+    for (int i = 0; i < p.max_pages; ++i) pages[i] = 3000 + 11 * i;
+    for (int n = 0; n < 41; ++n) {  // the last tile past the row
+      const auto whole = fa4::WholePages<kPage, kBN>::read(p, pages.data(), n);
+      fa4::PagedBoxes box(p, n * kBN);
+      for (int i = 0; i < fa4::WholePages<kPage, kBN>::kCount; ++i, box.next(p)) {
+        ASSERT_EQ(box.row, 0) << "page " << kPage << " BN " << kBN << " tile " << n << " box " << i;
+        ASSERT_EQ(whole.page[i], box.page(p, pages.data())) << "page " << kPage << " BN " << kBN << " tile " << n;
+        ++checked;
+      }
+    }
+  }
+}
+
+template <int... kBN>
+int check_widths() {
+  int checked = 0;
+  (check_whole_pages<16, kBN>(checked), ...);
+  (check_whole_pages<32, kBN>(checked), ...);
+  (check_whole_pages<64, kBN>(checked), ...);
+  return checked;
+}
+
+TEST(PagedBoxes, WholePagesReadTheEntriesTheWalkReads) {
+  // BN 32 (d512) to 256; a page that does not divide the width (32 at BN 80, 64 at 96, ...) is skipped.
+  const int checked = check_widths<32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 256>();
+  EXPECT_GT(checked, 3000);
 }
 
 }  // namespace

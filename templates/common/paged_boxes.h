@@ -41,8 +41,23 @@ struct PagedBoxes {
 };
 
 // Pages that are whole boxes (page_size divides the tile width BN; sm90a load.cuh load_whole_pages
-// for page sizes 16, 32 and 64): box i of tile n is entry n * (BN / page_size) + i from its row 0,
-// where PagedBoxes' walk lands without its division and per-box chain.
+// and sm100a load.cuh for page sizes 16, 32 and 64): box i of tile n is entry n * (BN / page_size) + i
+// from its row 0, where PagedBoxes' walk lands without its division and per-box chain.
 FA4_HOST_DEVICE constexpr int whole_page_index(int n, int pages_per_tile, int i) { return n * pages_per_tile + i; }
+
+// Tile n's page numbers where each page of kPage rows is one box of a kBN-row tile, read together
+// (the reads in flight at once, then the boxes back to back): for producers with registers to hold
+// them (sm90a's 24-register ones stage them in shared memory instead: load_whole_pages).
+template <int kPage, int kBN>
+struct WholePages {
+  static_assert(kPage > 0 && kBN % kPage == 0, "WholePages: each page one box of the tile");
+  static constexpr int kCount = kBN / kPage;
+  int page[kCount];
+  FA4_HOST_DEVICE static WholePages read(const FwdParams& p, const int* pages, int n) {
+    WholePages w;
+    for (int i = 0; i < kCount; ++i) w.page[i] = *page_table_slot(p, pages, whole_page_index(n, kCount, i));
+    return w;
+  }
+};
 
 }  // namespace fa4

@@ -12,6 +12,30 @@
 namespace fa4 {
 namespace sm100a {
 
+// Tile n's row boxes where each page of kPage rows is one box (kBN a multiple: page sizes 16, 32,
+// 64), their page numbers read together (common/paged_boxes.h WholePages), each box from its page's
+// row 0: no PagedBoxes walk, whose division and per-box chain bounded sm90a's paged prefill (docs/PERF.md
+// runs 127-129). False where the page size is another, and over an FP8 KV cache (its e4m3 stages
+// took the walk's page numbers in registers where one variant spilled 4 B: d128 fp16, a block snippet,
+// ALiBi, a packed group of 8). Arguments as load's load_rows.
+template <int kPage, class T>
+__device__ __forceinline__ bool load_whole_pages(const FwdParams& p, const TmaCoords& c, unsigned char* dst,
+                                                 const TmaDesc* map, u64* bar, int col0, int boxes, int n, int box_cols) {
+  if constexpr (T::kBN % kPage != 0 || T::kFp8KV) {
+    return false;
+  } else {
+    if (p.page_size != kPage) return false;
+    using Pages = WholePages<kPage, T::kBN>;
+    const Pages pages = Pages::read(p, c.pages, n);
+#pragma unroll
+    for (int i = 0; i < Pages::kCount; ++i)
+#pragma unroll
+      for (int b = 0; b < boxes; ++b)
+        tma_load_4d(dst + b * T::kBN * 128 + i * kPage * 128, map, bar, col0 + b * box_cols, 0, c.kv_head, pages.page[i]);
+    return true;
+  }
+}
+
 template <class Config, class Mask>
 __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
                                      BarriersOf<Config>& bars) {
@@ -38,18 +62,22 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
     }
   };
 
-  // kBN key rows from sequence row `row` into the 64-column boxes at dst + box * kBN * 128,
-  // for the `boxes` boxes starting at depth column col0. Paged: kBN / kv_box_rows row boxes per
-  // column box, each from its page (kv_box_rows divides page_size and kBN, so no box crosses a
-  // page and each lands on whole 1024-byte swizzle atoms). Unpaged: one box, as always.
+  // KV tile n's kBN key rows into the 64-column boxes at dst + box * kBN * 128, for the `boxes`
+  // boxes starting at depth column col0. Paged: kBN / kv_box_rows row boxes per column box, each
+  // from its page (kv_box_rows divides page_size and kBN, so no box crosses a page and each lands
+  // on whole 1024-byte swizzle atoms); pages that are whole boxes read their numbers together
+  // (load_whole_pages). Unpaged: one box, as always.
   // box_cols: elements per 128-byte box row (64 of 16 bits, 128 of e4m3).
-  auto load_rows = [&](unsigned char* dst, const TmaDesc* map, u64* bar, int col0, int boxes, int row,
+  auto load_rows = [&](unsigned char* dst, const TmaDesc* map, u64* bar, int col0, int boxes, int n,
                        int box_cols = T::kBox) {
+    const int row = n * T::kBN;
     if (c.pages == nullptr) {
 #pragma unroll
       for (int b = 0; b < boxes; ++b)
         tma_load_4d(dst + b * T::kBN * 128, map, bar, col0 + b * box_cols, c.kv_row0 + row, c.kv_head, c.kv_batch);
-    } else {
+    } else if (!load_whole_pages<16, T>(p, c, dst, map, bar, col0, boxes, n, box_cols) &&
+               !load_whole_pages<32, T>(p, c, dst, map, bar, col0, boxes, n, box_cols) &&
+               !load_whole_pages<64, T>(p, c, dst, map, bar, col0, boxes, n, box_cols)) {
       TmaCoords::PagedBoxes box(p, row);
 #pragma unroll 1
       for (int i = 0; i < T::kBN; i += p.kv_box_rows, box.next(p)) {
@@ -67,8 +95,8 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
     auto load_f8 = [&](const TmaDesc* map, int n) {
       auto st = f8_prod.acquire();
       st.expect_bytes(T::kF8StageBytes);
-      load_rows(smem + T::kF8Off + st.index() * T::kF8StageBytes, map, st.full_barrier(), 0, T::kDp / T::kBoxF8,
-                n * T::kBN, T::kBoxF8);
+      load_rows(smem + T::kF8Off + st.index() * T::kF8StageBytes, map, st.full_barrier(), 0, T::kDp / T::kBoxF8, n,
+                T::kBoxF8);
     };
     load_q(0);
     load_f8(&tma.k, n);
@@ -89,14 +117,13 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
         auto st = k_prod.acquire();
         st.expect_bytes(T::kKChunkBytes);
         load_rows(smem + T::kKOff + st.index() * T::kKChunkBytes, &tma.k, st.full_barrier(), ch * T::kBK0,
-                  T::kBK0 / T::kBox, n * T::kBN);
+                  T::kBK0 / T::kBox, n);
       }
     };
     auto load_v = [&](int n) {
       auto st = v_prod.acquire();
       st.expect_bytes(T::kVStageBytes);
-      load_rows(smem + T::kVOff + st.index() * T::kVStageBytes, &tma.v, st.full_barrier(), 0, T::kDpV / T::kBox,
-                n * T::kBN);
+      load_rows(smem + T::kVOff + st.index() * T::kVStageBytes, &tma.v, st.full_barrier(), 0, T::kDpV / T::kBox, n);
     };
     load_q(0);
     load_k(n);

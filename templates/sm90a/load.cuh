@@ -142,10 +142,8 @@ __device__ __forceinline__ bool load_whole_pages(const FwdParams& p, const TmaDe
       }
       issue([&](int i) { return static_cast<int>(ld_shared_u32(ring + 4 * i)); });
     } else {
-      int page[kPages];
-#pragma unroll
-      for (int i = 0; i < kPages; ++i) page[i] = *page_table_slot(p, c.pages, whole_page_index(n, kPages, i));
-      issue([&](int i) { return page[i]; });
+      const auto pages = WholePages<kPage, Sh::kBN>::read(p, c.pages, n);
+      issue([&](int i) { return pages.page[i]; });
     }
     return true;
   }
