@@ -47,15 +47,19 @@ FA4_HOST_DEVICE constexpr int whole_page_index(int n, int pages_per_tile, int i)
 
 // Tile n's page numbers where each page of kPage rows is one box of a kBN-row tile, read together
 // (the reads in flight at once, then the boxes back to back): for producers with registers to hold
-// them (sm90a's 24-register ones stage them in shared memory instead: load_whole_pages).
+// them (sm90a's 24-register ones stage them in shared memory instead: load_whole_pages, through
+// slot, box i's page-table entry).
 template <int kPage, int kBN>
 struct WholePages {
   static_assert(kPage > 0 && kBN % kPage == 0, "WholePages: each page one box of the tile");
   static constexpr int kCount = kBN / kPage;
   int page[kCount];
+  FA4_HOST_DEVICE static const int* slot(const FwdParams& p, const int* pages, int n, int i) {
+    return page_table_slot(p, pages, whole_page_index(n, kCount, i));
+  }
   FA4_HOST_DEVICE static WholePages read(const FwdParams& p, const int* pages, int n) {
     WholePages w;
-    for (int i = 0; i < kCount; ++i) w.page[i] = *page_table_slot(p, pages, whole_page_index(n, kCount, i));
+    for (int i = 0; i < kCount; ++i) w.page[i] = *slot(p, pages, n, i);
     return w;
   }
 };

@@ -119,7 +119,8 @@ __device__ __forceinline__ bool load_whole_pages(const FwdParams& p, const TmaDe
     return false;
   } else {
     if (p.page_size != kPage) return false;
-    constexpr int kPages = Sh::kBN / kPage;
+    using Pages = WholePages<kPage, Sh::kBN>;
+    constexpr int kPages = Pages::kCount;
     constexpr int kOuter = kPer > 0 ? kChunks : kPages, kInner = kPer > 0 ? kPages : kChunks;
     auto issue = [&](auto&& page_of) {
 #pragma unroll
@@ -136,13 +137,13 @@ __device__ __forceinline__ bool load_whole_pages(const FwdParams& p, const TmaDe
       const u32 ring = smem_u32(fa4_smem) + SmemLayout<Config>::kPageRingOffset;
       if constexpr (!kV || Sh::kVInK) {
 #pragma unroll
-        for (int i = 0; i < kPages; ++i) cp_async_4(ring + 4 * i, page_table_slot(p, c.pages, whole_page_index(n, kPages, i)));
+        for (int i = 0; i < kPages; ++i) cp_async_4(ring + 4 * i, Pages::slot(p, c.pages, n, i));
         cp_async_commit();
         cp_async_wait<0>();
       }
       issue([&](int i) { return static_cast<int>(ld_shared_u32(ring + 4 * i)); });
     } else {
-      const auto pages = WholePages<kPage, Sh::kBN>::read(p, c.pages, n);
+      const Pages pages = Pages::read(p, c.pages, n);
       issue([&](int i) { return pages.page[i]; });
     }
     return true;
