@@ -46,9 +46,10 @@ struct PagedBoxes {
 FA4_HOST_DEVICE constexpr int whole_page_index(int n, int pages_per_tile, int i) { return n * pages_per_tile + i; }
 
 // Tile n's page numbers where each page of kPage rows is one box of a kBN-row tile, read together
-// (the reads in flight at once, then the boxes back to back): for producers with registers to hold
-// them (sm90a's 24-register ones stage them in shared memory instead: load_whole_pages, through
-// slot, box i's page-table entry).
+// (the reads in flight at once, then the boxes back to back): sm100a's TMA warp. slot: box i's
+// page-table entry, which sm90a's load_whole_pages reads itself (into shared memory for its
+// 24-register producers; into a local array elsewhere, whose SASS read went through `read` differed
+// in its FP8 kernels from the GPU-tested build, run 129).
 template <int kPage, int kBN>
 struct WholePages {
   static_assert(kPage > 0 && kBN % kPage == 0, "WholePages: each page one box of the tile");

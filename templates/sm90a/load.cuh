@@ -143,8 +143,10 @@ __device__ __forceinline__ bool load_whole_pages(const FwdParams& p, const TmaDe
       }
       issue([&](int i) { return static_cast<int>(ld_shared_u32(ring + 4 * i)); });
     } else {
-      const Pages pages = Pages::read(p, c.pages, n);
-      issue([&](int i) { return pages.page[i]; });
+      int page[kPages];
+#pragma unroll
+      for (int i = 0; i < kPages; ++i) page[i] = *Pages::slot(p, c.pages, n, i);
+      issue([&](int i) { return page[i]; });
     }
     return true;
   }
