@@ -493,7 +493,7 @@ def check_against(ours, peer, tol=2e-2):
     return err, err <= tol
 
 
-def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False):
+def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False, layout_ab=False):
     import peers as P
     import torch
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -502,46 +502,39 @@ def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False):
     if one_set * sets * 2.5 > MAX_KV_GIB * (1 << 30):
         return {"skipped": f"K/V {row.kv_bytes() / 2**30:.0f} GiB with its copies passes {MAX_KV_GIB} GiB"}
     data = make_data(row, sets)
-    arms, errors = {}, {}
+    arms, errors, checks, ran = {}, {}, {}, []
     arms["fa4jit"] = fa4jit_arm(row, data)
     arms["fa4jit A/A"] = arms["fa4jit"]
-    checks = {}
-    for name in peers:
+
+    def add(name, make):
+        """Arm `name` (make() builds it) if it runs and computes what fa4jit's does: a fast kernel
+        that computes the wrong function must not enter the table."""
         try:
-            fn = P.PEERS[name](row, data)
+            fn = make()
         except Exception as e:  # noqa: BLE001 - Unsupported, or a peer failing on this row
             errors[name] = f"{type(e).__name__}: {e}"[:140]
-            continue
+            return
         err, ok = check_against(arms["fa4jit"], fn)
         checks[name] = round(err, 5)
         if not ok:
             errors[name] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
-            continue
+            return
         arms[name] = fn
-    if pack_ab and row.shape.Hq > row.shape.Hkv:  # --pack-ab: the automatic pack_gqa choice's two sides
-        peers = list(peers)
-        for name, pack in (("fa4jit packed", True), ("fa4jit unpacked", False)):
-            fn = fa4jit_arm(row, data, pack=pack)
-            err, ok = check_against(arms["fa4jit"], fn)  # checked as a peer is
-            checks[name] = round(err, 5)
-            if not ok:
-                errors[name] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
-                continue
-            arms[name] = fn
-            peers.append(name)
-    if row.kind == "mla8":  # the 16-bit latent kernel on a bf16 cache of the same values, checked as a peer is
-        peers = list(peers)
-        fn = fa4jit_arm(row, data, bf16_cache=True)
-        err, ok = check_against(arms["fa4jit"], fn)
-        checks["fa4jit bf16 cache"] = round(err, 5)
-        if ok:
-            arms["fa4jit bf16 cache"] = fn
-            peers.append("fa4jit bf16 cache")
-        else:
-            errors["fa4jit bf16 cache"] = f"outputs differ from fa4jit's by rel L2 {err:.3g}"
+        ran.append(name)
+
+    for name in peers:
+        add(name, lambda name=name: P.PEERS[name](row, data))
+    # fa4jit's own arms beside the peers (they count as peers in the table):
+    if pack_ab and row.shape.Hq > row.shape.Hkv and not row.latent:  # the automatic pack_gqa choice's two sides
+        add("fa4jit packed", lambda: fa4jit_arm(row, data, pack=True))
+        add("fa4jit unpacked", lambda: fa4jit_arm(row, data, pack=False))
+    if layout_ab and row.page and not row.latent:  # --layout-ab: paging's own cost, the same keys contiguous
+        add("fa4jit contiguous", lambda: fa4jit_arm(dataclasses.replace(row, page=0), data))
+    if row.kind == "mla8":  # the 16-bit latent kernel on a bf16 cache of the same values
+        add("fa4jit bf16 cache", lambda: fa4jit_arm(row, data, bf16_cache=True))
     out_bytes = 2 * row.shape.Hq * row.shape.dv * sum(q for q, _ in row.seqs())
     max_calls = int(min(400, max(8, (2 << 30) // out_bytes)))  # graph outputs stay under ~2 GiB
-    s = harness.measure_row(arms, nvml, "fa4jit", "fa4jit A/A", [p for p in peers if p in arms], rounds=rounds,
+    s = harness.measure_row(arms, nvml, "fa4jit", "fa4jit A/A", ran, rounds=rounds,
                             iters=iters, graph=graph, max_calls=max_calls)
     s.update({"errors": errors, "checks": checks, "sets": sets})
     del data, arms
@@ -1026,6 +1019,9 @@ def main(argv=None):
     ap.add_argument("--pack-ab", action="store_true",
                     help="GQA rows: two more fa4jit arms, pack_gqa forced on and off (the automatic choice's "
                          "evidence; they count as peers in the table)")
+    ap.add_argument("--layout-ab", action="store_true",
+                    help="paged rows: one more fa4jit arm on contiguous copies of the same keys (paging's own "
+                         "cost; it counts as a peer in the table)")
     ap.add_argument("--bias", action="store_true", help="show the thermal bias (idle vs steady state) and exit")
     ap.add_argument("--out", default="", help="write every number here as JSON")
     ap.add_argument("--flex", default="", metavar="MODS",
@@ -1099,7 +1095,8 @@ def main(argv=None):
             left.append(row)
             continue
         try:
-            s = run_row(row, nvml, peers, a.rounds, a.iters, graph=not a.no_graph, pack_ab=a.pack_ab)
+            s = run_row(row, nvml, peers, a.rounds, a.iters, graph=not a.no_graph, pack_ab=a.pack_ab,
+                        layout_ab=a.layout_ab)
         except Exception as e:  # noqa: BLE001 - one row's failure is reported, the run goes on
             torch.cuda.synchronize()
             s = {"arms": {"fa4jit": {"error": f"{type(e).__name__}: {e}"[:200]}}}

@@ -170,6 +170,47 @@ def test_a_row_whose_aa_reads_noisy_is_measured_again_once(monkeypatch):
     assert math.isnan(harness.aa_deviation({})) and harness.aa_deviation(s) == pytest.approx(0.05)
 
 
+def test_run_row_times_only_arms_that_run_and_compute_fa4jits_function(monkeypatch):
+    """zoo.run_row: a peer that fails or computes another function, and fa4jit's own extra arms alike
+    (--layout-ab's contiguous layout of a paged row's keys), stay out of the timed arms, each with its
+    reason; the timed ones are checked against fa4jit's output first."""
+    import types
+    import torch
+    import peers
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=50 << 20))
+    monkeypatch.setattr(zoo, "make_data", lambda row, sets: {})
+    built = []
+
+    def fake_arm(row, data, pack=None, bf16_cache=False):
+        built.append((row.page, pack))
+        return lambda i: torch.ones(4)
+
+    def broken(row, data):
+        raise RuntimeError("no kernel for this row")
+    monkeypatch.setattr(zoo, "fa4jit_arm", fake_arm)
+    monkeypatch.setattr(peers, "PEERS", {"same": lambda r, d: (lambda i: torch.ones(4)),
+                                         "other": lambda r, d: (lambda i: torch.full((4,), 2.0)), "broken": broken})
+    timed = {}
+
+    def fake_measure(arms, nvml, ours, aa, ran, **kw):
+        timed.update(arms=sorted(arms), ran=list(ran))
+        return {}
+    monkeypatch.setattr(harness, "measure_row", fake_measure)
+    row = next(r for r in zoo.zoo(["llama3_8b"], ["paged"])[0] if r.page == 16 and r.B == 32 and r.Sk == 4096)
+    s = zoo.run_row(row, None, ["same", "other", "broken"], 3, 20, layout_ab=True)
+    assert timed["ran"] == ["same", "fa4jit contiguous"]
+    assert timed["arms"] == ["fa4jit", "fa4jit A/A", "fa4jit contiguous", "same"]
+    assert built == [(16, None), (0, None)]  # the contiguous arm: the same row, page 0
+    assert "rel L2" in s["errors"]["other"] and "no kernel for this row" in s["errors"]["broken"]
+    assert s["checks"] == {"same": 0.0, "other": 0.5, "fa4jit contiguous": 0.0}
+    # Without --layout-ab, or on a row that is not paged, no such arm.
+    built.clear()
+    zoo.run_row(row, None, ["same"], 3, 20)
+    contiguous = next(r for r in zoo.zoo(["llama3_8b"], ["decode"])[0] if r.B == 32 and r.Sk == 4096)
+    zoo.run_row(contiguous, None, ["same"], 3, 20, layout_ab=True)
+    assert built == [(16, None), (0, None)] and timed["ran"] == ["same"]
+
+
 def test_an_arm_failing_in_one_round_does_not_count_as_run():
     rounds = rounds_of([1.0, 1.0], [1.0, 1.0], {"cudnn": [0.5, None]})
     s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn"])
