@@ -277,6 +277,35 @@ TEST(Compile, HopperGatheringKernelsArriveFromTheirCopies) {
 // hint exactly in the decode kernels and MLA's (load.cuh kv_l2_hint), which read each KV head's keys
 // once, and keeps them spill-free; prefill's tiles re-read theirs from L2, and a decode kernel whose
 // walk classifies tiles (a block snippet) has no registers for the policy.
+// The decode kernels' lean producer (sm90a load.cuh lean_producer: 56 registers) holds two KV tiles'
+// page numbers (PageQueue: kBN / 8 each, 32 at kBN 128) beside its TMA state: every head dim it
+// serves, the wide tile and an FP8 KV cache's kernel compile without spills.
+TEST(Compile, HopperLeanDecodeProducersHoldTwoTilesOfPagesWithoutSpills) {
+  struct Case {
+    int depth, group, bn;
+    jit::Mask mask;
+    bool fp8_kv;
+  };
+  const Case cases[] = {{64, 4, 0, jit::Mask::sliding_window(), false}, {128, 7, 0, jit::Mask::causal(), false},
+                        {128, 8, 128, jit::Mask::causal(), false},      {192, 6, 0, jit::Mask::causal(), false},
+                        {256, 8, 0, jit::Mask::causal(), false},        {128, 7, 0, jit::Mask::causal(), true}};
+  for (const Case& k : cases) {
+    jit::FA4Config c;
+    c.arch = "sm_90a";
+    c.depth = k.depth;
+    c.group = k.group;
+    c.pack_gqa = true;
+    c.mask = k.mask;
+    c.BN = k.bn;
+    if (k.fp8_kv) c.kv_dtype = jit::DType::e4m3;
+    const std::string what = fmt::format("d{} group {} BN {}{}", k.depth, k.group, k.bn, k.fp8_kv ? " e4m3 KV" : "");
+    CompileOutput out;
+    ASSERT_NO_THROW(out = compile(c)) << what;
+    EXPECT_NE(out.ptx.find("setmaxnreg.dec.sync.aligned.u32 56"), std::string::npos) << what;  // the decode producer
+    expect_sm90a_pipelined(out, what);
+  }
+}
+
 TEST(Compile, HopperDecodeKvLoadsEvictFirst) {
   const char* hinted =
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint";

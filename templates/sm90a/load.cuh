@@ -68,9 +68,7 @@ constexpr bool lean_producer() {
 
 // The page numbers of one KV tile's TMA boxes, where the producer reads them together (kLean:
 // lean_producer; otherwise empty, and load_kv_tile reads each box's entry before it). K(n) and V(n)
-// share one read, and producer_unit reads tile n's after V(n-1)'s boxes are issued, before K(n)'s
-// stage is acquired: the page-table reads' latency runs while the producer waits for a free stage,
-// not between the free stage and its loads (docs/PERF.md run 87).
+// share one read, made a tile ahead (PageQueue).
 template <class Config, bool kLean>
 struct TilePages {
   __device__ __forceinline__ static TilePages read(const FwdParams&, const TmaCoords&, int) { return {}; }
@@ -86,6 +84,44 @@ struct TilePages<Config, true> {
     for (int i = 0; i < kMaxBoxes; ++i)
       if (i * p.kv_box_rows < kBN) t.page[i] = *page_table_entry<true>(p, c.pages, n * kBN + i * p.kv_box_rows);
     return t;
+  }
+};
+
+// The lean producer's page numbers of its current KV tile (now) and of the tile after it (ahead):
+// tile n+1's entries are read as tile n's loads are issued, so their latency runs under a whole
+// tile's loads. Read later (after V(n)'s boxes, just before K(n+1)'s stage is acquired, run 87), a
+// stage that came free at once waited on them. H100, page 16, one process, against that order
+// (docs/PERF.md run 134): the continuous-batching steps 1.05-1.07x as fast (12/2, 14/2, 32/8 at
+// d128 and d64), decode rows 0.98-1.00x (8/1 at 32 x 4k keys 0.98, not explained: perhaps its
+// short splits, whose first loads wait while two tiles' entries are read). No registers spilled (56 at kBN 64 and 128, head dims
+// 64-256, groups 2-16, FP8 KV). Without kLean: empty, and the loop's code as before.
+template <class Config, bool kLean>
+struct PageQueue {
+  TilePages<Config, kLean> now, ahead;
+  // Tile n (the walk's first) and the tile after it.
+  template <class Work>
+  __device__ __forceinline__ static PageQueue make(const FwdParams& p, const TmaCoords& c, const Work& w, int n) {
+    PageQueue q{};
+    if constexpr (kLean) {
+      q.now = TilePages<Config, true>::read(p, c, n);
+      q.advance_ahead(p, c, w, n);
+    }
+    return q;
+  }
+  // The walk moved on to tile n (w.has(n)): its entries become current, the next tile's are read.
+  template <class Work>
+  __device__ __forceinline__ void advance(const FwdParams& p, const TmaCoords& c, const Work& w, int n) {
+    if constexpr (kLean) {
+      now = ahead;
+      advance_ahead(p, c, w, n);
+    }
+  }
+
+ private:
+  template <class Work>
+  __device__ __forceinline__ void advance_ahead(const FwdParams& p, const TmaCoords& c, const Work& w, int n) {
+    const int next = w.next_tile(n);
+    if (w.has(next)) ahead = TilePages<Config, true>::read(p, c, next);
   }
 };
 

@@ -95,8 +95,8 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
     return;
   }
   constexpr bool kLean = lean_producer<Config, Mask>() && kPaged;
-  using Pages = TilePages<Config, kLean>;
-  for (Pages pg = Pages::read(p, c, n); w.has(n);) {
+  for (auto pages = PageQueue<Config, kLean>::make(p, c, w, n); w.has(n);) {
+    const TilePages<Config, kLean>& pg = pages.now;
     if constexpr (Sh::kVInK && Sh::kKvFp8) {
       // An e4m3 latent cache: the converters hand V(n) (K(n)'s 16-bit stage) to P V (convert_loop).
       load_kv_stage<Config, Mask, kPaged, false, kLean>(p, k_ring, &tma.k, smem + L::kKLoadOffset, n, c, pg);
@@ -113,7 +113,7 @@ __device__ __forceinline__ void producer_unit(const FwdParams& p, const TmaDescs
       load_kv_stage<Config, Mask, kPaged, true, kLean>(p, v_ring, &tma.v, smem + L::kVLoadOffset, n, c, pg);
     }
     n = w.next_tile(n);
-    if (w.has(n)) pg = Pages::read(p, c, n);  // before the next stage is acquired (TilePages)
+    if (w.has(n)) pages.advance(p, c, w, n);  // before the next stage is acquired (PageQueue)
   }
 }
 
