@@ -426,13 +426,16 @@ def _paged_lens(row, d, sets):
     d["seqused_k"] = torch.tensor([k for _, k in row.lens], dtype=torch.int32, device=dev)
 
 
-def fa4jit_arm(row, data, pack=None, bf16_cache=False):
+def fa4jit_arm(row, data, pack=None, bf16_cache=False, num_splits=0):
     """fa4jit on this row; pack: the op's pack_gqa (None: its automatic choice); bf16_cache: an mla8
-    row's bf16 copy of its e4m3 cache (the 16-bit latent kernel on the same values)."""
+    row's bf16 copy of its e4m3 cache (the 16-bit latent kernel on the same values); num_splits: the
+    op's split-KV count (0: its automatic choice)."""
     import fa4jit
     import torch
     sh = row.shape
     kw = dict(causal=True, softcap=sh.softcap)
+    if num_splits:
+        kw["num_splits"] = num_splits
     if pack is not None and not row.latent:
         kw["pack_gqa"] = pack
     if sh.window:
@@ -493,7 +496,7 @@ def check_against(ours, peer, tol=2e-2):
     return err, err <= tol
 
 
-def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False, layout_ab=False):
+def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False, layout_ab=False, splits_ab=()):
     import peers as P
     import torch
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -530,6 +533,9 @@ def run_row(row, nvml, peers, rounds, iters, graph=True, pack_ab=False, layout_a
         add("fa4jit unpacked", lambda: fa4jit_arm(row, data, pack=False))
     if layout_ab and row.page and not row.latent:  # --layout-ab: paging's own cost, the same keys contiguous
         add("fa4jit contiguous", lambda: fa4jit_arm(dataclasses.replace(row, page=0), data))
+    if row.memory_bound:  # --splits-ab: the automatic split count against fixed ones
+        for n in splits_ab:
+            add(f"fa4jit splits {n}", lambda n=n: fa4jit_arm(row, data, num_splits=n))
     if row.kind == "mla8":  # the 16-bit latent kernel on a bf16 cache of the same values
         add("fa4jit bf16 cache", lambda: fa4jit_arm(row, data, bf16_cache=True))
     out_bytes = 2 * row.shape.Hq * row.shape.dv * sum(q for q, _ in row.seqs())
@@ -1022,6 +1028,10 @@ def main(argv=None):
     ap.add_argument("--layout-ab", action="store_true",
                     help="paged rows: one more fa4jit arm on contiguous copies of the same keys (paging's own "
                          "cost; it counts as a peer in the table)")
+    ap.add_argument("--splits-ab", default="", metavar="N,...",
+                    help="memory-bound rows: one more fa4jit arm per split-KV count (num_splits=N; the "
+                         "automatic count's evidence: paged launches fill two CTA slots per SM, contiguous "
+                         "16-bit ones one; they count as peers in the table)")
     ap.add_argument("--bias", action="store_true", help="show the thermal bias (idle vs steady state) and exit")
     ap.add_argument("--out", default="", help="write every number here as JSON")
     ap.add_argument("--flex", default="", metavar="MODS",
@@ -1096,7 +1106,7 @@ def main(argv=None):
             continue
         try:
             s = run_row(row, nvml, peers, a.rounds, a.iters, graph=not a.no_graph, pack_ab=a.pack_ab,
-                        layout_ab=a.layout_ab)
+                        layout_ab=a.layout_ab, splits_ab=[int(n) for n in a.splits_ab.split(",") if n])
         except Exception as e:  # noqa: BLE001 - one row's failure is reported, the run goes on
             torch.cuda.synchronize()
             s = {"arms": {"fa4jit": {"error": f"{type(e).__name__}: {e}"[:200]}}}

@@ -211,6 +211,37 @@ def test_run_row_times_only_arms_that_run_and_compute_fa4jits_function(monkeypat
     assert built == [(16, None), (0, None)] and timed["ran"] == ["same"]
 
 
+def test_splits_ab_times_one_arm_per_split_count_on_memory_bound_rows(monkeypatch):
+    """zoo.run_row's --splits-ab: a paged decode row gains one fa4jit arm per requested split count,
+    each built with that num_splits (and checked like every arm); a prefill row gains none."""
+    import types
+    import torch
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=50 << 20))
+    monkeypatch.setattr(zoo, "make_data", lambda row, sets: {})
+    built = []
+
+    def fake_arm(row, data, pack=None, bf16_cache=False, num_splits=0):
+        built.append(num_splits)
+        return lambda i: torch.full((4,), 2.0) if num_splits == 4 else torch.ones(4)
+    monkeypatch.setattr(zoo, "fa4jit_arm", fake_arm)
+    timed = {}
+
+    def fake_measure(arms, nvml, ours, aa, ran, **kw):
+        timed.update(ran=list(ran))
+        return {}
+    monkeypatch.setattr(harness, "measure_row", fake_measure)
+    row = next(r for r in zoo.zoo(["llama3_8b"], ["paged"])[0] if r.page == 16 and r.B == 32 and r.Sk == 4096)
+    s = zoo.run_row(row, None, [], 3, 20, splits_ab=[1, 2, 4])
+    assert built == [0, 1, 2, 4]
+    assert timed["ran"] == ["fa4jit splits 1", "fa4jit splits 2"]  # 4 computed another function here
+    assert "rel L2" in s["errors"]["fa4jit splits 4"]
+    built.clear()
+    prefill = next(r for r in zoo.zoo(["llama3_8b"], ["prefill"])[0])
+    assert not prefill.memory_bound
+    zoo.run_row(prefill, None, [], 3, 20, splits_ab=[1, 2])
+    assert built == [0] and timed["ran"] == []
+
+
 def test_an_arm_failing_in_one_round_does_not_count_as_run():
     rounds = rounds_of([1.0, 1.0], [1.0, 1.0], {"cudnn": [0.5, None]})
     s = harness.summarize(rounds, "fa4jit", "fa4jit A/A", ["cudnn"])
