@@ -92,9 +92,11 @@ struct TilePages<Config, true> {
 // tile's loads. Read later (after V(n)'s boxes, just before K(n+1)'s stage is acquired, run 87), a
 // stage that came free at once waited on them. H100, page 16, one process, against that order
 // (docs/PERF.md run 134): the continuous-batching steps 1.05-1.07x as fast (12/2, 14/2, 32/8 at
-// d128 and d64), decode rows 0.98-1.00x (8/1 at 32 x 4k keys 0.98, not explained: perhaps its
-// short splits, whose first loads wait while two tiles' entries are read). No registers spilled (56 at kBN 64 and 128, head dims
-// 64-256, groups 2-16, FP8 KV). Without kLean: empty, and the loop's code as before.
+// d128 and d64), decode rows 0.98-1.00x (8/1 at 32 x 4k keys 0.98). In the SASS (NVRTC 13) the
+// first tile's K loads wait for both tiles' entries, and TilePages::read waits for each entry before
+// it issues the next (each moved to a uniform register under the box count's branch): the lead for
+// the rest. No registers spilled (56 at kBN 64 and 128, head dims 64-256, groups 2-16, FP8 KV).
+// Without kLean: empty, and the loop's code as before.
 template <class Config, bool kLean>
 struct PageQueue {
   TilePages<Config, kLean> now, ahead;
