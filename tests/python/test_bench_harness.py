@@ -170,15 +170,33 @@ def test_a_row_whose_aa_reads_noisy_is_measured_again_once(monkeypatch):
     assert math.isnan(harness.aa_deviation({})) and harness.aa_deviation(s) == pytest.approx(0.05)
 
 
+def stub_run_row(monkeypatch, fake_arm):
+    """zoo.run_row without a GPU: no data, fake_arm for fa4jit's arms, and measure_row replaced by a
+    record of the arms it was given (the returned dict: "arms" sorted, "ran" the timed peers)."""
+    import types
+    import torch
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=50 << 20))
+    monkeypatch.setattr(zoo, "make_data", lambda row, sets: {})
+    monkeypatch.setattr(zoo, "fa4jit_arm", fake_arm)
+    timed = {}
+
+    def fake_measure(arms, nvml, ours, aa, ran, **kw):
+        timed.update(arms=sorted(arms), ran=list(ran))
+        return {}
+    monkeypatch.setattr(harness, "measure_row", fake_measure)
+    return timed
+
+
+def paged_decode_row():
+    return next(r for r in zoo.zoo(["llama3_8b"], ["paged"])[0] if r.page == 16 and r.B == 32 and r.Sk == 4096)
+
+
 def test_run_row_times_only_arms_that_run_and_compute_fa4jits_function(monkeypatch):
     """zoo.run_row: a peer that fails or computes another function, and fa4jit's own extra arms alike
     (--layout-ab's contiguous layout of a paged row's keys), stay out of the timed arms, each with its
     reason; the timed ones are checked against fa4jit's output first."""
-    import types
     import torch
     import peers
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=50 << 20))
-    monkeypatch.setattr(zoo, "make_data", lambda row, sets: {})
     built = []
 
     def fake_arm(row, data, pack=None, bf16_cache=False):
@@ -187,16 +205,10 @@ def test_run_row_times_only_arms_that_run_and_compute_fa4jits_function(monkeypat
 
     def broken(row, data):
         raise RuntimeError("no kernel for this row")
-    monkeypatch.setattr(zoo, "fa4jit_arm", fake_arm)
+    timed = stub_run_row(monkeypatch, fake_arm)
     monkeypatch.setattr(peers, "PEERS", {"same": lambda r, d: (lambda i: torch.ones(4)),
                                          "other": lambda r, d: (lambda i: torch.full((4,), 2.0)), "broken": broken})
-    timed = {}
-
-    def fake_measure(arms, nvml, ours, aa, ran, **kw):
-        timed.update(arms=sorted(arms), ran=list(ran))
-        return {}
-    monkeypatch.setattr(harness, "measure_row", fake_measure)
-    row = next(r for r in zoo.zoo(["llama3_8b"], ["paged"])[0] if r.page == 16 and r.B == 32 and r.Sk == 4096)
+    row = paged_decode_row()
     s = zoo.run_row(row, None, ["same", "other", "broken"], 3, 20, layout_ab=True)
     assert timed["ran"] == ["same", "fa4jit contiguous"]
     assert timed["arms"] == ["fa4jit", "fa4jit A/A", "fa4jit contiguous", "same"]
@@ -214,24 +226,14 @@ def test_run_row_times_only_arms_that_run_and_compute_fa4jits_function(monkeypat
 def test_splits_ab_times_one_arm_per_split_count_on_memory_bound_rows(monkeypatch):
     """zoo.run_row's --splits-ab: a paged decode row gains one fa4jit arm per requested split count,
     each built with that num_splits (and checked like every arm); a prefill row gains none."""
-    import types
     import torch
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=50 << 20))
-    monkeypatch.setattr(zoo, "make_data", lambda row, sets: {})
     built = []
 
     def fake_arm(row, data, pack=None, bf16_cache=False, num_splits=0):
         built.append(num_splits)
         return lambda i: torch.full((4,), 2.0) if num_splits == 4 else torch.ones(4)
-    monkeypatch.setattr(zoo, "fa4jit_arm", fake_arm)
-    timed = {}
-
-    def fake_measure(arms, nvml, ours, aa, ran, **kw):
-        timed.update(ran=list(ran))
-        return {}
-    monkeypatch.setattr(harness, "measure_row", fake_measure)
-    row = next(r for r in zoo.zoo(["llama3_8b"], ["paged"])[0] if r.page == 16 and r.B == 32 and r.Sk == 4096)
-    s = zoo.run_row(row, None, [], 3, 20, splits_ab=[1, 2, 4])
+    timed = stub_run_row(monkeypatch, fake_arm)
+    s = zoo.run_row(paged_decode_row(), None, [], 3, 20, splits_ab=[1, 2, 4])
     assert built == [0, 1, 2, 4]
     assert timed["ran"] == ["fa4jit splits 1", "fa4jit splits 2"]  # 4 computed another function here
     assert "rel L2" in s["errors"]["fa4jit splits 4"]
