@@ -128,7 +128,7 @@ fa4::FwdParams pack_params(const ResolvedConfig& rc, const LaunchArgs& a, Launch
   }
   const int kv_box_rows = paged ? policy(rc).paged_kv_box_rows(rc, page_size) : c.BN;
   // Gathered pages (no TMA box takes them): the gathering lanes form row offsets from 32-bit page
-  // and row strides (sm90a gather.cuh copy_own).
+  // and row strides (sm90a gather.cuh copy_own, sm100a gather.cuh gather_stage).
   if (paged && kv_box_rows == 0)
     for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"k", &a.k}, {"v", &a.v}})
       for (int d : {0, 1})

@@ -185,6 +185,10 @@ Checked check_one(const Variant& v) {
                                                      {"num_splits", offsetof(fa4::FwdParams, num_splits)}};
     for (const auto& [field, offset] : fields)
       if (!reads_param(out.ptx, offset)) missing.push_back(fmt::format("a read of params.{}", field));
+    // Pages no TMA box takes (kv_box_rows 0): the load warp's gather (templates/sm100a/gather.cuh),
+    // 16-byte copies each lane signals on the stage's barrier.
+    for (const char* needle : {"cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64"})
+      if (out.ptx.find(needle) == std::string::npos) missing.push_back(needle);
     // FP8 KV cache: the converter warps widen e4m3 pairs and the softmax reads the descales; a
     // 16-bit kernel does neither.
     const bool kv8 = v.config.kv_dtype.has_value();

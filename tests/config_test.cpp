@@ -1256,7 +1256,8 @@ TEST(Config, ValueHeadDimIsAPairTheBackendServes) {
 
 // Paged launches: pages load by TMA boxes of gcd(page_size, BN) rows where that is a multiple of 8
 // (FwdParams::kv_box_rows), and are gathered row by row (kv_box_rows 0) where it is not, by every
-// sm90a kernel that gathers (abi.h gathers); the others refuse such pages naming page_size and why.
+// sm90a kernel that gathers (abi.h gathers) and every sm100a kernel; the others refuse such pages
+// naming page_size and why.
 TEST(Config, PagesNoTmaBoxTakesAreGatheredOrRefusedByName) {
   auto rows = [](const jit::FA4Config& c, long long page, const std::string& tune = "") {
     const jit::ResolvedConfig r = jit::resolve(c, tuned(tune));
@@ -1305,7 +1306,16 @@ TEST(Config, PagesNoTmaBoxTakesAreGatheredOrRefusedByName) {
   jit::FA4Config fp8 = cfg_for("sm_90a");
   fp8.dtype = jit::DType::e4m3;
   expect_refused(fp8, 12, {"page_size", "12", "FP8"});
-  expect_refused(cfg_for("sm_100a"), 1, {"page_size", "sm100a"});
+  // sm100a's load warp gathers them (templates/sm100a/gather.cuh), every config: 16-bit, FP8, FP8 KV.
+  EXPECT_EQ(rows(cfg_for("sm_100a"), 1), 0);
+  EXPECT_EQ(rows(cfg_for("sm_100a"), 12), 0);
+  EXPECT_EQ(rows(cfg_for("sm_100a"), 48), 16);
+  jit::FA4Config blackwell_fp8 = cfg_for("sm_100a");
+  blackwell_fp8.dtype = jit::DType::e4m3;
+  EXPECT_EQ(rows(blackwell_fp8, 3), 0);
+  jit::FA4Config blackwell_kv_fp8 = cfg_for("sm_100a");
+  blackwell_kv_fp8.kv_dtype = jit::DType::e4m3;
+  EXPECT_EQ(rows(blackwell_kv_fp8, 1), 0);
   EXPECT_EQ(rows(cfg_for("sm_80"), 1), jit::resolve(cfg_for("sm_80")).config.BN);  // plain loads: any page
 }
 

@@ -741,40 +741,46 @@ TEST(Fp8KvHost, LaunchChecksKvTypeAndDescales) {
 }
 
 // Pages no TMA box takes are gathered row by row from 32-bit page and row strides (sm90a
-// gather.cuh copy_own): a wider stride is refused naming it; TMA-boxed pages (16) keep any stride.
+// gather.cuh copy_own, sm100a gather.cuh gather_stage): FwdParams::kv_box_rows 0, and a wider
+// stride is refused naming it; TMA-boxed pages (16) keep any stride.
 TEST(Fp8KvHost, GatheredPagesTakeStridesBelow2To31) {
-  jit::FA4Config c = kv_fp8();
-  c.group = 4;
-  c.pack_gqa = true;
-  const auto rc = jit::resolve(c);
-  auto paged = [&](int page_size) {
-    jit::LaunchArgs a = args_for(rc);
-    const std::int64_t pages = 4096 / page_size;
-    a.q = jit::Tensor::contiguous(a.q.data, DType::bf16, 2, 1, 8, 128);
-    a.o = jit::Tensor::contiguous(a.o.data, DType::bf16, 2, 1, 8, 128);
-    a.k = jit::Tensor::contiguous(a.k.data, DType::e4m3, pages, page_size, 2, 128);
-    a.v = jit::Tensor::contiguous(a.v.data, DType::e4m3, pages, page_size, 2, 128);
-    static const int table[2][16] = {};
-    a.page_table = &table[0][0];
-    a.max_pages = 16;
-    return a;
-  };
-  for (int page_size : {1, 3, 16}) {
-    jit::LaunchArgs a = paged(page_size);
-    EXPECT_EQ(launch_error(rc, a), "") << page_size;
-    a.k.stride[0] = std::int64_t{1} << 31;
-    const std::string k0 = launch_error(rc, a);
-    a = paged(page_size);
-    a.v.stride[1] = std::int64_t{1} << 31;
-    const std::string v1 = launch_error(rc, a);
-    if (page_size == 16) {
-      EXPECT_EQ(k0, "");
-      EXPECT_EQ(v1, "");
-    } else {
-      EXPECT_EQ(k0, fmt::format("launch: k.stride[0] is 2147483648 elements: a paged cache of page size {} is "
-                                "gathered row by row, which takes strides below 2^31",
-                                page_size));
-      EXPECT_NE(v1.find("v.stride[1] is 2147483648 elements"), std::string::npos) << v1;
+  for (const char* arch : {"sm_90a", "sm_100a"}) {
+    SCOPED_TRACE(arch);
+    jit::FA4Config c = kv_fp8(DType::bf16, arch);
+    c.group = 4;
+    c.pack_gqa = true;
+    const auto rc = jit::resolve(c);
+    auto paged = [&](int page_size) {
+      jit::LaunchArgs a = args_for(rc);
+      const std::int64_t pages = 4096 / page_size;
+      a.q = jit::Tensor::contiguous(a.q.data, DType::bf16, 2, 1, 8, 128);
+      a.o = jit::Tensor::contiguous(a.o.data, DType::bf16, 2, 1, 8, 128);
+      a.k = jit::Tensor::contiguous(a.k.data, DType::e4m3, pages, page_size, 2, 128);
+      a.v = jit::Tensor::contiguous(a.v.data, DType::e4m3, pages, page_size, 2, 128);
+      static const int table[2][16] = {};
+      a.page_table = &table[0][0];
+      a.max_pages = 16;
+      return a;
+    };
+    for (int page_size : {1, 3, 16}) {
+      jit::LaunchArgs a = paged(page_size);
+      EXPECT_EQ(launch_error(rc, a), "") << page_size;
+      jit::detail::LaunchShape shape;
+      EXPECT_EQ(jit::detail::pack_params(rc, a, &shape).kv_box_rows, page_size == 16 ? 16 : 0) << page_size;
+      a.k.stride[0] = std::int64_t{1} << 31;
+      const std::string k0 = launch_error(rc, a);
+      a = paged(page_size);
+      a.v.stride[1] = std::int64_t{1} << 31;
+      const std::string v1 = launch_error(rc, a);
+      if (page_size == 16) {
+        EXPECT_EQ(k0, "");
+        EXPECT_EQ(v1, "");
+      } else {
+        EXPECT_EQ(k0, fmt::format("launch: k.stride[0] is 2147483648 elements: a paged cache of page size {} is "
+                                  "gathered row by row, which takes strides below 2^31",
+                                  page_size));
+        EXPECT_NE(v1.find("v.stride[1] is 2147483648 elements"), std::string::npos) << v1;
+      }
     }
   }
 }

@@ -47,10 +47,10 @@ TEST(PagedBoxes, EveryBoxSitsInOnePageAtTheRowTheDivisionGives) {
       int box_rows = 0;
       try {
         box_rows = jit::detail::policy(rc).paged_kv_box_rows(rc, page);
-      } catch (const jit::LaunchError&) {  // sm100a: pages no box takes are refused
+      } catch (const jit::LaunchError&) {  // sm90a's persistent d576 walk: pages no box takes are refused
         continue;
       }
-      if (box_rows == 0) continue;  // gathered row by row (sm90a), no boxes
+      if (box_rows == 0) continue;  // gathered row by row, no boxes
       const std::string what = fmt::format("{} d{} BN {} page {} boxes of {}", c.arch, c.depth, bn, page, box_rows);
       ASSERT_EQ(bn % box_rows, 0) << what;
       ASSERT_EQ(page % box_rows, 0) << what << ": a box would cross a page";

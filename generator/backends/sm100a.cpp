@@ -117,8 +117,10 @@ class Sm100a final : public BackendPolicy {
     return rc.config.arch == "sm_100f" ? sm / 10 == 10 : sm == rc.sm;
   }
 
+  // Pages no TMA box takes (page sizes 1, 2, 4, 12, ...): the load warp gathers their rows
+  // (templates/sm100a/gather.cuh).
   int paged_kv_box_rows(const ResolvedConfig& rc, long long page_size) const override {
-    return tma_paged_kv_box_rows(rc, page_size, "its kernels have no gather path for other pages yet");
+    return tma_paged_kv_box_rows(rc, page_size, nullptr);
   }
 };
 

@@ -49,7 +49,7 @@ struct FwdParams {
   const int* page_table;  // [batch][max_pages]
   int page_size;
   int max_pages;
-  int kv_box_rows;  // TMA backends: rows of one K/V TMA box (BN; gcd(page_size, BN) when paged; 0: sm90a gathers)
+  int kv_box_rows;  // TMA backends: rows of one K/V TMA box (BN; gcd(page_size, BN) when paged; 0: the kernel gathers its rows)
 
   // Run-time block mask for custom masks (null when unused), FlexAttention's BlockMask idea:
   // one byte per (batch, q head, q block, k block), 0 = no visible key (tile skipped),

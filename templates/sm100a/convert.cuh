@@ -33,12 +33,14 @@ namespace sm100a {
 
 // 16-bit boxes [b0, b0 + boxes) of one tile: from the e4m3 slot at src to the boxes at dst
 // (dst = the 16-bit box b0). Thread t of kConvertThreads.
-template <class Config>
+// kGroup: passes whose loads are in flight together: 2, or 1 beside a walk that skips tiles (a
+// block snippet's), where the load warp's gather (gather.cuh) in the same 48-register warpgroup
+// pushed one variant (packed GQA, ALiBi) to 4 B of spills.
+template <class Config, int kGroup>
 __device__ __forceinline__ void widen_boxes(u32 src, u32 dst, int b0, int boxes, int t) {
   using T = Traits<Config>;
   using Element = typename T::Element;
   constexpr int kRowsPerPass = 8 * kConvertWarps;  // 8 rows per warp and pass
-  constexpr int kGroup = 2;                        // passes whose loads are in flight together
   static_assert(T::kBN % (kRowsPerPass * kGroup) == 0, "whole pass groups per tile");
   const int lane = t % 32, cw = t / 32;
   const int jj = lane % 4, h = (lane / 4) % 2, q = lane / 8;
@@ -76,6 +78,7 @@ __device__ __forceinline__ void convert(const FwdParams& p, unsigned char* smem,
   using T = Traits<Config>;
   static_assert(T::kFp8KV, "convert: FP8 KV cache kernels only");
   constexpr int kBoxesPerChunk = T::kBK0 / T::kBox;
+  constexpr int kGroup = Mask::kContiguous ? 2 : 1;  // widen_boxes
   const int t = static_cast<int>(threadIdx.x) - 32 * kConvertWarp0;
   const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role
   const u32 base = smem_u32(smem);
@@ -90,7 +93,7 @@ __device__ __forceinline__ void convert(const FwdParams& p, unsigned char* smem,
 #pragma unroll 1
       for (int ch = 0; ch < T::kQKStages; ++ch) {
         auto dst = k_prod.acquire();  // the MMAs that read this chunk slot have completed
-        widen_boxes<Config>(src_addr, base + T::kKOff + dst.index() * T::kKChunkBytes, ch * kBoxesPerChunk,
+        widen_boxes<Config, kGroup>(src_addr, base + T::kKOff + dst.index() * T::kKChunkBytes, ch * kBoxesPerChunk,
                             kBoxesPerChunk, t);
         fence_proxy_async();  // generic writes (and reads of the e4m3 slot) before the async proxy's MMA / TMA
         dst.arrive();
@@ -99,7 +102,7 @@ __device__ __forceinline__ void convert(const FwdParams& p, unsigned char* smem,
     {
       auto src = f8_cons.acquire();  // V_n in e4m3
       auto dst = v_prod.acquire();
-      widen_boxes<Config>(base + T::kF8Off + src.index() * T::kF8StageBytes,
+      widen_boxes<Config, kGroup>(base + T::kF8Off + src.index() * T::kF8StageBytes,
                           base + T::kVOff + dst.index() * T::kVStageBytes, 0, T::kDpV / T::kBox, t);
       fence_proxy_async();
       dst.arrive();

@@ -3,6 +3,7 @@
 // 128 rows (BM = 256) sharing every K/V tile:
 //
 //   warp 13   load        TMA: Q0 K0 Q1 V0 | K1 V1 | K2 V2 ...       -> smem rings (k, v)
+//                         (pages no TMA box takes: every lane gathers K, V by cp.async)
 //   warp 12   mma         S0=Q0K' | O1+=P1V | S1=Q1K' | O0+=P0V      -> TMEM S0 S1 O0 O1
 //   warps 0-3 softmax WG0 S0 -> P0 (TMEM), factor -> smem; epilogue of O0, LSE
 //   warps 4-7 softmax WG1 S1 -> P1 (TMEM), factor -> smem; epilogue of O1, LSE
@@ -53,7 +54,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   const int warp = threadIdx.x / 32;
   if (threadIdx.x == 0) {
     if (smem_u32(smem) % 1024 != 0) __trap();  // 128B-swizzle atoms and UMMA descriptors assume it
-    bars.init();
+    bars.init(gathers_pages(p));
     fence_barrier_init();
   }
   if (warp == 1) {  // TMEM: all 512 columns, once; the address goes through smem

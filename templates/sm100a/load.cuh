@@ -5,9 +5,12 @@
 // lands in kDpV columns (a V narrower than Q and K: FA4Config::depth_v).
 // FP8 KV cache (Traits::kFp8KV): K_n and V_n land whole, as e4m3, in consecutive slots of the f8
 // ring (same order); the converter warps (convert.cuh) fill the 16-bit K chunks and V stages.
+// Paged caches whose page size no TMA box takes (FwdParams::kv_box_rows 0): every lane of the warp
+// gathers the K / V rows (gather.cuh) into the same stages; the elected lane still loads Q by TMA.
 #pragma once
 #include "sm100a/traits.cuh"
 #include "sm100a/pipelines.cuh"
+#include "sm100a/gather.cuh"
 
 namespace fa4 {
 namespace sm100a {
@@ -36,17 +39,19 @@ __device__ __forceinline__ bool load_whole_pages(const FwdParams& p, const TmaCo
   }
 }
 
-template <class Config, class Mask>
-__device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
-                                     BarriersOf<Config>& bars) {
+// The load walk; kGather: every lane runs it (leader: the elected lane, which loads Q), else the
+// elected lane alone.
+template <class Config, class Mask, bool kGather>
+__device__ __forceinline__ void load_walk(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
+                                          BarriersOf<Config>& bars, bool leader) {
   using T = Traits<Config>;
-  if (!elect_one_sync()) return;
   const Work<Config, Mask> w = make_work<Config, Mask>(p);  // the same tiles as every other role
   int n = w.first_tile();
   if (!w.has(n)) return;  // nothing visible: no role touches Q, K or V
   const TmaCoords c = TmaCoords::make(p, w.seq);
 
   auto load_q = [&](int tile) {
+    if (kGather && !leader) return;
     unsigned char* dst = smem + T::kQOff + tile * T::kQTileBytes;
     const int r0 = w.q_lo + tile * T::kTileM;  // first tile row of the box
     mbar_expect_tx(&bars.q_full[tile], T::kQLoadBytes);
@@ -94,9 +99,17 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
     pipe::Producer<T::kF8Slots> f8_prod(&bars.f8);
     auto load_f8 = [&](const TmaDesc* map, int n) {
       auto st = f8_prod.acquire();
-      st.expect_bytes(T::kF8StageBytes);
-      load_rows(smem + T::kF8Off + st.index() * T::kF8StageBytes, map, st.full_barrier(), 0, T::kDp / T::kBoxF8, n,
-                T::kBoxF8);
+      unsigned char* dst = smem + T::kF8Off + st.index() * T::kF8StageBytes;
+      if constexpr (kGather) {
+        const GatherTile t = GatherTile::of<T::kBN>(w.seq, n);
+        if (map == &tma.k)
+          gather_kv<T, T::kDp / T::kBoxF8, false>(p, w.seq, t, 0, dst, st.full_barrier());
+        else
+          gather_kv<T, T::kDp / T::kBoxF8, true>(p, w.seq, t, 0, dst, st.full_barrier());
+      } else {
+        st.expect_bytes(T::kF8StageBytes);
+        load_rows(dst, map, st.full_barrier(), 0, T::kDp / T::kBoxF8, n, T::kBoxF8);
+      }
     };
     load_q(0);
     load_f8(&tma.k, n);
@@ -115,25 +128,47 @@ __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, un
 #pragma unroll
       for (int ch = 0; ch < T::kQKStages; ++ch) {
         auto st = k_prod.acquire();
-        st.expect_bytes(T::kKChunkBytes);
-        load_rows(smem + T::kKOff + st.index() * T::kKChunkBytes, &tma.k, st.full_barrier(), ch * T::kBK0,
-                  T::kBK0 / T::kBox, n);
+        unsigned char* dst = smem + T::kKOff + st.index() * T::kKChunkBytes;
+        if constexpr (kGather) {
+          gather_kv<T, T::kBK0 / T::kBox, false>(p, w.seq, GatherTile::of<T::kBN>(w.seq, n), ch * T::kBK0, dst,
+                                                  st.full_barrier());
+        } else {
+          st.expect_bytes(T::kKChunkBytes);
+          load_rows(dst, &tma.k, st.full_barrier(), ch * T::kBK0, T::kBK0 / T::kBox, n);
+        }
       }
     };
     auto load_v = [&](int n) {
       auto st = v_prod.acquire();
-      st.expect_bytes(T::kVStageBytes);
-      load_rows(smem + T::kVOff + st.index() * T::kVStageBytes, &tma.v, st.full_barrier(), 0, T::kDpV / T::kBox, n);
+      unsigned char* dst = smem + T::kVOff + st.index() * T::kVStageBytes;
+      if constexpr (kGather) {
+        gather_kv<T, T::kDpV / T::kBox, true>(p, w.seq, GatherTile::of<T::kBN>(w.seq, n), 0, dst, st.full_barrier());
+      } else {
+        st.expect_bytes(T::kVStageBytes);
+        load_rows(dst, &tma.v, st.full_barrier(), 0, T::kDpV / T::kBox, n);
+      }
     };
     load_q(0);
     load_k(n);
     load_q(1);
     load_v(n);
     for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-      load_k(n);
+        load_k(n);
       load_v(n);
     }
   }
+  if constexpr (kGather) gather_finish();
+}
+
+// Warp 13. Gathered pages (kv_box_rows 0, a page size no TMA box takes): every lane; else the elected one.
+template <class Config, class Mask>
+__device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
+                                     BarriersOf<Config>& bars) {
+  const bool leader = elect_one_sync();
+  if (gathers_pages(p))
+    load_walk<Config, Mask, true>(p, tma, smem, bars, leader);
+  else if (leader)
+    load_walk<Config, Mask, false>(p, tma, smem, bars, leader);
 }
 
 }  // namespace sm100a

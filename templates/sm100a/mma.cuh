@@ -12,6 +12,7 @@
 #pragma once
 #include "sm100a/traits.cuh"
 #include "sm100a/pipelines.cuh"
+#include "sm100a/gather.cuh"  // gathers_pages
 
 namespace fa4 {
 namespace sm100a {
@@ -87,8 +88,10 @@ __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned 
 
   const MmaIssuer<Config> issue{tmem_base, smem_u32(smem + T::kQOff), smem_u32(smem + T::kKOff),
                                 smem_u32(smem + T::kVOff)};
-  TMAConsumerPipeline<T::kKSlots> k_pipe(&bars.k);
-  TMAConsumerPipeline<T::kStages> v_pipe(&bars.v);
+  // Gathered 16-bit stages come through the generic proxy (an FP8 KV cache's converters fence).
+  const bool generic = !T::kFp8KV && gathers_pages(p);
+  TMAConsumerPipeline<T::kKSlots> k_pipe(&bars.k, generic);
+  TMAConsumerPipeline<T::kStages> v_pipe(&bars.v, generic);
   SPProducer sp[2] = {SPProducer(&bars.s[0]), SPProducer(&bars.s[1])};
   OProducer o_prod[2] = {OProducer(&bars.o[0]), OProducer(&bars.o[1])};
 

@@ -4,15 +4,16 @@
 //   ring        full (arrivals)                    empty (arrivals)                    slots
 //   q[i]        TMA bytes (1, expect_tx)           -                                   1 use
 //   k           TMA bytes (1)                      MMA tcgen05.commit (1)              S * qk_stages chunks
-//                                                                                      (or fewer: Traits::kKSlots)
-//   v           TMA bytes (1)                      MMA tcgen05.commit (1)              S
+//               gathered pages: load lanes (32)                                        (or fewer: Traits::kKSlots)
+//   v           TMA bytes (1), or load lanes (32)  MMA tcgen05.commit (1)              S
 //   s[i]        MMA commit: S_i ready (1)          softmax_i: P_i in TMEM (128)        1
 //   c[i]        softmax_i: factor in smem (128)    correction: factor read (128)       1
 //   o[i]        MMA commit: O_i += P_i V done (1)  correction: O_i rescaled (128)      1
 //   o_final[i]  MMA commit after the last P_i V (1): the epilogue may read O_i        1 use
 //
 // FP8 KV cache (Traits::kFp8KV): TMA fills the e4m3 ring instead, and the converter warps fill k and v:
-//   f8          TMA bytes (1)                      converter warps (2, one per warp)   2..4, K V K V ..
+//   f8          TMA bytes (1), or load lanes (32)  converter warps (2, one per warp)   2..4, K V K V ..
+// Gathered pages (gather.cuh): each load lane's cp.async.mbarrier.arrive.noinc is one arrival.
 //   k, v        converter threads (64)             MMA tcgen05.commit (1)              as above
 #pragma once
 #include "common/pipeline.cuh"
@@ -40,8 +41,8 @@ struct SharedBarriers {
   u32 tmem_base;  // written by tcgen05.alloc
   pipe::Barriers<(kF8Slots > 0 ? kF8Slots : 1)> f8;  // FP8 KV cache only (kF8Slots > 0): the e4m3 ring
 
-  // One thread; the caller fences (fence_barrier_init) and syncs the CTA.
-  __device__ __forceinline__ void init() {
+  // One thread; the caller fences (fence_barrier_init) and syncs the CTA. gathered: gathers_pages.
+  __device__ __forceinline__ void init(bool gathered) {
     constexpr u32 kWG = 128;
     for (int i = 0; i < 2; ++i) {
       mbar_init(&q_full[i], 1);
@@ -50,12 +51,13 @@ struct SharedBarriers {
       o[i].init(1, kWG);
       mbar_init(&o_final[i], 1);
     }
-    // 16-bit K/V stages: filled by TMA (one expect_tx arrival), or, under an FP8 KV cache, by
-    // every converter thread after its fence.proxy.async.
-    constexpr u32 kKVFull = kF8Slots > 0 ? kConvertThreads : 1;
-    k.init(kKVFull, 1);
-    v.init(kKVFull, 1);
-    if constexpr (kF8Slots > 0) f8.init(1, kConvertWarps);
+    // 16-bit K/V stages: filled by TMA (one expect_tx arrival) or the 32 gathering lanes, or, under
+    // an FP8 KV cache, by every converter thread after its fence.proxy.async.
+    const u32 loaded = gathered ? 32 : 1;
+    const u32 kv_full = kF8Slots > 0 ? kConvertThreads : loaded;
+    k.init(kv_full, 1);
+    v.init(kv_full, 1);
+    if constexpr (kF8Slots > 0) f8.init(loaded, kConvertWarps);
   }
 };
 
@@ -76,15 +78,18 @@ struct TmemStoreRelease {
 // keep separate positions because a stage is released later than it is waited for
 // (V(n) is read by O0 += P0 V(n) in iteration n and O1 += P1 V(n) in iteration n + 1).
 // release() is a tcgen05.commit: the slot frees itself once the MMAs reading it are done.
+// generic: the slots were written through the generic proxy without a fence (gathered pages'
+// cp.async, gather.cuh), so the wait fences the async proxy the MMAs read through.
 template <int kSlots>
 class TMAConsumerPipeline {
  public:
-  __device__ __forceinline__ explicit TMAConsumerPipeline(pipe::Barriers<kSlots>* bars)
-      : bars_(bars), wait_{0, 0}, release_{0, 0} {}
+  __device__ __forceinline__ TMAConsumerPipeline(pipe::Barriers<kSlots>* bars, bool generic)
+      : bars_(bars), wait_{0, 0}, release_{0, 0}, generic_(generic) {}
   // Blocks until the next slot is filled; returns its index.
   __device__ __forceinline__ u32 wait() {
     const u32 index = wait_.index;
     mbar_wait(&bars_->full[index], wait_.phase);
+    if (generic_) fence_proxy_async();
     tmem::fence_after();
     wait_.template advance<kSlots>();
     return index;
@@ -99,6 +104,7 @@ class TMAConsumerPipeline {
   pipe::Barriers<kSlots>* bars_;
   pipe::PipelineState wait_;
   pipe::PipelineState release_;
+  bool generic_;
 };
 
 // MMA side of the S/P slot of one Q tile (TMEM columns shared by S_i and P_i):
