@@ -684,9 +684,9 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table: Ten
     row r is row r % page_size of page page_table[b, r // page_size] (entries past a sequence's pages
     must still be valid page indices); seqused_k: int32 (B,) keys per sequence (None: every page).
     q: (B, Sq, Hq, D), or packed (total_q, Hq, D) with cu_seqlens_q and max_seqlen_q (varlen queries).
-    Any page_size on sm_90a and the portable backend (sm_90a gathers pages no TMA box takes, such as
-    1, row by row: decode at page 16's speed; FP8 (e4m3 q, k, v) refuses them, naming page_size);
-    sm_100a takes multiples of 8. max_seqlen_k:
+    Any page_size on every backend (sm_90a and sm_100a gather pages no TMA box takes, such as 1, row
+    by row: sm_90a decode at page 16's speed; sm_90a's FP8, e4m3 q, k and v, refuses them, naming
+    page_size; sm_100a's gather is compiled and checked, not run: no Blackwell GPU). max_seqlen_k:
     the longest sequence's keys (None: max_pages x page_size bounds it), a hint as in
     attention_varlen(). page_descale: an e4m3 latent cache's (MLA on sm_90a: fa4jit.mla_decode)
     per-page factors, float32 (num_pages,): page p's rows are read as page_descale[p] x stored value.
