@@ -78,11 +78,21 @@ struct TilePages<Config, true> {
   static constexpr int kBN = Shape<Config>::kBN;
   static constexpr int kMaxBoxes = kBN / 8;  // boxes hold whole 8-row swizzle periods
   int page[kMaxBoxes];
+  // Every box's entry index first (PagedBoxes: one division, then a step per box), then every read
+  // back to back, so the reads are in flight together. Read one by one under the box count's branch
+  // (if (i * kv_box_rows < kBN)), each waited for before the next was issued (its value moved to a
+  // uniform register at once: NVRTC 13, sm_90a): up to kBN / 8 load latencies a tile. H100, page 16,
+  // one process (docs/PERF.md run 136): batch-1 decode 1.07x as fast, the continuous-batching steps
+  // 1.02x, 32 x 4k decode 1.00-1.01x. Boxes past the tile (kv_box_rows above 8) read an entry they
+  // do not use (clamped: page_table_slot).
   __device__ __forceinline__ static TilePages read(const FwdParams& p, const TmaCoords& c, int n) {
-    TilePages t;  // kLean implies kPaged: c.pages is the sequence's page-table row
+    int index[kMaxBoxes];  // kLean implies kPaged: c.pages is the sequence's page-table row
+    TmaCoords::PagedBoxes box(p, n * kBN);
 #pragma unroll
-    for (int i = 0; i < kMaxBoxes; ++i)
-      if (i * p.kv_box_rows < kBN) t.page[i] = *page_table_entry<true>(p, c.pages, n * kBN + i * p.kv_box_rows);
+    for (int i = 0; i < kMaxBoxes; ++i, box.next(p)) index[i] = box.index;
+    TilePages t;
+#pragma unroll
+    for (int i = 0; i < kMaxBoxes; ++i) t.page[i] = *page_table_slot(p, c.pages, index[i]);
     return t;
   }
 };
@@ -92,10 +102,9 @@ struct TilePages<Config, true> {
 // tile's loads. Read later (after V(n)'s boxes, just before K(n+1)'s stage is acquired, run 87), a
 // stage that came free at once waited on them. H100, page 16, one process, against that order
 // (docs/PERF.md run 134): the continuous-batching steps 1.05-1.07x as fast (12/2, 14/2, 32/8 at
-// d128 and d64), decode rows 0.98-1.00x (8/1 at 32 x 4k keys 0.98). In the SASS (NVRTC 13) the
-// first tile's K loads wait for both tiles' entries, and TilePages::read waits for each entry before
-// it issues the next (each moved to a uniform register under the box count's branch): the lead for
-// the rest. No registers spilled (56 at kBN 64 and 128, head dims 64-256, groups 2-16, FP8 KV).
+// d128 and d64), decode rows 0.98-1.00x (8/1 at 32 x 4k keys 0.98). The first tile's K loads still
+// wait for both tiles' entries (TilePages::read issues them together since run 136). No registers
+// spilled (56 at kBN 64 and 128, head dims 64-256, groups 2-16, FP8 KV).
 // Without kLean: empty, and the loop's code as before.
 template <class Config, bool kLean>
 struct PageQueue {
