@@ -33,9 +33,10 @@ namespace sm100a {
 
 // 16-bit boxes [b0, b0 + boxes) of one tile: from the e4m3 slot at src to the boxes at dst
 // (dst = the 16-bit box b0). Thread t of kConvertThreads.
-// kGroup: passes whose loads are in flight together: 2, or 1 beside a walk that skips tiles (a
-// block snippet's), where the load warp's gather (gather.cuh) in the same 48-register warpgroup
-// pushed one variant (packed GQA, ALiBi) to 4 B of spills.
+// kGroup: passes whose loads are in flight together: 2, or 1 beside a walk that classifies its
+// tiles (Mask::kContiguous false: chunks, snippets), where the load warp's gather (gather.cuh) in
+// the same 48-register warpgroup pushed one variant (a block snippet, packed GQA, ALiBi) to 4 B of
+// spills.
 template <class Config, int kGroup>
 __device__ __forceinline__ void widen_boxes(u32 src, u32 dst, int b0, int boxes, int t) {
   using T = Traits<Config>;
@@ -93,8 +94,8 @@ __device__ __forceinline__ void convert(const FwdParams& p, unsigned char* smem,
 #pragma unroll 1
       for (int ch = 0; ch < T::kQKStages; ++ch) {
         auto dst = k_prod.acquire();  // the MMAs that read this chunk slot have completed
-        widen_boxes<Config, kGroup>(src_addr, base + T::kKOff + dst.index() * T::kKChunkBytes, ch * kBoxesPerChunk,
-                            kBoxesPerChunk, t);
+        widen_boxes<Config, kGroup>(src_addr, base + T::kKOff + dst.index() * T::kKChunkBytes,
+                                    ch * kBoxesPerChunk, kBoxesPerChunk, t);
         fence_proxy_async();  // generic writes (and reads of the e4m3 slot) before the async proxy's MMA / TMA
         dst.arrive();
       }
@@ -103,7 +104,7 @@ __device__ __forceinline__ void convert(const FwdParams& p, unsigned char* smem,
       auto src = f8_cons.acquire();  // V_n in e4m3
       auto dst = v_prod.acquire();
       widen_boxes<Config, kGroup>(base + T::kF8Off + src.index() * T::kF8StageBytes,
-                          base + T::kVOff + dst.index() * T::kVStageBytes, 0, T::kDpV / T::kBox, t);
+                                  base + T::kVOff + dst.index() * T::kVStageBytes, 0, T::kDpV / T::kBox, t);
       fence_proxy_async();
       dst.arrive();
     }

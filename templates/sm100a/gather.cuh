@@ -17,7 +17,9 @@ namespace fa4 {
 namespace sm100a {
 
 // The launch gathers K / V (the same for every thread: barrier counts, the load walk, the MMA's fence).
-__device__ __forceinline__ bool gathers_pages(const FwdParams& p) { return p.page_table != nullptr && p.kv_box_rows == 0; }
+__device__ __forceinline__ bool gathers_pages(const FwdParams& p) {
+  return p.page_table != nullptr && p.kv_box_rows == 0;
+}
 
 // Tile n's rows: the first key and how many are keys (rows past them copy nothing: zero-filled, so
 // P V never meets a NaN).
@@ -34,8 +36,8 @@ struct GatherTile {
 // stage's boxes x 128) from base (K or V at the KV head; element strides page_stride and row_stride
 // below 2^31: launch_args.cpp checks a gathered cache's) into the stage at dst (1024-aligned). Bytes
 // at or past real_end of a row (kPadded: a depth its padded depth exceeds) are zero-filled, as TMA
-// fills a box past the tensor. kLanes lanes take a row's 16-byte units (kLanes divides 32 and the row's units),
-// 32 / kLanes rows a step. The rows go in blocks of 32: lane l reads the page-table entry of the
+// fills a box past the tensor. kLanes lanes take a row's 16-byte units (kLanes divides 32 and the
+// row's units), 32 / kLanes rows a step. The rows go in blocks of 32: lane l reads the page-table entry of the
 // block's row l and forms its address, which the lanes copying that row take by shuffle; the next
 // block's entry loads while this block is copied. At 48 registers (kernel.cuh kRegsOther) no more is
 // held: a lane keeping its kBN / 32 rows' pages across K and V spilled 108-148 B beside the walk, and

@@ -153,7 +153,7 @@ __device__ __forceinline__ void load_walk(const FwdParams& p, const TmaDescs& tm
     load_q(1);
     load_v(n);
     for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-        load_k(n);
+      load_k(n);
       load_v(n);
     }
   }

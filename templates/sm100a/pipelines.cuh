@@ -13,8 +13,8 @@
 //
 // FP8 KV cache (Traits::kFp8KV): TMA fills the e4m3 ring instead, and the converter warps fill k and v:
 //   f8          TMA bytes (1), or load lanes (32)  converter warps (2, one per warp)   2..4, K V K V ..
-// Gathered pages (gather.cuh): each load lane's cp.async.mbarrier.arrive.noinc is one arrival.
 //   k, v        converter threads (64)             MMA tcgen05.commit (1)              as above
+// Gathered pages (gather.cuh): each load lane's cp.async.mbarrier.arrive.noinc is one arrival.
 #pragma once
 #include "common/pipeline.cuh"
 #include "sm100a/tmem.cuh"
