@@ -10,16 +10,12 @@
 // This is sm90a's gather (sm90a/gather.cuh) for one warp at 48 registers, without its page ring in
 // shared memory: each lane reads its rows' page-table entries where it copies them (gather_stage).
 #pragma once
+#include "common/sequence.cuh"  // gathers_kv_rows
 #include "common/smem.cuh"
 #include "sm100a/traits.cuh"
 
 namespace fa4 {
 namespace sm100a {
-
-// The launch gathers K / V (the same for every thread: barrier counts, the load walk, the MMA's fence).
-__device__ __forceinline__ bool gathers_pages(const FwdParams& p) {
-  return p.page_table != nullptr && p.kv_box_rows == 0;
-}
 
 // Tile n's rows: the first key and how many are keys (rows past them copy nothing: zero-filled, so
 // P V never meets a NaN).

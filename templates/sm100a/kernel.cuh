@@ -54,7 +54,7 @@ __device__ __forceinline__ void attention_fwd(const FwdParams& p, const TmaDescs
   const int warp = threadIdx.x / 32;
   if (threadIdx.x == 0) {
     if (smem_u32(smem) % 1024 != 0) __trap();  // 128B-swizzle atoms and UMMA descriptors assume it
-    bars.init(gathers_pages(p));
+    bars.init(gathers_kv_rows(p));
     fence_barrier_init();
   }
   if (warp == 1) {  // TMEM: all 512 columns, once; the address goes through smem

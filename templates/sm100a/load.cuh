@@ -165,7 +165,7 @@ template <class Config, class Mask>
 __device__ __forceinline__ void load(const FwdParams& p, const TmaDescs& tma, unsigned char* smem,
                                      BarriersOf<Config>& bars) {
   const bool leader = elect_one_sync();
-  if (gathers_pages(p))
+  if (gathers_kv_rows(p))
     load_walk<Config, Mask, true>(p, tma, smem, bars, leader);
   else if (leader)
     load_walk<Config, Mask, false>(p, tma, smem, bars, leader);

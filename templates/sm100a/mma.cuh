@@ -12,7 +12,6 @@
 #pragma once
 #include "sm100a/traits.cuh"
 #include "sm100a/pipelines.cuh"
-#include "sm100a/gather.cuh"  // gathers_pages
 
 namespace fa4 {
 namespace sm100a {
@@ -89,7 +88,7 @@ __device__ __forceinline__ void mma(const FwdParams& p, u32 tmem_base, unsigned 
   const MmaIssuer<Config> issue{tmem_base, smem_u32(smem + T::kQOff), smem_u32(smem + T::kKOff),
                                 smem_u32(smem + T::kVOff)};
   // Gathered 16-bit stages come through the generic proxy (an FP8 KV cache's converters fence).
-  const bool generic = !T::kFp8KV && gathers_pages(p);
+  const bool generic = !T::kFp8KV && gathers_kv_rows(p);
   TMAConsumerPipeline<T::kKSlots> k_pipe(&bars.k, generic);
   TMAConsumerPipeline<T::kStages> v_pipe(&bars.v, generic);
   SPProducer sp[2] = {SPProducer(&bars.s[0]), SPProducer(&bars.s[1])};

@@ -41,7 +41,7 @@ struct SharedBarriers {
   u32 tmem_base;  // written by tcgen05.alloc
   pipe::Barriers<(kF8Slots > 0 ? kF8Slots : 1)> f8;  // FP8 KV cache only (kF8Slots > 0): the e4m3 ring
 
-  // One thread; the caller fences (fence_barrier_init) and syncs the CTA. gathered: gathers_pages.
+  // One thread; the caller fences (fence_barrier_init) and syncs the CTA. gathered: gathers_kv_rows.
   __device__ __forceinline__ void init(bool gathered) {
     constexpr u32 kWG = 128;
     for (int i = 0; i < 2; ++i) {

@@ -280,7 +280,7 @@ struct SharedPBarrier {
 // GatherTile), which the producer and the consumers (consumer.cuh KvLanded) both ask.
 template <class Config>
 __device__ __forceinline__ bool gathers_kv(const FwdParams& p) {
-  return Shape<Config>::kGathers && p.page_table && p.kv_box_rows == 0;
+  return Shape<Config>::kGathers && gathers_kv_rows(p);
 }
 
 }  // namespace sm90a
