@@ -25,6 +25,10 @@ template <> struct DTypeTraits<bf16_t> { static constexpr bool kIsBf16 = true, k
 template <> struct DTypeTraits<half_t> { static constexpr bool kIsBf16 = false, kIsFp8 = false; };
 template <> struct DTypeTraits<e4m3_t> { static constexpr bool kIsBf16 = false, kIsFp8 = true; };
 
+// A compile-time bool passed as a value: a C++17 generic lambda takes it as `auto side` and reads
+// decltype(side)::value in `if constexpr` and template arguments.
+template <bool kB> struct BoolConst { static constexpr bool value = kB; };
+
 // Packs two floats into one 32-bit register of 16-bit values (lo in the low half).
 template <class T>
 __device__ __forceinline__ u32 pack2(float lo, float hi) {

@@ -97,27 +97,27 @@ __device__ __forceinline__ void load_walk(const FwdParams& p, const TmaDescs& tm
   if constexpr (T::kFp8KV) {
     // One e4m3 slot per K or V tile: Dp/128 boxes of [BN][128 bytes].
     pipe::Producer<T::kF8Slots> f8_prod(&bars.f8);
-    auto load_f8 = [&](const TmaDesc* map, int n) {
+    // side: BoolConst<true> for V's tile, <false> for K's.
+    auto load_f8 = [&](auto side, int n) {
+      constexpr bool kV = decltype(side)::value;
       auto st = f8_prod.acquire();
       unsigned char* dst = smem + T::kF8Off + st.index() * T::kF8StageBytes;
       if constexpr (kGather) {
-        const GatherTile t = GatherTile::of<T::kBN>(w.seq, n);
-        if (map == &tma.k)
-          gather_kv<T, T::kDp / T::kBoxF8, false>(p, w.seq, t, 0, dst, st.full_barrier());
-        else
-          gather_kv<T, T::kDp / T::kBoxF8, true>(p, w.seq, t, 0, dst, st.full_barrier());
+        gather_kv<T, T::kDp / T::kBoxF8, kV>(p, w.seq, GatherTile::of<T::kBN>(w.seq, n), 0, dst, st.full_barrier());
       } else {
         st.expect_bytes(T::kF8StageBytes);
-        load_rows(dst, map, st.full_barrier(), 0, T::kDp / T::kBoxF8, n, T::kBoxF8);
+        load_rows(dst, kV ? &tma.v : &tma.k, st.full_barrier(), 0, T::kDp / T::kBoxF8, n, T::kBoxF8);
       }
     };
+    constexpr BoolConst<false> k_tile{};
+    constexpr BoolConst<true> v_tile{};
     load_q(0);
-    load_f8(&tma.k, n);
+    load_f8(k_tile, n);
     load_q(1);
-    load_f8(&tma.v, n);
+    load_f8(v_tile, n);
     for (n = w.next_tile(n); w.has(n); n = w.next_tile(n)) {
-      load_f8(&tma.k, n);
-      load_f8(&tma.v, n);
+      load_f8(k_tile, n);
+      load_f8(v_tile, n);
     }
   } else {
     pipe::Producer<T::kKSlots> k_prod(&bars.k);
