@@ -9,17 +9,17 @@
 
 namespace fa4 {
 
+// Paged KV whose page size no TMA box takes (the host's kv_box_rows 0: gcd(page_size, BN) not a
+// multiple of 8 rows): the TMA backends' kernels gather the K / V rows themselves (sm90a and sm100a
+// gather.cuh). The same for every thread of a launch.
+__device__ __forceinline__ bool gathers_kv_rows(const FwdParams& p) { return p.page_table && p.kv_box_rows == 0; }
+
 // Paged KV: key row r (>= 0) of a sequence is row page_row(p, r) of its page_index(p, r)-th page.
 // Page sizes that are powers of two (1, 16, 64, ...: what engines use) take a shift and a mask; a
 // 32-bit division by a run-time divisor is ~25 dependent instructions, which the gathering warps
 // ran twice per row lookup before every stage's copies (docs/PERF.md run 68). Both paths take more
 // registers than the division alone, so producers without room for them (sm90a load.cuh
 // lean_producer: prefill's 24-register ones spilled 4-24 B) keep the division.
-// Paged KV whose page size no TMA box takes (the host's kv_box_rows 0: gcd(page_size, BN) not a
-// multiple of 8 rows): the TMA backends' kernels gather the K / V rows themselves (sm90a and sm100a
-// gather.cuh). The same for every thread of a launch.
-__device__ __forceinline__ bool gathers_kv_rows(const FwdParams& p) { return p.page_table && p.kv_box_rows == 0; }
-
 __device__ __forceinline__ int page_index(const FwdParams& p, int r) {
   const unsigned u = static_cast<unsigned>(r), ps = static_cast<unsigned>(p.page_size);
   return static_cast<int>((ps & (ps - 1)) == 0 ? u >> (__ffs(p.page_size) - 1) : u / ps);
